@@ -1,0 +1,30 @@
+# The two commands the README promises:
+#   make demo   -- five GBSG2 sites on loopback, an analyst session over HTTP
+#   make test   -- the whole test suite, R cross-checks included
+# Both install what they need on a fresh Debian machine.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test venv r-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+venv: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.'
+
+r-deps:
+	scripts/install-r.sh
+
+demo: venv
+	$(BIN)/dsfed demo
+
+test: r-deps $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

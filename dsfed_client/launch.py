@@ -1,0 +1,101 @@
+"""Start site servers as separate processes on free loopback ports, and stop them cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable
+
+from dsfed_server.provision import ProvisionedSite
+
+
+class SiteProcess:
+    def __init__(self, site: ProvisionedSite, run_dir: Path) -> None:
+        self.site = site
+        self.ready_file = run_dir / f"{site.name}.ready.json"
+        self.log_file = run_dir / f"{site.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> None:
+        self.ready_file.unlink(missing_ok=True)
+        log = open(self.log_file, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dsfed_server.cli", "run", str(self.site.config),
+             "--ready-file", str(self.ready_file)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+
+    def wait_ready(self, deadline: float) -> None:
+        assert self.process is not None
+        while time.monotonic() < deadline:
+            if self.ready_file.exists():
+                self.url = json.loads(self.ready_file.read_text())["url"]
+                return
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"site {self.site.name} exited with code {self.process.returncode} while starting:\n"
+                    + self.log_tail()
+                )
+            time.sleep(0.05)
+        raise RuntimeError(f"site {self.site.name} did not start in time:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """Kill the process at once (SIGKILL), as a crash would."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout)
+
+
+class LocalSites:
+    """A context manager running one server process per site; stops them all on exit."""
+
+    def __init__(self, sites: Iterable[ProvisionedSite], run_dir: Path, *, start_timeout: float = 60.0) -> None:
+        self.run_dir = run_dir
+        self.processes = {s.name: SiteProcess(s, run_dir) for s in sites}
+        self.start_timeout = start_timeout
+
+    def __enter__(self) -> "LocalSites":
+        try:
+            for p in self.processes.values():
+                p.start()
+            deadline = time.monotonic() + self.start_timeout
+            for p in self.processes.values():
+                p.wait_ready(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for p in self.processes.values():
+            p.stop()
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {name: p.url for name, p in self.processes.items()}

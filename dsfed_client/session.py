@@ -1,0 +1,201 @@
+"""One analyst session over several sites.
+
+Calls go to all sites in parallel, so K sites take about as long as the
+slowest. If any site fails, the call raises :class:`FederatedCallError` naming
+every failing site, function and rule, and no pooled result is returned.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+from dsfed_client import pooling
+from dsfed_client.calls import Call, Ref, to_tree
+from dsfed_client.errors import FederatedCallError, SiteCallError
+from dsfed_client.transport import HttpTransport, InProcessTransport, Transport
+
+if TYPE_CHECKING:
+    from dsfed_server.service import SiteService
+
+
+class SiteResults(Mapping[str, Any]):
+    """Per-site results of one call, in the order the sites were added."""
+
+    def __init__(self, function: str, results: dict[str, Any]) -> None:
+        self.function = function
+        self._results = results
+
+    def __getitem__(self, site: str) -> Any:
+        return self._results[site]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._results)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k!r}: {v!r}" for k, v in self._results.items())
+        return f"SiteResults({self.function}, {{{body}}})"
+
+
+@dataclass
+class LoginBuilder:
+    """Collects the sites to log in to (as ``DSLoginBuilder`` does in DataSHIELD)."""
+
+    transports: list[Transport] = field(default_factory=list)
+
+    def append(self, site: str, url: str, *, user: str | None = None, password: str | None = None,
+               token: str | None = None, read_timeout: float = 300.0) -> "LoginBuilder":
+        """A site reached over HTTP, with user and password or an API token."""
+        self._check_new(site)
+        self.transports.append(
+            HttpTransport(site, url, user=user, password=password, token=token, read_timeout=read_timeout)
+        )
+        return self
+
+    def append_inprocess(self, service: "SiteService", *, user: str, password: str | None = None,
+                         token: str | None = None) -> "LoginBuilder":
+        """A site object in this process (simulation studies, fast tests): same service code path."""
+        self._check_new(service.name)
+        self.transports.append(InProcessTransport(service, user=user, password=password, token=token))
+        return self
+
+    def _check_new(self, site: str) -> None:
+        if any(t.site == site for t in self.transports):
+            raise ValueError(f"site {site!r} added twice")
+
+    def login(self) -> "FederatedSession":
+        if not self.transports:
+            raise ValueError("no sites added")
+        return FederatedSession(list(self.transports))
+
+
+class FederatedSession:
+    """An open session at every site; use as a context manager to close them all."""
+
+    def __init__(self, transports: list[Transport]) -> None:
+        self.transports = {t.site: t for t in transports}
+        self._pool = ThreadPoolExecutor(max_workers=len(transports), thread_name_prefix="dsfed-site")
+        self.session_ids: dict[str, str] = {}
+        opened = self._all("openSession", lambda t: t.request("POST", "/sessions", function="openSession"),
+                           raise_errors=False)
+        failures = {s: r for s, r in opened.items() if isinstance(r, SiteCallError)}
+        self.session_ids = {s: r["session"] for s, r in opened.items() if not isinstance(r, SiteCallError)}
+        if failures:
+            self.close()
+            raise FederatedCallError("openSession", failures, len(transports))
+
+    # --- plumbing -------------------------------------------------------------------
+
+    @property
+    def sites(self) -> list[str]:
+        return list(self.transports)
+
+    def _all(self, function: str, action: Callable[[Transport], Any], *, raise_errors: bool = True) -> dict[str, Any]:
+        futures = {site: self._pool.submit(action, t) for site, t in self.transports.items()}
+        results: dict[str, Any] = {}
+        for site, future in futures.items():
+            try:
+                results[site] = future.result()
+            except SiteCallError as exc:
+                results[site] = exc
+        failures = {s: r for s, r in results.items() if isinstance(r, SiteCallError)}
+        if failures and raise_errors:
+            raise FederatedCallError(function, failures, len(self.transports))
+        return results
+
+    def _in_session(self, function: str, method: str, suffix: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        def action(t: Transport) -> Any:
+            return t.request(method, f"/sessions/{self.session_ids[t.site]}{suffix}", body, function=function)
+
+        return self._all(function, action)
+
+    # --- calls ----------------------------------------------------------------------
+
+    def aggregate(self, function: str, *args: Any, **kwargs: Any) -> SiteResults:
+        """Run an aggregate function at every site: ``aggregate("meanDS", Ref("D$age"))``."""
+        body = {"call": Call(function, *args, **kwargs).tree()}
+        results = self._in_session(function, "POST", "/aggregate", body)
+        return SiteResults(function, {s: r["result"] for s, r in results.items()})
+
+    def aggregate_expr(self, expr: str) -> SiteResults:
+        """Run DataSHIELD call text at every site: ``aggregate_expr("meanDS(D$age)")``."""
+        function = expr.split("(", 1)[0].strip()
+        results = self._in_session(function, "POST", "/aggregate", {"expr": expr})
+        return SiteResults(function, {s: r["result"] for s, r in results.items()})
+
+    def assign(self, symbol: str, value: Call | Ref) -> SiteResults:
+        """Store a call's result (or a copy of a symbol/column) as ``symbol`` at every site."""
+        function = value.function if isinstance(value, Call) else "$"
+        body = {"symbol": symbol, "call": to_tree(value)}
+        return SiteResults(function, self._in_session(function, "POST", "/assign", body))
+
+    def assign_expr(self, symbol: str, expr: str) -> SiteResults:
+        """Store the result of DataSHIELD call text as ``symbol``: ``assign_expr("age", "D$age")``."""
+        function = expr.split("(", 1)[0].strip() if "(" in expr else "$"
+        return SiteResults(function, self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr}))
+
+    def assign_table(self, symbol: str, table: str, variables: list[str] | None = None) -> SiteResults:
+        """Load ``project.table`` (optionally some variables) as ``symbol`` at every site."""
+        body = {"symbol": symbol, "table": table, "variables": variables}
+        return SiteResults("assignTable", self._in_session("assignTable", "POST", "/assign-table", body))
+
+    def symbols(self) -> SiteResults:
+        return SiteResults("listSymbols", self._in_session("listSymbols", "GET", "/symbols"))
+
+    def remove(self, symbol: str) -> SiteResults:
+        return SiteResults("removeSymbol", self._in_session("removeSymbol", "DELETE", f"/symbols/{symbol}"))
+
+    def functions(self) -> SiteResults:
+        return SiteResults("listFunctions", self._all("listFunctions", lambda t: t.request("GET", "/functions")))
+
+    def tables(self) -> SiteResults:
+        return SiteResults("listTables", self._all("listTables", lambda t: t.request("GET", "/tables")))
+
+    # --- pooled summaries -------------------------------------------------------------
+
+    def mean(self, x: str) -> pooling.PooledMean:
+        """Pooled mean of a numeric vector from per-site means and counts."""
+        return pooling.pooled_mean(self.aggregate("meanDS", Ref(x)))
+
+    def var(self, x: str) -> pooling.PooledVariance:
+        """Pooled variance from per-site sums, sums of squares and counts."""
+        return pooling.pooled_variance(self.aggregate("varDS", Ref(x)))
+
+    def length(self, x: str) -> pooling.PooledCount:
+        return pooling.pooled_count(self.aggregate("lengthDS", Ref(x)))
+
+    def table1d(self, x: str) -> pooling.PooledTable:
+        return pooling.pooled_table1d(self.aggregate("table1DDS", Ref(x)))
+
+    def table2d(self, x: str, y: str) -> pooling.PooledTable:
+        return pooling.pooled_table2d(self.aggregate("table2DDS", Ref(x), Ref(y)))
+
+    def histogram(self, x: str, breaks: list[float]) -> pooling.PooledHistogram:
+        return pooling.pooled_histogram(self.aggregate("histogramDS", Ref(x), list(breaks)))
+
+    # --- lifetime -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the session at every site that still answers; never raises."""
+        def action(t: Transport) -> Any:
+            sid = self.session_ids.get(t.site)
+            if sid:
+                return t.request("DELETE", f"/sessions/{sid}", function="closeSession")
+            return None
+
+        if self.session_ids:
+            self._all("closeSession", action, raise_errors=False)
+            self.session_ids = {}
+        for t in self.transports.values():
+            t.close()
+        self._pool.shutdown(wait=False)
+
+    def __enter__(self) -> "FederatedSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,163 @@
+"""The native HTTP API (``/v1``) of a site, a thin FastAPI layer over :class:`SiteService`.
+
+Routes parse the request, call the service and return its result. Every route
+but ``/v1/health`` needs credentials: HTTP Basic (user, password) or
+``Authorization: Bearer <API token>``. Domain errors become JSON bodies
+``{"error": {"type", "site", "function", "rule", "message", "hint"}}`` with a
+fitting status; nothing reaches the client as a bare 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsfed_server import __version__
+from dsfed_server.config import User
+from dsfed_server.errors import AuthError, CallError, SiteError
+from dsfed_server.service import CallRequest, SiteService
+
+log = logging.getLogger("dsfed.api")
+
+MAX_BODY_BYTES = 1 << 20
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CallBody(_Body):
+    expr: str | None = Field(None, description="DataSHIELD call text, e.g. meanDS(D$age)")
+    call: dict[str, Any] | None = Field(None, description="structured call tree")
+
+    def request(self) -> CallRequest:
+        return CallRequest(text=self.expr, tree=self.call)
+
+
+class AssignBody(CallBody):
+    symbol: str
+
+
+class AssignTableBody(_Body):
+    symbol: str
+    table: str
+    variables: list[str] | None = None
+
+
+def _credentials(service: SiteService, request: Request) -> User:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "basic" and value:
+        try:
+            name, _, password = base64.b64decode(value, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            raise AuthError("malformed Basic credentials", site=service.name) from None
+        return service.login_password(name, password)
+    if scheme.lower() == "bearer" and value:
+        return service.login_token(value.strip())
+    raise AuthError(
+        "credentials required", site=service.name,
+        hint="send HTTP Basic (user, password) or 'Authorization: Bearer <token>'",
+    )
+
+
+def current_user(request: Request) -> User:
+    """The authenticated user of a request (a FastAPI dependency)."""
+    return _credentials(request.app.state.service, request)
+
+
+UserDep = Annotated[User, Depends(current_user)]
+
+
+def create_app(service: SiteService) -> FastAPI:
+    app = FastAPI(title=f"dsfed site {service.name}", version=__version__)
+    app.state.service = service
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            err = CallError(f"request body larger than {MAX_BODY_BYTES} bytes", site=service.name)
+            return JSONResponse({"error": err.to_wire()}, status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(SiteError)
+    async def site_error(request: Request, exc: SiteError) -> JSONResponse:
+        exc.at(site=service.name)
+        headers = {"WWW-Authenticate": 'Basic realm="dsfed"'} if isinstance(exc, AuthError) else None
+        return JSONResponse({"error": exc.to_wire()}, status_code=exc.http_status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        err = CallError(f"malformed request: {where}: {first.get('msg')}", site=service.name)
+        return JSONResponse({"error": err.to_wire()}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        err = SiteError("internal error", site=service.name, hint="the site administrator can see the server log")
+        return JSONResponse({"error": err.to_wire()}, status_code=500)
+
+    @app.get("/v1/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "site": service.name, "version": __version__}
+
+    @app.get("/v1/whoami")
+    def whoami(user: UserDep) -> dict[str, Any]:
+        return {"user": user.name, "role": user.role, "site": service.name}
+
+    @app.get("/v1/functions")
+    def functions(user: UserDep) -> dict[str, Any]:
+        return service.functions(user)
+
+    @app.get("/v1/tables")
+    def tables(user: UserDep) -> list[dict[str, Any]]:
+        return service.tables(user)
+
+    @app.post("/v1/sessions", status_code=201)
+    def open_session(user: UserDep) -> dict[str, Any]:
+        return service.open_session(user)
+
+    @app.get("/v1/sessions/{sid}")
+    def get_session(sid: str, user: UserDep) -> dict[str, Any]:
+        return service.session_exists(user, sid)
+
+    @app.delete("/v1/sessions/{sid}")
+    def close_session(sid: str, user: UserDep) -> dict[str, Any]:
+        service.close_session(user, sid)
+        return {"closed": sid}
+
+    @app.get("/v1/sessions/{sid}/symbols")
+    def symbols(sid: str, user: UserDep) -> list[dict[str, str]]:
+        return service.symbols(user, sid)
+
+    @app.delete("/v1/sessions/{sid}/symbols/{name}")
+    def remove_symbol(sid: str, name: str, user: UserDep) -> dict[str, Any]:
+        service.remove_symbol(user, sid, name)
+        return {"removed": name}
+
+    @app.post("/v1/sessions/{sid}/aggregate")
+    def aggregate(sid: str, body: CallBody, user: UserDep) -> dict[str, Any]:
+        return {"result": service.aggregate(user, sid, body.request())}
+
+    @app.post("/v1/sessions/{sid}/assign")
+    def assign(sid: str, body: AssignBody, user: UserDep) -> dict[str, Any]:
+        return service.assign(user, sid, body.symbol, body.request())
+
+    @app.post("/v1/sessions/{sid}/assign-table")
+    def assign_table(sid: str, body: AssignTableBody, user: UserDep) -> dict[str, Any]:
+        return service.assign_table(user, sid, body.symbol, body.table, body.variables)
+
+    @app.get("/v1/audit")
+    def audit(user: UserDep) -> list[dict[str, Any]]:
+        return service.audit_records(user)
+
+    return app

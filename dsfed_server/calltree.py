@@ -1,0 +1,215 @@
+"""The call tree: the only form in which a client's request reaches a function.
+
+A call arrives either as DataSHIELD-style text (parsed by :mod:`dsfed_server.parser`)
+or as structured JSON (read by :func:`from_json`). Both give the same immutable
+nodes below. Nothing is ever evaluated: the dispatcher looks up function names
+in the registry and resolves symbols in the session's workspace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Union
+
+from dsfed_server.errors import CallError
+
+Scalar = Union[str, int, float, bool, None]
+
+
+@dataclass(frozen=True)
+class Literal:
+    value: Scalar
+
+    def to_text(self) -> str:
+        v = self.value
+        if v is None:
+            return "NULL"
+        if v is True:
+            return "TRUE"
+        if v is False:
+            return "FALSE"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, float) and math.isnan(v):
+            return "NA"
+        return repr(v)
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+
+    def to_text(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Column:
+    """``table$column``: a column of a table symbol in the workspace."""
+
+    table: str
+    column: str
+
+    def to_text(self) -> str:
+        return f"{self.table}${self.column}"
+
+
+@dataclass(frozen=True)
+class Vector:
+    """``c(...)`` of literals of one type."""
+
+    items: tuple[Literal, ...]
+
+    def to_text(self) -> str:
+        return "c(" + ", ".join(i.to_text() for i in self.items) + ")"
+
+    @property
+    def values(self) -> list[Scalar]:
+        return [i.value for i in self.items]
+
+
+@dataclass(frozen=True)
+class FormulaTerm:
+    """One term of a model formula: a variable or an interaction ``a:b``."""
+
+    variables: tuple[str, ...]
+
+    def to_text(self) -> str:
+        return ":".join(self.variables)
+
+
+@dataclass(frozen=True)
+class Formula:
+    """``y ~ x1 + x2 + x1:x2``; ``intercept`` False for ``+ 0`` or ``- 1``."""
+
+    response: str | None
+    terms: tuple[FormulaTerm, ...]
+    intercept: bool = True
+
+    def to_text(self) -> str:
+        rhs = [t.to_text() for t in self.terms]
+        if not self.intercept:
+            rhs.append("0")
+        elif not rhs:
+            rhs.append("1")
+        lhs = f"{self.response} " if self.response else ""
+        return f"{lhs}~ " + " + ".join(rhs)
+
+    @property
+    def variables(self) -> list[str]:
+        seen: list[str] = []
+        for name in ([self.response] if self.response else []) + [v for t in self.terms for v in t.variables]:
+            if name not in seen:
+                seen.append(name)
+        return seen
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str | None
+    value: "Node"
+
+    def to_text(self) -> str:
+        return f"{self.name}={self.value.to_text()}" if self.name else self.value.to_text()
+
+
+@dataclass(frozen=True)
+class Call:
+    function: str
+    args: tuple[Arg, ...]
+
+    def to_text(self) -> str:
+        return f"{self.function}(" + ", ".join(a.to_text() for a in self.args) + ")"
+
+
+Node = Union[Literal, Symbol, Column, Vector, Formula, Call]
+
+
+def depth(node: Node) -> int:
+    """Nesting depth of calls and vectors (a bare literal or symbol has depth 0)."""
+    if isinstance(node, Call):
+        return 1 + max((depth(a.value) for a in node.args), default=0)
+    if isinstance(node, Vector):
+        return 1
+    return 0
+
+
+# --- structured JSON form -------------------------------------------------------------
+#
+#   {"lit": 1.5} | {"sym": "D"} | {"col": ["D", "age"]} | {"vec": [1, 2, 3]}
+#   {"formula": "y ~ x1 + x2"} | {"call": "meanDS", "args": [node, ...], "kwargs": {"name": node}}
+
+
+def to_json(node: Node) -> dict[str, Any]:
+    if isinstance(node, Literal):
+        return {"lit": node.value}
+    if isinstance(node, Symbol):
+        return {"sym": node.name}
+    if isinstance(node, Column):
+        return {"col": [node.table, node.column]}
+    if isinstance(node, Vector):
+        return {"vec": node.values}
+    if isinstance(node, Formula):
+        return {"formula": node.to_text()}
+    positional = [to_json(a.value) for a in node.args if a.name is None]
+    named = {a.name: to_json(a.value) for a in node.args if a.name is not None}
+    return {"call": node.function, "args": positional, "kwargs": named}
+
+
+def _scalar(value: Any, where: str) -> Scalar:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CallError(f"{where}: numbers must be finite")
+        return value
+    raise CallError(f"{where}: a literal must be a number, string, boolean or null, got {type(value).__name__}")
+
+
+def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
+    """Read a structured call, refusing anything but the node shapes above."""
+    if _level > max_depth:
+        raise CallError(f"call nested deeper than {max_depth} levels", rule="parser.max_depth")
+    if not isinstance(obj, dict):
+        raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")
+    if set(obj) == {"lit"}:
+        return Literal(_scalar(obj["lit"], "literal"))
+    if set(obj) == {"sym"} and isinstance(obj["sym"], str):
+        return Symbol(obj["sym"])
+    if set(obj) == {"col"}:
+        col = obj["col"]
+        if isinstance(col, list) and len(col) == 2 and all(isinstance(c, str) for c in col):
+            return Column(col[0], col[1])
+        raise CallError('"col" must be [table, column]')
+    if set(obj) == {"vec"}:
+        if not isinstance(obj["vec"], list):
+            raise CallError('"vec" must be a list of literals')
+        vec = Vector(tuple(Literal(_scalar(v, "vector element")) for v in obj["vec"]))
+        check_vector(vec)
+        return vec
+    if set(obj) == {"formula"} and isinstance(obj["formula"], str):
+        from dsfed_server.parser import parse_formula
+
+        return parse_formula(obj["formula"])
+    if "call" in obj and set(obj) <= {"call", "args", "kwargs"}:
+        name = obj["call"]
+        args = obj.get("args", [])
+        kwargs = obj.get("kwargs", {})
+        if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise CallError('a call is {"call": name, "args": [...], "kwargs": {...}}')
+        nodes = [Arg(None, from_json(a, max_depth=max_depth, _level=_level + 1)) for a in args]
+        nodes += [Arg(str(k), from_json(v, max_depth=max_depth, _level=_level + 1)) for k, v in kwargs.items()]
+        return Call(name, tuple(nodes))
+    raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")
+
+
+def check_vector(vec: Vector) -> None:
+    """A vector holds literals of one kind: numbers, strings or booleans."""
+    kinds = {
+        "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+        for v in vec.values
+        if v is not None
+    }
+    if len(kinds) > 1:
+        raise CallError(f"c(...) mixes {', '.join(sorted(kinds))}; give elements of one type")

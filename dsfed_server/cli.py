@@ -1,0 +1,132 @@
+"""``dsfed-server``: run a site, check its files, make credentials, verify its audit log."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+from dsfed_server import audit
+from dsfed_server.auth import hash_password, hash_token, new_token
+from dsfed_server.catalog import CatalogError
+from dsfed_server.disclosure.rules import load_rules
+from dsfed_server.tomlfile import ConfigFileError
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn  # noqa: PLC0415
+
+    from dsfed_server.api import create_app  # noqa: PLC0415
+    from dsfed_server.service import SiteService  # noqa: PLC0415
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    service = SiteService.from_config_file(args.config)
+    listen = service.config.listen
+    sock = _bind(listen.host, args.port if args.port is not None else listen.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    if args.ready_file:
+        tmp = Path(args.ready_file + ".tmp")
+        tmp.write_text(json.dumps({"site": service.name, "url": url, "pid": os.getpid()}))
+        tmp.replace(args.ready_file)
+    logging.getLogger("dsfed.site").info("site %s listening on %s", service.name, url)
+    config = uvicorn.Config(create_app(service), log_level=args.log_level, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    from dsfed_server.service import SiteService  # noqa: PLC0415
+
+    service = SiteService.from_config_file(args.config)
+    tables = ", ".join(t.ref for t in service.catalog.tables())
+    print(f"site {service.name}: config, rules and data are valid; tables: {tables}")
+    return 0
+
+
+def rules_check(args: argparse.Namespace) -> int:
+    from dsfed_server.service import check_enabled  # noqa: PLC0415
+    from dsfed_server.registry import REGISTRY  # noqa: PLC0415
+
+    rules = load_rules(args.rules)
+    check_enabled(rules, Path(args.rules), REGISTRY)
+    print(f"{args.rules}: valid")
+    return 0
+
+
+def do_hash_password(args: argparse.Namespace) -> int:
+    password = sys.stdin.readline().rstrip("\n") if args.stdin else getpass.getpass("password: ")
+    if len(password) < 12:
+        print("refusing a password shorter than 12 characters", file=sys.stderr)
+        return 2
+    print(hash_password(password))
+    return 0
+
+
+def do_hash_token(args: argparse.Namespace) -> int:
+    token = new_token()
+    print(f"token (give to the user once): {token}")
+    print(f"token_hashes entry for the site config: {hash_token(token)}")
+    return 0
+
+
+def audit_verify(args: argparse.Namespace) -> int:
+    report = audit.verify(args.log)
+    print(report)
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dsfed-server", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a site server")
+    p.add_argument("config", help="site config file (TOML)")
+    p.add_argument("--port", type=int, help="override the config's port (0: any free port)")
+    p.add_argument("--ready-file", help="write {site, url, pid} as JSON here once listening")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=run)
+
+    p = sub.add_parser("check", help="validate a site config with its rules and data, then exit")
+    p.add_argument("config")
+    p.set_defaults(func=check)
+
+    p = sub.add_parser("rules-check", help="validate a rules file")
+    p.add_argument("rules")
+    p.set_defaults(func=rules_check)
+
+    p = sub.add_parser("hash-password", help="print a password hash for a site config")
+    p.add_argument("--stdin", action="store_true", help="read the password from standard input")
+    p.set_defaults(func=do_hash_password)
+
+    p = sub.add_parser("hash-token", help="make a new API token and print its hash")
+    p.set_defaults(func=do_hash_token)
+
+    p = sub.add_parser("audit-verify", help="verify an audit log's hash chain")
+    p.add_argument("log")
+    p.set_defaults(func=audit_verify)
+
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigFileError, CatalogError) as exc:
+        print(f"dsfed-server: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

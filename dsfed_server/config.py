@@ -1,0 +1,100 @@
+"""The site config file: who the site is, where its data and rules are, who may log in.
+
+Example (``dsfed-server init`` writes one)::
+
+    [site]
+    name = "site1"
+    data_dir = "../opal_fixtures/site1"        # relative paths are relative to this file
+    rules = "../disclosure_rules/default.toml"
+    audit_log = "site1-audit.jsonl"
+    session_idle_timeout_s = 1800
+    max_sessions_per_user = 8
+
+    [listen]
+    host = "127.0.0.1"
+    port = 0                                   # 0: any free port (see --ready-file)
+
+    [[users]]
+    name = "analyst"
+    role = "analyst"                           # analyst | governance
+    password_hash = "scrypt$16384$8$1$<salt>$<hash>"   # dsfed-server hash-password
+    token_hashes = []                          # sha256 of API tokens (dsfed-server hash-token)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dsfed_server.tomlfile import load_toml_model
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SiteSection(_Section):
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+    data_dir: str
+    rules: str
+    audit_log: str
+    session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)
+    max_sessions_per_user: int = Field(ge=1, le=1000)
+
+
+class ListenSection(_Section):
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+
+class User(_Section):
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.@-]{0,63}$")
+    role: Literal["analyst", "governance"]
+    password_hash: str = ""
+    token_hashes: tuple[str, ...] = ()
+
+    @field_validator("password_hash")
+    @classmethod
+    def _password_format(cls, value: str) -> str:
+        if value and not re.fullmatch(r"scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+", value):
+            raise ValueError("password_hash must come from 'dsfed-server hash-password'")
+        return value
+
+    @field_validator("token_hashes")
+    @classmethod
+    def _token_format(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not re.fullmatch(r"sha256\$[0-9a-f]{64}", item):
+                raise ValueError("token hashes must come from 'dsfed-server hash-token'")
+        return value
+
+
+class SiteConfig(_Section):
+    site: SiteSection
+    listen: ListenSection
+    users: tuple[User, ...] = Field(min_length=1)
+
+    @field_validator("users")
+    @classmethod
+    def _unique_users(cls, users: tuple[User, ...]) -> tuple[User, ...]:
+        names = [u.name for u in users]
+        if len(set(names)) != len(names):
+            raise ValueError("user names must be unique")
+        for user in users:
+            if not user.password_hash and not user.token_hashes:
+                raise ValueError(f"user {user.name!r} has neither a password_hash nor token_hashes")
+        return users
+
+
+def load_site_config(path: str | Path) -> tuple[SiteConfig, Path]:
+    """Read a site config; returns it with the directory its relative paths start from."""
+    path = Path(path).resolve()
+    return load_toml_model(path, SiteConfig), path.parent
+
+
+def resolve(base: Path, value: str) -> Path:
+    p = Path(value)
+    return p if p.is_absolute() else (base / p).resolve()

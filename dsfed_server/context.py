@@ -1,0 +1,98 @@
+"""What an implementation sees of the site during one call.
+
+Implementations get values, never nodes: the dispatcher has already resolved
+symbols and ``table$column`` references against the caller's own workspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from dsfed_server.calltree import Call, Column, Node, Symbol
+from dsfed_server.disclosure.checks import Guard
+from dsfed_server.errors import CallError, NotFound
+from dsfed_server.parser import Limits, parse
+from dsfed_server.workspace import Session
+
+if TYPE_CHECKING:
+    from dsfed_server.service import SiteService
+
+
+@dataclass
+class CallContext:
+    service: "SiteService"
+    session: Session
+    function: str
+    guard: Guard
+
+    @property
+    def limits(self) -> Limits:
+        return self.service.limits
+
+    @property
+    def site(self) -> str:
+        return self.service.name
+
+    def parse_reference(self, text: str) -> Node:
+        """Read a string such as ``"D$age"`` as a reference to a workspace value."""
+        node = parse(text, self.limits)
+        if not isinstance(node, (Symbol, Column, Call)):
+            raise CallError(f"{text!r} does not name a symbol or a table$column")
+        return node
+
+    def resolve(self, node: Node) -> Any:
+        if isinstance(node, Symbol):
+            return self.session.get(node.name)
+        if isinstance(node, Column):
+            table = self.session.get(node.table)
+            if not isinstance(table, pd.DataFrame):
+                raise CallError(f"{node.table!r} is not a table, so {node.to_text()!r} has no column")
+            if node.column not in table.columns:
+                raise NotFound(
+                    f"table {node.table!r} has no column {node.column!r}",
+                    hint=f"columns: {', '.join(map(str, table.columns))}",
+                )
+            return table[node.column]
+        if isinstance(node, Call):
+            return self.service.run_nested(self.session, node)
+        raise CallError(f"expected a symbol, table$column or call, got {node.to_text()!r}")
+
+    @staticmethod
+    def is_table(value: Any) -> bool:
+        return isinstance(value, pd.DataFrame)
+
+    @staticmethod
+    def class_of(value: Any) -> str:
+        return r_class(value)
+
+
+def r_class(value: Any) -> str:
+    """The R class name DataSHIELD clients expect for a workspace value."""
+    if isinstance(value, pd.DataFrame):
+        return "data.frame"
+    if isinstance(value, pd.Series):
+        dtype = value.dtype
+        if isinstance(dtype, pd.CategoricalDtype):
+            return "factor"
+        if pd.api.types.is_bool_dtype(dtype):
+            return "logical"
+        if pd.api.types.is_integer_dtype(dtype):
+            return "integer"
+        if pd.api.types.is_float_dtype(dtype):
+            return "numeric"
+        return "character"
+    return type(value).__name__
+
+
+def numeric(values: pd.Series, what: str = "x") -> np.ndarray:
+    """A numeric vector as float64 with NaN for missing; refuses factors and text."""
+    if not isinstance(values, pd.Series):
+        raise CallError(f"{what} must be a vector, got {r_class(values)}")
+    cls = r_class(values)
+    if cls not in ("integer", "numeric", "logical"):
+        raise CallError(f"{what} must be numeric, got a {cls} vector")
+    return values.to_numpy(dtype=float, na_value=np.nan)

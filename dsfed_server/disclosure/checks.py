@@ -1,0 +1,132 @@
+"""Disclosure checks: the one place where the rules file's thresholds are applied.
+
+A :class:`Guard` is bound to one call (site, function, rules). Implementations
+call its methods before they release anything; each method either returns or
+raises :class:`DisclosureRefusal` naming the rule (the dotted key of the rules
+file) and what the analyst can do. A refusal never states the count that fell
+short (that number would itself be the disclosure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsfed_server.disclosure.rules import Rules
+from dsfed_server.errors import DisclosureRefusal
+
+
+@dataclass(frozen=True)
+class Guard:
+    rules: Rules
+    site: str
+    function: str
+
+    def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
+        return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
+
+    @property
+    def q(self) -> int:
+        return self.rules.disclosure.q_threshold
+
+    def min_count(self, n: int, what: str = "valid values") -> None:
+        """Any aggregate rests on at least q records (rule A1 of seed 000; nfilter.tab)."""
+        if n < self.q:
+            raise self._refuse(
+                f"{what}: fewer than the site's minimum of {self.q}",
+                "disclosure.q_threshold",
+                "use a larger table or subset; this site releases nothing computed from fewer records",
+            )
+
+    def cells(self, counts: np.ndarray, what: str = "table") -> None:
+        """Every non-zero cell holds at least q records; otherwise the whole table is refused."""
+        counts = np.asarray(counts)
+        small = (counts > 0) & (counts < self.q)
+        if small.any():
+            raise self._refuse(
+                f"{what} has a non-zero cell below the minimum count of {self.q}",
+                "disclosure.q_threshold",
+                "merge categories or tabulate a coarser variable",
+            )
+
+    def histogram(self, counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Apply the small-bin policy; returns (counts, edges), merged if the policy says so."""
+        counts = np.asarray(counts, dtype=np.int64)
+        small = (counts > 0) & (counts < self.q)
+        if not small.any():
+            return counts, edges
+        if self.rules.bins.small_bin_policy == "refuse":
+            raise self._refuse(
+                f"histogram has a non-empty bin with fewer than {self.q} records",
+                "bins.small_bin_policy",
+                "ask for fewer, wider bins",
+            )
+        return merge_small_bins(counts, edges, self.q)
+
+    def subset(self, n_subset: int, n_total: int) -> None:
+        """A subset and the rows it leaves out each hold at least subset_min rows (or none)."""
+        minimum = self.rules.disclosure.subset_min
+        if n_subset < minimum:
+            raise self._refuse(
+                f"subset would hold fewer rows than the site's minimum of {minimum}",
+                "disclosure.subset_min",
+                "widen the subset condition",
+            )
+        left_out = n_total - n_subset
+        if 0 < left_out < minimum:
+            raise self._refuse(
+                f"subset would leave out fewer rows than the site's minimum of {minimum}; "
+                "comparing it with the full table would single them out",
+                "disclosure.subset_min",
+                "use the full table, or a condition that leaves out more rows",
+            )
+
+    def factor_levels(self, n_levels: int, n: int, what: str) -> None:
+        """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""
+        d = self.rules.disclosure
+        if n_levels > d.max_factor_levels:
+            raise self._refuse(
+                f"{what} has more levels than the site's maximum of {d.max_factor_levels}",
+                "disclosure.max_factor_levels",
+                "group levels into fewer categories",
+            )
+        if n_levels > d.factor_levels_density * n:
+            raise self._refuse(
+                f"{what} has more levels than {d.factor_levels_density:g} per record allows",
+                "disclosure.factor_levels_density",
+                "group levels into fewer categories",
+            )
+
+    def saturation(self, n_params: int, n: int) -> None:
+        """A model's parameters are at most glm_saturation * n (nfilter.glm)."""
+        ratio = self.rules.disclosure.glm_saturation
+        if n_params > ratio * n:
+            raise self._refuse(
+                f"model has more parameters than {ratio:g} x the number of records allows",
+                "disclosure.glm_saturation",
+                "fit fewer parameters or use more records",
+            )
+
+
+def merge_small_bins(counts: np.ndarray, edges: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge each non-empty bin below ``q`` with its smaller neighbour until none is left.
+
+    Empty bins stay empty and keep their edges. If the whole histogram holds
+    fewer than ``q`` records it cannot be made safe; the caller's ``min_count``
+    refuses it first.
+    """
+    counts = list(int(c) for c in counts)
+    edges = list(float(e) for e in edges)
+    while True:
+        small = [i for i, c in enumerate(counts) if 0 < c < q]
+        if not small or len(counts) == 1:
+            break
+        i = min(small, key=lambda k: (counts[k], k))
+        left = counts[i - 1] if i > 0 else None
+        right = counts[i + 1] if i + 1 < len(counts) else None
+        j = i - 1 if right is None or (left is not None and left <= right) else i + 1
+        lo, hi = min(i, j), max(i, j)
+        counts[lo : hi + 1] = [counts[lo] + counts[hi]]
+        del edges[hi]
+    return np.asarray(counts, dtype=np.int64), np.asarray(edges, dtype=float)

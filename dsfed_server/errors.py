@@ -1,0 +1,112 @@
+"""Domain errors of a site, and their wire form.
+
+Every error a site raises to an analyst names the site, the function and, for a
+refusal, the rule of the site's rules file that refused it, plus a hint on what
+to do. The HTTP layer and the in-process transport both send :meth:`to_wire`,
+so an analyst sees the same error whichever transport is in use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SiteError(Exception):
+    """Base class of errors a site reports to the analyst."""
+
+    kind = "error"
+    http_status = 400
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        site: str = "",
+        function: str = "",
+        rule: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.site = site
+        self.function = function
+        self.rule = rule
+        self.hint = hint
+
+    def at(self, *, site: str | None = None, function: str | None = None) -> "SiteError":
+        """Fill in the site and the function where they are not yet known."""
+        if site and not self.site:
+            self.site = site
+        if function and not self.function:
+            self.function = function
+        return self
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "type": self.kind,
+            "site": self.site,
+            "function": self.function,
+            "rule": self.rule,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+    def __str__(self) -> str:
+        where = f"site {self.site!r}" if self.site else "site"
+        if self.function:
+            where += f", function {self.function}"
+        text = f"{where}: {self.message}"
+        if self.rule:
+            text += f" [rule {self.rule}]"
+        if self.hint:
+            text += f" -- {self.hint}"
+        return text
+
+
+class DisclosureRefusal(SiteError):
+    """A result would disclose too much under the site's rules; nothing is returned."""
+
+    kind = "disclosure_refused"
+    http_status = 403
+
+
+class CallError(SiteError):
+    """The call is malformed: outside the grammar, unknown function, bad argument."""
+
+    kind = "bad_call"
+    http_status = 422
+
+
+class NotEnabled(SiteError):
+    """The function exists but the site's rules file does not enable it."""
+
+    kind = "not_enabled"
+    http_status = 403
+
+
+class AuthError(SiteError):
+    """Missing or wrong credentials."""
+
+    kind = "unauthenticated"
+    http_status = 401
+
+
+class Forbidden(SiteError):
+    """Authenticated, but not allowed (other analyst's session, wrong role)."""
+
+    kind = "forbidden"
+    http_status = 403
+
+
+class NotFound(SiteError):
+    """No such session, symbol or table."""
+
+    kind = "not_found"
+    http_status = 404
+
+
+class BackendUnavailable(SiteError):
+    """The function's implementation needs a backend (R) that this site lacks."""
+
+    kind = "backend_unavailable"
+    http_status = 503

@@ -1,0 +1,77 @@
+"""Assign functions that create tables on the site: table assignment and subsetting."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pandas as pd
+
+from dsfed_server.context import CallContext
+from dsfed_server.errors import CallError, NotFound
+from dsfed_server.registry import P, Param, register
+
+_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+@register(
+    "assignTable",
+    "assign",
+    [
+        Param("table", P.STRING, "the table, as project.table (e.g. GBSG2.validation)"),
+        Param("variables", P.STRINGS, "variables to keep (default: all)", required=False),
+    ],
+    checks=("strings.max_name_length",),
+)
+def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> pd.DataFrame:
+    """Load a table of this site's Opal-like projects into the session, optionally only some variables.
+
+    This is what Opal's ``PUT .../symbol/{name}/table/{project.table}`` does.
+    """
+    frame = ctx.service.catalog.frame(table)
+    if variables:
+        unknown = [v for v in variables if v not in frame.columns]
+        if unknown:
+            raise NotFound(
+                f"table {table!r} has no variable(s) {', '.join(unknown)}",
+                hint=f"variables: {', '.join(frame.columns)}",
+            )
+        frame = frame[list(dict.fromkeys(variables))]
+    return frame.copy()
+
+
+@register(
+    "subsetDS",
+    "assign",
+    [
+        Param("x", P.TABLE, "the table to subset"),
+        Param("variable", P.NAME, "the column the condition tests"),
+        Param("op", P.STRING, "comparison", choices=tuple(_OPS)),
+        Param("value", P.SCALAR, "the value compared with (a number, or a category as a string)"),
+    ],
+    checks=("disclosure.subset_min",),
+)
+def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object) -> pd.DataFrame:
+    """Rows of table ``x`` where ``variable op value`` holds (rows with the variable missing are dropped).
+
+    Refused when the subset, or the rows it leaves out, would be smaller than
+    the site's ``subset_min`` (DataSHIELD nfilter.subset), so that a subset
+    cannot be differenced against the full table.
+    """
+    if variable not in x.columns:
+        raise NotFound(f"table has no column {variable!r}", hint=f"columns: {', '.join(x.columns)}")
+    column = x[variable]
+    numeric_column = pd.api.types.is_numeric_dtype(column.dtype) and not isinstance(column.dtype, pd.CategoricalDtype)
+    if numeric_column != (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        kind = "a number" if numeric_column else "a string (category or text)"
+        raise CallError(f"column {variable!r} must be compared with {kind}, got {value!r}")
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        if op not in ("==", "!="):
+            raise CallError(f"column {variable!r} is a factor: only == and != apply")
+        values = column.astype("string")
+    else:
+        values = column
+    mask = _OPS[op](values, value)
+    mask = np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool) & column.notna().to_numpy()
+    ctx.guard.subset(int(mask.sum()), len(x))
+    return x.loc[mask].reset_index(drop=True)

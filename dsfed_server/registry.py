@@ -1,0 +1,268 @@
+"""The function registry: the only functions an analyst can reach on a site.
+
+Each entry names its kind (``aggregate`` returns a checked summary; ``assign``
+stores a result as a symbol in the session's workspace), its typed parameters,
+its implementation (Python, or R through rpy2), its documentation and the
+disclosure rules it applies. A site serves an entry only if its rules file
+enables it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
+
+from dsfed_server.calltree import Column, Formula, Literal, Node, Symbol, Vector
+from dsfed_server.errors import CallError
+
+if TYPE_CHECKING:
+    from dsfed_server.context import CallContext
+
+
+class P(Enum):
+    """Parameter types. Values come only from literals or from the workspace."""
+
+    OBJECT = "object"  # any workspace value: a symbol, table$column, or a nested assign call
+    TABLE = "table"  # a data-frame symbol
+    VECTOR = "vector"  # a column/vector: symbol, table$column, or the same as a string ("D$age")
+    STRING = "string"
+    NUMBER = "number"
+    INTEGER = "integer"
+    BOOLEAN = "boolean"
+    NUMBERS = "numbers"  # c(...) of numbers, one number, or "1,2,3"
+    STRINGS = "strings"  # c(...) of strings or one string
+    FORMULA = "formula"  # y ~ x1 + x2, unquoted or as a string
+    NAME = "name"  # a column or table name, bare or quoted, not resolved
+    SCALAR = "scalar"  # one number, string or boolean literal
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: P
+    doc: str
+    required: bool = True
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    kind: Lit["aggregate", "assign"]
+    params: tuple[Param, ...]
+    impl: Callable[..., Any]
+    doc: str
+    checks: tuple[str, ...] = ()
+    backend: Lit["python", "R"] = "python"
+    aliases: tuple[str, ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "backend": self.backend,
+            "doc": self.doc,
+            "checks": list(self.checks),
+            "params": [
+                {
+                    "name": p.name,
+                    "type": p.type.value,
+                    "required": p.required,
+                    "default": p.default,
+                    "choices": list(p.choices) if p.choices else None,
+                    "doc": p.doc,
+                }
+                for p in self.params
+            ],
+        }
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._specs: dict[str, FunctionSpec] = {}
+
+    def add(self, spec: FunctionSpec) -> FunctionSpec:
+        if spec.name in self._specs:
+            raise ValueError(f"duplicate registry entry {spec.name}")
+        self._specs[spec.name] = spec
+        return spec
+
+    def get(self, name: str) -> FunctionSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def __iter__(self):
+        return iter(self._specs.values())
+
+
+REGISTRY = Registry()
+
+
+def register(
+    name: str,
+    kind: Lit["aggregate", "assign"],
+    params: list[Param] | tuple[Param, ...],
+    *,
+    checks: tuple[str, ...] = (),
+    backend: Lit["python", "R"] = "python",
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator adding an implementation ``impl(ctx, **args)`` to the registry; its docstring is its doc."""
+
+    def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
+        REGISTRY.add(
+            FunctionSpec(
+                name=name,
+                kind=kind,
+                params=tuple(params),
+                impl=impl,
+                doc=(impl.__doc__ or "").strip(),
+                checks=checks,
+                backend=backend,
+            )
+        )
+        return impl
+
+    return deco
+
+
+# --- binding arguments ----------------------------------------------------------------
+
+
+def bind(spec: FunctionSpec, args: tuple, ctx: "CallContext") -> dict[str, Any]:
+    """Match call arguments to parameters (positional, then named) and convert each."""
+    bound: dict[str, Node] = {}
+    positional = [a for a in args if a.name is None]
+    named = [a for a in args if a.name is not None]
+    if len(positional) > len(spec.params):
+        raise CallError(f"takes at most {len(spec.params)} arguments, got {len(positional)}")
+    for param, arg in zip(spec.params, positional):
+        bound[param.name] = arg.value
+    by_name = {p.name: p for p in spec.params}
+    for arg in named:
+        if arg.name not in by_name:
+            raise CallError(f"unknown argument {arg.name!r}; arguments are {', '.join(by_name)}")
+        if arg.name in bound:
+            raise CallError(f"argument {arg.name!r} given twice")
+        bound[arg.name] = arg.value
+    values: dict[str, Any] = {}
+    for param in spec.params:
+        node = bound.get(param.name)
+        if node is None or (isinstance(node, Literal) and node.value is None and not param.required):
+            if param.required:
+                raise CallError(f"missing argument {param.name!r} ({param.doc})")
+            values[param.name] = param.default
+            continue
+        values[param.name] = convert(param, node, ctx)
+    return values
+
+
+def _literal(param: Param, node: Node) -> Any:
+    if not isinstance(node, Literal):
+        raise CallError(f"argument {param.name!r} must be a {param.type.value} literal, got {node.to_text()!r}")
+    return node.value
+
+
+def _bounded(param: Param, value: float) -> float:
+    if not math.isfinite(value):
+        raise CallError(f"argument {param.name!r} must be finite")
+    if param.minimum is not None and value < param.minimum:
+        raise CallError(f"argument {param.name!r} = {value} is below its minimum {param.minimum}")
+    if param.maximum is not None and value > param.maximum:
+        raise CallError(f"argument {param.name!r} = {value} is above its maximum {param.maximum}")
+    return value
+
+
+def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
+    t = param.type
+    if isinstance(node, Formula) and t is not P.FORMULA:
+        raise CallError(f"argument {param.name!r} is a {t.value}, not a model formula")
+    if t in (P.OBJECT, P.VECTOR, P.TABLE):
+        if isinstance(node, Literal) and isinstance(node.value, str):
+            node = ctx.parse_reference(node.value)
+        value = ctx.resolve(node)
+        if t is P.TABLE and not ctx.is_table(value):
+            raise CallError(f"argument {param.name!r} must be a table (data frame), got {ctx.class_of(value)}")
+        if t is P.VECTOR and ctx.is_table(value):
+            raise CallError(f"argument {param.name!r} must be a vector (e.g. D$age), got a table")
+        return value
+    if t is P.FORMULA:
+        if isinstance(node, Literal) and isinstance(node.value, str):
+            from dsfed_server.parser import parse_formula
+
+            node = parse_formula(node.value, ctx.limits)
+        if not isinstance(node, Formula):
+            raise CallError(f"argument {param.name!r} must be a model formula such as y ~ x1 + x2")
+        return node
+    if t is P.NAME:
+        if isinstance(node, Symbol):
+            value: Any = node.name
+        elif isinstance(node, Column):
+            value = node.to_text()
+        else:
+            value = _literal(param, node)
+        if not isinstance(value, str):
+            raise CallError(f"argument {param.name!r} must be a name")
+        return _choice(param, value)
+    if t is P.STRING:
+        value = _literal(param, node)
+        if not isinstance(value, str):
+            raise CallError(f"argument {param.name!r} must be a string, got {node.to_text()!r}")
+        return _choice(param, value)
+    if t is P.SCALAR:
+        value = _literal(param, node)
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            raise CallError(f"argument {param.name!r} must be a number, string or TRUE/FALSE")
+        return value
+    if t is P.BOOLEAN:
+        value = _literal(param, node)
+        if not isinstance(value, bool):
+            raise CallError(f"argument {param.name!r} must be TRUE or FALSE, got {node.to_text()!r}")
+        return value
+    if t in (P.NUMBER, P.INTEGER):
+        value = _literal(param, node)
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise CallError(f"argument {param.name!r} must be a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise CallError(f"argument {param.name!r} must be a number, got {node.to_text()!r}")
+        if t is P.INTEGER:
+            if float(value) != int(value):
+                raise CallError(f"argument {param.name!r} must be a whole number, got {value}")
+            value = int(value)
+        return _choice(param, _bounded(param, value))
+    if t is P.NUMBERS:
+        if isinstance(node, Vector):
+            items = node.values
+        elif isinstance(node, Literal) and isinstance(node.value, str):
+            try:
+                items = [float(x) for x in node.value.split(",") if x.strip()]
+            except ValueError:
+                raise CallError(f"argument {param.name!r} must be numbers, e.g. \"1,2,3\"") from None
+        else:
+            items = [_literal(param, node)]
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in items):
+            raise CallError(f"argument {param.name!r} must hold numbers only")
+        return [float(_bounded(param, float(v))) for v in items]
+    if t is P.STRINGS:
+        items = node.values if isinstance(node, Vector) else [_literal(param, node)]
+        if any(not isinstance(v, str) for v in items):
+            raise CallError(f"argument {param.name!r} must hold strings only")
+        return [_choice(param, v) for v in items]
+    raise AssertionError(f"unhandled parameter type {t}")
+
+
+def _choice(param: Param, value: Any) -> Any:
+    if param.choices is not None and value not in param.choices:
+        raise CallError(
+            f"argument {param.name!r} = {value!r} is not one of {', '.join(map(repr, param.choices))}"
+        )
+    return value

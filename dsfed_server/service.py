@@ -1,0 +1,317 @@
+"""The site service: one object holding a site's config, rules, data, registry,
+sessions and audit log, with the operations both front doors call.
+
+The HTTP API (:mod:`dsfed_server.api`) and the in-process transport of the
+analyst client call exactly these methods, so a simulation run in one process
+exercises the code a deployed site runs. Every operation is audited.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from dsfed_server import functions  # noqa: F401  (registers the function set)
+from dsfed_server import rbridge
+from dsfed_server.audit import AuditLog
+from dsfed_server.auth import Authenticator
+from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
+from dsfed_server.catalog import Catalog
+from dsfed_server.config import SiteConfig, User, load_site_config, resolve
+from dsfed_server.context import CallContext, r_class
+from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.rules import Rules, load_rules
+from dsfed_server.errors import BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, SiteError
+from dsfed_server.parser import Limits, parse
+from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
+from dsfed_server.tomlfile import ConfigFileError, locate
+from dsfed_server.workspace import Session, SessionStore, check_symbol_name
+
+log = logging.getLogger("dsfed.site")
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """A call as received: DataSHIELD text or the structured JSON form."""
+
+    text: str | None = None
+    tree: dict | None = None
+
+
+def check_enabled(rules: Rules, rules_path: Path, registry: Registry) -> None:
+    """Every function the rules file enables must exist in the registry."""
+    unknown = [name for name in rules.functions.enabled if registry.get(name) is None]
+    if unknown:
+        text = rules_path.read_text(encoding="utf-8")
+        line = locate(text, ("functions", "enabled"))
+        raise ConfigFileError(
+            f"{rules_path}:{line}: functions.enabled lists unknown function(s) {', '.join(unknown)}; "
+            f"known: {', '.join(registry.names())}"
+        )
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types for a result; NaN becomes null as in jsonlite's ``na = "null"``."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return None if math.isnan(value) else (None if math.isinf(value) else value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if value is pd.NA:
+        return None
+    return value
+
+
+class SiteService:
+    def __init__(
+        self,
+        config: SiteConfig,
+        *,
+        base_dir: Path,
+        registry: Registry = REGISTRY,
+    ) -> None:
+        self.config = config
+        self.name = config.site.name
+        self.rules_path = resolve(base_dir, config.site.rules)
+        self.rules = load_rules(self.rules_path)
+        check_enabled(self.rules, self.rules_path, registry)
+        self.registry = registry
+        self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
+        self.catalog.validate_all()
+        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name)
+        self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
+        self.auth = Authenticator(config.users)
+        self.limits = Limits(
+            max_length=self.rules.strings.max_length,
+            max_name_length=self.rules.strings.max_name_length,
+            max_depth=self.rules.parser.max_depth,
+        )
+        if self.rules.noise_off:
+            log.warning(
+                "site %s: DIFFERENTIAL-PRIVACY NOISE IS OFF (rules file %s): %s",
+                self.name, self.rules_path, self.rules.privacy.no_noise_acknowledged,
+            )
+        needs_r = [n for n in self.rules.functions.enabled if registry.get(n).backend == "R"]  # type: ignore[union-attr]
+        if needs_r and not rbridge.available():
+            log.warning("site %s: R is not available; %s will be refused: %s",
+                        self.name, ", ".join(needs_r), rbridge.unavailable_reason())
+
+    @classmethod
+    def from_config_file(cls, path: str | Path) -> "SiteService":
+        config, base = load_site_config(path)
+        return cls(config, base_dir=base)
+
+    # --- authentication ---------------------------------------------------------------
+
+    def login_password(self, name: str, password: str) -> User:
+        try:
+            return self.auth.by_password(name, password)
+        except SiteError as exc:
+            self.audit.record(user=name, session=None, function="login", kind="auth", call="",
+                              outcome="unauthenticated", rule=None, message=exc.message)
+            raise exc.at(site=self.name)
+
+    def login_token(self, token: str) -> User:
+        try:
+            return self.auth.by_token(token)
+        except SiteError as exc:
+            self.audit.record(user=None, session=None, function="login", kind="auth", call="",
+                              outcome="unauthenticated", rule=None, message=exc.message)
+            raise exc.at(site=self.name)
+
+    # --- auditing ---------------------------------------------------------------------
+
+    @contextmanager
+    def _audited(self, user: User, session: str | None, function: str, kind: str, call: str) -> Iterator[None]:
+        base = {"user": user.name, "session": session, "function": function, "kind": kind, "call": call}
+        try:
+            yield
+        except SiteError as exc:
+            exc.at(site=self.name, function=function if function not in ("?", "") else None)
+            outcome = "refused" if isinstance(exc, (DisclosureRefusal, NotEnabled, Forbidden)) else exc.kind
+            self.audit.record(**base, outcome=outcome, rule=exc.rule, message=exc.message)
+            raise
+        except Exception as exc:  # an implementation bug must not leak as a bare 500
+            log.exception("site %s: internal error in %s", self.name, function)
+            record = self.audit.record(**base, outcome="internal_error", rule=None, message=repr(exc)[:300])
+            raise SiteError(
+                f"internal error while running {function}",
+                site=self.name, function=function,
+                hint=f"the site administrator can find it in the server log and audit record {record['seq']}",
+            ) from None
+        else:
+            self.audit.record(**base, outcome="ok", rule=None, message="")
+
+    def _require_role(self, user: User, role: str) -> None:
+        if user.role != role:
+            raise Forbidden(f"this needs the {role} role; user {user.name!r} has {user.role!r}").at(site=self.name)
+
+    # --- sessions ---------------------------------------------------------------------
+
+    def open_session(self, user: User) -> dict[str, Any]:
+        with self._audited(user, None, "openSession", "session", ""):
+            self._require_role(user, "analyst")
+            session = self.sessions.open(user.name)
+        return {"session": session.id, "site": self.name}
+
+    def close_session(self, user: User, sid: str) -> None:
+        with self._audited(user, sid, "closeSession", "session", ""):
+            self.sessions.close(sid, user.name)
+
+    def session_exists(self, user: User, sid: str) -> dict[str, Any]:
+        with self._audited(user, sid, "getSession", "session", ""):
+            session = self.sessions.get(sid, user.name)
+        return {"session": session.id, "site": self.name, "symbols": len(session.symbols)}
+
+    def symbols(self, user: User, sid: str) -> list[dict[str, str]]:
+        with self._audited(user, sid, "listSymbols", "session", ""):
+            session = self.sessions.get(sid, user.name)
+            with session.lock:
+                return [{"name": k, "class": r_class(v)} for k, v in sorted(session.symbols.items())]
+
+    def remove_symbol(self, user: User, sid: str, name: str) -> None:
+        with self._audited(user, sid, "removeSymbol", "session", name):
+            session = self.sessions.get(sid, user.name)
+            with session.lock:
+                session.get(name)
+                del session.symbols[name]
+
+    # --- calls ------------------------------------------------------------------------
+
+    def _tree(self, request: CallRequest) -> Node:
+        if (request.text is None) == (request.tree is None):
+            raise CallError("give the call either as text or as a structured tree, not both")
+        if request.text is not None:
+            return parse(request.text, self.limits)
+        return from_json(request.tree, max_depth=self.limits.max_depth)
+
+    @staticmethod
+    def _label(request: CallRequest) -> tuple[str, str]:
+        """Function name and call text for the audit log, even for calls that do not parse."""
+        if request.text is not None:
+            head = request.text.split("(", 1)[0].strip()
+            if "(" not in request.text and "$" in head:
+                head = "$"
+            return (head if head.isidentifier() or head == "$" else "?"), request.text[:2000]
+        tree = request.tree if isinstance(request.tree, dict) else {}
+        name = tree.get("call") if isinstance(tree.get("call"), str) else "?"
+        return name, str(request.tree)[:2000]
+
+    def _spec(self, name: str) -> FunctionSpec:
+        spec = self.registry.get(name)
+        if spec is None:
+            raise CallError(
+                f"{name!r} is not a registered function; nothing else can be called",
+                function=name, hint="GET /v1/functions lists the functions this site enables",
+            )
+        if name not in self.rules.functions.enabled:
+            raise NotEnabled(
+                f"{name} is not enabled at this site", function=name, rule="functions.enabled",
+                hint="ask the site's governance board, or use an enabled function",
+            )
+        if spec.backend == "R" and not rbridge.available():
+            raise BackendUnavailable(
+                f"{name} is implemented in R, which this site does not have: {rbridge.unavailable_reason()}",
+                function=name, hint="ask the site administrator to install R and rpy2",
+            )
+        return spec
+
+    def _invoke(self, session: Session, call: Call) -> Any:
+        spec = self._spec(call.function)
+        ctx = CallContext(self, session, spec.name, Guard(self.rules, self.name, spec.name))
+        try:
+            return spec.impl(ctx, **bind(spec, call.args, ctx))
+        except SiteError as exc:
+            raise exc.at(site=self.name, function=spec.name)
+
+    def run_nested(self, session: Session, call: Call) -> Any:
+        """A call inside another call's arguments: only assign-kind functions give values."""
+        spec = self._spec(call.function)
+        if spec.kind != "assign":
+            raise CallError(
+                f"{spec.name} is an aggregate function and cannot be an argument of another call",
+                function=spec.name,
+            )
+        return self._invoke(session, call)
+
+    def aggregate(self, user: User, sid: str, request: CallRequest) -> Any:
+        function, text = self._label(request)
+        with self._audited(user, sid, function, "aggregate", text):
+            session = self.sessions.get(sid, user.name)
+            node = self._tree(request)
+            if not isinstance(node, Call):
+                raise CallError("an aggregate request must be a function call such as meanDS(D$age)")
+            spec = self._spec(node.function)
+            if spec.kind != "aggregate":
+                raise CallError(
+                    f"{spec.name} is an assign function; use assign with a symbol name",
+                    function=spec.name,
+                )
+            with session.lock:
+                result = jsonable(self._invoke(session, node))
+        return result
+
+    def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
+        function, text = self._label(request)
+        with self._audited(user, sid, function, "assign", f"{symbol} <- {text}"):
+            session = self.sessions.get(sid, user.name)
+            check_symbol_name(symbol, self.limits.max_name_length)
+            node = self._tree(request)
+            if isinstance(node, Call):
+                spec = self._spec(node.function)
+                if spec.kind != "assign":
+                    raise CallError(
+                        f"{spec.name} is an aggregate function; its result cannot be stored as a symbol",
+                        function=spec.name,
+                    )
+            elif not isinstance(node, (Symbol, Column)):
+                raise CallError("an assign request must be a call, a symbol or table$column")
+            with session.lock:
+                ctx = CallContext(self, session, function, Guard(self.rules, self.name, function))
+                value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
+                session.symbols[symbol] = value
+                cls = r_class(value)
+        return {"symbol": symbol, "class": cls}
+
+    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None) -> dict[str, str]:
+        """Opal's table assignment, served by the registry's ``assignTable`` entry."""
+        args: dict[str, Any] = {"table": {"lit": table}}
+        if variables:
+            args["variables"] = {"vec": list(variables)}
+        return self.assign(user, sid, symbol, CallRequest(tree={"call": "assignTable", "kwargs": args}))
+
+    # --- what the site offers -----------------------------------------------------------
+
+    def functions(self, user: User) -> dict[str, Any]:
+        with self._audited(user, None, "listFunctions", "metadata", ""):
+            entries = []
+            for name in self.rules.functions.enabled:
+                spec = self.registry.get(name)
+                info = spec.describe()  # type: ignore[union-attr]
+                info["available"] = spec.backend != "R" or rbridge.available()  # type: ignore[union-attr]
+                entries.append(info)
+        return {"site": self.name, "noise_off": self.rules.noise_off, "functions": entries}
+
+    def tables(self, user: User) -> list[dict[str, Any]]:
+        with self._audited(user, None, "listTables", "metadata", ""):
+            return [t.describe() for t in self.catalog.tables()]
+
+    def audit_records(self, user: User) -> list[dict[str, Any]]:
+        with self._audited(user, None, "readAudit", "governance", ""):
+            self._require_role(user, "governance")
+            return self.audit.read()

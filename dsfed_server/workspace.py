@@ -1,0 +1,100 @@
+"""Analyst sessions and their workspaces of server-side symbols.
+
+Each session belongs to one user; only that user can use it. Symbols hold
+tables (pandas DataFrames) and vectors (pandas Series) and never leave the
+site. Idle sessions expire after the site's configured timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsfed_server.errors import CallError, Forbidden, NotFound
+
+_SYMBOL = re.compile(r"^[A-Za-z][A-Za-z0-9._]*$")
+RESERVED_SYMBOLS = {"TRUE", "FALSE", "NULL", "NA", "Inf", "NaN", "c", "function"}
+
+
+def check_symbol_name(name: str, max_length: int) -> str:
+    if not isinstance(name, str) or not _SYMBOL.match(name) or name in RESERVED_SYMBOLS:
+        raise CallError(
+            f"{name!r} is not a valid symbol name",
+            hint="use letters, digits, '.' and '_', starting with a letter",
+        )
+    if len(name) > max_length:
+        raise CallError(
+            f"symbol name {name!r} is longer than {max_length} characters",
+            rule="strings.max_name_length",
+        )
+    return name
+
+
+@dataclass
+class Session:
+    id: str
+    owner: str
+    created: float
+    last_used: float
+    symbols: dict[str, Any] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def get(self, name: str) -> Any:
+        try:
+            return self.symbols[name]
+        except KeyError:
+            known = ", ".join(sorted(self.symbols)) or "none"
+            raise NotFound(f"no symbol {name!r} in this session", hint=f"symbols: {known}") from None
+
+
+class SessionStore:
+    """Thread-safe sessions keyed by an unguessable id."""
+
+    def __init__(self, idle_timeout_s: float, max_per_user: int) -> None:
+        self.idle_timeout_s = idle_timeout_s
+        self.max_per_user = max_per_user
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def _expire(self, now: float) -> None:
+        for sid in [s.id for s in self._sessions.values() if now - s.last_used > self.idle_timeout_s]:
+            del self._sessions[sid]
+
+    def open(self, owner: str) -> Session:
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            if sum(1 for s in self._sessions.values() if s.owner == owner) >= self.max_per_user:
+                raise Forbidden(
+                    f"user {owner!r} already has {self.max_per_user} open sessions",
+                    hint="close a session before opening another",
+                )
+            session = Session(secrets.token_urlsafe(24), owner, now, now)
+            self._sessions[session.id] = session
+            return session
+
+    def get(self, sid: str, user: str) -> Session:
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            session = self._sessions.get(sid)
+            if session is None:
+                raise NotFound(f"no session {sid!r} (closed or expired after {self.idle_timeout_s:g} s idle)",
+                               hint="open a new session")
+            if session.owner != user:
+                raise Forbidden("this session belongs to another user", hint="use a session you opened")
+            session.last_used = now
+            return session
+
+    def close(self, sid: str, user: str) -> None:
+        session = self.get(sid, user)
+        with self._lock:
+            self._sessions.pop(session.id, None)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._sessions)
