@@ -31,8 +31,6 @@ class Literal:
             return "FALSE"
         if isinstance(v, str):
             return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, float) and math.isnan(v):
-            return "NA"
         return repr(v)
 
 

@@ -6,7 +6,7 @@ error, and nothing is ever evaluated::
     expr     := call | NAME ('$' NAME)? | literal | 'c' '(' literals ')' | formula
     call     := NAME '(' [arg (',' arg)*] ')'
     arg      := [NAME '='] expr
-    literal  := NUMBER | '-' NUMBER | STRING | TRUE | FALSE | NULL | NA
+    literal  := NUMBER | '-' NUMBER | STRING | TRUE | FALSE | NULL | NA   (NULL, NA: not given)
     formula  := [var] '~' rhs          (only where an argument is read as a formula)
     rhs      := term (('+' | '-') term)* ; term := var ((':' | '*') var)* | '0' | '1'
     var      := NAME | NAME '$' NAME
@@ -244,10 +244,8 @@ class _Parser:
         word = tok.text
         if word in ("TRUE", "FALSE"):
             return Literal(word == "TRUE")
-        if word == "NULL":
+        if word in ("NULL", "NA"):  # both read as "not given"
             return Literal(None)
-        if word == "NA":
-            return Literal(float("nan"))
         if self.at("("):
             return self.call(word, level)
         if self.at("$"):

@@ -8,6 +8,7 @@ sends reaches R except numbers converted to R vectors.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Callable
 
@@ -18,10 +19,14 @@ _state: dict[str, Any] = {"tried": False, "ro": None, "reason": ""}
 _functions: dict[str, Any] = {}
 
 
+_EMBEDDING_ENV = ("LD_LIBRARY_PATH", "R_HOME")
+
+
 def _start() -> None:
     if _state["tried"]:
         return
     _state["tried"] = True
+    saved = {k: os.environ.get(k) for k in _EMBEDDING_ENV}
     try:
         import rpy2.robjects as ro  # noqa: PLC0415
 
@@ -30,6 +35,29 @@ def _start() -> None:
         _state["ro"] = ro
     except Exception as exc:  # ImportError, or R missing / failing to start
         _state["reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    finally:
+        # Starting R puts its library path into os.environ; child processes (other
+        # Python interpreters) would then load the wrong libraries. The running
+        # process read LD_LIBRARY_PATH at start and is unaffected by restoring it.
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def robjects() -> Any:
+    """The started ``rpy2.robjects`` module (for R reference code in tests), or an error."""
+    with _lock:
+        _start()
+        if _state["ro"] is None:
+            raise RuntimeError(f"R is not available: {_state['reason']}")
+        return _state["ro"]
+
+
+def lock() -> threading.Lock:
+    """The lock every use of R in this process must hold."""
+    return _lock
 
 
 def available() -> bool:

@@ -137,10 +137,11 @@ class SiteService:
     # --- auditing ---------------------------------------------------------------------
 
     @contextmanager
-    def _audited(self, user: User, session: str | None, function: str, kind: str, call: str) -> Iterator[None]:
+    def _audited(self, user: User, session: str | None, function: str, kind: str, call: str) -> Iterator[dict]:
+        """Record the operation's outcome; the body may fill in fields (e.g. a new session id)."""
         base = {"user": user.name, "session": session, "function": function, "kind": kind, "call": call}
         try:
-            yield
+            yield base
         except SiteError as exc:
             exc.at(site=self.name, function=function if function not in ("?", "") else None)
             outcome = "refused" if isinstance(exc, (DisclosureRefusal, NotEnabled, Forbidden)) else exc.kind
@@ -164,9 +165,10 @@ class SiteService:
     # --- sessions ---------------------------------------------------------------------
 
     def open_session(self, user: User) -> dict[str, Any]:
-        with self._audited(user, None, "openSession", "session", ""):
+        with self._audited(user, None, "openSession", "session", "") as record:
             self._require_role(user, "analyst")
             session = self.sessions.open(user.name)
+            record["session"] = session.id
         return {"session": session.id, "site": self.name}
 
     def close_session(self, user: User, sid: str) -> None:

@@ -1,0 +1,92 @@
+"""Shared fixtures: GBSG2 sites (in-process and as real server processes on loopback),
+the pooled reference data read straight from the fixture files, and synthetic sites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dsfed_client import LoginBuilder
+from dsfed_client.launch import LocalSites
+from dsfed_server.provision import ProvisionedSite, provision
+from dsfed_server.service import SiteService
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "opal_fixtures"
+RULES = ROOT / "disclosure_rules"
+GBSG2_SITES = ("site1", "site2", "site3", "site4", "site5")
+
+
+def read_site_csv(site: str) -> pd.DataFrame:
+    """The raw fixture file, read independently of dsfed's catalog."""
+    return pd.read_csv(FIXTURES / site / "GBSG2" / "validation.csv")
+
+
+@pytest.fixture(scope="session")
+def gbsg2_frames() -> dict[str, pd.DataFrame]:
+    return {s: read_site_csv(s) for s in GBSG2_SITES}
+
+
+@pytest.fixture(scope="session")
+def gbsg2_pooled(gbsg2_frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(gbsg2_frames.values(), ignore_index=True)
+
+
+@pytest.fixture(scope="session")
+def gbsg2_provisioned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ProvisionedSite]:
+    run = tmp_path_factory.mktemp("gbsg2")
+    return provision(run, {s: (FIXTURES / s, RULES / f"{s}.toml") for s in GBSG2_SITES})
+
+
+@pytest.fixture(scope="session")
+def gbsg2_http(gbsg2_provisioned: dict[str, ProvisionedSite], tmp_path_factory: pytest.TempPathFactory):
+    """Five real site server processes on free loopback ports."""
+    with LocalSites(gbsg2_provisioned.values(), tmp_path_factory.mktemp("gbsg2-run")) as sites:
+        yield sites
+
+
+@pytest.fixture(scope="session")
+def gbsg2_services(gbsg2_provisioned: dict[str, ProvisionedSite]) -> dict[str, SiteService]:
+    return {name: SiteService.from_config_file(p.config) for name, p in gbsg2_provisioned.items()}
+
+
+def http_builder(provisioned: dict[str, ProvisionedSite], urls: dict[str, str], user: str = "analyst",
+                 *, token: bool = False, read_timeout: float = 60.0) -> LoginBuilder:
+    builder = LoginBuilder()
+    for name, url in urls.items():
+        cred = provisioned[name].credentials[user]
+        if token:
+            builder.append(name, url, token=cred.token, read_timeout=read_timeout)
+        else:
+            builder.append(name, url, user=cred.user, password=cred.password, read_timeout=read_timeout)
+    return builder
+
+
+def inprocess_builder(provisioned: dict[str, ProvisionedSite], services: dict[str, SiteService],
+                      user: str = "analyst") -> LoginBuilder:
+    builder = LoginBuilder()
+    for name, service in services.items():
+        cred = provisioned[name].credentials[user]
+        builder.append_inprocess(service, user=cred.user, password=cred.password)
+    return builder
+
+
+@pytest.fixture(params=["http", "inprocess"])
+def gbsg2_session(request: pytest.FixtureRequest, gbsg2_provisioned, gbsg2_services):
+    """An analyst session over the five GBSG2 sites, through each transport in turn, with D assigned."""
+    if request.param == "http":
+        urls = request.getfixturevalue("gbsg2_http").urls
+        builder = http_builder(gbsg2_provisioned, urls)
+    else:
+        builder = inprocess_builder(gbsg2_provisioned, gbsg2_services)
+    with builder.login() as session:
+        session.assign_table("D", "GBSG2.validation")
+        yield session
+
+
+def audit_records(provisioned: ProvisionedSite) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in provisioned.audit_log.read_text().splitlines()]

@@ -1,0 +1,51 @@
+"""Building small single-purpose sites for tests: a data frame, a rules variant, a service."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from dsfed_server.catalog import Variable, write_dictionary
+from dsfed_server.provision import ProvisionedSite, provision
+from dsfed_server.service import SiteService
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rules_variant(path: Path, **changes: object) -> Path:
+    """Copy default.toml, replacing ``key = value`` lines (TOML-formatted values given as text)."""
+    text = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    for key, value in changes.items():
+        text, n = re.subn(rf"(?ms)^{key} = (\[.*?\]|[^\n]*)$", f"{key} = {value}", text)
+        assert n == 1, key
+    path.write_text(text)
+    return path
+
+
+def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", table: str = "t") -> None:
+    folder = data_dir / project
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(folder / f"{table}.csv", index=False)
+    variables = []
+    for name, col in frame.items():
+        if pd.api.types.is_integer_dtype(col):
+            variables.append(Variable(name, "integer", "", name, ()))
+        elif pd.api.types.is_float_dtype(col):
+            variables.append(Variable(name, "decimal", "", name, ()))
+        else:
+            variables.append(Variable(name, "text", "", name, tuple(sorted(col.dropna().unique()))))
+    write_dictionary(folder / f"{table}.dictionary.json", project, table, variables)
+
+
+def make_sites(tmp: Path, frames: dict[str, pd.DataFrame], rules: Path | None = None,
+               idle_timeout_s: float = 1800) -> tuple[dict[str, ProvisionedSite], dict[str, SiteService]]:
+    rules = rules or ROOT / "disclosure_rules" / "default.toml"
+    spec = {}
+    for name, frame in frames.items():
+        write_table(tmp / "data" / name, frame)
+        spec[name] = (tmp / "data" / name, rules)
+    provisioned = provision(tmp / "run", spec, idle_timeout_s=idle_timeout_s)
+    services = {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
+    return provisioned, services

@@ -1,0 +1,112 @@
+"""Authentication, roles and session isolation, over real HTTP."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+
+from dsfed_client import FederatedCallError
+from conftest import http_builder, inprocess_builder
+from sitekit import make_sites
+
+
+@pytest.fixture
+def site(gbsg2_http, gbsg2_provisioned):
+    return gbsg2_http.urls["site1"], gbsg2_provisioned["site1"].credentials
+
+
+def test_health_needs_no_credentials(site):
+    url, _ = site
+    assert requests.get(f"{url}/v1/health", timeout=10).json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("path,method", [
+    ("/v1/functions", "GET"), ("/v1/tables", "GET"), ("/v1/sessions", "POST"), ("/v1/audit", "GET"),
+    ("/v1/sessions/x/aggregate", "POST"), ("/v1/whoami", "GET"),
+])
+def test_missing_or_wrong_credentials_give_401(site, path, method):
+    url, creds = site
+    body = {"expr": "lengthDS(D$age)"} if path.endswith("aggregate") else None
+    for auth, headers in [(None, {}), (("analyst", "wrong-password"), {}), (("nobody", "x"), {}),
+                          (None, {"Authorization": "Bearer not-a-token"}), (None, {"Authorization": "Basic %%%"})]:
+        response = requests.request(method, url + path, auth=auth, headers=headers, json=body, timeout=10)
+        assert response.status_code == 401, (path, auth, headers)
+        assert response.json()["error"]["type"] == "unauthenticated"
+
+
+def test_password_and_token_both_work(site):
+    url, creds = site
+    a = creds["analyst"]
+    assert requests.get(f"{url}/v1/whoami", auth=(a.user, a.password), timeout=10).json()["user"] == "analyst"
+    headers = {"Authorization": f"Bearer {a.token}"}
+    assert requests.get(f"{url}/v1/whoami", headers=headers, timeout=10).json() == {
+        "user": "analyst", "role": "analyst", "site": "site1"}
+
+
+def test_another_analysts_session_is_refused(site):
+    url, creds = site
+    a, b = creds["analyst"], creds["analyst2"]
+    sid = requests.post(f"{url}/v1/sessions", auth=(a.user, a.password), timeout=10).json()["session"]
+    requests.post(f"{url}/v1/sessions/{sid}/assign-table", auth=(a.user, a.password),
+                  json={"symbol": "D", "table": "GBSG2.validation"}, timeout=10).raise_for_status()
+    for method, path, body in [
+        ("GET", f"/v1/sessions/{sid}/symbols", None),
+        ("POST", f"/v1/sessions/{sid}/aggregate", {"expr": "meanDS(D$age)"}),
+        ("POST", f"/v1/sessions/{sid}/assign", {"symbol": "x", "expr": "D$age"}),
+        ("DELETE", f"/v1/sessions/{sid}/symbols/D", None),
+        ("DELETE", f"/v1/sessions/{sid}", None),
+    ]:
+        response = requests.request(method, url + path, auth=(b.user, b.password), json=body, timeout=10)
+        assert response.status_code == 403, path
+        assert response.json()["error"]["type"] == "forbidden"
+    # the owner's session is untouched
+    symbols = requests.get(f"{url}/v1/sessions/{sid}/symbols", auth=(a.user, a.password), timeout=10).json()
+    assert symbols == [{"name": "D", "class": "data.frame"}]
+    requests.delete(f"{url}/v1/sessions/{sid}", auth=(a.user, a.password), timeout=10).raise_for_status()
+
+
+def test_roles(site):
+    url, creds = site
+    g, a = creds["governance"], creds["analyst"]
+    assert requests.get(f"{url}/v1/audit", auth=(a.user, a.password), timeout=10).status_code == 403
+    records = requests.get(f"{url}/v1/audit", auth=(g.user, g.password), timeout=10).json()
+    assert records and all("hash" in r for r in records)
+    assert requests.post(f"{url}/v1/sessions", auth=(g.user, g.password), timeout=10).status_code == 403
+
+
+def test_symbols_are_per_session(gbsg2_http, gbsg2_provisioned):
+    with http_builder(gbsg2_provisioned, gbsg2_http.urls).login() as one, \
+            http_builder(gbsg2_provisioned, gbsg2_http.urls).login() as two:
+        one.assign_table("D", "GBSG2.validation")
+        with pytest.raises(FederatedCallError) as exc:
+            two.mean("D$age")
+        assert {e.type for e in exc.value.failures.values()} == {"not_found"}
+
+
+def test_idle_sessions_expire(tmp_path):
+    provisioned, services = make_sites(tmp_path, {"s": pd.DataFrame({"x": np.arange(10.0)})}, idle_timeout_s=0.3)
+    session = inprocess_builder(provisioned, services).login()
+    session.assign_table("T", "P.t")
+    time.sleep(0.5)
+    with pytest.raises(FederatedCallError) as exc:
+        session.mean("T$x")
+    err = exc.value.failures["s"]
+    assert err.type == "not_found" and "expired" in err.message
+    session.close()
+
+
+def test_malformed_bodies_get_clear_422(site):
+    url, creds = site
+    a = creds["analyst"]
+    sid = requests.post(f"{url}/v1/sessions", auth=(a.user, a.password), timeout=10).json()["session"]
+    for body in [{"expr": "meanDS(D$age)", "call": {"call": "meanDS"}}, {"unexpected": 1}, {"expr": 5}]:
+        response = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=(a.user, a.password), json=body, timeout=10)
+        assert response.status_code == 422
+        assert response.json()["error"]["type"] == "bad_call"
+    response = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=(a.user, a.password),
+                             data=b"x" * (2 << 20), headers={"content-type": "application/json"}, timeout=10)
+    assert response.status_code == 413

@@ -1,0 +1,119 @@
+"""The safe parser: what it accepts becomes the expected call tree; everything
+outside the grammar is refused with a clear reason, and nothing is evaluated."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsfed_server.calltree import Arg, Call, Column, Formula, FormulaTerm, Literal, Symbol, Vector, from_json, to_json
+from dsfed_server.errors import CallError
+from dsfed_server.parser import Limits, parse
+
+L = Limits(max_length=80, max_name_length=20, max_depth=4)
+
+
+@pytest.mark.parametrize(
+    "text,tree",
+    [
+        ("meanDS(D$age)", Call("meanDS", (Arg(None, Column("D", "age")),))),
+        ('lengthDS("D$age")', Call("lengthDS", (Arg(None, Literal("D$age")),))),
+        ("f(x, n=3, p=-0.5, ok=TRUE, none=NULL, miss=NA)", None),
+        ("histogramDS(D$age, c(20, 40.5, 1e2))", Call("histogramDS", (
+            Arg(None, Column("D", "age")), Arg(None, Vector((Literal(20), Literal(40.5), Literal(100.0))))))),
+        ("glmDS2(y ~ x1 + x2, family='binomial')", Call("glmDS2", (
+            Arg(None, Formula("y", (FormulaTerm(("x1",)), FormulaTerm(("x2",))))),
+            Arg("family", Literal("binomial"))))),
+        ("g(y ~ a*b - 1)", Call("g", (Arg(None, Formula("y", (
+            FormulaTerm(("a",)), FormulaTerm(("b",)), FormulaTerm(("a", "b"))), intercept=False)),))),
+        ("outer(inner(D))", Call("outer", (Arg(None, Call("inner", (Arg(None, Symbol("D")),))),))),
+    ],
+)
+def test_accepted(text, tree):
+    node = parse(text, L)
+    if tree is not None:
+        assert node == tree
+    # the canonical text parses back to the same tree, and the JSON form round-trips
+    assert parse(node.to_text(), L) == node
+    assert from_json(to_json(node), max_depth=L.max_depth) == node
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ('system("ls")x', "unexpected"),
+        ("`x`", "backtick"),
+        ("D[1,]", "indexing"),
+        ("D[[1]]", "indexing"),
+        ("x <- meanDS(D$age)", "assignment"),
+        ("meanDS(D$age) -> x", "assignment"),
+        ("x = 1", "assignment"),
+        ("meanDS(D$age + 1)", "only allowed inside a model formula"),
+        ("meanDS(D$age * 2)", "only allowed inside a model formula"),
+        ("meanDS(D$age); q()", "one call per request"),
+        ("base::system('ls')", "namespace"),
+        ("meanDS(D$age > 3)", "comparison"),
+        ("meanDS(!x)", "logical"),
+        ("meanDS(x %in% y)", "%-operators"),
+        ("f((1))", "parentheses"),
+        ("function(x) x", "'function' is not allowed"),
+        ("{meanDS(D$age)}", "braces"),
+        ("meanDS(D@age)", "slot"),
+        ("meanDS(D$a$b)", "one level"),
+        ("f(c(1, 'a'))", "mixes"),
+        ("f(c(g(1)))", "literal"),
+        ("f('" + "a" * 81 + "')", "exceeds the limit"),
+        ("a" * 21 + "(x)", "exceeds the limit"),
+        ("f(g(h(i(j(1)))))", "nested deeper"),
+        ("f('\\x41')", "escape"),
+        ("", "empty"),
+    ],
+)
+def test_refused(text, reason):
+    with pytest.raises(CallError) as exc:
+        parse(text, L)
+    assert reason in str(exc.value)
+
+
+def test_limits_name_the_rule():
+    with pytest.raises(CallError) as exc:
+        parse("f('" + "a" * 81 + "')", L)
+    assert exc.value.rule == "strings.max_length"
+    with pytest.raises(CallError) as exc:
+        parse("f(g(h(i(j(1)))))", L)
+    assert exc.value.rule == "parser.max_depth"
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        {"call": "f", "args": [{"eval": "1"}]},
+        {"call": "f", "args": [{"lit": {"nested": 1}}]},
+        {"call": "f", "args": [{"lit": float("inf")}]},
+        {"col": ["D"]},
+        {"vec": [1, "a"]},
+        {"call": 3},
+        "meanDS(D$age)",
+    ],
+)
+def test_structured_calls_refuse_unknown_shapes(tree):
+    with pytest.raises(CallError):
+        from_json(tree, max_depth=4)
+
+
+def test_unregistered_and_evaluating_calls_are_refused_by_the_site(gbsg2_services, gbsg2_provisioned):
+    from dsfed_client import FederatedCallError
+    from conftest import inprocess_builder
+
+    with inprocess_builder(gbsg2_provisioned, gbsg2_services).login() as session:
+        session.assign_table("D", "GBSG2.validation")
+        for text in ('system("ls")', 'eval(parse(text="1"))', "get('D')", "meanDS(eval(D$age))"):
+            with pytest.raises(FederatedCallError) as exc:
+                session.aggregate_expr(text)
+            err = exc.value.failures["site1"]
+            assert err.type == "bad_call" and "not a registered function" in err.message
+        with pytest.raises(FederatedCallError) as exc:  # an aggregate cannot be nested in a call
+            session.aggregate_expr("meanDS(meanDS(D$age))")
+        assert "cannot be an argument" in exc.value.failures["site1"].message
+        with pytest.raises(FederatedCallError) as exc:  # a formula only where a parameter is one
+            session.aggregate_expr("meanDS(y ~ x)")
+        assert "not a model formula" in exc.value.failures["site1"].message
