@@ -19,7 +19,7 @@ _state: dict[str, Any] = {"tried": False, "ro": None, "reason": ""}
 _functions: dict[str, Any] = {}
 
 
-_EMBEDDING_ENV = ("LD_LIBRARY_PATH", "R_HOME")
+_EMBEDDING_ENV = ("LD_LIBRARY_PATH",)  # R_HOME stays: R finds its modules by it
 
 
 def _start() -> None:

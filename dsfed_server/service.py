@@ -237,7 +237,8 @@ class SiteService:
         spec = self._spec(call.function)
         ctx = CallContext(self, session, spec.name, Guard(self.rules, self.name, spec.name))
         try:
-            return spec.impl(ctx, **bind(spec, call.args, ctx))
+            args = {name.replace(".", "_"): value for name, value in bind(spec, call.args, ctx).items()}
+            return spec.impl(ctx, **args)
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
 

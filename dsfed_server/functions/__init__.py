@@ -1,3 +1,3 @@
 """The function set. Importing this package registers every entry in the registry."""
 
-from dsfed_server.functions import contingency, histogram, quantiles, summaries, tables  # noqa: F401
+from dsfed_server.functions import contingency, glm, histogram, quantiles, summaries, tables  # noqa: F401

@@ -21,7 +21,6 @@ _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.l
         Param("table", P.STRING, "the table, as project.table (e.g. GBSG2.validation)"),
         Param("variables", P.STRINGS, "variables to keep (default: all)", required=False),
     ],
-    checks=("strings.max_name_length",),
 )
 def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> pd.DataFrame:
     """Load a table of this site's Opal-like projects into the session, optionally only some variables.

@@ -1,0 +1,176 @@
+"""Distributed GLM by Fisher scoring on summed site parts (seed 000 "Distributed GLM";
+seed 002 §2, Newton-Raphson on summed Hessians and gradients).
+
+Each round the analyst sends the current coefficients; every site returns
+:math:`X_k^T W_k X_k`, :math:`X_k^T W_k z_k` and its deviance (registry entry
+``glmDS2``); the analyst sums them and solves
+
+.. math:: \\beta^{(t+1)} = \\Big(\\sum_k X_k^T W_k X_k\\Big)^{-1} \\sum_k X_k^T W_k z_k ,
+
+starting, as R's ``glm.fit`` does, from the family's ``mustart``, and stops when
+:math:`|D^{(t)} - D^{(t-1)}| / (|D^{(t)}| + 0.1) < \\epsilon` (R's rule,
+``epsilon = 1e-8``, ``maxit = 25``). Without noise the result is R's ``glm``
+fit on the pooled data: the same path, step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dsfed_client.calls import Formula, Ref
+from dsfed_client.session import FederatedSession
+
+
+class ConvergenceError(RuntimeError):
+    """The distributed fit did not converge within ``maxit`` iterations."""
+
+
+@dataclass(frozen=True)
+class GLMResults:
+    """A fitted distributed GLM, in the shape statsmodels' GLM results take."""
+
+    formula: str
+    family: str
+    link: str
+    names: tuple[str, ...]
+    params: np.ndarray
+    cov_params_: np.ndarray
+    deviance: float
+    dispersion: float
+    nobs: int
+    df_resid: int
+    iterations: int
+    per_site_n: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bse(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.cov_params_))
+
+    @property
+    def uses_t(self) -> bool:
+        """Estimated dispersion (gaussian): t statistics on ``df_resid``, as R's ``summary.glm``."""
+        return self.family == "gaussian"
+
+    @property
+    def statistic(self) -> np.ndarray:
+        return self.params / self.bse
+
+    @property
+    def pvalues(self) -> np.ndarray:
+        if self.uses_t:
+            return 2 * stats.t.sf(np.abs(self.statistic), self.df_resid)
+        return 2 * stats.norm.sf(np.abs(self.statistic))
+
+    def cov_params(self) -> np.ndarray:
+        return self.cov_params_.copy()
+
+    def conf_int(self, alpha: float = 0.05) -> np.ndarray:
+        """Wald intervals :math:`\\hat\\beta \\pm z_{1-\\alpha/2}\\,\\mathrm{se}` (R's ``confint.default``)."""
+        q = stats.norm.ppf(1 - alpha / 2)
+        return np.column_stack([self.params - q * self.bse, self.params + q * self.bse])
+
+    def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
+        ci = self.conf_int(alpha)
+        label = "t" if self.uses_t else "z"
+        return pd.DataFrame(
+            {"coef": self.params, "std err": self.bse, label: self.statistic, f"P>|{label}|": self.pvalues,
+             f"[{alpha / 2:g}": ci[:, 0], f"{1 - alpha / 2:g}]": ci[:, 1]},
+            index=list(self.names),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "formula": self.formula, "family": self.family, "link": self.link,
+            "coefficients": dict(zip(self.names, self.params.tolist())),
+            "std_errors": dict(zip(self.names, self.bse.tolist())),
+            "pvalues": dict(zip(self.names, self.pvalues.tolist())),
+            "conf_int": {n: ci for n, ci in zip(self.names, self.conf_int().tolist())},
+            "deviance": self.deviance, "dispersion": self.dispersion, "nobs": self.nobs,
+            "df_resid": self.df_resid, "iterations": self.iterations, "per_site_n": self.per_site_n,
+        }
+
+    def summary(self) -> str:
+        head = (
+            f"Distributed GLM: {self.formula}   family {self.family} (link {self.link})\n"
+            f"n = {self.nobs} over {len(self.per_site_n)} sites, df residual {self.df_resid}, "
+            f"deviance {self.deviance:.6g}, dispersion {self.dispersion:.6g}, "
+            f"{self.iterations} Fisher-scoring iterations\n"
+        )
+        return head + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}")
+
+    def __repr__(self) -> str:
+        coefs = ", ".join(f"{n}={v:.4g}" for n, v in zip(self.names, self.params))
+        return f"GLMResults({self.formula!r}, {self.family}/{self.link}, n={self.nobs}, {coefs})"
+
+
+def _sum_parts(results: dict[str, dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, float]:
+    info = sum(np.asarray(r["info.matrix"], dtype=float) for r in results.values())
+    xwz = sum(np.asarray(r["xwz"], dtype=float) for r in results.values())
+    dev = float(sum(r["dev"] for r in results.values()))
+    return info, xwz, dev
+
+
+def ds_glm(
+    session: FederatedSession,
+    formula: str,
+    data: str,
+    *,
+    family: str = "binomial",
+    link: str | None = None,
+    weights: str | None = None,
+    offset: str | None = None,
+    epsilon: float = 1e-8,
+    maxit: int = 25,
+) -> GLMResults:
+    """Fit ``formula`` on the table symbol ``data`` at every site of ``session`` without pooling records.
+
+    Parameters
+    ----------
+    formula : str
+        R model formula, e.g. ``"y ~ age + tgrade"``.
+    data : str
+        Name of the table symbol assigned at every site.
+    family, link : str
+        ``binomial`` (``logit``, ``probit``), ``poisson`` (``log``) or
+        ``gaussian`` (``identity``).
+    weights, offset : str, optional
+        Columns of ``data`` holding prior weights and offsets.
+    """
+    if family == "gaussian" and link not in (None, "identity"):
+        raise ValueError("gaussian models are fitted with the identity link only")
+
+    def parts(beta: np.ndarray | None) -> dict[str, dict[str, Any]]:
+        beta_arg = None if beta is None else [float(b) for b in beta]
+        return dict(session.aggregate("glmDS2", Formula(formula), family, beta_arg, offset, weights, Ref(data),
+                                      link=link))
+
+    results = parts(None)
+    names = tuple(next(iter(results.values()))["coef.names"])
+    if any(tuple(r["coef.names"]) != names for r in results.values()):
+        raise ValueError("sites build different design matrices (a factor's levels differ between sites)")
+    info, xwz, dev_old = _sum_parts(results)
+    link_used = next(iter(results.values()))["link"]
+    for iteration in range(1, maxit + 1):
+        beta = np.linalg.solve(info, xwz)
+        results = parts(beta)
+        info_used = info
+        info, xwz, dev = _sum_parts(results)
+        if abs(dev - dev_old) / (abs(dev) + 0.1) < epsilon:
+            break
+        dev_old = dev
+    else:
+        raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
+    n = sum(int(r["Npositive"]) for r in results.values())
+    df_resid = n - len(names)
+    dispersion = dev / df_resid if family == "gaussian" else 1.0
+    return GLMResults(
+        formula=formula, family=family, link=link_used, names=names, params=beta,
+        cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
+        nobs=n, df_resid=df_resid, iterations=iteration,
+        per_site_n={s: int(r["Nvalid"]) for s, r in results.items()},
+    )

@@ -1,0 +1,92 @@
+"""Model formulas to design matrices on the site, as R's ``model.matrix`` builds them.
+
+Numeric and integer variables enter as they are; a factor (or text) variable
+enters as treatment-coded dummies for every level but the first, named like
+R (``tgradeII``); ``a:b`` is the product of the columns of ``a`` and ``b``.
+Rows with a missing value in any variable used are left out (R's ``na.omit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dsfed_server.calltree import Formula
+from dsfed_server.errors import CallError, NotFound
+
+
+@dataclass(frozen=True)
+class ModelFrame:
+    y: np.ndarray
+    X: np.ndarray
+    names: tuple[str, ...]
+    weights: np.ndarray
+    offset: np.ndarray
+    n_total: int
+
+    @property
+    def n(self) -> int:
+        return int(self.y.size)
+
+
+def _column(table: pd.DataFrame, name: str) -> pd.Series:
+    column = name.split("$", 1)[1] if "$" in name else name
+    if column not in table.columns:
+        raise NotFound(f"the data have no variable {column!r}", hint=f"variables: {', '.join(table.columns)}")
+    return table[column]
+
+
+def _is_factor(series: pd.Series) -> bool:
+    return isinstance(series.dtype, pd.CategoricalDtype) or not pd.api.types.is_numeric_dtype(series.dtype)
+
+
+def _blocks(series: pd.Series, name: str) -> list[tuple[str, np.ndarray]]:
+    """The design columns of one variable: itself, or dummies for levels 2..k."""
+    if _is_factor(series):
+        cat = series if isinstance(series.dtype, pd.CategoricalDtype) else series.astype("category")
+        levels = [str(c) for c in cat.cat.categories]
+        codes = cat.cat.codes.to_numpy()
+        return [(f"{name}{lvl}", (codes == i).astype(float)) for i, lvl in enumerate(levels) if i > 0]
+    return [(name, series.to_numpy(dtype=float, na_value=np.nan))]
+
+
+def model_frame(
+    formula: Formula,
+    table: pd.DataFrame,
+    *,
+    weights: str | None = None,
+    offset: str | None = None,
+) -> ModelFrame:
+    if formula.response is None:
+        raise CallError("the model formula needs a response (y ~ ...)")
+    used = [formula.response, *[v for t in formula.terms for v in t.variables]]
+    extra = [v for v in (weights, offset) if v]
+    series = {name: _column(table, name) for name in dict.fromkeys(used + extra)}
+    complete = np.ones(len(table), dtype=bool)
+    for s in series.values():
+        complete &= s.notna().to_numpy()
+    rows = {name: s[complete].reset_index(drop=True) for name, s in series.items()}
+    y_series = rows[formula.response]
+    if _is_factor(y_series):
+        raise CallError(f"the response {formula.response!r} must be numeric (0/1 for binomial)")
+    columns: list[tuple[str, np.ndarray]] = []
+    n = int(complete.sum())
+    if formula.intercept:
+        columns.append(("(Intercept)", np.ones(n)))
+    for term in formula.terms:
+        parts = [_blocks(rows[v], v.split("$")[-1]) for v in term.variables]
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = [(f"{a}:{b}", x * z) for a, x in combined for b, z in part]
+        columns.extend(combined)
+    if not columns:
+        raise CallError("the model has no terms")
+    names = tuple(c[0] for c in columns)
+    X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
+    w = rows[weights].to_numpy(dtype=float) if weights else np.ones(n)
+    if weights and np.any(w < 0):
+        raise CallError("weights must be non-negative")
+    o = rows[offset].to_numpy(dtype=float) if offset else np.zeros(n)
+    return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table))
