@@ -7,6 +7,7 @@ Example (``dsfed-server init`` writes one)::
     data_dir = "../opal_fixtures/site1"        # relative paths are relative to this file
     rules = "../disclosure_rules/default.toml"
     audit_log = "site1-audit.jsonl"
+    secret_file = "site1.secret"               # >= 32 random bytes, mode 600 (dsfed-server new-secret)
     session_idle_timeout_s = 1800
     max_sessions_per_user = 8
 
@@ -29,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dsfed_server.tomlfile import load_toml_model
+from dsfed_server.tomlfile import ConfigFileError, load_toml_model
 
 
 class _Section(BaseModel):
@@ -41,6 +42,7 @@ class SiteSection(_Section):
     data_dir: str
     rules: str
     audit_log: str
+    secret_file: str
     session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)
     max_sessions_per_user: int = Field(ge=1, le=1000)
 
@@ -93,6 +95,20 @@ def load_site_config(path: str | Path) -> tuple[SiteConfig, Path]:
     """Read a site config; returns it with the directory its relative paths start from."""
     path = Path(path).resolve()
     return load_toml_model(path, SiteConfig), path.parent
+
+
+def read_secret(path: Path) -> bytes:
+    """The site's secret (seeds DP noise); refuses a missing, short or world-readable file."""
+    try:
+        data = path.read_bytes()
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigFileError(f"{path}:0: cannot read the site secret: {exc.strerror}") from None
+    if len(data) < 32:
+        raise ConfigFileError(f"{path}:0: the site secret must hold at least 32 random bytes")
+    if mode & 0o077:
+        raise ConfigFileError(f"{path}:0: the site secret is readable by others; run chmod 600 {path}")
+    return data
 
 
 def resolve(base: Path, value: str) -> Path:

@@ -8,6 +8,7 @@ the caller (the demo or a test) once.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ def write_site_config(
     data_dir: Path,
     rules: Path,
     audit_log: Path,
+    secret_file: Path,
     credentials: list[Credential],
     host: str = "127.0.0.1",
     port: int = 0,
@@ -54,6 +56,7 @@ def write_site_config(
         f"data_dir = {_toml_str(str(data_dir))}",
         f"rules = {_toml_str(str(rules))}",
         f"audit_log = {_toml_str(str(audit_log))}",
+        f"secret_file = {_toml_str(str(secret_file))}",
         f"session_idle_timeout_s = {idle_timeout_s}",
         "max_sessions_per_user = 8",
         "",
@@ -71,6 +74,13 @@ def write_site_config(
             f"token_hashes = [{_toml_str(hash_token(c.token))}]",
         ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_secret(path: Path) -> None:
+    """32 random bytes, readable by the owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secrets.token_bytes(32))
 
 
 def new_credentials(users: tuple[tuple[str, str], ...]) -> list[Credential]:
@@ -98,9 +108,11 @@ def provision(
     for name, (data_dir, rules) in sites.items():
         config = run_dir / f"{name}.toml"
         audit_log = run_dir / f"{name}-audit.jsonl"
+        secret_file = run_dir / f"{name}.secret"
+        write_secret(secret_file)
         write_site_config(
             config, name=name, data_dir=data_dir.resolve(), rules=rules.resolve(), audit_log=audit_log,
-            credentials=credentials, idle_timeout_s=idle_timeout_s,
+            secret_file=secret_file, credentials=credentials, idle_timeout_s=idle_timeout_s,
         )
         out[name] = ProvisionedSite(name, config, audit_log, {c.user: c for c in credentials})
     return out

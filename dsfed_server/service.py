@@ -24,7 +24,7 @@ from dsfed_server.audit import AuditLog
 from dsfed_server.auth import Authenticator
 from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
-from dsfed_server.config import SiteConfig, User, load_site_config, resolve
+from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.rules import Rules, load_rules
@@ -94,6 +94,7 @@ class SiteService:
         self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
         self.catalog.validate_all()
         self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name)
+        self.secret = read_secret(resolve(base_dir, config.site.secret_file))
         self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
         self.auth = Authenticator(config.users)
         self.limits = Limits(
@@ -235,12 +236,15 @@ class SiteService:
 
     def _invoke(self, session: Session, call: Call) -> Any:
         spec = self._spec(call.function)
-        ctx = CallContext(self, session, spec.name, Guard(self.rules, self.name, spec.name))
+        ctx = CallContext(self, session, spec.name, self._guard(spec.name))
         try:
             args = {name.replace(".", "_"): value for name, value in bind(spec, call.args, ctx).items()}
             return spec.impl(ctx, **args)
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
+
+    def _guard(self, function: str) -> Guard:
+        return Guard(self.rules, self.name, function, self.secret)
 
     def run_nested(self, session: Session, call: Call) -> Any:
         """A call inside another call's arguments: only assign-kind functions give values."""
@@ -285,7 +289,7 @@ class SiteService:
             elif not isinstance(node, (Symbol, Column)):
                 raise CallError("an assign request must be a call, a symbol or table$column")
             with session.lock:
-                ctx = CallContext(self, session, function, Guard(self.rules, self.name, function))
+                ctx = CallContext(self, session, function, self._guard(function))
                 value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
                 session.symbols[symbol] = value
                 cls = r_class(value)

@@ -9,10 +9,11 @@ short (that number would itself be the disclosure).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.errors import DisclosureRefusal
 
@@ -22,6 +23,7 @@ class Guard:
     rules: Rules
     site: str
     function: str
+    secret: bytes = field(repr=False, default=b"")
 
     def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
         return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
@@ -107,6 +109,47 @@ class Guard:
                 "disclosure.glm_saturation",
                 "fit fewer parameters or use more records",
             )
+
+
+    def mechanism(
+        self, *, epsilon: float | None = None, delta: float | None = None, sensitivity: float | None = None
+    ) -> AnalyticGaussian | None:
+        """The site's DP mechanism. A client may ask for more privacy (smaller epsilon or delta,
+        larger sensitivity), never for less: such a request is refused, never used.
+        ``None`` when the rules file turns noise off (test profiles only)."""
+        p = self.rules.privacy
+        weaker = [
+            ("privacy.epsilon", epsilon is not None and epsilon > p.epsilon, f"epsilon {epsilon} > {p.epsilon}"),
+            ("privacy.delta", delta is not None and delta > p.delta, f"delta {delta} > {p.delta}"),
+            ("privacy.score_l2_sensitivity", sensitivity is not None and sensitivity < p.score_l2_sensitivity,
+             f"sensitivity {sensitivity} < {p.score_l2_sensitivity}"),
+        ]
+        for rule, is_weaker, detail in weaker:
+            if is_weaker:
+                raise self._refuse(
+                    f"requested less privacy than the site allows ({detail})", rule,
+                    "omit the privacy parameters to use the site's, or ask for more privacy",
+                )
+        if p.mechanism == "none":
+            return None
+        return AnalyticGaussian(
+            epsilon=min(epsilon or p.epsilon, p.epsilon),
+            delta=min(delta or p.delta, p.delta),
+            sensitivity=max(sensitivity or 0.0, p.score_l2_sensitivity),
+        )
+
+    def noisy(self, values: np.ndarray, label: str, mechanism: AnalyticGaussian | None) -> np.ndarray:
+        """The values, sorted (no record order is released), plus the mechanism's noise.
+
+        The noise is seeded by the site secret, the function, the label, the
+        mechanism's parameters and the sorted values themselves: asking again,
+        under another symbol name or with the rows reordered, gets the same noise.
+        """
+        values = np.sort(np.asarray(values, dtype=float))
+        if mechanism is None:
+            return values
+        rng = seeded_rng(self.secret, self.function, label, repr(mechanism), content_digest(values))
+        return mechanism.randomise(values, rng)
 
 
 def merge_small_bins(counts: np.ndarray, edges: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
