@@ -3,14 +3,17 @@
 ``Ref("D$age")`` names a server-side symbol or column; ``Formula("y ~ x")`` a
 model formula; ``Call("subsetDS", Ref("D"), "age", ">=", 50)`` a nested call.
 Plain Python strings, numbers, booleans and ``None`` are literals; lists are
-``c(...)`` vectors.
+``c(...)`` vectors; a numpy array of numbers travels as raw float64 (``{"f64": ...}``).
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 _REF = re.compile(r"^([A-Za-z][A-Za-z0-9._]*)(?:\$([A-Za-z.][A-Za-z0-9._]*))?$")
 
@@ -52,9 +55,19 @@ class Call:
         }
 
 
+def decode_f64(value: dict[str, str] | list[float]) -> np.ndarray:
+    """Numbers a site sent as ``{"f64": base64}`` (or as a plain JSON list)."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["f64"], validate=True), dtype="<f8").astype(float)
+    return np.asarray(value, dtype=float)
+
+
 def to_tree(value: Any) -> dict[str, Any]:
     if isinstance(value, (Ref, Formula, Call)):
         return value.tree()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu" and value.ndim == 1:
+        # long numeric vectors travel as raw little-endian float64, not as JSON number text
+        return {"f64": base64.b64encode(np.ascontiguousarray(value, dtype="<f8").tobytes()).decode()}
     if isinstance(value, (list, tuple)):
         return {"vec": [v.item() if hasattr(v, "item") else v for v in value]}
     if hasattr(value, "item"):  # numpy scalar

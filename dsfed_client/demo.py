@@ -85,6 +85,7 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
                 builder.append(name, url, user=analyst.user, password=analyst.password)
             with builder.login() as session:
                 _analysis(session, report)
+                _validation(session, report, fixtures)
         report.section("Audit logs (one per site, hash-chained)")
         chains = {}
         for name, site in sites.items():
@@ -100,6 +101,82 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
     finally:
         if not keep:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _pooled_fixture(fixtures: Path) -> "pd.DataFrame":
+    import pandas as pd  # noqa: PLC0415
+
+    return pd.concat([pd.read_csv(fixtures / s / "GBSG2" / "validation.csv") for s in SITES], ignore_index=True)
+
+
+def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignore[no-untyped-def]
+    """Seed 000's analysis of the GBSG2 sites, each estimate beside the pooled one."""
+    from dsfed_client import pooled  # noqa: PLC0415
+    from dsfed_client.analyses.suite import validate  # noqa: PLC0415
+
+    report.section("Validation of the prediction model (seed 000 analysis, over HTTP)")
+    before = session.transfer_stats()
+    v = validate(session, "D$y", "D$score")
+    after = session.transfer_stats()
+    data = _pooled_fixture(fixtures)
+    ref = pooled.suite(data["y"].to_numpy(), data["score"].to_numpy())
+    mech = next(iter(v.roc_glm.reference.mechanism.values()))
+    sigmas = ", ".join(f"{s} {x:.4f}" for s, x in v.roc_glm.reference.sigma.items())
+    print(f"   noisy scores: analytic Gaussian, epsilon {mech['epsilon']}, delta {mech['delta']}, "
+          f"l2-sensitivity {mech['sensitivity']} (each site's rules); sigma: {sigmas}")
+    rows = [
+        ("ROC-GLM AUC", v.roc_glm.auc, ref["roc_glm_auc"],
+         f"95% CI {v.roc_glm.ci[0]:.3f}-{v.roc_glm.ci[1]:.3f} (eq. 3); integral {v.roc_glm.auc_integral:.4f}"),
+        ("ROC-GLM a, b", f"{v.roc_glm.a:.3f}, {v.roc_glm.b:.3f}", f"{ref['roc_glm_a']:.3f}, {ref['roc_glm_b']:.3f}",
+         f"{v.roc_glm.glm.iterations} Fisher-scoring iterations"),
+        ("empirical AUC", v.roc_glm.empirical.auc, ref["auc"],
+         "DeLong 95% CI {:.3f}-{:.3f}; est. noise error {:.4f}".format(*v.roc_glm.empirical.ci_delong,
+                                                                       v.roc_glm.empirical.approximation_error)),
+        ("Brier score", v.brier.brier, ref["brier"], ""),
+        ("Spiegelhalter z", v.brier.spiegelhalter_z, ref["spiegelhalter_z"], f"p = {v.brier.spiegelhalter_p:.3g}"),
+        ("calibration intercept", v.logistic.intercept, ref["calibration_intercept"],
+         f"{v.logistic.n_excluded} records with p = 0 or 1 left out (as val.prob)"),
+        ("calibration slope", v.logistic.slope, ref["calibration_slope"], ""),
+        ("calibration-in-the-large", v.logistic.citl, float("nan"), "intercept of y ~ 1 + offset(logit p)"),
+        ("H-L C statistic", v.hl_c.statistic, ref["hl_c"], _hl_note(v.hl_c)),
+        ("H-L H statistic", v.hl_h.statistic, ref["hl_h"], _hl_note(v.hl_h)),
+        ("ECE", v.errors.ece, ref["ece"], "groups of H-L C"),
+        ("MCE", v.errors.mce, ref["mce"], "groups of H-L C"),
+    ]
+    print(f"   {'estimator':<26}{'distributed':>16}{'pooled':>16}   note")
+    for label, dist, pool, note in rows:
+        d = dist if isinstance(dist, str) else f"{dist:.4f}"
+        p = pool if isinstance(pool, str) else ("-" if pool != pool else f"{pool:.4f}")
+        print(f"   {label:<26}{d:>16}{p:>16}   {note}")
+    curve = v.curve.to_frame()
+    print(f"   calibration curve (10 bins, q = 5): {v.curve.suppressed_total} of {v.curve.n_total} records "
+          "suppressed at sites with small bins")
+    for row in curve.itertuples():
+        if row.n or row.suppressed_sites:
+            mp = "-" if row.n == 0 else f"{row.mean_prediction:.3f}"
+            mo = "-" if row.n == 0 else f"{row.mean_outcome:.3f}"
+            print(f"     [{row.bin_lower:.1f}, {row.bin_upper:.1f}): n {row.n:>3}  predicted {mp:>5}  observed {mo:>5}"
+                  + (f"  (withheld by {row.suppressed_sites}; <= {row.suppressed_share_max:.0%} of the bin)"
+                     if row.suppressed_sites else ""))
+    trips = {s: after[s]["requests"] - before[s]["requests"] for s in after}
+    sent = {s: after[s]["bytes_sent"] - before[s]["bytes_sent"] for s in after}
+    print(f"   round trips per site: {max(trips.values())}; bytes sent per site: "
+          + ", ".join(f"{s} {b:,}" for s, b in sent.items()))
+    report.results["validation"] = v.to_dict()
+    report.results["validation_pooled"] = ref
+    report.results["validation_transfer"] = {"round_trips": trips, "bytes_sent": sent}
+
+
+def _hl_note(hl) -> str:  # type: ignore[no-untyped-def]
+    note = f"df {hl.df}, p = {hl.pvalue:.3g}"
+    if not hl.complete:
+        left = []
+        if hl.suppressed_records:
+            left.append(f"{hl.suppressed_records} records in small site groups left out")
+        if not hl.exact_grouping:
+            left.append(f"group edges uncertain for <= {hl.uncertain_records} records (counts below q)")
+        note += "; PARTIAL: " + "; ".join(left)
+    return note
 
 
 def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]

@@ -78,6 +78,7 @@ class LocalSites:
         self.start_timeout = start_timeout
 
     def __enter__(self) -> "LocalSites":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             for p in self.processes.values():
                 p.start()

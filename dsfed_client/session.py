@@ -177,6 +177,10 @@ class FederatedSession:
     def histogram(self, x: str, breaks: list[float]) -> pooling.PooledHistogram:
         return pooling.pooled_histogram(self.aggregate("histogramDS", Ref(x), list(breaks)))
 
+    def transfer_stats(self) -> dict[str, dict[str, int]]:
+        """Requests and body bytes so far, per site (round trips of an analysis = requests)."""
+        return {site: dict(vars(t.stats)) for site, t in self.transports.items()}
+
     # --- lifetime -----------------------------------------------------------------------
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ run in-process (simulation studies, fast tests) behaves as it would over HTTP.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
@@ -18,8 +19,18 @@ if TYPE_CHECKING:
     from dsfed_server.service import SiteService
 
 
+@dataclass
+class TransferStats:
+    """Requests made to one site and the bytes of their bodies, both ways."""
+
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
 class Transport(Protocol):
     site: str
+    stats: TransferStats
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "") -> Any:
         """Send one request to ``/v1{path}``; return the decoded JSON or raise SiteCallError."""
@@ -49,10 +60,15 @@ class HttpTransport:
         elif user is not None and password is not None:
             self.http.auth = (user, password)
         self.timeout = (connect_timeout, read_timeout)
+        self.stats = TransferStats()
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "") -> Any:
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        self.stats.requests += 1
+        self.stats.bytes_sent += len(data or b"")
         try:
-            response = self.http.request(method, f"{self.url}/v1{path}", json=body, timeout=self.timeout)
+            response = self.http.request(method, f"{self.url}/v1{path}", data=data, timeout=self.timeout,
+                                         headers={"Content-Type": "application/json"} if data else None)
         except requests.Timeout:
             raise SiteUnavailable(
                 f"no answer within {self.timeout[1]:g} s", site=self.site, function=function,
@@ -64,6 +80,7 @@ class HttpTransport:
                 f"cannot reach {self.url} ({reason[:160]})", site=self.site, function=function,
                 hint="check that the site server is running",
             ) from None
+        self.stats.bytes_received += len(response.content)
         try:
             payload = response.json()
         except ValueError:
@@ -94,6 +111,7 @@ class InProcessTransport:
         self._user = user
         self._password = password
         self._token = token
+        self.stats = TransferStats()
 
     def _login(self):  # type: ignore[no-untyped-def]
         if self._token:
@@ -104,6 +122,8 @@ class InProcessTransport:
         from dsfed_server.errors import SiteError  # noqa: PLC0415
         from dsfed_server.service import CallRequest  # noqa: PLC0415
 
+        self.stats.requests += 1
+        self.stats.bytes_sent += len(json.dumps(body)) if body is not None else 0
         try:
             user = self._login()
             result = self._dispatch(user, method, path, body or {}, CallRequest)
@@ -113,7 +133,9 @@ class InProcessTransport:
             err.function = err.function or function
             raise err from None
         # the same JSON round trip an HTTP answer takes
-        return json.loads(json.dumps(result))
+        text = json.dumps(result)
+        self.stats.bytes_received += len(text)
+        return json.loads(text)
 
     def _dispatch(self, user, method: str, path: str, body: dict[str, Any], CallRequest) -> Any:  # type: ignore[no-untyped-def]
         svc = self.service

@@ -1,6 +1,8 @@
 """The native HTTP API (``/v1``) of a site, a thin FastAPI layer over :class:`SiteService`.
 
-Routes parse the request, call the service and return its result. Every route
+Routes parse the request, call the service and return its result; the
+Opal-compatible DataSHIELD routes (``/ws``, :mod:`dsfed_server.opal`) are
+mounted beside them and call the same service. Every route
 but ``/v1/health`` needs credentials: HTTP Basic (user, password) or
 ``Authorization: Bearer <API token>``. Domain errors become JSON bodies
 ``{"error": {"type", "site", "function", "rule", "message", "hint"}}`` with a
@@ -20,12 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsfed_server import __version__
 from dsfed_server.config import User
+from dsfed_server.disclosure.rules import DEFAULT_PROFILE
 from dsfed_server.errors import AuthError, CallError, SiteError
+from dsfed_server.opal import dto as opal_dto
+from dsfed_server.opal import opal_router
 from dsfed_server.service import CallRequest, SiteService
 
 log = logging.getLogger("dsfed.api")
 
-MAX_BODY_BYTES = 1 << 20
 
 
 class _Body(BaseModel):
@@ -82,9 +86,12 @@ def create_app(service: SiteService) -> FastAPI:
     @app.middleware("http")
     async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            err = CallError(f"request body larger than {MAX_BODY_BYTES} bytes", site=service.name)
-            return JSONResponse({"error": err.to_wire()}, status_code=413)
+        limit = service.config.listen.max_body_mb << 20
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            err = CallError(f"request body larger than the site's limit of {limit >> 20} MiB", site=service.name,
+                            hint="send less data per call")
+            body = opal_dto.error(err) if request.url.path.startswith("/ws/") else {"error": err.to_wire()}
+            return JSONResponse(body, status_code=413)
         return await call_next(request)
 
     @app.exception_handler(SiteError)
@@ -123,8 +130,8 @@ def create_app(service: SiteService) -> FastAPI:
         return service.tables(user)
 
     @app.post("/v1/sessions", status_code=201)
-    def open_session(user: UserDep) -> dict[str, Any]:
-        return service.open_session(user)
+    def open_session(user: UserDep, profile: str = DEFAULT_PROFILE) -> dict[str, Any]:
+        return service.open_session(user, profile)
 
     @app.get("/v1/sessions/{sid}")
     def get_session(sid: str, user: UserDep) -> dict[str, Any]:
@@ -159,5 +166,8 @@ def create_app(service: SiteService) -> FastAPI:
     @app.get("/v1/audit")
     def audit(user: UserDep) -> list[dict[str, Any]]:
         return service.audit_records(user)
+
+    # the Opal DataSHIELD protocol (/ws) for existing DataSHIELD clients: the same service
+    app.include_router(opal_router(service))
 
     return app

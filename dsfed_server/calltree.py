@@ -8,8 +8,11 @@ in the registry and resolves symbols in the session's workspace.
 
 from __future__ import annotations
 
+import base64
 import math
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Any, Union
 
 from dsfed_server.errors import CallError
@@ -67,6 +70,25 @@ class Vector:
         return [i.value for i in self.items]
 
 
+@dataclass(frozen=True, eq=False)
+class NumericVector:
+    """A long ``c(...)`` of numbers from a structured call, held as one float array.
+
+    Structured calls may carry many numbers (e.g. pooled noisy scores); holding them
+    as an array keeps a million-element argument cheap to read and check.
+    """
+
+    array: np.ndarray
+
+    def to_text(self) -> str:
+        shown = ", ".join(repr(float(v)) for v in self.array[:5])
+        return f"c({shown}{', ...' if self.array.size > 5 else ''})"
+
+    @property
+    def values(self) -> list[Scalar]:
+        return self.array.tolist()
+
+
 @dataclass(frozen=True)
 class FormulaTerm:
     """One term of a model formula: a variable or an interaction ``a:b``."""
@@ -121,14 +143,14 @@ class Call:
         return f"{self.function}(" + ", ".join(a.to_text() for a in self.args) + ")"
 
 
-Node = Union[Literal, Symbol, Column, Vector, Formula, Call]
+Node = Union[Literal, Symbol, Column, Vector, NumericVector, Formula, Call]
 
 
 def depth(node: Node) -> int:
     """Nesting depth of calls and vectors (a bare literal or symbol has depth 0)."""
     if isinstance(node, Call):
         return 1 + max((depth(a.value) for a in node.args), default=0)
-    if isinstance(node, Vector):
+    if isinstance(node, (Vector, NumericVector)):
         return 1
     return 0
 
@@ -137,6 +159,7 @@ def depth(node: Node) -> int:
 #
 #   {"lit": 1.5} | {"sym": "D"} | {"col": ["D", "age"]} | {"vec": [1, 2, 3]}
 #   {"formula": "y ~ x1 + x2"} | {"call": "meanDS", "args": [node, ...], "kwargs": {"name": node}}
+#   {"f64": "<base64 of little-endian float64 values>"}  (a long vector of numbers, read as raw numbers)
 
 
 def to_json(node: Node) -> dict[str, Any]:
@@ -146,7 +169,7 @@ def to_json(node: Node) -> dict[str, Any]:
         return {"sym": node.name}
     if isinstance(node, Column):
         return {"col": [node.table, node.column]}
-    if isinstance(node, Vector):
+    if isinstance(node, (Vector, NumericVector)):
         return {"vec": node.values}
     if isinstance(node, Formula):
         return {"formula": node.to_text()}
@@ -183,9 +206,26 @@ def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
     if set(obj) == {"vec"}:
         if not isinstance(obj["vec"], list):
             raise CallError('"vec" must be a list of literals')
+        items = obj["vec"]
+        if len(items) > 64 and all(type(v) in (int, float) for v in items):
+            array = np.asarray(items, dtype=float)
+            if not np.all(np.isfinite(array)):
+                raise CallError("vector elements must be finite numbers")
+            return NumericVector(array)
         vec = Vector(tuple(Literal(_scalar(v, "vector element")) for v in obj["vec"]))
         check_vector(vec)
         return vec
+    if set(obj) == {"f64"} and isinstance(obj["f64"], str):
+        try:
+            raw = base64.b64decode(obj["f64"], validate=True)
+        except ValueError:
+            raise CallError('"f64" must be base64 text') from None
+        if len(raw) % 8:
+            raise CallError('"f64" must hold whole 8-byte numbers')
+        array = np.frombuffer(raw, dtype="<f8").astype(float)
+        if not np.all(np.isfinite(array)):
+            raise CallError("vector elements must be finite numbers")
+        return NumericVector(array)
     if set(obj) == {"formula"} and isinstance(obj["formula"], str):
         from dsfed_server.parser import parse_formula
 

@@ -14,6 +14,7 @@ Example (``dsfed-server init`` writes one)::
     [listen]
     host = "127.0.0.1"
     port = 0                                   # 0: any free port (see --ready-file)
+    max_body_mb = 256                          # largest request body (pooled noisy scores can be large)
 
     [[users]]
     name = "analyst"
@@ -50,6 +51,7 @@ class SiteSection(_Section):
 class ListenSection(_Section):
     host: str
     port: int = Field(ge=0, le=65535)
+    max_body_mb: int = Field(ge=1, le=4096, description="largest request body accepted, in MiB")
 
 
 class User(_Section):

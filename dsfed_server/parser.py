@@ -15,7 +15,10 @@ Operators (``+ - * : ~``) are accepted only inside a formula; a formula is only
 accepted by a parameter typed as one (checked when arguments are bound).
 Refused with a reason: backticks, indexing ``[ ]``, assignment ``<- = ->``,
 braces, ``;``, ``::``, ``%op%``, comparison and logical operators, parentheses
-used for grouping, control flow and ``function``.
+used for grouping, control flow and ``function``. A string is at most
+``strings.max_length`` long, unless it only lists numbers (``"0.1,-2,3e-4"``,
+as DataSHIELD sends coefficient vectors); the whole call text is at most eight
+times that.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ from dsfed_server.errors import CallError
 
 _NAME = re.compile(r"(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*")
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?L?")
+# A string holding only a list of numbers ("0.5,-1.2e-3,2") is data, not a name: DataSHIELD
+# sends coefficient vectors so (ds.glm's beta.vect), longer than strings.max_length for larger
+# models. Such strings are bounded by the call-text limit instead.
+_NUMBER_LIST = re.compile(r"[-+0-9.eE, ]*")
 _PUNCT = {"(", ")", ",", "$", "~", "+", "-", "*", ":", "="}
 _RESERVED = {"function", "if", "else", "for", "while", "repeat", "break", "next", "return", "Inf", "NaN"}
 _FORBIDDEN = [
@@ -116,7 +123,7 @@ def tokenize(text: str, limits: Limits) -> list[Token]:
             if j >= len(text):
                 raise _error(text, i, "unterminated string")
             value = "".join(chars)
-            if len(value) > limits.max_length:
+            if len(value) > limits.max_length and not _NUMBER_LIST.fullmatch(value):
                 raise _error(
                     text, i, f"string of {len(value)} characters exceeds the limit of {limits.max_length}",
                     rule="strings.max_length",

@@ -4,17 +4,23 @@ Each entry names its kind (``aggregate`` returns a checked summary; ``assign``
 stores a result as a symbol in the session's workspace), its typed parameters,
 its implementation (Python, or R through rpy2), its documentation and the
 disclosure rules it applies. A site serves an entry only if its rules file
-enables it.
+enables it (in the session's profile).
+
+One implementation serves both front doors: the native API returns the
+implementation's value as JSON; the Opal-compatible API returns it in the
+shape ``jsonlite`` gives for the R value dsBase returns. Where reading the
+value as plain JSON would not give that shape, the entry's ``opal_shape``
+adapter says what the value is in R (see :mod:`dsfed_server.rvalues`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
-from dsfed_server.calltree import Column, Formula, Literal, Node, Symbol, Vector
+from dsfed_server.calltree import Column, Formula, Literal, Node, NumericVector, Symbol, Vector
 from dsfed_server.errors import CallError
 
 if TYPE_CHECKING:
@@ -60,6 +66,7 @@ class FunctionSpec:
     checks: tuple[str, ...] = ()
     backend: Lit["python", "R"] = "python"
     aliases: tuple[str, ...] = field(default=())
+    opal_shape: Callable[[Any], Any] | None = None  # native JSON value -> R value (rvalues) for /ws
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -98,6 +105,13 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._specs)
 
+    def set_opal_shape(self, name: str, adapter: Callable[[Any], Any]) -> None:
+        """Give an existing entry the adapter from its native result to dsBase's R value."""
+        spec = self._specs[name]
+        if spec.opal_shape is not None:
+            raise ValueError(f"{name} already has an Opal shape adapter")
+        self._specs[name] = replace(spec, opal_shape=adapter)
+
     def __iter__(self):
         return iter(self._specs.values())
 
@@ -112,8 +126,14 @@ def register(
     *,
     checks: tuple[str, ...] = (),
     backend: Lit["python", "R"] = "python",
+    opal_shape: Callable[[Any], Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator adding an implementation ``impl(ctx, **args)`` to the registry; its docstring is its doc."""
+    """Decorator adding an implementation ``impl(ctx, **args)`` to the registry; its docstring is its doc.
+
+    ``opal_shape`` maps the implementation's (JSON-ready) result to the R value
+    dsBase returns, for the Opal-compatible front door; omit it when the plain
+    JSON reading already gives dsBase's shape.
+    """
 
     def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
         REGISTRY.add(
@@ -125,6 +145,7 @@ def register(
                 doc=(impl.__doc__ or "").strip(),
                 checks=checks,
                 backend=backend,
+                opal_shape=opal_shape,
             )
         )
         return impl
@@ -239,6 +260,13 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
                 raise CallError(f"argument {param.name!r} must be a whole number, got {value}")
             value = int(value)
         return _choice(param, _bounded(param, value))
+    if t is P.NUMBERS and isinstance(node, NumericVector):
+        if (param.minimum is not None and node.array.min() < param.minimum) or (
+                param.maximum is not None and node.array.max() > param.maximum):
+            raise CallError(f"argument {param.name!r} has values outside [{param.minimum}, {param.maximum}]")
+        return node.array
+    if isinstance(node, NumericVector):
+        raise CallError(f"argument {param.name!r} must be a {t.value}, not a vector of numbers")
     if t is P.NUMBERS:
         if isinstance(node, Vector):
             items = node.values

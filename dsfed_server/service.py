@@ -8,12 +8,14 @@ exercises the code a deployed site runs. Every operation is audited.
 
 from __future__ import annotations
 
+import keyword
 import logging
+import reprlib
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import pandas as pd
@@ -27,10 +29,13 @@ from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard
-from dsfed_server.disclosure.rules import Rules, load_rules
-from dsfed_server.errors import BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, SiteError
+from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
+from dsfed_server.errors import (
+    BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, NotFound, SiteError,
+)
 from dsfed_server.parser import Limits, parse
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
+from dsfed_server.rvalues import to_jsonlite
 from dsfed_server.tomlfile import ConfigFileError, locate
 from dsfed_server.workspace import Session, SessionStore, check_symbol_name
 
@@ -46,15 +51,28 @@ class CallRequest:
 
 
 def check_enabled(rules: Rules, rules_path: Path, registry: Registry) -> None:
-    """Every function the rules file enables must exist in the registry."""
-    unknown = [name for name in rules.functions.enabled if registry.get(name) is None]
-    if unknown:
-        text = rules_path.read_text(encoding="utf-8")
-        line = locate(text, ("functions", "enabled"))
-        raise ConfigFileError(
-            f"{rules_path}:{line}: functions.enabled lists unknown function(s) {', '.join(unknown)}; "
-            f"known: {', '.join(registry.names())}"
-        )
+    """Every function the rules file enables, at the top level and in each profile, must exist in the registry."""
+    lists = [(("functions", "enabled"), rules.functions.enabled)]
+    lists += [(("profiles", name, "enabled"), p.enabled) for name, p in getattr(rules, "profiles", {}).items()]
+    for loc, enabled in lists:
+        unknown = [name for name in enabled if registry.get(name) is None]
+        if unknown:
+            text = rules_path.read_text(encoding="utf-8")
+            raise ConfigFileError(
+                f"{rules_path}:{locate(text, loc)}: {'.'.join(loc)} lists unknown function(s) "
+                f"{', '.join(unknown)}; known: {', '.join(registry.names())}"
+            )
+
+
+_SHORT = reprlib.Repr()  # bounded repr of structured calls for the audit log (long vectors elided)
+_SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel = 8, 12, 120, 120, 6
+
+
+def python_name(param: str) -> str:
+    """A parameter's name as the implementation receives it: dots become underscores,
+    and a Python keyword (``class``) gets a trailing underscore."""
+    name = param.replace(".", "_")
+    return name + "_" if keyword.iskeyword(name) else name
 
 
 def jsonable(value: Any) -> Any:
@@ -90,6 +108,8 @@ class SiteService:
         self.rules_path = resolve(base_dir, config.site.rules)
         self.rules = load_rules(self.rules_path)
         check_enabled(self.rules, self.rules_path, registry)
+        # each profile's effective rules; "default" is the file's top level
+        self.profile_rules: dict[str, Rules] = {name: self.rules.profile(name) for name in self.rules.profile_names}
         self.registry = registry
         self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
         self.catalog.validate_all()
@@ -165,12 +185,24 @@ class SiteService:
 
     # --- sessions ---------------------------------------------------------------------
 
-    def open_session(self, user: User) -> dict[str, Any]:
-        with self._audited(user, None, "openSession", "session", "") as record:
+    def open_session(self, user: User, profile: str = DEFAULT_PROFILE) -> dict[str, Any]:
+        """Open a session whose calls follow ``profile``'s enabled functions and rules."""
+        call = "" if profile == DEFAULT_PROFILE else f"profile={profile}"
+        with self._audited(user, None, "openSession", "session", call) as record:
             self._require_role(user, "analyst")
-            session = self.sessions.open(user.name)
+            self._check_profile(profile)
+            session = self.sessions.open(user.name, profile)
             record["session"] = session.id
-        return {"session": session.id, "site": self.name}
+        return {"session": session.id, "site": self.name, "profile": profile}
+
+    def _check_profile(self, profile: str) -> None:
+        if profile not in self.profile_rules:
+            raise NotFound(f"no profile {profile!r} at this site",
+                           hint=f"profiles: {', '.join(self.profile_rules)}")
+
+    def _rules(self, session: Session | None) -> Rules:
+        """The rules of the session's profile (the site's own rules without a session)."""
+        return self.profile_rules[session.profile if session is not None else DEFAULT_PROFILE]
 
     def close_session(self, user: User, sid: str) -> None:
         with self._audited(user, sid, "closeSession", "session", ""):
@@ -179,7 +211,7 @@ class SiteService:
     def session_exists(self, user: User, sid: str) -> dict[str, Any]:
         with self._audited(user, sid, "getSession", "session", ""):
             session = self.sessions.get(sid, user.name)
-        return {"session": session.id, "site": self.name, "symbols": len(session.symbols)}
+        return {"session": session.id, "site": self.name, "profile": session.profile, "symbols": len(session.symbols)}
 
     def symbols(self, user: User, sid: str) -> list[dict[str, str]]:
         with self._audited(user, sid, "listSymbols", "session", ""):
@@ -213,18 +245,21 @@ class SiteService:
             return (head if head.isidentifier() or head == "$" else "?"), request.text[:2000]
         tree = request.tree if isinstance(request.tree, dict) else {}
         name = tree.get("call") if isinstance(tree.get("call"), str) else "?"
-        return name, str(request.tree)[:2000]
+        return name, _SHORT.repr(request.tree)
 
-    def _spec(self, name: str) -> FunctionSpec:
+    def _spec(self, name: str, session: Session | None = None) -> FunctionSpec:
         spec = self.registry.get(name)
         if spec is None:
             raise CallError(
                 f"{name!r} is not a registered function; nothing else can be called",
                 function=name, hint="GET /v1/functions lists the functions this site enables",
             )
-        if name not in self.rules.functions.enabled:
+        profile = session.profile if session is not None else DEFAULT_PROFILE
+        if name not in self._rules(session).functions.enabled:
+            where, rule = ("at this site", "functions.enabled") if profile == DEFAULT_PROFILE else (
+                f"in this site's profile {profile!r}", f"profiles.{profile}.enabled")
             raise NotEnabled(
-                f"{name} is not enabled at this site", function=name, rule="functions.enabled",
+                f"{name} is not enabled {where}", function=name, rule=rule,
                 hint="ask the site's governance board, or use an enabled function",
             )
         if spec.backend == "R" and not rbridge.available():
@@ -235,20 +270,20 @@ class SiteService:
         return spec
 
     def _invoke(self, session: Session, call: Call) -> Any:
-        spec = self._spec(call.function)
-        ctx = CallContext(self, session, spec.name, self._guard(spec.name))
+        spec = self._spec(call.function, session)
+        ctx = CallContext(self, session, spec.name, self._guard(spec.name, session))
         try:
-            args = {name.replace(".", "_"): value for name, value in bind(spec, call.args, ctx).items()}
+            args = {python_name(name): value for name, value in bind(spec, call.args, ctx).items()}
             return spec.impl(ctx, **args)
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
 
-    def _guard(self, function: str) -> Guard:
-        return Guard(self.rules, self.name, function, self.secret)
+    def _guard(self, function: str, session: Session | None = None) -> Guard:
+        return Guard(self._rules(session), self.name, function, self.secret)
 
     def run_nested(self, session: Session, call: Call) -> Any:
         """A call inside another call's arguments: only assign-kind functions give values."""
-        spec = self._spec(call.function)
+        spec = self._spec(call.function, session)
         if spec.kind != "assign":
             raise CallError(
                 f"{spec.name} is an aggregate function and cannot be an argument of another call",
@@ -256,14 +291,20 @@ class SiteService:
             )
         return self._invoke(session, call)
 
-    def aggregate(self, user: User, sid: str, request: CallRequest) -> Any:
+    def aggregate(self, user: User, sid: str, request: CallRequest, *,
+                  shape: Literal["native", "opal"] = "native") -> Any:
+        """Run an aggregate function; its checked result as JSON.
+
+        ``shape="opal"`` gives the JSON Opal's DataSHIELD API gives for dsBase's
+        R result (the entry's ``opal_shape``, encoded as ``jsonlite`` does).
+        """
         function, text = self._label(request)
         with self._audited(user, sid, function, "aggregate", text):
             session = self.sessions.get(sid, user.name)
             node = self._tree(request)
             if not isinstance(node, Call):
                 raise CallError("an aggregate request must be a function call such as meanDS(D$age)")
-            spec = self._spec(node.function)
+            spec = self._spec(node.function, session)
             if spec.kind != "aggregate":
                 raise CallError(
                     f"{spec.name} is an assign function; use assign with a symbol name",
@@ -271,6 +312,8 @@ class SiteService:
                 )
             with session.lock:
                 result = jsonable(self._invoke(session, node))
+            if shape == "opal":
+                result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
         return result
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
@@ -280,7 +323,7 @@ class SiteService:
             check_symbol_name(symbol, self.limits.max_name_length)
             node = self._tree(request)
             if isinstance(node, Call):
-                spec = self._spec(node.function)
+                spec = self._spec(node.function, session)
                 if spec.kind != "assign":
                     raise CallError(
                         f"{spec.name} is an aggregate function; its result cannot be stored as a symbol",
@@ -289,7 +332,7 @@ class SiteService:
             elif not isinstance(node, (Symbol, Column)):
                 raise CallError("an assign request must be a call, a symbol or table$column")
             with session.lock:
-                ctx = CallContext(self, session, function, self._guard(function))
+                ctx = CallContext(self, session, function, self._guard(function, session))
                 value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
                 session.symbols[symbol] = value
                 cls = r_class(value)
@@ -304,15 +347,24 @@ class SiteService:
 
     # --- what the site offers -----------------------------------------------------------
 
-    def functions(self, user: User) -> dict[str, Any]:
-        with self._audited(user, None, "listFunctions", "metadata", ""):
+    def functions(self, user: User, profile: str = DEFAULT_PROFILE) -> dict[str, Any]:
+        """The functions ``profile`` enables, documented."""
+        call = "" if profile == DEFAULT_PROFILE else f"profile={profile}"
+        with self._audited(user, None, "listFunctions", "metadata", call):
+            self._check_profile(profile)
             entries = []
-            for name in self.rules.functions.enabled:
+            for name in self.profile_rules[profile].functions.enabled:
                 spec = self.registry.get(name)
                 info = spec.describe()  # type: ignore[union-attr]
                 info["available"] = spec.backend != "R" or rbridge.available()  # type: ignore[union-attr]
                 entries.append(info)
-        return {"site": self.name, "noise_off": self.rules.noise_off, "functions": entries}
+        return {"site": self.name, "profile": profile, "noise_off": self.rules.noise_off, "functions": entries}
+
+    def profiles(self, user: User) -> list[dict[str, Any]]:
+        """The site's profiles (Opal's DataSHIELD profiles): name and enabled functions."""
+        with self._audited(user, None, "listProfiles", "metadata", ""):
+            return [{"name": name, "functions": list(rules.functions.enabled)}
+                    for name, rules in self.profile_rules.items()]
 
     def tables(self, user: User) -> list[dict[str, Any]]:
         with self._audited(user, None, "listTables", "metadata", ""):

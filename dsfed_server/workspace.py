@@ -11,8 +11,9 @@ import re
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Hashable
 
 from dsfed_server.errors import CallError, Forbidden, NotFound
 
@@ -40,8 +41,26 @@ class Session:
     owner: str
     created: float
     last_used: float
+    profile: str = "default"  # the rules-file profile whose functions and rules apply
     symbols: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    _memo: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def memo(self, key: Hashable, source: Any, build: Callable[[], Any], size: int = 8) -> Any:
+        """A value derived from ``source`` (e.g. a model frame from a table), built once per session.
+
+        Kept only while ``source`` is the very same object, so a reassigned symbol
+        is never served a stale value; at most ``size`` values are kept.
+        """
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is source:
+            self._memo.move_to_end(key)
+            return hit[1]
+        value = build()
+        self._memo[key] = (source, value)
+        while len(self._memo) > size:
+            self._memo.popitem(last=False)
+        return value
 
     def get(self, name: str) -> Any:
         try:
@@ -64,7 +83,7 @@ class SessionStore:
         for sid in [s.id for s in self._sessions.values() if now - s.last_used > self.idle_timeout_s]:
             del self._sessions[sid]
 
-    def open(self, owner: str) -> Session:
+    def open(self, owner: str, profile: str = "default") -> Session:
         now = time.monotonic()
         with self._lock:
             self._expire(now)
@@ -73,7 +92,7 @@ class SessionStore:
                     f"user {owner!r} already has {self.max_per_user} open sessions",
                     hint="close a session before opening another",
                 )
-            session = Session(secrets.token_urlsafe(24), owner, now, now)
+            session = Session(secrets.token_urlsafe(24), owner, now, now, profile)
             self._sessions[session.id] = session
             return session
 

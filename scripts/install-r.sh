@@ -2,7 +2,7 @@
 # Install R 4.2 and the R packages the cross-checks use, from Debian's packages.
 # Skips the install when every package is already there.
 set -euo pipefail
-pkgs=(r-base-core r-cran-proc r-cran-rms r-cran-th.data r-cran-survival r-cran-ranger)
+pkgs=(r-base-core r-cran-proc r-cran-rms r-cran-th.data r-cran-survival r-cran-ranger r-cran-jsonlite)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,3 +22,80 @@ def r_eval(source: str, **data: Any) -> Any:
                 env[name] = ro.StrVector([str(v) for v in arr.tolist()])
         result = ro.r["eval"](ro.r["parse"](text=source), envir=env)
         return np.asarray(list(result))
+
+
+# --- R references for the validation estimators (written here, in R, from the methods'
+# definitions; nothing of dsfed's code is used) ---------------------------------------------
+
+R_HOSLEM = """
+hl_ref <- function(y, p, breaks) {
+  cutp <- cut(p, breaks = breaks, include.lowest = TRUE)
+  n <- as.vector(table(cutp)); obs1 <- as.vector(tapply(y, cutp, sum)); exp1 <- as.vector(tapply(p, cutp, sum))
+  keep <- n > 0
+  obs1 <- obs1[keep]; exp1 <- exp1[keep]; n <- n[keep]
+  chisq <- sum((obs1 - exp1)^2 / exp1 + ((n - obs1) - (n - exp1))^2 / (n - exp1))
+  G <- length(n)
+  c(chisq, G - 2, 1 - pchisq(chisq, G - 2), n)
+}
+# hoslem.test's grouping: type-7 quantile breaks, unique, cut(include.lowest = TRUE)
+hl_c <- function(y, p, g) hl_ref(y, p, unique(quantile(p, probs = seq(0, 1, 1 / g), type = 7)))
+hl_h <- function(y, p, g) hl_ref(y, p, seq(0, 1, length.out = g + 1))
+ece_ref <- function(y, p, g) {
+  cutp <- cut(p, breaks = unique(quantile(p, probs = seq(0, 1, 1 / g), type = 7)), include.lowest = TRUE)
+  n <- as.vector(table(cutp)); keep <- n > 0
+  gap <- abs(as.vector(tapply(y, cutp, mean)) - as.vector(tapply(p, cutp, mean)))[keep]
+  c(sum(n[keep] / sum(n) * gap), max(gap))
+}
+"""
+
+R_ROCGLM = """
+# Each site's intermediate ROC-GLM data (seed 000): placement values of its positives against the
+# pooled negatives, u = 1(PV <= t_j) over t_j = j / (nT + 1), aggregated with weights; the rows of
+# all sites stacked ("the same intermediate data") and fitted by R's probit glm.
+rocglm_ref <- function(y, p, site, nT) {
+  neg <- p[y == 0]
+  t <- (1:nT) / (nT + 1)
+  rows <- lapply(split(seq_along(y), site), function(idx) {
+    pos <- p[idx][y[idx] == 1]
+    pv <- vapply(pos, function(s) mean(neg > s), numeric(1))
+    ones <- vapply(t, function(tj) sum(pv <= tj), numeric(1))
+    data.frame(u = rep(c(0, 1), nT), x = rep(qnorm(t), each = 2), w = as.vector(rbind(length(pos) - ones, ones)))
+  })
+  d <- do.call(rbind, rows)
+  f <- suppressWarnings(glm(u ~ x, family = binomial(link = "probit"), data = d, weights = w))
+  a <- coef(f)[1]; b <- coef(f)[2]
+  c(a, b, pnorm(a / sqrt(1 + b^2)),
+    integrate(function(x) pnorm(a + b * qnorm(x)), 0, 1, rel.tol = 1e-12)$value)
+}
+"""
+
+R_CALCURVE = """
+# seed 000's calibration curve: bins [p_l, p_l+1), the last one closed
+calcurve_ref <- function(y, p, nbins) {
+  b <- cut(p, seq(0, 1, length.out = nbins + 1), right = FALSE, include.lowest = TRUE)
+  c(as.vector(table(b)), as.vector(tapply(y, b, mean)), as.vector(tapply(p, b, mean)))
+}
+"""
+
+R_PROC = """
+proc_ref <- function(y, p) {
+  r <- pROC::roc(y, p, levels = c(0, 1), direction = "<", quiet = TRUE)
+  ci <- pROC::ci.auc(r, method = "delong")
+  c(as.numeric(pROC::auc(r)), as.numeric(ci)[c(1, 3)], pROC::var(r, method = "delong"))
+}
+"""
+
+R_VALPROB = """
+valprob_ref <- function(y, p) {
+  v <- suppressWarnings(rms::val.prob(p, y, pl = FALSE))
+  i <- p > 0 & p < 1
+  citl <- coef(glm(y[i] ~ 1, offset = qlogis(p[i]), family = binomial))
+  c(v[c("Brier", "S:z", "Intercept", "Slope")], citl)
+}
+"""
+
+
+def r_reference(function: str, source: str, **data: Any) -> np.ndarray:
+    """Define ``source`` (R functions) and call ``function`` with the given arguments."""
+    args = ", ".join(data)
+    return r_eval(f"{source}\n{function}({args})", **data)

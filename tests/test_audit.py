@@ -27,7 +27,7 @@ def test_calls_are_recorded_with_outcome_and_rule(gbsg2_provisioned, gbsg2_servi
     ]
     refused = mine[3]
     assert refused["rule"] == "disclosure.q_threshold" and refused["user"] == "analyst"
-    assert refused["call"] == "{'call': 'table2DDS', 'args': [{'col': ['D', 'menostat']}, {'col': ['D', 'y']}], 'kwargs': {}}"
+    assert all(part in refused["call"] for part in ("'call': 'table2DDS'", "['D', 'menostat']", "['D', 'y']"))
     assert verify(gbsg2_provisioned["site2"].audit_log).ok
 
 

@@ -107,6 +107,15 @@ def test_malformed_bodies_get_clear_422(site):
         response = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=(a.user, a.password), json=body, timeout=10)
         assert response.status_code == 422
         assert response.json()["error"]["type"] == "bad_call"
-    response = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=(a.user, a.password),
-                             data=b"x" * (2 << 20), headers={"content-type": "application/json"}, timeout=10)
+
+
+def test_body_limit_comes_from_the_site_config(tmp_path):
+    from dsfed_client.launch import LocalSites
+
+    provisioned, _ = make_sites(tmp_path, {"s": pd.DataFrame({"x": np.arange(10.0)})}, max_body_mb=1)
+    with LocalSites(provisioned.values(), tmp_path) as sites:
+        cred = provisioned["s"].credentials["analyst"]
+        response = requests.post(f"{sites.urls['s']}/v1/sessions/x/aggregate", auth=(cred.user, cred.password),
+                                 data=b"x" * (2 << 20), headers={"content-type": "application/json"}, timeout=10)
     assert response.status_code == 413
+    assert "limit of 1 MiB" in response.json()["error"]["message"]

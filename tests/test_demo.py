@@ -1,4 +1,5 @@
-"""`dsfed demo` (the README's first command, after installation) exits 0 and its --json parses."""
+"""`dsfed demo` (the README's first command, after installation): exits 0, prints the analysis,
+and its --json output parses and agrees with the pooled computation."""
 
 from __future__ import annotations
 
@@ -6,20 +7,41 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
-def test_demo_runs_end_to_end(tmp_path, gbsg2_pooled):
-    out = tmp_path / "demo.json"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "demo.json"
     result = subprocess.run(
         [sys.executable, "-m", "dsfed_client.cli", "demo", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    data = json.loads(out.read_text())
+    return result.stdout, json.loads(out.read_text())
+
+
+def test_demo_runs_end_to_end(demo, gbsg2_pooled):
+    stdout, data = demo
     assert data["n"]["pooled"] == len(gbsg2_pooled)
     assert abs(data["mean_age"]["pooled"] - gbsg2_pooled["age"].mean()) < 1e-12
     refused = data["refused_table"]["refused"]
     assert refused and all(r["rule"] == "disclosure.q_threshold" and r["function"] == "table2DDS" for r in refused)
     assert all(chain["ok"] for chain in data["audit"].values())
-    assert "REFUSED" in result.stdout and "All sites stopped." in result.stdout
+    assert "REFUSED" in stdout and "All sites stopped." in stdout
+
+
+def test_demo_validation_table_matches_pooled_where_exact(demo):
+    """Seed 000's table: noise-free estimators (Brier, Spiegelhalter, intercept, slope) equal the
+    pooled values; the noisy ROC-GLM AUC stays near the pooled one and carries its CI."""
+    stdout, data = demo
+    v, ref = data["validation"], data["validation_pooled"]
+    assert abs(v["brier"]["brier"] - ref["brier"]) < 1e-12
+    assert abs(v["brier"]["spiegelhalter_z"] - ref["spiegelhalter_z"]) < 1e-9
+    assert abs(v["logistic_calibration"]["slope"] - ref["calibration_slope"]) < 1e-6
+    roc = v["roc_glm"]
+    assert abs(roc["auc"] - ref["roc_glm_auc"]) < 0.05 and roc["ci"][0] < roc["auc"] < roc["ci"][1]
+    assert max(data["validation_transfer"]["round_trips"].values()) <= 40
+    assert "H-L C statistic" in stdout and "ROC-GLM AUC" in stdout

@@ -117,3 +117,17 @@ def test_unregistered_and_evaluating_calls_are_refused_by_the_site(gbsg2_service
         with pytest.raises(FederatedCallError) as exc:  # a formula only where a parameter is one
             session.aggregate_expr("meanDS(y ~ x)")
         assert "not a model formula" in exc.value.failures["site1"].message
+
+
+def test_raw_float64_vectors_are_read_as_numbers_only():
+    import base64
+
+    import numpy as np
+
+    values = np.array([0.5, -1.25, 3e-7])
+    node = from_json({"f64": base64.b64encode(values.astype("<f8").tobytes()).decode()}, max_depth=4)
+    np.testing.assert_array_equal(node.array, values)
+    for bad in ("not base64!", base64.b64encode(b"1234567").decode(),
+                base64.b64encode(np.array([np.inf]).astype("<f8").tobytes()).decode()):
+        with pytest.raises(CallError):
+            from_json({"f64": bad}, max_depth=4)

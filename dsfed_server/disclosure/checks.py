@@ -66,6 +66,23 @@ class Guard:
             )
         return merge_small_bins(counts, edges, self.q)
 
+    def suppress_small_bins(self, counts: np.ndarray) -> np.ndarray:
+        """Which bins to suppress: every bin with 0 < n < q, then (secondary suppression) the
+        smallest further non-empty bins until the suppressed records are 0 or at least q."""
+        counts = np.asarray(counts)
+        suppressed = (counts > 0) & (counts < self.q)
+        order = np.argsort(np.where(counts > 0, counts, np.iinfo(np.int64).max), kind="stable")
+        for i in order:
+            total = counts[suppressed].sum()
+            if total == 0 or total >= self.q or counts[i] == 0:
+                break
+            suppressed[i] = True
+        return suppressed
+
+    def count_releasable(self, count: int, n: int) -> bool:
+        """A count of records (and the count of the rest) is 0 or at least q."""
+        return (count == 0 or count >= self.q) and (n - count == 0 or n - count >= self.q)
+
     def subset(self, n_subset: int, n_total: int) -> None:
         """A subset and the rows it leaves out each hold at least subset_min rows (or none)."""
         minimum = self.rules.disclosure.subset_min

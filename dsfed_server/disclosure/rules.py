@@ -4,16 +4,25 @@ Every key is required: the file a governance board signs off is the whole
 truth, and the code holds no hidden defaults. ``default.toml`` ships the
 conservative values. Each field's description says, in plain words, what the
 key protects against; ``dsfed rules explain`` prints them.
+
+A rules file may also name **profiles** (as Opal's DataSHIELD profiles): an
+optional ``[profiles.NAME]`` table with its own ``enabled`` functions and,
+optionally, ``[profiles.NAME.disclosure]`` / ``[profiles.NAME.bins]`` keys
+that override the site's. A profile can only make the rules stricter (an
+analyst chooses the profile when opening a session, so a profile must never
+release more than the site's own rules). The ``default`` profile is the
+file's top-level rules.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from dsfed_server.tomlfile import load_toml_model
+from dsfed_server.tomlfile import ConfigFileError, load_toml_model, locate
 
 
 class _Section(BaseModel):
@@ -184,6 +193,107 @@ class Rules(_Section):
         return self.privacy.mechanism == "none"
 
 
-def load_rules(path: str | Path) -> Rules:
+# --- profiles ------------------------------------------------------------------------
+
+DEFAULT_PROFILE = "default"
+_PROFILE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def _overrides(model: type[_Section]) -> type[_Section]:
+    """The same keys as ``model``, each optional, with the same constraints and descriptions."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (annotation | None, Field(None, description=info.description))
+    return create_model(f"{model.__name__}Overrides", __base__=_Section, **fields)
+
+
+DisclosureOverrides = _overrides(Disclosure)
+BinsOverrides = _overrides(Bins)
+
+# Which way each overridable key is stricter; a profile may only move a key that way.
+_STRICTER: dict[tuple[str, str], str] = {
+    ("disclosure", "q_threshold"): "higher",
+    ("disclosure", "subset_min"): "higher",
+    ("disclosure", "glm_saturation"): "lower",
+    ("disclosure", "max_factor_levels"): "lower",
+    ("disclosure", "factor_levels_density"): "lower",
+    ("bins", "small_bin_policy"): "refuse",
+}
+
+
+class Profile(_Section):
+    """A named profile: the functions it enables and the rules it tightens."""
+
+    enabled: tuple[str, ...] = Field(
+        description="The registry functions a session opened with this profile may call.",
+    )
+    disclosure: DisclosureOverrides = Field(  # type: ignore[valid-type]
+        default_factory=DisclosureOverrides,
+        description="[disclosure] keys this profile makes stricter (the others are the site's).",
+    )
+    bins: BinsOverrides = Field(  # type: ignore[valid-type]
+        default_factory=BinsOverrides,
+        description="[bins] keys this profile makes stricter (the others are the site's).",
+    )
+
+
+class RulesFile(Rules):
+    """A whole rules file: the site's (default profile's) rules plus optional named profiles."""
+
+    profiles: dict[str, Profile] = Field(
+        default_factory=dict,
+        description="Named profiles (Opal's DataSHIELD profiles); the default profile is the top level.",
+    )
+
+    def profile(self, name: str) -> Rules:
+        """The effective rules of profile ``name`` (``"default"``: the file's top-level rules)."""
+        base = Rules.model_validate(self.model_dump(exclude={"profiles"}))
+        if name == DEFAULT_PROFILE:
+            return base
+        profile = self.profiles[name]
+        disclosure = {k: v for k, v in profile.disclosure.model_dump().items() if v is not None}
+        bins = {k: v for k, v in profile.bins.model_dump().items() if v is not None}
+        return base.model_copy(update={
+            "disclosure": base.disclosure.model_copy(update=disclosure),
+            "bins": base.bins.model_copy(update=bins),
+            "functions": Functions(enabled=profile.enabled),
+        })
+
+    @property
+    def profile_names(self) -> list[str]:
+        return [DEFAULT_PROFILE, *self.profiles]
+
+
+def _looser(direction: str, site: Any, value: Any) -> bool:
+    if direction == "higher":
+        return value < site
+    if direction == "lower":
+        return value > site
+    return value != direction and site == direction  # a policy: only the named one is stricter
+
+
+def check_profiles(rules: RulesFile, path: Path) -> None:
+    """Profile names are valid and not ``default``; no profile loosens a site rule."""
+    text = path.read_text(encoding="utf-8")
+    for name, profile in rules.profiles.items():
+        if name == DEFAULT_PROFILE or not _PROFILE_NAME.match(name):
+            why = ("is reserved: the default profile is the file's top-level rules" if name == DEFAULT_PROFILE
+                   else "is not a valid profile name (letters, digits, '_', '.', '-', starting with a letter)")
+            raise ConfigFileError(f"{path}:{locate(text, ('profiles', name))}: profile {name!r} {why}")
+        for (section, key), direction in _STRICTER.items():
+            value = getattr(getattr(profile, section), key)
+            site = getattr(getattr(rules, section), key)
+            if value is not None and _looser(direction, site, value):
+                line = locate(text, ("profiles", name, section, key))
+                raise ConfigFileError(
+                    f"{path}:{line}: profiles.{name}.{section}.{key} = {value!r} is less strict than the "
+                    f"site's {section}.{key} = {site!r}; a profile may only tighten the site's rules"
+                )
+
+
+def load_rules(path: str | Path) -> RulesFile:
     """Read and validate a rules file; raise ``ConfigFileError`` with file:line:reason."""
-    return load_toml_model(path, Rules)
+    rules = load_toml_model(path, RulesFile)
+    check_profiles(rules, Path(path))
+    return rules

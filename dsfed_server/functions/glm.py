@@ -33,6 +33,14 @@ _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
 
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
                    weights: str | None, offset: str | None) -> ModelFrame:
+    """The model frame, checked against the rules; built once per session and table object, as
+    Fisher scoring asks for the same model again every iteration."""
+    key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
+    return ctx.session.memo(key, data, lambda: _build_checked_frame(ctx, formula, fam, data, weights, offset))
+
+
+def _build_checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
+                         weights: str | None, offset: str | None) -> ModelFrame:
     mf = model_frame(formula, data, weights=weights, offset=offset)
     guard = ctx.guard
     guard.min_count(mf.n, "complete records for the model")

@@ -1,0 +1,106 @@
+"""dsBase's R result shapes for registry entries whose native JSON differs from them.
+
+The Opal-compatible front door answers with the JSON ``jsonlite`` gives for
+the R value dsBase returns; the native API keeps dsfed's own, simpler shapes.
+Each adapter below maps an entry's native (JSON-ready) result to that R value
+(:mod:`dsfed_server.rvalues`), so one implementation serves both front doors.
+Pure functions: they reshape, they never compute or release anything new.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsfed_server.functions.contingency import NA_LEVEL
+from dsfed_server.registry import REGISTRY
+from dsfed_server.rvalues import RDataFrame, RList, RMatrix, RVector
+
+VALID_TABLE = "valid Table"
+
+
+def quantile_mean(native: dict[str, float]) -> RVector:
+    """``quantileMeanDS``: a named numeric vector ``c("5%" = ..., ..., Mean = ...)``."""
+    return RVector(list(native.values()), names=list(native))
+
+
+def _without_na(labels: list[str]) -> list[int]:
+    """Positions of the levels R's ``table()`` shows: the NA level (listed last, if present) is left out."""
+    keep = list(range(len(labels)))
+    return keep[:-1] if labels and labels[-1] == NA_LEVEL else keep
+
+
+def table1d(native: dict[str, Any]) -> RList:
+    """``table1DDS``: ``list(table = <1-row data.frame: a column per level, then Total>, message)``."""
+    keep = _without_na(native["levels"])
+    columns: dict[str, list[int]] = {native["levels"][i]: [native["counts"][i]] for i in keep}
+    columns["Total"] = [sum(native["counts"][i] for i in keep)]
+    return RList({"table": RDataFrame(columns), "message": VALID_TABLE})
+
+
+def table2d(native: dict[str, Any]) -> RList:
+    """``table2DDS``: ``list(table = <data.frame of counts with Total row and column>, message)``.
+
+    Rows are the levels of x (row names, then ``"Total"``), columns the levels
+    of y, then ``"Total"``.
+    """
+    rows, cols = _without_na(native["rows"]), _without_na(native["cols"])
+    counts = [[native["counts"][i][j] for j in cols] for i in rows]
+    counts = [row + [sum(row)] for row in counts]
+    counts.append([sum(column) for column in zip(*counts)] if counts else [0] * (len(cols) + 1))
+    names = [native["cols"][j] for j in cols] + ["Total"]
+    columns = {name: [row[j] for row in counts] for j, name in enumerate(names)}
+    return RList({"table": RDataFrame(columns, row_names=[native["rows"][i] for i in rows] + ["Total"]),
+                  "message": VALID_TABLE})
+
+
+def glm_check(native: dict[str, Any]) -> dict[str, Any]:
+    """``glmDS1``: dsBase's elements, in dsBase's order (``ds.glm`` reads some by position).
+
+    dsfed refuses an invalid model outright, so every ``*.invalid`` flag of an
+    answer is 0.
+    """
+    n_coef = len(native["coef.names"])
+    return {
+        "dimX": native["dimX"],
+        "coef.names": RVector(native["coef.names"]),
+        "y.invalid": 0,
+        "Xpar.invalid": RVector([0] * n_coef),
+        "w.invalid": 0,
+        "o.invalid": 0,
+        "glm.saturation.invalid": 0,
+        "errorMessage": native["errorMessage"],
+    }
+
+
+_GLM2_ORDER = ("family", "info.matrix", "score.vect", "numsubs", "dev", "Nvalid", "Nmissing", "Ntotal",
+               "disclosure.risk", "errorMessage2")
+
+
+def glm_parts(native: dict[str, Any]) -> dict[str, Any]:
+    """``glmDS2``: dsBase's ten elements in dsBase's order, then dsfed's extras.
+
+    ``info.matrix`` is a p x p matrix and ``score.vect`` (like ``xwz``) a p x 1
+    matrix, as dsBase computes them with ``%*%``; ``family`` carries the data
+    of R's family object (its name and link; R's function definitions are not
+    data and are not sent).
+    """
+    shaped = {
+        "family": {"family": native["family"], "link": native["link"]},
+        "info.matrix": RMatrix(native["info.matrix"]),
+        "score.vect": RMatrix([[s] for s in native["score.vect"]]),
+    }
+    out = {key: shaped.get(key, native.get(key)) for key in _GLM2_ORDER}
+    for key, value in native.items():
+        if key not in out and key not in ("family", "link"):
+            out[key] = RMatrix([[v] for v in value]) if key == "xwz" else value
+    return out
+
+
+for _name, _adapter in {
+    "quantileMeanDS": quantile_mean,
+    "table1DDS": table1d,
+    "table2DDS": table2d,
+    "glmDS1": glm_check,
+    "glmDS2": glm_parts,
+}.items():
+    REGISTRY.set_opal_shape(_name, _adapter)

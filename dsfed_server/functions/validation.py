@@ -1,0 +1,297 @@
+"""Site parts of the validation of a binary prediction model (seeds 000, 001, 002).
+
+Every function here takes the outcome ``truth`` (0/1) and the predicted
+``score`` of the same records, drops records where either is missing, and
+refuses a site whose records, positives or negatives number fewer than q
+(rule A1 of seed 000; a binary outcome level below q is refused as in
+DataSHIELD's ``glmDS1``). What leaves the site is a sum over at least q
+records, a noisy score under the site's DP mechanism, or a count that is
+either 0 or at least q.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dsfed_server.context import CallContext, numeric
+from dsfed_server.errors import CallError
+from dsfed_server.registry import P, Param, register
+
+_TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
+_SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
+_A1 = ("disclosure.q_threshold",)
+
+
+def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, probability: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Complete (y, p) pairs, checked: 0/1 outcome, and at least q records, positives and negatives."""
+    y, p = numeric(truth, "truth"), numeric(score, "score")
+    if y.size != p.size:
+        raise CallError(f"truth and score have different lengths ({y.size} and {p.size})")
+    keep = ~(np.isnan(y) | np.isnan(p))
+    y, p = y[keep], p[keep]
+    if not np.all((y == 0) | (y == 1)):
+        raise CallError("truth must be coded 0/1")
+    if probability and (np.any(p < 0) or np.any(p > 1)):
+        raise CallError("score must be a probability in [0, 1] here")
+    ctx.guard.min_count(y.size, "complete records")
+    n1 = int(y.sum())
+    ctx.guard.min_count(n1, "positives (truth = 1)")
+    ctx.guard.min_count(y.size - n1, "negatives (truth = 0)")
+    return y.astype(np.int64), p
+
+
+@register(
+    "noisyScoresDS",
+    "aggregate",
+    [
+        _TRUTH,
+        _SCORE,
+        Param("epsilon", P.NUMBER, "ask for a smaller epsilon than the site's (never larger)", required=False),
+        Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
+        Param("sensitivity", P.NUMBER, "ask for a larger l2-sensitivity than the site's", required=False),
+    ],
+    checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "privacy.score_l2_sensitivity"),
+)
+def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: float | None,
+                 delta: float | None, sensitivity: float | None) -> dict[str, Any]:
+    """The scores of the negatives and of the positives with Gaussian noise, each sorted
+    (seed 000, "Approximating the global survivor functions"):
+    :math:`\\tilde F^{(k)} = F^{(k)} + r^{(k)}`, :math:`r \\sim N(0, \\tau^2)`, :math:`\\tau` from
+    the analytic Gaussian mechanism with the site's epsilon, delta and sensitivity. The two
+    classes are disjoint sets of records, so together they cost one (epsilon, delta).
+    """
+    y, p = outcome_and_score(ctx, truth, score)
+    mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
+    return {
+        "negatives": f64(ctx.guard.noisy(p[y == 0], "class=0", mechanism)),
+        "positives": f64(ctx.guard.noisy(p[y == 1], "class=1", mechanism)),
+        "sigma": mechanism.sigma if mechanism else 0.0,
+        "mechanism": "analytic_gaussian" if mechanism else "none",
+        "epsilon": mechanism.epsilon if mechanism else None,
+        "delta": mechanism.delta if mechanism else None,
+        "sensitivity": mechanism.sensitivity if mechanism else None,
+    }
+
+
+def f64(values: np.ndarray) -> dict[str, str]:
+    """A long vector of numbers as raw little-endian float64 in base64 (``{"f64": ...}``)."""
+    return {"f64": base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode()}
+
+
+@register(
+    "referenceScoresDS",
+    "assign",
+    [
+        Param("negatives", P.NUMBERS, "pooled (noisy) scores of all negatives"),
+        Param("positives", P.NUMBERS, "pooled (noisy) scores of all positives"),
+    ],
+)
+def reference_scores(ctx: CallContext, negatives: list[float], positives: list[float]) -> pd.DataFrame:
+    """Store the pooled (noisy) scores of all sites, as a table (score, class), for the placement
+    values of seed 000: the global survivor functions are built from it at the site."""
+    if len(negatives) == 0 or len(positives) == 0:
+        raise CallError("both negatives and positives must be given")
+    return pd.DataFrame({
+        "score": np.concatenate([np.sort(np.asarray(negatives, dtype=float)), np.sort(np.asarray(positives, dtype=float))]),
+        "class": np.repeat(np.array([0, 1], dtype=np.int64), [len(negatives), len(positives)]),
+    })
+
+
+def _reference(table: pd.DataFrame, cls: int) -> np.ndarray:
+    if not {"score", "class"} <= set(table.columns):
+        raise CallError("the reference must be a table made by referenceScoresDS")
+    values = table["score"].to_numpy(dtype=float)[table["class"].to_numpy() == cls]
+    return values if np.all(values[1:] >= values[:-1]) else np.sort(values)
+
+
+def _below_and_ties(reference: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    less = np.searchsorted(reference, x, side="left")
+    return less, np.searchsorted(reference, x, side="right") - less
+
+
+@register(
+    "placementSumsDS",
+    "aggregate",
+    [
+        _TRUTH,
+        _SCORE,
+        Param("reference", P.TABLE, "pooled (noisy) scores of all sites, from referenceScoresDS"),
+    ],
+    checks=_A1,
+)
+def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame) -> dict[str, Any]:
+    """Sums and sums of squares of this site's placement values (seed 000 eqs. 1-2; DeLong 1988).
+
+    For a positive with score :math:`x`, :math:`V_{10} = \\tilde S_0(x)` counts the reference
+    negatives below :math:`x` (ties one half); for a negative, :math:`V_{01}` counts the reference
+    positives above it. The empirical AUC is :math:`\\bar V_{10}` and its DeLong variance is
+    :math:`\\widehat{var}(V_{10})/n_1 + \\widehat{var}(V_{01})/n_0` (pROC's ``ci.auc(method =
+    "delong")`` when the references are the exact pooled scores).
+    """
+    y, p = outcome_and_score(ctx, truth, score)
+    neg, pos = _reference(reference, 0), _reference(reference, 1)
+    less, ties = _below_and_ties(neg, p[y == 1])
+    v10 = (less + 0.5 * ties) / neg.size
+    less, ties = _below_and_ties(pos, p[y == 0])
+    v01 = (pos.size - less - 0.5 * ties) / pos.size
+    return {
+        "n1": int(v10.size), "n0": int(v01.size),
+        "sum_v10": float(v10.sum()), "sumsq_v10": float(np.dot(v10, v10)),
+        "sum_v01": float(v01.sum()), "sumsq_v01": float(np.dot(v01, v01)),
+    }
+
+
+@register(
+    "rocGlmDataDS",
+    "assign",
+    [
+        _TRUTH,
+        _SCORE,
+        Param("reference", P.TABLE, "pooled (noisy) scores of all sites, from referenceScoresDS"),
+        Param("thresholds", P.INTEGER, "number of equidistant thresholds t_j = j / (n + 1)", minimum=2,
+              maximum=1000),
+    ],
+    checks=_A1,
+)
+def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
+                 thresholds: int) -> pd.DataFrame:
+    """The site's intermediate ROC-GLM data (seed 000, "The ROC-GLM"), aggregated over thresholds.
+
+    Placement values of the positives :math:`PV_i = \\tilde S_0(F_{1,i})` (share of reference
+    negatives above the score), thresholds :math:`t_j = j/(n_T+1)`, responses
+    :math:`u_{ij} = 1(PV_i \\le t_j)`; stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``
+    for a weighted probit regression ``u ~ x``. The table stays on the site.
+    """
+    y, p = outcome_and_score(ctx, truth, score)
+    neg = _reference(reference, 0)
+    pv = (neg.size - np.searchsorted(neg, p[y == 1], side="right")) / neg.size
+    t = np.arange(1, thresholds + 1) / (thresholds + 1)
+    ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
+    x = stats.norm.ppf(t)
+    return pd.DataFrame({
+        "u": np.tile([0, 1], thresholds).astype(np.int64),
+        "x": np.repeat(x, 2),
+        "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
+    })
+
+
+@register("brierDS", "aggregate", [_TRUTH, _SCORE], checks=_A1)
+def brier(ctx: CallContext, truth: pd.Series, score: pd.Series) -> dict[str, Any]:
+    """Sums for the Brier score (seed 000 eq. 5) and Spiegelhalter's z (seed 001 §3.5.1).
+
+    :math:`BS = \\sum (y - p)^2 / n`; :math:`z = \\sum (y - p)(1 - 2p) /
+    \\sqrt{\\sum (1 - 2p)^2 p (1 - p)}`.
+    """
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    r = y - p
+    return {
+        "n": int(y.size), "sum_y": float(y.sum()), "sum_p": float(p.sum()),
+        "sum_sq": float(np.dot(r, r)),
+        "spiegelhalter_num": float(np.dot(r, 1 - 2 * p)),
+        "spiegelhalter_var": float(np.sum((1 - 2 * p) ** 2 * p * (1 - p))),
+    }
+
+
+def calibration_bin_index(p: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin of each probability among ``n_bins`` equal-width bins on [0, 1].
+
+    Edges are ``linspace(0, 1, n_bins + 1)``; bins are closed on the left and
+    the last one also on the right, so 0 is in the first bin and 1 in the last
+    (R: ``cut(p, seq(0, 1, length.out = n_bins + 1), right = FALSE, include.lowest = TRUE)``).
+    """
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return np.clip(np.searchsorted(edges, p, side="right") - 1, 0, n_bins - 1)
+
+
+@register(
+    "calibrationBinsDS",
+    "aggregate",
+    [_TRUTH, _SCORE, Param("bins", P.INTEGER, "number of equal-width bins on [0, 1]", minimum=2, maximum=100)],
+    checks=_A1,
+)
+def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> dict[str, Any]:
+    """Per-bin counts, sums of predictions and of outcomes for the calibration curve (seed 000),
+    small bins suppressed as :func:`binned_sums` describes."""
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    return binned_sums(ctx, y, p, calibration_bin_index(p, bins), bins)
+
+
+def binned_sums(ctx: CallContext, y: np.ndarray, p: np.ndarray, idx: np.ndarray, bins: int) -> dict[str, Any]:
+    """Per-bin count, sum of predictions and sum of outcomes, with small bins suppressed.
+
+    A bin holding 0 < n < q records is suppressed (nothing about it is
+    returned). If the suppressed bins together hold fewer than q records, the
+    smallest further bins are suppressed too, so that neither a suppressed
+    bin's count nor their total can be recovered from the site's n by
+    differencing; the total suppressed (0 or at least q) is returned.
+    """
+    n = np.bincount(idx, minlength=bins)
+    sum_p = np.bincount(idx, weights=p, minlength=bins)
+    sum_y = np.bincount(idx, weights=y, minlength=bins)
+    suppressed = ctx.guard.suppress_small_bins(n)
+    keep = ~suppressed
+    return {
+        "n": np.where(keep, n, 0).tolist(),
+        "sum_p": np.where(keep, sum_p, 0.0).tolist(),
+        "sum_y": np.where(keep, sum_y, 0.0).tolist(),
+        "suppressed": suppressed.tolist(),
+        "suppressed_total": int(n[suppressed].sum()),
+    }
+
+
+@register(
+    "countBelowDS",
+    "aggregate",
+    [Param("x", P.VECTOR, "a numeric vector"), Param("thresholds", P.NUMBERS, "values to count below")],
+    checks=_A1,
+)
+def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> dict[str, Any]:
+    """For each threshold t, the number of values <= t -- or null where that count, or the
+    number above t, is between 1 and q - 1 (a count is released only if it is 0 or at least q
+    from both ends). Drives the distributed quantile search (only counts cross the wire)."""
+    values = numeric(x)
+    values = np.sort(values[~np.isnan(values)])
+    ctx.guard.min_count(values.size, "valid values")
+    if len(thresholds) > 5000:
+        raise CallError("at most 5000 thresholds per call")
+    counts = np.searchsorted(values, np.asarray(thresholds, dtype=float), side="right")
+    return {"n": int(values.size), "counts": [c if ctx.guard.count_releasable(int(c), values.size) else None
+                                              for c in counts.tolist()]}
+
+
+@register(
+    "groupSumsDS",
+    "aggregate",
+    [_TRUTH, _SCORE, Param("breaks", P.NUMBERS, "increasing group boundaries covering all scores")],
+    checks=_A1,
+)
+def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> dict[str, Any]:
+    """Observed and expected events per group for Hosmer-Lemeshow and ECE/MCE (seed 001 §3.5.3, §4.8).
+
+    Groups are R's ``cut(score, breaks, include.lowest = TRUE)``: (b0, b1], ..., with the first
+    closed. Small groups are suppressed as :func:`binned_sums` describes.
+    """
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    edges = np.asarray(breaks, dtype=float)
+    if edges.size < 2 or np.any(np.diff(edges) <= 0):
+        raise CallError("breaks must be at least two strictly increasing numbers")
+    if p.min() < edges[0] or p.max() > edges[-1]:
+        raise CallError("breaks must cover every score (first break <= min, last break >= max)")
+    idx = np.clip(np.searchsorted(edges, p, side="left") - 1, 0, edges.size - 2)
+    return binned_sums(ctx, y, p, idx, edges.size - 1)
+
+
+@register("calibrationFrameDS", "assign", [_TRUTH, _SCORE], checks=_A1)
+def calibration_frame(ctx: CallContext, truth: pd.Series, score: pd.Series) -> pd.DataFrame:
+    """A table (y, lp = logit(p)) for logistic recalibration by the distributed GLM
+    (calibration intercept and slope, seed 001 §3.5; ``rms::val.prob``'s Intercept and Slope).
+    Records with p = 0 or 1 (infinite logit) are left out, as ``val.prob`` does."""
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    finite = (p > 0) & (p < 1)
+    return pd.DataFrame({"y": y[finite], "lp": np.log(p[finite] / (1 - p[finite]))})

@@ -1,0 +1,267 @@
+"""The Opal DataSHIELD REST subset under ``/ws``: what the PyPI ``datashield`` + ``datashield-opal``
+(``obiba-opal``) clients call, served by the same :class:`SiteService` as the native API.
+
+Routes parse the Opal request, call the service (which dispatches, applies the
+disclosure rules and audits, exactly as for a native call) and answer in
+Opal's form: results as ``jsonlite`` JSON of dsBase's R value, command ids as
+text, errors as Opal's ``ClientErrorDto`` carrying dsfed's message (site,
+function, rule). Credentials: HTTP Basic, ``Authorization: X-Opal-Auth
+base64(user:password)`` (opalr), a token in ``X-Opal-Auth: <token>`` or
+``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from typing import Annotated, Any, Callable, Coroutine
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
+
+from dsfed_server.config import User
+from dsfed_server.disclosure.rules import DEFAULT_PROFILE
+from dsfed_server.errors import AuthError, CallError, NotFound, SiteError
+from dsfed_server.opal import dto
+from dsfed_server.opal.commands import CommandStore
+from dsfed_server.service import CallRequest, SiteService
+
+log = logging.getLogger("dsfed.opal")
+
+MAX_WAIT_S = 300.0  # longest a ``wait=true`` poll holds the request
+_ANY_NAMES = re.compile(r'^name\.any\((.*)\)$', re.S)
+_QUOTED = re.compile(r'\s*"([^"\\]*)"\s*(?:,|$)')
+
+
+def error_response(exc: SiteError, service: SiteService) -> JSONResponse:
+    exc.at(site=service.name)
+    headers = {"WWW-Authenticate": 'Basic realm="dsfed"'} if isinstance(exc, AuthError) else None
+    return JSONResponse(dto.error(exc), status_code=exc.http_status, headers=headers)
+
+
+class OpalRoute(APIRoute):
+    """A route answering errors in Opal's shape and carrying Opal's version header."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            service = request.app.state.service
+            try:
+                response = await handler(request)
+            except SiteError as exc:
+                response = error_response(exc, service)
+            except RequestValidationError as exc:
+                first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+                where = ".".join(str(p) for p in first.get("loc", ()))
+                response = error_response(CallError(f"malformed request: {where}: {first.get('msg')}"), service)
+            except Exception:  # a bug here must not leak as a bare 500
+                log.exception("unhandled error in %s", request.url.path)
+                internal = SiteError("internal error", site=service.name,
+                                     hint="the site administrator can see the server log")
+                response = JSONResponse({**dto.error(internal), "code": 500}, status_code=500)
+            response.headers["X-Opal-Version"] = dto.OPAL_PROTOCOL_VERSION
+            return response
+
+        return route
+
+
+def opal_user(request: Request) -> User:
+    """The authenticated user of an Opal request (a FastAPI dependency)."""
+    service: SiteService = request.app.state.service
+    token = request.headers.get("x-opal-auth", "").strip()
+    if token:
+        return service.login_token(token)
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() in ("basic", "x-opal-auth") and value:
+        try:
+            name, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            raise AuthError("malformed credentials", site=service.name) from None
+        return service.login_password(name, password)
+    if scheme.lower() == "bearer" and value:
+        return service.login_token(value.strip())
+    raise AuthError("credentials required", site=service.name,
+                    hint="send HTTP Basic (user, password) or 'X-Opal-Auth: <token>'")
+
+
+OpalUser = Annotated[User, Depends(opal_user)]
+
+
+def parse_variables(text: str | None) -> list[str] | None:
+    """Opal's variable filter as the DataSHIELD clients send it: ``name.any("a","b")``."""
+    if text is None or not text.strip():
+        return None
+    match = _ANY_NAMES.match(text.strip())
+    names = _QUOTED.findall(match.group(1)) if match else []
+    if not match or ",".join(f'"{n}"' for n in names).replace(" ", "") != match.group(1).replace(" ", ""):
+        raise CallError(f"variables filter {text[:80]!r} is not name.any(\"a\", \"b\", ...)",
+                        hint="dsfed accepts only a list of variable names")
+    return names
+
+
+async def _script(request: Request) -> str:
+    try:
+        return (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise CallError("the R script body is not UTF-8 text") from None
+
+
+def opal_router(service: SiteService) -> APIRouter:
+    """The ``/ws`` routes of one site."""
+    router = APIRouter(prefix="/ws", route_class=OpalRoute, tags=["Opal DataSHIELD"])
+    commands = CommandStore()
+
+    def run(user: User, sid: str, script: str, call: Callable[[], Any], asynchronous: bool,
+            with_result: bool) -> Response:
+        """Run a service call now, or queue it as a command and answer its id as text."""
+        if asynchronous:  # the service checks the session when the command runs (and audits it)
+            command = commands.submit(user.name, sid, script, call, with_result=with_result)
+            return PlainTextResponse(command.id)
+        result = call()
+        return JSONResponse(result) if with_result else Response(status_code=200)
+
+    # --- who am I, what data -----------------------------------------------------------
+
+    @router.get("/system/subject-profile/_current")
+    def current_subject(user: OpalUser) -> dict[str, Any]:
+        return dto.subject(user.name, user.role)
+
+    @router.get("/datasources")
+    def datasources(user: OpalUser) -> list[dict[str, Any]]:
+        return dto.datasources(service.tables(user))
+
+    def _table(user: User, project: str, table: str) -> dict[str, Any]:
+        ref = f"{project}.{table}"
+        found = [t for t in service.tables(user) if t["name"] == ref]
+        if not found:
+            raise NotFound(f"no table {ref!r} here")
+        return found[0]
+
+    @router.get("/datasource/{project}/table/{table}")
+    def table(project: str, table: str, user: OpalUser) -> dict[str, Any]:
+        return dto.table(project, _table(user, project, table))
+
+    @router.get("/datasource/{project}/table/{table}/variables")
+    def variables(project: str, table: str, user: OpalUser) -> list[dict[str, Any]]:
+        return dto.variables(_table(user, project, table))
+
+    # --- configuration: methods and profiles -------------------------------------------
+
+    @router.get("/datashield/env/{kind}/methods")
+    def methods(kind: str, user: OpalUser, profile: str = DEFAULT_PROFILE) -> list[dict[str, Any]]:
+        if kind not in ("aggregate", "assign"):
+            raise NotFound(f"no DataSHIELD environment {kind!r}", hint="aggregate or assign")
+        listing = service.functions(user, profile)
+        return [dto.method(f["name"]) for f in listing["functions"] if f["kind"] == kind]
+
+    @router.get("/datashield/profiles")
+    def profiles(user: OpalUser) -> list[dict[str, Any]]:
+        return [dto.profile(p["name"]) for p in service.profiles(user)]
+
+    @router.get("/datashield/profile/{name}")
+    def profile(name: str, user: OpalUser) -> dict[str, Any]:
+        if name not in [p["name"] for p in service.profiles(user)]:
+            raise NotFound(f"no profile {name!r} at this site")
+        return dto.profile(name)
+
+    # --- sessions ----------------------------------------------------------------------
+
+    @router.post("/datashield/sessions", status_code=201)
+    def open_session(user: OpalUser, profile: str = DEFAULT_PROFILE, wait: bool = True,
+                     restore: str | None = None) -> dict[str, Any]:
+        if restore:
+            raise NotFound(f"no workspace {restore!r}: dsfed does not keep workspaces after a session",
+                           hint="open a session without restore and assign the tables again")
+        opened = service.open_session(user, profile or DEFAULT_PROFILE)
+        return dto.session(opened["session"], user.name, opened["profile"])
+
+    @router.get("/datashield/session/{sid}")
+    def get_session(sid: str, user: OpalUser) -> dict[str, Any]:
+        info = service.session_exists(user, sid)
+        return dto.session(sid, user.name, info["profile"])
+
+    @router.delete("/datashield/session/{sid}")
+    def close_session(sid: str, user: OpalUser) -> Response:
+        service.close_session(user, sid)
+        commands.drop_session(sid)
+        return Response(status_code=200)
+
+    # --- calls -------------------------------------------------------------------------
+
+    @router.post("/datashield/session/{sid}/aggregate")
+    async def aggregate(sid: str, request: Request, user: OpalUser,
+                        asynchronous: Annotated[bool, Query(alias="async")] = False) -> Response:
+        script = await _script(request)
+        call = CallRequest(text=script)
+        return await run_in_threadpool(
+            run, user, sid, script, lambda: service.aggregate(user, sid, call, shape="opal"), asynchronous, True)
+
+    @router.put("/datashield/session/{sid}/symbol/{symbol}")
+    async def assign(sid: str, symbol: str, request: Request, user: OpalUser,
+                     asynchronous: Annotated[bool, Query(alias="async")] = False) -> Response:
+        script = await _script(request)
+        call = CallRequest(text=script)
+        return await run_in_threadpool(
+            run, user, sid, f"{symbol} <- {script}", lambda: service.assign(user, sid, symbol, call),
+            asynchronous, False)
+
+    @router.put("/datashield/session/{sid}/symbol/{symbol}/table/{table}")
+    def assign_table(sid: str, symbol: str, table: str, user: OpalUser,
+                     asynchronous: Annotated[bool, Query(alias="async")] = False,
+                     variables: str | None = None, missings: bool = False,
+                     identifiers: str | None = None, id: str | None = None) -> Response:
+        if identifiers or id:
+            raise CallError("dsfed does not expose participant identifiers (identifiers, id)",
+                            hint="assign the table without identifiers")
+        names = parse_variables(variables)
+        return run(user, sid, f"{symbol} <- {table}",
+                   lambda: service.assign_table(user, sid, symbol, table, names), asynchronous, False)
+
+    # --- symbols -----------------------------------------------------------------------
+
+    @router.get("/datashield/session/{sid}/symbols")
+    def symbols(sid: str, user: OpalUser) -> list[str]:
+        return [s["name"] for s in service.symbols(user, sid)]
+
+    @router.delete("/datashield/session/{sid}/symbol/{symbol}")
+    def remove_symbol(sid: str, symbol: str, user: OpalUser) -> Response:
+        service.remove_symbol(user, sid, symbol)
+        return Response(status_code=200)
+
+    # --- asynchronous commands ---------------------------------------------------------
+
+    @router.get("/datashield/session/{sid}/commands")
+    def list_commands(sid: str, user: OpalUser) -> list[dict[str, Any]]:
+        return [c.dto() for c in commands.list(user.name, sid)]
+
+    @router.get("/datashield/session/{sid}/command/{rid}")
+    def get_command(sid: str, rid: str, user: OpalUser, wait: bool = False) -> dict[str, Any]:
+        command = commands.get(user.name, sid, rid)
+        if wait:
+            command.done.wait(MAX_WAIT_S)
+        return command.dto()
+
+    @router.get("/datashield/session/{sid}/command/{rid}/result")
+    def command_result(sid: str, rid: str, user: OpalUser, rm: bool = True, wait: bool = False) -> Response:
+        command = commands.get(user.name, sid, rid)
+        if wait:
+            command.done.wait(MAX_WAIT_S)
+        if not command.finished:
+            raise NotFound(f"command {rid!r} has no result yet ({command.status})", hint="poll its status first")
+        if rm:
+            commands.remove(user.name, sid, rid)
+        if command.error is not None:
+            raise command.error
+        return JSONResponse(command.result) if command.with_result else Response(status_code=200)
+
+    @router.delete("/datashield/session/{sid}/command/{rid}")
+    def remove_command(sid: str, rid: str, user: OpalUser) -> Response:
+        commands.remove(user.name, sid, rid)
+        return Response(status_code=200)
+
+    return router
