@@ -14,6 +14,9 @@ from typing import Iterable
 from dsfed_server.provision import ProvisionedSite
 
 
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 class SiteProcess:
     def __init__(self, site: ProvisionedSite, run_dir: Path) -> None:
         self.site = site
@@ -25,10 +28,13 @@ class SiteProcess:
     def start(self) -> None:
         self.ready_file.unlink(missing_ok=True)
         log = open(self.log_file, "wb")
+        # One BLAS thread per site process: several sites on one machine would otherwise
+        # oversubscribe the cores (each numpy matrix product spawning a thread per core).
+        env = {**os.environ, **{k: os.environ.get(k, "1") for k in _BLAS_THREADS}}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dsfed_server.cli", "run", str(self.site.config),
              "--ready-file", str(self.ready_file)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
         )
         log.close()
 

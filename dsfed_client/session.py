@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 from dsfed_client import pooling
 from dsfed_client.calls import Call, Ref, to_tree
 from dsfed_client.errors import FederatedCallError, SiteCallError
-from dsfed_client.transport import HttpTransport, InProcessTransport, Transport
+from dsfed_client.transport import HttpTransport, InProcessTransport, Transport, encode
 
 if TYPE_CHECKING:
     from dsfed_server.service import SiteService
@@ -108,8 +108,11 @@ class FederatedSession:
         return results
 
     def _in_session(self, function: str, method: str, suffix: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        encoded = None if body is None else encode(body)  # once for all sites
+
         def action(t: Transport) -> Any:
-            return t.request(method, f"/sessions/{self.session_ids[t.site]}{suffix}", body, function=function)
+            return t.request(method, f"/sessions/{self.session_ids[t.site]}{suffix}", body, function=function,
+                             encoded=encoded)
 
         return self._all(function, action)
 

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from dsfed_server.service import SiteService
 
 
+def encode(body: dict[str, Any]) -> bytes:
+    """The JSON bytes of a request body."""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 @dataclass
 class TransferStats:
     """Requests made to one site and the bytes of their bodies, both ways."""
@@ -32,8 +37,10 @@ class Transport(Protocol):
     site: str
     stats: TransferStats
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "") -> Any:
-        """Send one request to ``/v1{path}``; return the decoded JSON or raise SiteCallError."""
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
+                encoded: bytes | None = None) -> Any:
+        """Send one request to ``/v1{path}``; return the decoded JSON or raise SiteCallError.
+        ``encoded`` is ``body`` already serialised (a session sends one body to every site)."""
 
     def close(self) -> None: ...
 
@@ -62,8 +69,9 @@ class HttpTransport:
         self.timeout = (connect_timeout, read_timeout)
         self.stats = TransferStats()
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "") -> Any:
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
+                encoded: bytes | None = None) -> Any:
+        data = encoded if encoded is not None else None if body is None else encode(body)
         self.stats.requests += 1
         self.stats.bytes_sent += len(data or b"")
         try:
@@ -118,12 +126,13 @@ class InProcessTransport:
             return self.service.login_token(self._token)
         return self.service.login_password(self._user, self._password or "")
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "") -> Any:
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
+                encoded: bytes | None = None) -> Any:
         from dsfed_server.errors import SiteError  # noqa: PLC0415
         from dsfed_server.service import CallRequest  # noqa: PLC0415
 
         self.stats.requests += 1
-        self.stats.bytes_sent += len(json.dumps(body)) if body is not None else 0
+        self.stats.bytes_sent += len(encoded if encoded is not None else encode(body)) if body is not None else 0
         try:
             user = self._login()
             result = self._dispatch(user, method, path, body or {}, CallRequest)

@@ -61,7 +61,9 @@ def _ylogy(y: np.ndarray, mu: np.ndarray) -> np.ndarray:
 
 
 def _binomial_dev(y: np.ndarray, mu: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return 2 * w * (_ylogy(y, mu) + _ylogy(1 - y, 1 - mu))
+    """R's ``binomial_dev_resids`` for 0/1 outcomes: only one of its two terms is non-zero,
+    ``1 * log(1 / mu)`` or ``1 * log(1 / (1 - mu))``, computed with R's arithmetic."""
+    return 2 * w * np.log(1.0 / np.where(y > 0, mu, 1 - mu))
 
 
 def _binary_y(y: np.ndarray) -> str | None:

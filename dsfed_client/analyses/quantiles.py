@@ -28,7 +28,7 @@ import numpy as np
 from dsfed_client.calls import Ref
 from dsfed_client.session import FederatedSession
 
-POINTS_PER_TARGET = 400
+POINTS_PER_TARGET = 1000
 MAX_ROUNDS = 40
 
 

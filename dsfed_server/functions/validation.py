@@ -97,10 +97,12 @@ def reference_scores(ctx: CallContext, negatives: list[float], positives: list[f
     values of seed 000: the global survivor functions are built from it at the site."""
     if len(negatives) == 0 or len(positives) == 0:
         raise CallError("both negatives and positives must be given")
+    parts = [np.asarray(v, dtype=float) for v in (negatives, positives)]
+    parts = [v if np.all(v[1:] >= v[:-1]) else np.sort(v) for v in parts]
     return pd.DataFrame({
-        "score": np.concatenate([np.sort(np.asarray(negatives, dtype=float)), np.sort(np.asarray(positives, dtype=float))]),
+        "score": np.concatenate(parts),
         "class": np.repeat(np.array([0, 1], dtype=np.int64), [len(negatives), len(positives)]),
-    })
+    }, copy=False)
 
 
 def _reference(table: pd.DataFrame, cls: int) -> np.ndarray:
@@ -258,8 +260,8 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> dict
     values = numeric(x)
     values = np.sort(values[~np.isnan(values)])
     ctx.guard.min_count(values.size, "valid values")
-    if len(thresholds) > 5000:
-        raise CallError("at most 5000 thresholds per call")
+    if len(thresholds) > 20000:
+        raise CallError("at most 20000 thresholds per call")
     counts = np.searchsorted(values, np.asarray(thresholds, dtype=float), side="right")
     return {"n": int(values.size), "counts": [c if ctx.guard.count_releasable(int(c), values.size) else None
                                               for c in counts.tolist()]}
