@@ -86,6 +86,18 @@ def do_hash_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def new_secret(args: argparse.Namespace) -> int:
+    from dsfed_server.provision import write_secret  # noqa: PLC0415
+
+    path = Path(args.path)
+    if path.exists():
+        print(f"{path} exists; not overwriting a site secret", file=sys.stderr)
+        return 2
+    write_secret(path)
+    print(f"wrote 32 random bytes to {path} (mode 600); set [site] secret_file to it")
+    return 0
+
+
 def audit_verify(args: argparse.Namespace) -> int:
     report = audit.verify(args.log)
     print(report)
@@ -117,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("hash-token", help="make a new API token and print its hash")
     p.set_defaults(func=do_hash_token)
+
+    p = sub.add_parser("new-secret", help="write a new site secret file (seeds DP noise)")
+    p.add_argument("path")
+    p.set_defaults(func=new_secret)
 
     p = sub.add_parser("audit-verify", help="verify an audit log's hash chain")
     p.add_argument("log")
