@@ -50,7 +50,8 @@ class Session:
         """A value derived from ``source`` (e.g. a model frame from a table), built once per session.
 
         Kept only while ``source`` is the very same object, so a reassigned symbol
-        is never served a stale value; at most ``size`` values are kept.
+        is never served a stale value (``source`` None: the key itself names the
+        content, e.g. by its digest); at most ``size`` values are kept.
         """
         hit = self._memo.get(key)
         if hit is not None and hit[0] is source:

@@ -19,6 +19,7 @@ import pandas as pd
 from scipy import stats
 
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.errors import CallError
 from dsfed_server.registry import P, Param, register
 
@@ -113,6 +114,8 @@ def _reference(table: pd.DataFrame, cls: int) -> np.ndarray:
 
 
 def _below_and_ties(reference: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each x (returned in ascending order): reference values below it, and equal to it."""
+    x = np.sort(x)  # sorted keys make the search cache-friendly; only sums are released
     less = np.searchsorted(reference, x, side="left")
     return less, np.searchsorted(reference, x, side="right") - less
 
@@ -172,7 +175,7 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     """
     y, p = outcome_and_score(ctx, truth, score)
     neg = _reference(reference, 0)
-    pv = (neg.size - np.searchsorted(neg, p[y == 1], side="right")) / neg.size
+    pv = (neg.size - np.searchsorted(neg, np.sort(p[y == 1]), side="right")) / neg.size
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
     x = stats.norm.ppf(t)
@@ -258,7 +261,8 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> dict
     number above t, is between 1 and q - 1 (a count is released only if it is 0 or at least q
     from both ends). Drives the distributed quantile search (only counts cross the wire)."""
     values = numeric(x)
-    values = np.sort(values[~np.isnan(values)])
+    # the search asks again and again about the same values: sort them once per session
+    values = ctx.session.memo(("sorted", content_digest(values)), None, lambda: np.sort(values[~np.isnan(values)]))
     ctx.guard.min_count(values.size, "valid values")
     if len(thresholds) > 20000:
         raise CallError("at most 20000 thresholds per call")
