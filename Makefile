@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test venv r-deps clean
+.PHONY: demo test venv r-deps browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,13 @@ venv: $(BIN)/python
 r-deps:
 	scripts/install-r.sh
 
+browser-deps:
+	scripts/install-chromium.sh
+
 demo: venv
 	$(BIN)/dsfed demo
 
-test: r-deps $(BIN)/python
+test: r-deps browser-deps $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/python -m pytest
 

@@ -1,10 +1,120 @@
-"""``dsfed``: the analyst command line (the demo, synthetic sites)."""
+"""``dsfed``: the analyst command line (the demo, synthetic sites, governance, docs).
+
+Each subcommand is a parser built in :func:`main` and a ``cmd_*`` function that
+receives the parsed arguments and returns the exit status.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dsfed_client.demo import find_repo_dir, run_demo  # noqa: PLC0415
+
+    try:
+        return run_demo(
+            args.fixtures or find_repo_dir("opal_fixtures"),
+            args.rules or find_repo_dir("disclosure_rules"),
+            args.json,
+            keep=args.keep,
+            report_path=args.report,
+        )
+    except KeyboardInterrupt:
+        print("\ninterrupted: sites stopped", file=sys.stderr)
+        return 130
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from dsfed_server.synthetic import write_sites  # noqa: PLC0415
+
+    paths = write_sites(
+        args.out, n_sites=args.sites, n_per_site=args.n, design=args.design, seed=args.seed,
+        auc=args.auc, prevalence=args.prevalence, fmt=args.format,
+    )
+    for path in paths:
+        print(path)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dsfed_client.errors import FederatedCallError  # noqa: PLC0415
+    from dsfed_client.report import report_from_sites_file  # noqa: PLC0415
+
+    try:
+        result, path = report_from_sites_file(args.sites, args.out, table=args.table, truth=args.truth,
+                                              score=args.score, curves=args.curves)
+    except (OSError, ValueError, KeyError) as exc:
+        return _unusable(exc)
+    except FederatedCallError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(result.summary(), end="")
+    print(f"Report written to {path}")
+    return 0
+
+
+def _unusable(error: Exception) -> int:
+    """Report a file that cannot be used (``file:line: reason``) and return the exit status."""
+    print(error, file=sys.stderr)
+    return 2
+
+
+def cmd_rules_explain(args: argparse.Namespace) -> int:
+    from dsfed_client.governance import explain_rules  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
+
+    try:
+        print(explain_rules(args.file), end="")
+    except ConfigFileError as exc:
+        return _unusable(exc)
+    return 0
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from dsfed_client.governance import check_rules  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
+
+    status = 0
+    for path in args.files:
+        try:
+            rules = check_rules(path)
+        except ConfigFileError as exc:
+            status = _unusable(exc)
+            continue
+        print(f"{path}: valid ({len(rules.functions.enabled)} functions enabled; "
+              f"profiles: {', '.join(rules.profile_names)})")
+    return status
+
+
+def cmd_audit_show(args: argparse.Namespace) -> int:
+    from dsfed_client.governance import summarize_audit  # noqa: PLC0415
+
+    try:
+        print(summarize_audit(args.logs, by=args.by), end="")
+    except (OSError, ValueError) as exc:
+        return _unusable(exc)
+    return 0
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from dsfed_server.audit import verify  # noqa: PLC0415
+
+    try:
+        report = verify(args.log)
+    except OSError as exc:
+        return _unusable(exc)
+    print(f"{args.log}: {report}")
+    return 0 if report.ok else 1
+
+
+def cmd_docs_functions(args: argparse.Namespace) -> int:
+    from dsfed_client.function_docs import render_function_docs  # noqa: PLC0415
+
+    print(render_function_docs(), end="")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,6 +126,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixtures", type=Path, help="opal_fixtures directory (default: the repository's)")
     p.add_argument("--rules", type=Path, help="disclosure_rules directory (default: the repository's)")
     p.add_argument("--keep", action="store_true", help="keep the run directory (configs, logs, audit)")
+    p.add_argument("--report", type=Path, help="write the validation report (HTML) here "
+                   "(default: next to --json, else next to the run directory; the path is printed)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("report", help="validate a model across sites and write one self-contained HTML report")
+    p.add_argument("--sites", type=Path, required=True,
+                   help='JSON: {"sites": {"NAME": {"url": ..., "user": ..., "password": ...} or {"url": ..., '
+                        '"token": ...}}, optional "table", "truth", "score"}')
+    p.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    p.add_argument("--table", help="project.table at every site (default: the sites file's \"table\")")
+    p.add_argument("--truth", help="outcome column, 0/1 (default: the sites file's \"truth\", else y)")
+    p.add_argument("--score", help="predicted probability column (default: the sites file's \"score\", else score)")
+    p.add_argument("--curves", action="store_true",
+                   help="add histogram-based ROC and PR curves (one more noisy release per site)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("synth", help="write synthetic sites (opal_fixtures layout) for tests and benchmarks")
     p.add_argument("out", type=Path, help="directory to create the sites in")
@@ -26,32 +151,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prevalence", type=float, default=0.3, help="share of positives for the binormal design")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    p.set_defaults(func=cmd_synth)
+
+    rules = sub.add_parser("rules", help="explain or check a site's disclosure rules file").add_subparsers(
+        dest="action", required=True)
+    p = rules.add_parser("explain", help="print what every key of a rules file allows and refuses")
+    p.add_argument("file", type=Path, help="a rules file (disclosure_rules/*.toml)")
+    p.set_defaults(func=cmd_rules_explain)
+    p = rules.add_parser("check", help="validate rules files as a site does at start (file:line: reason)")
+    p.add_argument("files", type=Path, nargs="+", metavar="FILE", help="rules file(s) (disclosure_rules/*.toml)")
+    p.set_defaults(func=cmd_rules_check)
+
+    audit = sub.add_parser("audit", help="summarise or verify a site's audit log").add_subparsers(
+        dest="action", required=True)
+    p = audit.add_parser("show", help="calls by analyst, function or outcome; refusals; privacy spent")
+    p.add_argument("logs", type=Path, nargs="+", metavar="LOG", help="audit log(s) (JSON lines)")
+    p.add_argument("--by", choices=("analyst", "function", "outcome"), default="function",
+                   help="how to group the call counts (default: function)")
+    p.set_defaults(func=cmd_audit_show)
+    p = audit.add_parser("verify", help="verify an audit log's hash chain")
+    p.add_argument("log", type=Path, help="audit log (JSON lines)")
+    p.set_defaults(func=cmd_audit_verify)
+
+    docs = sub.add_parser("docs", help="generate documentation").add_subparsers(dest="action", required=True)
+    p = docs.add_parser("functions", help="print docs/functions.md, generated from the function registry")
+    p.set_defaults(func=cmd_docs_functions)
 
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from dsfed_client.demo import find_repo_dir, run_demo  # noqa: PLC0415
-
-        try:
-            return run_demo(
-                args.fixtures or find_repo_dir("opal_fixtures"),
-                args.rules or find_repo_dir("disclosure_rules"),
-                args.json,
-                keep=args.keep,
-            )
-        except KeyboardInterrupt:
-            print("\ninterrupted: sites stopped", file=sys.stderr)
-            return 130
-    if args.command == "synth":
-        from dsfed_server.synthetic import write_sites  # noqa: PLC0415
-
-        paths = write_sites(
-            args.out, n_sites=args.sites, n_per_site=args.n, design=args.design, seed=args.seed,
-            auc=args.auc, prevalence=args.prevalence, fmt=args.format,
-        )
-        for path in paths:
-            print(path)
-        return 0
-    return 2
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,10 @@ class DisclosureRefused(SiteCallError):
     """The site's disclosure rules refused to release the result."""
 
 
+class BudgetExceededError(DisclosureRefused):
+    """A noisy release would exceed the analyst's privacy budget at the site; the message says what remains."""
+
+
 class NotEnabledError(DisclosureRefused):
     """The function is not enabled in the site's rules file."""
 
@@ -75,6 +79,7 @@ class SiteUnavailable(SiteCallError):
 _BY_TYPE: dict[str, type[SiteCallError]] = {
     "disclosure_refused": DisclosureRefused,
     "not_enabled": NotEnabledError,
+    "budget_exceeded": BudgetExceededError,
     "bad_call": BadCallError,
     "unauthenticated": AuthenticationError,
     "forbidden": ForbiddenError,

@@ -163,6 +163,11 @@ def create_app(service: SiteService) -> FastAPI:
     def assign_table(sid: str, body: AssignTableBody, user: UserDep) -> dict[str, Any]:
         return service.assign_table(user, sid, body.symbol, body.table, body.variables)
 
+    @app.get("/v1/budget")
+    def budget(user: UserDep) -> dict[str, Any]:
+        """Governance: privacy budget spent and remaining per analyst x table."""
+        return service.budget(user)
+
     @app.get("/v1/audit")
     def audit(user: UserDep) -> list[dict[str, Any]]:
         return service.audit_records(user)

@@ -8,6 +8,7 @@ Example (``dsfed-server init`` writes one)::
     rules = "../disclosure_rules/default.toml"
     audit_log = "site1-audit.jsonl"
     secret_file = "site1.secret"               # >= 32 random bytes, mode 600 (dsfed-server new-secret)
+    ledger = "site1-ledger.sqlite"             # privacy budget spent per analyst x table (append-only)
     session_idle_timeout_s = 1800
     max_sessions_per_user = 8
 
@@ -44,6 +45,7 @@ class SiteSection(_Section):
     rules: str
     audit_log: str
     secret_file: str
+    ledger: str = Field(description="SQLite file of the privacy-budget ledger (append-only spend records)")
     session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)
     max_sessions_per_user: int = Field(ge=1, le=1000)
 

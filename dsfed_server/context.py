@@ -44,11 +44,27 @@ class CallContext:
             raise CallError(f"{text!r} does not name a symbol or a table$column")
         return node
 
+    def note_source(self, table: str) -> None:
+        """Record that this call reads the site table ``table`` (project.table): the values it
+        assigns derive from it, and noisy releases are charged to it (privacy ledger)."""
+        scope = self.session.scope
+        if scope is not None:
+            scope.sources.add(table)
+
+    def _read(self, name: str, value: Any) -> Any:
+        scope = self.session.scope
+        if scope is not None:
+            scope.read(self.session.sources.get(name, frozenset()), value)
+            self.guard.check_analyst_data()
+        return value
+
     def resolve(self, node: Node) -> Any:
         if isinstance(node, Symbol):
-            return self.session.get(node.name)
+            return self._read(node.name, self.session.get(node.name))
         if isinstance(node, Column):
             table = self.session.get(node.table)
+            if isinstance(table, pd.DataFrame) and node.column in table.columns:
+                return self._read(node.table, table[node.column])
             if not isinstance(table, pd.DataFrame):
                 raise CallError(f"{node.table!r} is not a table, so {node.to_text()!r} has no column")
             if node.column not in table.columns:

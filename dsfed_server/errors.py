@@ -70,6 +70,14 @@ class DisclosureRefusal(SiteError):
     http_status = 403
 
 
+class BudgetExceeded(DisclosureRefusal):
+    """A noisy release would exceed the analyst's privacy budget on a table (``[budget]``);
+    the message states what remains. Nothing is released and nothing is spent."""
+
+    kind = "budget_exceeded"
+    http_status = 403
+
+
 class CallError(SiteError):
     """The call is malformed: outside the grammar, unknown function, bad argument."""
 

@@ -29,6 +29,8 @@ from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.differencing import SubsetHistory
+from dsfed_server.disclosure.ledger import CallScope, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, NotFound, SiteError,
@@ -115,6 +117,8 @@ class SiteService:
         self.catalog.validate_all()
         self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name)
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
+        self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
+        self.subset_history = SubsetHistory()  # rows of each analyst's subsets (differencing rule)
         self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
         self.auth = Authenticator(config.users)
         self.limits = Limits(
@@ -225,6 +229,7 @@ class SiteService:
             with session.lock:
                 session.get(name)
                 del session.symbols[name]
+                session.sources.pop(name, None)
 
     # --- calls ------------------------------------------------------------------------
 
@@ -273,13 +278,32 @@ class SiteService:
         spec = self._spec(call.function, session)
         ctx = CallContext(self, session, spec.name, self._guard(spec.name, session))
         try:
-            args = {python_name(name): value for name, value in bind(spec, call.args, ctx).items()}
+            bound = bind(spec, call.args, ctx)
+            ctx.guard.check_analyst_data(spec.params, bound)
+            args = {python_name(name): value for name, value in bound.items()}
             return spec.impl(ctx, **args)
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
 
     def _guard(self, function: str, session: Session | None = None) -> Guard:
-        return Guard(self._rules(session), self.name, function, self.secret)
+        return Guard(self._rules(session), self.name, function, self.secret,
+                     scope=session.scope if session is not None else None, subsets=self.subset_history)
+
+    @contextmanager
+    def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:
+        """One call's reads and noisy releases (held under the session lock); on success the
+        releases are spent in the ledger and the audit record carries the spend."""
+        budget = self.rules.budget
+        scope = CallScope(user.name, self.ledger, budget.epsilon_per_analyst, budget.delta_per_analyst,
+                          secret=self.secret)
+        session.scope = scope
+        try:
+            yield scope
+            privacy = scope.commit(record["function"])
+            if privacy is not None:
+                record["privacy"] = privacy
+        finally:
+            session.scope = None
 
     def run_nested(self, session: Session, call: Call) -> Any:
         """A call inside another call's arguments: only assign-kind functions give values."""
@@ -299,7 +323,7 @@ class SiteService:
         R result (the entry's ``opal_shape``, encoded as ``jsonlite`` does).
         """
         function, text = self._label(request)
-        with self._audited(user, sid, function, "aggregate", text):
+        with self._audited(user, sid, function, "aggregate", text) as record:
             session = self.sessions.get(sid, user.name)
             node = self._tree(request)
             if not isinstance(node, Call):
@@ -310,7 +334,7 @@ class SiteService:
                     f"{spec.name} is an assign function; use assign with a symbol name",
                     function=spec.name,
                 )
-            with session.lock:
+            with session.lock, self._scope(user, session, record):
                 result = jsonable(self._invoke(session, node))
             if shape == "opal":
                 result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
@@ -318,7 +342,7 @@ class SiteService:
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)
-        with self._audited(user, sid, function, "assign", f"{symbol} <- {text}"):
+        with self._audited(user, sid, function, "assign", f"{symbol} <- {text}") as record:
             session = self.sessions.get(sid, user.name)
             check_symbol_name(symbol, self.limits.max_name_length)
             node = self._tree(request)
@@ -331,10 +355,11 @@ class SiteService:
                     )
             elif not isinstance(node, (Symbol, Column)):
                 raise CallError("an assign request must be a call, a symbol or table$column")
-            with session.lock:
+            with session.lock, self._scope(user, session, record) as scope:
                 ctx = CallContext(self, session, function, self._guard(function, session))
                 value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
                 session.symbols[symbol] = value
+                session.sources[symbol] = frozenset(scope.sources)
                 cls = r_class(value)
         return {"symbol": symbol, "class": cls}
 
@@ -358,7 +383,11 @@ class SiteService:
                 info = spec.describe()  # type: ignore[union-attr]
                 info["available"] = spec.backend != "R" or rbridge.available()  # type: ignore[union-attr]
                 entries.append(info)
-        return {"site": self.name, "profile": profile, "noise_off": self.rules.noise_off, "functions": entries}
+        rules = self.profile_rules[profile]
+        # the thresholds in force, as governance reads them in the rules file (nothing secret)
+        public = {section: getattr(rules, section).model_dump() for section in ("disclosure", "bins", "privacy", "budget")}
+        return {"site": self.name, "profile": profile, "noise_off": self.rules.noise_off, "rules": public,
+                "functions": entries}
 
     def profiles(self, user: User) -> list[dict[str, Any]]:
         """The site's profiles (Opal's DataSHIELD profiles): name and enabled functions."""
@@ -369,6 +398,25 @@ class SiteService:
     def tables(self, user: User) -> list[dict[str, Any]]:
         with self._audited(user, None, "listTables", "metadata", ""):
             return [t.describe() for t in self.catalog.tables()]
+
+    def budget(self, user: User) -> dict[str, Any]:
+        """Governance: privacy budget spent and remaining per analyst x table (the ledger)."""
+        with self._audited(user, None, "listBudget", "governance", ""):
+            self._require_role(user, "governance")
+            b = self.rules.budget
+            entries = []
+            for row in self.ledger.listing():
+                spent = guarantee(row["cost"], epsilon_budget=b.epsilon_per_analyst, delta_budget=b.delta_per_analyst)
+                entries.append({
+                    "analyst": row["analyst"], "table": row["table"],
+                    "spent": spent.as_dict(),
+                    "remaining": remaining_budget(spent, b.epsilon_per_analyst, b.delta_per_analyst),
+                    "basic": {"epsilon": row["cost"].epsilon, "delta": row["cost"].delta},
+                    "rho": row["cost"].rho, "queries": row["queries"], "releases": row["releases"],
+                    "last": row["last"],
+                })
+        return {"site": self.name, "accountant": "rdp",
+                "budget": {"epsilon": b.epsilon_per_analyst, "delta": b.delta_per_analyst}, "spending": entries}
 
     def audit_records(self, user: User) -> list[dict[str, Any]]:
         with self._audited(user, None, "readAudit", "governance", ""):

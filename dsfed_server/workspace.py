@@ -45,6 +45,11 @@ class Session:
     symbols: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
     _memo: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    # provenance: the site tables (project.table) each symbol's value was computed from;
+    # empty for values the analyst supplied (e.g. referenceScoresDS). Drives the privacy
+    # ledger's table key and the rule on analyst-supplied vectors.
+    sources: dict[str, frozenset] = field(default_factory=dict, repr=False)
+    scope: Any = field(default=None, repr=False)  # the running call's CallScope (ledger.py)
 
     def memo(self, key: Hashable, source: Any, build: Callable[[], Any], size: int = 8) -> Any:
         """A value derived from ``source`` (e.g. a model frame from a table), built once per session.

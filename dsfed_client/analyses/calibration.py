@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
+from dsfed_client.analyses.discrimination import _text_table
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.analyses.quantiles import QuantileGroups, quantile_groups
 from dsfed_client.calls import Call, Ref
@@ -43,6 +44,35 @@ class Brier:
         return {"brier": self.brier, "spiegelhalter_z": self.spiegelhalter_z, "spiegelhalter_p": self.spiegelhalter_p,
                 "n": self.n, "mean_outcome": self.mean_outcome, "mean_prediction": self.mean_prediction,
                 "citl_difference": self.citl_difference}
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([{"brier": self.brier, "spiegelhalter_z": self.spiegelhalter_z,
+                              "spiegelhalter_p": self.spiegelhalter_p, "n": self.n, "mean_outcome": self.mean_outcome,
+                              "mean_prediction": self.mean_prediction, "citl_difference": self.citl_difference}],
+                            index=["Brier"])
+
+    def summary(self) -> str:
+        return _text_table("Brier score and Spiegelhalter's z", [
+            ("Brier score", f"{self.brier:.6g}"), ("Spiegelhalter z", f"{self.spiegelhalter_z:.6g}"),
+            ("Spiegelhalter p", f"{self.spiegelhalter_p:.4g}"), ("n", str(self.n)),
+            ("Observed event rate", f"{self.mean_outcome:.6g}"), ("Mean prediction", f"{self.mean_prediction:.6g}"),
+            ("Observed - expected", f"{self.citl_difference:.6g}"),
+        ])
+
+    def __repr__(self) -> str:
+        return (f"Brier(brier={self.brier:.4f}, spiegelhalter_z={self.spiegelhalter_z:.3f}, "
+                f"p={self.spiegelhalter_p:.3g}, n={self.n})")
+
+    def plot(self, ax: Any = None) -> Any:
+        """Observed event rate beside the mean prediction (calibration-in-the-large), Brier in the title."""
+        from dsfed_client.plots import new_axes  # noqa: PLC0415
+
+        ax = new_axes(ax, figsize=(3.5, 3.5))
+        ax.bar([0, 1], [self.mean_outcome, self.mean_prediction], color=["tab:blue", "tab:orange"],
+               tick_label=["observed", "predicted"], gid="brier-bars")
+        ax.set_ylabel("event rate")
+        ax.set_title(f"Brier {self.brier:.4f}; Spiegelhalter z {self.spiegelhalter_z:.2f}")
+        return ax
 
 
 def ds_brier(session: FederatedSession, truth: str, score: str) -> Brier:
@@ -96,6 +126,25 @@ class CalibrationCurve:
         return {"bins": frame.replace({np.nan: None}).to_dict(orient="records"),
                 "suppressed_total": self.suppressed_total, "suppressed_share": self.suppressed_share,
                 "n_total": self.n_total}
+
+    def summary(self) -> str:
+        frame = self.to_frame()
+        head = (f"Calibration curve: {len(self.n)} equal-width bins, n {self.n_total}; "
+                f"{self.suppressed_total} records ({self.suppressed_share:.1%}) suppressed at sites\n")
+        return head + frame.to_string(float_format=lambda v: f"{v:.4g}", na_rep="-") + "\n"
+
+    def __repr__(self) -> str:
+        return (f"CalibrationCurve(bins={len(self.n)}, n_total={self.n_total}, "
+                f"suppressed_total={self.suppressed_total}, sites={list(self.per_site)})")
+
+    def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
+        """Pooled points (sized by n), per-site curves, bins with suppressed records circled with the
+        bound on their share, the diagonal, and a histogram of predictions below (from the bin counts)."""
+        from dsfed_client.plots import plot_calibration  # noqa: PLC0415
+
+        return plot_calibration(self.edges, self.n, self.mean_prediction, self.mean_outcome,
+                                suppressed_share_max=self.suppressed_share_max,
+                                per_site=self.per_site if per_site else None, ax=ax)
 
 
 @dataclass(frozen=True)
@@ -173,6 +222,37 @@ class HosmerLemeshow:
                 "suppressed_records": self.suppressed_records, "complete": self.complete,
                 "groups": self.table.to_dict(orient="records")}
 
+    def to_frame(self) -> pd.DataFrame:
+        """The group table: bounds, n, observed and expected events and non-events, suppression."""
+        return self.table.copy()
+
+    def summary(self) -> str:
+        name = "C (deciles of risk)" if self.kind == "C" else "H (fixed-width bins)"
+        rows = [("Statistic", f"{self.statistic:.6g}"), ("df", str(self.df)), ("p-value", f"{self.pvalue:.4g}"),
+                ("Groups", str(len(self.table))), ("Complete", "yes" if self.complete else "NO (partial)")]
+        if self.suppressed_records:
+            rows.append(("Records suppressed at sites", str(self.suppressed_records)))
+        if not self.exact_grouping:
+            rows.append(("Records with uncertain group", f"<= {self.uncertain_records}"))
+        table = self.table[["lower", "upper", "n", "observed_1", "expected_1", "observed_0", "expected_0"]]
+        return (_text_table(f"Hosmer-Lemeshow {name}", rows)
+                + table.to_string(float_format=lambda v: f"{v:.4g}") + "\n")
+
+    def __repr__(self) -> str:
+        return (f"HosmerLemeshow(kind={self.kind!r}, statistic={self.statistic:.4f}, df={self.df}, "
+                f"pvalue={self.pvalue:.4g}, groups={len(self.table)}, complete={self.complete})")
+
+    def group_labels(self) -> list[str]:
+        return [f"({lo:.3g}, {hi:.3g}]" for lo, hi in zip(self.table.lower, self.table.upper)]
+
+    def plot(self, ax: Any = None) -> Any:
+        """Observed against expected events per group, as bars; returns the Axes."""
+        from dsfed_client.plots import plot_observed_expected  # noqa: PLC0415
+
+        return plot_observed_expected(
+            self.group_labels(), self.table.observed_1.to_numpy(), self.table.expected_1.to_numpy(),
+            title=f"Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, df {self.df}, p = {self.pvalue:.3g}", ax=ax)
+
 
 def _group_table(session: FederatedSession, truth: str, score: str, breaks: np.ndarray) -> tuple[pd.DataFrame, int]:
     """Pooled observed/expected per group, and the number of records sites suppressed."""
@@ -231,6 +311,39 @@ class CalibrationErrors:
         return {"ece": self.ece, "mce": self.mce, "exact_grouping": self.exact_grouping,
                 "suppressed_records": self.suppressed_records, "groups": self.table.to_dict(orient="records")}
 
+    def to_frame(self) -> pd.DataFrame:
+        """Per group: n, mean observed and expected event rate and their absolute gap."""
+        t = self.table
+        return pd.DataFrame({"lower": t.lower, "upper": t.upper, "n": t.n, "observed_rate": t.observed_1 / t.n,
+                             "expected_rate": t.expected_1 / t.n,
+                             "abs_gap": (t.observed_1 - t.expected_1).abs() / t.n})
+
+    def summary(self) -> str:
+        return _text_table("Expected and maximum calibration error", [
+            ("ECE", f"{self.ece:.6g}"), ("MCE", f"{self.mce:.6g}"), ("Groups", str(len(self.table))),
+            ("Exact grouping", "yes" if self.exact_grouping else "no"),
+            ("Records suppressed at sites", str(self.suppressed_records)),
+        ]) + self.to_frame().to_string(float_format=lambda v: f"{v:.4g}") + "\n"
+
+    def __repr__(self) -> str:
+        return f"CalibrationErrors(ece={self.ece:.4f}, mce={self.mce:.4f}, groups={len(self.table)})"
+
+    def plot(self, ax: Any = None) -> Any:
+        """The absolute gap per group as bars, ECE as a line; returns the Axes."""
+        from dsfed_client.plots import new_axes  # noqa: PLC0415
+
+        frame = self.to_frame()
+        ax = new_axes(ax, figsize=(6.0, 3.5))
+        x = np.arange(len(frame))
+        ax.bar(x, frame.abs_gap, color="tab:purple", gid="ece-gaps")
+        ax.axhline(self.ece, color="black", linestyle="--", linewidth=1, label=f"ECE {self.ece:.4f}")
+        ax.set_xticks(x, [f"({lo:.3g}, {hi:.3g}]" for lo, hi in zip(frame.lower, frame.upper)], rotation=45,
+                      ha="right", fontsize=7)
+        ax.set_ylabel("|observed - expected| rate")
+        ax.set_title(f"Calibration error per group (MCE {self.mce:.4f})")
+        ax.legend(fontsize=8)
+        return ax
+
 
 def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10) -> CalibrationErrors:
     """:math:`ECE = \\sum_g (n_g/n)\\,|\\bar o_g - \\bar e_g|`, :math:`MCE = \\max_g |\\bar o_g - \\bar e_g|`,
@@ -261,6 +374,44 @@ class LogisticCalibration:
         return {"intercept": self.intercept, "slope": self.slope, "citl": self.citl,
                 "slope_ci": self.fit.conf_int()[1].tolist(), "citl_ci": self.citl_fit.conf_int()[0].tolist(),
                 "n_excluded": self.n_excluded}
+
+    def to_frame(self) -> pd.DataFrame:
+        """Intercept, slope and calibration-in-the-large with standard errors and Wald intervals."""
+        fit, citl = self.fit.to_frame(), self.citl_fit.to_frame()
+        frame = pd.concat([fit, citl.iloc[[0]]])
+        frame.index = ["intercept", "slope", "citl"]
+        return frame
+
+    def summary(self) -> str:
+        ci_slope, ci_citl = self.fit.conf_int()[1], self.citl_fit.conf_int()[0]
+        return _text_table("Logistic calibration: y ~ logit(p); y ~ 1 + offset(logit(p))", [
+            ("Calibration intercept", f"{self.intercept:.6g}"),
+            ("Calibration slope", f"{self.slope:.6g}  (95% CI {ci_slope[0]:.4g} - {ci_slope[1]:.4g})"),
+            ("Calibration-in-the-large", f"{self.citl:.6g}  (95% CI {ci_citl[0]:.4g} - {ci_citl[1]:.4g})"),
+            ("n used / excluded (p = 0 or 1)", f"{self.fit.nobs} / {self.n_excluded}"),
+        ]) + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}") + "\n"
+
+    def __repr__(self) -> str:
+        return (f"LogisticCalibration(intercept={self.intercept:.4f}, slope={self.slope:.4f}, citl={self.citl:.4f}, "
+                f"n={self.fit.nobs})")
+
+    def plot(self, ax: Any = None) -> Any:
+        """The recalibration curve :math:`p \\mapsto \\mathrm{expit}(a + b\\,\\mathrm{logit}(p))` against the diagonal."""
+        from dsfed_client.plots import new_axes  # noqa: PLC0415
+
+        ax = new_axes(ax, figsize=(4.5, 4.5))
+        p = np.linspace(0.001, 0.999, 300)
+        ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="ideal")
+        ax.plot(p, special.expit(self.intercept + self.slope * special.logit(p)), color="tab:green", linewidth=2,
+                label=f"intercept {self.intercept:.3f}, slope {self.slope:.3f}", gid="logistic-calibration")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_aspect("equal")
+        ax.set_xlabel("predicted probability")
+        ax.set_ylabel("recalibrated probability")
+        ax.set_title("Logistic recalibration")
+        ax.legend(loc="upper left", fontsize=8)
+        return ax
 
 
 def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *,

@@ -12,14 +12,16 @@ With noise off (a test profile), every number equals the pooled computation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy import integrate, special, stats
 
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref, decode_f64
+from dsfed_client.progress import progress
 from dsfed_client.session import FederatedSession
 
 REFERENCE = "dsfed.ref"
@@ -38,6 +40,16 @@ class NoisyReference:
     @property
     def noise_off(self) -> bool:
         return all(s == 0 for s in self.sigma.values())
+
+    def roc_curve(self, n_thresholds: int = 99) -> tuple[np.ndarray, np.ndarray]:
+        """Empirical ROC of the pooled (noisy) scores at the ROC-GLM's grid :math:`t_j = j/(n_T+1)`:
+        :math:`ROC(t_j) = n_1^{-1}\\#\\{i: \\tilde S_0(\\tilde F_{1,i}) \\le t_j\\}`, with (0, 0) and (1, 1)
+        added. Post-processing of values the analyst already holds: no site is asked anything."""
+        neg = np.sort(self.negatives)
+        pv = np.sort((neg.size - np.searchsorted(neg, self.positives, side="right")) / neg.size)
+        t = np.arange(1, n_thresholds + 1) / (n_thresholds + 1)
+        tpr = np.searchsorted(pv, t, side="right") / pv.size
+        return np.concatenate([[0.0], t, [1.0]]), np.concatenate([[0.0], tpr, [1.0]])
 
 
 def pooled_noisy_scores(session: FederatedSession, truth: str, score: str, *, epsilon: float | None = None,
@@ -81,6 +93,7 @@ class EmpiricalAUC:
     n_negative: int
     noise_off: bool
     approximation_error: float  # 0 when exact; else an estimate of the noise-induced error
+    reference: NoisyReference | None = field(default=None, repr=False, compare=False)  # for plot()
 
     @property
     def ci_delong(self) -> tuple[float, float]:
@@ -99,6 +112,57 @@ class EmpiricalAUC:
             "n_negative": self.n_negative, "noise_off": self.noise_off,
             "approximation_error": self.approximation_error,
         }
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row: the AUC with both intervals, the variance and the class sizes."""
+        level = f"{1 - self.alpha:.0%}"
+        return pd.DataFrame([{
+            "auc": self.auc, "variance": self.variance, "se": float(np.sqrt(self.variance)),
+            f"delong {level} lower": self.ci_delong[0], f"delong {level} upper": self.ci_delong[1],
+            f"logit {level} lower": self.ci_logit[0], f"logit {level} upper": self.ci_logit[1],
+            "n_positive": self.n_positive, "n_negative": self.n_negative,
+            "noise_off": self.noise_off, "approximation_error": self.approximation_error,
+        }], index=["empirical AUC"])
+
+    def summary(self) -> str:
+        level = f"{1 - self.alpha:.0%}"
+        return _text_table("Empirical AUC (placement values, DeLong variance)", [
+            ("AUC", f"{self.auc:.6g}"), ("Std. error", f"{np.sqrt(self.variance):.6g}"),
+            (f"{level} CI (DeLong)", "{:.6g} - {:.6g}".format(*self.ci_delong)),
+            (f"{level} CI (logit, eq. 3)", "{:.6g} - {:.6g}".format(*self.ci_logit)),
+            ("Positives / negatives", f"{self.n_positive} / {self.n_negative}"),
+            ("Noise", "off (exact)" if self.noise_off else
+             f"on; est. noise error {self.approximation_error:.4g}"),
+        ])
+
+    def __repr__(self) -> str:
+        return (f"EmpiricalAUC(auc={self.auc:.4f}, ci_delong=({self.ci_delong[0]:.4f}, {self.ci_delong[1]:.4f}), "
+                f"n_positive={self.n_positive}, n_negative={self.n_negative}, noise_off={self.noise_off})")
+
+    def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
+        """The empirical ROC of the pooled noisy scores (AUC and DeLong CI in the legend), optionally
+        with another curve given as arrays ``fpr``, ``tpr``; returns the matplotlib Axes."""
+        from dsfed_client.plots import plot_roc, roc_axes, new_axes  # noqa: PLC0415
+
+        label = "empirical AUC {:.3f} ({:.0%} CI {:.3f}-{:.3f})".format(self.auc, 1 - self.alpha, *self.ci_delong)
+        overlay = None if fpr is None else (fpr, tpr)
+        if self.reference is None:
+            ax = roc_axes(new_axes(ax))
+            ax.plot([], [], " ", label=label)
+            if overlay is not None:
+                ax.plot(*overlay, color="tab:orange", label=overlay_label, gid="roc-overlay")
+            ax.legend(loc="lower right", fontsize=8)
+            return ax
+        x, y = self.reference.roc_curve()
+        return plot_roc(x, y, label=label, overlay=overlay, overlay_label=overlay_label, ax=ax)
+
+
+def _text_table(title: str, rows: list[tuple[str, str]]) -> str:
+    """A two-column text table under a centred title, as statsmodels' summaries."""
+    width = max(60, len(title) + 4, max(len(k) + len(v) + 4 for k, v in rows))
+    lines = [title.center(width), "=" * width]
+    lines += [f"{k + ':':<{width - len(v)}}{v}" for k, v in rows]
+    return "\n".join(lines + ["=" * width]) + "\n"
 
 
 def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
@@ -122,7 +186,7 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     var10 = (sum(r["sumsq_v10"] for r in sums.values()) - n1 * auc**2) / (n1 - 1)
     var01 = (sum(r["sumsq_v01"] for r in sums.values()) - n0 * mean01**2) / (n0 - 1)
     error = 0.0 if ref.noise_off else abs(_auc_between(ref.positives, ref.negatives) - auc)
-    return EmpiricalAUC(float(auc), float(var10 / n1 + var01 / n0), alpha, n1, n0, ref.noise_off, error)
+    return EmpiricalAUC(float(auc), float(var10 / n1 + var01 / n0), alpha, n1, n0, ref.noise_off, error, ref)
 
 
 @dataclass(frozen=True)
@@ -157,6 +221,56 @@ class ROCGLM:
             "empirical": self.empirical.to_dict(),
         }
 
+    def empirical_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """(fpr, tpr) of the pooled noisy scores at this fit's threshold grid (no site call)."""
+        return self.reference.roc_curve(self.n_thresholds)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The ROC-GLM and the empirical AUC, one row each: estimate, CI, variance."""
+        level = f"{1 - self.alpha:.0%}"
+        rows = [
+            {"auc": self.auc, f"{level} lower": self.ci[0], f"{level} upper": self.ci[1], "ci method": "logit (eq. 3)",
+             "variance": self.variance, "a": self.a, "b": self.b, "auc_integral": self.auc_integral},
+            {"auc": self.empirical.auc, f"{level} lower": self.empirical.ci_delong[0],
+             f"{level} upper": self.empirical.ci_delong[1], "ci method": "DeLong",
+             "variance": self.empirical.variance, "a": np.nan, "b": np.nan, "auc_integral": np.nan},
+        ]
+        return pd.DataFrame(rows, index=["ROC-GLM", "empirical"])
+
+    def summary(self) -> str:
+        level = f"{1 - self.alpha:.0%}"
+        glm = self.glm.to_frame(self.alpha).to_string(float_format=lambda v: f"{v:.6g}")
+        sigma = ", ".join(f"{s} {v:.4g}" for s, v in self.reference.sigma.items())
+        head = _text_table("Distributed ROC-GLM  ROC(t) = Phi(a + b Phi^-1(t))", [
+            ("AUC = Phi(a / sqrt(1 + b^2))", f"{self.auc:.6g}"),
+            (f"{level} CI (logit, eq. 3)", "{:.6g} - {:.6g}".format(*self.ci)),
+            ("AUC by integration", f"{self.auc_integral:.6g}"),
+            ("a, b", f"{self.a:.6g}, {self.b:.6g}"),
+            ("Empirical AUC", f"{self.empirical.auc:.6g}"),
+            (f"{level} CI (DeLong)", "{:.6g} - {:.6g}".format(*self.empirical.ci_delong)),
+            ("Thresholds", str(self.n_thresholds)),
+            ("Fisher-scoring iterations", str(self.glm.iterations)),
+            ("Noise sigma per site", "off (exact)" if self.reference.noise_off else sigma),
+        ])
+        return head + "Probit fit u ~ x on the sites' intermediate data:\n" + glm + "\n"
+
+    def __repr__(self) -> str:
+        return (f"ROCGLM(auc={self.auc:.4f}, ci=({self.ci[0]:.4f}, {self.ci[1]:.4f}), a={self.a:.4f}, b={self.b:.4f}, "
+                f"empirical_auc={self.empirical.auc:.4f}, n_thresholds={self.n_thresholds}, "
+                f"noise_off={self.reference.noise_off})")
+
+    def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
+        """The fitted ROC-GLM curve over the empirical ROC of the pooled noisy scores, the AUC's CI in
+        the legend; ``fpr``, ``tpr`` overlay another curve (e.g. the histogram-based one). Returns the Axes."""
+        from dsfed_client.plots import plot_roc  # noqa: PLC0415
+
+        t = np.linspace(0, 1, 201)
+        label = "ROC-GLM AUC {:.3f} ({:.0%} CI {:.3f}-{:.3f})".format(self.auc, 1 - self.alpha, *self.ci)
+        emp_label = "empirical{} AUC {:.3f}".format("" if self.reference.noise_off else " (noisy scores)",
+                                                   self.empirical.auc)
+        return plot_roc(t, self.curve(t), label=label, empirical=self.empirical_curve(), empirical_label=emp_label,
+                        overlay=None if fpr is None else (fpr, tpr), overlay_label=overlay_label, ax=ax)
+
 
 def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                n_thresholds: int = 99, epsilon: float | None = None, delta: float | None = None,
@@ -173,12 +287,18 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
     ``epsilon``, ``delta`` and ``sensitivity`` may only ask for more privacy than
     the sites' rules give; a site refuses a request for less.
     """
-    ref = pooled_noisy_scores(session, truth, score, epsilon=epsilon, delta=delta, sensitivity=sensitivity)
-    session.assign(ROC_DATA, Call("rocGlmDataDS", Ref(truth), Ref(score), Ref(REFERENCE), n_thresholds))
-    fit = ds_glm(session, "u ~ x", ROC_DATA, family="binomial", link="probit", weights="w")
-    a, b = (float(v) for v in fit.params)
-    auc = float(stats.norm.cdf(a / np.sqrt(1 + b * b)))
-    auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,
-                                        epsabs=1e-12, epsrel=1e-12)[0])
-    empirical = ds_auc(session, truth, score, alpha=alpha, reference=ref)
+    with progress("ROC-GLM", total=4) as bar:
+        bar.update(description="ROC-GLM: noisy scores")
+        ref = pooled_noisy_scores(session, truth, score, epsilon=epsilon, delta=delta, sensitivity=sensitivity)
+        bar.update(advance=1, description="ROC-GLM: intermediate data")
+        session.assign(ROC_DATA, Call("rocGlmDataDS", Ref(truth), Ref(score), Ref(REFERENCE), n_thresholds))
+        bar.update(advance=1, description="ROC-GLM: probit fit")
+        fit = ds_glm(session, "u ~ x", ROC_DATA, family="binomial", link="probit", weights="w")
+        a, b = (float(v) for v in fit.params)
+        auc = float(stats.norm.cdf(a / np.sqrt(1 + b * b)))
+        auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,
+                                            epsabs=1e-12, epsrel=1e-12)[0])
+        bar.update(advance=1, description="ROC-GLM: placement values")
+        empirical = ds_auc(session, truth, score, alpha=alpha, reference=ref)
+        bar.advance()
     return ROCGLM(a, b, auc, auc_integral, empirical.variance, alpha, n_thresholds, fit, empirical, ref)

@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from dsfed_client.calls import Formula, Ref
+from dsfed_client.progress import progress
 from dsfed_client.session import FederatedSession
 
 
@@ -94,18 +95,35 @@ class GLMResults:
             "df_resid": self.df_resid, "iterations": self.iterations, "per_site_n": self.per_site_n,
         }
 
-    def summary(self) -> str:
-        head = (
-            f"Distributed GLM: {self.formula}   family {self.family} (link {self.link})\n"
-            f"n = {self.nobs} over {len(self.per_site_n)} sites, df residual {self.df_resid}, "
-            f"deviance {self.deviance:.6g}, dispersion {self.dispersion:.6g}, "
-            f"{self.iterations} Fisher-scoring iterations\n"
-        )
-        return head + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}")
+    def summary(self, alpha: float = 0.05) -> str:
+        """A statsmodels-style text table: the fit's header, then one row per coefficient."""
+        rows = [
+            ("Formula", self.formula, "No. observations", str(self.nobs)),
+            ("Family", self.family, "Df residuals", str(self.df_resid)),
+            ("Link", self.link, "Sites", str(len(self.per_site_n))),
+            ("Method", "distributed IRLS", "Deviance", f"{self.deviance:.6g}"),
+            ("Iterations", str(self.iterations), "Dispersion", f"{self.dispersion:.6g}"),
+        ]
+        table = self.to_frame(alpha).to_string(float_format=lambda v: f"{v:.6g}")
+        width = max(78, max(len(line) for line in table.splitlines()))
+        head = "\n".join(f"{a + ':':<18}{b:<22}{c + ':':>22}{d:>14}" for a, b, c, d in rows)
+        sites = ", ".join(f"{s} {n}" for s, n in self.per_site_n.items())
+        return "\n".join([
+            "Distributed Generalized Linear Model Results".center(width), "=" * width, head, "=" * width, table,
+            "=" * width, f"n per site: {sites}" if sites else "",
+        ]).rstrip() + "\n"
 
     def __repr__(self) -> str:
         coefs = ", ".join(f"{n}={v:.4g}" for n, v in zip(self.names, self.params))
         return f"GLMResults({self.formula!r}, {self.family}/{self.link}, n={self.nobs}, {coefs})"
+
+    def plot(self, ax: Any = None, *, alpha: float = 0.05) -> Any:
+        """A forest plot of the coefficients with their Wald intervals; returns the matplotlib Axes."""
+        from dsfed_client.plots import plot_coefficients  # noqa: PLC0415
+
+        ax = plot_coefficients(self.names, self.params, self.conf_int(alpha), ax=ax)
+        ax.set_title(f"{self.formula} ({self.family}/{self.link})")
+        return ax
 
 
 def _sum_parts(results: dict[str, dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -155,16 +173,18 @@ def ds_glm(
         raise ValueError("sites build different design matrices (a factor's levels differ between sites)")
     info, xwz, dev_old = _sum_parts(results)
     link_used = next(iter(results.values()))["link"]
-    for iteration in range(1, maxit + 1):
-        beta = np.linalg.solve(info, xwz)
-        results = parts(beta)
-        info_used = info
-        info, xwz, dev = _sum_parts(results)
-        if abs(dev - dev_old) / (abs(dev) + 0.1) < epsilon:
-            break
-        dev_old = dev
-    else:
-        raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
+    with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
+        for iteration in range(1, maxit + 1):
+            beta = np.linalg.solve(info, xwz)
+            results = parts(beta)
+            info_used = info
+            info, xwz, dev = _sum_parts(results)
+            bar.advance()
+            if abs(dev - dev_old) / (abs(dev) + 0.1) < epsilon:
+                break
+            dev_old = dev
+        else:
+            raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
     n = sum(int(r["Npositive"]) for r in results.values())
     df_resid = n - len(names)
     dispersion = dev / df_resid if family == "gaussian" else 1.0

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dsfed_client.calls import Ref
+from dsfed_client.progress import progress
 from dsfed_client.session import FederatedSession
 
 POINTS_PER_TARGET = 1000
@@ -89,16 +90,19 @@ def quantile_groups(session: FederatedSession, x: str, g: int, *, lower: float =
     for s in searches.values():
         _advance(s, known, probed=True)
     rounds = 1
-    while rounds < MAX_ROUNDS:
-        active = [s for s in searches.values() if not s.done]
-        probes = sorted({float(v) for s in active for v in np.linspace(s.a, s.b, POINTS_PER_TARGET + 2)[1:-1]
-                         if s.a < v < s.b} - set(known))
-        if not probes:
-            break
-        known.update(zip(probes, _bounds(session.aggregate("countBelowDS", ref, probes))))
-        rounds += 1
-        for s in active:
-            _advance(s, known, probed=True)
+    with progress(f"quantile search for {g} groups of {x}", total=len(searches)) as bar:
+        bar.update(completed=sum(s.done for s in searches.values()))
+        while rounds < MAX_ROUNDS:
+            active = [s for s in searches.values() if not s.done]
+            probes = sorted({float(v) for s in active for v in np.linspace(s.a, s.b, POINTS_PER_TARGET + 2)[1:-1]
+                             if s.a < v < s.b} - set(known))
+            if not probes:
+                break
+            known.update(zip(probes, _bounds(session.aggregate("countBelowDS", ref, probes))))
+            rounds += 1
+            for s in active:
+                _advance(s, known, probed=True)
+            bar.update(completed=sum(s.done for s in searches.values()))
     for s in searches.values():
         if not s.done:
             s.done, s.exact = True, False

@@ -10,12 +10,13 @@ short (that number would itself be the disclosure).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.rules import Rules
-from dsfed_server.errors import DisclosureRefusal
+from dsfed_server.errors import CallError, DisclosureRefusal
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,11 @@ class Guard:
     site: str
     function: str
     secret: bytes = field(repr=False, default=b"")
+    # the running call's reads and pending releases (dsfed_server.disclosure.ledger.CallScope);
+    # None outside an analyst call (then nothing is charged)
+    scope: Any = field(repr=False, default=None)
+    # per analyst x table: row sets of the subsets made so far (differencing.SubsetHistory)
+    subsets: Any = field(repr=False, default=None)
 
     def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
         return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
@@ -101,6 +107,25 @@ class Guard:
                 "use the full table, or a condition that leaves out more rows",
             )
 
+    def subset_rows(self, parent: Any, mask: np.ndarray) -> Any:
+        """:meth:`subset`, then the subset is compared with the table it comes from and every
+        subset of it the analyst made before (``disclosure.subset_min_difference``, see
+        :mod:`dsfed_server.disclosure.differencing`). Returns the subset's rows, for
+        ``differencing.mark_rows`` on the new table."""
+        from dsfed_server.disclosure.differencing import Rows, rows_of
+
+        mask = np.asarray(mask, dtype=bool)
+        self.subset(int(mask.sum()), int(mask.size))
+        parent_rows = rows_of(parent)
+        rows = Rows(parent_rows.lineage, parent_rows.index[mask], parent_rows.n_root)
+        if self.subsets is not None and self.scope is not None:
+            minimum = self.rules.disclosure.subset_min_difference
+            problem = self.subsets.check_and_add(self.scope.analyst, rows, minimum)
+            if problem:
+                raise self._refuse(problem, "disclosure.subset_min_difference",
+                                   "use subsets that differ from each other by more rows, or the full table")
+        return rows
+
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:
         """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""
         d = self.rules.disclosure
@@ -135,6 +160,10 @@ class Guard:
         larger sensitivity), never for less: such a request is refused, never used.
         ``None`` when the rules file turns noise off (test profiles only)."""
         p = self.rules.privacy
+        for name, value in (("epsilon", epsilon), ("delta", delta), ("sensitivity", sensitivity)):
+            if value is not None and not value > 0:
+                raise CallError(f"{name} must be positive, got {value}", site=self.site, function=self.function,
+                                hint="omit the privacy parameters to use the site's")
         weaker = [
             ("privacy.epsilon", epsilon is not None and epsilon > p.epsilon, f"epsilon {epsilon} > {p.epsilon}"),
             ("privacy.delta", delta is not None and delta > p.delta, f"delta {delta} > {p.delta}"),
@@ -155,18 +184,55 @@ class Guard:
             sensitivity=max(sensitivity or 0.0, p.score_l2_sensitivity),
         )
 
-    def noisy(self, values: np.ndarray, label: str, mechanism: AnalyticGaussian | None) -> np.ndarray:
+    def noisy(self, values: np.ndarray, label: str, mechanism: AnalyticGaussian | None, *,
+              partition: str | None = None) -> np.ndarray:
         """The values, sorted (no record order is released), plus the mechanism's noise.
 
         The noise is seeded by the site secret, the function, the label, the
         mechanism's parameters and the sorted values themselves: asking again,
         under another symbol name or with the rows reordered, gets the same noise.
+
+        Every noisy release is charged to the analyst's privacy budget on each site
+        table the call read (:mod:`dsfed_server.disclosure.ledger`): checked here,
+        before the noise is drawn (a release that would overspend raises
+        :class:`~dsfed_server.errors.BudgetExceeded`), and spent by the service only
+        once the call has succeeded. A release the analyst already received (same
+        seed) costs nothing. Releases of one call that give the same ``partition``
+        are about disjoint records (parallel composition: they cost the most
+        expensive one); without a partition, each release is charged in full.
         """
         values = np.sort(np.asarray(values, dtype=float))
         if mechanism is None:
             return values
-        rng = seeded_rng(self.secret, self.function, label, repr(mechanism), content_digest(values))
+        seed_parts = (self.function, label, repr(mechanism), content_digest(values))
+        if self.scope is not None:
+            self.scope.check(self.function, self.scope.release_key(*seed_parts), mechanism, partition)
+        rng = seeded_rng(self.secret, *seed_parts)
         return mechanism.randomise(values, rng)
+
+    def check_analyst_data(self, params: Any = None, args: dict[str, Any] | None = None) -> None:
+        """Analyst-supplied vectors (values derived from no site table, e.g. referenceScoresDS's
+        table) are never combined record by record with site data in one call, unless the rules
+        file's ``disclosure.combine_analyst_vectors`` allows it (dsBase#250: a 0/1 mask isolating
+        one record in a sum). An analyst-supplied *table* passed to a table parameter (a lookup,
+        such as the pooled reference scores of placementSumsDS) is not record by record."""
+        scope = self.scope
+        if scope is None or not scope.sources or self.rules.disclosure.combine_analyst_vectors:
+            return
+        aligned = scope.analyst_vectors > 0
+        if params is not None and args is not None and scope.analyst_tables:
+            from dsfed_server.registry import P
+
+            aligned = aligned or any(
+                p.type is not P.TABLE and id(args.get(p.name)) in scope.analyst_tables for p in params)
+        if aligned:
+            raise self._refuse(
+                "a vector or table the analyst supplied cannot be combined record by record with this "
+                "site's data: it could act as a mask that singles out a record",
+                "disclosure.combine_analyst_vectors",
+                "use variables of the site's tables; analyst-supplied values can only serve as lookups "
+                "(e.g. the pooled reference scores)",
+            )
 
 
 def merge_small_bins(counts: np.ndarray, edges: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:

@@ -48,6 +48,24 @@ class Disclosure(_Section):
             "against its complement."
         ),
     )
+    subset_min_difference: int = Field(
+        ge=1,
+        le=1000,
+        description=(
+            "Two subsets of one table made by the same analyst (or a subset and the table) must "
+            "differ in at least this many rows, and no combination of an analyst's subsets may "
+            "single out one record. Protects against differencing two overlapping subsets "
+            "(age >= 50 and age >= 51) to get one person's value."
+        ),
+    )
+    combine_analyst_vectors: bool = Field(
+        description=(
+            "Whether a vector or table the analyst supplied (e.g. the table of referenceScoresDS) "
+            "may be combined record by record with site data in one call. false protects against "
+            "a 0/1 mask that picks out one record in a sum or mean (dsBase#250); lookups such as "
+            "the pooled reference scores stay allowed."
+        ),
+    )
     glm_saturation: float = Field(
         gt=0,
         le=1,
@@ -99,7 +117,8 @@ class Strings(_Section):
         ge=1,
         le=1000,
         description=(
-            "Longest symbol, column or table name accepted (DataSHIELD nfilter.stringShort)."
+            "Longest symbol, column or table name accepted (DataSHIELD nfilter.stringShort). "
+            "Protects against data or code smuggled inside names."
         ),
     )
 
@@ -126,7 +145,10 @@ class Privacy(_Section):
     epsilon: float = Field(
         gt=0,
         le=100,
-        description="Privacy loss epsilon charged per noisy query. Smaller is more private.",
+        description=(
+            "Privacy loss epsilon charged per noisy query: how much one noisy answer may reveal "
+            "about any one person. Smaller means more noise and more privacy."
+        ),
     )
     delta: float = Field(
         gt=0,
@@ -136,8 +158,9 @@ class Privacy(_Section):
     score_l2_sensitivity: float = Field(
         gt=0,
         description=(
-            "l2-sensitivity of prediction scores that this site asserts; the noise scale is "
-            "computed from it. A client can never lower it."
+            "How much one person's record can change the released prediction scores (their "
+            "l2-sensitivity), as this site asserts it; the noise is scaled to it. A client can never "
+            "lower it. Protects against an analyst asking for too little noise."
         ),
     )
     no_noise_acknowledged: str = Field(
@@ -159,12 +182,20 @@ class Privacy(_Section):
 class Budget(_Section):
     epsilon_per_analyst: float = Field(
         gt=0,
-        description="Total epsilon one analyst may spend on one table at this site.",
+        description=(
+            "Total epsilon one analyst may spend on one table at this site, over all noisy answers "
+            "(composed by the tighter of basic composition and Renyi-DP accounting; repeating a "
+            "question costs nothing). A query that would exceed it is refused. Protects against "
+            "averaging away the noise over many queries."
+        ),
     )
     delta_per_analyst: float = Field(
         gt=0,
         lt=1,
-        description="Total delta one analyst may spend on one table at this site.",
+        description=(
+            "Total delta one analyst may spend on one table at this site: the probability that the "
+            "total epsilon guarantee fails."
+        ),
     )
 
 
@@ -180,13 +211,23 @@ class Functions(_Section):
 class Rules(_Section):
     """A validated rules file."""
 
-    disclosure: Disclosure
-    bins: Bins
-    strings: Strings
-    parser: Parser
-    privacy: Privacy
-    budget: Budget
-    functions: Functions
+    disclosure: Disclosure = Field(
+        description=(
+            "Minimum counts and limits every released number must meet: what makes a result "
+            "too small to release."
+        ),
+    )
+    bins: Bins = Field(description="What happens to histogram bins that hold too few records.")
+    strings: Strings = Field(description="Limits on the text an analyst may send in a call.")
+    parser: Parser = Field(description="Limits on how complicated one call may be.")
+    privacy: Privacy = Field(
+        description=(
+            "Differential privacy: the noise added before record-level values (prediction scores) "
+            "leave the site."
+        ),
+    )
+    budget: Budget = Field(description="How much privacy loss one analyst may spend in total at this site.")
+    functions: Functions = Field(description="Which functions an analyst may call at this site.")
 
     @property
     def noise_off(self) -> bool:
@@ -215,6 +256,8 @@ BinsOverrides = _overrides(Bins)
 _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "q_threshold"): "higher",
     ("disclosure", "subset_min"): "higher",
+    ("disclosure", "subset_min_difference"): "higher",
+    ("disclosure", "combine_analyst_vectors"): False,  # only false is stricter
     ("disclosure", "glm_saturation"): "lower",
     ("disclosure", "max_factor_levels"): "lower",
     ("disclosure", "factor_levels_density"): "lower",

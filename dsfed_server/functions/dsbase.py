@@ -28,6 +28,7 @@ import pandas as pd
 
 from dsfed_server.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
+from dsfed_server.disclosure.differencing import mark_rows
 from dsfed_server.errors import CallError
 from dsfed_server.functions.histogram import bin_counts
 from dsfed_server.parser import parse
@@ -387,11 +388,11 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_
             raise CallError(f"text and factor values can only be compared with == or !=, not {symbol}")
         result = pd.array(compare(left, right), dtype="boolean")
         mask = result.fillna(keep_NAs).to_numpy(dtype=bool)
-    ctx.guard.subset(int(mask.sum()), n_rows)
+    rows = ctx.guard.subset_rows(df_name, mask)
     subset = df_name.loc[mask].reset_index(drop=True)
     if keep_cols is not None:
         subset = subset.iloc[:, _columns(keep_cols, subset.shape[1], "keep.cols")]
     elif rm_cols is not None:
         drop = set(_columns(rm_cols, subset.shape[1], "rm.cols"))
         subset = subset.iloc[:, [j for j in range(subset.shape[1]) if j not in drop]]
-    return subset.copy()
+    return mark_rows(subset.copy(), rows)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext
+from dsfed_server.disclosure.differencing import Rows, mark_rows
 from dsfed_server.errors import CallError, NotFound
 from dsfed_server.registry import P, Param, register
 
@@ -28,6 +29,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
     This is what Opal's ``PUT .../symbol/{name}/table/{project.table}`` does.
     """
     frame = ctx.service.catalog.frame(table)
+    ctx.note_source(table)  # provenance: the privacy ledger's table key
     if variables:
         unknown = [v for v in variables if v not in frame.columns]
         if unknown:
@@ -36,7 +38,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
                 hint=f"variables: {', '.join(frame.columns)}",
             )
         frame = frame[list(dict.fromkeys(variables))]
-    return frame.copy()
+    return mark_rows(frame.copy(), Rows(table, np.arange(len(frame)), len(frame)))
 
 
 @register(
@@ -72,5 +74,5 @@ def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value
         values = column
     mask = _OPS[op](values, value)
     mask = np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool) & column.notna().to_numpy()
-    ctx.guard.subset(int(mask.sum()), len(x))
-    return x.loc[mask].reset_index(drop=True)
+    rows = ctx.guard.subset_rows(x, mask)
+    return mark_rows(x.loc[mask].reset_index(drop=True), rows)

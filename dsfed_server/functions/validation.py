@@ -70,8 +70,9 @@ def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: 
     y, p = outcome_and_score(ctx, truth, score)
     mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
     return {
-        "negatives": f64(ctx.guard.noisy(p[y == 0], "class=0", mechanism)),
-        "positives": f64(ctx.guard.noisy(p[y == 1], "class=1", mechanism)),
+        # disjoint records: one (epsilon, delta) for both classes (parallel composition)
+        "negatives": f64(ctx.guard.noisy(p[y == 0], "class=0", mechanism, partition="class")),
+        "positives": f64(ctx.guard.noisy(p[y == 1], "class=1", mechanism, partition="class")),
         "sigma": mechanism.sigma if mechanism else 0.0,
         "mechanism": "analytic_gaussian" if mechanism else "none",
         "epsilon": mechanism.epsilon if mechanism else None,

@@ -1,0 +1,128 @@
+"""Benchmark: AUC from histogram placement values (noisy hierarchical histograms, DeLong sums)
+against seed 000's paper-faithful mode (noisy scores, ROC-GLM), on seed 000's simulation design.
+
+    .venv/bin/python bench/hist_auc.py --reps 250       # 250 simulated data sets (about 1-3 minutes)
+    .venv/bin/python bench/hist_auc.py --reps 50        # quicker
+
+Design (seed 000, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
+y = 1(score >= 0.5) with a fraction gamma ~ U[0.5, 1] of the labels redrawn from Ber(0.5);
+split at random over 5 in-process sites. Privacy: epsilon = 1, delta = 1e-5 at every site
+(a copy of ``disclosure_rules/default.toml`` with the score l2-sensitivity Delta2 = 0.1 for
+the paper's mode and a budget large enough for the loop). Error = |estimate - empirical AUC
+of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from curves import inprocess_sites, login  # noqa: E402  (bench/curves.py)
+from dsfed_client import FederatedCallError  # noqa: E402
+from dsfed_client.analyses.curves import auc_levels, ds_hist_auc  # noqa: E402
+from dsfed_client.analyses.discrimination import ds_roc_glm  # noqa: E402
+from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
+
+
+def bench_rules(path: Path, sensitivity: float) -> Path:
+    text = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    text = re.sub(r"(?m)^epsilon_per_analyst = .*$", "epsilon_per_analyst = 1000000.0", text)
+    text = re.sub(r"(?m)^delta_per_analyst = .*$", "delta_per_analyst = 0.5", text)
+    text = re.sub(r"(?m)^score_l2_sensitivity = .*$", f"score_l2_sensitivity = {sensitivity}", text)
+    path.write_text(text)
+    return path
+
+
+def pooled_delong(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
+    """Empirical AUC (ties one half) and DeLong variance of the pooled data (numpy; pROC's)."""
+    pos, neg = np.sort(p[y == 1]), np.sort(p[y == 0])
+    v10 = (np.searchsorted(neg, pos, "left") + 0.5 * (np.searchsorted(neg, pos, "right")
+                                                      - np.searchsorted(neg, pos, "left"))) / neg.size
+    v01 = (pos.size - np.searchsorted(pos, neg, "right") + 0.5 * (np.searchsorted(pos, neg, "right")
+                                                                   - np.searchsorted(pos, neg, "left"))) / pos.size
+    return float(v10.mean()), float(v10.var(ddof=1) / pos.size + v01.var(ddof=1) / neg.size)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=250)
+    parser.add_argument("--sites", type=int, default=5)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--sensitivity", type=float, default=0.1, help="Delta2 of the paper's mode")
+    parser.add_argument("--per-leaf", type=float, nargs="*", default=[16.0],
+                        help="histogram depth rule(s): records per class, site and leaf")
+    parser.add_argument("--no-paper", action="store_true", help="skip the paper-faithful mode")
+    parser.add_argument("--min-levels", type=int, default=3, help="fewest levels of the depth rule")
+    args = parser.parse_args()
+    print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
+          f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} data sets, K = {args.sites}, "
+          f"epsilon = {args.epsilon}, delta = {args.delta}, Delta2 = {args.sensitivity} (paper mode)")
+    rng = np.random.default_rng(2024)
+    sizes = rng.choice(np.arange(100, 2501, 100), size=args.reps)
+    data = {f"rep{r}": seed000_scores(int(n), rng) for r, n in enumerate(sizes)}
+    rows, refused = [], []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
+        rules = bench_rules(Path(tmp) / "rules.toml", args.sensitivity)
+        prov, services = inprocess_sites(Path(tmp), args.sites, data, rules, seed=7)
+        with login(prov, services).login() as session:
+            for rep, pooled in enumerate(data.values()):
+                n = len(pooled)
+                y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
+                auc, var = pooled_delong(y, p)
+                half = 1.959963984540054 * np.sqrt(var)
+                row = {"rep": rep, "n": n, "auc": auc}
+                session.assign_table("D", f"{PROJECT}.rep{rep}")
+                try:
+                    if not args.no_paper:
+                        paper = ds_roc_glm(session, "D$y", "D$score", epsilon=args.epsilon, delta=args.delta,
+                                           sensitivity=args.sensitivity)
+                        row["paper_rocglm"] = abs(paper.auc - auc)
+                        row["paper_empirical"] = abs(paper.empirical.auc - auc)
+                        lo, hi = paper.empirical.ci_delong
+                        row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
+                    for per_leaf in args.per_leaf:
+                        levels = auc_levels(n, args.sites, per_leaf, args.min_levels)
+                        res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
+                                          delta=args.delta)
+                        row[f"hist{per_leaf:g}"] = abs(res.auc - auc)
+                        row[f"hist{per_leaf:g}_rocglm"] = abs(res.roc_glm.auc - auc)
+                        lo, hi = res.ci_delong
+                        row[f"hist{per_leaf:g}_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
+                except FederatedCallError as exc:  # a site below q positives or negatives (rule A1)
+                    refused.append((rep, n, str(exc).splitlines()[1].strip()))
+                    continue
+                rows.append(row)
+    df = pd.DataFrame(rows)
+    cols = [c for c in df.columns if c not in ("rep", "n", "auc")]
+    pd.set_option("display.width", 200)
+    print("\nmean absolute error against the pooled empirical AUC (CI: |lower diff| + |upper diff| of the "
+          "DeLong Wald CI)")
+    summary = pd.DataFrame({"mean": df[cols].mean(), "median": df[cols].median(), "p90": df[cols].quantile(0.9)})
+    print(summary.map(lambda v: f"{v:.4f}").to_string())
+    small, large = df[df.n <= 1000], df[df.n > 1000]
+    print(f"\nby n: n <= 1000 ({len(small)} data sets) | n > 1000 ({len(large)})")
+    print(pd.DataFrame({"n<=1000": small[cols].mean(), "n>1000": large[cols].mean()})
+          .map(lambda v: f"{v:.4f}").to_string())
+    for rep, n, why in refused:
+        print(f"data set {rep} (n = {n}) left out, refused by a site: {why}")
+    print(f"\nwall time {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

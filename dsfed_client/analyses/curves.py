@@ -1,0 +1,544 @@
+"""Federated ROC and PR curves from hierarchical histograms (seed 003: Xu & Cormode 2025), and
+the AUC with DeLong variance and the ROC-GLM from histogram placement values (seed 000's
+estimators, with seed 003's histograms in place of seed 000's noisy scores).
+
+Steps (seed 003, "Methods Overview"):
+
+1. every site counts its negatives' and positives' scores in a hierarchical histogram,
+   with Gaussian noise from its own mechanism, or exactly under its small-bin rule when
+   noise is off (registry entry ``scoreHistogramDS``);
+2. the analyst sums the sites' counts level by level, makes them consistent (weighted
+   least squares on the tree: the best linear unbiased leaf counts given every level's
+   noisy counts), and makes each class's cumulative counts monotone (isotonic
+   regression, pinned at 0 and at the consistent total): two global ECDFs, linear
+   inside a leaf;
+3. ``n_quantiles`` = Q evenly spaced quantiles of each ECDF;
+4. PCHIP through the quantiles (``scipy.interpolate.PchipInterpolator``) gives smooth
+   monotone ECDFs :math:`\\Phi^-`, :math:`\\Phi^+`;
+5. :math:`T(s) = 1 - \\Phi^+(s)` (TPR, recall), :math:`F(s) = 1 - \\Phi^-(s)` (FPR) and
+   :math:`P(s) = T n^+ / (T n^+ + F n^-)` (precision) (seed 003 eqs. 1-3).
+
+``n_quantiles=None`` skips steps 3-4 and evaluates the ECDFs at the leaf edges: with
+noise off and bins that each hold at most one distinct score, the curves are then the
+exact pooled empirical ROC and PR curves.
+
+Areas: the ROC AUC is the trapezoidal area under the ROC points; the PR area is the
+**average precision** :math:`AP = \\sum_k (R_k - R_{k+1}) P_k` over decreasing thresholds
+(step-wise, as ``sklearn.metrics.average_precision_score``), not the trapezoid.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import integrate, interpolate, optimize, stats
+
+from dsfed_client.analyses.discrimination import logit_ci
+from dsfed_client.analyses.glm import GLMResults, ds_glm
+from dsfed_client.calls import Call, Ref, decode_f64
+from dsfed_client.session import FederatedSession
+
+HIST_REFERENCE = "dsfed.histref"
+HIST_ROC_DATA = "dsfed.histroc"
+
+
+# --- pooled histograms ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreHistograms:
+    """The pooled, post-processed global CDFs of both classes as cumulative counts at ``edges``."""
+
+    edges: np.ndarray
+    cum_negatives: np.ndarray  # non-decreasing, from 0 to n_negative
+    cum_positives: np.ndarray
+    n_negative: float  # consistent (noisy) totals; exact with noise off
+    n_positive: float
+    noise_off: bool
+    sd: dict[str, list[float]]  # per site: noise sd of a count on each level (empty with noise off)
+    mechanism: dict[str, dict[str, Any]]
+
+    def cdf(self, cls: int, x: np.ndarray) -> np.ndarray:
+        """:math:`\\tilde\\Phi` of class ``cls`` (share of its scores below x), linear inside a bin."""
+        c = self.cum_positives if cls == 1 else self.cum_negatives
+        return np.interp(x, self.edges, c) / c[-1]
+
+    def quantiles(self, cls: int, probs: np.ndarray) -> np.ndarray:
+        """The inverse of the piecewise-linear CDF (the smallest x where it reaches p)."""
+        c = self.cum_positives if cls == 1 else self.cum_negatives
+        return _inverse_cdf(c / c[-1], self.edges, probs)
+
+    def __repr__(self) -> str:
+        return (f"ScoreHistograms(bins={self.edges.size - 1}, n_negative={self.n_negative:.1f}, "
+                f"n_positive={self.n_positive:.1f}, noise_off={self.noise_off})")
+
+
+def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    probs = np.clip(np.asarray(probs, dtype=float), 0.0, 1.0)
+    j = np.clip(np.searchsorted(f, probs, side="left"), 1, f.size - 1)  # f[j-1] < p <= f[j]
+    lo, hi = f[j - 1], f[j]
+    frac = np.where(hi > lo, (probs - lo) / np.where(hi > lo, hi - lo, 1.0), 0.0)
+    return e[j - 1] + np.clip(frac, 0.0, 1.0) * (e[j] - e[j - 1])
+
+
+def tree_least_squares(levels: list[np.ndarray], variances: np.ndarray, branching: int) -> np.ndarray:
+    """Best linear unbiased leaf counts given noisy counts of every level of a complete tree.
+
+    ``levels[l]`` holds the :math:`b^l` noisy counts of level ``l`` with noise variance
+    ``variances[l]``. Bottom-up, each node's own count and the sum of its children's
+    estimates are combined by inverse-variance weights; top-down, the gap between a
+    node's final value and its children's sum is shared equally among the children
+    (Hay et al. 2010, "Boosting the accuracy of differentially private histograms
+    through consistency", generalised to a noise variance per level). The result sums
+    exactly to each consistent parent.
+    """
+    n = len(levels) - 1
+    z, vz = [None] * (n + 1), np.zeros(n + 1)
+    z[n], vz[n] = np.asarray(levels[n], dtype=float), variances[n]
+    for lv in range(n - 1, -1, -1):
+        children = z[lv + 1].reshape(-1, branching).sum(axis=1)
+        vc = branching * vz[lv + 1]
+        own = np.asarray(levels[lv], dtype=float)
+        z[lv] = (own / variances[lv] + children / vc) / (1 / variances[lv] + 1 / vc)
+        vz[lv] = 1 / (1 / variances[lv] + 1 / vc)
+    x = z[0]
+    for lv in range(1, n + 1):
+        gap = x - z[lv].reshape(-1, branching).sum(axis=1)
+        x = z[lv] + np.repeat(gap / branching, branching)
+    return x
+
+
+def monotone_cumulative(leaves: np.ndarray) -> np.ndarray:
+    """Cumulative counts from (consistent, possibly negative) leaf counts, made non-decreasing
+    by isotonic regression with the two ends pinned at 0 and at the total (a projection, so
+    the estimate only moves closer to every monotone CDF with those ends)."""
+    total = max(float(np.sum(leaves)), 1.0)
+    c = np.concatenate([[0.0], np.cumsum(leaves)])
+    weights = np.ones_like(c)
+    c[-1], weights[0], weights[-1] = total, 1e12, 1e12
+    iso = optimize.isotonic_regression(c, weights=weights, increasing=True).x
+    iso = np.clip(iso, 0.0, total)
+    iso[0], iso[-1] = 0.0, total
+    return iso
+
+
+def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
+                        branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
+                        totals: str = "noisy", epsilon: float | None = None, delta: float | None = None
+                        ) -> ScoreHistograms:
+    """Collect and pool every site's hierarchical histograms into two consistent global CDFs.
+
+    ``epsilon`` and ``delta`` may only ask for more privacy than the sites' rules give.
+    With noise on, pooled counts of level ``l`` carry noise variance
+    :math:`\\sum_k sd_{k,l}^2`; the leaves are estimated by :func:`tree_least_squares` and
+    the cumulative counts by :func:`monotone_cumulative`. ``totals='exact'`` asks the sites for
+    their exact class totals (counts of at least q, as every seed-000 function releases them)
+    instead of a noisy level 0, so levels 1..L share the whole budget and the totals are known.
+    """
+    results = session.aggregate("scoreHistogramDS", Ref(truth), Ref(score), lower=float(lower), upper=float(upper),
+                                levels=int(levels), branching=int(branching), decay=float(decay), totals=totals,
+                                epsilon=epsilon, delta=delta)
+    modes = {r["mechanism"] for r in results.values()}
+    if modes == {"none"}:
+        return _exact_histograms(results)
+    if "none" in modes:
+        raise ValueError("some sites add noise and some do not; use one rules profile for all sites")
+    sd = {s: list(map(float, r["sd"])) for s, r in results.items()}
+    variances = np.sum([np.square(v) for v in sd.values()], axis=0)
+    first = int(next(iter(results.values())).get("first_level", 0))
+    if first == 1:  # exact class totals: level 0 known without noise
+        variances = np.concatenate([[variances.min() * 1e-12], variances])
+    cums, n_class = [], []
+    for cls in ("negatives", "positives"):
+        pooled = [sum(decode_f64(r[cls][lv]) for r in results.values()) for lv in range(levels + 1 - first)]
+        if first == 1:
+            key = "n_negative" if cls == "negatives" else "n_positive"
+            pooled = [np.array([float(sum(r[key] for r in results.values()))])] + pooled
+        leaves = tree_least_squares(pooled, variances, branching)
+        cum = monotone_cumulative(leaves)
+        cums.append(cum)
+        n_class.append(float(cum[-1]))
+    edges = np.linspace(lower, upper, branching**levels + 1)
+    mech = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")} for s, r in results.items()}
+    return ScoreHistograms(edges, cums[0], cums[1], n_class[0], n_class[1], False, sd, mech)
+
+
+def _exact_histograms(results: Any) -> ScoreHistograms:
+    """Noise off: sum the sites' exact leaf counts (edges may differ where a site merged small
+    bins; every CDF is linear inside a bin, so all are evaluated on the union of edges)."""
+    edges = np.unique(np.concatenate([np.asarray(r[c]["edges"], dtype=float)
+                                      for r in results.values() for c in ("negatives", "positives")]))
+    cums = []
+    for cls in ("negatives", "positives"):
+        total = np.zeros(edges.size)
+        for r in results.values():
+            e = np.asarray(r[cls]["edges"], dtype=float)
+            c = np.concatenate([[0.0], np.cumsum(r[cls]["counts"])])
+            total += np.interp(edges, e, c)
+        cums.append(total)
+    mech = {s: {"mechanism": "none"} for s in results}
+    return ScoreHistograms(edges, cums[0], cums[1], float(cums[0][-1]), float(cums[1][-1]), True,
+                           {s: [] for s in results}, mech)
+
+
+# --- ROC and PR curves ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ROCPRCurves:
+    """ROC and PR curves with their areas; arrays run from the highest threshold to the lowest.
+
+    ``fpr``, ``tpr`` (= ``recall``) and ``precision`` are the curves a plot draws; ``roc_auc``
+    is the trapezoidal area under (fpr, tpr); ``pr_auc`` is the average precision (step-wise).
+    """
+
+    thresholds: np.ndarray
+    fpr: np.ndarray
+    tpr: np.ndarray
+    precision: np.ndarray
+    roc_auc: float
+    pr_auc: float
+    n_positive: float
+    n_negative: float
+    n_quantiles: int | None
+    noise_off: bool
+    histograms: ScoreHistograms = field(repr=False)
+
+    @property
+    def recall(self) -> np.ndarray:
+        return self.tpr
+
+    def __repr__(self) -> str:
+        q = "leaf edges" if self.n_quantiles is None else f"Q={self.n_quantiles}"
+        return (f"ROCPRCurves(roc_auc={self.roc_auc:.4f}, pr_auc={self.pr_auc:.4f}, points={self.fpr.size}, "
+                f"{q}, noise_off={self.noise_off})")
+
+    def summary(self) -> str:
+        q = "ECDFs at the leaf edges" if self.n_quantiles is None else f"{self.n_quantiles} quantiles + PCHIP"
+        noise = "exact counts (noise off)" if self.noise_off else "noisy counts (analytic Gaussian per site)"
+        return "\n".join([
+            "Federated ROC and PR curves (hierarchical histograms; Xu & Cormode 2025)",
+            f"  histograms : {self.histograms.edges.size - 1} leaf bins, {noise}",
+            f"  ECDFs      : {q}",
+            f"  n+ / n-    : {self.n_positive:.1f} / {self.n_negative:.1f}",
+            f"  ROC AUC    : {self.roc_auc:.4f}   (trapezoid)",
+            f"  PR AUC     : {self.pr_auc:.4f}   (average precision, step-wise)",
+        ])
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"threshold": self.thresholds, "fpr": self.fpr, "tpr": self.tpr,
+                             "recall": self.tpr, "precision": self.precision})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "roc_auc": self.roc_auc, "pr_auc": self.pr_auc, "n_positive": self.n_positive,
+            "n_negative": self.n_negative, "n_quantiles": self.n_quantiles, "noise_off": self.noise_off,
+            "thresholds": self.thresholds.tolist(), "fpr": self.fpr.tolist(), "tpr": self.tpr.tolist(),
+            "precision": self.precision.tolist(), "mechanism": self.histograms.mechanism,
+        }
+
+
+def pchip_ecdf(quantiles: np.ndarray, probs: np.ndarray) -> interpolate.PchipInterpolator:
+    """Seed 003 step 4: a monotone cubic through (quantile, probability), duplicates dropped."""
+    x, keep = np.unique(quantiles, return_index=True)
+    p = np.maximum.accumulate(np.asarray(probs, dtype=float)[keep])
+    return interpolate.PchipInterpolator(x, p, extrapolate=False)
+
+
+def _evaluate(fn: Any, s: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    v = fn(s)
+    return np.clip(np.where(s <= lo, 0.0, np.where(s >= hi, 1.0, v)), 0.0, 1.0)
+
+
+def curve_points(tpr: np.ndarray, fpr: np.ndarray, n_pos: float, n_neg: float
+                 ) -> tuple[np.ndarray, float, float]:
+    """Precision at each point, trapezoidal ROC area and average precision, for points ordered
+    by decreasing threshold (tpr and fpr non-decreasing, from (0, 0) to (1, 1))."""
+    tp, fp = tpr * n_pos, fpr * n_neg
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
+    first = np.flatnonzero(~np.isnan(precision))
+    precision = np.where(np.isnan(precision), precision[first[0]] if first.size else 1.0, precision)
+    roc_auc = float(integrate.trapezoid(tpr, fpr))
+    ap = float(np.sum(np.diff(tpr) * precision[1:]))
+    return precision, roc_auc, ap
+
+
+def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128, *, grid: int = 4096
+                           ) -> ROCPRCurves:
+    """Seed 003 steps 3-5 on pooled histograms (pure function; the benchmark varies Q with it).
+
+    With ``n_quantiles=None`` the ECDFs are the histograms' own (linear inside a bin) and the
+    thresholds are the leaf edges. Otherwise Q + 1 quantiles at probabilities ``i / Q`` of
+    each class are interpolated by PCHIP and the curves evaluated on the union of both
+    classes' quantiles and ``grid`` equally spaced thresholds.
+    """
+    if n_quantiles is None:
+        s = hist.edges[::-1]
+        tpr = 1.0 - hist.cdf(1, s)
+        fpr = 1.0 - hist.cdf(0, s)
+    else:
+        if n_quantiles < 2:
+            raise ValueError(f"n_quantiles must be at least 2, got {n_quantiles}")
+        probs = np.arange(n_quantiles + 1) / n_quantiles
+        q0, q1 = hist.quantiles(0, probs), hist.quantiles(1, probs)
+        phi0, phi1 = pchip_ecdf(q0, probs), pchip_ecdf(q1, probs)
+        lo, hi = min(q0[0], q1[0]), max(q0[-1], q1[-1])
+        s = np.unique(np.concatenate([q0, q1, np.linspace(lo, hi, grid)]))[::-1]
+        tpr = 1.0 - _evaluate(phi1, s, q1[0], q1[-1])
+        fpr = 1.0 - _evaluate(phi0, s, q0[0], q0[-1])
+    tpr, fpr = np.maximum.accumulate(tpr), np.maximum.accumulate(fpr)
+    s = np.concatenate([[np.inf], s, [-np.inf]])
+    tpr, fpr = np.concatenate([[0.0], tpr, [1.0]]), np.concatenate([[0.0], fpr, [1.0]])
+    precision, roc_auc, ap = curve_points(tpr, fpr, hist.n_positive, hist.n_negative)
+    return ROCPRCurves(s, fpr, tpr, precision, roc_auc, ap, hist.n_positive, hist.n_negative, n_quantiles,
+                       hist.noise_off, hist)
+
+
+def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_quantiles: int | None = 128,
+                     levels: int = 8, branching: int = 2, lower: float = 0.0, upper: float = 1.0,
+                     decay: float = 1.0, epsilon: float | None = None, delta: float | None = None,
+                     histograms: ScoreHistograms | None = None) -> ROCPRCurves:
+    """Federated ROC and PR curves with their areas (seed 003, steps 1-5; see the module docstring).
+
+    Parameters
+    ----------
+    truth, score
+        Server-side references, e.g. ``"D$y"`` and ``"D$score"``.
+    n_quantiles
+        Q, the number of quantile intervals per class (seed 003); ``None``: the
+        histograms' own ECDFs at the leaf edges (exact with noise off, see above).
+    levels, branching, lower, upper, decay
+        The hierarchy: ``branching**levels`` equal leaves on ``[lower, upper]``; the
+        privacy budget's share of level l is proportional to ``decay**l``.
+    epsilon, delta
+        Ask the sites for more privacy than their rules (never less).
+    histograms
+        Reuse histograms already collected (no new query, no new privacy cost).
+
+    Notes
+    -----
+    Area error bound (seed 003, Theorem 1): :math:`O(1/Q)` without noise,
+    :math:`\\tilde O(1/Q + 1/(n\\varepsilon))` with noise.
+    """
+    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, branching=branching,
+                                             lower=lower, upper=upper, decay=decay, epsilon=epsilon, delta=delta)
+    return curves_from_histograms(hist, n_quantiles)
+
+
+# --- exact pooled references and the area error (seed 003, Definition 1) ---------------------
+
+
+def empirical_curves(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact empirical ROC points (fpr, tpr) over the distinct scores, from (0,0) to (1,1),
+    and the thresholds; a pooled numpy reference for tests and benchmarks."""
+    y, p = np.asarray(y), np.asarray(p, dtype=float)
+    s = np.unique(p)[::-1]
+    pos, neg = np.sort(p[y == 1]), np.sort(p[y == 0])
+    tpr = (pos.size - np.searchsorted(pos, s, side="left")) / pos.size
+    fpr = (neg.size - np.searchsorted(neg, s, side="left")) / neg.size
+    return np.concatenate([[0.0], fpr, [1.0]]), np.concatenate([[0.0], tpr, [1.0]]), s
+
+
+def _roc_at(fpr: np.ndarray, tpr: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """T(f) of a piecewise-linear ROC curve (the upper value where the curve is vertical)."""
+    order = np.lexsort((tpr, fpr))
+    fx, ty = fpr[order], tpr[order]
+    keep = np.r_[fx[1:] != fx[:-1], True]
+    return np.interp(f, fx[keep], ty[keep])
+
+
+def _fpr_at(fpr: np.ndarray, tpr: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """F(T^{-1}(t)): the smallest FPR at which the ROC curve reaches TPR t."""
+    order = np.lexsort((fpr, tpr))
+    ty, fx = tpr[order], fpr[order]
+    keep = np.r_[True, ty[1:] != ty[:-1]]
+    return np.interp(t, ty[keep], fx[keep])
+
+
+def area_errors(exact: tuple[np.ndarray, np.ndarray, float, float], estimate: ROCPRCurves,
+                grid: int = 20001) -> dict[str, float]:
+    """Seed 003 Definition 1: :math:`AE_{ROC} = \\int_0^1 |T(f) - \\hat T(f)|\\,df` and
+    :math:`AE_{PR} = \\int_0^1 |P(t) - \\hat P(t)|\\,dt` with :math:`P(t) = t n^+ / (t n^+ +
+    F(T^{-1}(t)) n^-)`, by the trapezoid rule on ``grid`` points. ``exact`` is
+    (fpr, tpr, n_pos, n_neg) of the pooled empirical curve."""
+    fpr, tpr, n_pos, n_neg = exact
+    u = np.linspace(0.0, 1.0, grid)
+    ae_roc = integrate.trapezoid(np.abs(_roc_at(fpr, tpr, u) - _roc_at(estimate.fpr, estimate.tpr, u)), u)
+    t = u[1:]
+    p_true = t * n_pos / (t * n_pos + _fpr_at(fpr, tpr, t) * n_neg)
+    p_hat = t * estimate.n_positive / (t * estimate.n_positive + _fpr_at(estimate.fpr, estimate.tpr, t)
+                                       * estimate.n_negative)
+    ae_pr = integrate.trapezoid(np.abs(p_true - p_hat), t)
+    return {"ae_roc": float(ae_roc), "ae_pr": float(ae_pr)}
+
+
+# --- AUC, DeLong variance and ROC-GLM from histogram placement values ------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class HistogramROCGLM:
+    """The ROC-GLM :math:`ROC(t) = \\Phi(a + b\\,\\Phi^{-1}(t))` fitted on histogram placement values."""
+
+    a: float
+    b: float
+    auc: float  # Phi(a / sqrt(1 + b^2))
+    variance: float  # DeLong variance of the placement values (as seed 000 uses for its CI)
+    alpha: float
+    n_thresholds: int
+    glm: GLMResults = field(repr=False)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """Seed 000 eq. (3) around the ROC-GLM AUC."""
+        return logit_ci(self.auc, self.variance, self.alpha)
+
+    def curve(self, t: np.ndarray) -> np.ndarray:
+        return stats.norm.cdf(self.a + self.b * stats.norm.ppf(t))
+
+
+@dataclass(frozen=True, eq=False)
+class HistogramAUC:
+    """Empirical AUC with DeLong variance from placement values against histogram CDFs.
+
+    ``auc`` averages the two placement estimates: :math:`\\bar V_{10}` rests on the negatives'
+    CDF, :math:`\\bar V_{01}` on the positives'. With exact references both equal the
+    Mann-Whitney AUC; with noisy ones their noise is independent, so the mean halves its variance.
+    """
+
+    auc: float
+    auc_positives: float  # mean V10
+    auc_negatives: float  # mean V01
+    variance: float
+    alpha: float
+    n_positive: int
+    n_negative: int
+    within_bin: str
+    noise_off: bool
+    roc_glm: HistogramROCGLM | None
+    histograms: ScoreHistograms = field(repr=False)
+
+    @property
+    def ci_delong(self) -> tuple[float, float]:
+        """Wald interval on the AUC scale, clipped to [0, 1] (pROC's ``ci.auc(method = "delong")``)."""
+        half = stats.norm.ppf(1 - self.alpha / 2) * np.sqrt(self.variance)
+        return max(0.0, float(self.auc - half)), min(1.0, float(self.auc + half))
+
+    @property
+    def ci_logit(self) -> tuple[float, float]:
+        """Seed 000 eq. (3)."""
+        return logit_ci(self.auc, self.variance, self.alpha)
+
+    def __repr__(self) -> str:
+        lo, hi = self.ci_logit
+        glm = "" if self.roc_glm is None else f", roc_glm_auc={self.roc_glm.auc:.4f}"
+        return (f"HistogramAUC(auc={self.auc:.4f}, ci_logit=({lo:.4f}, {hi:.4f}), n_positive={self.n_positive}, "
+                f"n_negative={self.n_negative}{glm}, noise_off={self.noise_off})")
+
+    def summary(self) -> str:
+        lines = [
+            "AUC from histogram placement values (seed 000 estimators on seed 003 histograms)",
+            f"  AUC        : {self.auc:.4f}  (V10 mean {self.auc_positives:.4f}, V01 mean {self.auc_negatives:.4f})",
+            f"  DeLong var : {self.variance:.3g}",
+            f"  CI {1 - self.alpha:.0%} logit: ({self.ci_logit[0]:.4f}, {self.ci_logit[1]:.4f});"
+            f"  Wald: ({self.ci_delong[0]:.4f}, {self.ci_delong[1]:.4f})",
+            f"  n+ / n-    : {self.n_positive} / {self.n_negative}; within-bin CDF: {self.within_bin}",
+        ]
+        if self.roc_glm is not None:
+            g = self.roc_glm
+            lines.append(f"  ROC-GLM    : a = {g.a:.4f}, b = {g.b:.4f}, AUC = {g.auc:.4f}, "
+                         f"CI ({g.ci[0]:.4f}, {g.ci[1]:.4f})")
+        return "\n".join(lines)
+
+    def to_frame(self) -> pd.DataFrame:
+        rows = [{"estimate": "empirical", "auc": self.auc, "ci_lower": self.ci_logit[0],
+                 "ci_upper": self.ci_logit[1], "variance": self.variance}]
+        if self.roc_glm is not None:
+            rows.append({"estimate": "roc_glm", "auc": self.roc_glm.auc, "ci_lower": self.roc_glm.ci[0],
+                         "ci_upper": self.roc_glm.ci[1], "variance": self.roc_glm.variance})
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "auc": self.auc, "auc_positives": self.auc_positives, "auc_negatives": self.auc_negatives,
+            "variance": self.variance, "ci_delong": list(self.ci_delong), "ci_logit": list(self.ci_logit),
+            "alpha": self.alpha, "n_positive": self.n_positive, "n_negative": self.n_negative,
+            "within_bin": self.within_bin, "noise_off": self.noise_off, "mechanism": self.histograms.mechanism,
+        }
+        if self.roc_glm is not None:
+            g = self.roc_glm
+            out["roc_glm"] = {"a": g.a, "b": g.b, "auc": g.auc, "ci": list(g.ci), "iterations": g.glm.iterations}
+        return out
+
+
+def store_reference(session: FederatedSession, hist: ScoreHistograms) -> None:
+    """Send the global CDFs (edges and cumulative counts only) to every site."""
+    session.assign(HIST_REFERENCE, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
+
+
+def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3) -> int:
+    """Binary depth for the AUC: a leaf holds about ``per_leaf`` records of one class at one
+    site (``n / n_sites / 2 / per_leaf`` leaves), between ``min_levels`` and 10 levels. Deeper
+    trees spread the budget over more levels; coarser bins bias the AUC where the scores are
+    far from uniform inside a bin (the CDF is linear there), hence at least 8 leaves by
+    default (bench/hist_auc.py; tests/test_curves.py on GBSG2)."""
+    return int(np.clip(np.floor(np.log2(max(n / n_sites / 2 / per_leaf, 1.0))), min_levels, 10))
+
+
+def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
+                within_bin: str = "linear", roc_glm: bool = True, n_thresholds: int = 99,
+                levels: int | None = None, histograms: ScoreHistograms | None = None,
+                **histogram_options: Any) -> HistogramAUC:
+    """AUC, DeLong variance, logit CI and ROC-GLM from placement values against histogram CDFs.
+
+    1. the global CDFs :math:`\\tilde F_0, \\tilde F_1` come from :func:`ds_score_histograms`
+       (noisy under each site's mechanism, or exact with noise off) and are stored at every
+       site as bin edges and cumulative counts;
+    2. each site evaluates them at its own exact scores: :math:`V_{10} = \\tilde F_0(x)` for
+       its positives, :math:`V_{01} = 1 - \\tilde F_1(x)` for its negatives, and returns only
+       the counts, sums and sums of squares (rule A1);
+    3. :math:`\\widehat{AUC} = (\\bar V_{10} + \\bar V_{01})/2`,
+       :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; seed 000 eqs.
+       1-2), CI by seed 000 eq. (3);
+    4. the ROC-GLM (seed 000) by the distributed probit GLM on each site's table of
+       :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
+
+    Exact (pROC's AUC and DeLong variance) when noise is off and the bins separate all
+    distinct scores, with ``within_bin='tied'``; with ``'linear'`` (default, better for
+    continuous scores under noise) when moreover every score lies at its bin's mid-point.
+    ``levels=None`` picks the depth by :func:`auc_levels` from the record count (``lengthDS``);
+    ``histogram_options`` go to :func:`ds_score_histograms` (branching, lower, upper, decay,
+    totals, epsilon, delta). The class totals are exact by default (``totals='exact'``): the
+    placement sums release n1 and n0 anyway, so a noisy level 0 would only waste budget.
+    """
+    histogram_options.setdefault("totals", "exact")
+    if histograms is None and levels is None:
+        n = sum(int(v) for v in session.aggregate("lengthDS", Ref(truth)).values())
+        levels = auc_levels(n, len(session.sites))
+    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, **histogram_options)
+    store_reference(session, hist)
+    sums = session.aggregate("histPlacementSumsDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
+                             within_bin=within_bin)
+    n1 = sum(int(r["n1"]) for r in sums.values())
+    n0 = sum(int(r["n0"]) for r in sums.values())
+    m10 = sum(r["sum_v10"] for r in sums.values()) / n1
+    m01 = sum(r["sum_v01"] for r in sums.values()) / n0
+    var10 = (sum(r["sumsq_v10"] for r in sums.values()) - n1 * m10**2) / (n1 - 1)
+    var01 = (sum(r["sumsq_v01"] for r in sums.values()) - n0 * m01**2) / (n0 - 1)
+    variance = float(var10 / n1 + var01 / n0)
+    auc = float(np.clip((m10 + m01) / 2, 0.0, 1.0))
+    fit = None
+    if roc_glm:
+        session.assign(HIST_ROC_DATA, Call("histRocGlmDataDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
+                                           n_thresholds, within_bin=within_bin))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            glm = ds_glm(session, "u ~ x", HIST_ROC_DATA, family="binomial", link="probit", weights="w")
+        a, b = (float(v) for v in glm.params)
+        fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), variance, alpha, n_thresholds,
+                              glm)
+    return HistogramAUC(auc, float(m10), float(m01), variance, alpha, n1, n0, within_bin, hist.noise_off, fit, hist)

@@ -1,0 +1,486 @@
+"""Federated recalibration of a binary prediction model (seed 001, chapter 4; §3.6.1-3.6.2).
+
+Two calibration models are fitted on the distributed data without pooling a record, then
+applied at every site as a registry *assign* function (``recalibrateDS``) that receives the
+map as numbers only:
+
+**Platt (logistic) recalibration** (seed 001 §3.6.1): :math:`\\tilde p = \\operatorname{expit}(a +
+b\\,\\operatorname{logit}(p))`, with :math:`(a, b)` from ``glm(y ~ logit(p), binomial)`` fitted by
+the distributed GLM (:func:`~dsfed_client.analyses.calibration.ds_logistic_calibration`: the
+calibration intercept and slope). Without noise the coefficients are R's ``glm`` on the pooled
+data.
+
+**Smooth isotonic recalibration** (seed 001 §4.3-4.6, Algorithm 4.1; Jiang et al. 2011). The
+isotonic regression (eq. 3.9 / 4.2)
+
+.. math:: \\hat z = \\arg\\min_z \\sum_i (y_i - z_i)^2 \\quad \\text{s.t.}\\quad z_1 \\le \\dots \\le z_n
+
+(records sorted by score) is solved by the pool-adjacent-violators algorithm on *bins* of the
+score: every site returns, per bin :math:`l`, its count :math:`n_l^{(k)}`, sum of scores
+:math:`c_{l,p}^{(k)}` and sum of outcomes :math:`c_{l,y}^{(k)}` (registry entry ``groupSumsDS``;
+a bin holding fewer than q of the site's records is suppressed there, with secondary
+suppression, see ``binned_sums``). The analyst pools the sums and runs weighted PAVA
+(``scipy.optimize.isotonic_regression``) on the bin means :math:`\\bar y_l = \\sum_k c_{l,y}^{(k)} /
+\\sum_k n_l^{(k)}` with weights :math:`\\sum_k n_l^{(k)}`. Each step :math:`s` of the solution
+(a maximal run of bins with one fitted value) gives one knot
+
+.. math:: \\bar p_s = \\frac{\\sum_{l \\in s} \\sum_k c_{l,p}^{(k)}}{\\sum_{l \\in s} \\sum_k n_l^{(k)}}, \\qquad
+          \\hat z_s = \\frac{\\sum_{l \\in s} \\sum_k c_{l,y}^{(k)}}{\\sum_{l \\in s} \\sum_k n_l^{(k)}}
+
+(eq. 4.5: the step's value is its share of events; the x value is the mean score on the step,
+Algorithm 4.1 steps 1-3, here a plain sum of site sums instead of the random-mask ring), and the
+smooth isotonic map is the PCHIP through :math:`(\\bar p_s, \\hat z_s)` (step 4), constant
+outside the first and last knot.
+
+Exactness. The PAVA solution for binned data is the isotonic regression constrained to be
+constant within each bin. If every bin holds the records of one distinct score value (bins
+split between the distinct values) and no bin is suppressed, it *is* the pooled isotonic
+regression (with tied scores pooled: the "secondary" treatment of ties, scikit-learn's), and the
+knots equal the pooled ones exactly. With fewer bins than distinct scores the steps can only
+break at bin boundaries: that binning, and any suppressed bins, are the whole difference from
+the pooled fit; results carry ``suppressed_total`` to say what was left out.
+
+Disclosure. The bin sums are the ones ``groupSumsDS`` releases for Hosmer-Lemeshow (q-rule and
+secondary suppression at each site); the bin breaks come from one censored ``countBelowDS`` query;
+the maps are computed from these aggregates only. Applying a map creates a site-side vector whose
+sums are then released by the validation functions: see ``dsfed_server/functions/recalibration.py``
+for why ``recalibrateDS`` is enabled only in the test profile for now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import special
+from scipy.interpolate import PchipInterpolator
+from scipy.optimize import isotonic_regression
+
+from dsfed_client.analyses.calibration import (
+    LogisticCalibration, calibration_errors, ds_brier, ds_hosmer_lemeshow, ds_logistic_calibration,
+)
+from dsfed_client.calls import Call, Ref
+from dsfed_client.session import FederatedSession
+
+METHODS = ("logistic", "pchip", "step")
+
+
+# --- the map ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class RecalibrationMap:
+    """A recalibration map as the numbers that travel to the sites (never code).
+
+    ``logistic``: ``coefficients = (a, b)``, :math:`\\operatorname{expit}(a + b\\,\\operatorname{logit}(p))`.
+    ``pchip``: smooth isotonic map through ``(knots, values)``, constant outside the knots.
+    ``step``: isotonic step function, ``values[s]`` on ``(knots[s-1], knots[s]]``.
+    Calling the map evaluates it as ``recalibrateDS`` does at the site.
+    """
+
+    method: str
+    coefficients: tuple[float, float] | None = None
+    knots: np.ndarray | None = None
+    values: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+
+    def __call__(self, p: Any) -> np.ndarray:
+        p = np.asarray(p, dtype=float)
+        if self.method == "logistic":
+            a, b = self.coefficients  # type: ignore[misc]
+            if b == 0:
+                return np.where(np.isnan(p), np.nan, special.expit(a))
+            with np.errstate(divide="ignore"):
+                return special.expit(a + b * special.logit(p))
+        x, y = np.asarray(self.knots, dtype=float), np.asarray(self.values, dtype=float)
+        if self.method == "step":
+            idx = np.minimum(np.searchsorted(x, p, side="left"), x.size - 1)
+            return np.where(np.isnan(p), np.nan, y[np.where(np.isnan(p), 0, idx)])
+        if x.size == 1:
+            return np.where(np.isnan(p), np.nan, y[0])
+        out = PchipInterpolator(x, y, extrapolate=False)(np.clip(p, x[0], x[-1]))
+        return np.clip(out, y[0], y[-1])
+
+    def call(self, score: str) -> Call:
+        """The ``recalibrateDS`` call that applies this map to ``score`` at each site."""
+        if self.method == "logistic":
+            return Call("recalibrateDS", Ref(score), "logistic", coefficients=[float(c) for c in self.coefficients])
+        return Call("recalibrateDS", Ref(score), self.method, knots=np.asarray(self.knots, dtype=float),
+                    values=np.asarray(self.values, dtype=float))
+
+    def max_difference(self, other: "RecalibrationMap", grid: np.ndarray | None = None) -> float:
+        """:math:`\\max_t |f(t) - g(t)|` over ``grid`` (default 1001 equidistant points on [0, 1])."""
+        grid = np.linspace(0.0, 1.0, 1001) if grid is None else np.asarray(grid, dtype=float)
+        return float(np.max(np.abs(self(grid) - other(grid))))
+
+    def to_frame(self) -> pd.DataFrame:
+        if self.method == "logistic":
+            return pd.DataFrame({"term": ["intercept", "slope"], "value": list(self.coefficients)})
+        return pd.DataFrame({"knot": self.knots, "value": self.values})
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.method == "logistic":
+            return {"method": self.method, "coefficients": [float(c) for c in self.coefficients]}
+        return {"method": self.method, "knots": np.asarray(self.knots).tolist(),
+                "values": np.asarray(self.values).tolist()}
+
+    def summary(self) -> str:
+        if self.method == "logistic":
+            a, b = self.coefficients  # type: ignore[misc]
+            return f"logistic recalibration: expit({a:.6g} + {b:.6g} * logit(p))"
+        kind = "smooth isotonic (PCHIP)" if self.method == "pchip" else "isotonic step"
+        return f"{kind} recalibration with {len(self.knots)} knots\n" + self.to_frame().to_string(
+            index=False, float_format=lambda v: f"{v:.6g}")
+
+    def __repr__(self) -> str:
+        if self.method == "logistic":
+            a, b = self.coefficients  # type: ignore[misc]
+            return f"RecalibrationMap('logistic', intercept={a:.6g}, slope={b:.6g})"
+        lo, hi = self.knots[0], self.knots[-1]
+        return f"RecalibrationMap({self.method!r}, {len(self.knots)} knots on [{lo:.4g}, {hi:.4g}])"
+
+
+# --- Platt ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class PlattFit:
+    """Platt (logistic) recalibration fitted by the distributed GLM (seed 001 §3.6.1)."""
+
+    map: RecalibrationMap
+    calibration: LogisticCalibration  # glm(y ~ logit(p)) and the calibration-in-the-large fit
+
+    @property
+    def intercept(self) -> float:
+        return self.calibration.intercept
+
+    @property
+    def slope(self) -> float:
+        return self.calibration.slope
+
+    @property
+    def suppressed_total(self) -> int:
+        return 0  # a GLM's sums are refused as a whole, never partly suppressed
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.calibration.fit.to_frame()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"map": self.map.to_dict(), "nobs": self.calibration.fit.nobs,
+                "n_excluded": self.calibration.n_excluded, "fit": self.calibration.fit.to_dict()}
+
+    def summary(self) -> str:
+        return (f"{self.map.summary()}\n(distributed glm(y ~ logit(p)), n = {self.calibration.fit.nobs}, "
+                f"{self.calibration.n_excluded} records with p = 0 or 1 left out)\n"
+                + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"))
+
+    def __repr__(self) -> str:
+        return f"PlattFit(intercept={self.intercept:.6g}, slope={self.slope:.6g}, n={self.calibration.fit.nobs})"
+
+
+def ds_platt_fit(session: FederatedSession, truth: str, score: str) -> PlattFit:
+    """Fit :math:`\\operatorname{logit} P(y=1) = a + b\\,\\operatorname{logit}(p)` by the distributed
+    GLM (registry ``calibrationFrameDS`` + ``glmDS2``; R's ``glm.fit`` path, so without noise the
+    coefficients are R's ``glm(y ~ qlogis(p), binomial)`` on the pooled records with 0 < p < 1)."""
+    cal = ds_logistic_calibration(session, truth, score)
+    return PlattFit(RecalibrationMap("logistic", coefficients=(cal.intercept, cal.slope)), cal)
+
+
+# --- isotonic ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class IsotonicFit:
+    """Smooth isotonic recalibration from pooled bin sums (seed 001 §4.3-4.6, Algorithm 4.1).
+
+    ``map`` is the PCHIP (smooth isotonic) map, ``step`` the isotonic step function.
+    ``bins`` holds the pooled per-bin sums that entered PAVA, which sites suppressed each
+    bin and the fitted value; ``suppressed_total`` is the number of records the sites'
+    small-bin suppression left out of the fit (0: every record was used).
+    """
+
+    map: RecalibrationMap
+    step: RecalibrationMap
+    bins: pd.DataFrame
+    steps: pd.DataFrame
+    suppressed_total: int
+    n_total: int
+
+    @property
+    def suppressed_share(self) -> float:
+        return self.suppressed_total / self.n_total if self.n_total else 0.0
+
+    @property
+    def suppressed_bins(self) -> int:
+        """Bins that at least one site suppressed."""
+        return int((self.bins["suppressed_sites"] != "").sum())
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.steps.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"map": self.map.to_dict(), "step": self.step.to_dict(),
+                "bins": self.bins.replace({np.nan: None}).to_dict(orient="records"),
+                "steps": self.steps.to_dict(orient="records"), "suppressed_total": self.suppressed_total,
+                "suppressed_share": self.suppressed_share, "suppressed_bins": self.suppressed_bins,
+                "n_total": self.n_total}
+
+    def summary(self) -> str:
+        head = (f"smooth isotonic recalibration: {len(self.steps)} steps from {len(self.bins)} bins, "
+                f"n = {self.n_total}; suppressed at the sites: {self.suppressed_total} records "
+                f"({100 * self.suppressed_share:.2f} %) in {self.suppressed_bins} bins")
+        return head + "\n" + self.steps.to_string(index=False, float_format=lambda v: f"{v:.6g}")
+
+    def __repr__(self) -> str:
+        return (f"IsotonicFit({len(self.steps)} steps, {len(self.bins)} bins, n={self.n_total}, "
+                f"suppressed={self.suppressed_total})")
+
+
+def equal_count_breaks(session: FederatedSession, score: str, n_bins: int, *, grid_size: int = 4000,
+                       logit_range: float = 15.0) -> np.ndarray:
+    """Breaks ``[0, b_1, ..., 1]`` making about ``n_bins`` groups of equal pooled count.
+
+    One ``countBelowDS`` query on a grid equidistant on the logit scale (``grid_size`` points on
+    ``expit([-logit_range, logit_range])``). A site's count that the q-rule censors (fewer than q
+    records from either end) is interpolated between its known neighbours, an error below q per
+    site. The breaks need not be exact quantiles: any breaks give a valid binned PAVA; near-equal
+    counts keep every bin well above q at the sites.
+    """
+    if n_bins < 1:
+        raise ValueError("n_bins must be at least 1")
+    grid = special.expit(np.linspace(-logit_range, logit_range, grid_size))
+    results = session.aggregate("countBelowDS", Ref(score), grid)
+    total = np.zeros(grid_size)
+    n = 0
+    for part in results.values():
+        n_k = int(part["n"])
+        n += n_k
+        counts = np.array([np.nan if c is None else c for c in part["counts"]], dtype=float)
+        # a censored count (1..q-1 records from either end) lies between its known neighbours:
+        # interpolate it (the counts rise with the threshold; 0 below the grid, n_k above it)
+        pos = np.arange(-1, grid_size + 1)
+        known = np.r_[0.0, counts, float(n_k)]
+        ok = ~np.isnan(known)
+        total += np.interp(pos, pos[ok], known[ok])[1:-1]
+    mid = total
+    targets = n * np.arange(1, n_bins) / n_bins
+    idx = np.searchsorted(mid, targets, side="left")
+    inner = np.unique(grid[idx[idx < grid_size]])
+    return np.concatenate([[0.0], inner[(inner > 0) & (inner < 1)], [1.0]])
+
+
+def _pool_bins(results: dict[str, dict[str, Any]], breaks: np.ndarray) -> pd.DataFrame:
+    bins = len(breaks) - 1
+    n, sum_p, sum_y = np.zeros(bins), np.zeros(bins), np.zeros(bins)
+    sites: list[list[str]] = [[] for _ in range(bins)]
+    for site, part in results.items():
+        n += np.asarray(part["n"], dtype=float)
+        sum_p += np.asarray(part["sum_p"], dtype=float)
+        sum_y += np.asarray(part["sum_y"], dtype=float)
+        for i, flag in enumerate(part["suppressed"]):
+            if flag:
+                sites[i].append(site)
+    return pd.DataFrame({"lower": breaks[:-1], "upper": breaks[1:], "n": n.astype(int), "sum_p": sum_p,
+                         "sum_y": sum_y, "suppressed_sites": [", ".join(s) for s in sites]})
+
+
+def binned_pava(n: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, upper: np.ndarray
+                ) -> tuple[RecalibrationMap, RecalibrationMap, pd.DataFrame, np.ndarray]:
+    """Weighted PAVA on bin means and the knots of its steps (seed 001 eqs. 3.9, 4.5; Alg. 4.1).
+
+    Arguments are the pooled sums of the non-empty bins, in score order, and each bin's upper
+    break. Returns the PCHIP map, the step map, the step table and each bin's fitted value.
+    """
+    n, sum_p, sum_y = (np.asarray(v, dtype=float) for v in (n, sum_p, sum_y))
+    fitted = isotonic_regression(sum_y / n, weights=n, increasing=True).x
+    starts = np.flatnonzero(np.r_[True, np.diff(fitted) != 0])  # a step: a maximal run of one fitted value
+    ends = np.r_[starts[1:], n.size] - 1
+    n_s, p_s, y_s = (np.add.reduceat(v, starts) for v in (n, sum_p, sum_y))
+    knots, values = p_s / n_s, np.clip(y_s / n_s, 0.0, 1.0)
+    step_knots = np.clip(np.asarray(upper, dtype=float)[ends], 0.0, 1.0)
+    step_knots[-1] = 1.0  # the last step reaches to 1
+    steps = pd.DataFrame({"lower": np.r_[0.0, step_knots[:-1]], "upper": step_knots, "n": n_s.astype(int),
+                          "mean_score": knots, "value": values, "bins": ends - starts + 1})
+    return (RecalibrationMap("pchip", knots=knots, values=values),
+            RecalibrationMap("step", knots=step_knots, values=values), steps, fitted)
+
+
+def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins: int = 50,
+                    breaks: Any = None) -> IsotonicFit:
+    """Smooth isotonic recalibration fitted on pooled, disclosure-checked bin sums.
+
+    Parameters
+    ----------
+    truth, score : str
+        The 0/1 outcome and the predicted probability at every site (e.g. ``"D$y"``, ``"D$score"``).
+    n_bins : int
+        Number of bins of about equal pooled count (:func:`equal_count_breaks`), used when
+        ``breaks`` is not given. More bins follow the pooled isotonic fit more closely; each
+        bin should still hold well over q records at each site, or sites suppress it.
+    breaks : array, optional
+        Explicit increasing breaks from ``<= 0`` to ``>= 1``; bins are ``(b[i-1], b[i]]``, the
+        first closed (R's ``cut(include.lowest = TRUE)``). With one bin per distinct score value
+        the fit is the pooled isotonic regression exactly (when nothing is suppressed).
+
+    Notes
+    -----
+    Seed 001 §4.5-4.6 finds the steps by an active-set method on securely sorted records; here
+    the sites release only bin sums that pass the q-rule (the same sums as the Hosmer-Lemeshow
+    table), PAVA runs at the analyst, and the PCHIP through one knot per step (mean score, share
+    of events) is the smooth isotonic map (Algorithm 4.1).
+    """
+    if breaks is None:
+        edges = equal_count_breaks(session, score, n_bins)
+    else:
+        edges = np.asarray(breaks, dtype=float)
+        if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
+            raise ValueError("breaks must be at least two strictly increasing numbers")
+        if edges[0] > 0 or edges[-1] < 1 or np.any((edges[1:-1] < 0) | (edges[1:-1] >= 1)):
+            raise ValueError("breaks must cover [0, 1] (first break <= 0, last >= 1, inner ones in [0, 1))")
+    results = session.aggregate("groupSumsDS", Ref(truth), Ref(score), edges)
+    bins = _pool_bins(results, edges)
+    suppressed = sum(int(r["suppressed_total"]) for r in results.values())
+    used = bins["n"].to_numpy() > 0
+    if not used.any():
+        raise ValueError("every bin was suppressed or empty: use fewer bins")
+    pchip, step, steps, fitted = binned_pava(bins["n"][used], bins["sum_p"][used], bins["sum_y"][used],
+                                             bins["upper"][used])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        bins = bins.assign(mean_score=bins.sum_p / bins.n, mean_outcome=bins.sum_y / bins.n)
+    bins["fitted"] = np.nan
+    bins.loc[used, "fitted"] = fitted
+    return IsotonicFit(pchip, step, bins, steps, suppressed, int(bins["n"].sum()) + suppressed)
+
+
+# --- applying and evaluating ----------------------------------------------------------------
+
+
+def ds_apply_recalibration(session: FederatedSession, score: str, recalibration: RecalibrationMap | PlattFit |
+                           IsotonicFit, into: str) -> str:
+    """Assign ``into`` at every site: the recalibrated ``score`` (registry ``recalibrateDS``).
+    Only the map's numbers travel; each site checks them before use. Returns ``into``."""
+    m = recalibration if isinstance(recalibration, RecalibrationMap) else recalibration.map
+    session.assign(into, m.call(score))
+    return into
+
+
+@dataclass(frozen=True)
+class CalibrationMeasures:
+    """The calibration measures of one score (seeds 000-002), all from the existing ds_* estimators."""
+
+    brier: float
+    spiegelhalter_z: float
+    hl_c: float
+    hl_c_pvalue: float
+    hl_h: float
+    hl_h_pvalue: float
+    ece: float
+    mce: float
+    intercept: float
+    slope: float
+    citl: float
+    n: int
+    suppressed_records: int  # left out of the H-L/ECE group tables by sites' suppression (max over both)
+    complete: bool  # every H-L group exact and unsuppressed
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"value": [getattr(self, m) for m in MEASURES]}, index=pd.Index(MEASURES, name="measure"))
+
+    def summary(self) -> str:
+        note = "" if self.complete else f" ({self.suppressed_records} records suppressed or groups inexact)"
+        return (f"calibration measures, n = {self.n}{note}\n"
+                + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"))
+
+    def __repr__(self) -> str:
+        return (f"CalibrationMeasures(n={self.n}, brier={self.brier:.4g}, hl_c={self.hl_c:.4g}, "
+                f"hl_h={self.hl_h:.4g}, ece={self.ece:.4g}, slope={self.slope:.4g})")
+
+
+MEASURES = ("brier", "spiegelhalter_z", "hl_c", "hl_c_pvalue", "hl_h", "hl_h_pvalue", "ece", "mce",
+            "intercept", "slope", "citl")
+
+
+def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *, g: int = 10
+                            ) -> CalibrationMeasures:
+    """Brier and Spiegelhalter's z (``ds_brier``), Hosmer-Lemeshow C and H (``ds_hosmer_lemeshow``),
+    ECE/MCE over the C groups (seed 001 eq. 3.6) and calibration intercept, slope and CITL
+    (``ds_logistic_calibration``)."""
+    b = ds_brier(session, truth, score)
+    c = ds_hosmer_lemeshow(session, truth, score, g=g, kind="C")
+    h = ds_hosmer_lemeshow(session, truth, score, g=g, kind="H")
+    e = calibration_errors(c)
+    lc = ds_logistic_calibration(session, truth, score, n_complete=b.n)
+    return CalibrationMeasures(b.brier, b.spiegelhalter_z, c.statistic, c.pvalue, h.statistic, h.pvalue, e.ece,
+                               e.mce, lc.intercept, lc.slope, lc.citl, b.n,
+                               max(c.suppressed_records, h.suppressed_records), c.complete and h.complete)
+
+
+@dataclass(frozen=True, eq=False)
+class Recalibration:
+    """A recalibration fitted, applied at the sites (as ``symbol``) and evaluated before and after.
+
+    The measures after are computed on the records the map was fitted on (in-sample, so
+    optimistic); to validate on other records, apply ``fit`` to another score with
+    :func:`ds_apply_recalibration` and call :func:`ds_calibration_measures`.
+    """
+
+    method: str  # "logistic" or "isotonic"
+    fit: PlattFit | IsotonicFit
+    map: RecalibrationMap  # the map applied at the sites (for isotonic: the PCHIP or the step function)
+    symbol: str
+    before: CalibrationMeasures
+    after: CalibrationMeasures
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per measure: before, after, and after - before."""
+        b, a = self.before.to_dict(), self.after.to_dict()
+        return pd.DataFrame({"before": [b[m] for m in MEASURES], "after": [a[m] for m in MEASURES]},
+                            index=pd.Index(MEASURES, name="measure")).assign(change=lambda f: f.after - f.before)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "symbol": self.symbol, "map": self.map.to_dict(), "fit": self.fit.to_dict(),
+                "before": self.before.to_dict(), "after": self.after.to_dict()}
+
+    def summary(self) -> str:
+        supp = (f"suppressed at the sites while fitting: {self.fit.suppressed_total} records"
+                if self.method == "isotonic" else "fitted by the distributed GLM (nothing suppressed)")
+        return "\n".join([
+            f"Federated {self.method} recalibration (seed 001, ch. 4) -> {self.symbol}",
+            self.map.summary() if self.method == "logistic" else f"{self.fit!r}, applied: {self.map!r}",
+            supp,
+            f"calibration measures, n = {self.after.n} (in-sample):",
+            self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"),
+        ])
+
+    def __repr__(self) -> str:
+        return (f"Recalibration({self.method!r} -> {self.symbol!r}: H-L C {self.before.hl_c:.4g} -> "
+                f"{self.after.hl_c:.4g}, ECE {self.before.ece:.4g} -> {self.after.ece:.4g})")
+
+
+def ds_recalibrate(session: FederatedSession, truth: str, score: str, *, method: str = "isotonic",
+                   into: str = "p.recal", n_bins: int = 50, breaks: Any = None, smooth: bool = True,
+                   g: int = 10) -> Recalibration:
+    """Fit a recalibration (``"logistic"``: Platt, seed 001 §3.6.1; ``"isotonic"``: smooth isotonic
+    regression, §4.3-4.6), apply it at every site as the new vector ``into`` and compare the
+    calibration measures of ``score`` and ``into``. ``smooth=False`` applies the isotonic step
+    function instead of its PCHIP smoothing."""
+    if method == "logistic":
+        fit: PlattFit | IsotonicFit = ds_platt_fit(session, truth, score)
+        m = fit.map
+    elif method == "isotonic":
+        fit = ds_isotonic_fit(session, truth, score, n_bins=n_bins, breaks=breaks)
+        m = fit.map if smooth else fit.step
+    else:
+        raise ValueError("method must be 'logistic' or 'isotonic'")
+    before = ds_calibration_measures(session, truth, score, g=g)
+    ds_apply_recalibration(session, score, m, into)
+    after = ds_calibration_measures(session, truth, into, g=g)
+    return Recalibration(method, fit, m, into, before, after)

@@ -1,0 +1,262 @@
+"""What a site's governance board reads: its rules file explained, and its audit log summarised.
+
+The explanation of every rules-file key comes from one place, the pydantic
+``Field`` descriptions of :mod:`dsfed_server.disclosure.rules`; this module only
+lays them out. Checking a rules file runs exactly the validation a site runs at
+start (:func:`~dsfed_server.disclosure.rules.load_rules` and
+:func:`~dsfed_server.service.check_enabled`).
+
+An audit log is read generically, record by record: calls are counted by
+analyst, function or outcome; refusals are listed with the rule that refused
+them; privacy spending is whatever numeric ``epsilon`` and ``delta`` a record
+carries, at its top level or inside a mapping under ``privacy``, ``spent`` or
+``privacy_spent``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from dsfed_server.disclosure.rules import Profile, Rules, RulesFile, load_rules
+from dsfed_server.registry import REGISTRY, Registry
+
+GroupBy = Literal["analyst", "function", "outcome"]
+
+_WIDTH = 88
+_SPENDING_KEYS = ("privacy", "spent", "privacy_spent")
+_SPENT_QUANTITIES = ("epsilon", "delta")
+
+
+# --- rules files ------------------------------------------------------------------------
+
+
+def check_rules(path: str | Path, registry: Registry = REGISTRY) -> RulesFile:
+    """Validate a rules file as a site does at start; raise ``ConfigFileError`` (file:line: reason)."""
+    from dsfed_server.service import check_enabled  # noqa: PLC0415  (loads the function set: slow)
+
+    rules = load_rules(path)
+    check_enabled(rules, Path(path), registry)
+    return rules
+
+
+def _wrap(text: str, indent: int) -> list[str]:
+    return textwrap.wrap(" ".join(text.split()), _WIDTH, break_on_hyphens=False, initial_indent=" " * indent,
+                         subsequent_indent=" " * indent)
+
+
+def _value(value: Any) -> str:
+    """A key's value as the rules file writes it (a function list by its length)."""
+    if isinstance(value, tuple):
+        return f"{len(value)} functions"
+    if isinstance(value, (str, bool)):
+        return json.dumps(value)
+    return repr(value)
+
+
+def _summary(doc: str) -> str:
+    """A function's doc up to its first full stop before a capital letter, or its first formula."""
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    paragraph = re.split(r"\.\s+(?=[A-Z])|:math:", paragraph, maxsplit=1)[0]
+    return re.sub(r":\w+:`([^`]*)`", r"\1", paragraph).replace("``", "").rstrip(".,:; ")
+
+
+def _explain_section(name: str, section: BaseModel, description: str | None,
+                     site: BaseModel | None = None) -> list[str]:
+    """One ``[name]`` table: each key set in it, its value and its description.
+
+    For a profile's override table, ``site`` is the site's own section: keys the
+    profile leaves unset are skipped, and each set key shows the site's value.
+    """
+    lines = [f"[{name}]"]
+    if description:
+        lines += _wrap(description, 2)
+    for key, info in type(section).model_fields.items():
+        value = getattr(section, key)
+        if site is not None and value is None:
+            continue
+        shown = f"  {key} = {_value(value)}"
+        if site is not None:
+            shown += f"   (the site's own rules: {_value(getattr(site, key))})"
+        lines += [shown, *_wrap(info.description or "", 6)]
+    if site is not None and len(lines) == 1 + len(_wrap(description or "", 2)):
+        lines.append("  (no key set: the site's own values apply)")
+    return lines
+
+
+def _explain_functions(enabled: tuple[str, ...], registry: Registry, indent: int) -> list[str]:
+    pad = " " * indent
+    lines = [f"{pad}Allowed:"]
+    for name in enabled:
+        spec = registry.get(name)
+        summary = f"{spec.kind}: {_summary(spec.doc)}" if spec else "not a registry function"
+        lines += textwrap.wrap(f"{name} ({summary})", _WIDTH, initial_indent=f"{pad}  - ",
+                               subsequent_indent=f"{pad}    ")
+    refused = [name for name in registry.names() if name not in enabled]
+    lines += textwrap.wrap(
+        "Refused: every other call" + (f", including the registry functions {', '.join(refused)}." if refused
+                                       else " (nothing outside the registry can ever run)."),
+        _WIDTH, initial_indent=pad, subsequent_indent=pad + "    ")
+    return lines
+
+
+def explain_rules(path: str | Path, registry: Registry = REGISTRY) -> str:
+    """Plain-language explanation of a rules file: every key, its value, what it protects against."""
+    rules = check_rules(path, registry)
+    lines = [
+        f"Rules file {path}",
+        "This file is valid: a site would start with it.",
+        "Every key below is the site's decision; an analyst can ask for more privacy, never less.",
+    ]
+    if rules.noise_off:
+        lines += ["", "WARNING: differential-privacy noise is OFF at a site using this file.",
+                  *_wrap(f"Reason given: {rules.privacy.no_noise_acknowledged}", 2)]
+    for name, info in Rules.model_fields.items():
+        section = getattr(rules, name)
+        lines += ["", *_explain_section(name, section, info.description)]
+        if name == "functions":
+            lines += _explain_functions(rules.functions.enabled, registry, 6)
+
+    profiles = RulesFile.model_fields["profiles"]
+    lines += ["", "[profiles]", *_wrap(profiles.description or "", 2)]
+    if not rules.profiles:
+        lines.append("  This file defines no named profile: every session follows the rules above.")
+    profile_fields = Profile.model_fields
+    for profile_name, profile in rules.profiles.items():
+        lines += ["", f"[profiles.{profile_name}]",
+                  f"  enabled = {_value(profile.enabled)}",
+                  *_wrap(profile_fields["enabled"].description or "", 6),
+                  *_explain_functions(profile.enabled, registry, 6)]
+        for section in ("disclosure", "bins"):
+            lines += ["", *_explain_section(f"profiles.{profile_name}.{section}", getattr(profile, section),
+                                            profile_fields[section].description, site=getattr(rules, section))]
+    return "\n".join(lines) + "\n"
+
+
+# --- audit logs -------------------------------------------------------------------------
+
+
+def read_audit(path: str | Path) -> list[dict[str, Any]]:
+    """The records of an audit log; a line that is not a JSON object raises ``ValueError`` (file:line)."""
+    records = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                raise ValueError(f"{path}:{number}: not a JSON audit record") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{number}: not a JSON audit record")
+            records.append(record)
+    return records
+
+
+def _group(record: dict[str, Any], by: GroupBy) -> str:
+    key = {"analyst": "user", "function": "function", "outcome": "outcome"}[by]
+    value = record.get(key)
+    return "(unknown)" if value in (None, "") else str(value)
+
+
+def count_calls(records: list[dict[str, Any]], by: GroupBy) -> dict[str, Counter[str]]:
+    """For each analyst, function or outcome: how many calls ended in each outcome."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for record in records:
+        counts[_group(record, by)][_group(record, "outcome")] += 1
+    return dict(sorted(counts.items()))
+
+
+def refusals(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The refused calls, in log order."""
+    return [r for r in records if r.get("outcome") == "refused"]
+
+
+def _spending(record: dict[str, Any]) -> Counter[str]:
+    """Numeric ``epsilon``/``delta`` of a record or of its nested spending mappings."""
+    spent: Counter[str] = Counter()
+    for quantity in _SPENT_QUANTITIES:
+        value = record.get(quantity)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            spent[quantity] += value
+    for key in _SPENDING_KEYS:
+        if isinstance(record.get(key), dict):
+            spent.update(_spending(record[key]))
+    return spent
+
+
+def privacy_spent(records: list[dict[str, Any]]) -> dict[tuple[str, str], Counter[str]]:
+    """Epsilon and delta recorded as spent, summed per (site, analyst); only pairs that spent any."""
+    totals: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for record in records:
+        spent = _spending(record)
+        if any(spent.values()):
+            totals[(str(record.get("site", "(unknown)")), _group(record, "analyst"))].update(spent)
+    return dict(sorted(totals.items()))
+
+
+def _outcome_order(outcomes: set[str]) -> list[str]:
+    first = [o for o in ("ok", "refused") if o in outcomes]
+    return first + sorted(outcomes - set(first))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A plain-text table: the first column left-aligned, the counts right-aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: list[str]) -> str:
+        cells = [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))]
+        return "  " + "  ".join(cells)
+
+    return [line(header), *(line(row) for row in rows)]
+
+
+def summarize_audit(paths: list[Path], by: GroupBy = "function") -> str:
+    """A plain-language report on one or more audit logs: counts, refusals, privacy spent."""
+    records = [record for path in paths for record in read_audit(path)]
+    sites = sorted({str(r.get("site")) for r in records if r.get("site")})
+    times = sorted(str(r["time"]) for r in records if r.get("time"))
+    lines = [*textwrap.wrap(f"Audit log{'s' if len(paths) > 1 else ''}: {', '.join(map(str, paths))}", _WIDTH,
+                            subsequent_indent="  ", break_on_hyphens=False, break_long_words=False),
+             f"Sites: {', '.join(sites) or '(none recorded)'}",
+             f"{len(records)} calls recorded" + (f", from {times[0]} to {times[-1]}" if times else "")]
+
+    counts = count_calls(records, by)
+    outcomes = _outcome_order({o for c in counts.values() for o in c})
+    lines += ["", f"Calls by {by}:"]
+    if not counts:
+        lines.append("  (no calls)")
+    elif by == "outcome":
+        lines += _table(["outcome", "calls"], [[o, str(counts[o][o])] for o in outcomes])
+    else:
+        rows = [[group, str(sum(c.values())), *(str(c[o]) for o in outcomes)] for group, c in counts.items()]
+        lines += _table([by, "calls", *outcomes], rows)
+
+    refused = refusals(records)
+    lines += ["", f"Refused calls: {len(refused)}"]
+    for record in refused:
+        lines += textwrap.wrap(
+            f"{record.get('time', '?')} site {record.get('site', '?')}, analyst {_group(record, 'analyst')}, "
+            f"{record.get('function', '?')}: refused by rule {record.get('rule') or '(none recorded)'}"
+            f" -- {record.get('message', '')}", _WIDTH, initial_indent="  - ", subsequent_indent="    ")
+    by_rule = Counter(str(r.get("rule") or "(none recorded)") for r in refused)
+    if by_rule:
+        lines.append("  By rule: " + "; ".join(f"{rule}: {n}" for rule, n in sorted(by_rule.items())))
+
+    spent = privacy_spent(records)
+    lines += ["", "Privacy budget spent:",
+              *_wrap("(the epsilon and delta each call recorded, summed per site and analyst: basic "
+                     "composition, an upper bound on what the site's ledger charges)", 2)]
+    if not spent:
+        lines.append("  no privacy budget spent")
+    for (site, analyst), amounts in spent.items():
+        shown = ", ".join(f"{q} {amounts[q]:.6g}" for q in sorted(amounts))
+        lines.append(f"  site {site}, analyst {analyst}: {shown}")
+    return "\n".join(lines) + "\n"
+

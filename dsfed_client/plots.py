@@ -1,0 +1,201 @@
+"""Plotting helpers shared by the results objects and the HTML report.
+
+matplotlib is imported inside each function, never at module import, so the
+library imports (and the estimators run) on a machine where matplotlib is not
+set up. Every helper draws on ``ax`` when given, else on a new figure, and
+returns the Axes. :func:`figure_svg` and :func:`figure_png_base64` serialise a
+figure for embedding in a self-contained HTML page.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
+    """pyplot with the non-interactive Agg backend, unless the caller chose a backend already
+    (imported pyplot, or set ``MPLBACKEND`` as Jupyter does)."""
+    import matplotlib  # noqa: PLC0415
+
+    if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def new_axes(ax: "Axes | None" = None, *, figsize: tuple[float, float] = (5.0, 4.5)) -> "Axes":
+    """``ax`` itself, or the Axes of a new figure."""
+    if ax is not None:
+        return ax
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=figsize)
+    return ax
+
+
+def roc_axes(ax: "Axes") -> "Axes":
+    """Square unit axes with the chance diagonal, labelled as a ROC plot."""
+    ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="_chance", gid="chance")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_aspect("equal")
+    ax.set_xlabel("false positive rate (1 - specificity)")
+    ax.set_ylabel("true positive rate (sensitivity)")
+    return ax
+
+
+def plot_roc(fpr_fit: np.ndarray, tpr_fit: np.ndarray, *, label: str, empirical: tuple[np.ndarray, np.ndarray] | None = None,
+             empirical_label: str = "empirical", overlay: tuple[np.ndarray, np.ndarray] | None = None,
+             overlay_label: str = "histogram ROC", ax: "Axes | None" = None) -> "Axes":
+    """A fitted ROC curve, optionally over an empirical step curve and one more curve (arrays fpr, tpr)."""
+    ax = roc_axes(new_axes(ax))
+    if empirical is not None:
+        ax.plot(empirical[0], empirical[1], color="tab:grey", linewidth=1, marker="o", markersize=2,
+                label=empirical_label, gid="roc-empirical")
+    if overlay is not None:
+        fpr, tpr = (np.asarray(v, dtype=float) for v in overlay)
+        if fpr.shape != tpr.shape:
+            raise ValueError(f"overlay fpr and tpr differ in length: {fpr.shape} vs {tpr.shape}")
+        order = np.argsort(fpr, kind="stable")
+        ax.plot(fpr[order], tpr[order], color="tab:orange", linewidth=1.4, marker="." if fpr.size <= 200 else "",
+                markersize=3, label=overlay_label, gid="roc-overlay")
+    ax.plot(fpr_fit, tpr_fit, color="tab:blue", linewidth=2, label=label, gid="roc-fit")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("ROC curve")
+    return ax
+
+
+def plot_pr_curve(precision: Sequence[float], recall: Sequence[float], *, prevalence: float | None = None,
+                  label: str = "PR curve", ax: "Axes | None" = None) -> "Axes":
+    """Precision against recall (arrays of equal length, e.g. from the histogram-based curves);
+    ``prevalence`` draws the no-skill line."""
+    precision, recall = np.asarray(precision, dtype=float), np.asarray(recall, dtype=float)
+    if precision.shape != recall.shape:
+        raise ValueError(f"precision and recall differ in length: {precision.shape} vs {recall.shape}")
+    ax = new_axes(ax)
+    order = np.argsort(recall, kind="stable")
+    ax.plot(recall[order], precision[order], color="tab:blue", linewidth=2, label=label, gid="pr-curve")
+    if prevalence is not None:
+        ax.axhline(prevalence, linestyle=":", color="grey", linewidth=1, label=f"no skill ({prevalence:.3f})")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("recall (sensitivity)")
+    ax.set_ylabel("precision (PPV)")
+    ax.set_title("Precision-recall curve")
+    ax.legend(loc="lower left", fontsize=8)
+    return ax
+
+
+def plot_calibration(edges: np.ndarray, n: np.ndarray, mean_prediction: np.ndarray, mean_outcome: np.ndarray, *,
+                     suppressed_share_max: np.ndarray | None = None, per_site: dict[str, Any] | None = None,
+                     ax: "Axes | None" = None, hist_ax: "Axes | None" = None) -> "Axes":
+    """Pooled calibration points sized by n, per-site curves, the diagonal, bins with suppressed
+    records marked, and below it (on ``hist_ax``, or an Axes split off ``ax``) a histogram of the
+    predictions from the bins' counts."""
+    if hist_ax is not None:
+        if ax is None:
+            raise ValueError("hist_ax needs ax")
+        hist = hist_ax
+    elif ax is None:
+        plt = _pyplot()
+        fig, (ax, hist) = plt.subplots(2, 1, figsize=(5.0, 6.0), sharex=True,
+                                       gridspec_kw={"height_ratios": [3, 1], "hspace": 0.08})
+    else:
+        from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: PLC0415
+
+        hist = make_axes_locatable(ax).append_axes("bottom", size="30%", pad=0.1, sharex=ax)
+    ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="ideal", gid="calibration-diagonal")
+    for site, frame in (per_site or {}).items():
+        shown = frame[frame["n"] > 0]
+        ax.plot(shown["mean_prediction"], shown["mean_outcome"], linewidth=0.8, alpha=0.55, marker=".",
+                markersize=3, label=site, gid=f"calibration-site-{site}")
+    has = n > 0
+    ax.plot(mean_prediction[has], mean_outcome[has], color="black", linewidth=1.5, label="_pooled-line")
+    ax.scatter(mean_prediction[has], mean_outcome[has], s=12 + 60 * n[has] / max(n.max(), 1), color="black",
+               zorder=3, label="pooled", gid="calibration-pooled")
+    if suppressed_share_max is not None and np.any(suppressed_share_max > 0):
+        centres = (edges[:-1] + edges[1:]) / 2
+        marked = suppressed_share_max > 0
+        y_mark = np.where(has, mean_outcome, centres)
+        x_mark = np.where(has, mean_prediction, centres)
+        ax.scatter(x_mark[marked], y_mark[marked], s=90, facecolors="none", edgecolors="tab:red", linewidths=1.5,
+                   zorder=4, label="bin with suppressed records", gid="calibration-suppressed")
+        for x, y, share in zip(x_mark[marked], y_mark[marked], suppressed_share_max[marked]):
+            ax.annotate(f"<={share:.0%}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7,
+                        color="tab:red")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("observed event rate")
+    ax.set_title("Calibration curve")
+    ax.legend(loc="lower right", fontsize=7)
+    ax.tick_params(labelbottom=False)
+    hist.bar(edges[:-1], n, width=np.diff(edges), align="edge", color="tab:blue", alpha=0.6, edgecolor="white",
+             gid="calibration-histogram")
+    hist.set_xlim(0, 1)
+    hist.set_xlabel("predicted probability")
+    hist.set_ylabel("n")
+    return ax
+
+
+def plot_observed_expected(labels: Sequence[str], observed: np.ndarray, expected: np.ndarray, *,
+                           title: str = "Observed vs expected events", ax: "Axes | None" = None) -> "Axes":
+    """Grouped bars of observed and expected events per group (a Hosmer-Lemeshow table)."""
+    ax = new_axes(ax, figsize=(6.0, 4.0))
+    x = np.arange(len(labels))
+    ax.bar(x - 0.2, observed, width=0.4, color="tab:blue", label="observed", gid="hl-observed")
+    ax.bar(x + 0.2, expected, width=0.4, color="tab:orange", label="expected", gid="hl-expected")
+    ax.set_xticks(x, list(labels), rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("events")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_coefficients(names: Sequence[str], params: np.ndarray, ci: np.ndarray, *,
+                      ax: "Axes | None" = None) -> "Axes":
+    """A forest plot: each coefficient with its confidence interval."""
+    ax = new_axes(ax, figsize=(5.0, 0.5 + 0.4 * len(names)))
+    y = np.arange(len(names))[::-1]
+    bars = ax.errorbar(params, y, xerr=np.abs(ci.T - params), fmt="o", color="tab:blue", capsize=3)
+    bars.lines[0].set_gid("coefficients")
+    ax.axvline(0, color="grey", linestyle=":", linewidth=1)
+    ax.set_yticks(y, list(names))
+    ax.set_xlabel("estimate (95% CI)")
+    return ax
+
+
+def figure_svg(fig: "Figure") -> str:
+    """The figure as an inline ``<svg>`` element (no XML prolog), ready to paste into HTML."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    seen: dict[str, int] = {}
+
+    def unique(match: "re.Match[str]") -> str:  # a gid set on many artists (bars) becomes id, id-2, id-3, ...
+        name = match.group(1)
+        seen[name] = seen.get(name, 0) + 1
+        return f'id="{name}"' if seen[name] == 1 else f'id="{name}-{seen[name]}"'
+
+    return re.sub(r'\bid="([^"]+)"', unique, text[text.index("<svg"):])
+
+
+def figure_png_base64(fig: "Figure", *, dpi: int = 110) -> str:
+    """The figure as a ``data:image/png;base64,...`` URI."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def close(fig: "Figure") -> None:
+    _pyplot().close(fig)

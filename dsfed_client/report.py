@@ -1,0 +1,469 @@
+"""The validation report: one self-contained HTML file (inline CSS, plots as inline SVG).
+
+.. code-block:: python
+
+    from dsfed_client.analyses.suite import validate
+    from dsfed_client.report import collect_study_info, write_report
+
+    with builder.login() as session:
+        session.assign_table("D", "GBSG2.validation")
+        report = validate(session, "D$y", "D$score")
+        study = collect_study_info(session, "D$y", table="GBSG2.validation", score="D$score")
+        write_report(report, "report.html", **study)
+
+The page holds the study set-up (sites, n per site, the rules in force at each
+site as its function listing states them), the privacy loss the analysis
+spent, discrimination (ROC-GLM and empirical AUC with CIs, the ROC curve and,
+when given, a PR curve), calibration (Brier, Spiegelhalter, intercept, slope,
+calibration-in-the-large, Hosmer-Lemeshow C and H, ECE/MCE and the plots),
+per-site panels of what the sites released, what was suppressed and why, and
+the software and method versions. Nothing is fetched when the page is opened.
+:func:`collect_study_info` asks the sites only for their function listings and
+the per-site count of the outcome (``lengthDS``, under the site's q-threshold).
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.metadata
+import math
+import platform
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from dsfed_client import plots
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dsfed_client.analyses.suite import ValidationReport
+    from dsfed_client.session import FederatedSession
+
+METHODS = (
+    ("ROC-GLM AUC and CI", "seed 000 (Schalk, Rehms et al. 2024): noisy scores by the analytic Gaussian mechanism, "
+     "placement values, probit ROC-GLM by distributed Fisher scoring, CI of eq. (3)"),
+    ("Empirical AUC", "placement-value sums, DeLong variance (DeLong et al. 1988; pROC ci.auc)"),
+    ("Brier, Spiegelhalter z", "seed 000 eq. 5; seed 001 section 3.5.1 (rms::val.prob S:z)"),
+    ("Calibration curve", "seed 000: equal-width bins, per-site sums, small bins suppressed at the sites"),
+    ("Hosmer-Lemeshow C / H", "deciles of risk by a count-only distributed quantile search / fixed bins (hoslem.test)"),
+    ("ECE, MCE", "seed 001 eq. 3.6 over the groups of H-L C"),
+    ("Calibration intercept, slope, CITL", "distributed GLM of y ~ logit(p) and y ~ 1 + offset(logit(p))"),
+)
+
+_CSS = """
+body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+main{max-width:1180px;margin:0 auto;padding:24px 32px 48px}
+h1{font-size:1.6em;margin:0 0 4px} h2{border-bottom:2px solid #d8dce3;padding-bottom:4px;margin-top:36px}
+h3{margin-bottom:6px} .sub{color:#5a6270;margin:0 0 12px}
+table{border-collapse:collapse;margin:8px 0 16px;background:#fff;font-size:.9em}
+th,td{border:1px solid #d8dce3;padding:4px 9px;text-align:right} th{background:#eef1f5}
+td.l,th.l{text-align:left}
+.figs{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+figure{margin:0;background:#fff;border:1px solid #d8dce3;padding:8px}
+figure svg{display:block;max-width:100%;height:auto} figcaption{font-size:.85em;color:#5a6270;max-width:560px}
+.warn{background:#fff4e0;border-left:4px solid #e39b22;padding:8px 12px;margin:8px 0}
+.ok{background:#e9f6ec;border-left:4px solid #2e9a4b;padding:8px 12px;margin:8px 0}
+code{background:#eef1f5;padding:0 3px}
+"""
+
+
+# --- collecting what the page shows ------------------------------------------------------
+
+def collect_study_info(session: "FederatedSession", truth: str, *, table: str | None = None,
+                       score: str | None = None) -> dict[str, Any]:
+    """Site set-up for :func:`write_report`: per-site n of ``truth`` and the rules in force.
+
+    Returns ``{"sites_info": ..., "rules_info": ..., "data_info": ...}`` to pass on as
+    keyword arguments. Uses the sites' function listings (``GET /functions``) and
+    ``lengthDS`` only: no new disclosure-relevant query.
+    """
+    listing = session.functions()
+    counts = session.length(truth)
+    sites_info = {s: {"n": int(counts.per_site[s]), "profile": listing[s].get("profile"),
+                      "noise_off": bool(listing[s].get("noise_off")),
+                      "functions": len(listing[s].get("functions", []))} for s in session.sites}
+    rules_info = {s: listing[s].get("rules", {}) for s in session.sites}
+    return {"sites_info": sites_info, "rules_info": rules_info,
+            "data_info": {"table": table, "truth": truth, "score": score}}
+
+
+def software_versions() -> dict[str, str]:
+    """Versions of dsfed and the libraries the numbers and plots depend on."""
+    out = {}
+    for dist in ("dsfed", "numpy", "scipy", "pandas", "matplotlib"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    out["python"] = platform.python_version()
+    try:  # the source tree's commit, when run from a checkout (read-only)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0 and commit.stdout.strip():
+            out["dsfed commit"] = commit.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+# --- formatting ------------------------------------------------------------------------------
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return f"{int(value):,}"
+    if isinstance(value, (float, np.floating)):
+        if math.isnan(value):
+            return "-"
+        if float(value).is_integer() and abs(value) < 1e6:
+            return f"{int(value):,}"
+        return f"{value:.{digits}g}" if abs(value) < 1e-3 or abs(value) >= 1e5 else f"{value:.{digits}f}"
+    return _e(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, cls: str = "", left: int = 1) -> str:
+    """An HTML table; text cells and the first ``left`` columns are left-aligned, numbers right-aligned."""
+    text = [i < left or (bool(rows) and isinstance(rows[0][i], str)) for i in range(len(header))]
+    head = "".join(f'<th class="{"l" if text[i] else ""}">{_e(h)}</th>' for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < left or isinstance(v, str) else ""}">'
+                         f'{_e(v) if isinstance(v, str) else _num(v)}</td>' for i, v in enumerate(row)) + "</tr>"
+        for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _figure(draw: Any, caption: str, *, figsize: tuple[float, float] = (5.2, 4.6), name: str) -> str:
+    """Run ``draw(ax)`` on a new figure and return it as an inline SVG inside ``<figure>``."""
+    plt = plots._pyplot()
+    fig, ax = plt.subplots(figsize=figsize)
+    try:
+        draw(ax)
+        svg = plots.figure_svg(fig)
+    finally:
+        plt.close(fig)
+    return f'<figure class="plot" data-plot="{_e(name)}">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
+
+
+def _calibration_figure(report: "ValidationReport") -> str:
+    plt = plots._pyplot()
+    fig, (ax, hist) = plt.subplots(2, 1, figsize=(5.6, 6.4), sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 1], "hspace": 0.08})
+    try:
+        c = report.curve
+        plots.plot_calibration(c.edges, c.n, c.mean_prediction, c.mean_outcome,
+                               suppressed_share_max=c.suppressed_share_max, per_site=c.per_site, ax=ax, hist_ax=hist)
+        svg = plots.figure_svg(fig)
+    finally:
+        plt.close(fig)
+    caption = (f"Pooled points (black, sized by n) over the bins no site withheld; thin lines: each site's released "
+               f"bins; red circles: bins with records withheld at some site (at most the share shown). "
+               f"Below: predictions per bin in the pooled points.")
+    return f'<figure class="plot" data-plot="calibration">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
+
+
+def _per_site_figure(report: "ValidationReport") -> str:
+    per_site = report.curve.per_site
+    if not per_site:
+        return ""
+    plt = plots._pyplot()
+    k = len(per_site)
+    cols = min(k, 5)
+    rows = math.ceil(k / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False, sharex=True, sharey=True,
+                             layout="constrained")
+    c = report.curve
+    pooled = c.n > 0
+    try:
+        for ax, (site, frame) in zip(axes.ravel(), per_site.items()):
+            ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1)
+            ax.plot(c.mean_prediction[pooled], c.mean_outcome[pooled], color="lightgrey", linewidth=1)
+            shown = frame[frame["n"] > 0]
+            ax.scatter(shown["mean_prediction"], shown["mean_outcome"], s=10 + shown["n"], color="tab:blue",
+                       gid=f"site-points-{site}")
+            ax.set_title(f"{site}: {int(frame['n'].sum())} in released bins, {int(frame['suppressed'].sum())} "
+                         f"bins withheld", fontsize=7)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xticks([0, 0.5, 1])
+            ax.set_yticks([0, 0.5, 1])
+        for ax in axes.ravel()[k:]:
+            ax.set_visible(False)
+        fig.supxlabel("predicted probability", fontsize=9)
+        fig.supylabel("observed event rate", fontsize=9)
+        svg = plots.figure_svg(fig)
+    finally:
+        plt.close(fig)
+    caption = "Each site's calibration points as the site released them (bins under its q-threshold withheld)."
+    return f'<figure class="plot" data-plot="per-site">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
+
+
+# --- sections -------------------------------------------------------------------------------
+
+def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, Any]],
+                   rules_info: dict[str, dict[str, Any]], data_info: dict[str, Any]) -> str:
+    ref = report.roc_glm.reference
+    sites = list(dict.fromkeys([*sites_info, *ref.sigma]))
+    rows = []
+    for s in sites:
+        info, rules = sites_info.get(s, {}), rules_info.get(s, {})
+        disc, priv, bins = rules.get("disclosure", {}), rules.get("privacy", {}), rules.get("bins", {})
+        mech = ref.mechanism.get(s, {})
+        rows.append([s, info.get("n"), info.get("profile") or "-", disc.get("q_threshold"), disc.get("subset_min"),
+                     disc.get("glm_saturation"), bins.get("small_bin_policy", "-"),
+                     mech.get("mechanism") or priv.get("mechanism", "-"),
+                     mech.get("epsilon") if mech.get("epsilon") is not None else priv.get("epsilon"),
+                     mech.get("delta") if mech.get("delta") is not None else priv.get("delta"),
+                     mech.get("sensitivity") if mech.get("sensitivity") is not None
+                     else priv.get("score_l2_sensitivity"),
+                     ref.sigma.get(s)])
+    n_total = sum(int(i["n"]) for i in sites_info.values() if i.get("n") is not None) or report.brier.n
+    data = ", ".join(f"{k} <code>{_e(v)}</code>" for k, v in data_info.items() if v)
+    out = [f"<p>{len(sites)} sites, n = {_num(n_total)} records with a known outcome"
+           + (f"; {data}" if data else "") + ".</p>",
+           _table(["site", "n", "profile", "q", "subset min", "GLM saturation", "small bins", "noise",
+                   "epsilon", "delta", "l2-sensitivity", "sigma"], rows)]
+    if ref.noise_off:
+        out.append('<p class="warn">Noise is OFF at every site (a test profile): the scores were released '
+                   'unperturbed and every number equals the pooled computation. Never for real data.</p>')
+    return "".join(out)
+
+
+def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]], curves: Any = None) -> str:
+    releases = [("noisy scores (ROC-GLM, AUC)", report.roc_glm.reference.mechanism)]
+    if curves is not None:
+        releases.append(("score histograms (ROC/PR curves)", curves.histograms.mechanism))
+    rows = []
+    for s in report.roc_glm.reference.mechanism:
+        budget = rules_info.get(s, {}).get("budget", {})
+        eb, db = budget.get("epsilon_per_analyst"), budget.get("delta_per_analyst")
+        total_eps = total_delta = 0.0
+        for what, mechanisms in releases:
+            mech = mechanisms.get(s, {})
+            eps, delta = mech.get("epsilon") or 0.0, mech.get("delta") or 0.0
+            total_eps, total_delta = total_eps + eps, total_delta + delta
+            rows.append([s, what, mech.get("mechanism", "-"), eps, delta, eb, db])
+        if len(releases) > 1:
+            rows.append([s, "total (basic composition)", "", total_eps, total_delta, eb, db])
+    note = ("<p>Each site released its prediction scores once, with noise (the two classes are disjoint sets of "
+            "records, so together they cost one (epsilon, delta))"
+            + ("; the histogram-based curves are a second noisy release" if curves is not None else "")
+            + ". Every other statistic is a count or a sum over at least q records and spends no privacy budget. "
+            "The budget columns are each site's per-analyst limit from its rules file; the site's ledger also "
+            "counts the analyst's other noisy releases on the same table, and may compose them more tightly "
+            "than the sum shown here.</p>")
+    return note + _table(["site", "release", "mechanism", "epsilon spent", "delta spent", "epsilon budget",
+                          "delta budget"], rows)
+
+
+def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Sequence[float], Sequence[float]] | None,
+                            pr_curve: dict[str, Any] | None) -> str:
+    r = report.roc_glm
+    level = f"{1 - r.alpha:.0%}"
+    rows = [["ROC-GLM AUC", r.auc, r.ci[0], r.ci[1], f"logit CI, eq. (3); a = {r.a:.4f}, b = {r.b:.4f}"],
+            ["ROC-GLM AUC (integral)", r.auc_integral, None, None, "numerical integral of the fitted curve"],
+            ["empirical AUC", r.empirical.auc, r.empirical.ci_delong[0], r.empirical.ci_delong[1], "DeLong CI"]]
+    if not r.reference.noise_off:
+        rows.append(["est. noise error of the empirical AUC", r.empirical.approximation_error, None, None,
+                     "one SIMEX step"])
+    figs = [_figure(lambda ax: r.plot(ax=ax, fpr=None if roc_overlay is None else roc_overlay[0],
+                                      tpr=None if roc_overlay is None else roc_overlay[1]),
+                    "ROC-GLM fit Phi(a + b Phi^-1(t)) over the empirical ROC of the pooled noisy scores "
+                    "at the fit's threshold grid" + ("; orange: the histogram-based curve" if roc_overlay else "")
+                    + ".", name="roc")]
+    if pr_curve is not None:
+        figs.append(_figure(lambda ax: plots.plot_pr_curve(pr_curve["precision"], pr_curve["recall"],
+                                                          prevalence=pr_curve.get("prevalence"), ax=ax),
+                            "Precision-recall curve.", name="pr"))
+    return (_table(["statistic", "estimate", f"{level} lower", f"{level} upper", "note"], rows)
+            + f'<p class="sub">{r.n_thresholds} thresholds, {r.glm.iterations} Fisher-scoring iterations, '
+              f'{r.empirical.n_positive} positives and {r.empirical.n_negative} negatives.</p>'
+            + '<div class="figs">' + "".join(figs) + "</div>")
+
+
+def _calibration_section(report: "ValidationReport") -> str:
+    b, lg, c, h, e = report.brier, report.logistic, report.hl_c, report.hl_h, report.errors
+    slope_ci, citl_ci, icpt_ci = lg.fit.conf_int()[1], lg.citl_fit.conf_int()[0], lg.fit.conf_int()[0]
+    rows = [["Brier score", b.brier, None, None, None, f"n = {b.n}"],
+            ["Spiegelhalter z", b.spiegelhalter_z, None, None, b.spiegelhalter_p, ""],
+            ["observed - expected event rate", b.citl_difference, None, None, None,
+             f"observed {b.mean_outcome:.4f}, mean prediction {b.mean_prediction:.4f}"],
+            ["calibration intercept", lg.intercept, icpt_ci[0], icpt_ci[1], None, "y ~ logit(p)"],
+            ["calibration slope", lg.slope, slope_ci[0], slope_ci[1], None, "y ~ logit(p)"],
+            ["calibration-in-the-large", lg.citl, citl_ci[0], citl_ci[1], None, "y ~ 1 + offset(logit(p))"],
+            ["Hosmer-Lemeshow C", c.statistic, None, None, c.pvalue,
+             f"df {c.df}" + ("" if c.complete else "; PARTIAL (see suppression)")],
+            ["Hosmer-Lemeshow H", h.statistic, None, None, h.pvalue,
+             f"df {h.df}" + ("" if h.complete else "; PARTIAL (see suppression)")],
+            ["ECE", e.ece, None, None, None, "groups of H-L C"],
+            ["MCE", e.mce, None, None, None, "groups of H-L C"]]
+    hl_rows = [[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0,
+                r.suppressed_sites or "-"] for r in c.table.itertuples()]
+    figs = [_calibration_figure(report),
+            _figure(lambda ax: c.plot(ax=ax), "Observed and expected events per decile-of-risk group (H-L C).",
+                    figsize=(6.0, 4.2), name="hosmer-lemeshow"),
+            _figure(lambda ax: lg.plot(ax=ax), "Logistic recalibration curve against the diagonal.",
+                    figsize=(4.4, 4.4), name="logistic")]
+    return (_table(["statistic", "estimate", "95% lower", "95% upper", "p-value", "note"], rows)
+            + '<div class="figs">' + "".join(figs) + "</div>"
+            + "<h3>Hosmer-Lemeshow C groups</h3>"
+            + _table(["group", "n", "observed events", "expected events", "observed non-events",
+                      "expected non-events", "withheld by"], hl_rows, left=1))
+
+
+def _suppression_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]]) -> str:
+    c = report.curve
+    qs = sorted({r.get("disclosure", {}).get("q_threshold") for r in rules_info.values()} - {None})
+    why = (f"A site withholds a bin or group holding 0 &lt; n &lt; q of its records "
+           f"(q = {', '.join(map(str, qs))} at these sites), and where needed a second one so the first "
+           f"cannot be recovered from the total; a released count is at least q. "
+           if qs else "A site withholds a bin or group holding fewer than its q-threshold of records. ")
+    rows = [[f"[{row.bin_lower:.1f}, {row.bin_upper:.1f})", int(row.n), row.suppressed_sites,
+             f"<= {row.suppressed_share_max:.0%}"]
+            for row in c.to_frame().itertuples() if row.suppressed_sites]
+    parts = [f"<p>{why}The pooled results leave the withheld records out and say so; nothing is filled in.</p>",
+             f"<p>Calibration curve: {c.suppressed_total} of {c.n_total} records ({c.suppressed_share:.1%}) "
+             f"withheld at the sites.</p>"]
+    if rows:
+        parts.append(_table(["bin", "n pooled", "withheld by", "withheld share of the bin"], rows))
+    for hl in (report.hl_c, report.hl_h):
+        text = f"Hosmer-Lemeshow {hl.kind}: {hl.suppressed_records} records in small site groups left out"
+        if not hl.exact_grouping:
+            text += (f"; group edges undecided for at most {hl.uncertain_records} records "
+                     f"(counts below q are censored)")
+        parts.append(f'<p class="{"ok" if hl.complete else "warn"}">{_e(text)}.</p>')
+    parts.append(f"<p>Calibration intercept and slope: {report.logistic.n_excluded} records with p = 0 or 1 "
+                 f"left out (as rms::val.prob does).</p>")
+    return "".join(parts)
+
+
+def _software_section(report: "ValidationReport", versions: dict[str, str]) -> str:
+    r = report.roc_glm
+    settings = [["alpha", r.alpha], ["ROC-GLM thresholds", r.n_thresholds],
+                ["calibration bins", len(report.curve.n)], ["H-L C groups formed (non-empty)", len(report.hl_c.table)]]
+    return ("<h3>Software</h3>" + _table(["component", "version"], [[k, v] for k, v in versions.items()], left=2)
+            + "<h3>Methods</h3>" + _table(["statistic", "method"], [list(m) for m in METHODS], left=2)
+            + "<h3>Settings</h3>" + _table(["setting", "value"], settings))
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str, Any]] | None = None,
+                  rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
+                  title: str = "Federated validation report", roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
+                  pr_curve: dict[str, Any] | None = None, curves: Any = None, notes: Sequence[str] = ()) -> str:
+    """The report as one HTML string (see :func:`write_report`)."""
+    sites_info, rules_info, data_info = sites_info or {}, rules_info or {}, data_info or {}
+    if curves is not None:  # histogram-based ROC/PR curves (dsfed_client.analyses.curves.ROCPRCurves)
+        roc_overlay = roc_overlay or (curves.fpr, curves.tpr)
+        pr_curve = pr_curve or {"precision": curves.precision, "recall": curves.tpr,
+                                "prevalence": curves.n_positive / (curves.n_positive + curves.n_negative)}
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    sections = [
+        ("setup", "Study set-up", _setup_section(report, sites_info, rules_info, data_info)),
+        ("privacy", "Privacy spent", _privacy_section(report, rules_info, curves)),
+        ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
+        ("calibration", "Calibration", _calibration_section(report)),
+        ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
+        ("suppression", "What was suppressed, and why", _suppression_section(report, rules_info)),
+        ("software", "Software and methods", _software_section(report, software_versions())),
+    ]
+    body = "".join(f'<section id="{sid}"><h2>{_e(head)}</h2>{content}</section>' for sid, head, content in sections)
+    extra = "".join(f"<p>{_e(n)}</p>" for n in notes)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body><main>"
+            f"<h1>{_e(title)}</h1><p class=\"sub\">Generated {stamp} by dsfed. No record left any site: every "
+            f"number below was pooled from per-site aggregates that passed each site's disclosure rules.</p>"
+            f"{extra}{body}</main></body></html>\n")
+
+
+def write_report(report: "ValidationReport", path: str | Path, *, sites_info: dict[str, dict[str, Any]] | None = None,
+                 rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
+                 title: str = "Federated validation report",
+                 roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
+                 pr_curve: dict[str, Any] | None = None, curves: Any = None, notes: Sequence[str] = ()) -> Path:
+    """Write the validation report to ``path`` as one self-contained HTML file and return the path.
+
+    Parameters
+    ----------
+    report : ValidationReport
+        The result of :func:`dsfed_client.analyses.suite.validate`.
+    sites_info, rules_info, data_info : dict, optional
+        Per-site ``{"n": ..., "profile": ...}``, per-site rules as the sites' function listings give
+        them, and ``{"table", "truth", "score"}``; :func:`collect_study_info` returns all three.
+    roc_overlay : (fpr, tpr), optional
+        Another ROC curve drawn over the ROC-GLM (e.g. the histogram-based one).
+    pr_curve : dict, optional
+        ``{"precision": [...], "recall": [...], "prevalence": float}`` for a precision-recall plot.
+    curves : ROCPRCurves, optional
+        Histogram-based curves (:func:`dsfed_client.analyses.curves.ds_roc_pr_curves`): their ROC is
+        drawn over the ROC-GLM and their PR curve plotted, unless ``roc_overlay``/``pr_curve`` are given.
+    notes : sequence of str
+        Extra paragraphs under the title.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(report, sites_info=sites_info, rules_info=rules_info, data_info=data_info,
+                                  title=title, roc_overlay=roc_overlay, pr_curve=pr_curve, curves=curves,
+                                  notes=notes),
+                    encoding="utf-8")
+    return path
+
+
+def report_from_session(session: "FederatedSession", truth: str, score: str, path: str | Path, *,
+                        table: str | None = None, curves: bool = False,
+                        **validate_options: Any) -> tuple["ValidationReport", Path]:
+    """Run :func:`validate` on ``session`` and write its report: what ``dsfed report`` does.
+    ``curves=True`` adds the histogram-based ROC and PR curves (one more noisy release per site)."""
+    from dsfed_client.analyses.suite import validate  # noqa: PLC0415
+
+    result = validate(session, truth, score, **validate_options)
+    extra = None
+    if curves:
+        from dsfed_client.analyses.curves import ds_roc_pr_curves  # noqa: PLC0415
+
+        extra = ds_roc_pr_curves(session, truth, score)
+    study = collect_study_info(session, truth, table=table, score=score)
+    return result, write_report(result, path, **study, curves=extra)
+
+
+def report_from_sites_file(sites_file: str | Path, out: str | Path, *, table: str | None = None,
+                           truth: str | None = None, score: str | None = None,
+                           curves: bool = False) -> tuple["ValidationReport", Path]:
+    """``dsfed report``: log in to the sites a JSON file lists, validate, write the HTML report.
+
+    The file (keep it private: it holds credentials)::
+
+        {"sites": {"site1": {"url": "https://...", "user": "analyst", "password": "..."},
+                   "site2": {"url": "https://...", "token": "..."}},
+         "table": "GBSG2.validation", "truth": "y", "score": "score"}
+
+    ``table``, ``truth`` and ``score`` given here win over the file's.
+    """
+    import json  # noqa: PLC0415
+
+    from dsfed_client.session import LoginBuilder  # noqa: PLC0415
+
+    spec = json.loads(Path(sites_file).read_text())
+    if not isinstance(spec, dict) or not isinstance(spec.get("sites"), dict) or not spec["sites"]:
+        raise ValueError(f"{sites_file}: expected an object with a non-empty \"sites\" object")
+    table = table or spec.get("table")
+    if not table:
+        raise ValueError(f"{sites_file}: no table given (--table or \"table\")")
+    truth, score = truth or spec.get("truth") or "y", score or spec.get("score") or "score"
+    builder = LoginBuilder()
+    for name, site in spec["sites"].items():
+        if not isinstance(site, dict) or "url" not in site:
+            raise ValueError(f"{sites_file}: site {name!r} needs an object with \"url\"")
+        builder.append(name, site["url"], user=site.get("user"), password=site.get("password"),
+                       token=site.get("token"))
+    with builder.login() as session:
+        session.assign_table("D", table)
+        return report_from_session(session, f"D${truth}", f"D${score}", out, table=table, curves=curves)

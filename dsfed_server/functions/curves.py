@@ -1,0 +1,239 @@
+"""Site parts of federated ROC and PR curves from hierarchical histograms (seed 003: Xu &
+Cormode 2025), and of the AUC, DeLong variance and ROC-GLM from histogram placement values.
+
+``scoreHistogramDS`` counts the scores of the negatives and of the positives in a
+hierarchical histogram: level :math:`l = 0, \\dots, L` splits ``[lower, upper]`` into
+:math:`b^l` equal-width bins :math:`[e_j, e_{j+1})` (the last one also closed; scores
+outside the range are counted in the end bins). What leaves the site:
+
+* **noise on** (the site's analytic Gaussian mechanism): every count of every level,
+  with Gaussian noise. Adding or removing one record changes one count by 1 on each
+  level of its own class's histogram, so the vector of all counts of both classes, with
+  level :math:`l` scaled by :math:`\\sqrt{w_l}`, has :math:`\\ell_2`-sensitivity
+  :math:`\\sqrt{\\sum_l w_l}`. The site's mechanism is calibrated for that sensitivity
+  and its noise divided by :math:`\\sqrt{w_l}` on level :math:`l`, so the whole release
+  costs one (epsilon, delta) of the site's rules, split across levels by the weights
+  :math:`w_l \\propto \\text{decay}^{\\,l}` (``decay = 1``: equal noise on every level).
+  Neighbouring data sets are "one record added or removed" (unbounded DP); the noise
+  needs no small-bin rule.
+* **noise off** (test profiles only): the exact leaf counts of each class, through the
+  site's small-bin policy (:meth:`Guard.histogram`: a bin with 0 < n < q refuses the
+  whole histogram, or is merged with a neighbour, as ``bins.small_bin_policy`` says).
+  The coarser levels are sums of the leaves and are not sent. Either way at least q
+  records, positives and negatives stand behind the call (rule A1).
+
+The analyst post-processes the pooled counts into two global CDFs and may store them at
+every site (``histReferenceDS``, edges and cumulative counts only). The sites then
+evaluate them at their own exact scores and release only sums over at least q records
+(``histPlacementSumsDS``), or build the ROC-GLM's intermediate table
+(``histRocGlmDataDS``), as seed 000 does from its noisy scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dsfed_server.context import CallContext
+from dsfed_server.disclosure.mechanisms import content_digest
+from dsfed_server.errors import CallError
+from dsfed_server.functions.validation import f64, outcome_and_score
+from dsfed_server.registry import P, Param, register
+
+_TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
+_SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
+_A1 = ("disclosure.q_threshold",)
+MAX_LEAVES = 4096
+_WITHIN = Param("within_bin", P.STRING, "'linear': the CDF is linear inside a bin; 'tied': every score of a "
+                "bin counts as tied (one half)", required=False, default="linear", choices=("linear", "tied"))
+
+
+def level_counts(x: np.ndarray, lower: float, upper: float, levels: int, branching: int) -> list[np.ndarray]:
+    """Counts of ``x`` on every level 0..L of the hierarchy (level l: b**l equal bins)."""
+    leaves = branching**levels
+    pos = (np.asarray(x, dtype=float) - lower) / (upper - lower) * leaves
+    leaf = np.clip(np.floor(pos), 0, leaves - 1).astype(np.int64)
+    counts = [np.bincount(leaf, minlength=leaves)]
+    for _ in range(levels):
+        counts.append(counts[-1].reshape(-1, branching).sum(axis=1))
+    return counts[::-1]
+
+
+def level_weights(levels: int, decay: float) -> np.ndarray:
+    """Precision weights :math:`w_l \\propto \\text{decay}^l` (largest 1) of levels 0..L."""
+    w = decay ** np.arange(levels + 1, dtype=float)
+    return w / w.max()
+
+
+@register(
+    "scoreHistogramDS",
+    "aggregate",
+    [
+        _TRUTH,
+        _SCORE,
+        Param("lower", P.NUMBER, "lower end of the score range", required=False, default=0.0),
+        Param("upper", P.NUMBER, "upper end of the score range", required=False, default=1.0),
+        Param("levels", P.INTEGER, "levels below the root (the leaves are branching^levels bins)", required=False,
+              default=10, minimum=0, maximum=12),
+        Param("branching", P.INTEGER, "bins each bin splits into", required=False, default=2, choices=(2, 4, 8, 16)),
+        Param("decay", P.NUMBER, "share of the privacy budget of level l is proportional to decay^l", required=False,
+              default=1.0, minimum=0.125, maximum=8.0),
+        Param("totals", P.STRING, "'noisy': the class totals are level 0 of the noisy hierarchy; 'exact': they are "
+              "released exactly (counts of at least q, rule A1) and levels 1..L get the whole budget",
+              required=False, default="noisy", choices=("noisy", "exact")),
+        Param("epsilon", P.NUMBER, "ask for a smaller epsilon than the site's (never larger)", required=False),
+        Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
+    ],
+    checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "bins.small_bin_policy"),
+)
+def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower: float, upper: float, levels: int,
+                    branching: int, decay: float, totals: str, epsilon: float | None, delta: float | None
+                    ) -> dict[str, Any]:
+    """Hierarchical histograms of the negatives' and the positives' scores (seed 003, "Quantiles
+    Estimation via Histograms"), noised per level with the site's Gaussian mechanism, or exact
+    leaves under the site's small-bin policy when noise is off (see the module docstring)."""
+    if not upper > lower:
+        raise CallError(f"upper ({upper}) must be greater than lower ({lower})")
+    if branching**levels > MAX_LEAVES:
+        raise CallError(f"branching^levels = {branching**levels} leaves; at most {MAX_LEAVES}")
+    y, p = outcome_and_score(ctx, truth, score)
+    classes = {"negatives": level_counts(p[y == 0], lower, upper, levels, branching),
+               "positives": level_counts(p[y == 1], lower, upper, levels, branching)}
+    first = 0 if totals == "noisy" else 1
+    if first > levels:
+        raise CallError("totals = 'exact' needs at least one level below the root")
+    weights = level_weights(levels, decay)[first:]
+    sensitivity = float(np.sqrt(weights.sum()))
+    # the site's mechanism (its epsilon, delta, and whatever the Guard records for it), calibrated for
+    # its score sensitivity; the analytic Gaussian's sigma is proportional to the sensitivity
+    # (its privacy depends on sensitivity / sigma only), so rescaling its noise by
+    # sensitivity / mechanism.sensitivity calibrates it exactly for the counts' sensitivity
+    mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta)
+    shape = {"lower": float(lower), "upper": float(upper), "levels": levels, "branching": branching}
+    if mechanism is None:
+        edges = np.linspace(lower, upper, branching**levels + 1)
+        out: dict[str, Any] = {"mechanism": "none", **shape}
+        for name, counts in classes.items():
+            leaf, leaf_edges = ctx.guard.histogram(counts[-1], edges)
+            out[name] = {"edges": leaf_edges.tolist(), "counts": leaf.tolist()}
+        return out
+    flat = np.concatenate([c for name in ("negatives", "positives") for c in classes[name][first:]]).astype(float)
+    scale = np.concatenate([np.full(branching**l, 1 / np.sqrt(weights[l - first]))
+                            for l in range(first, levels + 1)] * 2)
+    # the Guard's seeded noise (site secret, function, label, mechanism, content): the label carries
+    # the counts' digest and the shape, so the same query on the same data gets the same noise
+    label = f"hierarchical-histogram {shape} decay={decay!r} first={first} {content_digest(flat).hex()}"
+    rescale = sensitivity / mechanism.sensitivity
+    noise = ctx.guard.noisy(np.zeros(flat.size), label, mechanism) * scale * rescale
+    noisy = flat + noise
+    sd = mechanism.sigma * rescale / np.sqrt(weights)
+    out = {"mechanism": "analytic_gaussian", **shape, "decay": float(decay), "first_level": first, "sd": sd.tolist(),
+           "epsilon": mechanism.epsilon, "delta": mechanism.delta, "sensitivity": sensitivity}
+    m = levels + 1 - first
+    bounds = np.cumsum([0] + [branching**l for l in range(first, levels + 1)] * 2)
+    parts = [noisy[bounds[i]:bounds[i + 1]] for i in range(2 * m)]
+    out["negatives"] = [f64(v) for v in parts[:m]]
+    out["positives"] = [f64(v) for v in parts[m:]]
+    if first == 1:
+        out["n_negative"], out["n_positive"] = int(classes["negatives"][0][0]), int(classes["positives"][0][0])
+    return out
+
+
+@register(
+    "histReferenceDS",
+    "assign",
+    [
+        Param("edges", P.NUMBERS, "increasing bin edges of the global CDFs"),
+        Param("negatives", P.NUMBERS, "cumulative count of all sites' negatives below each edge"),
+        Param("positives", P.NUMBERS, "cumulative count of all sites' positives below each edge"),
+    ],
+)
+def hist_reference(ctx: CallContext, edges: list[float], negatives: list[float], positives: list[float]
+                   ) -> pd.DataFrame:
+    """Store the analyst's global CDFs of both classes (from the pooled, post-processed histograms)
+    as a table (edge, neg, pos) of cumulative counts; they are linear between the edges."""
+    e, c0, c1 = (np.asarray(v, dtype=float) for v in (edges, negatives, positives))
+    if not (e.size >= 2 and c0.size == e.size and c1.size == e.size):
+        raise CallError("edges, negatives and positives must have the same length (at least 2)")
+    if np.any(np.diff(e) <= 0):
+        raise CallError("edges must be strictly increasing")
+    for name, c in (("negatives", c0), ("positives", c1)):
+        if np.any(np.diff(c) < 0) or c[0] != 0 or not c[-1] > 0:
+            raise CallError(f"{name} must be cumulative counts: from 0, non-decreasing, ending above 0")
+    return pd.DataFrame({"edge": e, "neg": c0, "pos": c1})
+
+
+def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -> np.ndarray:
+    """The reference CDF of one class at x: linear inside a bin, or the bin's mid-point value ('tied')."""
+    if not {"edge", "neg", "pos"} <= set(reference.columns):
+        raise CallError("the reference must be a table made by histReferenceDS")
+    e = reference["edge"].to_numpy(dtype=float)
+    c = reference[column].to_numpy(dtype=float)
+    if within_bin == "linear":
+        return np.interp(x, e, c) / c[-1]
+    j = np.clip(np.searchsorted(e, x, side="right") - 1, 0, e.size - 2)
+    mid = 0.5 * (c[j] + c[j + 1])
+    return np.where(x < e[0], 0.0, np.where(x > e[-1], c[-1], mid)) / c[-1]
+
+
+@register(
+    "histPlacementSumsDS",
+    "aggregate",
+    [
+        _TRUTH,
+        _SCORE,
+        Param("reference", P.TABLE, "global CDFs of both classes, from histReferenceDS"),
+        _WITHIN,
+    ],
+    checks=_A1,
+)
+def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
+                        within_bin: str) -> dict[str, Any]:
+    """Sums and sums of squares of this site's placement values against the histogram CDFs.
+
+    For a positive with score :math:`x`, :math:`V_{10} = \\tilde F_0(x)` (share of all negatives
+    below it); for a negative, :math:`V_{01} = 1 - \\tilde F_1(x)` (share of all positives above
+    it). With ``within_bin = 'tied'`` and bins that separate all distinct scores, these are
+    DeLong's placement values exactly (ties one half); with ``'linear'`` that holds when, in
+    addition, every score lies at its bin's mid-point.
+    """
+    y, p = outcome_and_score(ctx, truth, score)
+    v10 = _cdf(reference, "neg", p[y == 1], within_bin)
+    v01 = 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
+    return {
+        "n1": int(v10.size), "n0": int(v01.size),
+        "sum_v10": float(v10.sum()), "sumsq_v10": float(np.dot(v10, v10)),
+        "sum_v01": float(v01.sum()), "sumsq_v01": float(np.dot(v01, v01)),
+    }
+
+
+@register(
+    "histRocGlmDataDS",
+    "assign",
+    [
+        _TRUTH,
+        _SCORE,
+        Param("reference", P.TABLE, "global CDFs of both classes, from histReferenceDS"),
+        Param("thresholds", P.INTEGER, "number of equidistant thresholds t_j = j / (n + 1)", minimum=2,
+              maximum=1000),
+        _WITHIN,
+    ],
+    checks=_A1,
+)
+def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
+                      thresholds: int, within_bin: str) -> pd.DataFrame:
+    """The site's intermediate ROC-GLM table (seed 000, "The ROC-GLM") from the histogram CDF:
+    :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
+    stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
+    y, p = outcome_and_score(ctx, truth, score)
+    pv = np.sort(1.0 - _cdf(reference, "neg", p[y == 1], within_bin))
+    t = np.arange(1, thresholds + 1) / (thresholds + 1)
+    ones = np.searchsorted(pv, t, side="right")
+    return pd.DataFrame({
+        "u": np.tile([0, 1], thresholds).astype(np.int64),
+        "x": np.repeat(stats.norm.ppf(t), 2),
+        "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
+    })

@@ -1,0 +1,224 @@
+"""The governance CLI, run as a real ``dsfed`` process: ``rules explain`` explains every key of a
+rules file from the schema's descriptions, ``rules check`` validates as a site does, ``audit show``
+summarises the audit log a real site wrote, ``audit verify`` catches an edited line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import BaseModel
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError, Ref
+from dsfed_server.audit import AuditLog
+from dsfed_server.disclosure.rules import RulesFile
+from sitekit import ROOT, make_sites, rules_variant
+
+RULE_FILES = sorted((ROOT / "disclosure_rules").glob("*.toml"))
+
+
+def dsfed(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dsfed_client.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _toml_keys(data: dict, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every key path of a parsed TOML document, tables included."""
+    keys = []
+    for key, value in data.items():
+        keys.append((*prefix, key))
+        if isinstance(value, dict):
+            keys += _toml_keys(value, (*prefix, key))
+    return keys
+
+
+def _schema_field(path: tuple[str, ...]):
+    """The pydantic field behind a TOML key path (a profile's name maps to the Profile model)."""
+    model: type[BaseModel] = RulesFile
+    info = None
+    steps = list(path)
+    while steps:
+        key = steps.pop(0)
+        info = model.model_fields[key]
+        annotation = info.annotation
+        if key == "profiles" and steps:
+            steps.pop(0)  # the profile's own name
+            model = annotation.__args__[1]  # dict[str, Profile]
+            if not steps:
+                return info
+            continue
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return info
+
+
+def _schema_descriptions(model: type[BaseModel]) -> list[tuple[str, str | None]]:
+    """(field path, description) for every field of the schema, nested models included."""
+    out = []
+    for name, info in model.model_fields.items():
+        out.append((name, info.description))
+        annotation = info.annotation
+        if name == "profiles":
+            annotation = annotation.__args__[1]
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out += [(f"{name}.{sub}", d) for sub, d in _schema_descriptions(annotation)]
+    return out
+
+
+def test_every_schema_field_has_a_description():
+    missing = [path for path, description in _schema_descriptions(RulesFile) if not (description or "").strip()]
+    assert missing == [], f"rules-file keys without a description for `dsfed rules explain`: {missing}"
+
+
+@pytest.mark.parametrize("path", [ROOT / "disclosure_rules" / "default.toml", ROOT / "disclosure_rules" / "site1.toml"],
+                         ids=["default.toml", "site1.toml"])
+def test_rules_explain_covers_every_key_of_the_file(path: Path):
+    result = dsfed("rules", "explain", path)
+    assert result.returncode == 0, result.stderr
+    out = _flat(result.stdout)
+    data = tomllib.loads(path.read_text())
+    keys = _toml_keys(data)
+    assert ("profiles",) in keys or path.name == "default.toml"
+    for key in keys:
+        info = _schema_field(key)
+        assert info is not None and (info.description or "").strip(), f"{'.'.join(key)} has no explanation"
+        assert _flat(info.description) in out, f"{'.'.join(key)}: its explanation is not printed"
+        value = data
+        for part in key:
+            value = value[part]
+        if not isinstance(value, (dict, list)):
+            shown = json.dumps(value) if isinstance(value, (str, bool)) else repr(value)
+            assert f"{key[-1]} = {shown}" in out, f"{'.'.join(key)}: its value is not printed"
+    for function in data["functions"]["enabled"]:
+        assert f"- {function} (" in out
+
+
+def test_rules_explain_of_a_profile_shows_what_it_tightens_and_refuses():
+    out = dsfed("rules", "explain", ROOT / "disclosure_rules" / "site1.toml").stdout
+    assert "[profiles.summaries]" in out
+    assert "q_threshold = 10   (the site's own rules: 5)" in out
+    refused = _flat(out.split("[profiles.summaries]")[1]).split("Refused:")[1]
+    assert "glmDS2" in refused and "noisyScoresDS" in refused and "meanDS" not in refused
+
+
+def test_rules_explain_warns_when_noise_is_off():
+    out = dsfed("rules", "explain", ROOT / "disclosure_rules" / "testing-no-noise.toml").stdout
+    assert "WARNING: differential-privacy noise is OFF" in out
+
+
+def test_rules_check_accepts_every_shipped_file():
+    result = dsfed("rules", "check", *RULE_FILES)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(": valid")[0] for line in result.stdout.splitlines()] == [str(p) for p in RULE_FILES]
+
+
+@pytest.mark.parametrize("change,needle,reason", [
+    ({"q_threshold": "0"}, "q_threshold", "greater than or equal to 1"),
+    ({"enabled": '["meanDS", "evalDS"]'}, "enabled", "unknown function(s) evalDS"),
+])
+def test_rules_check_rejects_a_bad_file_with_file_line_reason(tmp_path: Path, change, needle, reason):
+    path = rules_variant(tmp_path / "bad.toml", **change)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), start=1) if text.startswith(needle))
+    for action in ("check", "explain"):
+        result = dsfed("rules", action, path)
+        assert result.returncode != 0 and result.stdout == ""
+        assert result.stderr.startswith(f"{path}:{line}: ") and reason in result.stderr
+    good = ROOT / "disclosure_rules" / "default.toml"
+    result = dsfed("rules", "check", good, path)  # one bad file among good ones fails the check
+    assert result.returncode != 0 and result.stdout.startswith(f"{good}: valid") and f"{path}:{line}: " in result.stderr
+
+
+@pytest.fixture(scope="module")
+def audited_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real site's audit log after a session of known calls: one noisy release, one refusal."""
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"age": rng.integers(30, 80, 40).astype(float), "grp": ["a"] * 38 + ["b"] * 2,
+                          "y": np.tile([0, 1], 20), "score": rng.uniform(0.05, 0.95, 40)})
+    provisioned, services = make_sites(tmp_path_factory.mktemp("audited"), {"siteA": frame})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        session.mean("D$age")
+        session.mean("D$y")
+        session.aggregate("noisyScoresDS", Ref("D$y"), Ref("D$score"))  # spends privacy budget
+        with pytest.raises(FederatedCallError):
+            session.table1d("D$grp")  # level "b" holds 2 < q = 5 records
+    return provisioned["siteA"].audit_log
+
+
+def _counts(table_out: str, header: str) -> dict[str, list[str]]:
+    """Rows of the printed counts table under ``header``: first cell -> the other cells."""
+    block = table_out.split(header, 1)[1].split("\n\n", 1)[0].strip().splitlines()
+    return {cells[0]: cells[1:] for cells in (line.split() for line in block[1:])}
+
+
+def test_audit_show_counts_calls_and_names_the_refusing_rule(audited_site: Path):
+    result = dsfed("audit", "show", audited_site, "--by", "function")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Sites: siteA" in out and "7 calls recorded" in out
+    header = out.split("Calls by function:\n", 1)[1].splitlines()[0].split()
+    assert header == ["function", "calls", "ok", "refused"]
+    rows = _counts(out, "Calls by function:\n")
+    assert rows == {"assignTable": ["1", "1", "0"], "closeSession": ["1", "1", "0"], "meanDS": ["2", "2", "0"],
+                    "noisyScoresDS": ["1", "1", "0"], "openSession": ["1", "1", "0"], "table1DDS": ["1", "0", "1"]}
+    assert "Refused calls: 1" in out
+    refusal = _flat(out.split("Refused calls: 1", 1)[1])
+    assert "table1DDS: refused by rule disclosure.q_threshold" in refusal and "analyst analyst" in refusal
+
+
+def test_audit_show_sums_the_privacy_spending_the_site_recorded(audited_site: Path):
+    records = [json.loads(line) for line in audited_site.read_text().splitlines()]
+    epsilon = sum(r["privacy"]["epsilon"] for r in records if "privacy" in r)
+    assert epsilon > 0  # the noisy release was charged
+    out = dsfed("audit", "show", audited_site).stdout
+    assert "site siteA, analyst analyst: delta " in out and f"epsilon {epsilon:.6g}" in out
+    assert "no privacy budget spent" not in out
+
+
+def test_audit_show_by_outcome_and_by_analyst(audited_site: Path):
+    by_outcome = _counts(dsfed("audit", "show", audited_site, "--by", "outcome").stdout, "Calls by outcome:\n")
+    assert by_outcome == {"ok": ["6"], "refused": ["1"]}
+    by_analyst = _counts(dsfed("audit", "show", audited_site, "--by", "analyst").stdout, "Calls by analyst:\n")
+    assert by_analyst == {"analyst": ["7", "6", "1"]}
+
+
+def test_audit_show_reads_spending_fields_generically(tmp_path: Path):
+    """Whatever epsilon/delta a record carries (top level, or under privacy/spent) is summed."""
+    log = AuditLog(tmp_path / "audit.jsonl", "siteB")
+    common = dict(session="s", function="noisyScoresDS", kind="aggregate", call="", outcome="ok", rule=None, message="")
+    log.record(user="ana", **common, privacy={"epsilon": 0.5, "delta": 1e-5, "remaining": {"epsilon": 4.5}})
+    log.record(user="ana", **common, spent={"epsilon": 0.25, "delta": 1e-5})
+    log.record(user="bo", **common, epsilon=0.125)
+    log.record(user="cy", **common, privacy={"epsilon": 0.0, "delta": 0.0})  # a repeat: nothing spent
+    out = dsfed("audit", "show", log.path).stdout
+    assert "site siteB, analyst ana: delta 2e-05, epsilon 0.75" in out
+    assert "site siteB, analyst bo: epsilon 0.125" in out and "analyst cy" not in out
+    empty = tmp_path / "empty.jsonl"
+    AuditLog(empty, "siteC").record(user="ana", **common)
+    assert "no privacy budget spent" in dsfed("audit", "show", empty).stdout
+
+
+def test_audit_verify_intact_then_reports_an_edited_line(audited_site: Path, tmp_path: Path):
+    result = dsfed("audit", "verify", audited_site)
+    assert result.returncode == 0 and "audit chain intact: 7 records" in result.stdout
+    edited = tmp_path / "edited.jsonl"
+    lines = audited_site.read_text().splitlines()
+    record = json.loads(lines[5])
+    assert record["outcome"] == "refused"
+    record["outcome"] = "ok"  # hiding the refusal
+    lines[5] = json.dumps(record, sort_keys=True)
+    edited.write_text("\n".join(lines) + "\n")
+    result = dsfed("audit", "verify", edited)
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"{edited}: audit chain broken at line 6") and "record edited" in result.stdout

@@ -1,0 +1,178 @@
+"""The validation report: one self-contained HTML file, checked as text (the numbers, the rules,
+what was suppressed, no external asset) and in a real headless Chromium (no console error, no
+request beyond the file itself, the plots in the DOM, a screenshot that shows them); written by
+``dsfed report`` against real site servers over HTTP and by ``dsfed demo``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from chromium import Chromium
+from dsfed_client.analyses.suite import validate
+from dsfed_client.report import collect_study_info, write_report
+from conftest import FIXTURES, GBSG2_SITES, ROOT, RULES, http_builder, inprocess_builder
+from dsfed_client.launch import LocalSites
+from dsfed_server.provision import provision
+from sitekit import make_sites
+
+NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
+PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic", "per-site")
+
+
+@pytest.fixture(scope="module")
+def frames() -> dict[str, pd.DataFrame]:
+    return {s: pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv")[["y", "score"]] for s in GBSG2_SITES}
+
+
+@pytest.fixture(scope="module")
+def written(frames, tmp_path_factory):
+    """A report over the five GBSG2 sites, noise off, with a ROC overlay and a PR curve given as arrays."""
+    tmp = tmp_path_factory.mktemp("report")
+    provisioned, services = make_sites(tmp, frames, rules=NO_NOISE)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        result = validate(session, "D$y", "D$score")
+        study = collect_study_info(session, "D$y", table="P.t", score="D$score")
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    prevalence = float(pooled.y.mean())
+    overlay = (np.array([0.0, 0.1, 0.3, 0.6, 1.0]), np.array([0.0, 0.3, 0.55, 0.8, 1.0]))
+    pr = {"precision": np.array([1.0, 0.9, 0.82, prevalence]), "recall": np.array([0.0, 0.3, 0.7, 1.0]),
+          "prevalence": prevalence}
+    path = write_report(result, tmp / "out" / "report.html", **study, roc_overlay=overlay, pr_curve=pr)
+    return result, study, path
+
+
+def test_study_info_comes_from_the_sites(written, frames):
+    _, study, _ = written
+    assert {s: i["n"] for s, i in study["sites_info"].items()} == {s: len(f) for s, f in frames.items()}
+    for rules in study["rules_info"].values():
+        assert rules["disclosure"]["q_threshold"] == 5 and rules["privacy"]["mechanism"] == "none"
+        assert rules["budget"]["epsilon_per_analyst"] == 5.0
+
+
+def test_html_holds_the_numbers_and_inline_plots(written, frames):
+    result, _, path = written
+    text = path.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    r = result.roc_glm
+    for value in (r.auc, *r.ci, r.empirical.auc, *r.empirical.ci_delong, result.brier.brier,
+                  result.brier.spiegelhalter_z, result.logistic.intercept, result.logistic.slope, result.logistic.citl,
+                  result.hl_c.statistic, result.hl_h.statistic, result.errors.ece, result.errors.mce):
+        assert f">{value:.4f}<" in text, value
+    for site, frame in frames.items():
+        assert re.search(rf"<td class=\"l\">{site}</td><td class=\"\">{len(frame)}</td>", text), site
+    assert "Noise is OFF" in text  # the test profile is named as such on the page
+    assert f"{result.curve.suppressed_total} of {result.curve.n_total} records" in text
+    assert f"{result.hl_c.suppressed_records} records in small site groups left out" in text
+    assert "q = 5 at these sites" in text
+    assert text.count("<svg") == len(PLOTS) and all(f'data-plot="{p}"' in text for p in PLOTS)
+    # self-contained: no stylesheet, script or image fetched from anywhere
+    assert not re.search(r"<(link|script|iframe)\b", text)
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!#|data:)""", text)
+    assert "url(http" not in text and "@import" not in text
+    assert "matplotlib" in text and "dsfed" in text  # software versions
+
+
+def test_report_renders_in_headless_chromium(written, tmp_path):
+    result, _, path = written
+    with Chromium(width=1280, height=900) as browser:
+        page = browser.load(path.as_uri(), evaluate={
+            "plots": "Array.from(document.querySelectorAll('figure.plot')).map(f => f.dataset.plot)",
+            "svg_paths": "Array.from(document.querySelectorAll('figure.plot svg')).map(s => s.querySelectorAll('path').length)",
+            "svg_boxes": "Array.from(document.querySelectorAll('figure.plot svg')).map(s => "
+                         "{const b = s.getBoundingClientRect(); return [b.width, b.height];})",
+            "sections": "Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)",
+            "text": "document.body.innerText",
+        })
+        shot = browser.screenshot(tmp_path / "report.png")
+    assert page.console_errors == []
+    assert page.requests == [path.as_uri()]  # nothing fetched but the file itself
+    ev = page.evaluations
+    assert ev["plots"] == list(PLOTS)
+    assert all(n > 20 for n in ev["svg_paths"])  # drawn curves, bars, axes
+    assert all(w > 200 and h > 200 for w, h in ev["svg_boxes"])  # laid out at a visible size
+    assert ev["sections"] == ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Per-site panels",
+                              "What was suppressed, and why", "Software and methods"]
+    assert f"{result.roc_glm.auc:.4f}" in ev["text"]
+    assert shot.stat().st_size > 100_000
+    with Image.open(shot) as image:
+        assert image.format == "PNG" and image.width == 1280 and image.height > 3000
+        colours = image.convert("RGB").resize((320, image.height // 4)).getcolors(maxcolors=1 << 20)
+        assert len(colours) > 200  # plots and tables, not a blank page
+
+
+@pytest.fixture(scope="module")
+def own_http_sites(tmp_path_factory):
+    """Five GBSG2 site servers of this module's own (their privacy ledgers are not shared with other tests)."""
+    run = tmp_path_factory.mktemp("report-sites")
+    provisioned = provision(run, {s: (FIXTURES / s, RULES / f"{s}.toml") for s in GBSG2_SITES})
+    with LocalSites(provisioned.values(), run / "run") as sites:
+        yield provisioned, sites.urls
+
+
+def test_dsfed_report_cli_over_http(own_http_sites, tmp_path):
+    """``dsfed report --sites FILE --out FILE`` against five real site servers with the noise on."""
+    provisioned, urls = own_http_sites
+    sites = {name: {"url": url, "user": provisioned[name].credentials["analyst"].user,
+                    "password": provisioned[name].credentials["analyst"].password} for name, url in urls.items()}
+    sites_file = tmp_path / "sites.json"
+    sites_file.write_text(json.dumps({"sites": sites, "table": "GBSG2.validation", "truth": "y", "score": "score"}))
+    out = tmp_path / "report.html"
+    run = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "report", "--sites", str(sites_file),
+                          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"Report written to {out}" in run.stdout and "ROC-GLM AUC" in run.stdout
+    assert run.stderr == ""  # not a terminal: no progress output
+    text = out.read_text()
+    assert "Noise is OFF" not in text and "analytic_gaussian" in text
+    with http_builder(provisioned, urls).login() as session:
+        listing = session.functions()
+    for name in urls:
+        privacy = listing[name]["rules"]["privacy"]
+        assert privacy["mechanism"] == "analytic_gaussian"
+        assert f"<td class=\"l\">{name}</td>" in text
+    assert text.count("<svg") == len(PLOTS) - 1  # no PR curve given
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"sites": {}}))
+    refused = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "report", "--sites", str(bad), "--out",
+                              str(tmp_path / "x.html")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "sites" in refused.stderr and not (tmp_path / "x.html").exists()
+
+
+def test_demo_writes_the_report(tmp_path):
+    out, report = tmp_path / "demo.json", tmp_path / "custom" / "validation.html"
+    run = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "demo", "--json", str(out), "--report",
+                          str(report)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"Validation report written to {report}" in run.stdout
+    data = json.loads(out.read_text())
+    text = report.read_text()
+    assert f">{data['validation']['roc_glm']['auc']:.4f}<" in text
+    assert f">{data['validation']['brier']['brier']:.4f}<" in text
+    assert "audit hash chains verified at 5 of 5 sites" in text
+
+
+def test_report_takes_the_histogram_based_curves(frames, tmp_path):
+    """The ROC/PR curves of dsfed_client.analyses.curves go into the ROC plot (overlay) and a PR plot
+    (noise on: exact small histograms of these small sites would be refused)."""
+    from dsfed_client.analyses.curves import ds_roc_pr_curves
+
+    provisioned, services = make_sites(tmp_path / "sites", frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        result = validate(session, "D$y", "D$score")
+        curves = ds_roc_pr_curves(session, "D$y", "D$score")
+        study = collect_study_info(session, "D$y", table="P.t", score="D$score")
+    text = write_report(result, tmp_path / "curves.html", **study, curves=curves).read_text()
+    assert text.count("<svg") == len(PLOTS) and 'data-plot="pr"' in text
+    assert 'id="roc-overlay' in text and 'id="pr-curve' in text
+    assert text.count("score histograms (ROC/PR curves)") == len(GBSG2_SITES)
