@@ -106,7 +106,8 @@ def test_noisy_roc_glm_on_gbsg2_reports_its_noise(gbsg2_provisioned, gbsg2_servi
     exact = (np.sum(pos[:, None] > neg[None, :]) + 0.5 * np.sum(pos[:, None] == neg[None, :])) / (pos.size * neg.size)
     assert not fit.reference.noise_off and all(s > 0 for s in fit.reference.sigma.values())
     assert all(m["epsilon"] == 5.0 and m["delta"] == 0.01 for m in fit.reference.mechanism.values())
-    assert abs(fit.empirical.auc - exact) < 0.05
+    # the noise-induced error is of the order of the AUC's own standard error at n = 250
+    assert abs(fit.empirical.auc - exact) < 3 * np.sqrt(fit.empirical.variance)
     assert fit.empirical.approximation_error > 0
     assert 0 < fit.ci[0] < fit.auc < fit.ci[1] < 1
 
