@@ -238,7 +238,8 @@ def noisy_sites(tmp_path_factory):
 
 def test_noisy_curves_within_bound_and_repeatable(noisy_sites):
     """Bound: area errors <= 0.015 (ROC) and <= 0.04 (PR) at epsilon 1 -- about 4x the benchmark's
-    mean at K = 5 (bench/RESULTS.md); the noise is seeded, so this data set's outcome is fixed."""
+    mean at K = 5 (bench/RESULTS.md). Each run provisions new site secrets, so each run draws new
+    noise: the bound is set for that (several standard deviations of the benchmark's spread)."""
     session, y, p = noisy_sites
     hist = ds_score_histograms(session, "D$y", "D$score", levels=8)
     assert not hist.noise_off and set(hist.sd) == {f"site{i}" for i in range(1, 6)}

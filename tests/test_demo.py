@@ -42,6 +42,8 @@ def test_demo_validation_table_matches_pooled_where_exact(demo):
     assert abs(v["brier"]["spiegelhalter_z"] - ref["spiegelhalter_z"]) < 1e-9
     assert abs(v["logistic_calibration"]["slope"] - ref["calibration_slope"]) < 1e-6
     roc = v["roc_glm"]
-    assert abs(roc["auc"] - ref["roc_glm_auc"]) < 0.05 and roc["ci"][0] < roc["auc"] < roc["ci"][1]
+    # noisy scores (epsilon 5): the error is of the order of the AUC's standard error at n = 250
+    assert abs(roc["auc"] - ref["roc_glm_auc"]) < 3 * roc["variance"] ** 0.5
+    assert roc["ci"][0] < roc["auc"] < roc["ci"][1]
     assert max(data["validation_transfer"]["round_trips"].values()) <= 40
     assert "H-L C statistic" in stdout and "ROC-GLM AUC" in stdout
