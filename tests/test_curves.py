@@ -330,3 +330,24 @@ def test_pchip_quantile_curves_converge_like_one_over_q():
     for q, e in errors.items():
         assert e["ae_roc"] <= 1 / q + 0.002, (q, e)
     assert errors[512]["ae_roc"] < errors[8]["ae_roc"] / 5
+
+
+def test_curve_results_plot_their_curves(exact_sites):
+    """ROC and PR plots draw the result's own arrays; the histogram AUC plot draws the ROC-GLM fit."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    session, y, p = exact_sites
+    curves = ds_roc_pr_curves(session, "D$y", "D$score", n_quantiles=None, levels=4)
+    ax = curves.plot(kind="roc")
+    line = next(l for l in ax.get_lines() if l.get_gid() == "roc-fit")
+    np.testing.assert_array_equal(np.sort(line.get_xdata()), np.sort(curves.fpr))
+    assert f"{curves.roc_auc:.3f}" in ax.get_legend().get_texts()[-1].get_text()
+    ax = curves.plot(kind="pr")
+    line = next(l for l in ax.get_lines() if l.get_gid() == "pr-curve")
+    assert sorted(line.get_ydata()) == sorted(curves.precision)
+    hist = ds_hist_auc(session, "D$y", "D$score")
+    ax = hist.plot()
+    fit = next(l for l in ax.get_lines() if l.get_gid() == "roc-fit")
+    t = np.asarray(fit.get_xdata())
+    np.testing.assert_allclose(fit.get_ydata(), hist.roc_glm.curve(t))

@@ -307,3 +307,15 @@ def test_recalibrate_is_enabled_only_in_the_test_profile():
             assert "recalibrateDS" in enabled, path.name  # the loudly flagged test profile
         else:
             assert "recalibrateDS" not in enabled, path.name
+
+
+def test_recalibration_plot_draws_the_applied_map(smooth):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    session, y, p = smooth
+    r = ds_recalibrate(session, "D$y", "D$score", method="logistic", into="p.plot")
+    ax = r.plot()
+    line = next(l for l in ax.get_lines() if l.get_gid() == "recalibration-map")
+    np.testing.assert_allclose(line.get_ydata(), r.map(np.asarray(line.get_xdata())))
+    assert "H-L C" in ax.get_legend().get_texts()[-1].get_text()

@@ -233,6 +233,20 @@ class ROCPRCurves:
         return pd.DataFrame({"threshold": self.thresholds, "fpr": self.fpr, "tpr": self.tpr,
                              "recall": self.tpr, "precision": self.precision})
 
+    def plot(self, ax: Any = None, *, kind: str = "roc") -> Any:
+        """The ROC curve (``kind="roc"``, AUC in the legend) or the PR curve (``kind="pr"``, average
+        precision in the legend, no-skill line at the prevalence). Returns the Axes."""
+        from dsfed_client.plots import plot_pr_curve, plot_roc  # noqa: PLC0415
+
+        if kind == "roc":
+            order = np.argsort(self.fpr, kind="stable")
+            return plot_roc(self.fpr[order], self.tpr[order], label=f"histogram ROC, AUC {self.roc_auc:.3f}", ax=ax)
+        if kind == "pr":
+            prevalence = self.n_positive / (self.n_positive + self.n_negative)
+            return plot_pr_curve(self.precision, self.recall, prevalence=prevalence,
+                                 label=f"PR curve, AP {self.pr_auc:.3f}", ax=ax)
+        raise ValueError("kind must be 'roc' or 'pr'")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "roc_auc": self.roc_auc, "pr_auc": self.pr_auc, "n_positive": self.n_positive,
@@ -432,6 +446,21 @@ class HistogramAUC:
     def ci_logit(self) -> tuple[float, float]:
         """Seed 000 eq. (3)."""
         return logit_ci(self.auc, self.variance, self.alpha)
+
+    def plot(self, ax: Any = None) -> Any:
+        """The ROC-GLM fitted on the histogram placement values (its CI in the legend) over the ROC
+        of the analyst's histogram CDFs. Returns the Axes."""
+        from dsfed_client.plots import plot_roc  # noqa: PLC0415
+
+        curves = curves_from_histograms(self.histograms, None)
+        order = np.argsort(curves.fpr, kind="stable")
+        empirical = (curves.fpr[order], curves.tpr[order])
+        label = "histogram AUC {:.3f} ({:.0%} CI {:.3f}-{:.3f})".format(self.auc, 1 - self.alpha, *self.ci_logit)
+        if self.roc_glm is None:
+            return plot_roc(*empirical, label=label, ax=ax)
+        t = np.linspace(0, 1, 201)
+        fit = "ROC-GLM AUC {:.3f} (CI {:.3f}-{:.3f})".format(self.roc_glm.auc, *self.roc_glm.ci)
+        return plot_roc(t, self.roc_glm.curve(t), label=fit, empirical=empirical, empirical_label=label, ax=ax)
 
     def __repr__(self) -> str:
         lo, hi = self.ci_logit

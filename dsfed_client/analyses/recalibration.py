@@ -113,6 +113,25 @@ class RecalibrationMap:
         return Call("recalibrateDS", Ref(score), self.method, knots=np.asarray(self.knots, dtype=float),
                     values=np.asarray(self.values, dtype=float))
 
+    def plot(self, ax: Any = None, *, label: str | None = None) -> Any:
+        """The map over [0, 1] with the identity (no recalibration) for reference. Returns the Axes."""
+        from dsfed_client.plots import new_axes  # noqa: PLC0415
+
+        ax = new_axes(ax)
+        grid = np.linspace(0.0, 1.0, 501)
+        ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="identity")
+        ax.plot(grid, self(grid), color="tab:blue", linewidth=2, label=label or f"{self.method} map",
+                gid="recalibration-map")
+        if self.knots is not None and self.method != "logistic":
+            ax.plot(self.knots, self.values, "o", color="tab:blue", markersize=3, gid="recalibration-knots")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("predicted probability")
+        ax.set_ylabel("recalibrated probability")
+        ax.set_title("Recalibration map")
+        ax.legend(loc="lower right", fontsize=8)
+        return ax
+
     def max_difference(self, other: "RecalibrationMap", grid: np.ndarray | None = None) -> float:
         """:math:`\\max_t |f(t) - g(t)|` over ``grid`` (default 1001 equidistant points on [0, 1])."""
         grid = np.linspace(0.0, 1.0, 1001) if grid is None else np.asarray(grid, dtype=float)
@@ -459,6 +478,12 @@ class Recalibration:
             f"calibration measures, n = {self.after.n} (in-sample):",
             self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"),
         ])
+
+    def plot(self, ax: Any = None) -> Any:
+        """The map applied at the sites, labelled with the H-L C and ECE before and after. Returns the Axes."""
+        label = (f"{self.method}: H-L C {self.before.hl_c:.3g} -> {self.after.hl_c:.3g}, "
+                 f"ECE {self.before.ece:.3g} -> {self.after.ece:.3g}")
+        return self.map.plot(ax, label=label)
 
     def __repr__(self) -> str:
         return (f"Recalibration({self.method!r} -> {self.symbol!r}: H-L C {self.before.hl_c:.4g} -> "
