@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, interpolate, optimize, stats
 
-from dsfed_client.analyses.discrimination import logit_ci
+from dsfed_client.analyses.discrimination import logit_ci, wald_ci
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref, decode_f64
 from dsfed_client.session import FederatedSession
@@ -438,9 +438,7 @@ class HistogramAUC:
 
     @property
     def ci_delong(self) -> tuple[float, float]:
-        """Wald interval on the AUC scale, clipped to [0, 1] (pROC's ``ci.auc(method = "delong")``)."""
-        half = stats.norm.ppf(1 - self.alpha / 2) * np.sqrt(self.variance)
-        return max(0.0, float(self.auc - half)), min(1.0, float(self.auc + half))
+        return wald_ci(self.auc, self.variance, self.alpha)
 
     @property
     def ci_logit(self) -> tuple[float, float]:

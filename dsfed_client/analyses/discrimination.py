@@ -28,6 +28,12 @@ REFERENCE = "dsfed.ref"
 ROC_DATA = "dsfed.rocdata"
 
 
+def wald_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
+    """Wald interval on the AUC scale, clipped to [0, 1] (pROC's ``ci.auc(method = "delong")``)."""
+    half = stats.norm.ppf(1 - alpha / 2) * np.sqrt(variance)
+    return max(0.0, float(auc - half)), min(1.0, float(auc + half))
+
+
 @dataclass(frozen=True)
 class NoisyReference:
     """The pooled (noisy) scores of all negatives and positives, stored at every site."""
@@ -97,9 +103,7 @@ class EmpiricalAUC:
 
     @property
     def ci_delong(self) -> tuple[float, float]:
-        """Wald interval on the AUC scale, clipped to [0, 1] (pROC's ``ci.auc(method = "delong")``)."""
-        half = stats.norm.ppf(1 - self.alpha / 2) * np.sqrt(self.variance)
-        return max(0.0, float(self.auc - half)), min(1.0, float(self.auc + half))
+        return wald_ci(self.auc, self.variance, self.alpha)
 
     @property
     def ci_logit(self) -> tuple[float, float]:
