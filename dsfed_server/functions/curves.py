@@ -40,7 +40,7 @@ from scipy import stats
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.errors import CallError
-from dsfed_server.functions.validation import f64, outcome_and_score
+from dsfed_server.functions.validation import f64, outcome_and_score, placement_sums_result
 from dsfed_server.registry import P, Param, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -203,11 +203,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     y, p = outcome_and_score(ctx, truth, score)
     v10 = _cdf(reference, "neg", p[y == 1], within_bin)
     v01 = 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
-    return {
-        "n1": int(v10.size), "n0": int(v01.size),
-        "sum_v10": float(v10.sum()), "sumsq_v10": float(np.dot(v10, v10)),
-        "sum_v01": float(v01.sum()), "sumsq_v01": float(np.dot(v01, v01)),
-    }
+    return placement_sums_result(v10, v01)
 
 
 @register(

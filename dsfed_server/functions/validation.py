@@ -146,6 +146,11 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     v10 = (less + 0.5 * ties) / neg.size
     less, ties = _below_and_ties(pos, p[y == 0])
     v01 = (pos.size - less - 0.5 * ties) / pos.size
+    return placement_sums_result(v10, v01)
+
+
+def placement_sums_result(v10: np.ndarray, v01: np.ndarray) -> dict[str, Any]:
+    """What leaves the site of its placement values: counts, sums and sums of squares per class."""
     return {
         "n1": int(v10.size), "n0": int(v01.size),
         "sum_v10": float(v10.sum()), "sumsq_v10": float(np.dot(v10, v10)),
