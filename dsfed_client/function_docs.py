@@ -49,6 +49,11 @@ def _entry(spec: FunctionSpec) -> list[str]:
              f"*{spec.kind}*, implemented in {'R (through rpy2)' if spec.backend == 'R' else 'Python'}. "
              f"Disclosure checks: {checks}.", ""]
     lines += [_markdown(inspect.cleandoc(spec.doc)) or "(undocumented)", ""]
+    if spec.secure_sum is not None:
+        summed = ", ".join(f"`{f}`" for f in spec.secure_sum.fields)
+        public = ", ".join(f"`{f}`" for f in spec.secure_sum.public) or "none"
+        lines += [f"Offers secure summation (the analyst receives only sums over sites): summed {summed}; "
+                  f"sent as they are: {public}.", ""]
     if spec.params:
         lines += ["| parameter | type | meaning |", "|---|---|---|", *(_param_row(p) for p in spec.params), ""]
     else:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 from dsfed_client import pooling
 from dsfed_client.calls import Call, Ref, to_tree
 from dsfed_client.errors import FederatedCallError, SiteCallError
+from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
 from dsfed_client.transport import HttpTransport, InProcessTransport, Transport, encode
 
 if TYPE_CHECKING:
@@ -80,6 +81,8 @@ class FederatedSession:
         self.transports = {t.site: t for t in transports}
         self._pool = ThreadPoolExecutor(max_workers=len(transports), thread_name_prefix="dsfed-site")
         self.session_ids: dict[str, str] = {}
+        self._secure_round: tuple[str, list[dict[str, Any]]] | None = None  # round id, roster
+        self._secure_step = 0
         opened = self._all("openSession", lambda t: t.request("POST", "/sessions", function="openSession"),
                            raise_errors=False)
         failures = {s: r for s, r in opened.items() if isinstance(r, SiteCallError)}
@@ -123,6 +126,26 @@ class FederatedSession:
         body = {"call": Call(function, *args, **kwargs).tree()}
         results = self._in_session(function, "POST", "/aggregate", body)
         return SiteResults(function, {s: r["result"] for s, r in results.items()})
+
+    def secure_sum(self, function: str, *args: Any, frac_bits: int = 24, **kwargs: Any) -> SecureSum:
+        """Run an aggregate at every site and receive only the sum over sites of its additive fields
+        (secure aggregation; the function must offer it, see ``functions()``).
+
+        The first secure call of the session relays the sites' signed keys (``secureKeyDS``);
+        each call takes a new step of that round. Values travel in fixed point with
+        ``frac_bits`` fraction bits (resolution :math:`2^{-f}`); a site refuses values whose sum
+        could leave the 64-bit range. If a site fails, the call raises and nothing is decoded.
+        """
+        if self._secure_round is None:
+            round_id = new_round_id()
+            keys = self.aggregate("secureKeyDS", round_id)
+            self._secure_round = (round_id, [keys[site] for site in self.sites])
+        round_id, roster = self._secure_round
+        self._secure_step += 1
+        body = {"call": Call(function, *args, **kwargs).tree(),
+                "secure": {"round": round_id, "step": self._secure_step, "roster": roster, "frac_bits": frac_bits}}
+        results = self._in_session(function, "POST", "/aggregate", body)
+        return unmask_sum(function, {s: r["result"] for s, r in results.items()})
 
     def aggregate_expr(self, expr: str) -> SiteResults:
         """Run DataSHIELD call text at every site: ``aggregate_expr("meanDS(D$age)")``."""

@@ -168,7 +168,7 @@ class InProcessTransport:
                     return {"closed": sid}
                 return svc.session_exists(user, sid)
             action = parts[2]
-            call = CallRequest(text=body.get("expr"), tree=body.get("call"))
+            call = CallRequest(text=body.get("expr"), tree=body.get("call"), secure=body.get("secure"))
             if action == "aggregate":
                 return {"result": svc.aggregate(user, sid, call)}
             if action == "assign":

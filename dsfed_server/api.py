@@ -44,6 +44,28 @@ class CallBody(_Body):
         return CallRequest(text=self.expr, tree=self.call)
 
 
+class RosterEntry(_Body):
+    site: str
+    round: str | None = None
+    key: str
+    signature: str
+
+
+class SecureOption(_Body):
+    round: str = Field(description="the round's id (32 hex digits), keyed by secureKeyDS at every site")
+    step: int = Field(ge=0, description="this call's step in the round; each step is used once")
+    roster: list[RosterEntry] = Field(description="every site's secureKeyDS answer for the round, unchanged")
+    frac_bits: int = Field(24, ge=0, le=40, description="fixed-point fraction bits of the masked values")
+
+
+class AggregateBody(CallBody):
+    secure: SecureOption | None = Field(None, description="release only a masked share of a sum over sites")
+
+    def request(self) -> CallRequest:
+        secure = None if self.secure is None else self.secure.model_dump()
+        return CallRequest(text=self.expr, tree=self.call, secure=secure)
+
+
 class AssignBody(CallBody):
     symbol: str
 
@@ -152,7 +174,7 @@ def create_app(service: SiteService) -> FastAPI:
         return {"removed": name}
 
     @app.post("/v1/sessions/{sid}/aggregate")
-    def aggregate(sid: str, body: CallBody, user: UserDep) -> dict[str, Any]:
+    def aggregate(sid: str, body: AggregateBody, user: UserDep) -> dict[str, Any]:
         return {"result": service.aggregate(user, sid, body.request())}
 
     @app.post("/v1/sessions/{sid}/assign")

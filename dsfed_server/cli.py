@@ -98,6 +98,16 @@ def new_secret(args: argparse.Namespace) -> int:
     return 0
 
 
+def identity(args: argparse.Namespace) -> int:
+    from dsfed_server.config import load_site_config, read_secret, resolve  # noqa: PLC0415
+    from dsfed_server.disclosure.secure_sum import public_identity  # noqa: PLC0415
+
+    config, base = load_site_config(args.config)
+    key = public_identity(read_secret(resolve(base, config.site.secret_file)))
+    print(f"# add to each peer's site config, under [federation] peers:\n{config.site.name} = \"{key}\"")
+    return 0
+
+
 def audit_verify(args: argparse.Namespace) -> int:
     report = audit.verify(args.log)
     print(report)
@@ -133,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("new-secret", help="write a new site secret file (seeds DP noise)")
     p.add_argument("path")
     p.set_defaults(func=new_secret)
+
+    p = sub.add_parser("identity", help="print this site's identity key, which its secure-aggregation peers pin")
+    p.add_argument("config")
+    p.set_defaults(func=identity)
 
     p = sub.add_parser("audit-verify", help="verify an audit log's hash chain")
     p.add_argument("log")

@@ -22,6 +22,9 @@ Example (``dsfed-server init`` writes one)::
     role = "analyst"                           # analyst | governance
     password_hash = "scrypt$16384$8$1$<salt>$<hash>"   # dsfed-server hash-password
     token_hashes = []                          # sha256 of API tokens (dsfed-server hash-token)
+
+    [federation]                               # optional: peers for secure aggregation
+    peers = { site2 = "<base64 Ed25519 key>" } # each site's 'dsfed-server identity CONFIG'
 """
 
 from __future__ import annotations
@@ -78,9 +81,33 @@ class User(_Section):
         return value
 
 
+class FederationSection(_Section):
+    peers: dict[str, str] = Field(
+        default_factory=dict,
+        description="identity keys of the sites this site joins in secure sums: name -> base64 Ed25519 "
+                    "public key (each site prints its own with 'dsfed-server identity CONFIG')",
+    )
+
+    @field_validator("peers")
+    @classmethod
+    def _peer_keys(cls, peers: dict[str, str]) -> dict[str, str]:
+        from dsfed_server.disclosure.secure_sum import parse_identity  # noqa: PLC0415
+        from dsfed_server.errors import SiteError  # noqa: PLC0415
+
+        for name, key in peers.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,63}", name):
+                raise ValueError(f"peer name {name!r} is not a site name")
+            try:
+                parse_identity(key)
+            except (ValueError, SiteError):
+                raise ValueError(f"peer {name}: not a base64 Ed25519 public key (32 bytes)") from None
+        return peers
+
+
 class SiteConfig(_Section):
     site: SiteSection
     listen: ListenSection
+    federation: FederationSection = Field(default_factory=FederationSection)
     users: tuple[User, ...] = Field(min_length=1)
 
     @field_validator("users")

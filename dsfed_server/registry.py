@@ -57,6 +57,16 @@ class Param:
 
 
 @dataclass(frozen=True)
+class SecureSum:
+    """How an aggregate's result is summed over sites under secure aggregation: ``fields`` are
+    additive over sites (masked, and summed by the analyst); ``public`` fields are fixed by the
+    request (e.g. coefficient names) and sent as they are; any other field is not sent."""
+
+    fields: tuple[str, ...]
+    public: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class FunctionSpec:
     name: str
     kind: Lit["aggregate", "assign"]
@@ -67,6 +77,7 @@ class FunctionSpec:
     backend: Lit["python", "R"] = "python"
     aliases: tuple[str, ...] = field(default=())
     opal_shape: Callable[[Any], Any] | None = None  # native JSON value -> R value (rvalues) for /ws
+    secure_sum: SecureSum | None = None  # offered as a secure sum over sites (disclosure/secure_sum.py)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -75,6 +86,8 @@ class FunctionSpec:
             "backend": self.backend,
             "doc": self.doc,
             "checks": list(self.checks),
+            "secure_sum": None if self.secure_sum is None else {
+                "fields": list(self.secure_sum.fields), "public": list(self.secure_sum.public)},
             "params": [
                 {
                     "name": p.name,
@@ -127,6 +140,7 @@ def register(
     checks: tuple[str, ...] = (),
     backend: Lit["python", "R"] = "python",
     opal_shape: Callable[[Any], Any] | None = None,
+    secure_sum: SecureSum | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator adding an implementation ``impl(ctx, **args)`` to the registry; its docstring is its doc.
 
@@ -146,6 +160,7 @@ def register(
                 checks=checks,
                 backend=backend,
                 opal_shape=opal_shape,
+                secure_sum=secure_sum,
             )
         )
         return impl

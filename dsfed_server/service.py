@@ -32,6 +32,7 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import SubsetHistory
 from dsfed_server.disclosure.ledger import CallScope, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
+from dsfed_server.disclosure import secure_sum
 from dsfed_server.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, NotFound, SiteError,
 )
@@ -50,6 +51,7 @@ class CallRequest:
 
     text: str | None = None
     tree: dict | None = None
+    secure: dict | None = None  # secure-aggregation option: round, step, roster, frac_bits
 
 
 def check_enabled(rules: Rules, rules_path: Path, registry: Registry) -> None:
@@ -117,6 +119,8 @@ class SiteService:
         self.catalog.validate_all()
         self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name)
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
+        self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
+        self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
         self.subset_history = SubsetHistory()  # rows of each analyst's subsets (differencing rule)
         self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
@@ -274,9 +278,9 @@ class SiteService:
             )
         return spec
 
-    def _invoke(self, session: Session, call: Call) -> Any:
+    def _invoke(self, session: Session, call: Call, *, noise_share: float = 1.0) -> Any:
         spec = self._spec(call.function, session)
-        ctx = CallContext(self, session, spec.name, self._guard(spec.name, session))
+        ctx = CallContext(self, session, spec.name, self._guard(spec.name, session, noise_share))
         try:
             bound = bind(spec, call.args, ctx)
             ctx.guard.check_analyst_data(spec.params, bound)
@@ -285,9 +289,10 @@ class SiteService:
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
 
-    def _guard(self, function: str, session: Session | None = None) -> Guard:
+    def _guard(self, function: str, session: Session | None = None, noise_share: float = 1.0) -> Guard:
         return Guard(self._rules(session), self.name, function, self.secret,
-                     scope=session.scope if session is not None else None, subsets=self.subset_history)
+                     scope=session.scope if session is not None else None, subsets=self.subset_history,
+                     noise_share=noise_share)
 
     @contextmanager
     def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:
@@ -334,11 +339,50 @@ class SiteService:
                     f"{spec.name} is an assign function; use assign with a symbol name",
                     function=spec.name,
                 )
+            if request.secure is not None:
+                with session.lock, self._scope(user, session, record) as scope:
+                    return self._secure_aggregate(user, session, spec, node, request.secure, scope, record)
+            if spec.secure_sum is not None and self._rules(session).secure_aggregation.require:
+                raise DisclosureRefusal(
+                    f"{spec.name} is released at this site only as a secure sum over sites",
+                    rule="secure_aggregation.require",
+                    hint="ask with the secure option (dsfed: FederatedSession.secure_sum)")
             with session.lock, self._scope(user, session, record):
                 result = jsonable(self._invoke(session, node))
             if shape == "opal":
                 result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
         return result
+
+    def _secure_aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call, option: dict,
+                          scope: CallScope, record: dict) -> dict[str, Any]:
+        """Run ``node`` and release only its summable fields, masked for a secure sum
+        (:mod:`dsfed_server.disclosure.secure_sum`). The site's own rules apply to its
+        contribution before masking; DP noise is split as ``secure_aggregation.honest_sites`` says."""
+        if spec.secure_sum is None:
+            offered = [s.name for s in self.registry if s.secure_sum is not None]
+            raise CallError(f"{spec.name} does not offer secure summation",
+                            hint=f"functions that do: {', '.join(offered)}")
+        rules = self._rules(session).secure_aggregation
+        round_id = secure_sum.check_round_id(option.get("round"))
+        rnd = session.rounds.get(round_id)
+        if rnd is None:
+            raise CallError(f"no keys for secure-aggregation round {round_id} in this session",
+                            hint="call secureKeyDS(round) at every site first")
+        keys = secure_sum.verify_roster(self.name, rnd, option.get("roster"), self.peers, rules.min_sites)
+        step = secure_sum.use_step(rnd, option.get("step"))
+        record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {round_id[:8]}, step {step}]"
+        result = jsonable(self._invoke(session, node, noise_share=1.0 / min(rules.honest_sites, len(keys))))
+        pinned = self.ledger.pin_peers(user.name, scope.sources, keys)
+        other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
+        if other:
+            table, peers = next(iter(other.items()))
+            raise DisclosureRefusal(
+                f"secure sums on {table} for {user.name} go over the sites {peers}; a sum over another set of "
+                f"sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
+                rule="secure_aggregation.min_sites",
+                hint="ask with the same sites as before (retry once the missing site is back)")
+        return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.name,
+                                        rnd=rnd, keys=keys, step=step, frac_bits=option.get("frac_bits", 24))
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)

@@ -50,6 +50,8 @@ class Session:
     # ledger's table key and the rule on analyst-supplied vectors.
     sources: dict[str, frozenset] = field(default_factory=dict, repr=False)
     scope: Any = field(default=None, repr=False)  # the running call's CallScope (ledger.py)
+    # secure-aggregation rounds: this site's X25519 key pair per round (never released)
+    rounds: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def memo(self, key: Hashable, source: Any, build: Callable[[], Any], size: int = 8) -> Any:
         """A value derived from ``source`` (e.g. a model frame from a table), built once per session.

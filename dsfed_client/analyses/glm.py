@@ -46,7 +46,8 @@ class GLMResults:
     nobs: int
     df_resid: int
     iterations: int
-    per_site_n: dict[str, int] = field(default_factory=dict)
+    per_site_n: dict[str, int] = field(default_factory=dict)  # empty under secure aggregation
+    secure_sites: tuple[str, ...] = ()  # the sites of a secure sum (only sums over them were seen)
 
     @property
     def bse(self) -> np.ndarray:
@@ -93,6 +94,7 @@ class GLMResults:
             "conf_int": {n: ci for n, ci in zip(self.names, self.conf_int().tolist())},
             "deviance": self.deviance, "dispersion": self.dispersion, "nobs": self.nobs,
             "df_resid": self.df_resid, "iterations": self.iterations, "per_site_n": self.per_site_n,
+            "secure_sites": list(self.secure_sites),
         }
 
     def summary(self, alpha: float = 0.05) -> str:
@@ -100,7 +102,7 @@ class GLMResults:
         rows = [
             ("Formula", self.formula, "No. observations", str(self.nobs)),
             ("Family", self.family, "Df residuals", str(self.df_resid)),
-            ("Link", self.link, "Sites", str(len(self.per_site_n))),
+            ("Link", self.link, "Sites", str(len(self.per_site_n) or len(self.secure_sites))),
             ("Method", "distributed IRLS", "Deviance", f"{self.deviance:.6g}"),
             ("Iterations", str(self.iterations), "Dispersion", f"{self.dispersion:.6g}"),
         ]
@@ -108,6 +110,8 @@ class GLMResults:
         width = max(78, max(len(line) for line in table.splitlines()))
         head = "\n".join(f"{a + ':':<18}{b:<22}{c + ':':>22}{d:>14}" for a, b, c, d in rows)
         sites = ", ".join(f"{s} {n}" for s, n in self.per_site_n.items())
+        if self.secure_sites:
+            sites = f"not released (secure sums over {', '.join(self.secure_sites)})"
         return "\n".join([
             "Distributed Generalized Linear Model Results".center(width), "=" * width, head, "=" * width, table,
             "=" * width, f"n per site: {sites}" if sites else "",
@@ -126,11 +130,38 @@ class GLMResults:
         return ax
 
 
-def _sum_parts(results: dict[str, dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, float]:
-    info = sum(np.asarray(r["info.matrix"], dtype=float) for r in results.values())
-    xwz = sum(np.asarray(r["xwz"], dtype=float) for r in results.values())
-    dev = float(sum(r["dev"] for r in results.values()))
-    return info, xwz, dev
+@dataclass(frozen=True)
+class _Parts:
+    """The summed IRLS parts of one round (what the analyst needs, whichever way it was summed)."""
+
+    names: tuple[str, ...]
+    link: str
+    info: np.ndarray
+    xwz: np.ndarray
+    dev: float
+    n: int
+    per_site_n: dict[str, int]
+
+
+def _glm_parts(session: FederatedSession, secure: bool, *args: Any, **kwargs: Any) -> _Parts:
+    """``glmDS2`` at every site, summed by the analyst or (``secure``) as a secure sum."""
+    if secure:
+        s = session.secure_sum("glmDS2", *args, **kwargs)
+        public = list(s.public.values())
+        per_site_n: dict[str, int] = {}
+        info, xwz, dev, n = s["info.matrix"], s["xwz"], s["dev"], int(round(s["Npositive"]))
+    else:
+        results = session.aggregate("glmDS2", *args, **kwargs)
+        public = list(results.values())
+        per_site_n = {site: int(r["Nvalid"]) for site, r in results.items()}
+        info = sum(np.asarray(r["info.matrix"], dtype=float) for r in public)
+        xwz = sum(np.asarray(r["xwz"], dtype=float) for r in public)
+        dev, n = float(sum(r["dev"] for r in public)), sum(int(r["Npositive"]) for r in public)
+    names = tuple(public[0]["coef.names"])
+    if any(tuple(r["coef.names"]) != names for r in public):
+        raise ValueError("sites build different design matrices (a factor's levels differ between sites)")
+    return _Parts(names, public[0]["link"], np.asarray(info, dtype=float), np.asarray(xwz, dtype=float), float(dev),
+                  n, per_site_n)
 
 
 def ds_glm(
@@ -144,6 +175,7 @@ def ds_glm(
     offset: str | None = None,
     epsilon: float = 1e-8,
     maxit: int = 25,
+    secure: bool = False,
 ) -> GLMResults:
     """Fit ``formula`` on the table symbol ``data`` at every site of ``session`` without pooling records.
 
@@ -158,39 +190,38 @@ def ds_glm(
         ``gaussian`` (``identity``).
     weights, offset : str, optional
         Columns of ``data`` holding prior weights and offsets.
+    secure : bool
+        Receive only sums over sites (secure aggregation, seed 002): no site's parts, and no
+        per-site counts, reach the analyst. The parts travel in fixed point (resolution
+        :math:`2^{-24}` per site), so the fit equals the pooled one to that resolution.
     """
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")
 
-    def parts(beta: np.ndarray | None) -> dict[str, dict[str, Any]]:
+    def parts(beta: np.ndarray | None) -> _Parts:
         beta_arg = None if beta is None else [float(b) for b in beta]
-        return dict(session.aggregate("glmDS2", Formula(formula), family, beta_arg, offset, weights, Ref(data),
-                                      link=link))
+        return _glm_parts(session, secure, Formula(formula), family, beta_arg, offset, weights, Ref(data), link=link)
 
-    results = parts(None)
-    names = tuple(next(iter(results.values()))["coef.names"])
-    if any(tuple(r["coef.names"]) != names for r in results.values()):
-        raise ValueError("sites build different design matrices (a factor's levels differ between sites)")
-    info, xwz, dev_old = _sum_parts(results)
-    link_used = next(iter(results.values()))["link"]
+    summed = parts(None)
+    names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
         for iteration in range(1, maxit + 1):
             beta = np.linalg.solve(info, xwz)
-            results = parts(beta)
+            summed = parts(beta)
             info_used = info
-            info, xwz, dev = _sum_parts(results)
+            info, xwz, dev = summed.info, summed.xwz, summed.dev
             bar.advance()
             if abs(dev - dev_old) / (abs(dev) + 0.1) < epsilon:
                 break
             dev_old = dev
         else:
             raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
-    n = sum(int(r["Npositive"]) for r in results.values())
+    n = summed.n
     df_resid = n - len(names)
     dispersion = dev / df_resid if family == "gaussian" else 1.0
     return GLMResults(
-        formula=formula, family=family, link=link_used, names=names, params=beta,
+        formula=formula, family=family, link=summed.link, names=names, params=beta,
         cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
-        nobs=n, df_resid=df_resid, iterations=iteration,
-        per_site_n={s: int(r["Nvalid"]) for s, r in results.items()},
+        nobs=n, df_resid=df_resid, iterations=iteration, per_site_n=summed.per_site_n,
+        secure_sites=tuple(session.sites) if secure else (),
     )

@@ -30,6 +30,8 @@ class Guard:
     scope: Any = field(repr=False, default=None)
     # per analyst x table: row sets of the subsets made so far (differencing.SubsetHistory)
     subsets: Any = field(repr=False, default=None)
+    # this site's share of the DP noise variance (1/h in a secure sum; secure_aggregation.honest_sites)
+    noise_share: float = 1.0
 
     def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
         return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
@@ -182,6 +184,7 @@ class Guard:
             epsilon=min(epsilon or p.epsilon, p.epsilon),
             delta=min(delta or p.delta, p.delta),
             sensitivity=max(sensitivity or 0.0, p.score_l2_sensitivity),
+            share=self.noise_share,
         )
 
     def noisy(self, values: np.ndarray, label: str, mechanism: AnalyticGaussian | None, *,

@@ -120,8 +120,10 @@ class Cost:
 
     @staticmethod
     def of(mechanism: Any) -> "Cost":
+        """The release's guarantee: its (epsilon, delta) and the Renyi cost of the calibrated noise
+        (under secure aggregation the analyst sees the sum, which carries the calibrated noise)."""
         return Cost(float(mechanism.epsilon), float(mechanism.delta),
-                    gaussian_rho(sigma=float(mechanism.sigma), sensitivity=float(mechanism.sensitivity)))
+                    gaussian_rho(sigma=float(mechanism.calibrated_sigma), sensitivity=float(mechanism.sensitivity)))
 
 
 ZERO = Cost(0.0, 0.0, 0.0)
@@ -189,6 +191,15 @@ CREATE TRIGGER IF NOT EXISTS spend_append_only_d BEFORE DELETE ON spend
 CREATE TRIGGER IF NOT EXISTS released_append_only_u BEFORE UPDATE ON released
     BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS released_append_only_d BEFORE DELETE ON released
+    BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
+CREATE TABLE IF NOT EXISTS secure_peers (
+    analyst TEXT NOT NULL,
+    table_key TEXT NOT NULL,
+    peers TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (analyst, table_key)
+);
+CREATE TRIGGER IF NOT EXISTS secure_peers_append_only_u BEFORE UPDATE ON secure_peers
     BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
 """
 
@@ -280,6 +291,26 @@ class Ledger:
             finally:
                 db.close()
         return spent
+
+    def pin_peers(self, analyst: str, tables: Iterable[str], peers: Iterable[str]) -> dict[str, str]:
+        """The peer set of the analyst's secure sums on each table: recorded by the first secure
+        sum, returned as recorded (the caller refuses a sum whose peers differ)."""
+        wanted = ",".join(sorted(peers))
+        pinned: dict[str, str] = {}
+        with self._lock, self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            for table in sorted(set(tables)):
+                row = db.execute("SELECT peers FROM secure_peers WHERE analyst = ? AND table_key = ?",
+                                 (analyst, table)).fetchone()
+                if row is None:
+                    db.execute("INSERT INTO secure_peers VALUES (?, ?, ?, ?)",
+                               (analyst, table, wanted, datetime.now(timezone.utc).isoformat()))
+                pinned[table] = wanted if row is None else row[0]
+            if any(v != wanted for v in pinned.values()):
+                db.execute("ROLLBACK")
+            else:
+                db.execute("COMMIT")
+        return pinned
 
     def listing(self) -> list[dict[str, Any]]:
         """Per analyst x table: summed costs and the number of charged queries and releases."""

@@ -57,10 +57,19 @@ class AnalyticGaussian:
     epsilon: float
     delta: float
     sensitivity: float
+    # this site's share of the noise variance: 1, or 1/h under secure aggregation, where the
+    # sum over sites carries the rest (rules: secure_aggregation.honest_sites)
+    share: float = 1.0
+
+    @property
+    def calibrated_sigma(self) -> float:
+        """The noise sd that gives (epsilon, delta) at this sensitivity (Theorem 8)."""
+        return analytic_gaussian_sigma(epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity)
 
     @property
     def sigma(self) -> float:
-        return analytic_gaussian_sigma(epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity)
+        """The sd of the noise this site adds: the calibrated sd times sqrt(share)."""
+        return self.calibrated_sigma * math.sqrt(self.share)
 
     def variance(self) -> float:
         return self.sigma**2

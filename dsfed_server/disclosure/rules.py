@@ -199,6 +199,38 @@ class Budget(_Section):
     )
 
 
+class SecureAggregation(_Section):
+    min_sites: int = Field(
+        ge=2,
+        le=1000,
+        description=(
+            "Fewest sites, this one included, whose contributions one secure sum may combine "
+            "(secureKeyDS and the 'secure' option of aggregate calls): the analyst sees only "
+            "the sum. With two sites each could subtract its own share, so 3 is the least that "
+            "hides a site from the others too. A site also takes part in secure sums for one "
+            "analyst on one table with one set of peers only: two sums over different site "
+            "sets would let their difference isolate fewer sites."
+        ),
+    )
+    honest_sites: int = Field(
+        ge=1,
+        le=1000,
+        description=(
+            "Sites assumed not to collude with the analyst when differential-privacy noise is "
+            "added under secure aggregation: this site adds noise of variance sigma^2 / h, "
+            "h = min(honest_sites, sites in the sum), so the sum carries the full noise sigma^2 "
+            "of the site's (epsilon, delta) when at least h of its sites are honest. 1: every "
+            "site adds its full noise (relies on no other site)."
+        ),
+    )
+    require: bool = Field(
+        description=(
+            "true: functions that offer secure summation refuse the plain per-site release; "
+            "the analyst receives only sums over sites."
+        ),
+    )
+
+
 class Functions(_Section):
     enabled: tuple[str, ...] = Field(
         description=(
@@ -227,6 +259,9 @@ class Rules(_Section):
         ),
     )
     budget: Budget = Field(description="How much privacy loss one analyst may spend in total at this site.")
+    secure_aggregation: SecureAggregation = Field(
+        description="Sums over sites in which the analyst never sees one site's contribution.",
+    )
     functions: Functions = Field(description="Which functions an analyst may call at this site.")
 
     @property

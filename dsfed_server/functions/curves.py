@@ -40,8 +40,8 @@ from scipy import stats
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.errors import CallError
-from dsfed_server.functions.validation import f64, outcome_and_score, placement_sums_result
-from dsfed_server.registry import P, Param, register
+from dsfed_server.functions.validation import PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result
+from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
@@ -88,6 +88,9 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
     ],
     checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "bins.small_bin_policy"),
+    secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive"),
+                         public=("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level", "sd",
+                                 "epsilon", "delta", "sensitivity")),
 )
 def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower: float, upper: float, levels: int,
                     branching: int, decay: float, totals: str, epsilon: float | None, delta: float | None
@@ -189,6 +192,7 @@ def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -
         _WITHIN,
     ],
     checks=_A1,
+    secure_sum=PLACEMENT_SUMS,
 )
 def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                         within_bin: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from dsfed_server.context import CallContext
 from dsfed_server.errors import CallError
 from dsfed_server.families import FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import ModelFrame, model_frame
-from dsfed_server.registry import P, Param, register
+from dsfed_server.registry import P, Param, SecureSum, register
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
 
@@ -88,6 +88,8 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
         _LINK,
     ],
     checks=_CHECKS,
+    secure_sum=SecureSum(fields=("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive",
+                                 "Nmissing", "Ntotal"), public=("family", "link", "coef.names")),
 )
 def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[float] | None,
               offset: str | None, weights: str | None, dataName: pd.DataFrame, link: str | None) -> dict[str, Any]:

@@ -21,11 +21,14 @@ from scipy import stats
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.errors import CallError
-from dsfed_server.registry import P, Param, register
+from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
 _A1 = ("disclosure.q_threshold",)
+# the additive fields of the placement sums and of the binned sums (secure summation over sites)
+PLACEMENT_SUMS = SecureSum(("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01"))
+_BINNED_SUMS = SecureSum(("n", "sum_p", "sum_y", "suppressed", "suppressed_total"))
 
 
 def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, probability: bool = False
@@ -130,6 +133,7 @@ def _below_and_ties(reference: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, n
         Param("reference", P.TABLE, "pooled (noisy) scores of all sites, from referenceScoresDS"),
     ],
     checks=_A1,
+    secure_sum=PLACEMENT_SUMS,
 )
 def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame) -> dict[str, Any]:
     """Sums and sums of squares of this site's placement values (seed 000 eqs. 1-2; DeLong 1988).
@@ -192,7 +196,8 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     })
 
 
-@register("brierDS", "aggregate", [_TRUTH, _SCORE], checks=_A1)
+@register("brierDS", "aggregate", [_TRUTH, _SCORE], checks=_A1,
+          secure_sum=SecureSum(("n", "sum_y", "sum_p", "sum_sq", "spiegelhalter_num", "spiegelhalter_var")))
 def brier(ctx: CallContext, truth: pd.Series, score: pd.Series) -> dict[str, Any]:
     """Sums for the Brier score (seed 000 eq. 5) and Spiegelhalter's z (seed 001 §3.5.1).
 
@@ -225,6 +230,7 @@ def calibration_bin_index(p: np.ndarray, n_bins: int) -> np.ndarray:
     "aggregate",
     [_TRUTH, _SCORE, Param("bins", P.INTEGER, "number of equal-width bins on [0, 1]", minimum=2, maximum=100)],
     checks=_A1,
+    secure_sum=_BINNED_SUMS,
 )
 def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> dict[str, Any]:
     """Per-bin counts, sums of predictions and of outcomes for the calibration curve (seed 000),
@@ -282,6 +288,7 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> dict
     "aggregate",
     [_TRUTH, _SCORE, Param("breaks", P.NUMBERS, "increasing group boundaries covering all scores")],
     checks=_A1,
+    secure_sum=_BINNED_SUMS,
 )
 def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> dict[str, Any]:
     """Observed and expected events per group for Hosmer-Lemeshow and ECE/MCE (seed 001 §3.5.3, §4.8).
