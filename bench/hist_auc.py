@@ -37,8 +37,9 @@ from dsfed_client.analyses.discrimination import ds_roc_glm  # noqa: E402
 from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
 
 
-def bench_rules(path: Path, sensitivity: float) -> Path:
+def bench_rules(path: Path, sensitivity: float, honest_sites: int) -> Path:
     text = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    text = re.sub(r"(?m)^honest_sites = .*$", f"honest_sites = {honest_sites}", text)
     text = re.sub(r"(?m)^epsilon_per_analyst = .*$", "epsilon_per_analyst = 1000000.0", text)
     text = re.sub(r"(?m)^delta_per_analyst = .*$", "delta_per_analyst = 0.5", text)
     text = re.sub(r"(?m)^score_l2_sensitivity = .*$", f"score_l2_sensitivity = {sensitivity}", text)
@@ -67,6 +68,9 @@ def main() -> int:
                         help="histogram depth rule(s): records per class, site and leaf")
     parser.add_argument("--no-paper", action="store_true", help="skip the paper-faithful mode")
     parser.add_argument("--min-levels", type=int, default=3, help="fewest levels of the depth rule")
+    parser.add_argument("--secure", action="store_true",
+                        help="histogram mode by secure aggregation, each site adding 1/K of the noise variance "
+                             "(rules: secure_aggregation.honest_sites = K)")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} data sets, K = {args.sites}, "
@@ -77,7 +81,7 @@ def main() -> int:
     rows, refused = [], []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
-        rules = bench_rules(Path(tmp) / "rules.toml", args.sensitivity)
+        rules = bench_rules(Path(tmp) / "rules.toml", args.sensitivity, args.sites if args.secure else 1)
         prov, services = inprocess_sites(Path(tmp), args.sites, data, rules, seed=7)
         with login(prov, services).login() as session:
             for rep, pooled in enumerate(data.values()):
@@ -96,9 +100,9 @@ def main() -> int:
                         lo, hi = paper.empirical.ci_delong
                         row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
                     for per_leaf in args.per_leaf:
-                        levels = auc_levels(n, args.sites, per_leaf, args.min_levels)
+                        levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, args.min_levels)
                         res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
-                                          delta=args.delta)
+                                          delta=args.delta, secure=args.secure)
                         row[f"hist{per_leaf:g}"] = abs(res.auc - auc)
                         row[f"hist{per_leaf:g}_rocglm"] = abs(res.roc_glm.auc - auc)
                         lo, hi = res.ci_delong

@@ -24,11 +24,12 @@ def new_round_id() -> str:
 
 @dataclass(frozen=True)
 class SecureSum:
-    """The sum over sites of an aggregate's additive fields; no site's own contribution.
+    r"""The sum over sites of an aggregate's additive fields; no site's own contribution.
 
     ``values[name]`` is a float (a scalar field), an array, or a list of arrays (a field
     sent as a list of vectors, e.g. the levels of a histogram); ``public`` holds each
-    site's request-determined fields (e.g. coefficient names, its noise sd).
+    site's request-determined fields (e.g. coefficient names, its noise sd); ``shares`` is what
+    the analyst received from each site: its masked vector, uniform on :math:`\mathbb{Z}_{2^{64}}`.
     """
 
     function: str
@@ -36,6 +37,7 @@ class SecureSum:
     public: dict[str, dict[str, Any]]
     sites: tuple[str, ...]
     frac_bits: int
+    shares: dict[str, np.ndarray]
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -67,9 +69,10 @@ def unmask_sum(function: str, answers: dict[str, dict[str, Any]]) -> SecureSum:
     if sorted(shares) != sorted(first["sites"]):
         raise ValueError(f"secure sum of {function}: answers from {sorted(shares)} for a round over "
                          f"{first['sites']}; nothing was decoded")
-    total = np.zeros_like(_masked(first))
-    for share in shares.values():
-        total = total + _masked(share)  # modulo 2^64
+    masked = {site: _masked(share) for site, share in shares.items()}
+    total = np.zeros_like(masked[next(iter(masked))])
+    for vector in masked.values():
+        total = total + vector  # modulo 2^64
     frac_bits = int(first["frac_bits"])
     flat = total.view(np.int64).astype(float) / 2.0**frac_bits
     values: dict[str, Any] = {}
@@ -88,4 +91,4 @@ def unmask_sum(function: str, answers: dict[str, dict[str, Any]]) -> SecureSum:
             values[name] = float(arr) if arr.ndim == 0 else arr
             offset += size
     return SecureSum(function, values, {s: a.get("public", {}) for s, a in answers.items()},
-                     tuple(first["sites"]), frac_bits)
+                     tuple(first["sites"]), frac_bits, masked)

@@ -128,8 +128,8 @@ def monotone_cumulative(leaves: np.ndarray) -> np.ndarray:
 
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
-                        totals: str = "noisy", epsilon: float | None = None, delta: float | None = None
-                        ) -> ScoreHistograms:
+                        totals: str = "noisy", epsilon: float | None = None, delta: float | None = None,
+                        secure: bool = False) -> ScoreHistograms:
     """Collect and pool every site's hierarchical histograms into two consistent global CDFs.
 
     ``epsilon`` and ``delta`` may only ask for more privacy than the sites' rules give.
@@ -138,32 +138,47 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     the cumulative counts by :func:`monotone_cumulative`. ``totals='exact'`` asks the sites for
     their exact class totals (counts of at least q, as every seed-000 function releases them)
     instead of a noisy level 0, so levels 1..L share the whole budget and the totals are known.
+
+    ``secure=True``: the analyst receives only the sums over sites of the noisy counts
+    (secure aggregation). Each site then adds the share :math:`1/h` of its noise variance
+    (its rules' ``secure_aggregation.honest_sites`` = h, at most K): with h = K the sum
+    carries one site's noise instead of K sites' noise, as accurate as one central curator.
+    Needs the sites' noise on (exact leaf counts go through a per-site small-bin rule).
     """
-    results = session.aggregate("scoreHistogramDS", Ref(truth), Ref(score), lower=float(lower), upper=float(upper),
-                                levels=int(levels), branching=int(branching), decay=float(decay), totals=totals,
-                                epsilon=epsilon, delta=delta)
-    modes = {r["mechanism"] for r in results.values()}
-    if modes == {"none"}:
-        return _exact_histograms(results)
-    if "none" in modes:
+    args = (Ref(truth), Ref(score))
+    options = dict(lower=float(lower), upper=float(upper), levels=int(levels), branching=int(branching),
+                   decay=float(decay), totals=totals, epsilon=epsilon, delta=delta)
+    pooled: dict[str, list[np.ndarray]] = {}
+    if secure:
+        summed = session.secure_sum("scoreHistogramDS", *args, **options)
+        public = summed.public
+        for cls, key in (("negatives", "n_negative"), ("positives", "n_positive")):
+            pooled[cls] = ([np.array([summed[key]])] if key in summed else []) + list(summed[cls])
+    else:
+        results = session.aggregate("scoreHistogramDS", *args, **options)
+        if {r["mechanism"] for r in results.values()} == {"none"}:
+            return _exact_histograms(results)
+        public = dict(results)
+        for cls, key in (("negatives", "n_negative"), ("positives", "n_positive")):
+            totals_ = [np.array([float(sum(r[key] for r in results.values()))])] if all(
+                key in r for r in results.values()) else []
+            pooled[cls] = totals_ + [sum(decode_f64(r[cls][lv]) for r in results.values())
+                                     for lv in range(len(next(iter(results.values()))[cls]))]
+    if "none" in {r["mechanism"] for r in public.values()}:
         raise ValueError("some sites add noise and some do not; use one rules profile for all sites")
-    sd = {s: list(map(float, r["sd"])) for s, r in results.items()}
+    sd = {s: list(map(float, r["sd"])) for s, r in public.items()}
     variances = np.sum([np.square(v) for v in sd.values()], axis=0)
-    first = int(next(iter(results.values())).get("first_level", 0))
+    first = int(next(iter(public.values())).get("first_level", 0))
     if first == 1:  # exact class totals: level 0 known without noise
         variances = np.concatenate([[variances.min() * 1e-12], variances])
     cums, n_class = [], []
     for cls in ("negatives", "positives"):
-        pooled = [sum(decode_f64(r[cls][lv]) for r in results.values()) for lv in range(levels + 1 - first)]
-        if first == 1:
-            key = "n_negative" if cls == "negatives" else "n_positive"
-            pooled = [np.array([float(sum(r[key] for r in results.values()))])] + pooled
-        leaves = tree_least_squares(pooled, variances, branching)
+        leaves = tree_least_squares(pooled[cls], variances, branching)
         cum = monotone_cumulative(leaves)
         cums.append(cum)
         n_class.append(float(cum[-1]))
     edges = np.linspace(lower, upper, branching**levels + 1)
-    mech = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")} for s, r in results.items()}
+    mech = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")} for s, r in public.items()}
     return ScoreHistograms(edges, cums[0], cums[1], n_class[0], n_class[1], False, sd, mech)
 
 
@@ -518,7 +533,7 @@ def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3
 
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "linear", roc_glm: bool = True, n_thresholds: int = 99,
-                levels: int | None = None, histograms: ScoreHistograms | None = None,
+                levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool = False,
                 **histogram_options: Any) -> HistogramAUC:
     """AUC, DeLong variance, logit CI and ROC-GLM from placement values against histogram CDFs.
 
@@ -541,21 +556,30 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     ``histogram_options`` go to :func:`ds_score_histograms` (branching, lower, upper, decay,
     totals, epsilon, delta). The class totals are exact by default (``totals='exact'``): the
     placement sums release n1 and n0 anyway, so a noisy level 0 would only waste budget.
+
+    ``secure=True`` does every step by secure aggregation (histograms, placement sums and the
+    ROC-GLM's parts): the analyst sees only sums over sites, and the histogram noise is split
+    between the sites (see :func:`ds_score_histograms`).
     """
     histogram_options.setdefault("totals", "exact")
     if histograms is None and levels is None:
         n = sum(int(v) for v in session.aggregate("lengthDS", Ref(truth)).values())
-        levels = auc_levels(n, len(session.sites))
-    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, **histogram_options)
+        # under secure aggregation the leaves are about as noisy as one site's
+        levels = auc_levels(n, 1 if secure else len(session.sites))
+    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=secure,
+                                             **histogram_options)
     store_reference(session, hist)
-    sums = session.aggregate("histPlacementSumsDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
-                             within_bin=within_bin)
-    n1 = sum(int(r["n1"]) for r in sums.values())
-    n0 = sum(int(r["n0"]) for r in sums.values())
-    m10 = sum(r["sum_v10"] for r in sums.values()) / n1
-    m01 = sum(r["sum_v01"] for r in sums.values()) / n0
-    var10 = (sum(r["sumsq_v10"] for r in sums.values()) - n1 * m10**2) / (n1 - 1)
-    var01 = (sum(r["sumsq_v01"] for r in sums.values()) - n0 * m01**2) / (n0 - 1)
+    args = (Ref(truth), Ref(score), Ref(HIST_REFERENCE))
+    if secure:
+        s = session.secure_sum("histPlacementSumsDS", *args, within_bin=within_bin)
+        total = {k: float(v) for k, v in s.values.items()}
+    else:
+        sums = session.aggregate("histPlacementSumsDS", *args, within_bin=within_bin)
+        total = {k: float(sum(r[k] for r in sums.values())) for k in next(iter(sums.values()))}
+    n1, n0 = int(round(total["n1"])), int(round(total["n0"]))
+    m10, m01 = total["sum_v10"] / n1, total["sum_v01"] / n0
+    var10 = (total["sumsq_v10"] - n1 * m10**2) / (n1 - 1)
+    var01 = (total["sumsq_v01"] - n0 * m01**2) / (n0 - 1)
     variance = float(var10 / n1 + var01 / n0)
     auc = float(np.clip((m10 + m01) / 2, 0.0, 1.0))
     fit = None
@@ -564,7 +588,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                                            n_thresholds, within_bin=within_bin))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            glm = ds_glm(session, "u ~ x", HIST_ROC_DATA, family="binomial", link="probit", weights="w")
+            glm = ds_glm(session, "u ~ x", HIST_ROC_DATA, family="binomial", link="probit", weights="w",
+                         secure=secure)
         a, b = (float(v) for v in glm.params)
         fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), variance, alpha, n_thresholds,
                               glm)

@@ -1,0 +1,315 @@
+"""Secure aggregation (issue 5 part 2; seed 002's institutional privacy): the analyst receives only
+sums over sites. Each test checks one promise against an independent reference: the plain per-site
+sums, R's glm on the pooled data, a uniform distribution, or the rules file's refusal."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+
+import numpy as np
+import pandas as pd
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from scipy import stats
+
+from dsfed_client import Call, DisclosureRefused, FederatedCallError, Formula, Ref, SiteUnavailable
+from dsfed_client.analyses import ds_glm
+from dsfed_client.analyses.curves import ds_hist_auc
+from dsfed_client.launch import LocalSites
+from dsfed_server.service import SiteService
+from conftest import http_builder, inprocess_builder
+from sitekit import ROOT, make_sites, rules_variant
+from test_glm import r_glm
+
+NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
+RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+
+
+def frames(k: int, n: int = 240, seed: int = 5) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(k):
+        x = rng.normal(size=n) * 3 + i
+        p = 1 / (1 + np.exp(-(0.4 * x - 0.3)))
+        y = (rng.random(n) < p).astype(int)
+        out[f"s{i + 1}"] = pd.DataFrame({"x": x, "z": rng.normal(size=n), "y": y, "score": p, "big": x * 1e6})
+    return out
+
+
+def sites(tmp_path, k: int = 3, rules=NO_NOISE, **kw):
+    data = frames(k, **kw)
+    prov, services = make_sites(tmp_path, data, rules)
+    return data, prov, services
+
+
+def session_over(prov, services, names):
+    return inprocess_builder({n: prov[n] for n in names}, {n: services[n] for n in names}).login()
+
+
+def only_rule(exc: FederatedCallError) -> set[str | None]:
+    return {err.rule for err in exc.failures.values()}
+
+
+def test_secure_sums_equal_the_plain_sums(tmp_path):
+    """Counts are exact; real sums are the plain sums to the fixed-point resolution 2^-24 per site."""
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        for function, args in (("calibrationBinsDS", (Ref("D$y"), Ref("D$score"), 10)),
+                               ("brierDS", (Ref("D$y"), Ref("D$score")))):
+            plain = s.aggregate(function, *args)
+            secure = s.secure_sum(function, *args)
+            assert secure.sites == ("s1", "s2", "s3")
+            for name, value in secure.values.items():
+                expected = np.sum([np.asarray(r[name], dtype=float) for r in plain.values()], axis=0)
+                if name in ("n", "suppressed", "suppressed_total", "sum_y"):
+                    np.testing.assert_array_equal(value, expected)  # integers: exact
+                else:
+                    np.testing.assert_allclose(value, expected, rtol=0, atol=3 * 2.0**-25)
+
+
+def test_secure_glm_equals_r_glm_on_pooled_data(tmp_path):
+    data, prov, services = sites(tmp_path)
+    pooled = pd.concat(data.values(), ignore_index=True)
+    ref = r_glm(pooled[["y", "x", "z"]], "y ~ x + z", "binomial", "logit")
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        fit = ds_glm(s, "y ~ x + z", "D", secure=True)
+    np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-7)
+    np.testing.assert_allclose(fit.deviance, ref["deviance"], rtol=1e-9)
+    assert fit.per_site_n == {} and fit.secure_sites == ("s1", "s2", "s3")
+    assert fit.nobs == len(pooled)
+
+
+def test_one_sites_share_is_indistinguishable_from_random(tmp_path):
+    """The analyst's view of one site: 64-bit words that pass uniformity tests, and whose
+    distribution does not depend on the site's vector (two sites with different data)."""
+    _, prov, services = sites(tmp_path)
+    views: dict[str, list[np.ndarray]] = {"s1": [], "s2": []}
+    truth: list[np.ndarray] = []
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        plain = s.aggregate("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 20)
+        for _ in range(60):  # each call is a new step of the round: new masks, same vector
+            got = s.secure_sum("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 20)
+            for site in views:
+                views[site].append(got.shares[site])
+    s1 = np.concatenate(views["s1"])
+    s2 = np.concatenate(views["s2"])
+    assert s1.size == 60 * 81  # n, sum_p, sum_y, suppressed (20 bins each), suppressed_total
+    # bytes of the words are uniform on 0..255
+    counts = np.bincount(np.frombuffer(s1.astype("<u8").tobytes(), dtype=np.uint8), minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    # every bit is a fair coin
+    bits = (s1[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 5 * 0.5 / np.sqrt(s1.size))
+    # the same words for two sites with different vectors: one distribution
+    u1, u2 = s1 / 2.0**64, s2 / 2.0**64
+    assert stats.kstest(u1, "uniform").pvalue > 1e-4
+    assert stats.ks_2samp(u1, u2).pvalue > 1e-4
+    # no trace of the site's own values: the words do not correlate with its counts
+    own = np.tile(np.asarray(plain["s1"]["n"], dtype=float), 60)
+    words = s1.reshape(60, 81)[:, :20].ravel() / 2.0**64
+    assert abs(np.corrcoef(own, words)[0, 1]) < 5 / np.sqrt(own.size)
+    # the fixed-point encoding of the site's vector is not visible either: no word equals it
+    encoded = (np.asarray(plain["s1"]["n"], dtype=float) * 2.0**24).astype(np.uint64)
+    assert not np.any(s1.reshape(60, 81)[:, :20] == encoded[None, :])
+
+
+def _roster(session, round_id: str) -> list[dict]:
+    keys = session.aggregate("secureKeyDS", round_id)
+    return [keys[site] for site in session.sites]
+
+
+def _secure_call(session, function: str, args: tuple, secure: dict) -> dict:
+    body = {"call": Call(function, *args).tree(), "secure": secure}
+    return session._in_session(function, "POST", "/aggregate", body)
+
+
+def test_analyst_cannot_insert_its_own_key(tmp_path):
+    """A man in the middle: the analyst swaps site s2's key for one it holds, signed by itself.
+    The other sites refuse (their pinned peer key does not verify it); nothing is released."""
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        round_id = secrets.token_hex(16)
+        roster = _roster(s, round_id)
+        mine = X25519PrivateKey.generate().public_key().public_bytes(*RAW)
+        forger = Ed25519PrivateKey.generate()
+        message = b"dsfed secure-aggregation key v1\0" + round_id.encode() + b"\0s2\0" + mine
+        roster[1] = {"site": "s2", "key": base64.b64encode(mine).decode(),
+                     "signature": base64.b64encode(forger.sign(message)).decode()}
+        with pytest.raises(FederatedCallError) as exc:
+            _secure_call(s, "brierDS", (Ref("D$y"), Ref("D$score")),
+                         {"round": round_id, "step": 1, "roster": roster, "frac_bits": 24})
+    assert only_rule(exc.value) == {"secure_aggregation.peers"}
+    assert "not signed by s2's pinned identity key" in str(exc.value.failures["s1"])
+    assert "another key under this site's name" in str(exc.value.failures["s2"])
+
+
+def test_a_key_signed_for_another_round_is_refused(tmp_path):
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        old, new = secrets.token_hex(16), secrets.token_hex(16)
+        stale = _roster(s, old)
+        roster = _roster(s, new)
+        roster[2] = stale[2]  # s3's genuine key, but of the other round
+        with pytest.raises(FederatedCallError) as exc:
+            _secure_call(s, "brierDS", (Ref("D$y"), Ref("D$score")),
+                         {"round": new, "step": 1, "roster": roster, "frac_bits": 24})
+    assert {"s1", "s2"} <= set(exc.value.failures)
+    assert only_rule(exc.value) == {"secure_aggregation.peers"}
+
+
+def test_step_reuse_and_small_rosters_are_refused(tmp_path):
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        round_id = secrets.token_hex(16)
+        roster = _roster(s, round_id)
+        option = {"round": round_id, "step": 7, "roster": roster, "frac_bits": 24}
+        _secure_call(s, "brierDS", (Ref("D$y"), Ref("D$score")), option)
+        with pytest.raises(FederatedCallError) as exc:  # the same masks on another vector
+            _secure_call(s, "calibrationBinsDS", (Ref("D$y"), Ref("D$score"), 10), option)
+        assert all("step 7" in str(e) and "already used" in str(e) for e in exc.value.failures.values())
+        with pytest.raises(FederatedCallError) as exc:  # two sites: each could subtract its own
+            _secure_call(s, "brierDS", (Ref("D$y"), Ref("D$score")), {**option, "step": 8, "roster": roster[:2]})
+        assert "secure_aggregation.min_sites" in only_rule(exc.value)
+
+
+def test_only_one_set_of_peers_per_analyst_and_table_survives_restart(tmp_path):
+    """Sums over {s1..s4} and then over {s1, s2, s3} would reveal s4's vector by difference:
+    the second set is refused, also after the sites restart (the pin is in the ledger)."""
+    _, prov, services = sites(tmp_path, k=4)
+    with session_over(prov, services, ["s1", "s2", "s3", "s4"]) as s:
+        s.assign_table("D", "P.t")
+        s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+    restarted = {n: SiteService.from_config_file(prov[n].config) for n in prov}
+    with session_over(prov, restarted, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError) as exc:
+            s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+        assert only_rule(exc.value) == {"secure_aggregation.min_sites"}
+        assert "s1,s2,s3,s4" in str(exc.value)
+    with session_over(prov, restarted, ["s1", "s2", "s3", "s4"]) as s:  # the same sites: fine
+        s.assign_table("D", "P.t")
+        assert s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))["n"] == 4 * 240
+
+
+def test_require_refuses_plain_release(tmp_path):
+    rules = rules_variant(tmp_path / "rules.toml", require="true")
+    _, prov, services = sites(tmp_path, rules=rules)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError) as exc:
+            s.aggregate("brierDS", Ref("D$y"), Ref("D$score"))
+        assert only_rule(exc.value) == {"secure_aggregation.require"}
+        assert s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))["n"] == 720
+        assert s.aggregate("meanDS", Ref("D$x"))  # functions without a secure sum are unaffected
+
+
+def test_values_outside_the_fixed_point_range_are_refused_clearly(tmp_path):
+    """X'WX of a covariate in units of 1e6 exceeds 2^(63-24)/3 at the default 24 fraction bits;
+    the sites say so, and with 8 fraction bits the same sum goes through."""
+    _, prov, services = sites(tmp_path)
+    args = (Formula("y ~ big"), "binomial", None, None, None, Ref("D"))
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError) as exc:
+            s.secure_sum("glmDS2", *args)
+        assert all("fixed-point range" in str(e) and "fewer frac_bits" in str(e) for e in exc.value.failures.values())
+        plain = s.aggregate("glmDS2", *args)
+        coarse = s.secure_sum("glmDS2", *args, frac_bits=8)
+        expected = np.sum([np.asarray(r["info.matrix"]) for r in plain.values()], axis=0)
+        np.testing.assert_allclose(coarse["info.matrix"], expected, rtol=1e-15, atol=3 * 2.0**-9)  # + float64 ulp
+        with pytest.raises(FederatedCallError) as exc:
+            s.secure_sum("meanDS", Ref("D$x"))
+        assert "does not offer secure summation" in str(exc.value)
+
+
+def test_noise_is_split_between_sites_and_charged_in_full(tmp_path):
+    """honest_sites = 3: each of three sites adds a third of the noise variance, so the sum carries
+    the calibrated noise once; the ledger charges each site the full (epsilon, delta)."""
+    rules = rules_variant(tmp_path / "rules.toml", honest_sites="3", epsilon_per_analyst="100.0")
+    data, prov, services = sites(tmp_path, rules=rules, n=400)
+    pooled = pd.concat(data.values(), ignore_index=True)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        got = s.secure_sum("scoreHistogramDS", Ref("D$y"), Ref("D$score"), levels=6, totals="exact")
+    sd = {site: np.asarray(p["sd"]) for site, p in got.public.items()}
+    total_sd = np.sqrt(np.sum([v**2 for v in sd.values()], axis=0))
+    single = np.asarray(sd["s1"]) * np.sqrt(3)  # the full calibrated sd of one site
+    np.testing.assert_allclose(total_sd, single, rtol=1e-12)
+    # the noise in the summed leaves has the calibrated sd (chi-square bound on 2 x 64 leaves)
+    y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
+    resid = []
+    for cls, name in ((0, "negatives"), (1, "positives")):
+        leaf = np.clip(np.floor(p[y == cls] * 64), 0, 63).astype(int)
+        resid.append((got[name][-1] - np.bincount(leaf, minlength=64)) / total_sd[-1])
+    z = np.concatenate(resid)
+    assert stats.chi2(z.size).ppf(1e-4) < np.sum(z**2) < stats.chi2(z.size).ppf(1 - 1e-4)
+    assert np.array_equal(got["n_negative"], float(np.sum(y == 0)))
+    # charged in full: the same as the plain release of the same histogram costs another analyst
+    builder = inprocess_builder(prov, services, user="analyst2")
+    with builder.login() as s:
+        s.assign_table("D", "P.t")
+        s.aggregate("scoreHistogramDS", Ref("D$y"), Ref("D$score"), levels=6, totals="exact")
+    for name, svc in services.items():
+        gov = svc.auth.by_password("governance", prov[name].credentials["governance"].password)
+        rows = {row["analyst"]: row for row in svc.budget(gov)["spending"]}
+        assert rows["analyst"]["basic"] == rows["analyst2"]["basic"]
+        assert rows["analyst"]["rho"] == pytest.approx(rows["analyst2"]["rho"], rel=1e-12)
+
+
+def test_secure_histogram_auc_is_within_its_standard_error(tmp_path):
+    """The whole histogram AUC by secure sums (histograms, placement sums, ROC-GLM parts),
+    against the pooled empirical AUC (numpy Mann-Whitney)."""
+    rules = rules_variant(tmp_path / "rules.toml", honest_sites="3", epsilon_per_analyst="100.0")
+    data, prov, services = sites(tmp_path, rules=rules, n=600)
+    pooled = pd.concat(data.values(), ignore_index=True)
+    y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
+    auc = stats.mannwhitneyu(p[y == 1], p[y == 0]).statistic / (np.sum(y == 1) * np.sum(y == 0))
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        res = ds_hist_auc(s, "D$y", "D$score", secure=True, levels=6)
+        requests = {site: v["requests"] for site, v in s.transfer_stats().items()}
+    assert abs(res.auc - auc) < 3 * np.sqrt(res.variance)
+    assert abs(res.roc_glm.auc - auc) < 3 * np.sqrt(res.variance)
+    assert (res.n_positive, res.n_negative) == (int(np.sum(y == 1)), int(np.sum(y == 0)))
+    assert res.roc_glm.glm.secure_sites == ("s1", "s2", "s3")
+    assert len(set(requests.values())) == 1
+
+
+@pytest.fixture
+def three_http_sites(gbsg2_provisioned, tmp_path):
+    subset = [gbsg2_provisioned[s] for s in ("site1", "site2", "site3")]
+    with LocalSites(subset, tmp_path) as running:
+        yield running
+
+
+def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_provisioned, gbsg2_frames):
+    """Real servers: once the round is keyed, site3 dies. The next secure call raises naming
+    site3 and decodes nothing (the others' shares stay masked); the same sum without site3 is
+    refused, since with the first sum it would isolate site3."""
+    urls = three_http_sites.urls
+    with http_builder(gbsg2_provisioned, urls, read_timeout=5).login() as s:
+        s.assign_table("D", "GBSG2.validation")
+        first = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+        three_http_sites.processes["site3"].kill()
+        with pytest.raises(FederatedCallError) as exc:
+            s.secure_sum("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)
+        assert set(exc.value.failures) == {"site3"}
+        assert isinstance(exc.value.failures["site3"], SiteUnavailable)
+    two = {k: urls[k] for k in ("site1", "site2")}
+    with http_builder(gbsg2_provisioned, two, read_timeout=5).login() as s:
+        s.assign_table("D", "GBSG2.validation")
+        with pytest.raises(FederatedCallError) as exc:
+            s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+        assert all(isinstance(e, DisclosureRefused) for e in exc.value.failures.values())
+        assert only_rule(exc.value) == {"secure_aggregation.min_sites"}
+    assert first["n"] == sum(len(gbsg2_frames[k]) for k in ("site1", "site2", "site3"))
