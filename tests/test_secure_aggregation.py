@@ -17,10 +17,12 @@ from scipy import stats
 
 from dsfed_client import Call, DisclosureRefused, FederatedCallError, Formula, Ref, SiteUnavailable
 from dsfed_client.analyses import ds_glm
+from dsfed_client.analyses.calibration import ds_brier, ds_calibration_curve, ds_hosmer_lemeshow
 from dsfed_client.analyses.curves import ds_hist_auc
 from dsfed_client.launch import LocalSites
 from dsfed_server.service import SiteService
 from conftest import http_builder, inprocess_builder
+from rref import R_CALCURVE, R_HOSLEM, R_VALPROB, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 from test_glm import r_glm
 
@@ -313,3 +315,46 @@ def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_prov
         assert all(isinstance(e, DisclosureRefused) for e in exc.value.failures.values())
         assert only_rule(exc.value) == {"secure_aggregation.min_sites"}
     assert first["n"] == sum(len(gbsg2_frames[k]) for k in ("site1", "site2", "site3"))
+
+
+@pytest.mark.parametrize("kind", ["C", "H"])
+def test_secure_calibration_measures_equal_r(tmp_path, kind):
+    """Hosmer-Lemeshow, the calibration curve and the Brier score from secure sums, against the R
+    references on the pooled data (fixed point: equal to 1e-7 relative)."""
+    data, prov, services = sites(tmp_path, n=1000)  # every group holds at least q records at every site
+    pooled = pd.concat(data.values(), ignore_index=True)
+    y, p = pooled["y"].to_numpy(dtype=float), pooled["score"].to_numpy()
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        hl = ds_hosmer_lemeshow(s, "D$y", "D$score", kind=kind, secure=True)
+        curve = ds_calibration_curve(s, "D$y", "D$score", n_bins=10, secure=True)
+        brier = ds_brier(s, "D$y", "D$score", secure=True)
+    ref = r_reference(f"hl_{kind.lower()}", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
+    assert hl.complete
+    assert hl.statistic == pytest.approx(ref[0], rel=1e-7)
+    assert hl.df == ref[1]
+    np.testing.assert_array_equal(hl.table["n"].to_numpy(), ref[3:])
+    cal = r_reference("calcurve_ref", R_CALCURVE, y=y, p=p, nbins=np.array([10.0])).reshape(3, 10)
+    assert curve.per_site == {}
+    assert curve.suppressed_total == 0
+    np.testing.assert_array_equal(curve.n, cal[0])
+    np.testing.assert_allclose(curve.mean_outcome, cal[1], rtol=1e-9)
+    np.testing.assert_allclose(curve.mean_prediction, cal[2], rtol=1e-7)
+    r_brier, r_z = r_reference("valprob_ref", R_VALPROB, y=y, p=p)[:2]
+    assert brier.brier == pytest.approx(r_brier, rel=1e-7)
+    assert brier.spiegelhalter_z == pytest.approx(r_z, rel=1e-6)
+
+
+def test_secure_calibration_curve_accounts_for_withheld_bins(tmp_path):
+    """Small bins a site withholds stay withheld under secure sums; the curve says in how many
+    sites (not which), and every record is in a point or counted as suppressed."""
+    data, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        plain = s.aggregate("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)
+        curve = ds_calibration_curve(s, "D$y", "D$score", n_bins=10, secure=True)
+    flagged = np.sum([np.asarray(r["suppressed"], dtype=int) for r in plain.values()], axis=0)
+    assert flagged.sum() > 0  # the design has sparse end bins
+    assert curve.suppressed_sites == [[f"{c} of 3 sites"] if c else [] for c in flagged]
+    assert curve.n.sum() + curve.suppressed_total == sum(len(f) for f in data.values())
+    assert curve.suppressed_total == sum(r["suppressed_total"] for r in plain.values())

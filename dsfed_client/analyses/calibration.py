@@ -75,11 +75,15 @@ class Brier:
         return ax
 
 
-def ds_brier(session: FederatedSession, truth: str, score: str) -> Brier:
+def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool = False) -> Brier:
     """:math:`BS = n^{-1}\\sum_k \\sum_i (y_i - p_i)^2`;
-    :math:`z = \\sum (y-p)(1-2p) / \\sqrt{\\sum (1-2p)^2 p(1-p)}` (``rms::val.prob``'s S:z)."""
-    r = session.aggregate("brierDS", Ref(truth), Ref(score))
-    total = {k: sum(float(v[k]) for v in r.values()) for k in next(iter(r.values()))}
+    :math:`z = \\sum (y-p)(1-2p) / \\sqrt{\\sum (1-2p)^2 p(1-p)}` (``rms::val.prob``'s S:z).
+    ``secure``: the sums arrive as secure sums over sites (no site's own sums are seen)."""
+    if secure:
+        total = {k: float(v) for k, v in session.secure_sum("brierDS", Ref(truth), Ref(score)).values.items()}
+    else:
+        r = session.aggregate("brierDS", Ref(truth), Ref(score))
+        total = {k: sum(float(v[k]) for v in r.values()) for k in next(iter(r.values()))}
     n = int(total["n"])
     return Brier(
         brier=total["sum_sq"] / n,
@@ -160,7 +164,23 @@ class _Binned:
     per_site: dict[str, pd.DataFrame]
 
 
-def _pool_binned(results: dict[str, dict[str, Any]], bins: int) -> _Binned:
+def _binned(session: FederatedSession, secure: bool, function: str, *args: Any) -> _Binned:
+    """A binned-sums function's result pooled over the sites, plainly or as a secure sum."""
+    if not secure:
+        return _pool_binned(session.aggregate(function, *args))
+    s = session.secure_sum(function, *args)
+    k = len(s.sites)
+    total = int(round(s["suppressed_total"]))
+    withheld = [int(round(c)) for c in s["suppressed"]]
+    # only sums are seen: a bin withheld by some sites holds at most all the records they suppressed
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(np.asarray(withheld) > 0, total / (s["n"] + total), 0.0)
+    return _Binned(np.asarray(s["n"]), np.asarray(s["sum_p"]), np.asarray(s["sum_y"]),
+                   [[f"{c} of {k} sites"] if c else [] for c in withheld], share, total, {})
+
+
+def _pool_binned(results: dict[str, dict[str, Any]]) -> _Binned:
+    bins = len(next(iter(results.values()))["n"])
     n, sum_p, sum_y = np.zeros(bins), np.zeros(bins), np.zeros(bins)
     suppressed_sites: list[list[str]] = [[] for _ in range(bins)]
     totals: dict[str, int] = {}
@@ -183,11 +203,15 @@ def _pool_binned(results: dict[str, dict[str, Any]], bins: int) -> _Binned:
     return _Binned(n, sum_p, sum_y, suppressed_sites, share, sum(totals.values()), per_site)
 
 
-def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10) -> CalibrationCurve:
+def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10,
+                         secure: bool = False) -> CalibrationCurve:
     r"""Equal-width bins on [0, 1] (0 in the first, 1 in the last); each pooled point is
     :math:`(\sum_k c_{l,pf}^{(k)} / \sum_k |I_l^{(k)}|,\ \sum_k c_{l,tf}^{(k)} / \sum_k |I_l^{(k)}|)`
-    over the sites that did not suppress bin l (seed 000, steps 1-4)."""
-    b = _pool_binned(session.aggregate("calibrationBinsDS", Ref(truth), Ref(score), n_bins), n_bins)
+    over the sites that did not suppress bin l (seed 000, steps 1-4).
+
+    ``secure``: the bin sums arrive as secure sums over sites; per-site curves are then not
+    available, and a withheld bin names how many sites withheld it, not which."""
+    b = _binned(session, secure, "calibrationBinsDS", Ref(truth), Ref(score), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.where(b.n > 0, b.sum_p / b.n, np.nan)
         mean_y = np.where(b.n > 0, b.sum_y / b.n, np.nan)
@@ -254,10 +278,10 @@ class HosmerLemeshow:
             title=f"Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, df {self.df}, p = {self.pvalue:.3g}", ax=ax)
 
 
-def _group_table(session: FederatedSession, truth: str, score: str, breaks: np.ndarray) -> tuple[pd.DataFrame, int]:
+def _group_table(session: FederatedSession, truth: str, score: str, breaks: np.ndarray, secure: bool = False
+                 ) -> tuple[pd.DataFrame, int]:
     """Pooled observed/expected per group, and the number of records sites suppressed."""
-    b = _pool_binned(session.aggregate("groupSumsDS", Ref(truth), Ref(score), [float(v) for v in breaks]),
-                     len(breaks) - 1)
+    b = _binned(session, secure, "groupSumsDS", Ref(truth), Ref(score), [float(v) for v in breaks])
     table = pd.DataFrame({"lower": breaks[:-1], "upper": breaks[1:], "n": b.n.astype(int),
                           "observed_1": b.sum_y, "expected_1": b.sum_p, "observed_0": b.n - b.sum_y,
                           "expected_0": b.n - b.sum_p, "suppressed_sites": [", ".join(x) for x in b.suppressed_sites],
@@ -272,7 +296,7 @@ def hl_statistic(table: pd.DataFrame) -> float:
 
 
 def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: int = 10,
-                       kind: str = "C") -> HosmerLemeshow:
+                       kind: str = "C", secure: bool = False) -> HosmerLemeshow:
     """Hosmer-Lemeshow C (groups by deciles of risk, as ``hoslem.test``) or H (g equal-width bins).
 
     C's groups come from :func:`quantile_groups` (only censored counts cross the
@@ -281,6 +305,8 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: 
     neighbouring group. A site suppresses a group holding fewer than q of its
     records; the statistic then covers the records that remain and
     ``suppressed_records`` says how many were left out. df = groups - 2.
+    ``secure``: the group sums arrive as secure sums over sites (C's quantile search still
+    counts per site, censored at q).
     """
     exact, uncertain = True, 0
     if kind == "C":
@@ -290,7 +316,7 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: 
         breaks = np.linspace(0.0, 1.0, g + 1)
     else:
         raise ValueError("kind must be 'C' or 'H'")
-    table, suppressed = _group_table(session, truth, score, breaks)
+    table, suppressed = _group_table(session, truth, score, breaks, secure)
     statistic = hl_statistic(table)
     df = len(table) - 2
     return HosmerLemeshow(kind, statistic, df, float(stats.chi2.sf(statistic, df)), table, exact, uncertain,
@@ -345,10 +371,11 @@ class CalibrationErrors:
         return ax
 
 
-def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10) -> CalibrationErrors:
+def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
+               secure: bool = False) -> CalibrationErrors:
     """:math:`ECE = \\sum_g (n_g/n)\\,|\\bar o_g - \\bar e_g|`, :math:`MCE = \\max_g |\\bar o_g - \\bar e_g|`,
     groups by the type-7 quantiles of the predictions (as Hosmer-Lemeshow C)."""
-    return calibration_errors(ds_hosmer_lemeshow(session, truth, score, g=n_groups, kind="C"))
+    return calibration_errors(ds_hosmer_lemeshow(session, truth, score, g=n_groups, kind="C", secure=secure))
 
 
 def calibration_errors(hl_c: HosmerLemeshow) -> CalibrationErrors:
