@@ -8,9 +8,10 @@ Data: binormal design of ``dsfed synth`` (AUC 0.8, prevalence 0.3), n = 20 000 r
 set split evenly over K in-process sites (the same service code as over HTTP). Each site runs a
 copy of ``disclosure_rules/default.toml`` (analytic Gaussian, delta 1e-5, q = 5) with a budget
 large enough for the loop; the analyst asks for epsilon in {0.1, 0.3, 1} and delta = 1e-5.
-Every site noises its own histograms (no secure aggregation), so with K sites the pooled counts
-carry K times the noise variance of one central release; K = 1 is the central-noise case the
-paper's distributed DP (noise shares summed under secure aggregation) matches. Q = number of
+Every site noises its own histograms, so with K sites the pooled counts carry K times the noise
+variance of one central release; K = 1 is the central-noise case. ``--secure`` sums the
+histograms by secure aggregation with each site adding 1/K of the noise variance (the paper's
+distributed DP), which should match K = 1. Q = number of
 quantile intervals per class; "edges" = the histogram's own ECDFs at the leaf edges (no PCHIP).
 """
 
@@ -44,9 +45,11 @@ QS = [8, 16, 32, 64, 128, 256, 512, 1024, None]
 DELTA = 1e-5
 
 
-def bench_rules(path: Path) -> Path:
-    """default.toml with a budget that does not stop a simulation loop (only the budget changes)."""
+def bench_rules(path: Path, honest_sites: int = 1) -> Path:
+    """default.toml with a budget that does not stop a simulation loop, and the honest sites
+    assumed when noise is split under secure aggregation."""
     text = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    text = re.sub(r"(?m)^honest_sites = .*$", f"honest_sites = {honest_sites}", text)
     text = re.sub(r"(?m)^epsilon_per_analyst = .*$", "epsilon_per_analyst = 1000000.0", text)
     text = re.sub(r"(?m)^delta_per_analyst = .*$", "delta_per_analyst = 0.5", text)
     path.write_text(text)
@@ -83,7 +86,7 @@ def login(prov, services) -> LoginBuilder:
 
 
 def run(args: argparse.Namespace, k: int, tmp: Path) -> pd.DataFrame:
-    rules = bench_rules(tmp / "bench-rules.toml")
+    rules = bench_rules(tmp / f"bench-rules-{k}.toml", k if args.secure else 1)
     data = {f"rep{r}": binormal(args.n, np.random.default_rng(1000 + r), 0.8, 0.3)[["y", "score"]]
             for r in range(args.reps)}
     prov, services = inprocess_sites(tmp / f"k{k}", k, data, rules)
@@ -99,7 +102,8 @@ def run(args: argparse.Namespace, k: int, tmp: Path) -> pd.DataFrame:
                 for levels in args.levels:
                     for decay in args.decay:
                         hist = ds_score_histograms(session, "D$y", "D$score", levels=levels, branching=args.branching,
-                                                   decay=decay, totals=args.totals, epsilon=eps, delta=DELTA)
+                                                   decay=decay, totals=args.totals, epsilon=eps, delta=DELTA,
+                                                   secure=args.secure)
                         for q in QS:
                             est = curves_from_histograms(hist, q)
                             ae = area_errors(exact, est)
@@ -121,6 +125,9 @@ def main() -> int:
     parser.add_argument("--totals", default="noisy", choices=("noisy", "exact"),
                         help="class totals as a noisy level 0 (pure DP release) or exact counts (rule A1)")
     parser.add_argument("--show", default="ae_roc,ae_pr", help="columns to tabulate")
+    parser.add_argument("--secure", action="store_true",
+                        help="secure sums of the histograms, each site adding 1/K of the noise variance "
+                             "(rules: secure_aggregation.honest_sites = K; needs K >= 3)")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores; n = {args.n}, delta = {DELTA}, "

@@ -47,3 +47,14 @@ def test_demo_validation_table_matches_pooled_where_exact(demo):
     assert roc["ci"][0] < roc["auc"] < roc["ci"][1]
     assert max(data["validation_transfer"]["round_trips"].values()) <= 40
     assert "H-L C statistic" in stdout and "ROC-GLM AUC" in stdout
+
+
+def test_demo_secure_glm_equals_r(demo, gbsg2_pooled):
+    """The demo's GLM by secure sums (five site processes) equals R's glm on the pooled records."""
+    from test_glm import r_glm
+
+    _, data = demo
+    secure = data["secure_glm"]
+    ref = r_glm(gbsg2_pooled[["y", "age", "tgrade", "horTh"]], secure["formula"], "binomial", "logit")
+    assert list(secure["coefficients"].values()) == pytest.approx(list(ref["coef"]), rel=1e-7, abs=1e-9)
+    assert secure["per_site_n"] == {} and len(secure["sites"]) == 5

@@ -143,10 +143,18 @@ class _Parts:
     per_site_n: dict[str, int]
 
 
-def _glm_parts(session: FederatedSession, secure: bool, *args: Any, **kwargs: Any) -> _Parts:
+def secure_frac_bits(parts: _Parts, n_sites: int, headroom: int = 8) -> int:
+    """Fraction bits for the next secure rounds: as many as the 64-bit range allows for sums of the
+    size seen so far, with ``headroom`` bits to spare for a site's part exceeding the sum (between
+    24 and 40). The first round, of unknown size, uses 24."""
+    size = max(float(np.abs(parts.info).max()), float(np.abs(parts.xwz).max()), abs(parts.dev), 1.0)
+    return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
+
+
+def _glm_parts(session: FederatedSession, secure: bool, *args: Any, frac_bits: int = 24, **kwargs: Any) -> _Parts:
     """``glmDS2`` at every site, summed by the analyst or (``secure``) as a secure sum."""
     if secure:
-        s = session.secure_sum("glmDS2", *args, **kwargs)
+        s = session.secure_sum("glmDS2", *args, frac_bits=frac_bits, **kwargs)
         public = list(s.public.values())
         per_site_n: dict[str, int] = {}
         info, xwz, dev, n = s["info.matrix"], s["xwz"], s["dev"], int(round(s["Npositive"]))
@@ -192,17 +200,23 @@ def ds_glm(
         Columns of ``data`` holding prior weights and offsets.
     secure : bool
         Receive only sums over sites (secure aggregation, seed 002): no site's parts, and no
-        per-site counts, reach the analyst. The parts travel in fixed point (resolution
-        :math:`2^{-24}` per site), so the fit equals the pooled one to that resolution.
+        per-site counts, reach the analyst. The parts travel in fixed point: the first round
+        with 24 fraction bits, the next ones with as many as the first round's sums leave
+        room for (:func:`secure_frac_bits`, up to 40), so the fit equals the pooled one to
+        about :math:`2^{-f}` times the information matrix's condition number.
     """
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")
 
+    frac_bits = 24
+
     def parts(beta: np.ndarray | None) -> _Parts:
         beta_arg = None if beta is None else [float(b) for b in beta]
-        return _glm_parts(session, secure, Formula(formula), family, beta_arg, offset, weights, Ref(data), link=link)
+        return _glm_parts(session, secure, Formula(formula), family, beta_arg, offset, weights, Ref(data), link=link,
+                          frac_bits=frac_bits)
 
     summed = parts(None)
+    frac_bits = secure_frac_bits(summed, len(session.sites))
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
         for iteration in range(1, maxit + 1):
