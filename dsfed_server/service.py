@@ -29,6 +29,7 @@ from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.cuts import CutHistory
 from dsfed_server.disclosure.differencing import SubsetHistory
 from dsfed_server.disclosure.ledger import CallScope, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
@@ -123,6 +124,7 @@ class SiteService:
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
         self.subset_history = SubsetHistory()  # rows of each analyst's subsets (differencing rule)
+        self.cut_history = CutHistory()  # cuts of each analyst's reference CDFs (cuts.py)
         self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
         self.auth = Authenticator(config.users)
         self.limits = Limits(
@@ -292,7 +294,7 @@ class SiteService:
     def _guard(self, function: str, session: Session | None = None, noise_share: float = 1.0) -> Guard:
         return Guard(self._rules(session), self.name, function, self.secret,
                      scope=session.scope if session is not None else None, subsets=self.subset_history,
-                     noise_share=noise_share)
+                     cuts=self.cut_history, noise_share=noise_share)
 
     @contextmanager
     def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:

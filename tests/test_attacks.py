@@ -11,7 +11,10 @@
 5. smuggled code or serialized objects -- the parser and the structured-call reader;
 6. reconstructing a held-out record from a released ROC curve and the rest of the data
    (seed 004, Matthews & Harel 2013): succeeds on an exact empirical ROC curve computed
-   outside dsfed, fails on what dsfed releases (ROC-GLM (a, b); noisy scores).
+   outside dsfed, fails on what dsfed releases (ROC-GLM (a, b); noisy scores);
+7. a crafted reference CDF (steps around one record) that turns histogram placement sums into
+   threshold counts -- the site's reference cuts (``disclosure.q_threshold`` on the union of the
+   references' bins, :mod:`dsfed_server.disclosure.cuts`).
 """
 
 from __future__ import annotations
@@ -404,3 +407,66 @@ def test_roc_reconstruction_fails_on_the_noisy_scores(gbsg2_provisioned, gbsg2_s
     # the probability it puts on the true rank is small on average
     assert np.mean(hits) < 0.3
     assert np.mean(mass) < 0.2
+
+
+# --- 7. a crafted reference CDF turned into threshold counts ------------------------------------
+
+
+def _step_sum(pos_scores: np.ndarray, t: float) -> float:
+    """Outside dsfed: the placement sum of the positives against a reference that steps at t."""
+    return float(np.sum(pos_scores > t))
+
+
+def test_crafted_step_reference_cannot_read_a_label(site):
+    """histReferenceDS takes any CDF. A step just below and one just above a record make
+    histPlacementSumsDS count the positives above each threshold; their difference is that
+    record's label. On the raw data (outside dsfed) the attack reads every targeted label. Through
+    dsfed the site keeps only edges whose cuts, with every cut the analyst used before, leave 0 or at
+    least q records between them (rule A1 on the union of the references' bins): the second step
+    of a pair (or the first) is dropped, the site evaluates that reference without its step (linear
+    from 0 to 1), and the difference no longer reads the label."""
+    provisioned, services, frame = site
+    order = np.argsort(frame.score.to_numpy(), kind="stable")
+    x = frame.score.to_numpy()[order]
+    labels = frame.y.to_numpy()[order]
+    pos = frame.score[frame.y == 1].to_numpy()
+    targets = [k for k in range(50, 70) if x[k - 1] < x[k] < x[k + 1]][:8]
+    assert {int(labels[k]) for k in targets} == {0, 1}
+    n0 = int((frame.y == 0).sum())
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "P.t")
+        raw, dsfed, linear = [], [], []
+        for k in targets:
+            sums = []
+            for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
+                s.assign("R", Call("histReferenceDS", [0.0, t, t + 1e-9, 1.0], [0, 0, n0, n0], [0, 0, 1, 1]))
+                sums.append(s.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))["a"]["sum_v10"])
+            raw.append(_step_sum(pos, (x[k - 1] + x[k]) / 2) - _step_sum(pos, (x[k] + x[k + 1]) / 2))
+            dsfed.append(sums[0] - sums[1])
+            linear.append(sums)
+    np.testing.assert_array_equal(raw, labels[targets])  # the attack works on exact sums
+    assert not np.array_equal(np.round(dsfed), labels[targets])  # and fails through dsfed
+    # the two steps of a pair are one record apart: the site kept at most one of them, and summed the
+    # other query's positives against the linear CDF from 0 to 1 (their sum of scores)
+    assert all(np.isclose(pair, float(np.sum(pos)), rtol=1e-12).any() for pair in linear)
+
+
+def test_reference_cuts_keep_every_bin_at_zero_or_q_records():
+    """Whatever references an analyst sends, the cuts the site uses, all together, leave 0 or at
+    least q records between any two of them (checked against the definition on random sequences)."""
+    from dsfed_server.disclosure.cuts import CutHistory
+
+    rng = np.random.default_rng(3)
+    p = np.round(rng.random(200), 2)  # ties included
+    history, q = CutHistory(), 5
+    used: set[int] = {0, p.size}
+    for _ in range(60):
+        edges = np.unique(np.concatenate([[0.0, 1.0], rng.random(rng.integers(1, 40))]))
+        keep = history.coarsen("analyst", p, edges, q)
+        assert keep[0] and keep[-1]
+        kept = edges[keep]
+        ranks = np.searchsorted(np.sort(p), kept, "left")
+        ranks[-1] = p.size
+        used |= {int(r) for r in ranks}
+        cuts = np.array(sorted(used))
+        assert np.all(np.diff(cuts) >= q), cuts

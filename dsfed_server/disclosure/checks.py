@@ -30,6 +30,8 @@ class Guard:
     scope: Any = field(repr=False, default=None)
     # per analyst x table: row sets of the subsets made so far (differencing.SubsetHistory)
     subsets: Any = field(repr=False, default=None)
+    # per analyst x labelled score ordering: cuts of the reference CDFs evaluated so far (cuts.CutHistory)
+    cuts: Any = field(repr=False, default=None)
     # this site's share of the DP noise variance (1/h in a secure sum; secure_aggregation.honest_sites)
     noise_share: float = 1.0
 
@@ -127,6 +129,19 @@ class Guard:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
         return rows
+
+    def reference_edges(self, p: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """Which edges of an analyst's reference CDF this site evaluates at its scores ``p``:
+        coarsened so that, with every reference the analyst used before on these scores, its
+        bins hold 0 or at least q records (:mod:`dsfed_server.disclosure.cuts`)."""
+        from dsfed_server.disclosure.cuts import CutHistory  # noqa: PLC0415
+
+        history = self.cuts if self.cuts is not None else CutHistory()
+        analyst = self.scope.analyst if self.scope is not None else None
+        result = history.coarsen(analyst, p, np.asarray(edges, dtype=float), self.q)
+        if isinstance(result, str):
+            raise self._refuse(result, "disclosure.q_threshold", "use a reference range that covers every score")
+        return result
 
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:
         """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""

@@ -169,10 +169,17 @@ def hist_reference(ctx: CallContext, edges: list[float], negatives: list[float],
     return pd.DataFrame({"edge": e, "neg": c0, "pos": c1})
 
 
-def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -> np.ndarray:
-    """The reference CDF of one class at x: linear inside a bin, or the bin's mid-point value ('tied')."""
+def site_reference(ctx: CallContext, reference: pd.DataFrame, p: np.ndarray) -> pd.DataFrame:
+    """The analyst's reference as this site evaluates it at its scores ``p``: coarsened so that no
+    combination of the references the analyst used isolates fewer than q records
+    (:meth:`Guard.reference_edges`)."""
     if not {"edge", "neg", "pos"} <= set(reference.columns):
         raise CallError("the reference must be a table made by histReferenceDS")
+    return reference[ctx.guard.reference_edges(p, reference["edge"].to_numpy(dtype=float))]
+
+
+def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -> np.ndarray:
+    """The reference CDF of one class at x: linear inside a bin, or the bin's mid-point value ('tied')."""
     e = reference["edge"].to_numpy(dtype=float)
     c = reference[column].to_numpy(dtype=float)
     if within_bin == "linear":
@@ -205,6 +212,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     addition, every score lies at its bin's mid-point.
     """
     y, p = outcome_and_score(ctx, truth, score)
+    reference = site_reference(ctx, reference, p)
     v10 = _cdf(reference, "neg", p[y == 1], within_bin)
     v01 = 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
     return placement_sums_result(v10, v01)
@@ -229,7 +237,7 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
     y, p = outcome_and_score(ctx, truth, score)
-    pv = np.sort(1.0 - _cdf(reference, "neg", p[y == 1], within_bin))
+    pv = np.sort(1.0 - _cdf(site_reference(ctx, reference, p), "neg", p[y == 1], within_bin))
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(pv, t, side="right")
     return pd.DataFrame({
