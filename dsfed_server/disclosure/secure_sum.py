@@ -102,6 +102,7 @@ class Round:
     public: bytes
     used_steps: set[int] = field(default_factory=set)
     peers: tuple[str, ...] | None = None  # fixed by the first secure call of the round
+    shared: dict[bytes, bytes] = field(default_factory=dict)  # X25519 results by peer key (one per pair)
 
 
 def check_round_id(round_id: str) -> str:
@@ -202,7 +203,9 @@ def mask(site: str, rnd: Round, keys: dict[str, bytes], step: int, length: int) 
     for name, public in keys.items():
         if name == site:
             continue
-        shared = rnd.private.exchange(X25519PublicKey.from_public_bytes(public))
+        shared = rnd.shared.get(public)
+        if shared is None:
+            shared = rnd.shared[public] = rnd.private.exchange(X25519PublicKey.from_public_bytes(public))
         low, high = sorted((site, name))
         r = _stream(shared, rnd.round_id, low, high, step, length)
         total = total + r if site == low else total - r
