@@ -21,7 +21,7 @@ from dsfed_client.analyses.calibration import ds_brier, ds_calibration_curve, ds
 from dsfed_client.analyses.curves import ds_hist_auc
 from dsfed_client.launch import LocalSites
 from dsfed_server.service import SiteService
-from conftest import http_builder, inprocess_builder
+from conftest import audit_records, http_builder, inprocess_builder
 from rref import R_CALCURVE, R_HOSLEM, R_VALPROB, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 from test_glm import r_glm
@@ -213,6 +213,11 @@ def test_require_refuses_plain_release(tmp_path):
         assert only_rule(exc.value) == {"secure_aggregation.require"}
         assert s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))["n"] == 720
         assert s.aggregate("meanDS", Ref("D$x"))  # functions without a secure sum are unaffected
+    # governance sees both in the audit log: the refused plain call, and the secure one with its sites
+    records = [r for r in audit_records(prov["s2"]) if r["function"] == "brierDS"]
+    assert [r["outcome"] for r in records] == ["refused", "ok"]
+    assert records[0]["rule"] == "secure_aggregation.require"
+    assert "[secure sum over s1,s2,s3, round" in records[1]["call"]
 
 
 def test_values_outside_the_fixed_point_range_are_refused_clearly(tmp_path):
