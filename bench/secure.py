@@ -27,12 +27,14 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dsfed_client import LoginBuilder  # noqa: E402
+sys.path.insert(0, str(ROOT / "bench"))
+
 from dsfed_client.analyses.glm import ds_glm  # noqa: E402
 from dsfed_client.launch import LocalSites  # noqa: E402
 from dsfed_server import rbridge  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402
+from suite import http_builder  # noqa: E402  (bench/suite.py)
 
 FORMULA = "y ~ x1 + x2"
 
@@ -100,11 +102,7 @@ def main() -> int:
             rules = ROOT / "disclosure_rules" / "site1.toml"
             prov = provision(work / f"run{n}", {f"site{k}": (sites_dir / f"site{k}", rules) for k in range(1, 6)})
             with LocalSites(prov.values(), work / f"proc{n}") as local:
-                cred = prov["site1"].credentials["analyst"]
-                builder = LoginBuilder()
-                for name, url in local.urls.items():
-                    builder.append(name, url, user=cred.user, password=cred.password)
-                with builder.login() as session:
+                with http_builder(prov, local.urls).login() as session:
                     session.assign_table("D", "SYNTH.validation")
                     for secure in (False, True):
                         before = session.transfer_stats()

@@ -53,6 +53,15 @@ def r_time(y: np.ndarray, p: np.ndarray) -> float:
         return float(fn(ro.FloatVector(y.tolist()), ro.FloatVector(p.tolist()))[0])
 
 
+def http_builder(provisioned: dict, urls: dict[str, str]) -> LoginBuilder:
+    """The analyst's login to every running site (the provisioned sites share credentials)."""
+    cred = provisioned["site1"].credentials["analyst"]
+    builder = LoginBuilder()
+    for name, url in urls.items():
+        builder.append(name, url, user=cred.user, password=cred.password)
+    return builder
+
+
 def run(n_total: int, workdir: Path, repeat: int) -> dict:
     sites_dir = workdir / f"n{n_total}"
     write_sites(sites_dir, n_sites=5, n_per_site=n_total // 5, design="binormal", seed=7, fmt="parquet")
@@ -70,11 +79,7 @@ def run(n_total: int, workdir: Path, repeat: int) -> dict:
     r_s = min(r_time(y, p) for _ in range(repeat))
 
     with LocalSites(provisioned.values(), workdir / f"proc{n_total}") as local:
-        cred = provisioned["site1"].credentials["analyst"]
-        builder = LoginBuilder()
-        for name, url in local.urls.items():
-            builder.append(name, url, user=cred.user, password=cred.password)
-        with builder.login() as session:
+        with http_builder(provisioned, local.urls).login() as session:
             session.assign_table("D", "SYNTH.validation")
             dsfed_s = float("inf")
             for _ in range(repeat):
