@@ -431,7 +431,8 @@ class SiteService:
                 entries.append(info)
         rules = self.profile_rules[profile]
         # the thresholds in force, as governance reads them in the rules file (nothing secret)
-        public = {section: getattr(rules, section).model_dump() for section in ("disclosure", "bins", "privacy", "budget")}
+        public = {section: getattr(rules, section).model_dump()
+                  for section in ("disclosure", "bins", "privacy", "budget", "secure_aggregation")}
         return {"site": self.name, "profile": profile, "noise_off": self.rules.noise_off, "rules": public,
                 "functions": entries}
 

@@ -20,8 +20,9 @@ from dsfed_client.analyses import ds_glm
 from dsfed_client.analyses.calibration import ds_brier, ds_calibration_curve, ds_hosmer_lemeshow
 from dsfed_client.analyses.curves import ds_hist_auc
 from dsfed_client.launch import LocalSites
+from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
-from conftest import audit_records, http_builder, inprocess_builder
+from conftest import FIXTURES, RULES, audit_records, http_builder, inprocess_builder
 from rref import R_CALCURVE, R_HOSLEM, R_VALPROB, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 from test_glm import r_glm
@@ -293,27 +294,29 @@ def test_secure_histogram_auc_is_within_its_standard_error(tmp_path):
 
 
 @pytest.fixture
-def three_http_sites(gbsg2_provisioned, tmp_path):
-    subset = [gbsg2_provisioned[s] for s in ("site1", "site2", "site3")]
-    with LocalSites(subset, tmp_path) as running:
-        yield running
+def three_http_sites(tmp_path):
+    """Three GBSG2 site processes with their own ledgers (the peer pins of this test stay here)."""
+    provisioned = provision(tmp_path / "run", {s: (FIXTURES / s, RULES / f"{s}.toml") for s in ("site1", "site2", "site3")})
+    with LocalSites(provisioned.values(), tmp_path / "proc") as running:
+        yield provisioned, running
 
 
-def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_provisioned, gbsg2_frames):
+def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_frames):
     """Real servers: once the round is keyed, site3 dies. The next secure call raises naming
     site3 and decodes nothing (the others' shares stay masked); the same sum without site3 is
     refused, since with the first sum it would isolate site3."""
-    urls = three_http_sites.urls
-    with http_builder(gbsg2_provisioned, urls, read_timeout=5).login() as s:
+    provisioned, running = three_http_sites
+    urls = running.urls
+    with http_builder(provisioned, urls, read_timeout=5).login() as s:
         s.assign_table("D", "GBSG2.validation")
         first = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
-        three_http_sites.processes["site3"].kill()
+        running.processes["site3"].kill()
         with pytest.raises(FederatedCallError) as exc:
             s.secure_sum("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)
         assert set(exc.value.failures) == {"site3"}
         assert isinstance(exc.value.failures["site3"], SiteUnavailable)
     two = {k: urls[k] for k in ("site1", "site2")}
-    with http_builder(gbsg2_provisioned, two, read_timeout=5).login() as s:
+    with http_builder(provisioned, two, read_timeout=5).login() as s:
         s.assign_table("D", "GBSG2.validation")
         with pytest.raises(FederatedCallError) as exc:
             s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
