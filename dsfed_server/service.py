@@ -8,6 +8,7 @@ exercises the code a deployed site runs. Every operation is audited.
 
 from __future__ import annotations
 
+import json
 import keyword
 import logging
 import reprlib
@@ -343,7 +344,7 @@ class SiteService:
                 )
             if request.secure is not None:
                 with session.lock, self._scope(user, session, record) as scope:
-                    return self._secure_aggregate(user, session, spec, node, request.secure, scope, record)
+                    return self._secure_aggregate(user, session, spec, node, request, scope, record)
             if spec.secure_sum is not None and self._rules(session).secure_aggregation.require:
                 raise DisclosureRefusal(
                     f"{spec.name} is released at this site only as a secure sum over sites",
@@ -355,8 +356,8 @@ class SiteService:
                 result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
         return result
 
-    def _secure_aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call, option: dict,
-                          scope: CallScope, record: dict) -> dict[str, Any]:
+    def _secure_aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call,
+                          request: CallRequest, scope: CallScope, record: dict) -> dict[str, Any]:
         """Run ``node`` and release only its summable fields, masked for a secure sum
         (:mod:`dsfed_server.disclosure.secure_sum`). The site's own rules apply to its
         contribution before masking; DP noise is split as ``secure_aggregation.honest_sites`` says."""
@@ -365,6 +366,7 @@ class SiteService:
             raise CallError(f"{spec.name} does not offer secure summation",
                             hint=f"functions that do: {', '.join(offered)}")
         rules = self._rules(session).secure_aggregation
+        option = request.secure or {}
         round_id = secure_sum.check_round_id(option.get("round"))
         rnd = session.rounds.get(round_id)
         if rnd is None:
@@ -383,8 +385,10 @@ class SiteService:
                 f"sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
                 rule="secure_aggregation.min_sites",
                 hint="ask with the same sites as before (retry once the missing site is back)")
+        call = request.text if request.text is not None else json.dumps(request.tree, sort_keys=True)
         return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.name,
-                                        rnd=rnd, keys=keys, step=step, frac_bits=option.get("frac_bits", 24))
+                                        rnd=rnd, keys=keys, step=step, frac_bits=option.get("frac_bits", 24),
+                                        call=call)
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)

@@ -20,6 +20,7 @@ from dsfed_client.analyses import ds_glm
 from dsfed_client.analyses.calibration import ds_brier, ds_calibration_curve, ds_hosmer_lemeshow
 from dsfed_client.analyses.curves import ds_hist_auc
 from dsfed_client.launch import LocalSites
+from dsfed_client.secure import unmask_sum
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from conftest import FIXTURES, RULES, audit_records, http_builder, inprocess_builder
@@ -366,3 +367,24 @@ def test_secure_calibration_curve_accounts_for_withheld_bins(tmp_path):
     assert curve.suppressed_sites == [[f"{c} of 3 sites"] if c else [] for c in flagged]
     assert curve.n.sum() + curve.suppressed_total == sum(len(f) for f in data.values())
     assert curve.suppressed_total == sum(r["suppressed_total"] for r in plain.values())
+
+
+def test_masks_cancel_only_when_every_site_ran_the_same_call(tmp_path):
+    """An analyst sends site s3 another call than s1 and s2 in the same step (e.g. one whose
+    answer it knows, to subtract it): the masks are bound to the call, so the sum decodes to
+    noise. Here s3's call differs only in form (references as strings), so without that binding
+    the sum would be exactly the plain total."""
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        total = sum(int(r["n"]) for r in s.aggregate("brierDS", Ref("D$y"), Ref("D$score")).values())
+        round_id = secrets.token_hex(16)
+        option = {"round": round_id, "step": 1, "roster": _roster(s, round_id), "frac_bits": 24}
+        calls = {"s1": Call("brierDS", Ref("D$y"), Ref("D$score")), "s2": Call("brierDS", Ref("D$y"), Ref("D$score")),
+                 "s3": Call("brierDS", "D$y", "D$score")}
+        answers = {site: t.request("POST", f"/sessions/{s.session_ids[site]}/aggregate",
+                                   {"call": calls[site].tree(), "secure": option})["result"]
+                   for site, t in s.transports.items()}
+        honest = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+    assert honest["n"] == total
+    assert unmask_sum("brierDS", answers)["n"] != total

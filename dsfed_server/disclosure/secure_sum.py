@@ -16,7 +16,10 @@ Protocol (pairwise additive masks, as Bonawitz et al. 2017 without the drop-out 
 3. **Masks.** Sites *i* and *j* agree on :math:`s_{ij} = \\mathrm{X25519}(sk_i, pk_j)`
    (equal to :math:`\\mathrm{X25519}(sk_j, pk_i)`). For step *t* of the round the mask
    stream is ChaCha20 keyed by :math:`\\mathrm{HKDF}(s_{ij}, \\text{salt} = \\text{round},
-   \\text{info} = (i, j, t))`, read as unsigned 64-bit integers :math:`r_{ij}^{(t)}`.
+   \\text{info} = (i, j, t, c))`, read as unsigned 64-bit integers :math:`r_{ij}^{(t)}`, where
+   *c* is a digest of the call as the site received it and of the fixed-point scale: masks
+   cancel only if every site ran the very same call (an analyst who sends different calls to
+   different sites in one step decodes noise, not one site's value).
 4. **Masked vector.** Site *i* encodes its values :math:`v_i` in fixed point,
    :math:`x_i = \\mathrm{round}(v_i 2^f) \\bmod 2^{64}`, and sends
    :math:`y_i = x_i + \\sum_{j > i} r_{ij} - \\sum_{j < i} r_{ji} \\bmod 2^{64}` (sites
@@ -33,6 +36,7 @@ apply to its own contribution before masking, exactly as without secure aggregat
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,14 +194,19 @@ def encode_fixed(values: np.ndarray, frac_bits: int, n_sites: int, what: str) ->
     return scaled.astype(np.int64).view(np.uint64)
 
 
-def _stream(shared: bytes, round_id: str, low: str, high: str, step: int, length: int) -> np.ndarray:
-    info = b"dsfed mask v1\0" + low.encode() + b"\0" + high.encode() + b"\0" + step.to_bytes(8, "big")
+def _stream(shared: bytes, round_id: str, low: str, high: str, step: int, call: bytes, length: int) -> np.ndarray:
+    info = b"dsfed mask v2\0" + low.encode() + b"\0" + high.encode() + b"\0" + step.to_bytes(8, "big") + call
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=bytes.fromhex(round_id), info=info).derive(shared)
     encryptor = Cipher(algorithms.ChaCha20(key, b"\0" * 16), mode=None).encryptor()
     return np.frombuffer(encryptor.update(b"\0" * (8 * length)), dtype="<u8").astype(np.uint64)
 
 
-def mask(site: str, rnd: Round, keys: dict[str, bytes], step: int, length: int) -> np.ndarray:
+def call_digest(call: str, frac_bits: int) -> bytes:
+    """What binds a step's masks to the call: SHA-256 of the call as received and the scale."""
+    return hashlib.sha256(f"{frac_bits}\0{call}".encode()).digest()
+
+
+def mask(site: str, rnd: Round, keys: dict[str, bytes], step: int, call: bytes, length: int) -> np.ndarray:
     """:math:`\\sum_{j > i} r_{ij} - \\sum_{j < i} r_{ji} \\bmod 2^{64}` for this site *i*."""
     total = np.zeros(length, dtype=np.uint64)
     for name, public in keys.items():
@@ -207,7 +216,7 @@ def mask(site: str, rnd: Round, keys: dict[str, bytes], step: int, length: int) 
         if shared is None:
             shared = rnd.shared[public] = rnd.private.exchange(X25519PublicKey.from_public_bytes(public))
         low, high = sorted((site, name))
-        r = _stream(shared, rnd.round_id, low, high, step, length)
+        r = _stream(shared, rnd.round_id, low, high, step, call, length)
         total = total + r if site == low else total - r
     return total
 
@@ -247,7 +256,7 @@ def _field_array(value: Any, name: str) -> tuple[np.ndarray, dict[str, Any]]:
 
 
 def masked_result(result: dict[str, Any], fields: tuple[str, ...], public: tuple[str, ...], *, site: str,
-                  rnd: Round, keys: dict[str, bytes], step: int, frac_bits: int) -> dict[str, Any]:
+                  rnd: Round, keys: dict[str, bytes], step: int, frac_bits: int, call: str) -> dict[str, Any]:
     """The summable ``fields`` of a result, encoded and masked as one vector; ``public`` fields
     (determined by the request, e.g. coefficient names) as they are; everything else dropped."""
     if not isinstance(frac_bits, int) or isinstance(frac_bits, bool) or not 0 <= frac_bits <= MAX_FRAC_BITS:
@@ -258,7 +267,7 @@ def masked_result(result: dict[str, Any], fields: tuple[str, ...], public: tuple
         arr, layouts[name] = _field_array(result[name], name)
         arrays.append(encode_fixed(arr, frac_bits, len(keys), f"result field {name}"))
     encoded = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint64)
-    masked = encoded + mask(site, rnd, keys, step, encoded.size)
+    masked = encoded + mask(site, rnd, keys, step, call_digest(call, frac_bits), encoded.size)
     return {
         "secure": {"round": rnd.round_id, "step": step, "sites": sorted(keys), "frac_bits": frac_bits,
                    "fields": list(fields), "layout": layouts,
