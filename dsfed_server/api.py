@@ -52,7 +52,8 @@ class RosterEntry(_Body):
 
 
 class SecureOption(_Body):
-    round: str = Field(description="the round's id (32 hex digits), keyed by secureKeyDS at every site")
+    round: str = Field(pattern=r"^[0-9a-f]{32}$",
+                       description="the round's id (32 hex digits), keyed by secureKeyDS at every site")
     step: int = Field(ge=0, description="this call's step in the round; each step is used once")
     roster: list[RosterEntry] = Field(description="every site's secureKeyDS answer for the round, unchanged")
     frac_bits: int = Field(24, ge=0, le=40, description="fixed-point fraction bits of the masked values")

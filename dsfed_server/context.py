@@ -54,6 +54,7 @@ class CallContext:
     def _read(self, name: str, value: Any) -> Any:
         scope = self.session.scope
         if scope is not None:
+            scope.symbols.add(name)
             scope.read(self.session.sources.get(name, frozenset()), value)
             self.guard.check_analyst_data()
         return value

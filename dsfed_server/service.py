@@ -8,6 +8,7 @@ exercises the code a deployed site runs. Every operation is audited.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import keyword
 import logging
@@ -99,6 +100,18 @@ def jsonable(value: Any) -> Any:
     if value is pd.NA:
         return None
     return value
+
+
+def canonical_call(request: CallRequest) -> str:
+    """A call as received, in one canonical text (the structured form with sorted keys)."""
+    return request.text if request.text is not None else json.dumps(request.tree, sort_keys=True)
+
+
+def definition(call: str, session: Session, scope: CallScope) -> str:
+    """Digest of a call together with the definitions of the workspace symbols it read, so two
+    sites agree on a definition only if their symbols were made by the same chain of calls."""
+    parts = [call] + [f"{name}={session.definitions.get(name, '?')}" for name in sorted(scope.symbols)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 class SiteService:
@@ -237,6 +250,7 @@ class SiteService:
                 session.get(name)
                 del session.symbols[name]
                 session.sources.pop(name, None)
+                session.definitions.pop(name, None)
 
     # --- calls ------------------------------------------------------------------------
 
@@ -385,7 +399,7 @@ class SiteService:
                 f"sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
                 rule="secure_aggregation.min_sites",
                 hint="ask with the same sites as before (retry once the missing site is back)")
-        call = request.text if request.text is not None else json.dumps(request.tree, sort_keys=True)
+        call = definition(canonical_call(request), session, scope)
         return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.name,
                                         rnd=rnd, keys=keys, step=step, frac_bits=option.get("frac_bits", 24),
                                         call=call)
@@ -408,6 +422,7 @@ class SiteService:
             with session.lock, self._scope(user, session, record) as scope:
                 ctx = CallContext(self, session, function, self._guard(function, session))
                 value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
+                session.definitions[symbol] = definition(canonical_call(request), session, scope)
                 session.symbols[symbol] = value
                 session.sources[symbol] = frozenset(scope.sources)
                 cls = r_class(value)

@@ -50,6 +50,9 @@ class Session:
     # ledger's table key and the rule on analyst-supplied vectors.
     sources: dict[str, frozenset] = field(default_factory=dict, repr=False)
     scope: Any = field(default=None, repr=False)  # the running call's CallScope (ledger.py)
+    # how each symbol was made: a digest of its assign call and of the definitions of the symbols
+    # that call read (secure sums bind their masks to the definitions their call reads)
+    definitions: dict[str, str] = field(default_factory=dict, repr=False)
     # secure-aggregation rounds: this site's X25519 key pair per round (never released)
     rounds: dict[str, Any] = field(default_factory=dict, repr=False)
 

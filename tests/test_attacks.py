@@ -460,13 +460,45 @@ def test_reference_cuts_keep_every_bin_at_zero_or_q_records():
     p = np.round(rng.random(200), 2)  # ties included
     history, q = CutHistory(), 5
     used: set[int] = {0, p.size}
-    for _ in range(60):
-        edges = np.unique(np.concatenate([[0.0, 1.0], rng.random(rng.integers(1, 40))]))
+    answered = 0
+    for _ in range(200):
+        ends = np.sort(rng.choice([-0.1, 1.1, *rng.random(4)], 2, replace=False))  # ranges inside the data too
+        edges = np.unique(np.concatenate([ends, rng.uniform(*ends, rng.integers(1, 40))]))
         keep = history.coarsen("analyst", p, edges, q)
+        if isinstance(keep, str):  # refused: nothing released, nothing recorded
+            continue
+        answered += 1
         assert keep[0] and keep[-1]
         kept = edges[keep]
-        ranks = np.searchsorted(np.sort(p), kept, "left")
-        ranks[-1] = p.size
+        x = np.sort(p)
+        ranks = np.searchsorted(x, kept, "left")
+        ranks[-1] = np.searchsorted(x, kept[-1], "right")
         used |= {int(r) for r in ranks}
         cuts = np.array(sorted(used))
-        assert np.all(np.diff(cuts) >= q), cuts
+        assert np.all(np.diff(cuts) >= q), cuts  # every region between any two cuts: 0 or >= q records
+    assert answered > 20
+
+
+def test_crafted_two_edge_references_are_refused(site):
+    """The same attack with references of two edges only (both of them end edges, found in
+    review): the second step of every pair cuts within q records of the first and is refused
+    (rule disclosure.q_threshold), so no pair of sums around a record is ever released."""
+    provisioned, services, frame = site
+    x = np.sort(frame.score.to_numpy())
+    targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
+    n0 = int((frame.y == 0).sum())
+    pairs, rules = 0, set()
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "P.t")
+        for k in targets:
+            released = 0
+            for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
+                s.assign("R", Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
+                try:
+                    s.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))
+                    released += 1
+                except FederatedCallError as exc:
+                    rules.add((exc.failures["a"].type, exc.failures["a"].rule))
+            pairs += released == 2
+    assert len(targets) > 40 and pairs == 0
+    assert rules == {("disclosure_refused", "disclosure.q_threshold")}

@@ -388,3 +388,44 @@ def test_masks_cancel_only_when_every_site_ran_the_same_call(tmp_path):
         honest = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
     assert honest["n"] == total
     assert unmask_sum("brierDS", answers)["n"] != total
+
+
+def test_rebinding_a_symbol_at_one_site_does_not_isolate_it(tmp_path):
+    """The same call text, but D rebound at s1 only (a subset): the masks are bound to how each
+    symbol the call reads was made, so the second sum decodes to noise instead of letting the
+    difference of the two sums give s1's left-out records (found in review)."""
+    rules = rules_variant(tmp_path / "rules.toml", require="true")
+    data, prov, services = sites(tmp_path, rules=rules)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        first = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+        t = s.transports["s1"]
+        t.request("POST", f"/sessions/{s.session_ids['s1']}/assign",
+                  {"symbol": "D", "call": Call("subsetDS", Ref("D"), "x", ">", 0.0).tree()})
+        second = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
+    left_out = data["s1"][data["s1"].x <= 0.0]
+    assert first["n"] == 3 * 240
+    assert first["n"] - second["n"] != len(left_out)
+    assert first["sum_y"] - second["sum_y"] != left_out.y.sum()
+
+
+def test_symbols_made_alike_at_every_site_sum_normally(tmp_path):
+    """The binding to definitions does not get in the way of an honest analyst: a subset made at
+    every site by the same call sums as the plain per-site values do."""
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        s.assign_table("D", "P.t")
+        s.assign("S", Call("subsetDS", Ref("D"), "x", ">", 0.0))
+        plain = s.aggregate("brierDS", "S$y", "S$score")
+        secure = s.secure_sum("brierDS", "S$y", "S$score")
+    assert secure["n"] == sum(r["n"] for r in plain.values())
+    assert secure["sum_y"] == sum(r["sum_y"] for r in plain.values())
+
+
+@pytest.mark.parametrize("round_id", ["0" * 31, "A" * 32, "0" * 32 + "\n", "g" * 32])
+def test_malformed_round_ids_are_refused(tmp_path, round_id):
+    _, prov, services = sites(tmp_path)
+    with session_over(prov, services, ["s1", "s2", "s3"]) as s:
+        with pytest.raises(FederatedCallError) as exc:
+            s.aggregate("secureKeyDS", round_id)
+    assert all("32 lower-case hex digits" in str(e) for e in exc.value.failures.values())

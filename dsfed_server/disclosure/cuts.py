@@ -12,11 +12,12 @@ of the site's records (of both classes) below it; per analyst and score ordering
 records' order by score, so a monotone transform of the score is the same ordering) the site
 keeps every cut it has used. For a new reference it
 
-1. refuses it if 0 < n < q records lie outside its range (its end edges are cuts against
-   "no records" and "all records");
+1. refuses it if an end edge's cut is closer than q, but not equal, to a cut used before --
+   "no records" and "all records" count as used from the start, so 0 < n < q records outside
+   its range are refused too;
 2. drops every inner edge whose cut is closer than q, but not equal, to a cut used before;
 3. merges what is left from the left, dropping edges until every bin holds 0 or at least q
-   records;
+   records (refused if even the one bin between the end edges holds fewer);
 4. records the kept edges' cuts.
 
 So the cuts of all references used so far, taken together, split the site's records into
@@ -58,21 +59,26 @@ class CutHistory:
 
     def coarsen(self, analyst: str | None, p: np.ndarray, edges: np.ndarray, q: int) -> np.ndarray | str:
         """The mask of ``edges`` to keep (end edges always kept), or the reason to refuse."""
+        if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+            return "the reference's edges must be finite and strictly increasing"
         x = np.sort(p)
         ranks = np.searchsorted(x, edges, "left")
         ranks[-1] = np.searchsorted(x, edges[-1], "right")
-        outside = np.array([ranks[0], x.size - ranks[-1]])
-        if np.any((outside > 0) & (outside < q)):
-            return (f"fewer than {q} records lie outside the reference's range [{edges[0]:g}, {edges[-1]:g}]; "
-                    "widen it to cover every score")
         with self._lock:
-            used = self._cuts.setdefault((analyst or "", ordering_key(p)), {0, int(x.size)})
+            fresh = {0, int(x.size)}
+            used = self._cuts.get((analyst or "", ordering_key(p)), fresh) if analyst is not None else fresh
+            far = _far(ranks, np.fromiter(used, dtype=np.int64), q)
+            if not (far[0] and far[-1]):
+                return (f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within "
+                        f"{q} of where this or an earlier reference did; widen it to cover every score")
             keep = np.ones(edges.size, dtype=bool)
-            if analyst is not None:
-                keep[1:-1] = _far(ranks[1:-1], np.fromiter(used, dtype=np.int64), q)
+            keep[1:-1] = far[1:-1]
             kept = self._merge(np.flatnonzero(keep), ranks, q)
+            inside = int(ranks[kept[-1]] - ranks[kept[0]])
+            if len(kept) == 2 and 0 < inside < q:
+                return f"the reference's range holds fewer than {q} of this site's records"
             if analyst is not None:
-                used.update(int(r) for r in ranks[kept])
+                self._cuts.setdefault((analyst, ordering_key(p)), set(fresh)).update(int(r) for r in ranks[kept])
         mask = np.zeros(edges.size, dtype=bool)
         mask[kept] = True
         return mask

@@ -354,6 +354,7 @@ class CallScope:
     pending: list[_Release] = field(default_factory=list)
     spent: list[dict[str, Any]] = field(default_factory=list)
     repeats: int = 0
+    symbols: set[str] = field(default_factory=set)  # workspace symbols the call read (their definitions)
 
     def read(self, sources: frozenset[str], value: Any) -> None:
         import pandas as pd  # local: the ledger's math needs no pandas

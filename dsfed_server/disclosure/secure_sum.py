@@ -110,7 +110,7 @@ class Round:
 
 
 def check_round_id(round_id: str) -> str:
-    if not isinstance(round_id, str) or not ROUND_ID.match(round_id):
+    if not isinstance(round_id, str) or not ROUND_ID.fullmatch(round_id):
         raise CallError("secure aggregation: round must be 32 lower-case hex digits (16 random bytes)",
                         hint="the dsfed client draws it; other clients: secrets.token_hex(16)")
     return round_id

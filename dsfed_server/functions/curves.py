@@ -161,6 +161,8 @@ def hist_reference(ctx: CallContext, edges: list[float], negatives: list[float],
     e, c0, c1 = (np.asarray(v, dtype=float) for v in (edges, negatives, positives))
     if not (e.size >= 2 and c0.size == e.size and c1.size == e.size):
         raise CallError("edges, negatives and positives must have the same length (at least 2)")
+    if not (np.all(np.isfinite(e)) and np.all(np.isfinite(c0)) and np.all(np.isfinite(c1))):
+        raise CallError("edges and cumulative counts must be finite numbers")
     if np.any(np.diff(e) <= 0):
         raise CallError("edges must be strictly increasing")
     for name, c in (("negatives", c0), ("positives", c1)):
