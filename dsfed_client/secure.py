@@ -38,6 +38,7 @@ class SecureSum:
     sites: tuple[str, ...]
     frac_bits: int
     shares: dict[str, np.ndarray]
+    clipped: int = 0  # values the sites had to clip to the fixed-point range (summed: not which site)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -57,7 +58,9 @@ def unmask_sum(function: str, answers: dict[str, dict[str, Any]]) -> SecureSum:
     """Add the sites' masked vectors modulo :math:`2^{64}` and decode the fixed-point sum.
 
     Every site must have masked the same fields with the same layout for the same sites, or
-    the masks would not cancel; anything else raises instead of returning a wrong sum.
+    the masks would not cancel; anything else raises instead of returning a wrong sum. The last
+    word, the number of values the sites clipped, also checks the sum: if the masks did not cancel
+    (sites that ran different calls), it is a random 64-bit number and almost surely out of range.
     """
     shares = {site: a["secure"] for site, a in answers.items()}
     first = next(iter(shares.values()))
@@ -90,5 +93,11 @@ def unmask_sum(function: str, answers: dict[str, dict[str, Any]]) -> SecureSum:
             arr = flat[offset:offset + size].reshape(layout["shape"])
             values[name] = float(arr) if arr.ndim == 0 else arr
             offset += size
+    clipped = int(total[-1:].view(np.int64)[0])  # the last word: values clipped at the sites, summed
+    if not 0 <= clipped <= len(shares) * (total.size - 1):
+        # a count out of range is what a sum whose masks did not cancel looks like (odds 2^-50)
+        raise ValueError(f"secure sum of {function}: the sites' answers do not add up (their masks did not "
+                         "cancel: the sites did not all run the same call on symbols made the same way); "
+                         "nothing was decoded")
     return SecureSum(function, values, {s: a.get("public", {}) for s, a in answers.items()},
-                     tuple(first["sites"]), frac_bits, masked)
+                     tuple(first["sites"]), frac_bits, masked, clipped)

@@ -133,19 +133,29 @@ class FederatedSession:
 
         The first secure call of the session relays the sites' signed keys (``secureKeyDS``);
         each call takes a new step of that round. Values travel in fixed point with
-        ``frac_bits`` fraction bits (resolution :math:`2^{-f}`); a site refuses values whose sum
-        could leave the 64-bit range. If a site fails, the call raises and nothing is decoded.
+        ``frac_bits`` fraction bits (resolution :math:`2^{-f}`). Where sites had to clip values
+        to the 64-bit range (the sum says how many, not where), the call is asked again with 12
+        fewer bits, down to 0; if values still do not fit, it raises. If a site fails, the call
+        raises and nothing is decoded.
         """
         if self._secure_round is None:
             round_id = new_round_id()
             keys = self.aggregate("secureKeyDS", round_id)
             self._secure_round = (round_id, [keys[site] for site in self.sites])
         round_id, roster = self._secure_round
-        self._secure_step += 1
-        body = {"call": Call(function, *args, **kwargs).tree(),
-                "secure": {"round": round_id, "step": self._secure_step, "roster": roster, "frac_bits": frac_bits}}
-        results = self._in_session(function, "POST", "/aggregate", body)
-        return unmask_sum(function, {s: r["result"] for s, r in results.items()})
+        tree = Call(function, *args, **kwargs).tree()
+        while True:
+            self._secure_step += 1
+            body = {"call": tree, "secure": {"round": round_id, "step": self._secure_step, "roster": roster,
+                                             "frac_bits": frac_bits}}
+            results = self._in_session(function, "POST", "/aggregate", body)
+            summed = unmask_sum(function, {s: r["result"] for s, r in results.items()})
+            if not summed.clipped:
+                return summed
+            if frac_bits == 0:
+                raise ValueError(f"secure sum of {function}: {summed.clipped} value(s) exceed the 64-bit range "
+                                 "even without fraction bits; nothing was returned")
+            frac_bits = max(0, frac_bits - 12)
 
     def aggregate_expr(self, expr: str) -> SiteResults:
         """Run DataSHIELD call text at every site: ``aggregate_expr("meanDS(D$age)")``."""

@@ -387,6 +387,7 @@ class SiteService:
             raise CallError(f"no keys for secure-aggregation round {round_id} in this session",
                             hint="call secureKeyDS(round) at every site first")
         keys = secure_sum.verify_roster(self.name, rnd, option.get("roster"), self.peers, rules.min_sites)
+        frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {round_id[:8]}, step {step}]"
         result = jsonable(self._invoke(session, node, noise_share=1.0 / min(rules.honest_sites, len(keys))))
@@ -401,8 +402,7 @@ class SiteService:
                 hint="ask with the same sites as before (retry once the missing site is back)")
         call = definition(canonical_call(request), session, scope)
         return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.name,
-                                        rnd=rnd, keys=keys, step=step, frac_bits=option.get("frac_bits", 24),
-                                        call=call)
+                                        rnd=rnd, keys=keys, step=step, frac_bits=frac_bits, call=call)
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)

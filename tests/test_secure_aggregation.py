@@ -104,7 +104,7 @@ def test_one_sites_share_is_indistinguishable_from_random(tmp_path):
                 views[site].append(got.shares[site])
     s1 = np.concatenate(views["s1"])
     s2 = np.concatenate(views["s2"])
-    assert s1.size == 60 * 81  # n, sum_p, sum_y, suppressed (20 bins each), suppressed_total
+    assert s1.size == 60 * 82  # n, sum_p, sum_y, suppressed (20 bins each), suppressed_total, clipped
     # bytes of the words are uniform on 0..255
     counts = np.bincount(np.frombuffer(s1.astype("<u8").tobytes(), dtype=np.uint8), minlength=256)
     assert stats.chisquare(counts).pvalue > 1e-4
@@ -117,11 +117,11 @@ def test_one_sites_share_is_indistinguishable_from_random(tmp_path):
     assert stats.ks_2samp(u1, u2).pvalue > 1e-4
     # no trace of the site's own values: the words do not correlate with its counts
     own = np.tile(np.asarray(plain["s1"]["n"], dtype=float), 60)
-    words = s1.reshape(60, 81)[:, :20].ravel() / 2.0**64
+    words = s1.reshape(60, 82)[:, :20].ravel() / 2.0**64
     assert abs(np.corrcoef(own, words)[0, 1]) < 5 / np.sqrt(own.size)
     # the fixed-point encoding of the site's vector is not visible either: no word equals it
     encoded = (np.asarray(plain["s1"]["n"], dtype=float) * 2.0**24).astype(np.uint64)
-    assert not np.any(s1.reshape(60, 81)[:, :20] == encoded[None, :])
+    assert not np.any(s1.reshape(60, 82)[:, :20] == encoded[None, :])
 
 
 def _roster(session, round_id: str) -> list[dict]:
@@ -222,23 +222,27 @@ def test_require_refuses_plain_release(tmp_path):
     assert "[secure sum over s1,s2,s3, round" in records[1]["call"]
 
 
-def test_values_outside_the_fixed_point_range_are_refused_clearly(tmp_path):
-    """X'WX of a covariate in units of 1e6 exceeds 2^(63-24)/3 at the default 24 fraction bits;
-    the sites say so, and with 8 fraction bits the same sum goes through."""
+def test_values_outside_the_fixed_point_range_are_clipped_counted_and_asked_again(tmp_path):
+    """A site's X'WX of a covariate in units of 1e6 (about 5e14) exceeds 2^(63-24)/3 at the default
+    24 fraction bits. A site does not refuse (that would say which site holds a large value): it
+    clips, and the masked sum counts the clipped values over all sites. The client then asks
+    again with 12 bits, where the values fit, and gets the plain sum to that resolution."""
     _, prov, services = sites(tmp_path)
     args = (Formula("y ~ big"), "binomial", None, None, None, Ref("D"))
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
-        with pytest.raises(FederatedCallError) as exc:
-            s.secure_sum("glmDS2", *args)
-        assert all("fixed-point range" in str(e) and "fewer frac_bits" in str(e) for e in exc.value.failures.values())
         plain = s.aggregate("glmDS2", *args)
-        coarse = s.secure_sum("glmDS2", *args, frac_bits=8)
-        expected = np.sum([np.asarray(r["info.matrix"]) for r in plain.values()], axis=0)
-        np.testing.assert_allclose(coarse["info.matrix"], expected, rtol=1e-15, atol=3 * 2.0**-9)  # + float64 ulp
+        got = s.secure_sum("glmDS2", *args)
+        steps = s._secure_step
+        with pytest.raises(FederatedCallError) as exc:
+            s.secure_sum("glmDS2", *args, frac_bits=41)
+        assert all("frac_bits must be an integer in 0..40" in str(e) for e in exc.value.failures.values())
         with pytest.raises(FederatedCallError) as exc:
             s.secure_sum("meanDS", Ref("D$x"))
         assert "does not offer secure summation" in str(exc.value)
+    assert (got.frac_bits, got.clipped, steps) == (12, 0, 2)  # 24 bits clipped, 12 bits fit
+    expected = np.sum([np.asarray(r["info.matrix"]) for r in plain.values()], axis=0)
+    np.testing.assert_allclose(got["info.matrix"], expected, rtol=1e-15, atol=3 * 2.0**-13)  # + float64 ulp
 
 
 def test_noise_is_split_between_sites_and_charged_in_full(tmp_path):
@@ -371,9 +375,9 @@ def test_secure_calibration_curve_accounts_for_withheld_bins(tmp_path):
 
 def test_masks_cancel_only_when_every_site_ran_the_same_call(tmp_path):
     """An analyst sends site s3 another call than s1 and s2 in the same step (e.g. one whose
-    answer it knows, to subtract it): the masks are bound to the call, so the sum decodes to
-    noise. Here s3's call differs only in form (references as strings), so without that binding
-    the sum would be exactly the plain total."""
+    answer it knows, to subtract it): the masks are bound to the call, so the sum does not decode.
+    Here s3's call differs only in form (references as strings), so without that binding the sum
+    would be exactly the plain total."""
     _, prov, services = sites(tmp_path)
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
@@ -387,26 +391,25 @@ def test_masks_cancel_only_when_every_site_ran_the_same_call(tmp_path):
                    for site, t in s.transports.items()}
         honest = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
     assert honest["n"] == total
-    assert unmask_sum("brierDS", answers)["n"] != total
+    with pytest.raises(ValueError, match="masks did not cancel"):
+        unmask_sum("brierDS", answers)
 
 
 def test_rebinding_a_symbol_at_one_site_does_not_isolate_it(tmp_path):
     """The same call text, but D rebound at s1 only (a subset): the masks are bound to how each
-    symbol the call reads was made, so the second sum decodes to noise instead of letting the
-    difference of the two sums give s1's left-out records (found in review)."""
+    symbol the call reads was made, so the second sum does not decode (instead of letting the
+    difference of the two sums give s1's left-out records; found in review)."""
     rules = rules_variant(tmp_path / "rules.toml", require="true")
-    data, prov, services = sites(tmp_path, rules=rules)
+    _, prov, services = sites(tmp_path, rules=rules)
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
         first = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
         t = s.transports["s1"]
         t.request("POST", f"/sessions/{s.session_ids['s1']}/assign",
                   {"symbol": "D", "call": Call("subsetDS", Ref("D"), "x", ">", 0.0).tree()})
-        second = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
-    left_out = data["s1"][data["s1"].x <= 0.0]
+        with pytest.raises(ValueError, match="masks did not cancel"):
+            s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
     assert first["n"] == 3 * 240
-    assert first["n"] - second["n"] != len(left_out)
-    assert first["sum_y"] - second["sum_y"] != left_out.y.sum()
 
 
 def test_symbols_made_alike_at_every_site_sum_normally(tmp_path):

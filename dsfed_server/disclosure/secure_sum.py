@@ -20,7 +20,9 @@ Protocol (pairwise additive masks, as Bonawitz et al. 2017 without the drop-out 
    *c* is a digest of the call as the site received it and of the fixed-point scale: masks
    cancel only if every site ran the very same call (an analyst who sends different calls to
    different sites in one step decodes noise, not one site's value).
-4. **Masked vector.** Site *i* encodes its values :math:`v_i` in fixed point,
+4. **Masked vector.** Site *i* encodes its values :math:`v_i` in fixed point (clipped to the
+   range in which K such values cannot wrap; the number clipped is the vector's last word, so
+   the analyst learns only how many values were clipped over all sites, not where),
    :math:`x_i = \\mathrm{round}(v_i 2^f) \\bmod 2^{64}`, and sends
    :math:`y_i = x_i + \\sum_{j > i} r_{ij} - \\sum_{j < i} r_{ji} \\bmod 2^{64}` (sites
    ordered by name). The masks cancel in :math:`\\sum_i y_i = \\sum_i x_i \\bmod 2^{64}`,
@@ -182,16 +184,20 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
 # --- fixed point and masks --------------------------------------------------------------------
 
 
-def encode_fixed(values: np.ndarray, frac_bits: int, n_sites: int, what: str) -> np.ndarray:
-    """:math:`\\mathrm{round}(v 2^f) \\bmod 2^{64}`; refuses values whose sum over ``n_sites``
-    sites could leave the signed 64-bit range."""
-    scaled = np.rint(np.asarray(values, dtype=float) * 2.0**frac_bits)
-    limit = 2.0**63 / n_sites
-    if not np.all(np.isfinite(scaled)) or np.any(np.abs(scaled) >= limit):
-        raise CallError(
-            f"secure aggregation: {what} does not fit the fixed-point range |v| < 2^{63 - frac_bits} / {n_sites}",
-            hint="ask again with fewer frac_bits")
-    return scaled.astype(np.int64).view(np.uint64)
+def check_frac_bits(frac_bits: Any) -> int:
+    if not isinstance(frac_bits, int) or isinstance(frac_bits, bool) or not 0 <= frac_bits <= MAX_FRAC_BITS:
+        raise CallError(f"secure aggregation: frac_bits must be an integer in 0..{MAX_FRAC_BITS}")
+    return frac_bits
+
+
+def encode_fixed(values: np.ndarray, frac_bits: int, n_sites: int) -> tuple[np.ndarray, int]:
+    """:math:`\\mathrm{round}(v 2^f) \\bmod 2^{64}`, and how many values had to be clipped to keep
+    the sum over ``n_sites`` sites inside the signed 64-bit range. The count travels masked with
+    the values: a refusal here would tell the analyst which site holds a large value."""
+    scaled = np.nan_to_num(np.rint(np.asarray(values, dtype=float) * 2.0**frac_bits), nan=np.inf)
+    limit = np.floor(2.0**63 / n_sites) - 1024  # below the bound after float64 rounding
+    clipped = int(np.count_nonzero(np.abs(scaled) > limit))
+    return np.clip(scaled, -limit, limit).astype(np.int64).view(np.uint64), clipped
 
 
 def _stream(shared: bytes, round_id: str, low: str, high: str, step: int, call: bytes, length: int) -> np.ndarray:
@@ -259,14 +265,16 @@ def masked_result(result: dict[str, Any], fields: tuple[str, ...], public: tuple
                   rnd: Round, keys: dict[str, bytes], step: int, frac_bits: int, call: str) -> dict[str, Any]:
     """The summable ``fields`` of a result, encoded and masked as one vector; ``public`` fields
     (determined by the request, e.g. coefficient names) as they are; everything else dropped."""
-    if not isinstance(frac_bits, int) or isinstance(frac_bits, bool) or not 0 <= frac_bits <= MAX_FRAC_BITS:
-        raise CallError(f"secure aggregation: frac_bits must be an integer in 0..{MAX_FRAC_BITS}")
-    arrays, layouts = [], {}
+    check_frac_bits(frac_bits)
+    arrays, layouts, clipped = [], {}, 0
     fields = tuple(name for name in fields if name in result)  # e.g. totals only when asked for
     for name in fields:
         arr, layouts[name] = _field_array(result[name], name)
-        arrays.append(encode_fixed(arr, frac_bits, len(keys), f"result field {name}"))
-    encoded = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint64)
+        encoded_field, n_clipped = encode_fixed(arr, frac_bits, len(keys))
+        arrays.append(encoded_field)
+        clipped += n_clipped
+    arrays.append(np.array([clipped], dtype=np.uint64))  # the last word: values clipped here (masked)
+    encoded = np.concatenate(arrays)
     masked = encoded + mask(site, rnd, keys, step, call_digest(call, frac_bits), encoded.size)
     return {
         "secure": {"round": rnd.round_id, "step": step, "sites": sorted(keys), "frac_bits": frac_bits,
