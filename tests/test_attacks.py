@@ -13,8 +13,9 @@
    (seed 004, Matthews & Harel 2013): succeeds on an exact empirical ROC curve computed
    outside dsfed, fails on what dsfed releases (ROC-GLM (a, b); noisy scores);
 7. a crafted reference CDF (steps around one record) that turns histogram placement sums into
-   threshold counts -- the site's reference cuts (``disclosure.q_threshold`` on the union of the
-   references' bins, :mod:`dsfed_server.disclosure.cuts`).
+   threshold counts, through the histogram reference or seed 000's reference scores -- the
+   site's reference cuts (``disclosure.coarsen_references``: q on the union of the references'
+   bins, :mod:`dsfed_server.disclosure.cuts`).
 """
 
 from __future__ import annotations
@@ -422,7 +423,7 @@ def test_crafted_step_reference_cannot_read_a_label(site):
     histPlacementSumsDS count the positives above each threshold; their difference is that
     record's label. On the raw data (outside dsfed) the attack reads every targeted label. Through
     dsfed the site keeps only edges whose cuts, with every cut the analyst used before, leave 0 or at
-    least q records between them (rule A1 on the union of the references' bins): the second step
+    least q records between them (rule disclosure.coarsen_references): the second step
     of a pair (or the first) is dropped, the site evaluates that reference without its step (linear
     from 0 to 1), and the difference no longer reads the label."""
     provisioned, services, frame = site
@@ -482,7 +483,7 @@ def test_reference_cuts_keep_every_bin_at_zero_or_q_records():
 def test_crafted_two_edge_references_are_refused(site):
     """The same attack with references of two edges only (both of them end edges, found in
     review): the second step of every pair cuts within q records of the first and is refused
-    (rule disclosure.q_threshold), so no pair of sums around a record is ever released."""
+    (rule disclosure.coarsen_references), so no pair of sums around a record is ever released."""
     provisioned, services, frame = site
     x = np.sort(frame.score.to_numpy())
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
@@ -501,4 +502,64 @@ def test_crafted_two_edge_references_are_refused(site):
                     rules.add((exc.failures["a"].type, exc.failures["a"].rule))
             pairs += released == 2
     assert len(targets) > 40 and pairs == 0
-    assert rules == {("disclosure_refused", "disclosure.q_threshold")}
+    assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
+
+
+def test_crafted_reference_scores_cannot_read_a_label(site):
+    """The same attack through seed 000's placement sums (found in review): referenceScoresDS
+    with a single negative reference score t makes placementSumsDS count the positives above t.
+    Exactly computed, two such sums around one record give its label; through dsfed the second
+    reference of every pair is refused (rule disclosure.coarsen_references)."""
+    provisioned, services, frame = site
+    x = np.sort(frame.score.to_numpy())
+    labels = frame.y.to_numpy()[np.argsort(frame.score.to_numpy(), kind="stable")]
+    pos = frame.score[frame.y == 1].to_numpy()
+    targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
+    exact = [_step_sum(pos, (x[k - 1] + x[k]) / 2) - _step_sum(pos, (x[k] + x[k + 1]) / 2) for k in targets]
+    np.testing.assert_array_equal(exact, labels[targets])  # the attack works on exact sums
+    pairs, rules = 0, set()
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "P.t")
+        for k in targets:
+            released = 0
+            for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
+                s.assign("R", Call("referenceScoresDS", [t], [0.5]))
+                try:
+                    s.aggregate("placementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))
+                    released += 1
+                except FederatedCallError as exc:
+                    rules.add((exc.failures["a"].type, exc.failures["a"].rule))
+            pairs += released == 2
+    assert len(targets) > 40 and pairs == 0
+    assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
+
+
+def test_crafted_reference_on_a_subset_cannot_read_a_label(site):
+    """The step attack split over the table and a subset of it (found in review): the first step
+    on D, the second on S = D without its 10 lowest scores. S's own score ordering is new, but its
+    scores are the table column's, and the site keeps the cuts of that column too: the second
+    step cuts within q of the first and is dropped, so S is summed against the linear CDF."""
+    provisioned, services, frame = site
+    x = np.sort(frame.score.to_numpy())
+    labels = frame.y.to_numpy()[np.argsort(frame.score.to_numpy(), kind="stable")]
+    pos = frame.score[frame.y == 1].to_numpy()
+    cut = float((x[9] + x[10]) / 2)
+    targets = [k for k in range(20, 100, 6) if x[k - 1] < x[k] < x[k + 1]]
+    n0 = int((frame.y == 0).sum())
+
+    def ref(t: float) -> Call:
+        return Call("histReferenceDS", [0.0, t, t + 1e-9, 1.0], [0, 0, n0, n0], [0, 0, 1, 1])
+
+    exact, second = [], []
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "P.t")
+        s.assign("S", Call("subsetDS", Ref("D"), "score", ">", cut))
+        for k in targets:
+            t1, t2 = (x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2
+            exact.append(_step_sum(pos, t1) - _step_sum(pos[pos > cut], t2))
+            s.assign("R1", ref(t1))
+            s.assign("R2", ref(t2))
+            s.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R1"))
+            second.append(s.aggregate("histPlacementSumsDS", Ref("S$y"), Ref("S$score"), Ref("R2"))["a"]["sum_v10"])
+    np.testing.assert_array_equal(exact, labels[targets])  # the attack works on exact sums
+    np.testing.assert_allclose(second, float(np.sum(pos[pos > cut])), rtol=1e-12)  # every second step dropped

@@ -130,17 +130,22 @@ class Guard:
                                    "use subsets that differ from each other by more rows, or the full table")
         return rows
 
-    def reference_edges(self, p: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    def reference_edges(self, p: np.ndarray, edges: np.ndarray, root: tuple[str, np.ndarray] | None = None
+                        ) -> np.ndarray:
         """Which edges of an analyst's reference CDF this site evaluates at its scores ``p``:
-        coarsened so that, with every reference the analyst used before on these scores, its
-        bins hold 0 or at least q records (:mod:`dsfed_server.disclosure.cuts`)."""
+        coarsened so that, with every reference the analyst used before on these scores (and on
+        the table column ``root`` they come from, if any), its bins hold 0 or at least q records
+        (:mod:`dsfed_server.disclosure.cuts`); every edge where the rules file's
+        ``disclosure.coarsen_references`` is false (test profiles)."""
         from dsfed_server.disclosure.cuts import CutHistory  # noqa: PLC0415
 
+        if not self.rules.disclosure.coarsen_references:
+            return np.ones(np.size(edges), dtype=bool)
         history = self.cuts if self.cuts is not None else CutHistory()
         analyst = self.scope.analyst if self.scope is not None else None
-        result = history.coarsen(analyst, p, np.asarray(edges, dtype=float), self.q)
+        result = history.coarsen(analyst, p, np.asarray(edges, dtype=float), self.q, root)
         if isinstance(result, str):
-            raise self._refuse(result, "disclosure.q_threshold", "use a reference range that covers every score")
+            raise self._refuse(result, "disclosure.coarsen_references", "use a reference range that covers every score")
         return result
 
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:

@@ -44,58 +44,95 @@ def ordering_key(p: np.ndarray) -> str:
 
 
 def _far(ranks: np.ndarray, used: np.ndarray, q: int) -> np.ndarray:
-    """Per rank: equal to a used cut, or at least q from every used cut."""
-    gap = np.abs(ranks[:, None] - used[None, :])
-    return np.all((gap == 0) | (gap >= q), axis=1)
+    """Per rank: equal to a used cut, or at least q from every used cut (``used`` sorted; the
+    used cuts are themselves 0 or at least q apart, so the two nearest decide)."""
+    i = np.searchsorted(used, ranks)
+    below = used[np.clip(i - 1, 0, used.size - 1)]
+    above = used[np.clip(i, 0, used.size - 1)]
+
+    def ok(gap: np.ndarray) -> np.ndarray:
+        return (gap == 0) | (gap >= q)
+
+    return ok(np.abs(ranks - below)) & ok(np.abs(above - ranks))
+
+
+def _allowed(ranks: list[np.ndarray], i: int, k: int, q: int) -> bool:
+    """Between candidate edges i and k every space holds 0 or at least q records."""
+    return all((r[k] - r[i] == 0) or (r[k] - r[i] >= q) for r in ranks)
+
+
+def _greedy(ranks: list[np.ndarray], q: int) -> list[int] | None:
+    """Positions of the candidate edges to keep (first and last always; ``ranks`` are the
+    candidates' cuts in each space, non-decreasing): from the first, the next edge whose bin
+    holds, in every space, 0 or at least q records and not 0 in all; the last bin merged
+    backwards if it is short. None if even one bin from the first to the last edge is short."""
+    last = ranks[0].size - 1
+    kept = [0]
+    while True:
+        i = kept[-1]
+        zero_end = [int(np.searchsorted(r, r[i], "right")) for r in ranks]  # gap 0 before these
+        q_start = [int(np.searchsorted(r, r[i] + q, "left")) for r in ranks]  # gap >= q from these
+        k = min(zero_end)
+        moved = True
+        while moved:  # the first k outside every space's forbidden stretch [zero_end, q_start)
+            moved = False
+            for z, g in zip(zero_end, q_start):
+                if z <= k < g:
+                    k, moved = g, True
+        if k >= last:
+            break
+        kept.append(k)
+    while len(kept) > 1 and not _allowed(ranks, kept[-1], last, q):
+        kept.pop()
+    if not _allowed(ranks, kept[-1], last, q):
+        return None
+    return kept + ([last] if kept[-1] != last else [])
 
 
 class CutHistory:
     """Per analyst x score ordering: the cuts (records below an edge) of every reference
-    evaluated so far."""
+    evaluated so far. A score read from a site table's column (or a subset of it) also has its
+    cuts kept against the whole column, so a subset cannot start a fresh history."""
 
     def __init__(self) -> None:
-        self._cuts: dict[tuple[str, str], set[int]] = {}
+        self._cuts: dict[tuple[str, str], np.ndarray] = {}
         self._lock = threading.Lock()
 
-    def coarsen(self, analyst: str | None, p: np.ndarray, edges: np.ndarray, q: int) -> np.ndarray | str:
-        """The mask of ``edges`` to keep (end edges always kept), or the reason to refuse."""
+    def coarsen(self, analyst: str | None, p: np.ndarray, edges: np.ndarray, q: int,
+                root: tuple[str, np.ndarray] | None = None) -> np.ndarray | str:
+        """The mask of ``edges`` to keep (end edges always kept), or the reason to refuse.
+
+        ``p`` are the scores summed over; ``root`` names the table column they come from and
+        holds its values: cuts are then also checked against earlier cuts of that column."""
         if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
             return "the reference's edges must be finite and strictly increasing"
-        x = np.sort(p)
-        ranks = np.searchsorted(x, edges, "left")
-        ranks[-1] = np.searchsorted(x, edges[-1], "right")
+        spaces = [(ordering_key(p), np.sort(p))]
+        if root is not None:
+            spaces.append((f"column:{root[0]}", np.sort(root[1])))
         with self._lock:
-            fresh = {0, int(x.size)}
-            used = self._cuts.get((analyst or "", ordering_key(p)), fresh) if analyst is not None else fresh
-            far = _far(ranks, np.fromiter(used, dtype=np.int64), q)
+            far = np.ones(edges.size, dtype=bool)
+            ranked = []
+            for name, x in spaces:
+                ranks = np.searchsorted(x, edges, "left")
+                ranks[-1] = np.searchsorted(x, edges[-1], "right")
+                fresh = np.array([0, x.size], dtype=np.int64)
+                used = self._cuts.get((analyst or "", name), fresh) if analyst is not None else fresh
+                far &= _far(ranks, used, q)
+                ranked.append((name, ranks, used))
             if not (far[0] and far[-1]):
                 return (f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within "
                         f"{q} of where this or an earlier reference did; widen it to cover every score")
-            keep = np.ones(edges.size, dtype=bool)
-            keep[1:-1] = far[1:-1]
-            kept = self._merge(np.flatnonzero(keep), ranks, q)
-            inside = int(ranks[kept[-1]] - ranks[kept[0]])
-            if len(kept) == 2 and 0 < inside < q:
+            candidates = np.flatnonzero(far)
+            kept = _greedy([r[candidates] for _, r, _ in ranked], q)
+            if kept is None:
                 return f"the reference's range holds fewer than {q} of this site's records"
+            # with each kept edge, the candidates that cut every space where it does (no record between)
+            code = np.zeros(candidates.size, dtype=np.int64)
+            for _, r, _ in ranked:
+                code = code * (int(r[-1]) + 1) + r[candidates]
+            keep = np.zeros(edges.size, dtype=bool)
+            keep[candidates[np.isin(code, code[kept])]] = True
             if analyst is not None:
-                self._cuts.setdefault((analyst, ordering_key(p)), set(fresh)).update(int(r) for r in ranks[kept])
-        mask = np.zeros(edges.size, dtype=bool)
-        mask[kept] = True
-        return mask
-
-    @staticmethod
-    def _merge(candidates: np.ndarray, ranks: np.ndarray, q: int) -> list[int]:
-        """Edges from ``candidates`` (first and last always) such that every bin holds 0 or at
-        least q records."""
-        def ok(a: int, b: int) -> bool:
-            n = int(ranks[b] - ranks[a])
-            return n == 0 or n >= q
-
-        kept = [int(candidates[0])]
-        last = int(candidates[-1])
-        for j in candidates[1:-1]:
-            if ok(kept[-1], int(j)):
-                kept.append(int(j))
-        while len(kept) > 1 and not ok(kept[-1], last):
-            kept.pop()
-        return kept + [last]
+                for name, r, used in ranked:
+                    self._cuts[(analyst, name)] = np.union1d(used, r[keep])
+        return keep

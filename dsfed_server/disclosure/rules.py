@@ -66,6 +66,15 @@ class Disclosure(_Section):
             "the pooled reference scores stay allowed."
         ),
     )
+    coarsen_references: bool = Field(
+        description=(
+            "Whether a reference CDF the analyst sends (histReferenceDS, referenceScoresDS) is "
+            "evaluated on bins of 0 or at least q_threshold of this site's records, consistent "
+            "with every reference the analyst used before on the same scores. true stops a crafted "
+            "reference (a step around one record) from turning placement sums into a record's "
+            "label; false keeps seed 000's exact step placement values (test profiles only)."
+        ),
+    )
     glm_saturation: float = Field(
         gt=0,
         le=1,
@@ -293,6 +302,7 @@ _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "subset_min"): "higher",
     ("disclosure", "subset_min_difference"): "higher",
     ("disclosure", "combine_analyst_vectors"): False,  # only false is stricter
+    ("disclosure", "coarsen_references"): True,  # only true is stricter
     ("disclosure", "glm_saturation"): "lower",
     ("disclosure", "max_factor_levels"): "lower",
     ("disclosure", "factor_levels_density"): "lower",

@@ -40,7 +40,9 @@ from scipy import stats
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.errors import CallError
-from dsfed_server.functions.validation import PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result
+from dsfed_server.functions.validation import (
+    PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, score_column,
+)
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -171,13 +173,14 @@ def hist_reference(ctx: CallContext, edges: list[float], negatives: list[float],
     return pd.DataFrame({"edge": e, "neg": c0, "pos": c1})
 
 
-def site_reference(ctx: CallContext, reference: pd.DataFrame, p: np.ndarray) -> pd.DataFrame:
+def site_reference(ctx: CallContext, reference: pd.DataFrame, p: np.ndarray, score: pd.Series) -> pd.DataFrame:
     """The analyst's reference as this site evaluates it at its scores ``p``: coarsened so that no
     combination of the references the analyst used isolates fewer than q records
     (:meth:`Guard.reference_edges`)."""
     if not {"edge", "neg", "pos"} <= set(reference.columns):
         raise CallError("the reference must be a table made by histReferenceDS")
-    return reference[ctx.guard.reference_edges(p, reference["edge"].to_numpy(dtype=float))]
+    edges = reference["edge"].to_numpy(dtype=float)
+    return reference[ctx.guard.reference_edges(p, edges, score_column(ctx, score))]
 
 
 def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -> np.ndarray:
@@ -214,7 +217,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     addition, every score lies at its bin's mid-point.
     """
     y, p = outcome_and_score(ctx, truth, score)
-    reference = site_reference(ctx, reference, p)
+    reference = site_reference(ctx, reference, p, score)
     v10 = _cdf(reference, "neg", p[y == 1], within_bin)
     v01 = 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
     return placement_sums_result(v10, v01)
@@ -239,7 +242,7 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
     y, p = outcome_and_score(ctx, truth, score)
-    pv = np.sort(1.0 - _cdf(site_reference(ctx, reference, p), "neg", p[y == 1], within_bin))
+    pv = np.sort(1.0 - _cdf(site_reference(ctx, reference, p, score), "neg", p[y == 1], within_bin))
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(pv, t, side="right")
     return pd.DataFrame({

@@ -20,7 +20,8 @@ from scipy import stats
 
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.mechanisms import content_digest
-from dsfed_server.errors import CallError
+from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.errors import CallError, SiteError
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -117,11 +118,50 @@ def _reference(table: pd.DataFrame, cls: int) -> np.ndarray:
     return values if np.all(values[1:] >= values[:-1]) else np.sort(values)
 
 
-def _below_and_ties(reference: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each x (returned in ascending order): reference values below it, and equal to it."""
-    x = np.sort(x)  # sorted keys make the search cache-friendly; only sums are released
+def _share_below(reference: np.ndarray, x: np.ndarray, ties: float) -> np.ndarray:
+    """Share of the reference values below each x, counting values equal to x with weight ``ties``."""
     less = np.searchsorted(reference, x, side="left")
-    return less, np.searchsorted(reference, x, side="right") - less
+    return (less + ties * (np.searchsorted(reference, x, side="right") - less)) / reference.size
+
+
+def score_column(ctx: CallContext, score: pd.Series) -> tuple[str, np.ndarray] | None:
+    """The site table column a score vector is (a subset of), with all its values: reference cuts
+    are also kept against it, so a subset does not start a fresh cut history."""
+    rows = score.attrs.get(ROWS)
+    if not isinstance(rows, Rows) or rows.index.size != len(score) or score.name is None:
+        return None
+    try:
+        frame = ctx.service.catalog.frame(rows.lineage)
+    except SiteError:
+        return None  # a derived table: its own ordering is the only history
+    if score.name not in frame.columns or not pd.api.types.is_numeric_dtype(frame[score.name]):
+        return None
+    column = frame[score.name].to_numpy(dtype=float)
+    if rows.index.size and (rows.index.max() >= column.size
+                            or not np.array_equal(column[rows.index], numeric(score), equal_nan=True)):
+        return None
+    return f"{rows.lineage}${score.name}", column[~np.isnan(column)]
+
+
+def reference_cdf(ctx: CallContext, reference: np.ndarray, p: np.ndarray, x: np.ndarray, ties: float,
+                  root: tuple[str, np.ndarray] | None = None) -> np.ndarray:
+    """Seed 000's step function :func:`_share_below` at x, as the site's rules let it be evaluated.
+
+    With ``disclosure.coarsen_references`` the step function is written as a piecewise-linear
+    CDF with edges just below and above each distinct reference value (exactly the step, ties
+    getting their share at the value itself), and the site keeps only the edges
+    :meth:`Guard.reference_edges` allows: a crafted reference cannot put a step between two of
+    this site's records closer than q (``disclosure/cuts.py``). ``p`` are all the site's scores,
+    ``root`` the table column they come from (:func:`score_column`).
+    """
+    if not ctx.guard.rules.disclosure.coarsen_references:
+        return _share_below(reference, x, ties)
+    values = np.unique(reference)
+    delta = max(1e-9 * max(values[-1] - values[0], 1.0), 4 * float(np.spacing(np.max(np.abs(values)))))
+    edges = np.column_stack([values - delta, values + delta]).ravel()
+    cdf = np.column_stack([_share_below(reference, values, 0.0), _share_below(reference, values, 1.0)]).ravel()
+    keep = ctx.guard.reference_edges(p, edges, root)
+    return np.interp(x, edges[keep], cdf[keep])
 
 
 @register(
@@ -145,11 +185,9 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     "delong")`` when the references are the exact pooled scores).
     """
     y, p = outcome_and_score(ctx, truth, score)
-    neg, pos = _reference(reference, 0), _reference(reference, 1)
-    less, ties = _below_and_ties(neg, p[y == 1])
-    v10 = (less + 0.5 * ties) / neg.size
-    less, ties = _below_and_ties(pos, p[y == 0])
-    v01 = (pos.size - less - 0.5 * ties) / pos.size
+    neg, pos, root = _reference(reference, 0), _reference(reference, 1), score_column(ctx, score)
+    v10 = reference_cdf(ctx, neg, p, np.sort(p[y == 1]), 0.5, root)
+    v01 = 1.0 - reference_cdf(ctx, pos, p, np.sort(p[y == 0]), 0.5, root)
     return placement_sums_result(v10, v01)
 
 
@@ -184,8 +222,7 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     for a weighted probit regression ``u ~ x``. The table stays on the site.
     """
     y, p = outcome_and_score(ctx, truth, score)
-    neg = _reference(reference, 0)
-    pv = (neg.size - np.searchsorted(neg, np.sort(p[y == 1]), side="right")) / neg.size
+    pv = 1.0 - reference_cdf(ctx, _reference(reference, 0), p, np.sort(p[y == 1]), 1.0, score_column(ctx, score))
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
     x = stats.norm.ppf(t)
