@@ -10,14 +10,17 @@ positives above *t*, and two steps around one record difference out that record'
 The site therefore evaluates a **coarsened** reference. The *cut* of an edge is the number
 of the site's records (of both classes) below it; per analyst and score ordering (the
 records' order by score, so a monotone transform of the score is the same ordering) the site
-keeps every cut it has used. For a new reference it
+keeps every cut it has used, and, for scores read from a site table's column or a subset of
+it, also the cut in the whole column (so a subset does not start a fresh history; its bins
+hold at least as many column records as subset records). For a new reference it
 
 1. refuses it if an end edge's cut is closer than q, but not equal, to a cut used before --
    "no records" and "all records" count as used from the start, so 0 < n < q records outside
    its range are refused too;
-2. drops every inner edge whose cut is closer than q, but not equal, to a cut used before;
+2. drops every inner edge whose cut is closer than q, but not equal, to a cut used before
+   (in either space);
 3. merges what is left from the left, dropping edges until every bin holds 0 or at least q
-   records (refused if even the one bin between the end edges holds fewer);
+   records in each space (refused if even the one bin between the end edges holds fewer);
 4. records the kept edges' cuts.
 
 So the cuts of all references used so far, taken together, split the site's records into
