@@ -77,10 +77,10 @@ def inprocess_sites(workdir: Path, k: int, tables: dict[str, pd.DataFrame], rule
     return prov, {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
 
 
-def login(prov, services) -> LoginBuilder:
+def login(prov, services, user: str = "analyst") -> LoginBuilder:
     builder = LoginBuilder()
     for name, service in services.items():
-        cred = prov[name].credentials["analyst"]
+        cred = prov[name].credentials[user]
         builder.append_inprocess(service, user=cred.user, password=cred.password)
     return builder
 

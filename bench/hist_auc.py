@@ -83,7 +83,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
         rules = bench_rules(Path(tmp) / "rules.toml", args.sensitivity, args.sites if args.secure else 1)
         prov, services = inprocess_sites(Path(tmp), args.sites, data, rules, seed=7)
-        with login(prov, services).login() as session:
+        # the two modes as two analysts: one analyst running both on the same scores would have the
+        # second one's references coarsened against the first one's cuts (disclosure/cuts.py)
+        with login(prov, services).login() as session, login(prov, services, "analyst2").login() as hist_session:
             for rep, pooled in enumerate(data.values()):
                 n = len(pooled)
                 y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
@@ -91,6 +93,7 @@ def main() -> int:
                 half = 1.959963984540054 * np.sqrt(var)
                 row = {"rep": rep, "n": n, "auc": auc}
                 session.assign_table("D", f"{PROJECT}.rep{rep}")
+                hist_session.assign_table("D", f"{PROJECT}.rep{rep}")
                 try:
                     if not args.no_paper:
                         paper = ds_roc_glm(session, "D$y", "D$score", epsilon=args.epsilon, delta=args.delta,
@@ -101,7 +104,7 @@ def main() -> int:
                         row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
                     for per_leaf in args.per_leaf:
                         levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, args.min_levels)
-                        res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
+                        res = ds_hist_auc(hist_session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
                                           delta=args.delta, secure=args.secure)
                         row[f"hist{per_leaf:g}"] = abs(res.auc - auc)
                         row[f"hist{per_leaf:g}_rocglm"] = abs(res.roc_glm.auc - auc)

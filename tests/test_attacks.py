@@ -563,3 +563,17 @@ def test_crafted_reference_on_a_subset_cannot_read_a_label(site):
             second.append(s.aggregate("histPlacementSumsDS", Ref("S$y"), Ref("S$score"), Ref("R2"))["a"]["sum_v10"])
     np.testing.assert_array_equal(exact, labels[targets])  # the attack works on exact sums
     np.testing.assert_allclose(second, float(np.sum(pos[pos > cut])), rtol=1e-12)  # every second step dropped
+
+
+def test_reference_scores_closer_than_any_margin_are_evaluated(site):
+    """Reference scores a few ulps apart (noisy scores can fall that close) are evaluated, not
+    refused: the site's step edges around them stay strictly increasing."""
+    provisioned, services, frame = site
+    neg = np.sort(np.concatenate([np.linspace(0.0, 1.0, 400), [0.5 + 1e-15, 0.5 + 3e-15]]))
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "P.t")
+        s.assign("R", Call("referenceScoresDS", neg.tolist(), np.linspace(0.0, 1.0, 300).tolist()))
+        got = s.aggregate("placementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))["a"]
+    pos = frame.score[frame.y == 1].to_numpy()
+    # 400 evenly spread negatives: the placement values are (nearly) the positives' scores
+    assert got["n1"] == pos.size and abs(got["sum_v10"] - pos.sum()) < 0.02 * pos.size
