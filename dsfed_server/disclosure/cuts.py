@@ -70,18 +70,18 @@ def _greedy(ranks: list[np.ndarray], q: int) -> list[int] | None:
     holds, in every space, 0 or at least q records and not 0 in all; the last bin merged
     backwards if it is short. None if even one bin from the first to the last edge is short."""
     last = ranks[0].size - 1
+    zero_end = [np.searchsorted(r, r, "right") for r in ranks]  # from here on the gap is > 0
+    q_start = [np.searchsorted(r, r + q, "left") for r in ranks]  # from here on the gap is >= q
     kept = [0]
     while True:
         i = kept[-1]
-        zero_end = [int(np.searchsorted(r, r[i], "right")) for r in ranks]  # gap 0 before these
-        q_start = [int(np.searchsorted(r, r[i] + q, "left")) for r in ranks]  # gap >= q from these
-        k = min(zero_end)
+        k = min(int(z[i]) for z in zero_end)
         moved = True
         while moved:  # the first k outside every space's forbidden stretch [zero_end, q_start)
             moved = False
             for z, g in zip(zero_end, q_start):
-                if z <= k < g:
-                    k, moved = g, True
+                if z[i] <= k < g[i]:
+                    k, moved = int(g[i]), True
         if k >= last:
             break
         kept.append(k)
@@ -90,6 +90,13 @@ def _greedy(ranks: list[np.ndarray], q: int) -> list[int] | None:
     if not _allowed(ranks, kept[-1], last, q):
         return None
     return kept + ([last] if kept[-1] != last else [])
+
+
+def _cuts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per edge: the sorted ``values`` below it (the last edge: at or below it)."""
+    below = np.cumsum(np.bincount(np.searchsorted(edges, values, "right"), minlength=edges.size + 1))[:edges.size]
+    below[-1] = np.searchsorted(values, edges[-1], "right")
+    return below
 
 
 class CutHistory:
@@ -109,33 +116,37 @@ class CutHistory:
         holds its values: cuts are then also checked against earlier cuts of that column."""
         if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
             return "the reference's edges must be finite and strictly increasing"
-        spaces = [(ordering_key(p), np.sort(p))]
+        x = np.sort(p)
+        spaces = [(ordering_key(p), x)]
         if root is not None:
-            spaces.append((f"column:{root[0]}", np.sort(root[1])))
+            column = np.sort(root[1])
+            whole = column.size == x.size and np.array_equal(column, x)  # the whole column: one space
+            spaces = [(f"column:{root[0]}", x)] if whole else spaces + [(f"column:{root[0]}", column)]
+        cuts = [_cuts(values, edges) for _, values in spaces]
+        # runs of edges with the same cuts in every space: no record lies between them
+        code = np.zeros(edges.size, dtype=np.int64)
+        for r in cuts:
+            code = code * (int(r[-1]) + 1) + r
+        starts = np.flatnonzero(np.concatenate([[True], code[1:] != code[:-1]]))
+        lengths = np.diff(np.append(starts, edges.size))
+        run_cuts = [r[starts] for r in cuts]
         with self._lock:
-            far = np.ones(edges.size, dtype=bool)
-            ranked = []
-            for name, x in spaces:
-                ranks = np.searchsorted(x, edges, "left")
-                ranks[-1] = np.searchsorted(x, edges[-1], "right")
-                fresh = np.array([0, x.size], dtype=np.int64)
-                used = self._cuts.get((analyst or "", name), fresh) if analyst is not None else fresh
-                far &= _far(ranks, used, q)
-                ranked.append((name, ranks, used))
+            used = [self._cuts.get((analyst, name)) if analyst is not None else None for name, _ in spaces]
+            used = [u if u is not None else np.array([0, values.size], dtype=np.int64)
+                    for u, (_, values) in zip(used, spaces)]
+            far = np.ones(starts.size, dtype=bool)
+            for r, u in zip(run_cuts, used):
+                far &= _far(r, u, q)
             if not (far[0] and far[-1]):
                 return (f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within "
                         f"{q} of where this or an earlier reference did; widen it to cover every score")
             candidates = np.flatnonzero(far)
-            kept = _greedy([r[candidates] for _, r, _ in ranked], q)
+            kept = _greedy([r[candidates] for r in run_cuts], q)
             if kept is None:
                 return f"the reference's range holds fewer than {q} of this site's records"
-            # with each kept edge, the candidates that cut every space where it does (no record between)
-            code = np.zeros(candidates.size, dtype=np.int64)
-            for _, r, _ in ranked:
-                code = code * (int(r[-1]) + 1) + r[candidates]
-            keep = np.zeros(edges.size, dtype=bool)
-            keep[candidates[np.isin(code, code[kept])]] = True
+            keep_runs = np.zeros(starts.size, dtype=bool)
+            keep_runs[candidates[kept]] = True
             if analyst is not None:
-                for name, r, used in ranked:
-                    self._cuts[(analyst, name)] = np.union1d(used, r[keep])
-        return keep
+                for (name, _), r, u in zip(spaces, run_cuts, used):
+                    self._cuts[(analyst, name)] = np.union1d(u, r[keep_runs])
+        return np.repeat(keep_runs, lengths)

@@ -156,15 +156,18 @@ def reference_cdf(ctx: CallContext, reference: np.ndarray, p: np.ndarray, x: np.
     """
     if not ctx.guard.rules.disclosure.coarsen_references:
         return _share_below(reference, x, ties)
-    values = np.unique(reference)
+    starts = np.flatnonzero(np.concatenate([[True], reference[1:] != reference[:-1]]))  # reference is sorted
+    values = reference[starts]
     delta = 1e-9 * max(values[-1] - values[0], 1.0)
     if values.size > 1:
         delta = min(delta, float(np.diff(values).min()) / 4)
     delta = max(delta, 4 * float(np.spacing(np.max(np.abs(values)))))
     # reference values closer than 4 delta (within a few ulps) count as one
-    values = values[np.concatenate([[True], np.diff(values) > 4 * delta])]
+    starts = starts[np.concatenate([[True], np.diff(values) > 4 * delta])]
+    values = reference[starts]
+    ends = np.append(starts[1:], reference.size)
     edges = np.column_stack([values - delta, values + delta]).ravel()
-    cdf = np.column_stack([_share_below(reference, values, 0.0), _share_below(reference, values, 1.0)]).ravel()
+    cdf = np.column_stack([starts, ends]).ravel() / reference.size  # share below, share up to each value
     keep = ctx.guard.reference_edges(p, edges, root)
     return np.interp(x, edges[keep], cdf[keep])
 
