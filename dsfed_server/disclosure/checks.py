@@ -130,7 +130,8 @@ class Guard:
                                    "use subsets that differ from each other by more rows, or the full table")
         return rows
 
-    def reference_edges(self, p: np.ndarray, edges: np.ndarray, root: tuple[str, np.ndarray] | None = None
+    def reference_edges(self, p: np.ndarray, edges: np.ndarray,
+                        root: tuple[str, np.ndarray | None] | None = None, x_sorted: np.ndarray | None = None
                         ) -> np.ndarray:
         """Which edges of an analyst's reference CDF this site evaluates at its scores ``p``:
         coarsened so that, with every reference the analyst used before on these scores (and on
@@ -143,7 +144,7 @@ class Guard:
             return np.ones(np.size(edges), dtype=bool)
         history = self.cuts if self.cuts is not None else CutHistory()
         analyst = self.scope.analyst if self.scope is not None else None
-        result = history.coarsen(analyst, p, np.asarray(edges, dtype=float), self.q, root)
+        result = history.coarsen(analyst, p, np.asarray(edges, dtype=float), self.q, root, x_sorted)
         if isinstance(result, str):
             raise self._refuse(result, "disclosure.coarsen_references", "use a reference range that covers every score")
         return result

@@ -70,21 +70,30 @@ def _greedy(ranks: list[np.ndarray], q: int) -> list[int] | None:
     holds, in every space, 0 or at least q records and not 0 in all; the last bin merged
     backwards if it is short. None if even one bin from the first to the last edge is short."""
     last = ranks[0].size - 1
-    zero_end = [np.searchsorted(r, r, "right") for r in ranks]  # from here on the gap is > 0
-    q_start = [np.searchsorted(r, r + q, "left") for r in ranks]  # from here on the gap is >= q
+    # per position, in each space: from zero_end on the gap is > 0, from q_start on it is >= q
+    zero_end = [np.searchsorted(r, r, "right").tolist() for r in ranks]
+    q_start = [np.searchsorted(r, r + q, "left").tolist() for r in ranks]
     kept = [0]
-    while True:
-        i = kept[-1]
-        k = min(int(z[i]) for z in zero_end)
-        moved = True
-        while moved:  # the first k outside every space's forbidden stretch [zero_end, q_start)
-            moved = False
-            for z, g in zip(zero_end, q_start):
-                if z[i] <= k < g[i]:
-                    k, moved = int(g[i]), True
-        if k >= last:
-            break
-        kept.append(k)
+    if len(ranks) == 1:  # one space: the next edge is the first one q records on
+        step, k = q_start[0], q_start[0][0]
+        while k < last:
+            kept.append(k)
+            k = step[k]
+    else:
+        bounds = list(zip(zero_end, q_start))
+        i = 0
+        while True:
+            k = min(z[i] for z in zero_end)
+            moved = True
+            while moved:  # the first k outside every space's forbidden stretch [zero_end, q_start)
+                moved = False
+                for z, g in bounds:
+                    if z[i] <= k < g[i]:
+                        k, moved = g[i], True
+            if k >= last:
+                break
+            kept.append(k)
+            i = k
     while len(kept) > 1 and not _allowed(ranks, kept[-1], last, q):
         kept.pop()
     if not _allowed(ranks, kept[-1], last, q):
@@ -109,19 +118,21 @@ class CutHistory:
         self._lock = threading.Lock()
 
     def coarsen(self, analyst: str | None, p: np.ndarray, edges: np.ndarray, q: int,
-                root: tuple[str, np.ndarray] | None = None) -> np.ndarray | str:
+                root: tuple[str, np.ndarray | None] | None = None, x_sorted: np.ndarray | None = None
+                ) -> np.ndarray | str:
         """The mask of ``edges`` to keep (end edges always kept), or the reason to refuse.
 
-        ``p`` are the scores summed over; ``root`` names the table column they come from and
-        holds its values: cuts are then also checked against earlier cuts of that column."""
+        ``p`` are the scores summed over (``x_sorted``: the same, sorted, if the caller has it);
+        ``root`` names the table column they come from and holds its values (None: ``p`` is the
+        whole column): cuts are then also checked against earlier cuts of that column."""
         if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
             return "the reference's edges must be finite and strictly increasing"
-        x = np.sort(p)
-        spaces = [(ordering_key(p), x)]
-        if root is not None:
-            column = np.sort(root[1])
-            whole = column.size == x.size and np.array_equal(column, x)  # the whole column: one space
-            spaces = [(f"column:{root[0]}", x)] if whole else spaces + [(f"column:{root[0]}", column)]
+        x = np.sort(p) if x_sorted is None else x_sorted
+        column = None if root is None or root[1] is None else np.sort(root[1])
+        if root is not None and (root[1] is None or (column.size == x.size and np.array_equal(column, x))):
+            spaces = [(f"column:{root[0]}", x)]  # the whole column: one space
+        else:
+            spaces = [(ordering_key(p), x)] + ([] if column is None else [(f"column:{root[0]}", column)])
         cuts = [_cuts(values, edges) for _, values in spaces]
         # runs of edges with the same cuts in every space: no record lies between them
         code = np.zeros(edges.size, dtype=np.int64)

@@ -124,9 +124,10 @@ def _share_below(reference: np.ndarray, x: np.ndarray, ties: float) -> np.ndarra
     return (less + ties * (np.searchsorted(reference, x, side="right") - less)) / reference.size
 
 
-def score_column(ctx: CallContext, score: pd.Series) -> tuple[str, np.ndarray] | None:
-    """The site table column a score vector is (a subset of), with all its values: reference cuts
-    are also kept against it, so a subset does not start a fresh cut history."""
+def score_column(ctx: CallContext, score: pd.Series) -> tuple[str, np.ndarray | None] | None:
+    """The site table column a score vector is (a subset of), with all its values (None when the
+    vector is the whole column, in order, without missing values): reference cuts are also kept
+    against it, so a subset does not start a fresh cut history."""
     rows = score.attrs.get(ROWS)
     if not isinstance(rows, Rows) or rows.index.size != len(score) or score.name is None:
         return None
@@ -137,25 +138,40 @@ def score_column(ctx: CallContext, score: pd.Series) -> tuple[str, np.ndarray] |
     if score.name not in frame.columns or not pd.api.types.is_numeric_dtype(frame[score.name]):
         return None
     column = frame[score.name].to_numpy(dtype=float)
+    values = numeric(score)
+    name = f"{rows.lineage}${score.name}"
+    if rows.index.size == column.size and np.array_equal(values, column) and not np.isnan(column).any():
+        return name, None  # the whole column (no missing value was dropped from the scores)
     if rows.index.size and (rows.index.max() >= column.size
-                            or not np.array_equal(column[rows.index], numeric(score), equal_nan=True)):
+                            or not np.array_equal(column[rows.index], values, equal_nan=True)):
         return None
-    return f"{rows.lineage}${score.name}", column[~np.isnan(column)]
+    return name, column[~np.isnan(column)]
 
 
-def reference_cdf(ctx: CallContext, reference: np.ndarray, p: np.ndarray, x: np.ndarray, ties: float,
+def reference_cdf(ctx: CallContext, table: pd.DataFrame, cls: int, p: np.ndarray, x: np.ndarray, ties: float,
                   root: tuple[str, np.ndarray] | None = None) -> np.ndarray:
-    """Seed 000's step function :func:`_share_below` at x, as the site's rules let it be evaluated.
+    """Seed 000's step function :func:`_share_below` of the class-``cls`` reference scores in
+    ``table`` at x, as the site's rules let it be evaluated.
 
     With ``disclosure.coarsen_references`` the step function is written as a piecewise-linear
-    CDF with edges just below and above each distinct reference value (exactly the step, ties
-    getting their share at the value itself), and the site keeps only the edges
+    CDF with edges just below and above each distinct reference value (exactly the step; a
+    score equal to a reference value gets half of its share), and the site keeps only the edges
     :meth:`Guard.reference_edges` allows: a crafted reference cannot put a step between two of
     this site's records closer than q (``disclosure/cuts.py``). ``p`` are all the site's scores,
-    ``root`` the table column they come from (:func:`score_column`).
+    ``root`` the table column they come from (:func:`score_column`). The kept CDF is built once
+    per session for a reference and scores (placement sums and ROC-GLM data share it).
     """
+    reference = _reference(table, cls)
     if not ctx.guard.rules.disclosure.coarsen_references:
         return _share_below(reference, x, ties)
+    edges, cdf = ctx.session.memo(("reference_cdf", cls, content_digest(p)), table,
+                                  lambda: _coarsened_step(ctx, reference, p, root))
+    return np.interp(x, edges, cdf)
+
+
+def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root: tuple[str, np.ndarray] | None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The edges and CDF values of :func:`reference_cdf`'s piecewise-linear step, coarsened."""
     starts = np.flatnonzero(np.concatenate([[True], reference[1:] != reference[:-1]]))  # reference is sorted
     values = reference[starts]
     delta = 1e-9 * max(values[-1] - values[0], 1.0)
@@ -166,10 +182,18 @@ def reference_cdf(ctx: CallContext, reference: np.ndarray, p: np.ndarray, x: np.
     starts = starts[np.concatenate([[True], np.diff(values) > 4 * delta])]
     values = reference[starts]
     ends = np.append(starts[1:], reference.size)
+    # between two neighbouring site scores only the first and the last reference value matter (the
+    # step is flat at every site score in between); values tied with a site score stay
+    x_sorted = np.sort(p)
+    gap = np.searchsorted(x_sorted, values, "left")
+    tied = x_sorted[np.minimum(gap, x_sorted.size - 1)] == values
+    change = gap[1:] != gap[:-1]
+    useful = tied | np.concatenate([[True], change]) | np.concatenate([change, [True]])
+    values, starts, ends = values[useful], starts[useful], ends[useful]
     edges = np.column_stack([values - delta, values + delta]).ravel()
     cdf = np.column_stack([starts, ends]).ravel() / reference.size  # share below, share up to each value
-    keep = ctx.guard.reference_edges(p, edges, root)
-    return np.interp(x, edges[keep], cdf[keep])
+    keep = ctx.guard.reference_edges(p, edges, root, x_sorted)
+    return edges[keep], cdf[keep]
 
 
 @register(
@@ -193,9 +217,9 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     "delong")`` when the references are the exact pooled scores).
     """
     y, p = outcome_and_score(ctx, truth, score)
-    neg, pos, root = _reference(reference, 0), _reference(reference, 1), score_column(ctx, score)
-    v10 = reference_cdf(ctx, neg, p, np.sort(p[y == 1]), 0.5, root)
-    v01 = 1.0 - reference_cdf(ctx, pos, p, np.sort(p[y == 0]), 0.5, root)
+    root = score_column(ctx, score)
+    v10 = reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 0.5, root)
+    v01 = 1.0 - reference_cdf(ctx, reference, 1, p, np.sort(p[y == 0]), 0.5, root)
     return placement_sums_result(v10, v01)
 
 
@@ -230,7 +254,7 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     for a weighted probit regression ``u ~ x``. The table stays on the site.
     """
     y, p = outcome_and_score(ctx, truth, score)
-    pv = 1.0 - reference_cdf(ctx, _reference(reference, 0), p, np.sort(p[y == 1]), 1.0, score_column(ctx, score))
+    pv = 1.0 - reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, score_column(ctx, score))
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
     x = stats.norm.ppf(t)
