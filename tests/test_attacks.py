@@ -488,21 +488,29 @@ def test_crafted_two_edge_references_are_refused(site):
     x = np.sort(frame.score.to_numpy())
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
     n0 = int((frame.y == 0).sum())
+    pairs, rules = _step_pairs_released(provisioned, services, x, targets, "histPlacementSumsDS",
+                                        lambda t: Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
+    assert len(targets) > 40 and pairs == 0
+    assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
+
+
+def _step_pairs_released(provisioned, services, x, targets, function, reference):
+    """The attacker's loop: for each target record, a step reference just below and one just above
+    it, then ``function``; how many pairs got both sums released, and the rules that refused."""
     pairs, rules = 0, set()
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
         for k in targets:
             released = 0
             for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
-                s.assign("R", Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
+                s.assign("R", reference(t))
                 try:
-                    s.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))
+                    s.aggregate(function, Ref("D$y"), Ref("D$score"), Ref("R"))
                     released += 1
                 except FederatedCallError as exc:
                     rules.add((exc.failures["a"].type, exc.failures["a"].rule))
             pairs += released == 2
-    assert len(targets) > 40 and pairs == 0
-    assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
+    return pairs, rules
 
 
 def test_crafted_reference_scores_cannot_read_a_label(site):
@@ -517,19 +525,8 @@ def test_crafted_reference_scores_cannot_read_a_label(site):
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
     exact = [_step_sum(pos, (x[k - 1] + x[k]) / 2) - _step_sum(pos, (x[k] + x[k + 1]) / 2) for k in targets]
     np.testing.assert_array_equal(exact, labels[targets])  # the attack works on exact sums
-    pairs, rules = 0, set()
-    with inprocess_builder(provisioned, services).login() as s:
-        s.assign_table("D", "P.t")
-        for k in targets:
-            released = 0
-            for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
-                s.assign("R", Call("referenceScoresDS", [t], [0.5]))
-                try:
-                    s.aggregate("placementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))
-                    released += 1
-                except FederatedCallError as exc:
-                    rules.add((exc.failures["a"].type, exc.failures["a"].rule))
-            pairs += released == 2
+    pairs, rules = _step_pairs_released(provisioned, services, x, targets, "placementSumsDS",
+                                        lambda t: Call("referenceScoresDS", [t], [0.5]))
     assert len(targets) > 40 and pairs == 0
     assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
 
