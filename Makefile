@@ -10,6 +10,7 @@ BIN     = $(VENV)/bin
 .PHONY: demo test venv r-deps browser-deps clean
 
 $(BIN)/python:
+	$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/apt-install.sh "Python virtualenvs" python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 

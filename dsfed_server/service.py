@@ -359,11 +359,8 @@ class SiteService:
             if request.secure is not None:
                 with session.lock, self._scope(user, session, record) as scope:
                     return self._secure_aggregate(user, session, spec, node, request, scope, record)
-            if spec.secure_sum is not None and self._rules(session).secure_aggregation.require:
-                raise DisclosureRefusal(
-                    f"{spec.name} is released at this site only as a secure sum over sites",
-                    rule="secure_aggregation.require",
-                    hint="ask with the secure option (dsfed: FederatedSession.secure_sum)")
+            if spec.secure_sum is not None:
+                secure_sum.check_plain_release(spec.name, self._rules(session).secure_aggregation)
             with session.lock, self._scope(user, session, record):
                 result = jsonable(self._invoke(session, node))
             if shape == "opal":
@@ -390,16 +387,8 @@ class SiteService:
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {round_id[:8]}, step {step}]"
-        result = jsonable(self._invoke(session, node, noise_share=1.0 / min(rules.honest_sites, len(keys))))
-        pinned = self.ledger.pin_peers(user.name, scope.sources, keys)
-        other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
-        if other:
-            table, peers = next(iter(other.items()))
-            raise DisclosureRefusal(
-                f"secure sums on {table} for {user.name} go over the sites {peers}; a sum over another set of "
-                f"sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
-                rule="secure_aggregation.min_sites",
-                hint="ask with the same sites as before (retry once the missing site is back)")
+        result = jsonable(self._invoke(session, node, noise_share=secure_sum.noise_share(rules, len(keys))))
+        secure_sum.check_peer_set(self.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name, rules)
         call = definition(canonical_call(request), session, scope)
         return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.name,
                                         rnd=rnd, keys=keys, step=step, frac_bits=frac_bits, call=call)

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, interpolate, optimize, stats
 
-from dsfed_client.analyses.discrimination import logit_ci, wald_ci
+from dsfed_client.analyses.discrimination import AUCIntervals, logit_ci
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref, decode_f64
 from dsfed_client.session import FederatedSession
@@ -431,7 +431,7 @@ class HistogramROCGLM:
 
 
 @dataclass(frozen=True, eq=False)
-class HistogramAUC:
+class HistogramAUC(AUCIntervals):
     """Empirical AUC with DeLong variance from placement values against histogram CDFs.
 
     ``auc`` averages the two placement estimates: :math:`\\bar V_{10}` rests on the negatives'
@@ -450,15 +450,6 @@ class HistogramAUC:
     noise_off: bool
     roc_glm: HistogramROCGLM | None
     histograms: ScoreHistograms = field(repr=False)
-
-    @property
-    def ci_delong(self) -> tuple[float, float]:
-        return wald_ci(self.auc, self.variance, self.alpha)
-
-    @property
-    def ci_logit(self) -> tuple[float, float]:
-        """Seed 000 eq. (3)."""
-        return logit_ci(self.auc, self.variance, self.alpha)
 
     def plot(self, ax: Any = None) -> Any:
         """The ROC-GLM fitted on the histogram placement values (its CI in the legend) over the ROC

@@ -88,8 +88,26 @@ def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
     return float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
 
 
+class AUCIntervals:
+    """The two intervals of an AUC result with ``auc``, ``variance`` (DeLong) and ``alpha``."""
+
+    auc: float
+    variance: float
+    alpha: float
+
+    @property
+    def ci_delong(self) -> tuple[float, float]:
+        """Wald interval (pROC's ``ci.auc(method = "delong")``)."""
+        return wald_ci(self.auc, self.variance, self.alpha)
+
+    @property
+    def ci_logit(self) -> tuple[float, float]:
+        """Seed 000 eq. (3)."""
+        return logit_ci(self.auc, self.variance, self.alpha)
+
+
 @dataclass(frozen=True)
-class EmpiricalAUC:
+class EmpiricalAUC(AUCIntervals):
     """Empirical AUC with its DeLong variance (seed 000 eqs. 1-2; DeLong et al. 1988)."""
 
     auc: float
@@ -100,14 +118,6 @@ class EmpiricalAUC:
     noise_off: bool
     approximation_error: float  # 0 when exact; else an estimate of the noise-induced error
     reference: NoisyReference | None = field(default=None, repr=False, compare=False)  # for plot()
-
-    @property
-    def ci_delong(self) -> tuple[float, float]:
-        return wald_ci(self.auc, self.variance, self.alpha)
-
-    @property
-    def ci_logit(self) -> tuple[float, float]:
-        return logit_ci(self.auc, self.variance, self.alpha)
 
     def to_dict(self) -> dict[str, Any]:
         return {

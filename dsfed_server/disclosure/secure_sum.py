@@ -51,6 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from dsfed_server.disclosure.rules import SecureAggregation
 from dsfed_server.errors import CallError, DisclosureRefusal
 
 ROUND_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -69,7 +70,8 @@ def _unb64(text: Any, what: str, size: int) -> bytes:
     except (ValueError, TypeError):
         data = b""
     if len(data) != size:
-        raise CallError(f"secure aggregation: {what} must be {size} bytes in base64")
+        raise CallError(f"secure aggregation: {what} must be {size} bytes in base64",
+                        hint="relay every site's secureKeyDS answer for the round, unchanged")
     return data
 
 
@@ -141,12 +143,14 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
                   ) -> dict[str, bytes]:
     """The roster's X25519 keys by site name, after every check of step 2 (module docstring)."""
     if not isinstance(roster, list) or not all(isinstance(e, dict) for e in roster):
-        raise CallError("secure aggregation: the roster must be a list of {site, key, signature}")
+        raise CallError("secure aggregation: the roster must be a list of {site, key, signature}",
+                        hint="relay every site's secureKeyDS answer for the round, unchanged")
     keys: dict[str, bytes] = {}
     for entry in roster:
         name = entry.get("site")
         if not isinstance(name, str) or name in keys:
-            raise CallError(f"secure aggregation: roster entry {name!r} is missing a name or repeated")
+            raise CallError(f"secure aggregation: roster entry {name!r} is missing a name or repeated",
+                            hint="relay every site's secureKeyDS answer for the round once, unchanged")
         public = _unb64(entry.get("key"), f"the key of {name}", 32)
         signature = _unb64(entry.get("signature"), f"the signature of {name}", 64)
         if name == site:
@@ -168,7 +172,8 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
                     hint="relay every site's secureKeyDS answer for this round unchanged") from None
         keys[name] = public
     if site not in keys:
-        raise CallError("secure aggregation: this site is not in the roster")
+        raise CallError("secure aggregation: this site is not in the roster",
+                        hint="include this site's secureKeyDS answer for the round in the roster")
     if len(keys) < min_sites:
         raise DisclosureRefusal(
             f"a secure sum over {len(keys)} sites; this site takes part in sums over at least {min_sites}",
@@ -181,12 +186,40 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
     return keys
 
 
+def check_plain_release(function: str, rules: SecureAggregation) -> None:
+    """``secure_aggregation.require``: a function offering secure sums is not released per site."""
+    if rules.require:
+        raise DisclosureRefusal(
+            f"{function} is released at this site only as a secure sum over sites",
+            rule="secure_aggregation.require", hint="ask with the secure option (dsfed: FederatedSession.secure_sum)")
+
+
+def check_peer_set(pinned: dict[str, str], keys: dict[str, bytes], analyst: str, rules: SecureAggregation) -> None:
+    """One set of peers per analyst x table (``pinned``: the set recorded for each table the call
+    read): the difference of sums over two site sets would isolate fewer than min_sites sites."""
+    other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
+    if other:
+        table, peers = next(iter(other.items()))
+        raise DisclosureRefusal(
+            f"secure sums on {table} for {analyst} go over the sites {peers}; a sum over another set of "
+            f"sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
+            rule="secure_aggregation.min_sites",
+            hint="ask with the same sites as before (retry once the missing site is back)")
+
+
+def noise_share(rules: SecureAggregation, n_sites: int) -> float:
+    """This site's share of its DP noise variance in a secure sum over ``n_sites`` sites:
+    1 / min(honest_sites, n_sites) (``secure_aggregation.honest_sites``)."""
+    return 1.0 / min(rules.honest_sites, n_sites)
+
+
 # --- fixed point and masks --------------------------------------------------------------------
 
 
 def check_frac_bits(frac_bits: Any) -> int:
     if not isinstance(frac_bits, int) or isinstance(frac_bits, bool) or not 0 <= frac_bits <= MAX_FRAC_BITS:
-        raise CallError(f"secure aggregation: frac_bits must be an integer in 0..{MAX_FRAC_BITS}")
+        raise CallError(f"secure aggregation: frac_bits must be an integer in 0..{MAX_FRAC_BITS}",
+                        hint="omit frac_bits for the default 24")
     return frac_bits
 
 
@@ -229,7 +262,8 @@ def mask(site: str, rnd: Round, keys: dict[str, bytes], step: int, call: bytes, 
 
 def use_step(rnd: Round, step: Any) -> int:
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63:
-        raise CallError("secure aggregation: step must be a non-negative integer")
+        raise CallError("secure aggregation: step must be a non-negative integer",
+                        hint="number the secure calls of a round 1, 2, 3, ...")
     if step in rnd.used_steps:
         raise CallError(f"secure aggregation: step {step} of round {rnd.round_id} was already used",
                         hint="each secure call of a round takes a new step number")
@@ -257,7 +291,9 @@ def _field_array(value: Any, name: str) -> tuple[np.ndarray, dict[str, Any]]:
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
-        raise CallError(f"secure aggregation: result field {name} is not numeric") from None
+        raise CallError(f"secure aggregation: result field {name} is not a vector of numbers here",
+                        hint="under these rules the function's result cannot be summed securely (e.g. exact "
+                             "histograms with noise off); ask without the secure option") from None
     return arr.ravel(), {"shape": list(arr.shape)}
 
 

@@ -35,13 +35,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.errors import CallError
 from dsfed_server.functions.validation import (
-    PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, score_column,
+    PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, roc_glm_table, score_column,
 )
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -242,11 +241,5 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
     y, p = outcome_and_score(ctx, truth, score)
-    pv = np.sort(1.0 - _cdf(site_reference(ctx, reference, p, score), "neg", p[y == 1], within_bin))
-    t = np.arange(1, thresholds + 1) / (thresholds + 1)
-    ones = np.searchsorted(pv, t, side="right")
-    return pd.DataFrame({
-        "u": np.tile([0, 1], thresholds).astype(np.int64),
-        "x": np.repeat(stats.norm.ppf(t), 2),
-        "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
-    })
+    return roc_glm_table(1.0 - _cdf(site_reference(ctx, reference, p, score), "neg", p[y == 1], within_bin),
+                         thresholds)

@@ -255,12 +255,18 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     """
     y, p = outcome_and_score(ctx, truth, score)
     pv = 1.0 - reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, score_column(ctx, score))
+    return roc_glm_table(pv, thresholds)
+
+
+def roc_glm_table(pv: np.ndarray, thresholds: int) -> pd.DataFrame:
+    """Seed 000's ROC-GLM rows from the positives' placement values: thresholds
+    :math:`t_j = j/(n_T+1)`, responses :math:`u_{ij} = 1(PV_i \\le t_j)` aggregated as
+    ``(u, x = \\Phi^{-1}(t_j), w = count)``."""
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
-    x = stats.norm.ppf(t)
     return pd.DataFrame({
         "u": np.tile([0, 1], thresholds).astype(np.int64),
-        "x": np.repeat(x, 2),
+        "x": np.repeat(stats.norm.ppf(t), 2),
         "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
     })
 
