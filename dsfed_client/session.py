@@ -157,6 +157,14 @@ class FederatedSession:
                                  "even without fraction bits; nothing was returned")
             frac_bits = max(0, frac_bits - 12)
 
+    def sum_fields(self, function: str, *args: Any, secure: bool = False, **kwargs: Any) -> dict[str, float]:
+        """An aggregate whose result is a set of additive numbers, summed over the sites: by the
+        analyst from every site's answer, or (``secure``) as a secure sum (:meth:`secure_sum`)."""
+        if secure:
+            return {k: float(v) for k, v in self.secure_sum(function, *args, **kwargs).values.items()}
+        results = self.aggregate(function, *args, **kwargs)
+        return {k: float(sum(r[k] for r in results.values())) for k in next(iter(results.values()))}
+
     def aggregate_expr(self, expr: str) -> SiteResults:
         """Run DataSHIELD call text at every site: ``aggregate_expr("meanDS(D$age)")``."""
         function = expr.split("(", 1)[0].strip()

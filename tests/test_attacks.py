@@ -488,36 +488,38 @@ def test_crafted_two_edge_references_are_refused(site):
     x = np.sort(frame.score.to_numpy())
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
     n0 = int((frame.y == 0).sum())
-    pairs, rules = _step_pairs_released(provisioned, services, x, targets, "histPlacementSumsDS",
-                                        lambda t: Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
-    assert len(targets) > 40 and pairs == 0
+    pairs, rules = _step_pairs(provisioned, services, x, targets, "histPlacementSumsDS",
+                               lambda t: Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
+    assert len(targets) > 40 and all(None in pair for pair in pairs)
     assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
 
 
-def _step_pairs_released(provisioned, services, x, targets, function, reference):
+def _step_pairs(provisioned, services, x, targets, function, reference):
     """The attacker's loop: for each target record, a step reference just below and one just above
-    it, then ``function``; how many pairs got both sums released, and the rules that refused."""
-    pairs, rules = 0, set()
+    it, then ``function``: per target the two ``sum_v10`` released (None where refused), and the
+    rules that refused."""
+    pairs, rules = [], set()
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
         for k in targets:
-            released = 0
+            sums = []
             for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
                 s.assign("R", reference(t))
                 try:
-                    s.aggregate(function, Ref("D$y"), Ref("D$score"), Ref("R"))
-                    released += 1
+                    sums.append(s.aggregate(function, Ref("D$y"), Ref("D$score"), Ref("R"))["a"]["sum_v10"])
                 except FederatedCallError as exc:
+                    sums.append(None)
                     rules.add((exc.failures["a"].type, exc.failures["a"].rule))
-            pairs += released == 2
+            pairs.append(sums)
     return pairs, rules
 
 
 def test_crafted_reference_scores_cannot_read_a_label(site):
     """The same attack through seed 000's placement sums (found in review): referenceScoresDS
     with a single negative reference score t makes placementSumsDS count the positives above t.
-    Exactly computed, two such sums around one record give its label; through dsfed the second
-    reference of every pair is refused (rule disclosure.coarsen_references)."""
+    Exactly computed, two such sums around one record give its label; through dsfed the site
+    keeps the step of at most one reference of every pair (rule disclosure.coarsen_references):
+    no pair of released sums is the pair of exact counts the attack needs."""
     provisioned, services, frame = site
     x = np.sort(frame.score.to_numpy())
     labels = frame.y.to_numpy()[np.argsort(frame.score.to_numpy(), kind="stable")]
@@ -525,10 +527,13 @@ def test_crafted_reference_scores_cannot_read_a_label(site):
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
     exact = [_step_sum(pos, (x[k - 1] + x[k]) / 2) - _step_sum(pos, (x[k] + x[k + 1]) / 2) for k in targets]
     np.testing.assert_array_equal(exact, labels[targets])  # the attack works on exact sums
-    pairs, rules = _step_pairs_released(provisioned, services, x, targets, "placementSumsDS",
-                                        lambda t: Call("referenceScoresDS", [t], [0.5]))
-    assert len(targets) > 40 and pairs == 0
-    assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
+    pairs, _ = _step_pairs(provisioned, services, x, targets, "placementSumsDS",
+                           lambda t: Call("referenceScoresDS", [t], [0.5]))
+    counts = [(_step_sum(pos, (x[k - 1] + x[k]) / 2), _step_sum(pos, (x[k] + x[k + 1]) / 2)) for k in targets]
+    assert len(targets) > 40
+    assert not any(np.allclose(pair, count, rtol=0, atol=1e-9) for pair, count in zip(pairs, counts))
+    guesses = [round(a - b) if None not in (a, b) else None for a, b in pairs]
+    assert guesses != list(labels[targets])
 
 
 def test_crafted_reference_on_a_subset_cannot_read_a_label(site):
@@ -574,3 +579,16 @@ def test_reference_scores_closer_than_any_margin_are_evaluated(site):
     pos = frame.score[frame.y == 1].to_numpy()
     # 400 evenly spread negatives: the placement values are (nearly) the positives' scores
     assert got["n1"] == pos.size and abs(got["sum_v10"] - pos.sum()) < 0.02 * pos.size
+
+
+def test_reference_scores_need_not_cover_every_record(site):
+    """Honest noisy reference scores may start above a few of the site's lowest scores (found when
+    a report run was refused): the site interpolates over them instead of refusing."""
+    provisioned, services, frame = site
+    x = np.sort(frame.score.to_numpy())
+    neg = np.linspace((x[1] + x[2]) / 2, 1.0, 300)  # two site records lie below every reference score
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "P.t")
+        s.assign("R", Call("referenceScoresDS", neg.tolist(), np.linspace(0.0, 1.0, 300).tolist()))
+        got = s.aggregate("placementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))["a"]
+    assert got["n1"] == int(frame.y.sum()) and 0 < got["sum_v10"] < got["n1"]

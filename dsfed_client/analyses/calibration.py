@@ -79,11 +79,7 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
     """:math:`BS = n^{-1}\\sum_k \\sum_i (y_i - p_i)^2`;
     :math:`z = \\sum (y-p)(1-2p) / \\sqrt{\\sum (1-2p)^2 p(1-p)}` (``rms::val.prob``'s S:z).
     ``secure``: the sums arrive as secure sums over sites (no site's own sums are seen)."""
-    if secure:
-        total = {k: float(v) for k, v in session.secure_sum("brierDS", Ref(truth), Ref(score)).values.items()}
-    else:
-        r = session.aggregate("brierDS", Ref(truth), Ref(score))
-        total = {k: sum(float(v[k]) for v in r.values()) for k in next(iter(r.values()))}
+    total = session.sum_fields("brierDS", Ref(truth), Ref(score), secure=secure)
     n = int(total["n"])
     return Brier(
         brier=total["sum_sq"] / n,

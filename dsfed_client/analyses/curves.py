@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import integrate, interpolate, optimize, stats
 
-from dsfed_client.analyses.discrimination import AUCIntervals, logit_ci
+from dsfed_client.analyses.discrimination import AUCIntervals, logit_ci, placement_moments
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref, decode_f64
 from dsfed_client.session import FederatedSession
@@ -560,19 +560,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=secure,
                                              **histogram_options)
     store_reference(session, hist)
-    args = (Ref(truth), Ref(score), Ref(HIST_REFERENCE))
-    if secure:
-        s = session.secure_sum("histPlacementSumsDS", *args, within_bin=within_bin)
-        total = {k: float(v) for k, v in s.values.items()}
-    else:
-        sums = session.aggregate("histPlacementSumsDS", *args, within_bin=within_bin)
-        total = {k: float(sum(r[k] for r in sums.values())) for k in next(iter(sums.values()))}
-    n1, n0 = int(round(total["n1"])), int(round(total["n0"]))
-    m10, m01 = total["sum_v10"] / n1, total["sum_v01"] / n0
-    var10 = (total["sumsq_v10"] - n1 * m10**2) / (n1 - 1)
-    var01 = (total["sumsq_v01"] - n0 * m01**2) / (n0 - 1)
-    variance = float(var10 / n1 + var01 / n0)
-    auc = float(np.clip((m10 + m01) / 2, 0.0, 1.0))
+    total = session.sum_fields("histPlacementSumsDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
+                               within_bin=within_bin, secure=secure)
+    m = placement_moments(total)
+    auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
     fit = None
     if roc_glm:
         session.assign(HIST_ROC_DATA, Call("histRocGlmDataDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
@@ -582,6 +573,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
             glm = ds_glm(session, "u ~ x", HIST_ROC_DATA, family="binomial", link="probit", weights="w",
                          secure=secure)
         a, b = (float(v) for v in glm.params)
-        fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), variance, alpha, n_thresholds,
-                              glm)
-    return HistogramAUC(auc, float(m10), float(m01), variance, alpha, n1, n0, within_bin, hist.noise_off, fit, hist)
+        fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), m.variance, alpha,
+                              n_thresholds, glm)
+    return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
+                        hist)

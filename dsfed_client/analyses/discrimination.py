@@ -179,6 +179,27 @@ def _text_table(title: str, rows: list[tuple[str, str]]) -> str:
     return "\n".join(lines + ["=" * width]) + "\n"
 
 
+@dataclass(frozen=True)
+class PlacementMoments:
+    """Pooled placement values (seed 000 eqs. 1-2; DeLong 1988): class sizes, the means of
+    :math:`V_{10}` and :math:`V_{01}`, and :math:`s^2(V_{10})/n_1 + s^2(V_{01})/n_0`."""
+
+    n1: int
+    n0: int
+    mean10: float
+    mean01: float
+    variance: float
+
+
+def placement_moments(total: dict[str, float]) -> PlacementMoments:
+    """The moments from the sites' summed counts, sums and sums of squares of placement values."""
+    n1, n0 = int(round(total["n1"])), int(round(total["n0"]))
+    m10, m01 = total["sum_v10"] / n1, total["sum_v01"] / n0
+    var10 = (total["sumsq_v10"] - n1 * m10**2) / (n1 - 1)
+    var01 = (total["sumsq_v01"] - n0 * m01**2) / (n0 - 1)
+    return PlacementMoments(n1, n0, float(m10), float(m01), float(var10 / n1 + var01 / n0))
+
+
 def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
            reference: NoisyReference | None = None) -> EmpiricalAUC:
     """Empirical AUC and DeLong variance from the sites' placement-value sums.
@@ -192,15 +213,9 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     once-noised AUC estimates the bias of the latter.
     """
     ref = reference or pooled_noisy_scores(session, truth, score)
-    sums = session.aggregate("placementSumsDS", Ref(truth), Ref(score), Ref(REFERENCE))
-    n1 = sum(int(r["n1"]) for r in sums.values())
-    n0 = sum(int(r["n0"]) for r in sums.values())
-    auc = sum(r["sum_v10"] for r in sums.values()) / n1
-    mean01 = sum(r["sum_v01"] for r in sums.values()) / n0
-    var10 = (sum(r["sumsq_v10"] for r in sums.values()) - n1 * auc**2) / (n1 - 1)
-    var01 = (sum(r["sumsq_v01"] for r in sums.values()) - n0 * mean01**2) / (n0 - 1)
-    error = 0.0 if ref.noise_off else abs(_auc_between(ref.positives, ref.negatives) - auc)
-    return EmpiricalAUC(float(auc), float(var10 / n1 + var01 / n0), alpha, n1, n0, ref.noise_off, error, ref)
+    m = placement_moments(session.sum_fields("placementSumsDS", Ref(truth), Ref(score), Ref(REFERENCE)))
+    error = 0.0 if ref.noise_off else abs(_auc_between(ref.positives, ref.negatives) - m.mean10)
+    return EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, ref.noise_off, error, ref)
 
 
 @dataclass(frozen=True)

@@ -190,8 +190,12 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
     change = gap[1:] != gap[:-1]
     useful = tied | np.concatenate([[True], change]) | np.concatenate([change, [True]])
     values, starts, ends = values[useful], starts[useful], ends[useful]
-    edges = np.column_stack([values - delta, values + delta]).ravel()
-    cdf = np.column_stack([starts, ends]).ravel() / reference.size  # share below, share up to each value
+    # anchors far outside the reference (0 below, 1 above), so that the step's own ends are inner
+    # edges the site may drop: a few of its records beyond the reference's range are no reason to refuse
+    margin = values[-1] - values[0] + 1.0
+    edges = np.concatenate([[values[0] - margin], np.column_stack([values - delta, values + delta]).ravel(),
+                            [values[-1] + margin]])
+    cdf = np.concatenate([[0.0], np.column_stack([starts, ends]).ravel() / reference.size, [1.0]])
     keep = ctx.guard.reference_edges(p, edges, root, x_sorted)
     return edges[keep], cdf[keep]
 
