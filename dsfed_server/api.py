@@ -48,6 +48,7 @@ class RosterEntry(_Body):
     site: str
     round: str | None = None
     key: str
+    pooled: bool = False
     signature: str
 
 
@@ -57,6 +58,22 @@ class SecureOption(_Body):
     step: int = Field(ge=0, description="this call's step in the round; each step is used once")
     roster: list[RosterEntry] = Field(description="every site's secureKeyDS answer for the round, unchanged")
     frac_bits: int = Field(24, ge=0, le=40, description="fixed-point fraction bits of the masked values")
+    pooled: bool = Field(False, description="seal this site's counts and sums for the other sites (a pooled "
+                                            "release; release them with POST .../pooled)")
+
+
+class RelayEntry(_Body):
+    meta: dict[str, Any] = Field(description="what the sealing site declared about itself, unchanged")
+    sealed: dict[str, str] = Field(description="the sealing site's vector, sealed for each other site")
+
+
+class PooledBody(_Body):
+    round: str = Field(pattern=r"^[0-9a-f]{32}$", description="the round's id")
+    step: int = Field(ge=0, description="the step whose sealed vectors are relayed")
+    roster: list[RosterEntry] = Field(description="every site's secureKeyDS answer for the round, unchanged")
+    relay: dict[str, RelayEntry] = Field(description="every site's answer of the sealing call, by site name")
+    next_step: int | None = Field(None, ge=0, description="the step a protocol of several steps seals next, "
+                                                          "if it goes on (each step is used once)")
 
 
 class AggregateBody(CallBody):
@@ -177,6 +194,11 @@ def create_app(service: SiteService) -> FastAPI:
     @app.post("/v1/sessions/{sid}/aggregate")
     def aggregate(sid: str, body: AggregateBody, user: UserDep) -> dict[str, Any]:
         return {"result": service.aggregate(user, sid, body.request())}
+
+    @app.post("/v1/sessions/{sid}/pooled")
+    def pooled(sid: str, body: PooledBody, user: UserDep) -> dict[str, Any]:
+        """Release a pooled step: every site's sealed vector relayed, the pooled cells checked here."""
+        return {"result": service.release_pooled(user, sid, body.model_dump())}
 
     @app.post("/v1/sessions/{sid}/assign")
     def assign(sid: str, body: AssignBody, user: UserDep) -> dict[str, Any]:

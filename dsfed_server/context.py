@@ -37,6 +37,12 @@ class CallContext:
     def site(self) -> str:
         return self.service.name
 
+    @property
+    def pooled(self) -> bool:
+        """This call is the first step of a pooled release (:mod:`dsfed_server.disclosure.relay`):
+        what it returns is summed over the sites before anything is checked and released."""
+        return self.guard.deferred is not None
+
     def parse_reference(self, text: str) -> Node:
         """Read a string such as ``"D$age"`` as a reference to a workspace value."""
         node = parse(text, self.limits)

@@ -8,7 +8,7 @@ Rows with a missing value in any variable used are left out (R's ``na.omit``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,9 @@ class ModelFrame:
     weights: np.ndarray
     offset: np.ndarray
     n_total: int
+    # a factor covariate's dummy columns (main effects) and its levels, the reference first
+    factors: dict[str, list[int]] = field(default_factory=dict)
+    levels: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -75,8 +78,16 @@ def model_frame(
     n = int(complete.sum())
     if formula.intercept:
         columns.append(("(Intercept)", np.ones(n)))
+    factors: dict[str, list[int]] = {}
+    levels: dict[str, list[str]] = {}
     for term in formula.terms:
         parts = [_blocks(rows[v], v.split("$")[-1]) for v in term.variables]
+        if len(term.variables) == 1 and _is_factor(rows[term.variables[0]]):
+            name = term.variables[0].split("$")[-1]
+            factors[name] = list(range(len(columns), len(columns) + len(parts[0])))
+            cat = rows[term.variables[0]]
+            cat = cat if isinstance(cat.dtype, pd.CategoricalDtype) else cat.astype("category")
+            levels[name] = [str(c) for c in cat.cat.categories]
         combined = parts[0]
         for part in parts[1:]:
             combined = [(f"{a}:{b}", x * z) for a, x in combined for b, z in part]
@@ -89,4 +100,4 @@ def model_frame(
     if weights and np.any(w < 0):
         raise CallError("weights must be non-negative")
     o = rows[offset].to_numpy(dtype=float) if offset else np.zeros(n)
-    return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table))
+    return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table), factors, levels)

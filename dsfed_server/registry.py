@@ -78,6 +78,16 @@ class FunctionSpec:
     aliases: tuple[str, ...] = field(default=())
     opal_shape: Callable[[Any], Any] | None = None  # native JSON value -> R value (rvalues) for /ws
     secure_sum: SecureSum | None = None  # offered as a secure sum over sites (disclosure/secure_sum.py)
+    # the result is a set of cells (gate.Intervals / gate.Categories) that the release gate checks,
+    # per site or pooled over the sites (disclosure/gate.py); the implementation returns the declaration
+    cells: bool = False
+    # a protocol of several pooled steps (relay.PooledSteps) that runs only as a pooled release
+    pooled_only: bool = False
+
+    @property
+    def poolable(self) -> bool:
+        """Offered as a pooled release (disclosure/relay.py): cells, additive fields, or a protocol."""
+        return self.cells or self.pooled_only or self.secure_sum is not None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -88,6 +98,8 @@ class FunctionSpec:
             "checks": list(self.checks),
             "secure_sum": None if self.secure_sum is None else {
                 "fields": list(self.secure_sum.fields), "public": list(self.secure_sum.public)},
+            "cells": self.cells,
+            "pooled_only": self.pooled_only,
             "params": [
                 {
                     "name": p.name,
@@ -141,12 +153,16 @@ def register(
     backend: Lit["python", "R"] = "python",
     opal_shape: Callable[[Any], Any] | None = None,
     secure_sum: SecureSum | None = None,
+    cells: bool = False,
+    pooled_only: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator adding an implementation ``impl(ctx, **args)`` to the registry; its docstring is its doc.
 
     ``opal_shape`` maps the implementation's (JSON-ready) result to the R value
     dsBase returns, for the Opal-compatible front door; omit it when the plain
-    JSON reading already gives dsBase's shape.
+    JSON reading already gives dsBase's shape. ``cells``: the implementation returns a declaration
+    of cells (:mod:`dsfed_server.disclosure.gate`) and the release gate decides what leaves;
+    ``pooled_only``: a protocol of pooled steps, never released per site.
     """
 
     def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
@@ -161,6 +177,8 @@ def register(
                 backend=backend,
                 opal_shape=opal_shape,
                 secure_sum=secure_sum,
+                cells=cells,
+                pooled_only=pooled_only,
             )
         )
         return impl

@@ -35,7 +35,7 @@ from dsfed_server.disclosure.cuts import CutHistory
 from dsfed_server.disclosure.differencing import SubsetHistory
 from dsfed_server.disclosure.ledger import CallScope, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
-from dsfed_server.disclosure import secure_sum
+from dsfed_server.disclosure import gate, relay, secure_sum
 from dsfed_server.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, NotFound, SiteError,
 )
@@ -54,7 +54,7 @@ class CallRequest:
 
     text: str | None = None
     tree: dict | None = None
-    secure: dict | None = None  # secure-aggregation option: round, step, roster, frac_bits
+    secure: dict | None = None  # secure-aggregation option: round, step, roster, frac_bits, pooled
 
 
 def check_enabled(rules: Rules, rules_path: Path, registry: Registry) -> None:
@@ -295,21 +295,29 @@ class SiteService:
             )
         return spec
 
-    def _invoke(self, session: Session, call: Call, *, noise_share: float = 1.0) -> Any:
+    def _invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
+                deferred: list[tuple[str, int]] | None = None) -> Any:
+        """Run ``call``. A declaration of cells (:mod:`~dsfed_server.disclosure.gate`) goes through the
+        release gate per site; in a pooled release (``deferred``: the minimum counts to check on the
+        pooled counts) it is returned as it is, for the gate to release pooled."""
         spec = self._spec(call.function, session)
-        ctx = CallContext(self, session, spec.name, self._guard(spec.name, session, noise_share))
+        ctx = CallContext(self, session, spec.name, self._guard(spec.name, session, noise_share, deferred))
         try:
             bound = bind(spec, call.args, ctx)
             ctx.guard.check_analyst_data(spec.params, bound)
             args = {python_name(name): value for name, value in bound.items()}
-            return spec.impl(ctx, **args)
+            result = spec.impl(ctx, **args)
+            if isinstance(result, (gate.Intervals, gate.Categories)) and deferred is None:
+                return gate.release_local(result, ctx.guard.q)
+            return result
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
 
-    def _guard(self, function: str, session: Session | None = None, noise_share: float = 1.0) -> Guard:
+    def _guard(self, function: str, session: Session | None = None, noise_share: float = 1.0,
+               deferred: list[tuple[str, int]] | None = None) -> Guard:
         return Guard(self._rules(session), self.name, function, self.secret,
                      scope=session.scope if session is not None else None, subsets=self.subset_history,
-                     cuts=self.cut_history, noise_share=noise_share)
+                     cuts=self.cut_history, noise_share=noise_share, deferred=deferred)
 
     @contextmanager
     def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:
@@ -367,31 +375,156 @@ class SiteService:
                 result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
         return result
 
-    def _secure_aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call,
-                          request: CallRequest, scope: CallScope, record: dict) -> dict[str, Any]:
-        """Run ``node`` and release only its summable fields, masked for a secure sum
-        (:mod:`dsfed_server.disclosure.secure_sum`). The site's own rules apply to its
-        contribution before masking; DP noise is split as ``secure_aggregation.honest_sites`` says."""
-        if spec.secure_sum is None:
-            offered = [s.name for s in self.registry if s.secure_sum is not None]
-            raise CallError(f"{spec.name} does not offer secure summation",
-                            hint=f"functions that do: {', '.join(offered)}")
+    def _round_keys(self, session: Session, option: dict[str, Any]) -> tuple[secure_sum.Round, dict[str, bytes]]:
+        """The session's keys for the option's round, and the roster's keys after every check."""
         rules = self._rules(session).secure_aggregation
-        option = request.secure or {}
         round_id = secure_sum.check_round_id(option.get("round"))
         rnd = session.rounds.get(round_id)
         if rnd is None:
             raise CallError(f"no keys for secure-aggregation round {round_id} in this session",
                             hint="call secureKeyDS(round) at every site first")
-        keys = secure_sum.verify_roster(self.name, rnd, option.get("roster"), self.peers, rules.min_sites)
+        return rnd, secure_sum.verify_roster(self.name, rnd, option.get("roster"), self.peers, rules.min_sites)
+
+    def _secure_aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call,
+                          request: CallRequest, scope: CallScope, record: dict) -> dict[str, Any]:
+        """Run ``node`` and release only its summable fields, masked for a secure sum
+        (:mod:`dsfed_server.disclosure.secure_sum`), or, with the ``pooled`` option, sealed for the
+        other sites (:meth:`_seal_pooled`). DP noise is split as ``secure_aggregation.honest_sites`` says."""
+        option = request.secure or {}
+        if option.get("pooled"):
+            return self._seal_pooled(user, session, spec, node, request, scope, record)
+        if spec.secure_sum is None:
+            offered = [s.name for s in self.registry if s.secure_sum is not None]
+            hint = "ask for a pooled release (the 'pooled' option)" if spec.cells else \
+                f"functions that do: {', '.join(offered)}"
+            raise CallError(f"{spec.name} does not offer secure summation", hint=hint)
+        rules = self._rules(session).secure_aggregation
+        rnd, keys = self._round_keys(session, option)
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
-        record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {round_id[:8]}, step {step}]"
+        record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}]"
         result = jsonable(self._invoke(session, node, noise_share=secure_sum.noise_share(rules, len(keys))))
         secure_sum.check_peer_set(self.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name, rules)
         call = definition(canonical_call(request), session, scope)
         return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.name,
                                         rnd=rnd, keys=keys, step=step, frac_bits=frac_bits, call=call)
+
+    def _seal_pooled(self, user: User, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
+                     scope: CallScope, record: dict) -> dict[str, Any]:
+        """First half of a pooled release (:mod:`dsfed_server.disclosure.relay`): run the call, seal this
+        site's counts and sums for the other sites, and keep how to release them once they are pooled."""
+        if not spec.poolable:
+            offered = [s.name for s in self.registry if s.poolable]
+            raise CallError(f"{spec.name} does not offer pooled release", hint=f"functions that do: {', '.join(offered)}")
+        rules = self._rules(session)
+        option = request.secure or {}
+        rnd, keys = self._round_keys(session, option)
+        if not (rules.secure_aggregation.pooled_thresholds and all(rnd.pooled_peers.values())):
+            who = "this site" if not rules.secure_aggregation.pooled_thresholds else ", ".join(
+                sorted(s for s, v in rnd.pooled_peers.items() if not v))
+            raise DisclosureRefusal(
+                f"a pooled release needs every site of the round to check the pooled cells; {who} does not",
+                rule="secure_aggregation.pooled_thresholds",
+                hint="ask per site (without the pooled option), or ask the sites' governance to set pooled_thresholds")
+        frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
+        step = secure_sum.use_step(rnd, option.get("step"))
+        record["call"] += f" [pooled over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
+        deferred: list[tuple[str, int]] = []
+        noise = secure_sum.noise_share(rules.secure_aggregation, len(keys))
+        raw = self._invoke(session, node, noise_share=noise, deferred=deferred)
+        secure_sum.check_peer_set(self.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name,
+                                  rules.secure_aggregation)
+        if isinstance(raw, (gate.Intervals, gate.Categories)):
+            plan, fields = gate.pooled_vector(raw)
+
+            def finish(pooled: dict[str, np.ndarray], q: int) -> Any:
+                return gate.release_pooled(raw, plan, pooled, q)
+        elif isinstance(raw, relay.PooledSteps):
+            fields, finish = raw.fields, raw.advance
+            frac_bits = raw.frac_bits if raw.frac_bits is not None else frac_bits
+        else:
+            result = jsonable(raw)
+            fields = {name: np.asarray(result[name], dtype=float) for name in spec.secure_sum.fields  # type: ignore[union-attr]
+                      if name in result}
+            public = {name: result[name] for name in spec.secure_sum.public if name in result}  # type: ignore[union-attr]
+
+            def finish(pooled: dict[str, np.ndarray], q: int) -> Any:
+                return {**public, **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()},
+                        "pooled": True}
+        fields = {**fields, **{f"min:{i}:{what}": np.asarray(float(n)) for i, (what, n) in enumerate(deferred)}}
+        digest = secure_sum.call_digest(definition(canonical_call(request), session, scope), frac_bits)
+        meta = {"q": rules.disclosure.q_threshold}
+        return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta, frozenset(scope.sources))
+
+    def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
+              fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],
+              sources: frozenset) -> dict[str, Any]:
+        """Encode ``fields`` in fixed point, mask them, seal them for every peer and keep them (with
+        ``finish``, what the pooled vector becomes) until the analyst relays the others'."""
+        layout = {name: list(np.shape(v)) for name, v in fields.items()}
+        flat = [secure_sum.encode_fixed(np.ravel(v), frac_bits, len(keys)) for v in fields.values()]
+        clipped = sum(c for _, c in flat)
+        encoded = np.concatenate([v for v, _ in flat] + [np.array([clipped], dtype=np.uint64)])
+        masked = encoded + secure_sum.mask(self.name, rnd, keys, step, digest, encoded.size)
+        while len(rnd.pending) >= relay.MAX_PENDING:
+            rnd.pending.pop(next(iter(rnd.pending)))
+        rnd.pending[step] = relay.PendingStep(function, digest, masked, layout, frac_bits, meta, finish, sources)
+        return {"pooled": {"round": rnd.round_id, "step": step, "site": self.name, "meta": meta,
+                           "sealed": relay.seal(self.name, rnd, keys, step, digest, masked, meta)}}
+
+    def release_pooled(self, user: User, sid: str, option: dict[str, Any]) -> dict[str, Any]:
+        """Second half of a pooled release: open the vectors the other sites sealed for this site (the
+        analyst relays them), add them to this site's own, check the pooled cells against this site's
+        rules with the largest q of the sites, and release the pooled result (the same at every site):
+        ``{"release": ...}``, with ``"continue"``: this site's sealed next step of a protocol of several
+        steps, or ``"clipped"``: how many values did not fit the fixed-point range (nothing released)."""
+        step = option.get("step")
+        with self._audited(user, sid, "pooledRelease", "aggregate", f"step {step}") as record:
+            session = self.sessions.get(sid, user.name)
+            with session.lock:
+                rnd, keys = self._round_keys(session, option)
+                pending = rnd.pending.pop(step, None) if isinstance(step, int) else None
+                if pending is None:
+                    raise CallError(f"no sealed pooled step {step!r} in round {rnd.round_id} of this session",
+                                    hint="seal the step first (the 'pooled' option), then relay every site's answer "
+                                         "once")
+                record["function"] = pending.function
+                record["call"] = f"{pending.function} [pooled over {','.join(sorted(keys))}, round " \
+                                 f"{rnd.round_id[:8]}, step {step}: released]"
+                try:
+                    return self._open_pooled(session, rnd, keys, step, pending, option)
+                except SiteError as exc:
+                    raise exc.at(site=self.name, function=pending.function)
+
+    def _open_pooled(self, session: Session, rnd: secure_sum.Round, keys: dict[str, bytes], step: int,
+                     pending: relay.PendingStep, option: dict[str, Any]) -> Any:
+        total, metas = relay.open_relay(self.name, rnd, keys, step, pending, option.get("relay"))
+        fields, clipped = relay.decode(total, pending.layout, pending.frac_bits)
+        if clipped:  # the analyst learns how many values did not fit, not where: it asks again with fewer bits
+            return {"release": None, "clipped": clipped}
+        q = max(self._q_of(meta) for meta in metas.values())
+        guard = self._guard(pending.function, session)
+        for name in [name for name in fields if name.startswith("min:")]:
+            guard.pooled_minimum(name.split(":", 2)[2], float(fields.pop(name)), q)  # min:<i>:<kind>:<what>
+        out = pending.finish(fields, q)
+        if not isinstance(out, tuple):
+            return {"release": jsonable(out)}
+        release, following = out  # a protocol of several steps (relay.PooledSteps)
+        if following is None:
+            return {"release": jsonable(release)}
+        next_step = secure_sum.use_step(rnd, option.get("next_step"))
+        digest = hashlib.sha256(pending.call + b"\0next").digest()  # the same at every site of the round
+        frac_bits = following.frac_bits if following.frac_bits is not None else pending.frac_bits
+        sealed = self._seal(rnd, keys, next_step, pending.function, digest, following.fields, following.advance,
+                            frac_bits, pending.meta, pending.sources)
+        return {"release": jsonable(release), "continue": sealed["pooled"]}
+
+    @staticmethod
+    def _q_of(meta: dict[str, Any]) -> int:
+        q = meta.get("q")
+        if not isinstance(q, int) or isinstance(q, bool) or not 1 <= q <= 1000:
+            raise CallError("pooled release: a site's declared q_threshold is not a whole number in 1..1000")
+        return q
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)

@@ -73,6 +73,12 @@ class Session:
             self._memo.popitem(last=False)
         return value
 
+    def derived_by_sites(self, value: Any, prefix: str) -> bool:
+        """Whether ``value`` is, itself (not a copy or a subset of it), a symbol the sites derived from
+        an authenticated pooled result (its definition starts with ``prefix``)."""
+        return any(v is value and self.definitions.get(name, "").startswith(prefix)
+                   for name, v in self.symbols.items())
+
     def get(self, name: str) -> Any:
         try:
             return self.symbols[name]

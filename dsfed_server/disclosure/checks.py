@@ -34,6 +34,9 @@ class Guard:
     cuts: Any = field(repr=False, default=None)
     # this site's share of the DP noise variance (1/h in a secure sum; secure_aggregation.honest_sites)
     noise_share: float = 1.0
+    # a pooled release (relay.py): minimum counts are checked on the pooled counts, not on this site's
+    # own; min_count and saturation record (kind, n) here and the pooled release checks the sums
+    deferred: list[tuple[str, int]] | None = field(repr=False, default=None)
 
     def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
         return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
@@ -42,8 +45,15 @@ class Guard:
     def q(self) -> int:
         return self.rules.disclosure.q_threshold
 
-    def min_count(self, n: int, what: str = "valid values") -> None:
-        """Any aggregate rests on at least q records (rule A1 of seed 000; nfilter.tab)."""
+    def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
+        """Any aggregate rests on at least q records (rule A1 of seed 000; nfilter.tab); with
+        ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count
+        is summed over the sites and the pooled count is checked (:meth:`pooled_minimum`)."""
+        if self.deferred is not None:
+            self.deferred.append((f"{'count_or_zero' if allow_zero else 'count'}:{what}", int(n)))
+            return
+        if allow_zero and n == 0:
+            return
         if n < self.q:
             raise self._refuse(
                 f"{what}: fewer than the site's minimum of {self.q}",
@@ -51,47 +61,17 @@ class Guard:
                 "use a larger table or subset; this site releases nothing computed from fewer records",
             )
 
-    def cells(self, counts: np.ndarray, what: str = "table") -> None:
-        """Every non-zero cell holds at least q records; otherwise the whole table is refused."""
-        counts = np.asarray(counts)
-        small = (counts > 0) & (counts < self.q)
-        if small.any():
-            raise self._refuse(
-                f"{what} has a non-zero cell below the minimum count of {self.q}",
-                "disclosure.q_threshold",
-                "merge categories or tabulate a coarser variable",
-            )
-
-    def histogram(self, counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Apply the small-bin policy; returns (counts, edges), merged if the policy says so."""
-        counts = np.asarray(counts, dtype=np.int64)
-        small = (counts > 0) & (counts < self.q)
-        if not small.any():
-            return counts, edges
-        if self.rules.bins.small_bin_policy == "refuse":
-            raise self._refuse(
-                f"histogram has a non-empty bin with fewer than {self.q} records",
-                "bins.small_bin_policy",
-                "ask for fewer, wider bins",
-            )
-        return merge_small_bins(counts, edges, self.q)
-
-    def suppress_small_bins(self, counts: np.ndarray) -> np.ndarray:
-        """Which bins to suppress: every bin with 0 < n < q, then (secondary suppression) the
-        smallest further non-empty bins until the suppressed records are 0 or at least q."""
-        counts = np.asarray(counts)
-        suppressed = (counts > 0) & (counts < self.q)
-        order = np.argsort(np.where(counts > 0, counts, np.iinfo(np.int64).max), kind="stable")
-        for i in order:
-            total = counts[suppressed].sum()
-            if total == 0 or total >= self.q or counts[i] == 0:
-                break
-            suppressed[i] = True
-        return suppressed
-
-    def count_releasable(self, count: int, n: int) -> bool:
-        """A count of records (and the count of the rest) is 0 or at least q."""
-        return (count == 0 or count >= self.q) and (n - count == 0 or n - count >= self.q)
+    def pooled_minimum(self, deferred: str, n: float, q: int) -> None:
+        """A count deferred by :meth:`min_count` or :meth:`saturation`, summed over the sites of a
+        pooled release: at least ``q`` (the largest q of the sites), or as many records as this
+        site's ``glm_saturation`` needs for the model's parameters."""
+        kind, what = deferred.split(":", 1)
+        n = round(n)
+        if kind == "saturation":
+            self.saturation(int(what), n)
+        elif not (kind == "count_or_zero" and n == 0) and n < q:
+            raise self._refuse(f"{what}: fewer than the minimum of {q} pooled over the sites",
+                               "disclosure.q_threshold", "use more records or more sites")
 
     def subset(self, n_subset: int, n_total: int) -> None:
         """A subset and the rows it leaves out each hold at least subset_min rows (or none)."""
@@ -166,7 +146,10 @@ class Guard:
             )
 
     def saturation(self, n_params: int, n: int) -> None:
-        """A model's parameters are at most glm_saturation * n (nfilter.glm)."""
+        """A model's parameters are at most glm_saturation * n (nfilter.glm); pooled, n is the pooled count."""
+        if self.deferred is not None:
+            self.deferred.append(("saturation:" + str(n_params), int(n)))
+            return
         ratio = self.rules.disclosure.glm_saturation
         if n_params > ratio * n:
             raise self._refuse(
@@ -258,25 +241,3 @@ class Guard:
                 "(e.g. the pooled reference scores)",
             )
 
-
-def merge_small_bins(counts: np.ndarray, edges: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
-    """Merge each non-empty bin below ``q`` with its smaller neighbour until none is left.
-
-    Empty bins stay empty and keep their edges. If the whole histogram holds
-    fewer than ``q`` records it cannot be made safe; the caller's ``min_count``
-    refuses it first.
-    """
-    counts = list(int(c) for c in counts)
-    edges = list(float(e) for e in edges)
-    while True:
-        small = [i for i, c in enumerate(counts) if 0 < c < q]
-        if not small or len(counts) == 1:
-            break
-        i = min(small, key=lambda k: (counts[k], k))
-        left = counts[i - 1] if i > 0 else None
-        right = counts[i + 1] if i + 1 < len(counts) else None
-        j = i - 1 if right is None or (left is not None and left <= right) else i + 1
-        lo, hi = min(i, j), max(i, j)
-        counts[lo : hi + 1] = [counts[lo] + counts[hi]]
-        del edges[hi]
-    return np.asarray(counts, dtype=np.int64), np.asarray(edges, dtype=float)

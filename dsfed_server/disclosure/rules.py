@@ -238,6 +238,20 @@ class SecureAggregation(_Section):
             "the analyst receives only sums over sites."
         ),
     )
+    pooled_thresholds: bool = Field(
+        description=(
+            "true: a binned or tabulated release under secure aggregation (tables, histograms, "
+            "calibration bins, Hosmer-Lemeshow groups, placement sums) is checked on the pooled "
+            "cells, which are what the analyst sees: the sites sum the counts among themselves first "
+            "(sealed so that the analyst cannot read or forge them), each site checks every pooled "
+            "cell against its q_threshold, and only then are the cells released, pooled. A site's "
+            "own share of a cell may then hold fewer than q records. Used only when every site of "
+            "the sum has it true (each signs it with its key). What it does not protect: a pooled "
+            "cell that one site holds entirely is no different from that site releasing it alone; "
+            "and a peer that also releases the same cells per site would let the analyst subtract. "
+            "false: each site applies its rules to its own contribution before masking."
+        ),
+    )
 
 
 class Functions(_Section):

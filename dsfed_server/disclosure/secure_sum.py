@@ -94,8 +94,11 @@ def parse_identity(text: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(_unb64(text, "a peer identity key", 32))
 
 
-def _signed_message(round_id: str, site: str, public: bytes) -> bytes:
-    return b"dsfed secure-aggregation key v1\0" + round_id.encode() + b"\0" + site.encode() + b"\0" + public
+def _signed_message(round_id: str, site: str, public: bytes, pooled: bool) -> bytes:
+    """What a site signs for a round: its key, and whether it checks pooled releases on the pooled
+    cells (``secure_aggregation.pooled_thresholds``), a promise its peers rely on."""
+    return (b"dsfed secure-aggregation key v2\0" + round_id.encode() + b"\0" + site.encode() + b"\0" + public
+            + (b"\0pooled" if pooled else b"\0per-site"))
 
 
 # --- rounds ---------------------------------------------------------------------------------
@@ -108,9 +111,12 @@ class Round:
     round_id: str
     private: X25519PrivateKey
     public: bytes
+    pooled: bool = False  # this site's secure_aggregation.pooled_thresholds, signed with its key
     used_steps: set[int] = field(default_factory=set)
     peers: tuple[str, ...] | None = None  # fixed by the first secure call of the round
     shared: dict[bytes, bytes] = field(default_factory=dict)  # X25519 results by peer key (one per pair)
+    pooled_peers: dict[str, bool] = field(default_factory=dict)  # each roster site's signed pooled flag
+    pending: dict[int, Any] = field(default_factory=dict)  # pooled steps sealed, awaiting their relay (relay.py)
 
 
 def check_round_id(round_id: str) -> str:
@@ -120,8 +126,9 @@ def check_round_id(round_id: str) -> str:
     return round_id
 
 
-def new_round(rounds: dict[str, Round], round_id: str) -> Round:
-    """A fresh X25519 key pair for ``round_id`` in a session's rounds (a round is keyed once)."""
+def new_round(rounds: dict[str, Round], round_id: str, *, pooled: bool = False) -> Round:
+    """A fresh X25519 key pair for ``round_id`` in a session's rounds (a round is keyed once);
+    ``pooled``: this site checks pooled releases on the pooled cells (signed in its key bundle)."""
     check_round_id(round_id)
     if round_id in rounds:
         raise CallError(f"secure aggregation round {round_id} already has keys in this session",
@@ -129,14 +136,15 @@ def new_round(rounds: dict[str, Round], round_id: str) -> Round:
     while len(rounds) >= MAX_ROUNDS_PER_SESSION:
         rounds.pop(next(iter(rounds)))
     private = X25519PrivateKey.generate()
-    rounds[round_id] = Round(round_id, private, private.public_key().public_bytes(*_RAW))
+    rounds[round_id] = Round(round_id, private, private.public_key().public_bytes(*_RAW), pooled=pooled)
     return rounds[round_id]
 
 
 def key_bundle(site: str, identity: Ed25519PrivateKey, rnd: Round) -> dict[str, str]:
-    """What a site publishes for a round: its name, X25519 public key and the signature."""
-    return {"site": site, "round": rnd.round_id, "key": _b64(rnd.public),
-            "signature": _b64(identity.sign(_signed_message(rnd.round_id, site, rnd.public)))}
+    """What a site publishes for a round: its name, X25519 public key, whether it checks pooled
+    releases on pooled cells, and its signature over all three."""
+    return {"site": site, "round": rnd.round_id, "key": _b64(rnd.public), "pooled": rnd.pooled,
+            "signature": _b64(identity.sign(_signed_message(rnd.round_id, site, rnd.public, rnd.pooled)))}
 
 
 def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519PublicKey], min_sites: int
@@ -146,6 +154,7 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
         raise CallError("secure aggregation: the roster must be a list of {site, key, signature}",
                         hint="relay every site's secureKeyDS answer for the round, unchanged")
     keys: dict[str, bytes] = {}
+    flags: dict[str, bool] = {}
     for entry in roster:
         name = entry.get("site")
         if not isinstance(name, str) or name in keys:
@@ -153,8 +162,12 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
                             hint="relay every site's secureKeyDS answer for the round once, unchanged")
         public = _unb64(entry.get("key"), f"the key of {name}", 32)
         signature = _unb64(entry.get("signature"), f"the signature of {name}", 64)
+        pooled = entry.get("pooled", False)
+        if not isinstance(pooled, bool):
+            raise CallError(f"secure aggregation: roster entry {name!r} has a 'pooled' flag that is not true/false",
+                            hint="relay every site's secureKeyDS answer for the round once, unchanged")
         if name == site:
-            if public != rnd.public:
+            if public != rnd.public or pooled != rnd.pooled:
                 raise DisclosureRefusal(
                     "the roster carries another key under this site's name", rule="secure_aggregation.peers",
                     hint="relay every site's secureKeyDS answer unchanged")
@@ -164,13 +177,14 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
                     f"{name} is not a peer of this site", rule="secure_aggregation.peers",
                     hint="site governance pins its peers' identity keys in the site config [federation] peers")
             try:
-                peers[name].verify(signature, _signed_message(rnd.round_id, name, public))
+                peers[name].verify(signature, _signed_message(rnd.round_id, name, public, pooled))
             except InvalidSignature:
                 raise DisclosureRefusal(
                     f"the key of {name} in the roster is not signed by {name}'s pinned identity key",
                     rule="secure_aggregation.peers",
                     hint="relay every site's secureKeyDS answer for this round unchanged") from None
         keys[name] = public
+        flags[name] = pooled
     if site not in keys:
         raise CallError("secure aggregation: this site is not in the roster",
                         hint="include this site's secureKeyDS answer for the round in the roster")
@@ -183,6 +197,7 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
             "this round's roster changed; a round keeps the sites of its first secure call",
             rule="secure_aggregation.min_sites", hint="start a new session")
     rnd.peers = tuple(sorted(keys))
+    rnd.pooled_peers = flags
     return keys
 
 
@@ -245,15 +260,21 @@ def call_digest(call: str, frac_bits: int) -> bytes:
     return hashlib.sha256(f"{frac_bits}\0{call}".encode()).digest()
 
 
+def pair_secret(rnd: Round, public: bytes) -> bytes:
+    """:math:`s_{ij} = \\mathrm{X25519}(sk_i, pk_j)`, computed once per peer key and round."""
+    shared = rnd.shared.get(public)
+    if shared is None:
+        shared = rnd.shared[public] = rnd.private.exchange(X25519PublicKey.from_public_bytes(public))
+    return shared
+
+
 def mask(site: str, rnd: Round, keys: dict[str, bytes], step: int, call: bytes, length: int) -> np.ndarray:
     """:math:`\\sum_{j > i} r_{ij} - \\sum_{j < i} r_{ji} \\bmod 2^{64}` for this site *i*."""
     total = np.zeros(length, dtype=np.uint64)
     for name, public in keys.items():
         if name == site:
             continue
-        shared = rnd.shared.get(public)
-        if shared is None:
-            shared = rnd.shared[public] = rnd.private.exchange(X25519PublicKey.from_public_bytes(public))
+        shared = pair_secret(rnd, public)
         low, high = sorted((site, name))
         r = _stream(shared, rnd.round_id, low, high, step, call, length)
         total = total + r if site == low else total - r

@@ -1,7 +1,9 @@
 """One- and two-way contingency tables (dsBase ``table1DDS`` / ``table2DDS``).
 
-A table with any non-zero cell below q is refused whole (no cell suppression,
-as in dsBase): a suppressed cell could be recovered from the margins.
+The functions declare the table's cells (:class:`~dsfed_server.disclosure.gate.Categories`);
+the release gate refuses a table with any non-zero cell below q whole (no cell suppression, as
+in dsBase: a suppressed cell could be recovered from the margins) -- per site, or, under secure
+aggregation, on the cells pooled over the sites.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext, r_class
+from dsfed_server.disclosure.gate import Categories, Released
 from dsfed_server.errors import CallError
 from dsfed_server.registry import P, Param, register
 
@@ -42,14 +45,18 @@ def _levels(ctx: CallContext, x: pd.Series, what: str) -> tuple[list[str], np.nd
 
 
 @register("table1DDS", "aggregate", [Param("x", P.VECTOR, "a factor or integer vector, e.g. D$tgrade")],
-          checks=("disclosure.q_threshold", "disclosure.max_factor_levels", "disclosure.factor_levels_density"))
-def table1d(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
+          checks=("disclosure.q_threshold", "disclosure.max_factor_levels", "disclosure.factor_levels_density"),
+          cells=True)
+def table1d(ctx: CallContext, x: pd.Series) -> Categories:
     """Counts per level of ``x`` (missing values as level ``NA``); refused if a non-zero count is below q."""
     ctx.guard.min_count(len(x), "records")
     labels, codes = _levels(ctx, x, "x")
-    counts = np.bincount(codes, minlength=len(labels))
-    ctx.guard.cells(counts, "1-D table")
-    return {"levels": labels, "counts": counts.tolist(), "total": int(counts.sum())}
+
+    def render(released: Released) -> dict[str, Any]:
+        return {"levels": labels, "counts": released.counts.tolist(), "total": int(released.counts.sum()),
+                "pooled": released.pooled}
+
+    return Categories(codes, (len(labels),), render, what="1-D table")
 
 
 @register(
@@ -57,14 +64,18 @@ def table1d(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     "aggregate",
     [Param("x", P.VECTOR, "row variable (factor or integer)"), Param("y", P.VECTOR, "column variable")],
     checks=("disclosure.q_threshold", "disclosure.max_factor_levels", "disclosure.factor_levels_density"),
+    cells=True,
 )
-def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> dict[str, Any]:
+def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> Categories:
     """Counts of ``x`` by ``y`` as a matrix (rows: levels of x); refused if a non-zero cell is below q."""
     if len(x) != len(y):
         raise CallError(f"x and y have different lengths ({len(x)} and {len(y)})")
     ctx.guard.min_count(len(x), "records")
     rows, rx = _levels(ctx, x, "x")
     cols, cy = _levels(ctx, y, "y")
-    counts = np.bincount(rx * len(cols) + cy, minlength=len(rows) * len(cols)).reshape(len(rows), len(cols))
-    ctx.guard.cells(counts, "2-D table")
-    return {"rows": rows, "cols": cols, "counts": counts.tolist(), "total": int(counts.sum())}
+
+    def render(released: Released) -> dict[str, Any]:
+        return {"rows": rows, "cols": cols, "counts": released.counts.tolist(), "total": int(released.counts.sum()),
+                "pooled": released.pooled}
+
+    return Categories(rx * len(cols) + cy, (len(rows), len(cols)), render, what="2-D table")

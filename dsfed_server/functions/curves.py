@@ -37,7 +37,10 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext
+from dsfed_core.histograms import global_cdfs, level_variances
+from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
+from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.errors import CallError
 from dsfed_server.functions.validation import (
     PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, roc_glm_table, score_column,
@@ -48,6 +51,7 @@ _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
 _A1 = ("disclosure.q_threshold",)
 MAX_LEAVES = 4096
+SITE_DERIVED = "site-derived:"  # the definition of a reference the sites derived from a pooled release
 _WITHIN = Param("within_bin", P.STRING, "'linear': the CDF is linear inside a bin; 'tied': every score of a "
                 "bin counts as tied (one half)", required=False, default="linear", choices=("linear", "tied"))
 
@@ -61,6 +65,25 @@ def level_counts(x: np.ndarray, lower: float, upper: float, levels: int, branchi
     for _ in range(levels):
         counts.append(counts[-1].reshape(-1, branching).sum(axis=1))
     return counts[::-1]
+
+
+def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Series, shape: dict[str, Any]
+                  ) -> Intervals:
+    """Noise off: the leaf counts of each class, released by the gate (a leaf holding fewer than q
+    records, both classes together, is merged or refused as ``bins.small_bin_policy`` says)."""
+    lower, upper = shape["lower"], shape["upper"]
+    inner = np.linspace(lower, upper, shape["branching"] ** shape["levels"] + 1)[1:-1]
+
+    def render(released: Released) -> dict[str, Any]:
+        edges = [lower, *(c.value for c in released.cuts), upper]
+        return {"mechanism": "none", **shape, **released.describe(),
+                **{name: {"edges": edges, "counts": np.rint(released.sums[name]).astype(int).tolist()}
+                   for name in ("negatives", "positives")}}
+
+    return Intervals(p, cuts_from(inner, inclusive=False), render,
+                     {"negatives": (y == 0).astype(float), "positives": (y == 1).astype(float)},
+                     policy=ctx.guard.rules.bins.small_bin_policy, what="score histogram",
+                     column=score_column(ctx, score))
 
 
 def level_weights(levels: int, decay: float) -> np.ndarray:
@@ -89,13 +112,13 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
     ],
     checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "bins.small_bin_policy"),
-    secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive"),
+    secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive", "variance"),
                          public=("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level", "sd",
                                  "epsilon", "delta", "sensitivity")),
 )
 def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower: float, upper: float, levels: int,
                     branching: int, decay: float, totals: str, epsilon: float | None, delta: float | None
-                    ) -> dict[str, Any]:
+                    ) -> dict[str, Any] | Intervals:
     """Hierarchical histograms of the negatives' and the positives' scores (seed 003, "Quantiles
     Estimation via Histograms"), noised per level with the site's Gaussian mechanism, or exact
     leaves under the site's small-bin policy when noise is off (see the module docstring)."""
@@ -118,12 +141,7 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
     mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta)
     shape = {"lower": float(lower), "upper": float(upper), "levels": levels, "branching": branching}
     if mechanism is None:
-        edges = np.linspace(lower, upper, branching**levels + 1)
-        out: dict[str, Any] = {"mechanism": "none", **shape}
-        for name, counts in classes.items():
-            leaf, leaf_edges = ctx.guard.histogram(counts[-1], edges)
-            out[name] = {"edges": leaf_edges.tolist(), "counts": leaf.tolist()}
-        return out
+        return _exact_leaves(ctx, y, p, score, shape)
     flat = np.concatenate([c for name in ("negatives", "positives") for c in classes[name][first:]]).astype(float)
     scale = np.concatenate([np.full(branching**l, 1 / np.sqrt(weights[l - first]))
                             for l in range(first, levels + 1)] * 2)
@@ -135,15 +153,64 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
     noisy = flat + noise
     sd = mechanism.sigma * rescale / np.sqrt(weights)
     out = {"mechanism": "analytic_gaussian", **shape, "decay": float(decay), "first_level": first, "sd": sd.tolist(),
-           "epsilon": mechanism.epsilon, "delta": mechanism.delta, "sensitivity": sensitivity}
+           "variance": (sd**2).tolist(), "epsilon": mechanism.epsilon, "delta": mechanism.delta,
+           "sensitivity": sensitivity}
     m = levels + 1 - first
     bounds = np.cumsum([0] + [branching**l for l in range(first, levels + 1)] * 2)
     parts = [noisy[bounds[i]:bounds[i + 1]] for i in range(2 * m)]
-    out["negatives"] = [f64(v) for v in parts[:m]]
-    out["positives"] = [f64(v) for v in parts[m:]]
     if first == 1:
         out["n_negative"], out["n_positive"] = int(classes["negatives"][0][0]), int(classes["positives"][0][0])
+    if ctx.pooled:
+        return _pooled_histograms(ctx, out, parts[:m], parts[m:])
+    out["negatives"] = [f64(v) for v in parts[:m]]
+    out["positives"] = [f64(v) for v in parts[m:]]
     return out
+
+
+def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np.ndarray],
+                       positives: list[np.ndarray]) -> PooledSteps:
+    """The noisy histograms as a pooled release: summed among the sites, then released, and the
+    global CDFs derived from them kept at every site as the symbol the result names (rule 3: the
+    histogram AUC's reference comes from the sites, derived alike from the same pooled counts)."""
+    sizes = [v.size for v in negatives]
+    fields = {"negatives": np.concatenate(negatives), "positives": np.concatenate(positives),
+              "variance": np.asarray(out["variance"])}
+    if "n_negative" in out:
+        fields["n_negative"] = np.asarray(float(out["n_negative"]))
+        fields["n_positive"] = np.asarray(float(out["n_positive"]))
+    # what the request determines (a site's own epsilon and delta are in its rules, not in the pooled result)
+    public = {k: out[k] for k in ("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level",
+                                  "sensitivity")}
+    session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
+
+    def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], None]:
+        split = np.cumsum(sizes)[:-1]
+        release = {**public, "pooled": True, "variance": pooled["variance"].tolist(),
+                   "negatives": [v.tolist() for v in np.split(pooled["negatives"], split)],
+                   "positives": [v.tolist() for v in np.split(pooled["positives"], split)]}
+        if "n_negative" in pooled:
+            release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
+        digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
+        name = f"dsfed.ref.{digest[:16]}"
+        session.symbols[name] = derived_reference(release)
+        session.sources[name] = sources
+        session.definitions[name] = f"{SITE_DERIVED} pooled histograms {digest}"
+        release["reference"] = name
+        return release, None
+
+    return PooledSteps(fields, advance)
+
+
+def derived_reference(release: dict[str, Any]) -> pd.DataFrame:
+    """The global CDFs of both classes (cumulative counts at the leaf edges) from a pooled histogram
+    release, as every site derives them (:mod:`dsfed_core.histograms`)."""
+    levels = {cls: ([np.array([release[key]])] if key in release else [])
+              + [np.asarray(v, dtype=float) for v in release[cls]]
+              for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
+    variances = level_variances(np.asarray(release["variance"], dtype=float), int(release["first_level"]))
+    cums = global_cdfs(levels, variances, int(release["branching"]))
+    edges = np.linspace(release["lower"], release["upper"], int(release["branching"]) ** int(release["levels"]) + 1)
+    return pd.DataFrame({"edge": edges, "neg": cums["negatives"], "pos": cums["positives"]})
 
 
 @register(
@@ -173,11 +240,14 @@ def hist_reference(ctx: CallContext, edges: list[float], negatives: list[float],
 
 
 def site_reference(ctx: CallContext, reference: pd.DataFrame, p: np.ndarray, score: pd.Series) -> pd.DataFrame:
-    """The analyst's reference as this site evaluates it at its scores ``p``: coarsened so that no
+    """The reference as this site evaluates it at its scores ``p``: one the sites derived from pooled
+    histograms as it is; an analyst's reference (``histReferenceDS``) coarsened so that no
     combination of the references the analyst used isolates fewer than q records
     (:meth:`Guard.reference_edges`)."""
     if not {"edge", "neg", "pos"} <= set(reference.columns):
-        raise CallError("the reference must be a table made by histReferenceDS")
+        raise CallError("the reference must be a table made by histReferenceDS or derived by scoreHistogramDS")
+    if ctx.session.derived_by_sites(reference, SITE_DERIVED):
+        return reference
     edges = reference["edge"].to_numpy(dtype=float)
     return reference[ctx.guard.reference_edges(p, edges, score_column(ctx, score))]
 

@@ -29,8 +29,10 @@ import pandas as pd
 from dsfed_server.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_server.disclosure.differencing import mark_rows
+from dsfed_server.disclosure.gate import Cut, Intervals, Released
 from dsfed_server.errors import CallError
 from dsfed_server.functions.histogram import bin_counts
+from dsfed_server.functions.validation import score_column
 from dsfed_server.parser import parse
 from dsfed_server.registry import P, Param, register
 
@@ -193,9 +195,10 @@ def _equidistant(breaks: np.ndarray) -> bool:
         _METHOD, _K, _NOISE,
     ],
     checks=("disclosure.q_threshold", "bins.small_bin_policy", *_LEVELS),
+    cells=True,
 )
 def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: float, max: float,
-                   method_indicator: int, k: float | None, noise: float | None) -> dict[str, Any]:
+                   method_indicator: int, k: float | None, noise: float | None) -> Intervals:
     """A histogram over ``seq(min, max, by = (max - min) / num.breaks)`` (dsBase ``histogramDS2``).
 
     Returns ``list(histobject = <R's hist(plot = FALSE)>, invalidcells = 0)``:
@@ -204,7 +207,7 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
     records are refused, or merged with a neighbour, as the site's
     ``bins.small_bin_policy`` says (never zeroed), so ``invalidcells`` is 0.
     Refused as well: fewer than q values, more bins than the factor-level rules
-    allow, and values outside ``[min, max]`` unless they are 0 or at least q.
+    allow, and values outside ``[min, max]`` (take the range from ``histogramDS1``).
     """
     if not max > min:
         raise CallError(f"max ({max}) must be greater than min ({min})")
@@ -214,24 +217,30 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
     guard.min_count(valid.size, "valid values")
     guard.factor_levels(num_breaks, valid.size, "histogram bins")
     breaks = r_seq(min, max, (max - min) / num_breaks)
-    all_counts = bin_counts(valid, _hist_fuzz(breaks, valid))
-    outside = np.array([all_counts[0], all_counts[-1]])
-    guard.cells(outside, "values outside [min, max]")
+    fuzzed = _hist_fuzz(breaks, valid)
+    outside = bin_counts(valid, fuzzed)[[0, -1]]
     if outside.any():
         raise CallError("the breaks do not span the range of xvect; take min and max from histogramDS1")
-    counts, breaks = guard.histogram(all_counts[1:-1], breaks)
-    n = counts.sum()
-    return {
-        "histobject": {
-            "breaks": breaks.tolist(),
-            "counts": counts.tolist(),
-            "density": (counts / (n * np.diff(breaks))).tolist(),
-            "mids": ((breaks[:-1] + breaks[1:]) / 2).tolist(),
-            "xname": "xvect",
-            "equidist": _equidistant(breaks),
-        },
-        "invalidcells": 0,
-    }
+    by_cut = {Cut(float(f), True): float(b) for f, b in zip(fuzzed[1:-1], breaks[1:-1])}
+
+    def render(released: Released) -> dict[str, Any]:
+        kept = np.array([breaks[0], *(by_cut[c] for c in released.cuts), breaks[-1]])
+        counts = released.counts
+        n = counts.sum()
+        return {
+            "histobject": {
+                "breaks": kept.tolist(),
+                "counts": counts.tolist(),
+                "density": (counts / (n * np.diff(kept))).tolist(),
+                "mids": ((kept[:-1] + kept[1:]) / 2).tolist(),
+                "xname": "xvect",
+                "equidist": _equidistant(kept),
+            },
+            "invalidcells": 0,
+        }
+
+    return Intervals(valid, tuple(by_cut), render, policy=guard.rules.bins.small_bin_policy, what="histogram",
+                     column=score_column(ctx, xvect))
 
 
 # --- correlation ---------------------------------------------------------------------------

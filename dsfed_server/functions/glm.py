@@ -9,9 +9,9 @@ and :math:`z = \\eta - \\text{offset} + (y - \\mu)/\\mu'(\\eta)` exactly as in R
 ``glm.fit``. Summed over sites these give the pooled IRLS step
 :math:`\\beta_{new} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k`.
 
-Disclosure checks (DataSHIELD ``glmDS1``): at least q records; at most
-``glm_saturation`` x n parameters; a binary outcome or covariate whose
-smaller level has fewer than q records is refused.
+Disclosure checks (DataSHIELD ``glmDS1``, :func:`check_frame`): at least q records; at most
+``glm_saturation`` x n parameters; factor levels of 0 or at least q records; a binary outcome or
+covariate whose smaller level has fewer than q records is refused.
 """
 
 from __future__ import annotations
@@ -23,39 +23,60 @@ import pandas as pd
 
 from dsfed_server.calltree import Formula
 from dsfed_server.context import CallContext
+from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.errors import CallError
 from dsfed_server.families import FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
+# the parts of a fit that are sums over records (summed over sites by the analyst or securely)
+_SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
 
 
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
                    weights: str | None, offset: str | None) -> ModelFrame:
-    """The model frame, checked against the rules; built once per session and table object, as
-    Fisher scoring asks for the same model again every iteration."""
+    """The model frame, built once per session and table object (Fisher scoring asks for the same
+    model again every iteration), and checked against the rules on every call."""
     key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
-    return ctx.session.memo(key, data, lambda: _build_checked_frame(ctx, formula, fam, data, weights, offset))
+    mf = ctx.session.memo(key, data, lambda: model_frame(formula, data, weights=weights, offset=offset))
+    check_frame(ctx.guard, mf, fam, formula)
+    return mf
 
 
-def _build_checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
-                         weights: str | None, offset: str | None) -> ModelFrame:
-    mf = model_frame(formula, data, weights=weights, offset=offset)
-    guard = ctx.guard
+def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> None:
+    """DataSHIELD's ``glmDS1`` checks, and more: at least q records; at most ``glm_saturation`` x n
+    parameters; every level of a factor covariate, the reference level included, holds 0 or at
+    least q records (a small reference level would release its records' outcomes through the
+    score and information, although a table would refuse that cell); a binary outcome or covariate
+    has at least q records at each level. In a pooled release every count is checked pooled."""
     guard.min_count(mf.n, "complete records for the model")
     guard.saturation(len(mf.names), mf.n)
     problem = fam.validate_y(mf.y)
     if problem:
         raise CallError(problem)
-    columns = [("outcome " + (formula.response or "y"), mf.y)] + [
-        (f"covariate {name}", mf.X[:, j]) for j, name in enumerate(mf.names) if name != "(Intercept)"
-    ]
-    for what, values in columns:
+    for variable, columns in mf.factors.items():
+        dummies = mf.X[:, columns]
+        counts = [mf.n - int(dummies.sum())] + [int(c) for c in dummies.sum(axis=0)]
+        for level, count in zip(mf.levels[variable], counts):
+            guard.min_count(count, f"factor {variable}: level {level}", allow_zero=True)
+    factor_columns = {j for columns in mf.factors.values() for j in columns}
+    covariates = [(f"covariate {name}", mf.X[:, j]) for j, name in enumerate(mf.names)
+                  if name != "(Intercept)" and j not in factor_columns]
+    if fam.name == "binomial":
+        guard.min_count(int(np.sum(mf.y == 1)), f"outcome {formula.response}: level 1")
+        guard.min_count(int(np.sum(mf.y == 0)), f"outcome {formula.response}: level 0")
+    else:
+        covariates.insert(0, (f"outcome {formula.response}", mf.y))
+    for what, values in covariates:
+        if guard.deferred is not None:  # pooled: the two values a 0/1 variable takes, counted at every site
+            for value in (0, 1):
+                guard.min_count(int(np.sum(values == value)), f"{what}: value {value}", allow_zero=True)
+            continue
         levels, counts = np.unique(values, return_counts=True)
         if levels.size == 2:
             guard.min_count(int(counts.min()), f"binary {what}: a level")
-    return mf
 
 
 _FORMULA = Param("formula", P.FORMULA, "model formula, e.g. y ~ age + tgrade")
@@ -88,22 +109,33 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
         _LINK,
     ],
     checks=_CHECKS,
-    secure_sum=SecureSum(fields=("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive",
-                                 "Nmissing", "Ntotal"), public=("family", "link", "coef.names")),
+    secure_sum=SecureSum(fields=_SUMMED, public=("family", "link", "coef.names")),
 )
 def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[float] | None,
-              offset: str | None, weights: str | None, dataName: pd.DataFrame, link: str | None) -> dict[str, Any]:
-    """This site's IRLS parts at ``beta.vect``: information matrix, score, X'Wz and deviance."""
+              offset: str | None, weights: str | None, dataName: pd.DataFrame, link: str | None
+              ) -> dict[str, Any] | PooledSteps:
+    """This site's IRLS parts at ``beta.vect``: information matrix, score, X'Wz and deviance.
+
+    As a pooled release without ``beta.vect``, the whole fit is a protocol of several steps
+    (:func:`irls_steps`): the sites derive every iterate from the pooled parts themselves."""
     fam = make_family(family, link)
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
-    if beta_vect is None:
+    if ctx.pooled and beta_vect is None:
+        return irls_steps(fam, mf, None)
+    if beta_vect is not None and len(beta_vect) != len(mf.names):
+        raise CallError(f"beta.vect has {len(beta_vect)} values; the model has {len(mf.names)} coefficients")
+    return {"family": fam.name, "link": fam.link, "coef.names": list(mf.names),
+            **parts(fam, mf, None if beta_vect is None else np.asarray(beta_vect, dtype=float)),
+            "disclosure.risk": 0, "errorMessage2": "No errors"}
+
+
+def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any]:
+    """R's ``glm.fit`` quantities at ``beta`` (or, for None, at the family's ``mustart``)."""
+    if beta is None:
         mu = fam.mustart(mf.y, mf.weights)
         eta = fam.linkfun(mu)
         mu = fam.linkinv(eta)
     else:
-        beta = np.asarray(beta_vect, dtype=float)
-        if beta.size != len(mf.names):
-            raise CallError(f"beta.vect has {beta.size} values; the model has {len(mf.names)} coefficients")
         eta = mf.X @ beta + mf.offset
         mu = fam.linkinv(eta)
     mu_eta = fam.mu_eta(eta)
@@ -117,9 +149,6 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     if not np.isfinite(dev):
         raise CallError("the deviance is not finite at these coefficients; try other starting values")
     return {
-        "family": fam.name,
-        "link": fam.link,
-        "coef.names": list(mf.names),
         "info.matrix": (xw.T @ mf.X).tolist(),
         "score.vect": (xw.T @ resid).tolist(),
         "xwz": (xw.T @ z).tolist(),
@@ -129,6 +158,37 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
         "Npositive": int(np.sum(mf.weights > 0)),
         "Nmissing": mf.n_total - mf.n,
         "Ntotal": mf.n_total,
-        "disclosure.risk": 0,
-        "errorMessage2": "No errors",
     }
+
+
+def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int = 16, headroom: int = 8) -> int:
+    """Fixed-point bits for the next step: as many as the 64-bit range allows for sums of the size
+    the pooled parts have (derived alike at every site), ``headroom`` bits to spare, 24 to 40."""
+    size = max(float(np.abs(info).max()), float(np.abs(xwz).max()), abs(dev), 1.0)
+    return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
+
+
+def irls_steps(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> PooledSteps:
+    """The distributed Fisher scoring as a pooled protocol (rule 3: the iterates come from the sites).
+
+    Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
+    parts (what the analyst needs to follow the fit and to stop it: the deviance) and every site
+    derives :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` itself (seed 002,
+    Newton-Raphson on summed parts). No coefficient comes from the analyst, so none can saturate
+    the linear predictor into a step around a record."""
+    mine = parts(fam, mf, beta)
+    fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
+
+    def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], PooledSteps]:
+        release = {"family": fam.name, "link": fam.link, "coef.names": list(mf.names), "pooled": True,
+                   **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()}}
+        try:
+            following = np.linalg.solve(pooled["info.matrix"], pooled["xwz"])
+        except np.linalg.LinAlgError:
+            raise CallError("the pooled information matrix is singular: the model cannot be fitted "
+                            "(a covariate constant over all records, or collinear covariates)") from None
+        step = irls_steps(fam, mf, following)
+        step.frac_bits = pooled_frac_bits(pooled["info.matrix"], pooled["xwz"], float(pooled["dev"]))
+        return release, step
+
+    return PooledSteps(fields, advance, frac_bits=24 if beta is None else None)

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.errors import CallError
+from dsfed_server.functions.validation import score_column
 from dsfed_server.registry import P, Param, register
 
 
@@ -23,6 +25,12 @@ def bin_counts(values: np.ndarray, breaks: np.ndarray) -> np.ndarray:
     return np.bincount(idx, minlength=len(breaks) + 1)
 
 
+def hist_cuts(breaks: np.ndarray) -> tuple[Cut, ...]:
+    """The cuts of R's ``hist`` intervals over ``breaks`` with open-ended bins at both ends:
+    (-inf, b0), [b0, b1], (b1, b2], ..., (bm, inf)."""
+    return (Cut(float(breaks[0]), False),) + cuts_from(breaks[1:], inclusive=True)
+
+
 @register(
     "histogramDS",
     "aggregate",
@@ -31,31 +39,34 @@ def bin_counts(values: np.ndarray, breaks: np.ndarray) -> np.ndarray:
         Param("breaks", P.NUMBERS, "increasing bin edges, e.g. c(20, 30, 40, 50, 60, 70, 80)"),
     ],
     checks=("disclosure.q_threshold", "bins.small_bin_policy", "disclosure.factor_levels_density"),
+    cells=True,
 )
-def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> dict[str, Any]:
-    """Counts of ``x`` per bin; bins below q are refused or merged as the site's rules say.
+def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
+    """Counts of ``x`` per bin; bins below q are refused or merged as the site's rules say
+    (``bins.small_bin_policy``, applied by the release gate).
 
     ``edges`` has one more entry than ``counts``; ``null`` at either end
     stands for an open-ended bin (-inf or +inf) holding values outside the
     breaks. ``Nmissing`` counts missing values.
     """
     edges = np.asarray(breaks, dtype=float)
-    if edges.size < 2 or np.any(np.diff(edges) <= 0):
-        raise CallError("breaks must be at least two strictly increasing numbers")
+    if edges.size < 2 or np.any(np.diff(edges) <= 0) or not np.all(np.isfinite(edges)):
+        raise CallError("breaks must be at least two strictly increasing finite numbers")
     values = numeric(x)
     valid = values[~np.isnan(values)]
     ctx.guard.min_count(valid.size, "valid values")
     ctx.guard.factor_levels(edges.size - 1, valid.size, "histogram bins")
-    counts = bin_counts(valid, edges)
-    full_edges = np.concatenate([[-np.inf], edges, [np.inf]])
-    counts, full_edges = ctx.guard.histogram(counts, full_edges)
-    # drop empty open-ended bins so the result reads like an ordinary histogram
-    if counts[0] == 0:
-        counts, full_edges = counts[1:], full_edges[1:]
-    if counts[-1] == 0:
-        counts, full_edges = counts[:-1], full_edges[:-1]
-    return {
-        "edges": [None if not np.isfinite(e) else float(e) for e in full_edges],
-        "counts": counts.tolist(),
-        "Nmissing": int(values.size - valid.size),
-    }
+
+    def render(released: Released) -> dict[str, Any]:
+        full = np.concatenate([[-np.inf], [c.value for c in released.cuts], [np.inf]])
+        counts = released.counts
+        # drop empty open-ended bins so the result reads like an ordinary histogram
+        if counts[0] == 0:
+            counts, full = counts[1:], full[1:]
+        if counts[-1] == 0:
+            counts, full = counts[:-1], full[:-1]
+        return {"edges": [None if not np.isfinite(e) else float(e) for e in full], "counts": counts.tolist(),
+                "Nmissing": int(released.totals["Nmissing"]), **released.describe()}
+
+    return Intervals(valid, hist_cuts(edges), render, policy=ctx.guard.rules.bins.small_bin_policy,
+                     what="histogram", column=score_column(ctx, x), totals={"Nmissing": values.size - valid.size})

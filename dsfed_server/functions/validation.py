@@ -12,7 +12,7 @@ either 0 or at least q.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ from scipy import stats
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.errors import CallError, SiteError
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -29,7 +30,6 @@ _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$sc
 _A1 = ("disclosure.q_threshold",)
 # the additive fields of the placement sums and of the binned sums (secure summation over sites)
 PLACEMENT_SUMS = SecureSum(("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01"))
-_BINNED_SUMS = SecureSum(("n", "sum_p", "sum_y", "suppressed", "suppressed_total"))
 
 
 def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, probability: bool = False
@@ -125,9 +125,9 @@ def _share_below(reference: np.ndarray, x: np.ndarray, ties: float) -> np.ndarra
 
 
 def score_column(ctx: CallContext, score: pd.Series) -> tuple[str, np.ndarray | None] | None:
-    """The site table column a score vector is (a subset of), with all its values (None when the
-    vector is the whole column, in order, without missing values): reference cuts are also kept
-    against it, so a subset does not start a fresh cut history."""
+    """The site table column a vector is (a subset of), with all its values (None when the
+    vector is the whole column, in order, without missing values): cuts are also kept against it,
+    so a subset does not start a fresh cut history."""
     rows = score.attrs.get(ROWS)
     if not isinstance(rows, Rows) or rows.index.size != len(score) or score.name is None:
         return None
@@ -293,96 +293,94 @@ def brier(ctx: CallContext, truth: pd.Series, score: pd.Series) -> dict[str, Any
     }
 
 
-def calibration_bin_index(p: np.ndarray, n_bins: int) -> np.ndarray:
-    """Bin of each probability among ``n_bins`` equal-width bins on [0, 1].
+def calibration_cuts(n_bins: int) -> tuple[Cut, ...]:
+    """The inner cuts of ``n_bins`` equal-width bins on [0, 1], closed on the left (the last bin
+    also on the right, so 0 is in the first bin and 1 in the last; R: ``cut(p, seq(0, 1, length.out =
+    n_bins + 1), right = FALSE, include.lowest = TRUE)``)."""
+    return cuts_from(np.linspace(0.0, 1.0, n_bins + 1)[1:-1], inclusive=False)
 
-    Edges are ``linspace(0, 1, n_bins + 1)``; bins are closed on the left and
-    the last one also on the right, so 0 is in the first bin and 1 in the last
-    (R: ``cut(p, seq(0, 1, length.out = n_bins + 1), right = FALSE, include.lowest = TRUE)``).
-    """
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
-    return np.clip(np.searchsorted(edges, p, side="right") - 1, 0, n_bins - 1)
+
+def binned_sums(lower: float, upper: float) -> Callable[[Released], dict[str, Any]]:
+    """The result of a binned-sums release: the edges of the released cells (from ``lower`` to
+    ``upper``), per cell the count, the sum of predictions and of outcomes, and what the release
+    gate coarsened (``dropped``: requested edges whose cells it merged with the next; ``moved``:
+    edges it released at an earlier cut instead; ``pooled``: cells pooled over sites)."""
+
+    def render(released: Released) -> dict[str, Any]:
+        return {"edges": [lower, *(c.value for c in released.cuts), upper], "n": released.counts.tolist(),
+                "sum_p": released.sums["sum_p"].tolist(), "sum_y": released.sums["sum_y"].tolist(),
+                **released.describe()}
+
+    return render
 
 
 @register(
     "calibrationBinsDS",
     "aggregate",
     [_TRUTH, _SCORE, Param("bins", P.INTEGER, "number of equal-width bins on [0, 1]", minimum=2, maximum=100)],
-    checks=_A1,
-    secure_sum=_BINNED_SUMS,
+    checks=_A1 + ("disclosure.coarsen_references",),
+    cells=True,
 )
-def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> dict[str, Any]:
+def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> Intervals:
     """Per-bin counts, sums of predictions and of outcomes for the calibration curve (seed 000),
-    small bins suppressed as :func:`binned_sums` describes."""
+    over ``bins`` equal-width bins on [0, 1] (:func:`calibration_cuts`). The release gate
+    (:mod:`dsfed_server.disclosure.gate`) merges a bin holding fewer than q records with the next
+    (per site, or pooled over the sites under secure aggregation)."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
-    return binned_sums(ctx, y, p, calibration_bin_index(p, bins), bins)
-
-
-def binned_sums(ctx: CallContext, y: np.ndarray, p: np.ndarray, idx: np.ndarray, bins: int) -> dict[str, Any]:
-    """Per-bin count, sum of predictions and sum of outcomes, with small bins suppressed.
-
-    A bin holding 0 < n < q records is suppressed (nothing about it is
-    returned). If the suppressed bins together hold fewer than q records, the
-    smallest further bins are suppressed too, so that neither a suppressed
-    bin's count nor their total can be recovered from the site's n by
-    differencing; the total suppressed (0 or at least q) is returned.
-    """
-    n = np.bincount(idx, minlength=bins)
-    sum_p = np.bincount(idx, weights=p, minlength=bins)
-    sum_y = np.bincount(idx, weights=y, minlength=bins)
-    suppressed = ctx.guard.suppress_small_bins(n)
-    keep = ~suppressed
-    return {
-        "n": np.where(keep, n, 0).tolist(),
-        "sum_p": np.where(keep, sum_p, 0.0).tolist(),
-        "sum_y": np.where(keep, sum_y, 0.0).tolist(),
-        "suppressed": suppressed.tolist(),
-        "suppressed_total": int(n[suppressed].sum()),
-    }
+    return Intervals(p, calibration_cuts(bins), binned_sums(0.0, 1.0), {"sum_p": p, "sum_y": y.astype(float)},
+                     what="calibration bins", column=score_column(ctx, score))
 
 
 @register(
     "countBelowDS",
     "aggregate",
     [Param("x", P.VECTOR, "a numeric vector"), Param("thresholds", P.NUMBERS, "values to count below")],
-    checks=_A1,
+    checks=_A1 + ("disclosure.coarsen_references",),
+    cells=True,
 )
-def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> dict[str, Any]:
-    """For each threshold t, the number of values <= t -- or null where that count, or the
-    number above t, is between 1 and q - 1 (a count is released only if it is 0 or at least q
-    from both ends). Drives the distributed quantile search (only counts cross the wire)."""
+def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Intervals:
+    """For each threshold t, the number of values <= t -- or null where the release gate does not
+    release that cut (it would leave fewer than q values between it and another cut, or an end).
+    Drives the distributed quantile search of the per-site path (only counts cross the wire)."""
     values = numeric(x)
-    # the search asks again and again about the same values: sort them once per session
-    values = ctx.session.memo(("sorted", content_digest(values)), None, lambda: np.sort(values[~np.isnan(values)]))
+    values = values[~np.isnan(values)]
     ctx.guard.min_count(values.size, "valid values")
     if len(thresholds) > 20000:
         raise CallError("at most 20000 thresholds per call")
-    counts = np.searchsorted(values, np.asarray(thresholds, dtype=float), side="right")
-    return {"n": int(values.size), "counts": [c if ctx.guard.count_releasable(int(c), values.size) else None
-                                              for c in counts.tolist()]}
+    asked = [float(t) for t in thresholds]
+    if not all(np.isfinite(asked)):
+        raise CallError("thresholds must be finite numbers")
+    cuts = cuts_from(sorted(set(asked)), inclusive=True)
+
+    def render(released: Released) -> dict[str, Any]:
+        below = dict(zip(released.cuts, np.cumsum(released.counts[:-1]).tolist()))
+        return {"n": int(released.counts.sum()), "counts": [below.get(Cut(t, True)) for t in asked],
+                **released.describe()}
+
+    return Intervals(values, cuts, render, what="counts below thresholds", column=score_column(ctx, x))
 
 
 @register(
     "groupSumsDS",
     "aggregate",
     [_TRUTH, _SCORE, Param("breaks", P.NUMBERS, "increasing group boundaries covering all scores")],
-    checks=_A1,
-    secure_sum=_BINNED_SUMS,
+    checks=_A1 + ("disclosure.coarsen_references",),
+    cells=True,
 )
-def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> dict[str, Any]:
+def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> Intervals:
     """Observed and expected events per group for Hosmer-Lemeshow and ECE/MCE (seed 001 §3.5.3, §4.8).
 
     Groups are R's ``cut(score, breaks, include.lowest = TRUE)``: (b0, b1], ..., with the first
-    closed. Small groups are suppressed as :func:`binned_sums` describes.
+    closed. The release gate merges a group holding fewer than q records with the next.
     """
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     edges = np.asarray(breaks, dtype=float)
-    if edges.size < 2 or np.any(np.diff(edges) <= 0):
-        raise CallError("breaks must be at least two strictly increasing numbers")
+    if edges.size < 2 or np.any(np.diff(edges) <= 0) or not np.all(np.isfinite(edges)):
+        raise CallError("breaks must be at least two strictly increasing finite numbers")
     if p.min() < edges[0] or p.max() > edges[-1]:
         raise CallError("breaks must cover every score (first break <= min, last break >= max)")
-    idx = np.clip(np.searchsorted(edges, p, side="left") - 1, 0, edges.size - 2)
-    return binned_sums(ctx, y, p, idx, edges.size - 1)
+    return Intervals(p, cuts_from(edges[1:-1], inclusive=True), binned_sums(float(edges[0]), float(edges[-1])),
+                     {"sum_p": p, "sum_y": y.astype(float)}, what="groups", column=score_column(ctx, score))
 
 
 @register("calibrationFrameDS", "assign", [_TRUTH, _SCORE], checks=_A1)

@@ -1,0 +1,151 @@
+"""Pooled releases: sums over sites that only the sites can read, relayed through the analyst.
+
+Secure aggregation (:mod:`dsfed_server.disclosure.secure_sum`) gives the *analyst* the sum over
+sites. A pooled release gives it to the *sites* first, so that each site can check the pooled
+cells against its own rules before anything leaves (rule 1: check what is released), and
+derive the next round's parameters from an authenticated pooled result (rule 3):
+
+1. **Seal.** Site *i* encodes its vector :math:`x_i` in fixed point, adds its pairwise masks
+   (``secure_sum.mask``: the masks cancel in the sum over sites) and encrypts the masked vector
+   :math:`y_i` once for every peer *j* with ChaCha20-Poly1305 under
+   :math:`k_{i \\to j} = \\mathrm{HKDF}(s_{ij}, \\text{salt} = \\text{round},
+   \\text{info} = (i, j, \\text{step}, c))`, *c* the digest binding the call and the symbols it
+   read. The additional data carry (round, step, i, j) and what *i* declares about itself (its
+   q-threshold): authenticated, not secret. The analyst receives only ciphertexts.
+2. **Open.** The analyst relays every site's ciphertexts to every site. Site *j* opens the one
+   addressed to it from each peer -- only *i* (or *j*) holds :math:`s_{ij}`, so a vector the
+   analyst forged, altered, replayed from another step, or made for another call does not open --
+   and adds them to its own: :math:`\\sum_i y_i = \\sum_i x_i \\bmod 2^{64}`, the pooled vector.
+   Every site computes the same pooled vector. A site sees the others' :math:`y_i` only, each
+   still masked by the seeds it does not share (three sites or more).
+3. The site then checks the pooled vector and releases what its rules allow
+   (:mod:`dsfed_server.disclosure.gate`), or derives the next step's parameters from it.
+
+Each step of a round is sealed once and opened once. A function may declare a protocol of
+several steps (:class:`PooledSteps`): each pooled result then yields what the sites release now
+and, derived from it at every site alike, this site's vector for the next step -- the next probes
+of a quantile search, the next iterate of a GLM -- sealed in the same call (rule 3: the next
+round's parameters come from the sites, not from the analyst).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from dsfed_server.disclosure.secure_sum import Round, pair_secret
+from dsfed_server.errors import CallError, DisclosureRefusal
+
+_NONCE = b"\0" * 12  # every key seals exactly one vector
+MAX_PENDING = 64  # sealed steps a round keeps waiting for their relay
+
+
+@dataclass
+class PooledSteps:
+    """A pooled protocol declared by a function: this site's vector for the first step (``fields``)
+    and ``advance``: from a step's pooled vector and the largest q of the sites, what the sites
+    release now (None: nothing) and this site's next step (None: the protocol is done).
+    ``frac_bits``: the fixed-point bits of this step's vector (None: those the analyst asked for)."""
+
+    fields: dict[str, np.ndarray]
+    advance: Callable[[dict[str, np.ndarray], int], tuple[dict[str, Any] | None, "PooledSteps | None"]]
+    frac_bits: int | None = None
+
+
+@dataclass
+class PendingStep:
+    """This site's sealed contribution to one pooled step, kept until the analyst relays the others'.
+
+    ``finish`` turns the decoded pooled fields into what the site releases (after its checks);
+    ``call`` is the digest the vectors are bound to; ``meta`` what this site declared about itself."""
+
+    function: str
+    call: bytes
+    masked: np.ndarray
+    layout: dict[str, list[int]]
+    frac_bits: int
+    meta: dict[str, Any]
+    finish: Callable[..., Any]
+    sources: frozenset = frozenset()
+
+
+def _relay_key(shared: bytes, round_id: str, sender: str, receiver: str, step: int, call: bytes) -> bytes:
+    info = (b"dsfed relay v1\0" + sender.encode() + b"\0" + receiver.encode() + b"\0" + step.to_bytes(8, "big")
+            + call)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=bytes.fromhex(round_id), info=info).derive(shared)
+
+
+def _aad(round_id: str, step: int, sender: str, receiver: str, meta: dict[str, Any]) -> bytes:
+    return json.dumps([round_id, step, sender, receiver, meta], sort_keys=True, separators=(",", ":")).encode()
+
+
+def seal(site: str, rnd: Round, keys: dict[str, bytes], step: int, call: bytes, masked: np.ndarray,
+         meta: dict[str, Any]) -> dict[str, str]:
+    """This site's masked vector sealed for each peer (base64 by peer name)."""
+    data = np.ascontiguousarray(masked, dtype="<u8").tobytes()
+    sealed = {}
+    for name, public in sorted(keys.items()):
+        if name == site:
+            continue
+        key = _relay_key(pair_secret(rnd, public), rnd.round_id, site, name, step, call)
+        box = ChaCha20Poly1305(key).encrypt(_NONCE, data, _aad(rnd.round_id, step, site, name, meta))
+        sealed[name] = base64.b64encode(box).decode("ascii")
+    return sealed
+
+
+def _refused(message: str) -> DisclosureRefusal:
+    return DisclosureRefusal(message, rule="secure_aggregation.peers",
+                             hint="relay every site's sealed answer of this step unchanged, in the next call")
+
+
+def open_relay(site: str, rnd: Round, keys: dict[str, bytes], step: int, pending: PendingStep, relay: Any
+               ) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
+    """The pooled vector (sum of every site's masked vector, modulo :math:`2^{64}`) and what each
+    site declared about itself, after opening the vector each peer sealed for this site."""
+    if not isinstance(relay, dict) or set(relay) != set(keys):
+        raise CallError("pooled release: the relay must hold one entry per site of the round",
+                        hint="relay every site's answer of the sealing call, keyed by site name")
+    total = pending.masked.copy()
+    metas: dict[str, dict[str, Any]] = {site: pending.meta}
+    for sender in sorted(keys):
+        if sender == site:
+            continue
+        entry = relay[sender]
+        meta = entry.get("meta") if isinstance(entry, dict) else None
+        sealed = entry.get("sealed") if isinstance(entry, dict) else None
+        box = sealed.get(site) if isinstance(sealed, dict) else None
+        if not isinstance(meta, dict) or not isinstance(box, str):
+            raise _refused(f"the relay holds no vector that {sender} sealed for this site")
+        try:
+            data = base64.b64decode(box, validate=True)
+            key = _relay_key(pair_secret(rnd, keys[sender]), rnd.round_id, sender, site, step, pending.call)
+            plain = ChaCha20Poly1305(key).decrypt(_NONCE, data, _aad(rnd.round_id, step, sender, site, meta))
+        except (ValueError, InvalidTag):
+            raise _refused(f"the vector relayed as {sender}'s was not sealed by {sender} for this step and call "
+                           f"(altered, forged, from another step, or {sender} ran another call)") from None
+        vector = np.frombuffer(plain, dtype="<u8").astype(np.uint64)
+        if vector.size != total.size:
+            raise _refused(f"{sender}'s vector has another length than this site's")
+        total = total + vector  # modulo 2^64
+        metas[sender] = meta
+    return total, metas
+
+
+def decode(total: np.ndarray, layout: dict[str, list[int]], frac_bits: int) -> tuple[dict[str, np.ndarray], int]:
+    """The pooled fields (by name, with their shapes) and the number of values the sites clipped
+    to the fixed-point range (the vector's last word)."""
+    flat = total[:-1].view(np.int64).astype(float) / 2.0**frac_bits
+    fields, offset = {}, 0
+    for name, shape in layout.items():
+        size = int(np.prod(shape, dtype=int))
+        fields[name] = flat[offset:offset + size].reshape(shape)
+        offset += size
+    return fields, int(total[-1:].view(np.int64)[0])

@@ -1,0 +1,135 @@
+"""Hosmer-Lemeshow C, ECE and MCE over R's deciles of risk of the pooled predictions, found by the
+sites on pooled counts (seed 001 §3.5.3, §4.8; seed 002's distributed H-L test).
+
+A pooled protocol of several steps (:class:`~dsfed_server.disclosure.relay.PooledSteps`): the
+analyst relays sealed vectors and learns nothing until the last step.
+
+1. Every site counts its predictions at or below a grid of thresholds; the sites pool the counts
+   among themselves (sealed from the analyst) and narrow, for every order statistic R's type-7
+   quantiles need, the bracket that holds it (:mod:`dsfed_core.quantiles`). Every site derives
+   the same next probes from the same pooled counts, so the search needs no analyst input and,
+   on exact pooled counts, always settles: the breaks are R's
+   ``unique(quantile(p, seq(0, 1, 1/g), type = 7))`` grouping, exactly.
+2. Every site sums its records' outcomes and predictions per group; pooled, the sites check that
+   every group holds at least q records (the largest q of the sites; a smaller group is merged
+   with the next and the result says so), and release the statistics: C with its df, the group
+   sizes, ECE and MCE, and the group table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
+from dsfed_server.context import CallContext
+from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.relay import PooledSteps
+from dsfed_server.errors import CallError
+from dsfed_server.functions.validation import outcome_and_score
+from dsfed_server.registry import P, Param, register
+
+MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution is reached well before
+_COUNTS = 40  # fixed-point bits: counts are whole numbers, sums of predictions need the fraction
+
+
+class DecileSearch:
+    """One site's side of the protocol: its sorted predictions, and the searches on pooled counts."""
+
+    def __init__(self, y: np.ndarray, p: np.ndarray, g: int) -> None:
+        self.y, self.p, self.g = y, p, g
+        self.x = np.sort(p)
+        self.brackets: dict[int, Bracket] = {}
+        self.rounds = 0
+        self.n = 0
+
+    def counts(self, thresholds: list[float]) -> PooledSteps:
+        """This site's counts at or below ``thresholds``; pooled, they narrow the searches."""
+        below = np.searchsorted(self.x, np.asarray(thresholds, dtype=float), side="right").astype(float)
+        fields = {"counts": below} if self.rounds else {"n": np.asarray(float(self.x.size)), "counts": below}
+        self.rounds += 1
+
+        def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[None, PooledSteps]:
+            if "n" in pooled:
+                self.n = int(round(float(pooled["n"])))
+                self.brackets = {j: Bracket.start(j, self.n, 0.0, 1.0) for j in targets(self.n, self.g)}
+            known = {t: (int(round(c)), int(round(c))) for t, c in zip(thresholds, pooled["counts"])}
+            for bracket in self.brackets.values():
+                narrow(bracket, known)
+            following = probes(list(self.brackets.values()), first=False, lower=0.0, upper=1.0)
+            if following and self.rounds < MAX_ROUNDS:
+                return None, self.counts(following)
+            return None, self.group_sums()
+
+        return PooledSteps(fields, advance, frac_bits=0)
+
+    def group_sums(self) -> PooledSteps:
+        """This site's count, outcomes and predictions per group of the settled breaks."""
+        groups = type7_groups(self.brackets, self.n, self.g, 0.0, 1.0)
+        cuts = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
+        idx = gate.cell_index(self.p, cuts)
+        size = len(cuts) + 1
+        fields = {"n": np.bincount(idx, minlength=size).astype(float),
+                  "sum_y": np.bincount(idx, weights=self.y, minlength=size),
+                  "sum_p": np.bincount(idx, weights=self.p, minlength=size)}
+
+        def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], None]:
+            return statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds), None
+
+        return PooledSteps(fields, advance, frac_bits=_COUNTS)
+
+
+def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
+               ) -> dict[str, Any]:
+    """H-L C (df = groups - 2), ECE and MCE from the pooled group sums; a group holding fewer than
+    q records is merged with the next first (the result then says the grouping is not R's)."""
+    n = np.rint(pooled["n"]).astype(np.int64)
+    below = np.cumsum(n)[:-1]
+    ranks = {0: gate.Cut(-np.inf, False), int(n.sum()): gate.Cut(np.inf, False)}
+    decided = gate.decide([(ranks, [int(r) for r in below])], q, snap=False)
+    keep = [d is gate.KEEP for d in decided]
+    bounds = [0] + [i + 1 for i, k in enumerate(keep) if k] + [n.size]
+    merged = {name: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
+              for name in ("n", "sum_y", "sum_p")}
+    edges = np.concatenate([[breaks[0]], breaks[1:-1][np.asarray(keep, dtype=bool)], [breaks[-1]]])
+    table = pd.DataFrame({"lower": edges[:-1], "upper": edges[1:], "n": np.rint(merged["n"]).astype(int),
+                          "observed_1": merged["sum_y"], "expected_1": merged["sum_p"]})
+    table = table[table["n"] > 0]
+    o1, e1, ng = table.observed_1.to_numpy(), table.expected_1.to_numpy(), table.n.to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = float(np.sum((o1 - e1) ** 2 / e1 + ((ng - o1) - (ng - e1)) ** 2 / (ng - e1)))
+    gap = np.abs(o1 - e1) / ng
+    return {
+        "kind": "C", "statistic": c, "df": int(ng.size - 2), "groups": ng.tolist(),
+        "ece": float(np.sum(ng / ng.sum() * gap)), "mce": float(gap.max()),
+        "exact_grouping": bool(exact and all(keep)), "merged_groups": int(len(keep) - sum(keep)), "rounds": rounds,
+        "table": {"edges": edges.tolist(), "n": merged["n"].tolist(), "sum_y": merged["sum_y"].tolist(),
+                  "sum_p": merged["sum_p"].tolist()},
+        "pooled": True,
+    }
+
+
+@register(
+    "decileGroupsDS",
+    "aggregate",
+    [
+        Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
+        Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
+        Param("g", P.INTEGER, "number of quantile groups (10: deciles of risk)", required=False, default=10,
+              minimum=2, maximum=100),
+    ],
+    checks=("disclosure.q_threshold", "secure_aggregation.pooled_thresholds"),
+    pooled_only=True,
+)
+def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) -> PooledSteps:
+    """Hosmer-Lemeshow C, ECE and MCE over R's type-7 quantile groups of the pooled predictions
+    (``hoslem.test``'s grouping), found by the sites on pooled counts: a pooled protocol of several
+    steps (see the module docstring); released only pooled, at the last step."""
+    if not ctx.pooled:
+        raise CallError("decileGroupsDS runs only as a pooled release over the sites (secure aggregation)",
+                        hint="use the pooled option; per site, use countBelowDS and groupSumsDS")
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    search = DecileSearch(y.astype(float), p, g)
+    return search.counts(probes([], first=True, lower=0.0, upper=1.0))
