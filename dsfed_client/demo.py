@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.launch import LocalSites
@@ -125,54 +127,45 @@ def _pooled_fixture(fixtures: Path) -> "pd.DataFrame":
 
 
 def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignore[no-untyped-def]
-    """Seed 000's analysis of the GBSG2 sites, each estimate beside the pooled one."""
+    """Seed 000's analysis of the GBSG2 sites by the default method, each estimate beside the pooled one."""
     from dsfed_client import pooled  # noqa: PLC0415
     from dsfed_client.analyses.suite import validate  # noqa: PLC0415
 
-    report.section("Validation of the prediction model (seed 000 analysis, over HTTP)")
+    report.section("Validation of the prediction model (over HTTP; pooled releases checked by the sites)")
     before = session.transfer_stats()
     v = validate(session, "D$y", "D$score")
     after = session.transfer_stats()
     data = _pooled_fixture(fixtures)
     ref = pooled.suite(data["y"].to_numpy(), data["score"].to_numpy())
-    mech = next(iter(v.roc_glm.reference.mechanism.values()))
-    sigmas = ", ".join(f"{s} {x:.4f}" for s, x in v.roc_glm.reference.sigma.items())
-    print(f"   noisy scores: analytic Gaussian, epsilon {mech['epsilon']}, delta {mech['delta']}, "
-          f"l2-sensitivity {mech['sensitivity']} (each site's rules); sigma: {sigmas}")
+    d = v.discrimination
+    print(f"   disclosure checks: {v.mode}{'' if v.mode == 'pooled' else ' (' + v.mode_note + ')'}")
+    print(f"   discrimination ({d.method} method): {d.noise}")
     rows = [
-        ("ROC-GLM AUC", v.roc_glm.auc, ref["roc_glm_auc"],
-         f"95% CI {v.roc_glm.ci[0]:.3f}-{v.roc_glm.ci[1]:.3f} (eq. 3); integral {v.roc_glm.auc_integral:.4f}"),
-        ("ROC-GLM a, b", f"{v.roc_glm.a:.3f}, {v.roc_glm.b:.3f}", f"{ref['roc_glm_a']:.3f}, {ref['roc_glm_b']:.3f}",
-         f"{v.roc_glm.glm.iterations} Fisher-scoring iterations"),
-        ("empirical AUC", v.roc_glm.empirical.auc, ref["auc"],
-         "DeLong 95% CI {:.3f}-{:.3f}; est. noise error {:.4f}".format(*v.roc_glm.empirical.ci_delong,
-                                                                       v.roc_glm.empirical.approximation_error)),
+        ("empirical AUC", d.auc, ref["auc"], "95% CI {:.3f}-{:.3f} (DeLong + noise variance; noise sd {:.4f})".format(
+            *d.auc_ci, d.noise_variance ** 0.5)),
+        ("ROC-GLM AUC", d.roc_glm_auc, ref["roc_glm_auc"], "95% CI {:.3f}-{:.3f}; a = {:.3f}, b = {:.3f}".format(
+            *d.roc_glm_ci, d.a, d.b)),
         ("Brier score", v.brier.brier, ref["brier"], ""),
         ("Spiegelhalter z", v.brier.spiegelhalter_z, ref["spiegelhalter_z"], f"p = {v.brier.spiegelhalter_p:.3g}"),
         ("calibration intercept", v.logistic.intercept, ref["calibration_intercept"],
          f"{v.logistic.n_excluded} records with p = 0 or 1 left out (as val.prob)"),
         ("calibration slope", v.logistic.slope, ref["calibration_slope"], ""),
-        ("calibration-in-the-large", v.logistic.citl, float("nan"), "intercept of y ~ 1 + offset(logit p)"),
         ("H-L C statistic", v.hl_c.statistic, ref["hl_c"], _hl_note(v.hl_c)),
         ("H-L H statistic", v.hl_h.statistic, ref["hl_h"], _hl_note(v.hl_h)),
         ("ECE", v.errors.ece, ref["ece"], "groups of H-L C"),
         ("MCE", v.errors.mce, ref["mce"], "groups of H-L C"),
     ]
-    print(f"   {'estimator':<26}{'distributed':>16}{'pooled':>16}   note")
+    print(f"   {'estimator':<24}{'distributed':>14}{'pooled':>14}{'difference':>12}   note")
     for label, dist, pool, note in rows:
-        d = dist if isinstance(dist, str) else f"{dist:.4f}"
-        p = pool if isinstance(pool, str) else ("-" if pool != pool else f"{pool:.4f}")
-        print(f"   {label:<26}{d:>16}{p:>16}   {note}")
+        print(f"   {label:<24}{dist:>14.6f}{pool:>14.6f}{abs(dist - pool):>12.1e}   {note}")
     curve = v.curve.to_frame()
-    print(f"   calibration curve (10 bins, q = 5): {v.curve.suppressed_total} of {v.curve.n_total} records "
-          "suppressed at sites with small bins")
-    for row in curve.itertuples():
-        if row.n or row.suppressed_sites:
-            mp = "-" if row.n == 0 else f"{row.mean_prediction:.3f}"
-            mo = "-" if row.n == 0 else f"{row.mean_outcome:.3f}"
-            print(f"     [{row.bin_lower:.1f}, {row.bin_upper:.1f}): n {row.n:>3}  predicted {mp:>5}  observed {mo:>5}"
-                  + (f"  (withheld by {row.suppressed_sites}; <= {row.suppressed_share_max:.0%} of the bin)"
-                     if row.suppressed_sites else ""))
+    exact = np.asarray(ref["calibration_curve"], dtype=float)
+    print(f"   calibration curve (10 bins, q = 5): {v.curve.bins.note()}")
+    for row, pooled_mean in zip(curve.itertuples(), exact):
+        if row.n:
+            print(f"     [{row.bin_lower:.1f}, {row.bin_upper:.1f}): n {row.n:>3}  predicted {row.mean_prediction:.3f}"
+                  f"  observed {row.mean_outcome:.6f}  (pooled {pooled_mean:.6f})")
+    print(f"   H-L C groups (R's deciles): {v.hl_c.table['n'].tolist()}")
     trips = {s: after[s]["requests"] - before[s]["requests"] for s in after}
     sent = {s: after[s]["bytes_sent"] - before[s]["bytes_sent"] for s in after}
     print(f"   round trips per site: {max(trips.values())}; bytes sent per site: "
@@ -186,15 +179,7 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
 
 
 def _hl_note(hl) -> str:  # type: ignore[no-untyped-def]
-    note = f"df {hl.df}, p = {hl.pvalue:.3g}"
-    if not hl.complete:
-        left = []
-        if hl.suppressed_records:
-            left.append(f"{hl.suppressed_records} records in small site groups left out")
-        if not hl.exact_grouping:
-            left.append(f"group edges uncertain for <= {hl.uncertain_records} records (counts below q)")
-        note += "; PARTIAL: " + "; ".join(left)
-    return note
+    return f"df {hl.df}, p = {hl.pvalue:.3g}; {hl.note()}"
 
 
 def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]
@@ -236,24 +221,28 @@ def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]
     report.show("mean_score_age50", f"mean score for age >= 50: {mo.mean:.4f} (n = {mo.n_valid})",
                 {"pooled": mo.mean, "n": mo.n_valid})
 
-    report.section("Secure aggregation: the analyst sees only sums over sites")
+    report.section("Pooled releases: the sites check the cells the analyst sees, pooled over the sites")
     from dsfed_client.analyses.glm import ds_glm  # noqa: PLC0415
 
+    print("   per site, two sites hold a cell below q = 5 (their share of a cell may be small; what the "
+          "analyst sees is not):")
+    report.attempt("refused_table", "table of menopausal status by outcome, checked per site",
+                   lambda: ("", session.table2d("D$menostat", "D$y").as_dict()))
+    pooled_table = session.pooled("table2DDS", Ref("D$menostat"), Ref("D$y"))
+    table = {r: dict(zip(pooled_table["cols"], row)) for r, row in zip(pooled_table["rows"], pooled_table["counts"])}
+    report.show("pooled_table_menostat_y", f"the same table pooled over the sites (every cell >= 5): {table}", table)
     formula = "y ~ age + tgrade + horTh"
-    plain, secure = ds_glm(session, formula, "D"), ds_glm(session, formula, "D", secure=True)
-    gap = float(abs(plain.params - secure.params).max())
-    print(f"   logistic GLM {formula}: every Fisher-scoring round summed by pairwise-masked secure sums")
+    report.attempt("refused_glm", f"logistic GLM {formula}, checked per site",
+                   lambda: ("", ds_glm(session, formula, "D").to_dict()))
+    secure = ds_glm(session, formula, "D", secure=True)
+    print(f"   the same GLM as a pooled protocol: the sites sum their Fisher-scoring parts among themselves, "
+          f"check the pooled factor levels and derive every iterate themselves ({secure.iterations} rounds):")
     for name, b, se in zip(secure.names, secure.params, secure.bse):
         print(f"     {name:<14} {b:>9.4f}  (se {se:.4f})")
-    print(f"   largest difference to the plainly summed fit: {gap:.1e} (fixed point); "
-          f"n per site: {'not seen' if not secure.per_site_n else secure.per_site_n}")
     report.results["secure_glm"] = {"formula": formula, "coefficients": dict(zip(secure.names, secure.params.tolist())),
-                                    "max_difference_to_plain": gap, "per_site_n": secure.per_site_n,
-                                    "sites": list(secure.secure_sites)}
+                                    "per_site_n": secure.per_site_n, "sites": list(secure.secure_sites)}
 
     report.section("Disclosive requests are refused, with the site, the function and the rule")
-    report.attempt("refused_table", "table of menopausal status by outcome",
-                   lambda: ("", session.table2d("D$menostat", "D$y").as_dict()))
     report.attempt("refused_subset", "subset age > 75",
                    lambda: ("", dict(session.assign("old", Call("subsetDS", Ref("D"), "age", ">", 75)))))
     report.attempt("refused_code", 'call text system("ls")',

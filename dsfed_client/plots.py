@@ -98,11 +98,10 @@ def plot_pr_curve(precision: Sequence[float], recall: Sequence[float], *, preval
 
 
 def plot_calibration(edges: np.ndarray, n: np.ndarray, mean_prediction: np.ndarray, mean_outcome: np.ndarray, *,
-                     suppressed_share_max: np.ndarray | None = None, per_site: dict[str, Any] | None = None,
-                     ax: "Axes | None" = None, hist_ax: "Axes | None" = None) -> "Axes":
-    """Pooled calibration points sized by n, per-site curves, the diagonal, bins with suppressed
-    records marked, and below it (on ``hist_ax``, or an Axes split off ``ax``) a histogram of the
-    predictions from the bins' counts."""
+                     per_site: dict[str, Any] | None = None, ax: "Axes | None" = None,
+                     hist_ax: "Axes | None" = None) -> "Axes":
+    """Pooled calibration points sized by n, per-site curves, the diagonal, and below it (on
+    ``hist_ax``, or an Axes split off ``ax``) a histogram of the predictions from the bins' counts."""
     if hist_ax is not None:
         if ax is None:
             raise ValueError("hist_ax needs ax")
@@ -124,16 +123,6 @@ def plot_calibration(edges: np.ndarray, n: np.ndarray, mean_prediction: np.ndarr
     ax.plot(mean_prediction[has], mean_outcome[has], color="black", linewidth=1.5, label="_pooled-line")
     ax.scatter(mean_prediction[has], mean_outcome[has], s=12 + 60 * n[has] / max(n.max(), 1), color="black",
                zorder=3, label="pooled", gid="calibration-pooled")
-    if suppressed_share_max is not None and np.any(suppressed_share_max > 0):
-        centres = (edges[:-1] + edges[1:]) / 2
-        marked = suppressed_share_max > 0
-        y_mark = np.where(has, mean_outcome, centres)
-        x_mark = np.where(has, mean_prediction, centres)
-        ax.scatter(x_mark[marked], y_mark[marked], s=90, facecolors="none", edgecolors="tab:red", linewidths=1.5,
-                   zorder=4, label="bin with suppressed records", gid="calibration-suppressed")
-        for x, y, share in zip(x_mark[marked], y_mark[marked], suppressed_share_max[marked]):
-            ax.annotate(f"<={share:.0%}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7,
-                        color="tab:red")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("observed event rate")

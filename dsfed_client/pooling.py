@@ -155,3 +155,28 @@ def pooled_histogram(results: Mapping[str, Mapping[str, Any]]) -> PooledHistogra
             counts[max(idx, 0)] += c
     n_missing = sum(int(r.get("Nmissing", 0)) for r in results.values())
     return PooledHistogram(edges, counts, n_missing, per_site)
+
+
+def common_edges(edge_lists: list[np.ndarray]) -> np.ndarray:
+    """The edges every site released (each site's cells nest inside the cells they make): a site's
+    release gate may have merged cells, so a pooled cell must be a union of every site's cells."""
+    inner = set.intersection(*[set(e[1:-1].tolist()) for e in edge_lists])
+    lo = min(e[0] for e in edge_lists)
+    hi = max(e[-1] for e in edge_lists)
+    return np.array([lo, *sorted(inner), hi], dtype=float)
+
+
+def onto(edges: np.ndarray, site_edges: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A site's per-cell values summed onto the (coarser) common cells ``edges``."""
+    idx = np.searchsorted(edges[1:-1], site_edges[:-1], side="right")
+    return np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=edges.size - 1)
+
+
+def pooled_bins(results: Mapping[str, Mapping[str, Any]], fields: tuple[str, ...]
+                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per-site binned sums (``edges`` and a value per cell in each of ``fields``) summed on the
+    common edges (:func:`common_edges`), exactly: no cell is split or guessed."""
+    site_edges = {s: np.asarray(r["edges"], dtype=float) for s, r in results.items()}
+    edges = common_edges(list(site_edges.values()))
+    sums = {f: sum(onto(edges, site_edges[s], r[f]) for s, r in results.items()) for f in fields}
+    return edges, sums

@@ -13,11 +13,12 @@
 
 The page holds the study set-up (sites, n per site, the rules in force at each
 site as its function listing states them), the privacy loss the analysis
-spent, discrimination (ROC-GLM and empirical AUC with CIs, the ROC curve and,
+spent, discrimination (empirical AUC and ROC-GLM with CIs, the ROC curve and,
 when given, a PR curve), calibration (Brier, Spiegelhalter, intercept, slope,
 calibration-in-the-large, Hosmer-Lemeshow C and H, ECE/MCE and the plots),
-per-site panels of what the sites released, what was suppressed and why, and
-the software and method versions. Nothing is fetched when the page is opened.
+per-site panels of what the sites released (per-site checking only), how the
+sites checked what they released and what they coarsened, and the software and
+method versions. Nothing is fetched when the page is opened.
 :func:`collect_study_info` asks the sites only for their function listings and
 the per-site count of the outcome (``lengthDS``, under the site's q-threshold).
 """
@@ -41,13 +42,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsfed_client.analyses.suite import ValidationReport
     from dsfed_client.session import FederatedSession
 
-METHODS = (
-    ("ROC-GLM AUC and CI", "seed 000 (Schalk, Rehms et al. 2024): noisy scores by the analytic Gaussian mechanism, "
-     "placement values, probit ROC-GLM by distributed Fisher scoring, CI of eq. (3)"),
-    ("Empirical AUC", "placement-value sums, DeLong variance (DeLong et al. 1988; pROC ci.auc)"),
+METHODS = {
+    "histogram": ("Empirical AUC and ROC-GLM", "placement values against global CDFs from the sites' noisy "
+                  "hierarchical histograms (seed 003), DeLong variance plus the noise's, CI of seed 000 eq. (3); "
+                  "probit ROC-GLM on the same placement values by distributed Fisher scoring"),
+    "paper": ("Empirical AUC and ROC-GLM", "seed 000 (Schalk, Rehms et al. 2024): noisy scores by the analytic "
+              "Gaussian mechanism, placement values, DeLong variance; probit ROC-GLM, CI of eq. (3)"),
+}
+CALIBRATION_METHODS = (
     ("Brier, Spiegelhalter z", "seed 000 eq. 5; seed 001 section 3.5.1 (rms::val.prob S:z)"),
-    ("Calibration curve", "seed 000: equal-width bins, per-site sums, small bins suppressed at the sites"),
-    ("Hosmer-Lemeshow C / H", "deciles of risk by a count-only distributed quantile search / fixed bins (hoslem.test)"),
+    ("Calibration curve", "seed 000: equal-width bins; bins below q merged by the sites' release gate"),
+    ("Hosmer-Lemeshow C / H", "deciles of risk (R's type-7 quantiles, found by the sites on pooled counts, or by a "
+     "count-only search per site) / fixed bins (hoslem.test)"),
     ("ECE, MCE", "seed 001 eq. 3.6 over the groups of H-L C"),
     ("Calibration intercept, slope, CITL", "distributed GLM of y ~ logit(p) and y ~ 1 + offset(logit(p))"),
 )
@@ -157,14 +163,13 @@ def _calibration_figure(report: "ValidationReport") -> str:
                                    gridspec_kw={"height_ratios": [3, 1], "hspace": 0.08})
     try:
         c = report.curve
-        plots.plot_calibration(c.edges, c.n, c.mean_prediction, c.mean_outcome,
-                               suppressed_share_max=c.suppressed_share_max, per_site=c.per_site, ax=ax, hist_ax=hist)
+        plots.plot_calibration(c.edges, c.n, c.mean_prediction, c.mean_outcome, per_site=c.per_site, ax=ax,
+                               hist_ax=hist)
         svg = plots.figure_svg(fig)
     finally:
         plt.close(fig)
-    caption = (f"Pooled points (black, sized by n) over the bins no site withheld; thin lines: each site's released "
-               f"bins; red circles: bins with records withheld at some site (at most the share shown). "
-               f"Below: predictions per bin in the pooled points.")
+    caption = (f"Pooled points (black, sized by n) over the bins the sites released ({report.curve.bins.note()}); "
+               f"thin lines: each site's released bins (per-site release only). Below: predictions per bin.")
     return f'<figure class="plot" data-plot="calibration">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
 
 
@@ -187,8 +192,8 @@ def _per_site_figure(report: "ValidationReport") -> str:
             shown = frame[frame["n"] > 0]
             ax.scatter(shown["mean_prediction"], shown["mean_outcome"], s=10 + shown["n"], color="tab:blue",
                        gid=f"site-points-{site}")
-            ax.set_title(f"{site}: {int(frame['n'].sum())} in released bins, {int(frame['suppressed'].sum())} "
-                         f"bins withheld", fontsize=7)
+            ax.set_title(f"{site}: {int(frame['n'].sum())} records in {int((frame['n'] > 0).sum())} bins",
+                         fontsize=7)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)
             ax.set_xticks([0, 0.5, 1])
@@ -200,7 +205,7 @@ def _per_site_figure(report: "ValidationReport") -> str:
         svg = plots.figure_svg(fig)
     finally:
         plt.close(fig)
-    caption = "Each site's calibration points as the site released them (bins under its q-threshold withheld)."
+    caption = "Each site's calibration points as the site released them (bins under its q-threshold merged)."
     return f'<figure class="plot" data-plot="per-site">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
 
 
@@ -208,82 +213,96 @@ def _per_site_figure(report: "ValidationReport") -> str:
 
 def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, Any]],
                    rules_info: dict[str, dict[str, Any]], data_info: dict[str, Any]) -> str:
-    ref = report.roc_glm.reference
-    sites = list(dict.fromkeys([*sites_info, *ref.sigma]))
+    d = report.discrimination
+    mechanism = d.mechanism
+    sigma = d.result.reference.sigma if d.method == "paper" else {}  # type: ignore[union-attr]
+    sites = list(dict.fromkeys([*sites_info, *(s for s in mechanism if s != "pooled")]))
     rows = []
     for s in sites:
         info, rules = sites_info.get(s, {}), rules_info.get(s, {})
         disc, priv, bins = rules.get("disclosure", {}), rules.get("privacy", {}), rules.get("bins", {})
-        mech = ref.mechanism.get(s, {})
+        mech = mechanism.get(s, {})
         rows.append([s, info.get("n"), info.get("profile") or "-", disc.get("q_threshold"), disc.get("subset_min"),
                      disc.get("glm_saturation"), bins.get("small_bin_policy", "-"),
                      mech.get("mechanism") or priv.get("mechanism", "-"),
                      mech.get("epsilon") if mech.get("epsilon") is not None else priv.get("epsilon"),
                      mech.get("delta") if mech.get("delta") is not None else priv.get("delta"),
-                     mech.get("sensitivity") if mech.get("sensitivity") is not None
-                     else priv.get("score_l2_sensitivity"),
-                     ref.sigma.get(s)])
+                     sigma.get(s)])
     n_total = sum(int(i["n"]) for i in sites_info.values() if i.get("n") is not None) or report.brier.n
     data = ", ".join(f"{k} <code>{_e(v)}</code>" for k, v in data_info.items() if v)
+    mode = ("Every binned release (bins, groups, tables, placement sums) was checked by the sites on the cells "
+            "pooled over the sites (secure aggregation with pooled thresholds): the analyst saw only pooled sums."
+            if report.mode == "pooled" else
+            f"Every binned release was checked by each site on its own cells: {report.mode_note}.")
     out = [f"<p>{len(sites)} sites, n = {_num(n_total)} records with a known outcome"
            + (f"; {data}" if data else "") + ".</p>",
+           f'<p class="{"ok" if report.mode == "pooled" else "warn"}">{_e(mode)}</p>',
            _table(["site", "n", "profile", "q", "subset min", "GLM saturation", "small bins", "noise",
-                   "epsilon", "delta", "l2-sensitivity", "sigma"], rows)]
-    if ref.noise_off:
+                   "epsilon", "delta", "sigma (noisy scores)"], rows)]
+    if d.noise_off:
         out.append('<p class="warn">Noise is OFF at every site (a test profile): the scores were released '
                    'unperturbed and every number equals the pooled computation. Never for real data.</p>')
     return "".join(out)
 
 
 def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]], curves: Any = None) -> str:
-    releases = [("noisy scores (ROC-GLM, AUC)", report.roc_glm.reference.mechanism)]
+    d = report.discrimination
+    what = "noisy scores (AUC, ROC-GLM)" if d.method == "paper" else "score histograms (AUC, ROC-GLM)"
+    releases = [(what, d.mechanism)]
     if curves is not None:
         releases.append(("score histograms (ROC/PR curves)", curves.histograms.mechanism))
     rows = []
-    for s in report.roc_glm.reference.mechanism:
-        budget = rules_info.get(s, {}).get("budget", {})
+    for s in rules_info or {k: None for k in d.mechanism if k != "pooled"}:
+        rules = rules_info.get(s, {})
+        budget, priv = rules.get("budget", {}), rules.get("privacy", {})
         eb, db = budget.get("epsilon_per_analyst"), budget.get("delta_per_analyst")
         total_eps = total_delta = 0.0
-        for what, mechanisms in releases:
-            mech = mechanisms.get(s, {})
-            eps, delta = mech.get("epsilon") or 0.0, mech.get("delta") or 0.0
-            total_eps, total_delta = total_eps + eps, total_delta + delta
-            rows.append([s, what, mech.get("mechanism", "-"), eps, delta, eb, db])
+        for label, mechanisms in releases:
+            mech = mechanisms.get(s) or mechanisms.get("pooled", {})
+            eps = mech.get("epsilon", priv.get("epsilon")) if mech.get("mechanism") != "none" else 0.0
+            delta = mech.get("delta", priv.get("delta")) if mech.get("mechanism") != "none" else 0.0
+            total_eps, total_delta = total_eps + (eps or 0.0), total_delta + (delta or 0.0)
+            rows.append([s, label, mech.get("mechanism", "-"), eps, delta, eb, db])
         if len(releases) > 1:
             rows.append([s, "total (basic composition)", "", total_eps, total_delta, eb, db])
-    note = ("<p>Each site released its prediction scores once, with noise (the two classes are disjoint sets of "
-            "records, so together they cost one (epsilon, delta))"
+    first = ("Each site released its prediction scores once, with noise (the two classes are disjoint sets of "
+             "records, so together they cost one (epsilon, delta))" if d.method == "paper" else
+             "Each site released hierarchical histograms of its scores once, with noise, at its own (epsilon, "
+             "delta)" + (" (summed over the sites, each adding its share of the noise)"
+                         if "pooled" in d.mechanism else ""))
+    note = (f"<p>{first}"
             + ("; the histogram-based curves are a second noisy release" if curves is not None else "")
             + ". Every other statistic is a count or a sum over at least q records and spends no privacy budget. "
-            "The budget columns are each site's per-analyst limit from its rules file; the site's ledger also "
-            "counts the analyst's other noisy releases on the same table, and may compose them more tightly "
-            "than the sum shown here.</p>")
+            "The budget columns are each site's limit from its rules file; the site's ledger also counts the "
+            "other noisy releases on the same table, and may compose them more tightly than the sum shown here.</p>")
     return note + _table(["site", "release", "mechanism", "epsilon spent", "delta spent", "epsilon budget",
                           "delta budget"], rows)
 
 
 def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Sequence[float], Sequence[float]] | None,
                             pr_curve: dict[str, Any] | None) -> str:
-    r = report.roc_glm
-    level = f"{1 - r.alpha:.0%}"
-    rows = [["ROC-GLM AUC", r.auc, r.ci[0], r.ci[1], f"logit CI, eq. (3); a = {r.a:.4f}, b = {r.b:.4f}"],
-            ["ROC-GLM AUC (integral)", r.auc_integral, None, None, "numerical integral of the fitted curve"],
-            ["empirical AUC", r.empirical.auc, r.empirical.ci_delong[0], r.empirical.ci_delong[1], "DeLong CI"]]
-    if not r.reference.noise_off:
-        rows.append(["est. noise error of the empirical AUC", r.empirical.approximation_error, None, None,
-                     "one SIMEX step"])
-    figs = [_figure(lambda ax: r.plot(ax=ax, fpr=None if roc_overlay is None else roc_overlay[0],
-                                      tpr=None if roc_overlay is None else roc_overlay[1]),
-                    "ROC-GLM fit Phi(a + b Phi^-1(t)) over the empirical ROC of the pooled noisy scores "
-                    "at the fit's threshold grid" + ("; orange: the histogram-based curve" if roc_overlay else "")
-                    + ".", name="roc")]
+    d = report.discrimination
+    level = f"{1 - d.alpha:.0%}"
+    auc_note = ("logit CI, eq. (3), DeLong + noise variance" if d.method == "histogram" else "DeLong CI")
+    rows = [["empirical AUC", d.auc, d.auc_ci[0], d.auc_ci[1], auc_note],
+            ["ROC-GLM AUC", d.roc_glm_auc, d.roc_glm_ci[0], d.roc_glm_ci[1],
+             f"logit CI, eq. (3); a = {d.a:.4f}, b = {d.b:.4f}"]]
+    if d.noise_variance:
+        rows.append(["noise standard error of the AUC", d.noise_variance ** 0.5, None, None,
+                     f"DeLong standard error {d.variance ** 0.5:.4f}"])
+    overlay = {} if roc_overlay is None else {"fpr": roc_overlay[0], "tpr": roc_overlay[1]}
+    caption = ("ROC-GLM fit Phi(a + b Phi^-1(t)) over the ROC of the "
+               + ("pooled noisy scores at the fit's threshold grid" if d.method == "paper"
+                  else "global CDFs the sites' histograms give")
+               + ("; orange: the histogram-based curve" if overlay else "") + ".")
+    figs = [_figure(lambda ax: d.plot(ax=ax, **overlay), caption, name="roc")]
     if pr_curve is not None:
         figs.append(_figure(lambda ax: plots.plot_pr_curve(pr_curve["precision"], pr_curve["recall"],
                                                           prevalence=pr_curve.get("prevalence"), ax=ax),
                             "Precision-recall curve.", name="pr"))
     return (_table(["statistic", "estimate", f"{level} lower", f"{level} upper", "note"], rows)
-            + f'<p class="sub">{r.n_thresholds} thresholds, {r.glm.iterations} Fisher-scoring iterations, '
-              f'{r.empirical.n_positive} positives and {r.empirical.n_negative} negatives.</p>'
+            + f'<p class="sub">Method: {_e(d.method)}; noise: {_e(d.noise)}. {d.n_thresholds} thresholds, '
+              f'{d.iterations} Fisher-scoring iterations, {d.n_positive} positives and {d.n_negative} negatives.</p>'
             + '<div class="figs">' + "".join(figs) + "</div>")
 
 
@@ -298,13 +317,13 @@ def _calibration_section(report: "ValidationReport") -> str:
             ["calibration slope", lg.slope, slope_ci[0], slope_ci[1], None, "y ~ logit(p)"],
             ["calibration-in-the-large", lg.citl, citl_ci[0], citl_ci[1], None, "y ~ 1 + offset(logit(p))"],
             ["Hosmer-Lemeshow C", c.statistic, None, None, c.pvalue,
-             f"df {c.df}" + ("" if c.complete else "; PARTIAL (see suppression)")],
+             f"df {c.df}" + ("" if c.complete else "; groups merged or inexact (see disclosure control)")],
             ["Hosmer-Lemeshow H", h.statistic, None, None, h.pvalue,
-             f"df {h.df}" + ("" if h.complete else "; PARTIAL (see suppression)")],
+             f"df {h.df}" + ("" if h.complete else "; groups merged or inexact (see disclosure control)")],
             ["ECE", e.ece, None, None, None, "groups of H-L C"],
             ["MCE", e.mce, None, None, None, "groups of H-L C"]]
-    hl_rows = [[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0,
-                r.suppressed_sites or "-"] for r in c.table.itertuples()]
+    hl_rows = [[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0]
+               for r in c.table.itertuples()]
     figs = [_calibration_figure(report),
             _figure(lambda ax: c.plot(ax=ax), "Observed and expected events per decile-of-risk group (H-L C).",
                     figsize=(6.0, 4.2), name="hosmer-lemeshow"),
@@ -314,41 +333,33 @@ def _calibration_section(report: "ValidationReport") -> str:
             + '<div class="figs">' + "".join(figs) + "</div>"
             + "<h3>Hosmer-Lemeshow C groups</h3>"
             + _table(["group", "n", "observed events", "expected events", "observed non-events",
-                      "expected non-events", "withheld by"], hl_rows, left=1))
+                      "expected non-events"], hl_rows, left=1))
 
 
-def _suppression_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]]) -> str:
-    c = report.curve
+def _disclosure_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]]) -> str:
     qs = sorted({r.get("disclosure", {}).get("q_threshold") for r in rules_info.values()} - {None})
-    why = (f"A site withholds a bin or group holding 0 &lt; n &lt; q of its records "
-           f"(q = {', '.join(map(str, qs))} at these sites), and where needed a second one so the first "
-           f"cannot be recovered from the total; a released count is at least q. "
-           if qs else "A site withholds a bin or group holding fewer than its q-threshold of records. ")
-    rows = [[f"[{row.bin_lower:.1f}, {row.bin_upper:.1f})", int(row.n), row.suppressed_sites,
-             f"<= {row.suppressed_share_max:.0%}"]
-            for row in c.to_frame().itertuples() if row.suppressed_sites]
-    parts = [f"<p>{why}The pooled results leave the withheld records out and say so; nothing is filled in.</p>",
-             f"<p>Calibration curve: {c.suppressed_total} of {c.n_total} records ({c.suppressed_share:.1%}) "
-             f"withheld at the sites.</p>"]
-    if rows:
-        parts.append(_table(["bin", "n pooled", "withheld by", "withheld share of the bin"], rows))
+    q = f"q = {', '.join(map(str, qs))} at these sites" if qs else "the sites' q"
+    why = (f"Every released bin or group holds 0 or at least q records ({q}): the sites' release gate merges a "
+           f"smaller one with the next, so every record is counted and nothing is filled in. Under secure "
+           f"aggregation with pooled thresholds the sites check the bins pooled over the sites (what the analyst "
+           f"sees); otherwise each site checks its own.")
+    parts = [f"<p>{_e(why)}</p>", f'<p class="{"warn" if report.curve.bins.was_coarsened else "ok"}">'
+             f"Calibration curve: {_e(report.curve.bins.note())}.</p>"]
     for hl in (report.hl_c, report.hl_h):
-        text = f"Hosmer-Lemeshow {hl.kind}: {hl.suppressed_records} records in small site groups left out"
-        if not hl.exact_grouping:
-            text += (f"; group edges undecided for at most {hl.uncertain_records} records "
-                     f"(counts below q are censored)")
-        parts.append(f'<p class="{"ok" if hl.complete else "warn"}">{_e(text)}.</p>')
+        parts.append(f'<p class="{"ok" if hl.complete else "warn"}">Hosmer-Lemeshow {hl.kind}: {_e(hl.note())}.</p>')
     parts.append(f"<p>Calibration intercept and slope: {report.logistic.n_excluded} records with p = 0 or 1 "
                  f"left out (as rms::val.prob does).</p>")
     return "".join(parts)
 
 
 def _software_section(report: "ValidationReport", versions: dict[str, str]) -> str:
-    r = report.roc_glm
-    settings = [["alpha", r.alpha], ["ROC-GLM thresholds", r.n_thresholds],
-                ["calibration bins", len(report.curve.n)], ["H-L C groups formed (non-empty)", len(report.hl_c.table)]]
+    d = report.discrimination
+    settings = [["alpha", d.alpha], ["discrimination method", d.method], ["disclosure checks", report.mode],
+                ["ROC-GLM thresholds", d.n_thresholds], ["calibration bins", len(report.curve.n)],
+                ["H-L C groups formed (non-empty)", len(report.hl_c.table)]]
+    methods = [list(METHODS[d.method])] + [list(m) for m in CALIBRATION_METHODS]
     return ("<h3>Software</h3>" + _table(["component", "version"], [[k, v] for k, v in versions.items()], left=2)
-            + "<h3>Methods</h3>" + _table(["statistic", "method"], [list(m) for m in METHODS], left=2)
+            + "<h3>Methods</h3>" + _table(["statistic", "method"], methods, left=2)
             + "<h3>Settings</h3>" + _table(["setting", "value"], settings))
 
 
@@ -371,7 +382,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
         ("calibration", "Calibration", _calibration_section(report)),
         ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
-        ("suppression", "What was suppressed, and why", _suppression_section(report, rules_info)),
+        ("disclosure", "Disclosure control: what the sites checked and coarsened", _disclosure_section(report, rules_info)),
         ("software", "Software and methods", _software_section(report, software_versions())),
     ]
     body = "".join(f'<section id="{sid}"><h2>{_e(head)}</h2>{content}</section>' for sid, head, content in sections)
@@ -380,7 +391,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             f"<style>{_CSS}</style></head><body><main>"
             f"<h1>{_e(title)}</h1><p class=\"sub\">Generated {stamp} by dsfed. No record left any site: every "
-            f"number below was pooled from per-site aggregates that passed each site's disclosure rules.</p>"
+            f"number below is an aggregate that passed the sites' disclosure rules.</p>"
             f"{extra}{body}</main></body></html>\n")
 
 

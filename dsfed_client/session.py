@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from dsfed_server.service import SiteService
 
 
+def _fewer_bits(function: str, frac_bits: int, clipped: int) -> int:
+    """The fraction bits to ask again with when ``clipped`` values did not fit the 64-bit range."""
+    if frac_bits == 0:
+        raise ValueError(f"secure sum of {function}: {clipped} value(s) exceed the 64-bit range even without "
+                         "fraction bits; nothing was returned")
+    return max(0, frac_bits - 12)
+
+
 class SiteResults(Mapping[str, Any]):
     """Per-site results of one call, in the order the sites were added."""
 
@@ -127,6 +135,32 @@ class FederatedSession:
         results = self._in_session(function, "POST", "/aggregate", body)
         return SiteResults(function, {s: r["result"] for s, r in results.items()})
 
+    def _round(self) -> tuple[str, list[dict[str, Any]]]:
+        """This session's secure-aggregation round: its id and every site's signed key (the roster);
+        the first secure call of the session draws the round and relays the sites' keys."""
+        if self._secure_round is None:
+            round_id = new_round_id()
+            keys = self.aggregate("secureKeyDS", round_id)
+            self._secure_round = (round_id, [keys[site] for site in self.sites])
+        return self._secure_round
+
+    def pooled_capability(self) -> tuple[bool, str]:
+        """Whether every site of the session offers pooled releases (secure aggregation, and each
+        site's signed promise to check pooled cells), and if not, why."""
+        try:
+            _, roster = self._round()
+        except FederatedCallError as exc:
+            return False, f"secure aggregation is not available: {exc}"
+        per_site = [entry["site"] for entry in roster if not entry.get("pooled")]
+        if per_site:
+            return False, (f"{', '.join(per_site)} check(s) binned releases per site only "
+                           "(secure_aggregation.pooled_thresholds = false)")
+        return True, ""
+
+    def _step(self) -> int:
+        self._secure_step += 1
+        return self._secure_step
+
     def secure_sum(self, function: str, *args: Any, frac_bits: int = 24, **kwargs: Any) -> SecureSum:
         """Run an aggregate at every site and receive only the sum over sites of its additive fields
         (secure aggregation; the function must offer it, see ``functions()``).
@@ -138,30 +172,79 @@ class FederatedSession:
         fewer bits, down to 0; if values still do not fit, it raises. If a site fails, the call
         raises and nothing is decoded.
         """
-        if self._secure_round is None:
-            round_id = new_round_id()
-            keys = self.aggregate("secureKeyDS", round_id)
-            self._secure_round = (round_id, [keys[site] for site in self.sites])
-        round_id, roster = self._secure_round
+        round_id, roster = self._round()
         tree = Call(function, *args, **kwargs).tree()
         while True:
-            self._secure_step += 1
-            body = {"call": tree, "secure": {"round": round_id, "step": self._secure_step, "roster": roster,
+            body = {"call": tree, "secure": {"round": round_id, "step": self._step(), "roster": roster,
                                              "frac_bits": frac_bits}}
             results = self._in_session(function, "POST", "/aggregate", body)
             summed = unmask_sum(function, {s: r["result"] for s, r in results.items()})
             if not summed.clipped:
                 return summed
-            if frac_bits == 0:
-                raise ValueError(f"secure sum of {function}: {summed.clipped} value(s) exceed the 64-bit range "
-                                 "even without fraction bits; nothing was returned")
-            frac_bits = max(0, frac_bits - 12)
+            frac_bits = _fewer_bits(function, frac_bits, summed.clipped)
+
+    def pooled(self, function: str, *args: Any, frac_bits: int = 40, **kwargs: Any) -> dict[str, Any]:
+        """A pooled release: the sites sum the call's counts and sums among themselves, check the
+        pooled cells against their rules, and release the pooled result (the sites' release gate,
+        ``dsfed_server/disclosure/gate.py``). The analyst relays the sites' sealed vectors, which
+        it cannot read: two round trips (more for a protocol of several steps, whose last release
+        is returned), and the result is the same at every site (checked here).
+
+        Every site of the session must check pooled cells (``secure_aggregation.pooled_thresholds``);
+        a site that refuses names its rule. Values travel in fixed point with ``frac_bits`` fraction
+        bits; if some did not fit, the call is asked again with 12 fewer.
+        """
+        release: dict[str, Any] = {}
+        for release in self.pooled_steps(function, *args, frac_bits=frac_bits, **kwargs):
+            pass
+        return release
+
+    def pooled_steps(self, function: str, *args: Any, frac_bits: int = 40, **kwargs: Any
+                     ) -> Iterator[dict[str, Any]]:
+        """Every release of a pooled protocol of several steps, as it comes (a GLM fit: the pooled
+        parts at each iterate; stop iterating to stop the protocol). The sites derive each step's
+        parameters from the previous step's pooled result; the analyst relays sealed vectors and
+        chooses nothing but when to stop."""
+        round_id, roster = self._round()
+        tree = Call(function, *args, **kwargs).tree()
+        yielded = False
+        while True:
+            step = self._step()
+            option = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits, "pooled": True}
+            answers = {s: r["result"] for s, r in
+                       self._in_session(function, "POST", "/aggregate", {"call": tree, "secure": option}).items()}
+            sealed = {site: a["pooled"] for site, a in answers.items()}
+            while True:
+                relay = {site: {"meta": a["meta"], "sealed": a["sealed"]} for site, a in sealed.items()}
+                body = {"round": round_id, "step": step, "roster": roster, "relay": relay, "next_step": self._step()}
+                answers = {s: r["result"] for s, r in self._in_session(function, "POST", "/pooled", body).items()}
+                first = next(iter(answers.values()))
+                if "clipped" in first:
+                    if yielded:
+                        raise ValueError(f"pooled release of {function}: {first['clipped']} value(s) exceed the "
+                                         "64-bit range in a later step; nothing more is returned")
+                    frac_bits = _fewer_bits(function, frac_bits, int(first["clipped"]))
+                    break
+                release = first["release"]
+                differ = [site for site, a in answers.items() if a["release"] != release]
+                if differ:
+                    raise ValueError(f"pooled release of {function}: {', '.join(differ)} released another pooled "
+                                     f"result than {next(iter(answers))}; nothing is returned")
+                if release is not None:
+                    yielded = True
+                    yield release
+                if "continue" not in first:
+                    return
+                sealed = {site: a["continue"] for site, a in answers.items()}
+                step = body["next_step"]
 
     def sum_fields(self, function: str, *args: Any, secure: bool = False, **kwargs: Any) -> dict[str, float]:
         """An aggregate whose result is a set of additive numbers, summed over the sites: by the
-        analyst from every site's answer, or (``secure``) as a secure sum (:meth:`secure_sum`)."""
+        analyst from every site's answer, or (``secure``) as a pooled release (:meth:`pooled`: the
+        sites sum among themselves and check the pooled counts)."""
         if secure:
-            return {k: float(v) for k, v in self.secure_sum(function, *args, **kwargs).values.items()}
+            pooled = self.pooled(function, *args, **kwargs)
+            return {k: float(v) for k, v in pooled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         results = self.aggregate(function, *args, **kwargs)
         return {k: float(sum(r[k] for r in results.values())) for k in next(iter(results.values()))}
 

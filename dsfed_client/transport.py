@@ -171,6 +171,8 @@ class InProcessTransport:
             call = CallRequest(text=body.get("expr"), tree=body.get("call"), secure=body.get("secure"))
             if action == "aggregate":
                 return {"result": svc.aggregate(user, sid, call)}
+            if action == "pooled":
+                return {"result": svc.release_pooled(user, sid, body)}
             if action == "assign":
                 return svc.assign(user, sid, body["symbol"], call)
             if action == "assign-table":

@@ -1,6 +1,7 @@
 """Calibration across sites: Brier score, Spiegelhalter's z, the calibration curve,
 Hosmer-Lemeshow C and H, ECE and MCE, calibration intercept, slope and in-the-large
-(seeds 000, 001, 002). Every site returns sums over groups of at least q records.
+(seeds 000, 001, 002). What leaves the sites are sums over groups of at least q records: per
+site, or pooled over the sites under secure aggregation (the sites' release gate checks them).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from dsfed_client import pooling
 from dsfed_client.analyses.discrimination import _text_table
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.analyses.quantiles import QuantileGroups, quantile_groups
@@ -78,7 +80,7 @@ class Brier:
 def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool = False) -> Brier:
     """:math:`BS = n^{-1}\\sum_k \\sum_i (y_i - p_i)^2`;
     :math:`z = \\sum (y-p)(1-2p) / \\sqrt{\\sum (1-2p)^2 p(1-p)}` (``rms::val.prob``'s S:z).
-    ``secure``: the sums arrive as secure sums over sites (no site's own sums are seen)."""
+    ``secure``: a pooled release (no site's own sums are seen; the sites check the pooled counts)."""
     total = session.sum_fields("brierDS", Ref(truth), Ref(score), secure=secure)
     n = int(total["n"])
     return Brier(
@@ -89,136 +91,136 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
 
 
 @dataclass(frozen=True)
+class BinnedSums:
+    """Per-cell counts, sums of predictions and sums of outcomes over all sites, on the cells the
+    sites' release gate released (``dsfed_server/disclosure/gate.py``).
+
+    ``edges`` are the released cells' edges: the requested ones, except those the gate coarsened
+    (``coarsened``: per site, or ``"pooled"``, the requested edges whose cells it merged with the
+    next one or moved to an earlier cut). Every record is in exactly one cell: nothing is left out.
+    ``pooled``: the cells were checked pooled over the sites (secure aggregation with
+    ``pooled_thresholds``), otherwise per site and summed on the edges every site released."""
+
+    edges: np.ndarray
+    n: np.ndarray
+    sum_p: np.ndarray
+    sum_y: np.ndarray
+    requested: np.ndarray
+    pooled: bool
+    coarsened: dict[str, list[float]]
+    per_site: dict[str, pd.DataFrame]
+
+    @property
+    def was_coarsened(self) -> bool:
+        return self.edges.size != self.requested.size or not np.array_equal(self.edges, self.requested)
+
+    def note(self) -> str:
+        """One line on how the cells were checked and whether the gate coarsened them."""
+        how = "checked pooled over the sites" if self.pooled else "checked at each site"
+        if not self.was_coarsened:
+            return f"{how}; released as requested"
+        where = "; ".join(f"{k}: {', '.join(f'{v:.4g}' for v in vals)}" for k, vals in self.coarsened.items() if vals)
+        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells "
+                f"(edges not released: {where})")
+
+
+def binned_sums(session: FederatedSession, secure: bool, function: str, requested: np.ndarray, *args: Any
+                ) -> BinnedSums:
+    """A binned-sums function (``calibrationBinsDS``, ``groupSumsDS``) at every site: a pooled release
+    checked on the pooled cells (``secure``), or per site and summed on the common edges."""
+    fields = ("n", "sum_p", "sum_y")
+    if secure:
+        r = session.pooled(function, *args)
+        moved = [a for a, _ in r["moved"]]
+        return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in fields),
+                          requested, True, {"pooled": sorted(r["dropped"] + moved)}, {})
+    results = session.aggregate(function, *args)
+    edges, sums = pooling.pooled_bins(results, fields)
+    per_site = {}
+    for site, r in results.items():
+        n_k, p_k, y_k = (np.asarray(r[f], dtype=float) for f in fields)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_site[site] = pd.DataFrame({"lower": r["edges"][:-1], "upper": r["edges"][1:], "n": n_k.astype(int),
+                                           "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
+                                           "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan)})
+    coarsened = {s: sorted(r["dropped"] + [a for a, _ in r["moved"]]) for s, r in results.items()}
+    return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site)
+
+
+@dataclass(frozen=True)
 class CalibrationCurve:
     """Pooled calibration curve over equal-width bins (seed 000, "Calibration curve").
 
-    A bin a site suppressed (0 < n < q, or secondary suppression) is left out of
-    both numerator and denominator of the pooled point; ``suppressed_sites``
-    names those sites and ``suppressed_share_max`` bounds the share of the
-    bin's records that were left out (the exact count would itself disclose).
+    Each point is :math:`(\\sum_k c_{l,pf}^{(k)} / \\sum_k |I_l^{(k)}|,\\ \\sum_k c_{l,tf}^{(k)} / \\sum_k |I_l^{(k)}|)`
+    over every site. A bin holding fewer than q records -- pooled over the sites under secure
+    aggregation, at one site otherwise -- is merged with the next by the sites' release gate, never
+    dropped: ``bins`` says how the released cells were checked and whether they were coarsened.
     """
 
     edges: np.ndarray
     n: np.ndarray
-    mean_prediction: np.ndarray  # NaN where no site contributed
+    mean_prediction: np.ndarray  # NaN for an empty bin
     mean_outcome: np.ndarray
-    suppressed_sites: list[list[str]]
-    suppressed_share_max: np.ndarray
-    suppressed_total: int
-    n_total: int
-    per_site: dict[str, pd.DataFrame] = field(default_factory=dict)
+    bins: BinnedSums = field(repr=False)
 
     @property
-    def suppressed_share(self) -> float:
-        """Share of all records left out of the pooled curve."""
-        return self.suppressed_total / self.n_total if self.n_total else 0.0
+    def n_total(self) -> int:
+        return int(self.n.sum())
+
+    @property
+    def per_site(self) -> dict[str, pd.DataFrame]:
+        return self.bins.per_site
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({
-            "bin_lower": self.edges[:-1], "bin_upper": self.edges[1:], "n": self.n,
-            "mean_prediction": self.mean_prediction, "mean_outcome": self.mean_outcome,
-            "suppressed_sites": [", ".join(s) for s in self.suppressed_sites],
-            "suppressed_share_max": self.suppressed_share_max,
-        })
+        return pd.DataFrame({"bin_lower": self.edges[:-1], "bin_upper": self.edges[1:], "n": self.n,
+                             "mean_prediction": self.mean_prediction, "mean_outcome": self.mean_outcome})
 
     def to_dict(self) -> dict[str, Any]:
         frame = self.to_frame()
-        return {"bins": frame.replace({np.nan: None}).to_dict(orient="records"),
-                "suppressed_total": self.suppressed_total, "suppressed_share": self.suppressed_share,
-                "n_total": self.n_total}
+        return {"bins": frame.replace({np.nan: None}).to_dict(orient="records"), "n_total": self.n_total,
+                "pooled": self.bins.pooled, "coarsened": self.bins.was_coarsened,
+                "requested_edges": self.bins.requested.tolist(), "not_released": self.bins.coarsened}
 
     def summary(self) -> str:
-        frame = self.to_frame()
-        head = (f"Calibration curve: {len(self.n)} equal-width bins, n {self.n_total}; "
-                f"{self.suppressed_total} records ({self.suppressed_share:.1%}) suppressed at sites\n")
-        return head + frame.to_string(float_format=lambda v: f"{v:.4g}", na_rep="-") + "\n"
+        head = f"Calibration curve: {len(self.n)} bins, n {self.n_total}; {self.bins.note()}\n"
+        return head + self.to_frame().to_string(float_format=lambda v: f"{v:.4g}", na_rep="-") + "\n"
 
     def __repr__(self) -> str:
-        return (f"CalibrationCurve(bins={len(self.n)}, n_total={self.n_total}, "
-                f"suppressed_total={self.suppressed_total}, sites={list(self.per_site)})")
+        return (f"CalibrationCurve(bins={len(self.n)}, n_total={self.n_total}, pooled={self.bins.pooled}, "
+                f"coarsened={self.bins.was_coarsened})")
 
     def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
-        """Pooled points (sized by n), per-site curves, bins with suppressed records circled with the
-        bound on their share, the diagonal, and a histogram of predictions below (from the bin counts)."""
+        """Pooled points (sized by n), per-site curves (per-site release only), the diagonal, and a
+        histogram of predictions below (from the bin counts)."""
         from dsfed_client.plots import plot_calibration  # noqa: PLC0415
 
         return plot_calibration(self.edges, self.n, self.mean_prediction, self.mean_outcome,
-                                suppressed_share_max=self.suppressed_share_max,
                                 per_site=self.per_site if per_site else None, ax=ax)
-
-
-@dataclass(frozen=True)
-class _Binned:
-    """Per-bin sums pooled over the sites that did not suppress the bin."""
-
-    n: np.ndarray
-    sum_p: np.ndarray
-    sum_y: np.ndarray
-    suppressed_sites: list[list[str]]
-    suppressed_share_max: np.ndarray
-    suppressed_total: int
-    per_site: dict[str, pd.DataFrame]
-
-
-def _binned(session: FederatedSession, secure: bool, function: str, *args: Any) -> _Binned:
-    """A binned-sums function's result pooled over the sites, plainly or as a secure sum."""
-    if not secure:
-        return _pool_binned(session.aggregate(function, *args))
-    s = session.secure_sum(function, *args)
-    k = len(s.sites)
-    total = int(round(s["suppressed_total"]))
-    withheld = [int(round(c)) for c in s["suppressed"]]
-    # only sums are seen: a bin withheld by some sites holds at most all the records they suppressed
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(np.asarray(withheld) > 0, total / (s["n"] + total), 0.0)
-    return _Binned(np.asarray(s["n"]), np.asarray(s["sum_p"]), np.asarray(s["sum_y"]),
-                   [[f"{c} of {k} sites"] if c else [] for c in withheld], share, total, {})
-
-
-def _pool_binned(results: dict[str, dict[str, Any]]) -> _Binned:
-    bins = len(next(iter(results.values()))["n"])
-    n, sum_p, sum_y = np.zeros(bins), np.zeros(bins), np.zeros(bins)
-    suppressed_sites: list[list[str]] = [[] for _ in range(bins)]
-    totals: dict[str, int] = {}
-    per_site = {}
-    for site, part in results.items():
-        n_k, p_k, y_k = (np.asarray(part[key], dtype=float) for key in ("n", "sum_p", "sum_y"))
-        n, sum_p, sum_y = n + n_k, sum_p + p_k, sum_y + y_k
-        for i, flag in enumerate(part["suppressed"]):
-            if flag:
-                suppressed_sites[i].append(site)
-        totals[site] = int(part["suppressed_total"])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_site[site] = pd.DataFrame({"n": n_k.astype(int), "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
-                                           "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan),
-                                           "suppressed": part["suppressed"]})
-    # the suppressed records of bin i are at most the suppressed totals of the sites that withheld it
-    bound = np.array([sum(totals[k] for k in sites) for sites in suppressed_sites], dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(bound > 0, bound / (n + bound), 0.0)
-    return _Binned(n, sum_p, sum_y, suppressed_sites, share, sum(totals.values()), per_site)
 
 
 def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10,
                          secure: bool = False) -> CalibrationCurve:
-    r"""Equal-width bins on [0, 1] (0 in the first, 1 in the last); each pooled point is
-    :math:`(\sum_k c_{l,pf}^{(k)} / \sum_k |I_l^{(k)}|,\ \sum_k c_{l,tf}^{(k)} / \sum_k |I_l^{(k)}|)`
-    over the sites that did not suppress bin l (seed 000, steps 1-4).
+    r"""Equal-width bins on [0, 1] (0 in the first, 1 in the last), each point the pooled means of
+    predictions and outcomes (seed 000, steps 1-4).
 
-    ``secure``: the bin sums arrive as secure sums over sites; per-site curves are then not
-    available, and a withheld bin names how many sites withheld it, not which."""
-    b = _binned(session, secure, "calibrationBinsDS", Ref(truth), Ref(score), n_bins)
+    ``secure``: a pooled release (secure aggregation with pooled thresholds): the sites check the
+    pooled bins, so a site's own share of a bin may hold fewer than q records and nothing is merged
+    unless the pooled bin is small; per-site curves are then not available."""
+    requested = np.linspace(0, 1, n_bins + 1)
+    b = binned_sums(session, secure, "calibrationBinsDS", requested, Ref(truth), Ref(score), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.where(b.n > 0, b.sum_p / b.n, np.nan)
         mean_y = np.where(b.n > 0, b.sum_y / b.n, np.nan)
-    return CalibrationCurve(np.linspace(0, 1, n_bins + 1), b.n.astype(int), mean_p, mean_y, b.suppressed_sites,
-                            b.suppressed_share_max, b.suppressed_total, int(b.n.sum()) + b.suppressed_total,
-                            b.per_site)
+    return CalibrationCurve(b.edges, b.n.astype(int), mean_p, mean_y, b)
 
 
 @dataclass(frozen=True)
 class HosmerLemeshow:
-    """Hosmer-Lemeshow statistic with its group table; unpacks as (statistic, pvalue)."""
+    """Hosmer-Lemeshow statistic with its group table; unpacks as (statistic, pvalue).
+
+    ``complete``: the groups are the requested ones (R's deciles for C, exactly; the fixed bins for
+    H) and no group was merged by the sites' release gate (``cells`` says how the groups were
+    checked: pooled over the sites, or per site)."""
 
     kind: str  # "C" (deciles of risk) or "H" (fixed-width bins)
     statistic: float
@@ -227,33 +229,39 @@ class HosmerLemeshow:
     table: pd.DataFrame
     exact_grouping: bool = True
     uncertain_records: int = 0
-    suppressed_records: int = 0  # left out by sites' small-group suppression (0: complete)
+    pooled: bool = False
+    coarsened: bool = False
+    cells: str = ""
 
     @property
     def complete(self) -> bool:
-        return self.exact_grouping and self.suppressed_records == 0
+        return self.exact_grouping and not self.coarsened
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter((self.statistic, self.pvalue))
 
+    def note(self) -> str:
+        parts = [self.cells] if self.cells else []
+        if not self.exact_grouping:
+            parts.append(f"group edges uncertain: at most {self.uncertain_records} records may lie in a neighbouring "
+                         "group (counts the sites' release gate withheld)")
+        return "; ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "statistic": self.statistic, "df": self.df, "pvalue": self.pvalue,
                 "exact_grouping": self.exact_grouping, "uncertain_records": self.uncertain_records,
-                "suppressed_records": self.suppressed_records, "complete": self.complete,
+                "pooled": self.pooled, "coarsened": self.coarsened, "complete": self.complete, "note": self.note(),
                 "groups": self.table.to_dict(orient="records")}
 
     def to_frame(self) -> pd.DataFrame:
-        """The group table: bounds, n, observed and expected events and non-events, suppression."""
+        """The group table: bounds, n, observed and expected events and non-events."""
         return self.table.copy()
 
     def summary(self) -> str:
         name = "C (deciles of risk)" if self.kind == "C" else "H (fixed-width bins)"
         rows = [("Statistic", f"{self.statistic:.6g}"), ("df", str(self.df)), ("p-value", f"{self.pvalue:.4g}"),
-                ("Groups", str(len(self.table))), ("Complete", "yes" if self.complete else "NO (partial)")]
-        if self.suppressed_records:
-            rows.append(("Records suppressed at sites", str(self.suppressed_records)))
-        if not self.exact_grouping:
-            rows.append(("Records with uncertain group", f"<= {self.uncertain_records}"))
+                ("Groups", str(len(self.table))), ("Complete", "yes" if self.complete else "NO"),
+                ("Cells", self.note())]
         table = self.table[["lower", "upper", "n", "observed_1", "expected_1", "observed_0", "expected_0"]]
         return (_text_table(f"Hosmer-Lemeshow {name}", rows)
                 + table.to_string(float_format=lambda v: f"{v:.4g}") + "\n")
@@ -274,15 +282,12 @@ class HosmerLemeshow:
             title=f"Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, df {self.df}, p = {self.pvalue:.3g}", ax=ax)
 
 
-def _group_table(session: FederatedSession, truth: str, score: str, breaks: np.ndarray, secure: bool = False
-                 ) -> tuple[pd.DataFrame, int]:
-    """Pooled observed/expected per group, and the number of records sites suppressed."""
-    b = _binned(session, secure, "groupSumsDS", Ref(truth), Ref(score), [float(v) for v in breaks])
-    table = pd.DataFrame({"lower": breaks[:-1], "upper": breaks[1:], "n": b.n.astype(int),
+def group_table(b: BinnedSums) -> pd.DataFrame:
+    """Observed and expected events and non-events per non-empty group."""
+    table = pd.DataFrame({"lower": b.edges[:-1], "upper": b.edges[1:], "n": b.n.astype(int),
                           "observed_1": b.sum_y, "expected_1": b.sum_p, "observed_0": b.n - b.sum_y,
-                          "expected_0": b.n - b.sum_p, "suppressed_sites": [", ".join(x) for x in b.suppressed_sites],
-                          "suppressed_share_max": b.suppressed_share_max})
-    return table[table["n"] > 0].reset_index(drop=True), b.suppressed_total
+                          "expected_0": b.n - b.sum_p})
+    return table[table["n"] > 0].reset_index(drop=True)
 
 
 def hl_statistic(table: pd.DataFrame) -> float:
@@ -295,28 +300,42 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: 
                        kind: str = "C", secure: bool = False) -> HosmerLemeshow:
     """Hosmer-Lemeshow C (groups by deciles of risk, as ``hoslem.test``) or H (g equal-width bins).
 
-    C's groups come from :func:`quantile_groups` (only censored counts cross the
-    wire). If censoring left some group boundaries undecided, ``exact_grouping``
-    is False and ``uncertain_records`` bounds how many records may sit in the
-    neighbouring group. A site suppresses a group holding fewer than q of its
-    records; the statistic then covers the records that remain and
-    ``suppressed_records`` says how many were left out. df = groups - 2.
-    ``secure``: the group sums arrive as secure sums over sites (C's quantile search still
-    counts per site, censored at q).
+    ``secure`` (secure aggregation with pooled thresholds): C's groups are found by the sites on
+    pooled counts (``decileGroupsDS``: R's type-7 quantile groups exactly) and H's group sums are a
+    pooled release; the sites check the pooled groups, which hold at least q records however the
+    records are spread over the sites.
+
+    Otherwise C's groups come from :func:`quantile_groups` on per-site counts (only counts the
+    sites' release gate passes cross the wire): where they leave a break undecided,
+    ``exact_grouping`` is False and ``uncertain_records`` bounds how many records may sit in the
+    neighbouring group. Either way a group holding fewer than q records is merged with the next by
+    the sites (the result says so). df = groups - 2.
     """
+    if kind not in ("C", "H"):
+        raise ValueError("kind must be 'C' or 'H'")
+    if kind == "C" and secure:
+        r = session.pooled("decileGroupsDS", Ref(truth), Ref(score), g)
+        t = r["table"]
+        b = BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float) for f in ("n", "sum_p", "sum_y")),
+                       np.asarray(t["edges"]), True, {}, {})
+        merged = int(r["merged_groups"])
+        cells = "groups found and checked pooled over the sites" + (
+            f"; {merged} group(s) below q merged with the next" if merged else "")
+        df = int(r["df"])
+        return HosmerLemeshow("C", float(r["statistic"]), df, float(stats.chi2.sf(r["statistic"], df)),
+                              group_table(b), bool(r["exact_grouping"]), 0, True, merged > 0, cells)
     exact, uncertain = True, 0
     if kind == "C":
         groups: QuantileGroups = quantile_groups(session, score, g)
         breaks, exact, uncertain = groups.breaks, groups.exact, groups.uncertain_records
-    elif kind == "H":
-        breaks = np.linspace(0.0, 1.0, g + 1)
     else:
-        raise ValueError("kind must be 'C' or 'H'")
-    table, suppressed = _group_table(session, truth, score, breaks, secure)
+        breaks = np.linspace(0.0, 1.0, g + 1)
+    b = binned_sums(session, secure, "groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
+    table = group_table(b)
     statistic = hl_statistic(table)
     df = len(table) - 2
     return HosmerLemeshow(kind, statistic, df, float(stats.chi2.sf(statistic, df)), table, exact, uncertain,
-                          suppressed)
+                          b.pooled, b.was_coarsened, b.note())
 
 
 @dataclass(frozen=True)
@@ -327,11 +346,15 @@ class CalibrationErrors:
     mce: float
     table: pd.DataFrame
     exact_grouping: bool
-    suppressed_records: int
+    coarsened: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.exact_grouping and not self.coarsened
 
     def to_dict(self) -> dict[str, Any]:
         return {"ece": self.ece, "mce": self.mce, "exact_grouping": self.exact_grouping,
-                "suppressed_records": self.suppressed_records, "groups": self.table.to_dict(orient="records")}
+                "coarsened": self.coarsened, "complete": self.complete, "groups": self.table.to_dict(orient="records")}
 
     def to_frame(self) -> pd.DataFrame:
         """Per group: n, mean observed and expected event rate and their absolute gap."""
@@ -344,7 +367,7 @@ class CalibrationErrors:
         return _text_table("Expected and maximum calibration error", [
             ("ECE", f"{self.ece:.6g}"), ("MCE", f"{self.mce:.6g}"), ("Groups", str(len(self.table))),
             ("Exact grouping", "yes" if self.exact_grouping else "no"),
-            ("Records suppressed at sites", str(self.suppressed_records)),
+            ("Groups merged by the sites", "yes" if self.coarsened else "no"),
         ]) + self.to_frame().to_string(float_format=lambda v: f"{v:.4g}") + "\n"
 
     def __repr__(self) -> str:
@@ -379,7 +402,7 @@ def calibration_errors(hl_c: HosmerLemeshow) -> CalibrationErrors:
     table = hl_c.table
     gap = (table.observed_1 - table.expected_1).abs() / table.n
     return CalibrationErrors(float((table.n / table.n.sum() * gap).sum()), float(gap.max()), table,
-                             hl_c.exact_grouping, hl_c.suppressed_records)
+                             hl_c.exact_grouping, hl_c.coarsened)
 
 
 @dataclass(frozen=True)
@@ -438,12 +461,13 @@ class LogisticCalibration:
 
 
 def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *,
-                            n_complete: int | None = None) -> LogisticCalibration:
+                            n_complete: int | None = None, secure: bool = False) -> LogisticCalibration:
     """``glm(y ~ logit(p))`` by the distributed GLM (``rms::val.prob``'s Intercept and Slope) and
-    ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large."""
+    ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits as pooled
+    protocols (:func:`~dsfed_client.analyses.glm.ds_glm`)."""
     session.assign(CALIBRATION_FRAME, Call("calibrationFrameDS", Ref(truth), Ref(score)))
-    fit = ds_glm(session, "y ~ lp", CALIBRATION_FRAME)
-    citl = ds_glm(session, "y ~ 1", CALIBRATION_FRAME, offset="lp")
-    n_all = n_complete if n_complete is not None else ds_brier(session, truth, score).n
+    fit = ds_glm(session, "y ~ lp", CALIBRATION_FRAME, secure=secure)
+    citl = ds_glm(session, "y ~ 1", CALIBRATION_FRAME, offset="lp", secure=secure)
+    n_all = n_complete if n_complete is not None else ds_brier(session, truth, score, secure=secure).n
     return LogisticCalibration(float(fit.params[0]), float(fit.params[1]), float(citl.params[0]), fit, citl,
                                n_all - fit.nobs)

@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, interpolate, optimize, stats
+from scipy import integrate, interpolate, stats
+
+from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, logit_ci, placement_moments
 from dsfed_client.analyses.glm import GLMResults, ds_glm
@@ -59,8 +61,10 @@ class ScoreHistograms:
     n_negative: float  # consistent (noisy) totals; exact with noise off
     n_positive: float
     noise_off: bool
-    sd: dict[str, list[float]]  # per site: noise sd of a count on each level (empty with noise off)
+    level_variance: np.ndarray  # noise variance of a pooled count on each level 0..L (empty with noise off)
     mechanism: dict[str, dict[str, Any]]
+    branching: int = 2
+    reference: str | None = None  # the reference the sites derived from these (pooled) histograms
 
     def cdf(self, cls: int, x: np.ndarray) -> np.ndarray:
         """:math:`\\tilde\\Phi` of class ``cls`` (share of its scores below x), linear inside a bin."""
@@ -85,47 +89,6 @@ def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return e[j - 1] + np.clip(frac, 0.0, 1.0) * (e[j] - e[j - 1])
 
 
-def tree_least_squares(levels: list[np.ndarray], variances: np.ndarray, branching: int) -> np.ndarray:
-    """Best linear unbiased leaf counts given noisy counts of every level of a complete tree.
-
-    ``levels[l]`` holds the :math:`b^l` noisy counts of level ``l`` with noise variance
-    ``variances[l]``. Bottom-up, each node's own count and the sum of its children's
-    estimates are combined by inverse-variance weights; top-down, the gap between a
-    node's final value and its children's sum is shared equally among the children
-    (Hay et al. 2010, "Boosting the accuracy of differentially private histograms
-    through consistency", generalised to a noise variance per level). The result sums
-    exactly to each consistent parent.
-    """
-    n = len(levels) - 1
-    z, vz = [None] * (n + 1), np.zeros(n + 1)
-    z[n], vz[n] = np.asarray(levels[n], dtype=float), variances[n]
-    for lv in range(n - 1, -1, -1):
-        children = z[lv + 1].reshape(-1, branching).sum(axis=1)
-        vc = branching * vz[lv + 1]
-        own = np.asarray(levels[lv], dtype=float)
-        z[lv] = (own / variances[lv] + children / vc) / (1 / variances[lv] + 1 / vc)
-        vz[lv] = 1 / (1 / variances[lv] + 1 / vc)
-    x = z[0]
-    for lv in range(1, n + 1):
-        gap = x - z[lv].reshape(-1, branching).sum(axis=1)
-        x = z[lv] + np.repeat(gap / branching, branching)
-    return x
-
-
-def monotone_cumulative(leaves: np.ndarray) -> np.ndarray:
-    """Cumulative counts from (consistent, possibly negative) leaf counts, made non-decreasing
-    by isotonic regression with the two ends pinned at 0 and at the total (a projection, so
-    the estimate only moves closer to every monotone CDF with those ends)."""
-    total = max(float(np.sum(leaves)), 1.0)
-    c = np.concatenate([[0.0], np.cumsum(leaves)])
-    weights = np.ones_like(c)
-    c[-1], weights[0], weights[-1] = total, 1e12, 1e12
-    iso = optimize.isotonic_regression(c, weights=weights, increasing=True).x
-    iso = np.clip(iso, 0.0, total)
-    iso[0], iso[-1] = 0.0, total
-    return iso
-
-
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
                         totals: str = "noisy", epsilon: float | None = None, delta: float | None = None,
@@ -139,47 +102,47 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     their exact class totals (counts of at least q, as every seed-000 function releases them)
     instead of a noisy level 0, so levels 1..L share the whole budget and the totals are known.
 
-    ``secure=True``: the analyst receives only the sums over sites of the noisy counts
-    (secure aggregation). Each site then adds the share :math:`1/h` of its noise variance
-    (its rules' ``secure_aggregation.honest_sites`` = h, at most K): with h = K the sum
-    carries one site's noise instead of K sites' noise, as accurate as one central curator.
-    Needs the sites' noise on (exact leaf counts go through a per-site small-bin rule).
+    ``secure=True``: a pooled release: the sites sum their noisy counts among themselves and
+    release only the sums (secure aggregation). Each site then adds the share :math:`1/h` of its
+    noise variance (its rules' ``secure_aggregation.honest_sites`` = h, at most K): with h = K the
+    sum carries one site's noise instead of K sites' noise, as accurate as one central curator. The
+    sites also derive the global CDFs from the same pooled counts and keep them as the reference
+    the result names (``reference``), for :func:`ds_hist_auc`.
     """
     args = (Ref(truth), Ref(score))
     options = dict(lower=float(lower), upper=float(upper), levels=int(levels), branching=int(branching),
                    decay=float(decay), totals=totals, epsilon=epsilon, delta=delta)
-    pooled: dict[str, list[np.ndarray]] = {}
     if secure:
-        summed = session.secure_sum("scoreHistogramDS", *args, **options)
-        public = summed.public
-        for cls, key in (("negatives", "n_negative"), ("positives", "n_positive")):
-            pooled[cls] = ([np.array([summed[key]])] if key in summed else []) + list(summed[cls])
+        r = session.pooled("scoreHistogramDS", *args, **options)
+        if r.get("mechanism") == "none":
+            return _exact_histograms({"pooled": r})
+        pooled = {cls: ([np.array([r[key]])] if key in r else []) + [np.asarray(v, dtype=float) for v in r[cls]]
+                  for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
+        variance, reference = np.asarray(r["variance"], dtype=float), r["reference"]
+        mechanism = {"pooled": {k: r[k] for k in ("mechanism", "sensitivity", "decay")}}
+        first = int(r["first_level"])
     else:
         results = session.aggregate("scoreHistogramDS", *args, **options)
         if {r["mechanism"] for r in results.values()} == {"none"}:
             return _exact_histograms(results)
-        public = dict(results)
+        if "none" in {r["mechanism"] for r in results.values()}:
+            raise ValueError("some sites add noise and some do not; use one rules profile for all sites")
+        pooled = {}
         for cls, key in (("negatives", "n_negative"), ("positives", "n_positive")):
             totals_ = [np.array([float(sum(r[key] for r in results.values()))])] if all(
                 key in r for r in results.values()) else []
             pooled[cls] = totals_ + [sum(decode_f64(r[cls][lv]) for r in results.values())
                                      for lv in range(len(next(iter(results.values()))[cls]))]
-    if "none" in {r["mechanism"] for r in public.values()}:
-        raise ValueError("some sites add noise and some do not; use one rules profile for all sites")
-    sd = {s: list(map(float, r["sd"])) for s, r in public.items()}
-    variances = np.sum([np.square(v) for v in sd.values()], axis=0)
-    first = int(next(iter(public.values())).get("first_level", 0))
-    if first == 1:  # exact class totals: level 0 known without noise
-        variances = np.concatenate([[variances.min() * 1e-12], variances])
-    cums, n_class = [], []
-    for cls in ("negatives", "positives"):
-        leaves = tree_least_squares(pooled[cls], variances, branching)
-        cum = monotone_cumulative(leaves)
-        cums.append(cum)
-        n_class.append(float(cum[-1]))
+        variance = np.sum([np.square(r["sd"]) for r in results.values()], axis=0)
+        reference = None
+        mechanism = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")}
+                     for s, r in results.items()}
+        first = int(next(iter(results.values())).get("first_level", 0))
+    variances = level_variances(variance, first)
+    cums = global_cdfs(pooled, variances, branching)
     edges = np.linspace(lower, upper, branching**levels + 1)
-    mech = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")} for s, r in public.items()}
-    return ScoreHistograms(edges, cums[0], cums[1], n_class[0], n_class[1], False, sd, mech)
+    return ScoreHistograms(edges, cums["negatives"], cums["positives"], float(cums["negatives"][-1]),
+                           float(cums["positives"][-1]), False, variances, mechanism, branching, reference)
 
 
 def _exact_histograms(results: Any) -> ScoreHistograms:
@@ -197,7 +160,7 @@ def _exact_histograms(results: Any) -> ScoreHistograms:
         cums.append(total)
     mech = {s: {"mechanism": "none"} for s in results}
     return ScoreHistograms(edges, cums[0], cums[1], float(cums[0][-1]), float(cums[1][-1]), True,
-                           {s: [] for s in results}, mech)
+                           np.empty(0), mech)
 
 
 # --- ROC and PR curves ---------------------------------------------------------------------
@@ -420,11 +383,12 @@ class HistogramROCGLM:
     alpha: float
     n_thresholds: int
     glm: GLMResults = field(repr=False)
+    noise_variance: float = 0.0  # what the histograms' DP noise adds (noise_variance())
 
     @property
     def ci(self) -> tuple[float, float]:
-        """Seed 000 eq. (3) around the ROC-GLM AUC."""
-        return logit_ci(self.auc, self.variance, self.alpha)
+        """Seed 000 eq. (3) around the ROC-GLM AUC, with the sampling and the noise variance."""
+        return logit_ci(self.auc, self.variance + self.noise_variance, self.alpha)
 
     def curve(self, t: np.ndarray) -> np.ndarray:
         return stats.norm.cdf(self.a + self.b * stats.norm.ppf(t))
@@ -450,21 +414,25 @@ class HistogramAUC(AUCIntervals):
     noise_off: bool
     roc_glm: HistogramROCGLM | None
     histograms: ScoreHistograms = field(repr=False)
+    noise_variance: float = 0.0  # what the histograms' DP noise adds to the variance (noise_variance())
 
-    def plot(self, ax: Any = None) -> Any:
+    def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The ROC-GLM fitted on the histogram placement values (its CI in the legend) over the ROC
-        of the analyst's histogram CDFs. Returns the Axes."""
+        of the histogram CDFs; ``fpr``, ``tpr`` overlay another curve (e.g. the finer histogram-based
+        one of :func:`ds_roc_pr_curves`). Returns the Axes."""
         from dsfed_client.plots import plot_roc  # noqa: PLC0415
 
         curves = curves_from_histograms(self.histograms, None)
         order = np.argsort(curves.fpr, kind="stable")
         empirical = (curves.fpr[order], curves.tpr[order])
         label = "histogram AUC {:.3f} ({:.0%} CI {:.3f}-{:.3f})".format(self.auc, 1 - self.alpha, *self.ci_logit)
+        overlay = None if fpr is None else (fpr, tpr)
         if self.roc_glm is None:
-            return plot_roc(*empirical, label=label, ax=ax)
+            return plot_roc(*empirical, label=label, overlay=overlay, overlay_label=overlay_label, ax=ax)
         t = np.linspace(0, 1, 201)
         fit = "ROC-GLM AUC {:.3f} (CI {:.3f}-{:.3f})".format(self.roc_glm.auc, *self.roc_glm.ci)
-        return plot_roc(t, self.roc_glm.curve(t), label=fit, empirical=empirical, empirical_label=label, ax=ax)
+        return plot_roc(t, self.roc_glm.curve(t), label=fit, empirical=empirical, empirical_label=label,
+                        overlay=overlay, overlay_label=overlay_label, ax=ax)
 
     def __repr__(self) -> str:
         lo, hi = self.ci_logit
@@ -508,9 +476,13 @@ class HistogramAUC(AUCIntervals):
         return out
 
 
-def store_reference(session: FederatedSession, hist: ScoreHistograms) -> None:
-    """Send the global CDFs (edges and cumulative counts only) to every site."""
+def store_reference(session: FederatedSession, hist: ScoreHistograms) -> str:
+    """The reference the sites evaluate: the one they derived themselves from pooled histograms,
+    or else the global CDFs (edges and cumulative counts only) sent to every site. Returns its symbol."""
+    if hist.reference is not None:
+        return hist.reference
     session.assign(HIST_REFERENCE, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
+    return HIST_REFERENCE
 
 
 def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3) -> int:
@@ -522,6 +494,41 @@ def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3
     return int(np.clip(np.floor(np.log2(max(n / n_sites / 2 / per_leaf, 1.0))), min_levels, 10))
 
 
+def noise_variance(hist: ScoreHistograms) -> float:
+    r"""The variance the histograms' DP noise adds to the histogram AUC (to first order).
+
+    The leaf estimates are linear in the noisy counts of every level,
+    :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed here column by column), and the
+    mean placement value of the positives is a linear function of the negatives' leaf estimates:
+    :math:`ar V_{10} = N_0^{-1} \sum_k a_k \hat\ell_{0,k}` with :math:`a_k` the share of positives
+    above leaf k plus half the share inside it (uniform within a leaf, as the linear CDF assumes),
+    estimated from the positives' histogram. So its noise variance is
+    :math:`N_0^{-2} \sum_i (T^T a)_i^2 \sigma_i^2`, :math:`\sigma_i^2` the pooled noise variance of
+    count i's level; likewise for :math:`ar V_{01}`, and the AUC, their mean, has a quarter of the
+    sum. Zero with noise off. The isotonic step and the sampling of the scores are left out (the
+    latter is DeLong's variance)."""
+    if hist.noise_off or hist.level_variance.size == 0:
+        return 0.0
+    b, leaves = hist.branching, hist.edges.size - 1
+    sizes = [b**lv for lv in range(hist.level_variance.size)]
+    if sizes[-1] != leaves:
+        raise ValueError("the histograms' level variances do not match their leaves")
+    unit = np.eye(sum(sizes))
+    offsets = np.cumsum([0] + sizes)
+    T = tree_least_squares([unit[offsets[lv]:offsets[lv + 1]] for lv in range(len(sizes))],
+                           hist.level_variance, b)
+    per_count = np.repeat(hist.level_variance, sizes)
+
+    def mean_placement(other: np.ndarray) -> np.ndarray:
+        share = np.clip(np.diff(other), 0.0, None)
+        share = share / share.sum() if share.sum() > 0 else np.full(leaves, 1.0 / leaves)
+        return 1.0 - np.cumsum(share) + 0.5 * share
+
+    v10 = mean_placement(hist.cum_positives) @ T / hist.n_negative
+    v01 = mean_placement(hist.cum_negatives) @ T / hist.n_positive
+    return float((np.sum(v10**2 * per_count) + np.sum(v01**2 * per_count)) / 4.0)
+
+
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "linear", roc_glm: bool = True, n_thresholds: int = 99,
                 levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool = False,
@@ -529,14 +536,14 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     """AUC, DeLong variance, logit CI and ROC-GLM from placement values against histogram CDFs.
 
     1. the global CDFs :math:`\\tilde F_0, \\tilde F_1` come from :func:`ds_score_histograms`
-       (noisy under each site's mechanism, or exact with noise off) and are stored at every
-       site as bin edges and cumulative counts;
+       (noisy under each site's mechanism, or exact with noise off);
     2. each site evaluates them at its own exact scores: :math:`V_{10} = \\tilde F_0(x)` for
        its positives, :math:`V_{01} = 1 - \\tilde F_1(x)` for its negatives, and returns only
        the counts, sums and sums of squares (rule A1);
     3. :math:`\\widehat{AUC} = (\\bar V_{10} + \\bar V_{01})/2`,
        :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; seed 000 eqs.
-       1-2), CI by seed 000 eq. (3);
+       1-2), plus the variance the histograms' noise adds (:func:`noise_variance`); CI by seed 000
+       eq. (3) with both;
     4. the ROC-GLM (seed 000) by the distributed probit GLM on each site's table of
        :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
 
@@ -548,9 +555,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     totals, epsilon, delta). The class totals are exact by default (``totals='exact'``): the
     placement sums release n1 and n0 anyway, so a noisy level 0 would only waste budget.
 
-    ``secure=True`` does every step by secure aggregation (histograms, placement sums and the
-    ROC-GLM's parts): the analyst sees only sums over sites, and the histogram noise is split
-    between the sites (see :func:`ds_score_histograms`).
+    ``secure=True`` does every step as a pooled release (secure aggregation with pooled
+    thresholds): the analyst sees only sums over sites, the histogram noise is split between the
+    sites, the reference CDFs are the ones the sites derived themselves from the pooled histograms
+    (the analyst sends none), and the ROC-GLM's iterates come from the sites too.
     """
     histogram_options.setdefault("totals", "exact")
     if histograms is None and levels is None:
@@ -559,21 +567,25 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         levels = auc_levels(n, 1 if secure else len(session.sites))
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=secure,
                                              **histogram_options)
-    store_reference(session, hist)
-    total = session.sum_fields("histPlacementSumsDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
-                               within_bin=within_bin, secure=secure)
+    reference = store_reference(session, hist)
+    args = (Ref(truth), Ref(score), Ref(reference))
+    if secure:
+        total = {k: float(v) for k, v in session.pooled("histPlacementSumsDS", *args, within_bin=within_bin).items()
+                 if k in ("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01")}
+    else:
+        total = session.sum_fields("histPlacementSumsDS", *args, within_bin=within_bin)
     m = placement_moments(total)
     auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
+    noise = noise_variance(hist)
     fit = None
     if roc_glm:
-        session.assign(HIST_ROC_DATA, Call("histRocGlmDataDS", Ref(truth), Ref(score), Ref(HIST_REFERENCE),
-                                           n_thresholds, within_bin=within_bin))
+        session.assign(HIST_ROC_DATA, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             glm = ds_glm(session, "u ~ x", HIST_ROC_DATA, family="binomial", link="probit", weights="w",
                          secure=secure)
         a, b = (float(v) for v in glm.params)
         fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), m.variance, alpha,
-                              n_thresholds, glm)
+                              n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
-                        hist)
+                        hist, noise)

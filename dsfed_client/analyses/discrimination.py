@@ -89,21 +89,28 @@ def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
 
 
 class AUCIntervals:
-    """The two intervals of an AUC result with ``auc``, ``variance`` (DeLong) and ``alpha``."""
+    """The two intervals of an AUC result with ``auc``, ``variance`` (DeLong), ``alpha`` and, where
+    DP noise enters the estimate, ``noise_variance`` (what the noise adds; the intervals use both)."""
 
     auc: float
     variance: float
     alpha: float
+    noise_variance: float = 0.0
+
+    @property
+    def total_variance(self) -> float:
+        """The sampling (DeLong) variance plus the noise variance."""
+        return self.variance + self.noise_variance
 
     @property
     def ci_delong(self) -> tuple[float, float]:
-        """Wald interval (pROC's ``ci.auc(method = "delong")``)."""
-        return wald_ci(self.auc, self.variance, self.alpha)
+        """Wald interval (pROC's ``ci.auc(method = "delong")``, widened by the noise variance)."""
+        return wald_ci(self.auc, self.total_variance, self.alpha)
 
     @property
     def ci_logit(self) -> tuple[float, float]:
-        """Seed 000 eq. (3)."""
-        return logit_ci(self.auc, self.variance, self.alpha)
+        """Seed 000 eq. (3), with the sampling and the noise variance."""
+        return logit_ci(self.auc, self.total_variance, self.alpha)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ fit on the pooled data: the same path, step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -143,33 +143,34 @@ class _Parts:
     per_site_n: dict[str, int]
 
 
-def secure_frac_bits(parts: _Parts, n_sites: int, headroom: int = 8) -> int:
-    """Fraction bits for the next secure rounds: as many as the 64-bit range allows for sums of the
-    size seen so far, with ``headroom`` bits to spare for a site's part exceeding the sum (between
-    24 and 40). The first round, of unknown size, uses 24."""
-    size = max(float(np.abs(parts.info).max()), float(np.abs(parts.xwz).max()), abs(parts.dev), 1.0)
-    return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
-
-
-def _glm_parts(session: FederatedSession, secure: bool, *args: Any, frac_bits: int = 24, **kwargs: Any) -> _Parts:
-    """``glmDS2`` at every site, summed by the analyst or (``secure``) as a secure sum."""
-    if secure:
-        s = session.secure_sum("glmDS2", *args, frac_bits=frac_bits, **kwargs)
-        public = list(s.public.values())
-        per_site_n: dict[str, int] = {}
-        info, xwz, dev, n = s["info.matrix"], s["xwz"], s["dev"], int(round(s["Npositive"]))
-    else:
-        results = session.aggregate("glmDS2", *args, **kwargs)
-        public = list(results.values())
-        per_site_n = {site: int(r["Nvalid"]) for site, r in results.items()}
-        info = sum(np.asarray(r["info.matrix"], dtype=float) for r in public)
-        xwz = sum(np.asarray(r["xwz"], dtype=float) for r in public)
-        dev, n = float(sum(r["dev"] for r in public)), sum(int(r["Npositive"]) for r in public)
-    names = tuple(public[0]["coef.names"])
-    if any(tuple(r["coef.names"]) != names for r in public):
+def _parts(results: list[dict[str, Any]], per_site_n: dict[str, int]) -> _Parts:
+    """The summed IRLS parts from every site's ``glmDS2`` answer (or from one pooled release)."""
+    names = tuple(results[0]["coef.names"])
+    if any(tuple(r["coef.names"]) != names for r in results):
         raise ValueError("sites build different design matrices (a factor's levels differ between sites)")
-    return _Parts(names, public[0]["link"], np.asarray(info, dtype=float), np.asarray(xwz, dtype=float), float(dev),
-                  n, per_site_n)
+    info = sum(np.asarray(r["info.matrix"], dtype=float) for r in results)
+    xwz = sum(np.asarray(r["xwz"], dtype=float) for r in results)
+    return _Parts(names, results[0]["link"], np.asarray(info), np.asarray(xwz), float(sum(r["dev"] for r in results)),
+                  int(round(sum(r["Npositive"] for r in results))), per_site_n)
+
+
+def _parts_stream(session: FederatedSession, secure: bool, *args: Any, link: str | None) -> Iterator[_Parts]:
+    """The summed parts at each iterate of Fisher scoring, starting from R's ``mustart``.
+
+    Per site: the analyst sends each iterate :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k`.
+    ``secure``: a pooled protocol (``glmDS2`` without coefficients): the sites pool their parts among
+    themselves, release the sums and derive every iterate themselves, so the analyst sees only sums
+    and chooses no coefficient."""
+    if secure:
+        for release in session.pooled_steps("glmDS2", *args, link=link, frac_bits=24):
+            yield _parts([release], {})
+        return
+    beta: list[float] | None = None
+    while True:
+        results = session.aggregate("glmDS2", args[0], args[1], beta, *args[3:], link=link)
+        summed = _parts(list(results.values()), {site: int(r["Nvalid"]) for site, r in results.items()})
+        yield summed
+        beta = [float(b) for b in np.linalg.solve(summed.info, summed.xwz)]
 
 
 def ds_glm(
@@ -199,29 +200,23 @@ def ds_glm(
     weights, offset : str, optional
         Columns of ``data`` holding prior weights and offsets.
     secure : bool
-        Receive only sums over sites (secure aggregation, seed 002): no site's parts, and no
-        per-site counts, reach the analyst. The parts travel in fixed point: the first round
-        with 24 fraction bits, the next ones with as many as the first round's sums leave
-        room for (:func:`secure_frac_bits`, up to 40), so the fit equals the pooled one to
-        about :math:`2^{-f}` times the information matrix's condition number.
+        A pooled protocol under secure aggregation (seed 002): the sites pool their parts among
+        themselves, check the pooled counts (records, factor levels, saturation) against their
+        rules, release only the sums and derive every iterate themselves, so no site's parts, no
+        per-site count and no coefficient of the analyst's choosing are involved. The parts travel
+        in fixed point: the first round with 24 fraction bits, the next ones with as many as the
+        pooled sums leave room for (up to 40, chosen alike at every site), so the fit equals the
+        pooled one to about :math:`2^{-f}` times the information matrix's condition number.
     """
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")
-
-    frac_bits = 24
-
-    def parts(beta: np.ndarray | None) -> _Parts:
-        beta_arg = None if beta is None else [float(b) for b in beta]
-        return _glm_parts(session, secure, Formula(formula), family, beta_arg, offset, weights, Ref(data), link=link,
-                          frac_bits=frac_bits)
-
-    summed = parts(None)
-    frac_bits = secure_frac_bits(summed, len(session.sites))
+    stream = _parts_stream(session, secure, Formula(formula), family, None, offset, weights, Ref(data), link=link)
+    summed = next(stream)
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
         for iteration in range(1, maxit + 1):
             beta = np.linalg.solve(info, xwz)
-            summed = parts(beta)
+            summed = next(stream)
             info_used = info
             info, xwz, dev = summed.info, summed.xwz, summed.dev
             bar.advance()
@@ -229,7 +224,9 @@ def ds_glm(
                 break
             dev_old = dev
         else:
+            stream.close()
             raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
+    stream.close()
     n = summed.n
     df_resid = n - len(names)
     dispersion = dev / df_resid if family == "gaussian" else 1.0

@@ -18,8 +18,8 @@ isotonic regression (eq. 3.9 / 4.2)
 (records sorted by score) is solved by the pool-adjacent-violators algorithm on *bins* of the
 score: every site returns, per bin :math:`l`, its count :math:`n_l^{(k)}`, sum of scores
 :math:`c_{l,p}^{(k)}` and sum of outcomes :math:`c_{l,y}^{(k)}` (registry entry ``groupSumsDS``;
-a bin holding fewer than q of the site's records is suppressed there, with secondary
-suppression, see ``binned_sums``). The analyst pools the sums and runs weighted PAVA
+the sites' release gate merges a bin holding fewer than q records with the next, at one site or
+pooled over the sites). The analyst pools the sums and runs weighted PAVA
 (``scipy.optimize.isotonic_regression``) on the bin means :math:`\\bar y_l = \\sum_k c_{l,y}^{(k)} /
 \\sum_k n_l^{(k)}` with weights :math:`\\sum_k n_l^{(k)}`. Each step :math:`s` of the solution
 (a maximal run of bins with one fitted value) gives one knot
@@ -34,14 +34,14 @@ outside the first and last knot.
 
 Exactness. The PAVA solution for binned data is the isotonic regression constrained to be
 constant within each bin. If every bin holds the records of one distinct score value (bins
-split between the distinct values) and no bin is suppressed, it *is* the pooled isotonic
+split between the distinct values) and no bin is merged, it *is* the pooled isotonic
 regression (with tied scores pooled: the "secondary" treatment of ties, scikit-learn's), and the
 knots equal the pooled ones exactly. With fewer bins than distinct scores the steps can only
-break at bin boundaries: that binning, and any suppressed bins, are the whole difference from
-the pooled fit; results carry ``suppressed_total`` to say what was left out.
+break at bin boundaries: that binning, and any bins the gate merged, are the whole difference
+from the pooled fit; results carry the bins as released (``bins``) to say so.
 
-Disclosure. The bin sums are the ones ``groupSumsDS`` releases for Hosmer-Lemeshow (q-rule and
-secondary suppression at each site); the bin breaks come from one censored ``countBelowDS`` query;
+Disclosure. The bin sums are the ones ``groupSumsDS`` releases for Hosmer-Lemeshow (the release
+gate's q-rule); the bin breaks come from one censored ``countBelowDS`` query;
 the maps are computed from these aggregates only. Applying a map creates a site-side vector whose
 sums are then released by the validation functions: see ``dsfed_server/functions/recalibration.py``
 for why ``recalibrateDS`` is enabled only in the test profile for now.
@@ -58,6 +58,7 @@ from scipy import special
 from scipy.interpolate import PchipInterpolator
 from scipy.optimize import isotonic_regression
 
+from dsfed_client import pooling
 from dsfed_client.analyses.calibration import (
     LogisticCalibration, calibration_errors, ds_brier, ds_hosmer_lemeshow, ds_logistic_calibration,
 )
@@ -182,10 +183,6 @@ class PlattFit:
     def slope(self) -> float:
         return self.calibration.slope
 
-    @property
-    def suppressed_total(self) -> int:
-        return 0  # a GLM's sums are refused as a whole, never partly suppressed
-
     def to_frame(self) -> pd.DataFrame:
         return self.calibration.fit.to_frame()
 
@@ -218,26 +215,17 @@ class IsotonicFit:
     """Smooth isotonic recalibration from pooled bin sums (seed 001 §4.3-4.6, Algorithm 4.1).
 
     ``map`` is the PCHIP (smooth isotonic) map, ``step`` the isotonic step function.
-    ``bins`` holds the pooled per-bin sums that entered PAVA, which sites suppressed each
-    bin and the fitted value; ``suppressed_total`` is the number of records the sites'
-    small-bin suppression left out of the fit (0: every record was used).
+    ``bins`` holds the pooled per-bin sums that entered PAVA (the bins the sites' release gate
+    released: requested bins holding fewer than q records merged with the next, ``merged_bins``
+    of them) and the fitted value; every record is used.
     """
 
     map: RecalibrationMap
     step: RecalibrationMap
     bins: pd.DataFrame
     steps: pd.DataFrame
-    suppressed_total: int
+    merged_bins: int
     n_total: int
-
-    @property
-    def suppressed_share(self) -> float:
-        return self.suppressed_total / self.n_total if self.n_total else 0.0
-
-    @property
-    def suppressed_bins(self) -> int:
-        """Bins that at least one site suppressed."""
-        return int((self.bins["suppressed_sites"] != "").sum())
 
     def to_frame(self) -> pd.DataFrame:
         return self.steps.copy()
@@ -245,19 +233,17 @@ class IsotonicFit:
     def to_dict(self) -> dict[str, Any]:
         return {"map": self.map.to_dict(), "step": self.step.to_dict(),
                 "bins": self.bins.replace({np.nan: None}).to_dict(orient="records"),
-                "steps": self.steps.to_dict(orient="records"), "suppressed_total": self.suppressed_total,
-                "suppressed_share": self.suppressed_share, "suppressed_bins": self.suppressed_bins,
+                "steps": self.steps.to_dict(orient="records"), "merged_bins": self.merged_bins,
                 "n_total": self.n_total}
 
     def summary(self) -> str:
         head = (f"smooth isotonic recalibration: {len(self.steps)} steps from {len(self.bins)} bins, "
-                f"n = {self.n_total}; suppressed at the sites: {self.suppressed_total} records "
-                f"({100 * self.suppressed_share:.2f} %) in {self.suppressed_bins} bins")
+                f"n = {self.n_total}; requested bins merged by the sites' release gate: {self.merged_bins}")
         return head + "\n" + self.steps.to_string(index=False, float_format=lambda v: f"{v:.6g}")
 
     def __repr__(self) -> str:
         return (f"IsotonicFit({len(self.steps)} steps, {len(self.bins)} bins, n={self.n_total}, "
-                f"suppressed={self.suppressed_total})")
+                f"merged_bins={self.merged_bins})")
 
 
 def equal_count_breaks(session: FederatedSession, score: str, n_bins: int, *, grid_size: int = 4000,
@@ -293,19 +279,11 @@ def equal_count_breaks(session: FederatedSession, score: str, n_bins: int, *, gr
     return np.concatenate([[0.0], inner[(inner > 0) & (inner < 1)], [1.0]])
 
 
-def _pool_bins(results: dict[str, dict[str, Any]], breaks: np.ndarray) -> pd.DataFrame:
-    bins = len(breaks) - 1
-    n, sum_p, sum_y = np.zeros(bins), np.zeros(bins), np.zeros(bins)
-    sites: list[list[str]] = [[] for _ in range(bins)]
-    for site, part in results.items():
-        n += np.asarray(part["n"], dtype=float)
-        sum_p += np.asarray(part["sum_p"], dtype=float)
-        sum_y += np.asarray(part["sum_y"], dtype=float)
-        for i, flag in enumerate(part["suppressed"]):
-            if flag:
-                sites[i].append(site)
-    return pd.DataFrame({"lower": breaks[:-1], "upper": breaks[1:], "n": n.astype(int), "sum_p": sum_p,
-                         "sum_y": sum_y, "suppressed_sites": [", ".join(s) for s in sites]})
+def _pool_bins(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per-site bin sums summed on the bins every site released (:func:`pooling.pooled_bins`)."""
+    edges, sums = pooling.pooled_bins(results, ("n", "sum_p", "sum_y"))
+    return pd.DataFrame({"lower": edges[:-1], "upper": edges[1:], "n": sums["n"].astype(int),
+                         "sum_p": sums["sum_p"], "sum_y": sums["sum_y"]})
 
 
 def binned_pava(n: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, upper: np.ndarray
@@ -340,11 +318,11 @@ def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins
     n_bins : int
         Number of bins of about equal pooled count (:func:`equal_count_breaks`), used when
         ``breaks`` is not given. More bins follow the pooled isotonic fit more closely; each
-        bin should still hold well over q records at each site, or sites suppress it.
+        bin should still hold well over q records at each site, or the sites merge it with the next.
     breaks : array, optional
         Explicit increasing breaks from ``<= 0`` to ``>= 1``; bins are ``(b[i-1], b[i]]``, the
         first closed (R's ``cut(include.lowest = TRUE)``). With one bin per distinct score value
-        the fit is the pooled isotonic regression exactly (when nothing is suppressed).
+        the fit is the pooled isotonic regression exactly (when no bin is merged).
 
     Notes
     -----
@@ -362,18 +340,15 @@ def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins
         if edges[0] > 0 or edges[-1] < 1 or np.any((edges[1:-1] < 0) | (edges[1:-1] >= 1)):
             raise ValueError("breaks must cover [0, 1] (first break <= 0, last >= 1, inner ones in [0, 1))")
     results = session.aggregate("groupSumsDS", Ref(truth), Ref(score), edges)
-    bins = _pool_bins(results, edges)
-    suppressed = sum(int(r["suppressed_total"]) for r in results.values())
+    bins = _pool_bins(results)
     used = bins["n"].to_numpy() > 0
-    if not used.any():
-        raise ValueError("every bin was suppressed or empty: use fewer bins")
     pchip, step, steps, fitted = binned_pava(bins["n"][used], bins["sum_p"][used], bins["sum_y"][used],
                                              bins["upper"][used])
     with np.errstate(invalid="ignore", divide="ignore"):
         bins = bins.assign(mean_score=bins.sum_p / bins.n, mean_outcome=bins.sum_y / bins.n)
     bins["fitted"] = np.nan
     bins.loc[used, "fitted"] = fitted
-    return IsotonicFit(pchip, step, bins, steps, suppressed, int(bins["n"].sum()) + suppressed)
+    return IsotonicFit(pchip, step, bins, steps, edges.size - len(bins) - 1, int(bins["n"].sum()))
 
 
 # --- applying and evaluating ----------------------------------------------------------------
@@ -404,8 +379,7 @@ class CalibrationMeasures:
     slope: float
     citl: float
     n: int
-    suppressed_records: int  # left out of the H-L/ECE group tables by sites' suppression (max over both)
-    complete: bool  # every H-L group exact and unsuppressed
+    complete: bool  # every H-L group exact and as requested (no group merged by the sites' release gate)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -414,7 +388,7 @@ class CalibrationMeasures:
         return pd.DataFrame({"value": [getattr(self, m) for m in MEASURES]}, index=pd.Index(MEASURES, name="measure"))
 
     def summary(self) -> str:
-        note = "" if self.complete else f" ({self.suppressed_records} records suppressed or groups inexact)"
+        note = "" if self.complete else " (H-L groups merged by the sites' release gate, or inexact)"
         return (f"calibration measures, n = {self.n}{note}\n"
                 + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"))
 
@@ -438,8 +412,7 @@ def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *
     e = calibration_errors(c)
     lc = ds_logistic_calibration(session, truth, score, n_complete=b.n)
     return CalibrationMeasures(b.brier, b.spiegelhalter_z, c.statistic, c.pvalue, h.statistic, h.pvalue, e.ece,
-                               e.mce, lc.intercept, lc.slope, lc.citl, b.n,
-                               max(c.suppressed_records, h.suppressed_records), c.complete and h.complete)
+                               e.mce, lc.intercept, lc.slope, lc.citl, b.n, c.complete and h.complete)
 
 
 @dataclass(frozen=True, eq=False)
@@ -469,8 +442,8 @@ class Recalibration:
                 "before": self.before.to_dict(), "after": self.after.to_dict()}
 
     def summary(self) -> str:
-        supp = (f"suppressed at the sites while fitting: {self.fit.suppressed_total} records"
-                if self.method == "isotonic" else "fitted by the distributed GLM (nothing suppressed)")
+        supp = (f"bins merged by the sites' release gate while fitting: {self.fit.merged_bins}"
+                if self.method == "isotonic" else "fitted by the distributed GLM")
         return "\n".join([
             f"Federated {self.method} recalibration (seed 001, ch. 4) -> {self.symbol}",
             self.map.summary() if self.method == "logistic" else f"{self.fit!r}, applied: {self.map!r}",
