@@ -77,6 +77,16 @@ calcurve_ref <- function(y, p, nbins) {
 }
 """
 
+R_BINNED = """
+# per-cell count, sum of outcomes and sum of predictions over cut(p, breaks, include.lowest = TRUE),
+# right-closed (R's cut default, Hosmer-Lemeshow groups) or left-closed (right = 0: calibration bins)
+binned_ref <- function(y, p, breaks, right) {
+  b <- cut(p, breaks, right = right == 1, include.lowest = TRUE)
+  s <- function(v) { x <- as.vector(tapply(v, b, sum)); x[is.na(x)] <- 0; x }
+  c(as.vector(table(b)), s(y), s(p))
+}
+"""
+
 R_PROC = """
 proc_ref <- function(y, p) {
   r <- pROC::roc(y, p, levels = c(0, 1), direction = "<", quiet = TRUE)

@@ -24,13 +24,14 @@ import pytest
 from dsfed_client import DisclosureRefused, FederatedCallError
 from dsfed_client.analyses.curves import (
     ROCPRCurves, ScoreHistograms, area_errors, curves_from_histograms, ds_hist_auc, ds_roc_pr_curves,
-    ds_score_histograms, empirical_curves, monotone_cumulative, tree_least_squares,
+    ds_score_histograms, empirical_curves,
 )
 from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.disclosure.rules import load_rules
 from dsfed_server.synthetic import binormal
 from conftest import GBSG2_SITES, http_builder, inprocess_builder, read_site_csv
 from dsfed_client.launch import LocalSites
+from dsfed_core.histograms import monotone_cumulative, tree_least_squares
 from rref import R_PROC, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 
@@ -163,11 +164,16 @@ def test_small_bins_refused_or_merged(tmp_path):
     with inprocess_builder(prov, serv).login() as session:
         session.assign_table("D", "P.t")
         raw = session.aggregate("scoreHistogramDS", "D$y", "D$score", levels=6)
-        for r in raw.values():
-            for cls in ("negatives", "positives"):
-                counts = np.asarray(r[cls]["counts"])
-                assert not np.any((counts > 0) & (counts < 5))
-                assert counts.sum() == 60
+        for site, r in raw.items():
+            scores = frames[site]["score"].to_numpy()
+            # every released leaf holds 0 or at least q = 5 records (both classes together, as a
+            # calibration bin with its events), and the class counts are the records' own
+            cells = np.asarray(r["negatives"]["counts"]) + np.asarray(r["positives"]["counts"])
+            assert not np.any((cells > 0) & (cells < 5))
+            assert r["coarsened"] and sum(r["negatives"]["counts"]) == sum(r["positives"]["counts"]) == 60
+            edges = np.asarray(r["negatives"]["edges"])
+            idx = np.searchsorted(edges[1:-1], scores, side="right")
+            np.testing.assert_array_equal(np.bincount(idx, minlength=edges.size - 1), cells)
         curves = ds_roc_pr_curves(session, "D$y", "D$score", levels=6, n_quantiles=None)
         assert 0.5 < curves.roc_auc < 1
 
@@ -242,7 +248,7 @@ def test_noisy_curves_within_bound_and_repeatable(noisy_sites):
     noise: the bound is set for that (several standard deviations of the benchmark's spread)."""
     session, y, p = noisy_sites
     hist = ds_score_histograms(session, "D$y", "D$score", levels=8)
-    assert not hist.noise_off and set(hist.sd) == {f"site{i}" for i in range(1, 6)}
+    assert not hist.noise_off and set(hist.mechanism) == {f"site{i}" for i in range(1, 6)}
     again = ds_score_histograms(session, "D$y", "D$score", levels=8)
     np.testing.assert_array_equal(hist.cum_negatives, again.cum_negatives)  # same query, same noise
     fpr, tpr, _ = empirical_curves(y, p)

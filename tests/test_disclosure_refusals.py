@@ -90,11 +90,12 @@ def test_histogram_merge_policy_merges_and_keeps_every_record(tmp_path):
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("T", "P.t")
         hist = session.histogram("T$x", [0, 2, 3, 4, 6, 8])
-    # hand-computed: (0,2]=10, (2,3]=2 -> merged into (0,3]=12; (3,4]=10; (4,6]=8; (6,8]=0; (8,inf)=1
-    # the open-ended bin holding one record merges with its empty neighbour (6,8], still 1 < 5,
-    # then with (4,6]: (4,inf) = 9
-    np.testing.assert_array_equal(hist.edges, [0, 3, 4, np.inf])
-    np.testing.assert_array_equal(hist.counts, [12, 10, 9])
+    # hand-computed, by the release gate's rule (cuts in increasing order; a cut is kept only if the
+    # cell it closes since the last kept cut, and everything above it, hold 0 or >= q = 5 records):
+    # [0,2]=10 keeps 2; (2,3] holds 2 -> cut 3 dropped; (2,4] holds 12 -> cut 4 kept; above 6 lie
+    # only 1 record -> cuts 6 and 8 dropped: (4,inf) = 9
+    np.testing.assert_array_equal(hist.edges, [0, 2, 4, np.inf])
+    np.testing.assert_array_equal(hist.counts, [10, 12, 9])
     assert hist.counts.sum() == values.size
 
 

@@ -153,13 +153,13 @@ def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
                 with pytest.raises(FederatedCallError) as exc:
                     session.aggregate_expr(call)
                 _refused(exc, "r", "bins.small_bin_policy")
-                with pytest.raises(FederatedCallError) as exc:  # 2 values in [2, 3) below min: a small cell
+                with pytest.raises(FederatedCallError) as exc:  # values below min: not counted
                     session.aggregate_expr("histogramDS2(T$x, 1, 3, 6, 1, 3, 0.25)")
-                assert exc.value.failures["r"].type == "bad_call"  # ten values of 1.0 below min: not small
+                assert exc.value.failures["r"].type == "bad_call"
                 session.assign_expr("U", 'dataFrameSubsetDS2("T", "T$x", "2", 5, NULL, NULL, FALSE)')
-                with pytest.raises(FederatedCallError) as exc:  # U: 2 x 2.5 below min = 3
-                    session.aggregate_expr("histogramDS2(U$x, 1, 3, 6, 1, 3, 0.25)")
-                _refused(exc, "r", "disclosure.q_threshold")
+                with pytest.raises(FederatedCallError) as exc:  # U: 2 x 2.5 below min = 3: the same
+                    session.aggregate_expr("histogramDS2(U$x, 1, 3, 6, 1, 3, 0.25)")  # answer (a refusal by
+                assert exc.value.failures["r"].type == "bad_call"  # count would say 'fewer than q outside')
                 with pytest.raises(FederatedCallError) as exc:  # 8 values above 5: not small, but not counted
                     session.aggregate_expr("histogramDS2(U$x, 1, 2, 5, 1, 3, 0.25)")
                 assert "do not span" in exc.value.failures["r"].message
@@ -168,9 +168,9 @@ def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
                 _refused(exc, "r", "disclosure.factor_levels_density")
             else:
                 h = session.aggregate_expr(call)["m"]["histobject"]
-                # (0,1]=10, (1,2]=0, (2,3]=2 -> merged with its empty neighbour (1,2], still 2 < 5,
-                # then with (0,1]: (0,3]=12; (3,4]=10; (4,5]=0; (5,6]=8
-                assert h["breaks"] == [0, 3, 4, 5, 6] and h["counts"] == [12, 10, 0, 8]
+                # the release gate, cuts in increasing order: (0,1]=10 keeps 1; (1,2] is empty (kept);
+                # (2,3] holds 2 -> cut 3 dropped; (2,4]=12 keeps 4; (4,5] empty; (5,6]=8
+                assert h["breaks"] == [0, 1, 2, 4, 5, 6] and h["counts"] == [10, 0, 12, 0, 8]
                 assert h["equidist"] is False and sum(h["counts"]) == len(values)
 
 

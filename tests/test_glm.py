@@ -45,12 +45,32 @@ CASES = [
 
 @pytest.mark.parametrize("formula,family,link", CASES, ids=[c[0] + "/" + c[2] for c in CASES])
 def test_distributed_glm_equals_R(gbsg2_session, gbsg2_pooled, formula, family, link):
+    """Per site where every site's model frame passes its rules, and always as a pooled protocol
+    (the sites derive every iterate from the pooled parts): R's glm path, iteration by iteration."""
     ref = r_glm(gbsg2_pooled, formula, family, link)
-    fit = ds_glm(gbsg2_session, formula, "D", family=family, link=link)
-    np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-8, atol=1e-12)
-    np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-8)
-    assert fit.deviance == pytest.approx(ref["deviance"], rel=1e-8)
-    assert fit.iterations == ref["iter"]
+    fits = [ds_glm(gbsg2_session, formula, "D", family=family, link=link, secure=True)]
+    if "tgrade" not in formula:  # tgrade I has 3 records at site3: per site it is refused (next test)
+        fits.append(ds_glm(gbsg2_session, formula, "D", family=family, link=link))
+    for fit in fits:
+        np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-8)
+        assert fit.deviance == pytest.approx(ref["deviance"], rel=1e-8)
+        assert fit.iterations == ref["iter"]
+    assert fits[0].secure_sites == tuple(gbsg2_session.sites) and fits[0].per_site_n == {}
+
+
+def test_a_small_factor_level_is_refused_per_site_and_checked_pooled(gbsg2_session, gbsg2_frames):
+    """site3 has 3 patients of tumour grade I, the reference level of tgrade: per site, a model with
+    tgrade would release their outcomes through the score and the information matrix, so site3
+    refuses it (rule disclosure.q_threshold, naming the level); pooled over the five sites grade I
+    holds enough records and the fit is released."""
+    assert (gbsg2_frames["site3"].tgrade == "I").sum() == 3
+    with pytest.raises(FederatedCallError) as exc:
+        ds_glm(gbsg2_session, "y ~ age + tgrade", "D")
+    assert set(exc.value.failures) == {"site3"}
+    err = exc.value.failures["site3"]
+    assert err.rule == "disclosure.q_threshold" and "factor tgrade: level I" in err.message
+    assert ds_glm(gbsg2_session, "y ~ age + tgrade", "D", secure=True).nobs == sum(map(len, gbsg2_frames.values()))
 
 
 @pytest.mark.parametrize("formula,family,link,weights,offset", [

@@ -19,7 +19,7 @@ from scipy.optimize import isotonic_regression
 from dsfed_client import Call, FederatedCallError, Ref
 from dsfed_client.pooled import suite as pooled_suite
 from dsfed_client.analyses.recalibration import (
-    RecalibrationMap, ds_apply_recalibration, ds_calibration_measures, ds_isotonic_fit, ds_platt_fit,
+    RecalibrationMap, ds_apply_recalibration, ds_calibration_measures, ds_isotonic_fit, ds_platt_fit, equal_count_breaks,
     ds_recalibrate,
 )
 from conftest import http_builder, inprocess_builder
@@ -29,7 +29,7 @@ from sitekit import ROOT, make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 SITES, N_SITE = 5, 600
-# Distributed isotonic map (50 equal-count bins, nothing suppressed) vs the pooled, unbinned smooth
+# Distributed isotonic map (50 equal-count bins, none merged) vs the pooled, unbinned smooth
 # isotonic map on these data: measured 0.050 (max over a grid on [0, 1]) and 0.011 (mean over the
 # records); the difference is the binning (steps can break only at bin boundaries).
 ISO_GRID_TOL, ISO_RECORD_TOL = 0.08, 0.02
@@ -126,7 +126,7 @@ def test_platt_recalibration_improves_calibration_and_is_applied_at_the_sites(sm
 def test_isotonic_recalibration_improves_calibration(smooth, smooth_map):
     session, y, p = smooth
     r = ds_recalibrate(session, "D$y", "D$score", method="isotonic", smooth=smooth_map, into="p.iso")
-    assert r.fit.suppressed_total == 0
+    assert r.fit.merged_bins == 0
     assert r.after.hl_c < r.before.hl_c / 10 and r.after.hl_h < r.before.hl_h / 10
     assert r.after.ece < r.before.ece / 2 and r.after.brier < r.before.brier
     # the sites applied the analyst's map: Brier and H-L C equal R's on the pooled recalibrated scores
@@ -143,7 +143,7 @@ def test_isotonic_fit_equals_pooled_pava_on_the_same_bins(smooth):
     the raw records, R's cut(include.lowest = TRUE)) gives the same knots to rounding."""
     session, y, p = smooth
     fit = ds_isotonic_fit(session, "D$y", "D$score", n_bins=50)
-    assert fit.suppressed_total == 0 and fit.n_total == len(y)
+    assert fit.merged_bins == 0 and fit.n_total == len(y)
     breaks = np.r_[fit.bins["lower"].to_numpy(), 1.0]
     idx = np.clip(np.searchsorted(breaks, p, side="left") - 1, 0, len(breaks) - 2)
     n = np.bincount(idx, minlength=len(breaks) - 1).astype(float)
@@ -180,13 +180,13 @@ def test_isotonic_fit_close_to_pooled_unbinned_fit(smooth):
 
 
 def test_isotonic_exact_with_one_bin_per_distinct_score(discrete):
-    """With bins split between the distinct scores and nothing suppressed, the binned PAVA is the pooled
+    """With bins split between the distinct scores and none merged, the binned PAVA is the pooled
     isotonic regression: same knots, same step values, same smooth map."""
     session, y, p = discrete
     values = np.unique(p)
     breaks = np.r_[0.0, (values[:-1] + values[1:]) / 2, 1.0]
     fit = ds_isotonic_fit(session, "D$y", "D$score", breaks=breaks)
-    assert fit.suppressed_total == 0
+    assert fit.merged_bins == 0
     fitted, knots, step_values = pooled_isotonic(y, p)
     np.testing.assert_allclose(fit.map.knots, knots, rtol=1e-13)
     np.testing.assert_allclose(fit.map.values, step_values, rtol=1e-13, atol=1e-15)
@@ -195,14 +195,20 @@ def test_isotonic_exact_with_one_bin_per_distinct_score(discrete):
     assert len(fit.bins) == len(values) == 30 and (fit.bins["n"] == SITES * N_SITE // 30).all()
 
 
-def test_isotonic_suppression_is_reported(smooth):
-    """Many small bins: sites suppress some (and secondarily more); the fit says how many records it left out."""
+def test_isotonic_merged_bins_are_reported(smooth):
+    """Many small bins: each site's release gate merges those holding fewer than q of its records
+    with the next; the fit uses the bins every site released, keeps every record and says how many
+    requested bins were merged; the bins' sums are the pooled sums on those bins."""
     session, y, p = smooth
     fit = ds_isotonic_fit(session, "D$y", "D$score", n_bins=200)
-    assert fit.suppressed_total > 0 and fit.suppressed_bins > 0
-    assert fit.bins["n"].sum() + fit.suppressed_total == len(y) == fit.n_total
-    assert "suppressed at the sites" in fit.summary()
-    assert fit.to_dict()["suppressed_total"] == fit.suppressed_total
+    assert fit.merged_bins > 0 and len(fit.bins) + fit.merged_bins == len(equal_count_breaks(
+        session, "D$score", 200)) - 1
+    assert fit.bins["n"].sum() == len(y) == fit.n_total
+    assert "merged by the sites' release gate" in fit.summary() and fit.to_dict()["merged_bins"] == fit.merged_bins
+    edges = np.concatenate([fit.bins["lower"].to_numpy()[:1], fit.bins["upper"].to_numpy()])
+    idx = np.clip(np.searchsorted(edges, p, side="left") - 1, 0, edges.size - 2)  # cut(include.lowest = TRUE)
+    np.testing.assert_array_equal(fit.bins["n"].to_numpy(), np.bincount(idx, minlength=edges.size - 1))
+    np.testing.assert_allclose(fit.bins["sum_y"].to_numpy(), np.bincount(idx, weights=y, minlength=edges.size - 1))
     assert np.all(np.diff(fit.map.knots) > 0) and np.all(np.diff(fit.map.values) >= 0)
 
 
@@ -214,7 +220,7 @@ def test_recalibration_fitted_on_one_half_improves_the_other(smooth, method):
     session.assign("test", Call("subsetDS", Ref("D"), "half", "==", 1))
     fit = (ds_platt_fit(session, "train$y", "train$score") if method == "logistic"
            else ds_isotonic_fit(session, "train$y", "train$score", n_bins=25))
-    assert fit.suppressed_total == 0
+    assert getattr(fit, "merged_bins", 0) == 0
     before = ds_calibration_measures(session, "test$y", "test$score")
     after = ds_calibration_measures(session, "test$y", ds_apply_recalibration(session, "test$score", fit, "p.test"))
     assert after.n == before.n == SITES * N_SITE // 2

@@ -24,7 +24,9 @@ from dsfed_server.provision import provision
 from sitekit import make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
-PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic", "per-site")
+PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic")  # and "per-site" when checked per site
+SECTIONS = ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Per-site panels",
+            "Disclosure control: what the sites checked and coarsened", "Software and methods"]
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +64,18 @@ def test_html_holds_the_numbers_and_inline_plots(written, frames):
     result, _, path = written
     text = path.read_text()
     assert text.startswith("<!DOCTYPE html>")
-    r = result.roc_glm
-    for value in (r.auc, *r.ci, r.empirical.auc, *r.empirical.ci_delong, result.brier.brier,
+    d = result.discrimination
+    for value in (d.auc, *d.auc_ci, d.roc_glm_auc, *d.roc_glm_ci, result.brier.brier,
                   result.brier.spiegelhalter_z, result.logistic.intercept, result.logistic.slope, result.logistic.citl,
                   result.hl_c.statistic, result.hl_h.statistic, result.errors.ece, result.errors.mce):
         assert f">{value:.4f}<" in text, value
     for site, frame in frames.items():
         assert re.search(rf"<td class=\"l\">{site}</td><td class=\"\">{len(frame)}</td>", text), site
     assert "Noise is OFF" in text  # the test profile is named as such on the page
-    assert f"{result.curve.suppressed_total} of {result.curve.n_total} records" in text
-    assert f"{result.hl_c.suppressed_records} records in small site groups left out" in text
-    assert "q = 5 at these sites" in text
+    assert result.mode == "pooled" and "checked by the sites on the cells pooled over the sites" in text
+    assert "Calibration curve: checked pooled over the sites; released as requested" in text
+    assert "Hosmer-Lemeshow C: groups found and checked pooled over the sites" in text
+    assert "q = 5 at these sites" in text and "No per-site results released" in text
     assert text.count("<svg") == len(PLOTS) and all(f'data-plot="{p}"' in text for p in PLOTS)
     # self-contained: no stylesheet, script or image fetched from anywhere
     assert not re.search(r"<(link|script|iframe)\b", text)
@@ -99,9 +102,8 @@ def test_report_renders_in_headless_chromium(written, tmp_path):
     assert ev["plots"] == list(PLOTS)
     assert all(n > 20 for n in ev["svg_paths"])  # drawn curves, bars, axes
     assert all(w > 200 and h > 200 for w, h in ev["svg_boxes"])  # laid out at a visible size
-    assert ev["sections"] == ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Per-site panels",
-                              "What was suppressed, and why", "Software and methods"]
-    assert f"{result.roc_glm.auc:.4f}" in ev["text"]
+    assert ev["sections"] == SECTIONS
+    assert f"{result.discrimination.auc:.4f}" in ev["text"]
     assert shot.stat().st_size > 100_000
     with Image.open(shot) as image:
         assert image.format == "PNG" and image.width == 1280 and image.height > 3000
@@ -129,7 +131,7 @@ def test_dsfed_report_cli_over_http(own_http_sites, tmp_path):
     run = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "report", "--sites", str(sites_file),
                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert f"Report written to {out}" in run.stdout and "ROC-GLM AUC" in run.stdout
+    assert f"Report written to {out}" in run.stdout and "ROC-GLM AUC" in run.stdout and "pooled" in run.stdout
     assert run.stderr == ""  # not a terminal: no progress output
     text = out.read_text()
     assert "Noise is OFF" not in text and "analytic_gaussian" in text
@@ -139,7 +141,7 @@ def test_dsfed_report_cli_over_http(own_http_sites, tmp_path):
         privacy = listing[name]["rules"]["privacy"]
         assert privacy["mechanism"] == "analytic_gaussian"
         assert f"<td class=\"l\">{name}</td>" in text
-    assert text.count("<svg") == len(PLOTS) - 1  # no PR curve given
+    assert text.count("<svg") == len(PLOTS) - 1  # no PR curve given, no per-site panel (pooled)
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"sites": {}}))
@@ -156,23 +158,25 @@ def test_demo_writes_the_report(tmp_path):
     assert f"Validation report written to {report}" in run.stdout
     data = json.loads(out.read_text())
     text = report.read_text()
-    assert f">{data['validation']['roc_glm']['auc']:.4f}<" in text
+    assert f">{data['validation']['discrimination']['auc']:.4f}<" in text
     assert f">{data['validation']['brier']['brier']:.4f}<" in text
     assert "audit hash chains verified at 5 of 5 sites" in text
 
 
 def test_report_takes_the_histogram_based_curves(frames, tmp_path):
     """The ROC/PR curves of dsfed_client.analyses.curves go into the ROC plot (overlay) and a PR plot
-    (noise on: exact small histograms of these small sites would be refused)."""
+    (noise on: exact small histograms of these small sites would be refused); checked per site, the
+    report has the per-site panels and says why the per-site path was taken."""
     from dsfed_client.analyses.curves import ds_roc_pr_curves
 
     provisioned, services = make_sites(tmp_path / "sites", frames)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        result = validate(session, "D$y", "D$score")
+        result = validate(session, "D$y", "D$score", secure=False)
         curves = ds_roc_pr_curves(session, "D$y", "D$score")
         study = collect_study_info(session, "D$y", table="P.t", score="D$score")
     text = write_report(result, tmp_path / "curves.html", **study, curves=curves).read_text()
-    assert text.count("<svg") == len(PLOTS) and 'data-plot="pr"' in text
+    assert text.count("<svg") == len(PLOTS) + 1 and 'data-plot="pr"' in text and 'data-plot="per-site"' in text
+    assert "Every binned release was checked by each site on its own cells: asked for per-site checking" in text
     assert 'id="roc-overlay' in text and 'id="pr-curve' in text
     assert text.count("score histograms (ROC/PR curves)") == len(GBSG2_SITES)

@@ -48,7 +48,14 @@ def session(frames, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(session):
+    """The default: pooled releases (every site offers them), AUC and ROC-GLM from histograms."""
     return validate(session, "D$y", "D$score")
+
+
+@pytest.fixture(scope="module")
+def paper(session):
+    """Seed 000's method, checked per site (GBSG2's small sites merge some calibration bins)."""
+    return validate(session, "D$y", "D$score", method="paper", secure=False)
 
 
 @pytest.fixture(autouse=True)
@@ -97,8 +104,8 @@ def _pooled_roc(y: np.ndarray, p: np.ndarray, n_thresholds: int) -> np.ndarray:
     return np.array([np.mean(pv <= tj) for tj in t])
 
 
-def test_roc_glm_presentation(report, frames):
-    r = report.roc_glm
+def test_roc_glm_presentation(paper, frames):
+    r = paper.discrimination.result
     pooled = pd.concat(frames.values(), ignore_index=True)
     fpr, tpr = r.empirical_curve()
     assert fpr[0] == tpr[0] == 0 and fpr[-1] == tpr[-1] == 1
@@ -129,8 +136,8 @@ def test_roc_glm_presentation(report, frames):
         r.plot(fpr=[0, 1], tpr=[0, 0.5, 1])
 
 
-def test_empirical_auc_presentation(report):
-    e = report.roc_glm.empirical
+def test_empirical_auc_presentation(paper):
+    e = paper.discrimination.result.empirical
     frame = e.to_frame()
     assert frame.loc["empirical AUC", "auc"] == e.auc and frame.loc["empirical AUC", "variance"] == e.variance
     assert frame.loc["empirical AUC", "delong 95% lower"] == e.ci_delong[0]
@@ -164,26 +171,40 @@ def test_brier_presentation(report):
     assert _bar_heights(ax, "brier-bars") == [b.mean_outcome, b.mean_prediction]
 
 
-def test_calibration_curve_presentation(report):
-    c = report.curve
+def test_calibration_curve_presentation(paper, report):
+    c = paper.curve  # per site: GBSG2's small sites merge some bins at q = 5, and the result says so
     frame = c.to_frame()
     np.testing.assert_array_equal(frame["n"], c.n)
-    assert c.suppressed_total > 0  # GBSG2's small sites withhold some bins at q = 5: the plot must say so
-    assert f"{c.suppressed_total} records" in c.summary()
-    assert f"suppressed_total={c.suppressed_total}" in repr(c)
+    assert c.bins.was_coarsened and not c.bins.pooled and c.n.sum() == 250
+    assert "COARSENED" in c.summary() and "checked at each site" in c.summary()
+    assert "coarsened=True" in repr(c)
     data = c.to_dict()
     json.dumps(data, allow_nan=False)
-    assert set(data) == {"bins", "suppressed_total", "suppressed_share", "n_total"}
+    assert set(data) == {"bins", "n_total", "pooled", "coarsened", "requested_edges", "not_released"}
+    assert data["requested_edges"] == np.linspace(0, 1, 11).tolist() and data["not_released"]
+    assert not report.curve.bins.was_coarsened and report.curve.bins.pooled  # pooled: as requested
     ax = c.plot()
     (pooled,) = _by_gid(ax, "calibration-pooled")
     has = c.n > 0
     np.testing.assert_allclose(pooled.get_offsets(), np.column_stack([c.mean_prediction[has], c.mean_outcome[has]]))
-    (marked,) = _by_gid(ax, "calibration-suppressed")
-    assert len(marked.get_offsets()) == int(np.sum(c.suppressed_share_max > 0))
     assert len(_by_gid(ax, "calibration-diagonal")) == 1
     assert {f"calibration-site-{s}" for s in c.per_site} <= {a.get_gid() for a in ax.get_lines()}
     hist = [a for a in ax.figure.axes if a is not ax][0]
     np.testing.assert_array_equal(_bar_heights(hist, "calibration-histogram"), c.n)
+
+
+def test_histogram_discrimination_presentation(report, frames):
+    d = report.discrimination
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    assert d.method == "histogram" and d.noise_off and d.noise_variance == 0.0
+    assert (d.n_positive, d.n_negative) == (int(pooled.y.sum()), int((1 - pooled.y).sum()))
+    assert d.auc_ci == d.result.ci_logit and d.roc_glm_ci == d.result.roc_glm.ci
+    data = d.to_dict()
+    json.dumps(data, allow_nan=False)
+    assert data["auc"] == d.auc and data["roc_glm_auc"] == d.roc_glm_auc and data["method"] == "histogram"
+    ax = d.plot()
+    (fit,) = _by_gid(ax, "roc-fit")
+    np.testing.assert_allclose(fit.get_ydata(), d.result.roc_glm.curve(fit.get_xdata()))
 
 
 @pytest.mark.parametrize("which", ["hl_c", "hl_h"])
@@ -224,21 +245,24 @@ def test_logistic_calibration_presentation(report):
     np.testing.assert_allclose(line.get_ydata(), 1 / (1 + np.exp(-(lg.intercept + lg.slope * np.log(x / (1 - x))))))
 
 
-def test_validation_report_presentation(report):
+def test_validation_report_presentation(report, paper):
     data = report.to_dict()
-    assert set(data) == {"roc_glm", "brier", "calibration_curve", "hosmer_lemeshow_c", "hosmer_lemeshow_h",
-                         "ece_mce", "logistic_calibration"}
+    assert set(data) == {"mode", "mode_note", "discrimination", "brier", "calibration_curve", "hosmer_lemeshow_c",
+                         "hosmer_lemeshow_h", "ece_mce", "logistic_calibration"}
+    assert data["mode"] == "pooled" and paper.mode == "per-site" and paper.mode_note == "asked for per-site checking"
     json.dumps(data, allow_nan=False)
+    d = report.discrimination
     frame = report.to_frame()
-    assert frame.loc["ROC-GLM AUC", "estimate"] == report.roc_glm.auc
-    assert (frame.loc["ROC-GLM AUC", "lower"], frame.loc["ROC-GLM AUC", "upper"]) == report.roc_glm.ci
+    assert frame.loc["empirical AUC", "estimate"] == d.auc
+    assert (frame.loc["empirical AUC", "lower"], frame.loc["empirical AUC", "upper"]) == d.auc_ci
+    assert (frame.loc["ROC-GLM AUC", "estimate"], frame.loc["ROC-GLM AUC", "lower"]) == (d.roc_glm_auc, d.roc_glm_ci[0])
     assert frame.loc["Brier score", "estimate"] == report.brier.brier
     assert frame.loc["H-L C", "pvalue"] == report.hl_c.pvalue
     assert frame.loc["calibration slope", "estimate"] == report.logistic.slope
     text = report.summary()
-    assert f"{report.roc_glm.auc:.4f}" in text and f"{report.brier.brier:.4f}" in text
-    assert f"{report.curve.suppressed_total} of {report.curve.n_total}" in text
-    assert f"auc={report.roc_glm.auc:.4f}" in repr(report)
+    assert f"{d.auc:.4f}" in text and f"{report.brier.brier:.4f}" in text
+    assert "checked on the cells pooled over the sites" in text and "PER SITE" in paper.summary()
+    assert f"auc={d.auc:.4f}" in repr(report)
     axes = report.plot()
     assert len(axes) == 3 and all(isinstance(a, Axes) for a in axes)
     assert _by_gid(axes[0], "roc-fit") and _by_gid(axes[1], "calibration-pooled")

@@ -62,14 +62,14 @@ def test_secure_sums_equal_the_plain_sums(tmp_path):
     _, prov, services = sites(tmp_path)
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
-        for function, args in (("calibrationBinsDS", (Ref("D$y"), Ref("D$score"), 10)),
+        for function, args in (("glmDS2", (Formula("y ~ x + z"), "binomial", None, None, None, Ref("D"))),
                                ("brierDS", (Ref("D$y"), Ref("D$score")))):
             plain = s.aggregate(function, *args)
             secure = s.secure_sum(function, *args)
             assert secure.sites == ("s1", "s2", "s3")
             for name, value in secure.values.items():
                 expected = np.sum([np.asarray(r[name], dtype=float) for r in plain.values()], axis=0)
-                if name in ("n", "suppressed", "suppressed_total", "sum_y"):
+                if name in ("n", "sum_y", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal"):
                     np.testing.assert_array_equal(value, expected)  # integers: exact
                 else:
                     np.testing.assert_allclose(value, expected, rtol=0, atol=3 * 2.0**-25)
@@ -93,18 +93,18 @@ def test_one_sites_share_is_indistinguishable_from_random(tmp_path):
     """The analyst's view of one site: 64-bit words that pass uniformity tests, and whose
     distribution does not depend on the site's vector (two sites with different data)."""
     _, prov, services = sites(tmp_path)
+    args = (Formula("y ~ x + z"), "binomial", None, None, None, Ref("D"))
     views: dict[str, list[np.ndarray]] = {"s1": [], "s2": []}
-    truth: list[np.ndarray] = []
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
-        plain = s.aggregate("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 20)
+        plain = s.aggregate("glmDS2", *args)
         for _ in range(60):  # each call is a new step of the round: new masks, same vector
-            got = s.secure_sum("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 20)
+            got = s.secure_sum("glmDS2", *args)
             for site in views:
                 views[site].append(got.shares[site])
     s1 = np.concatenate(views["s1"])
     s2 = np.concatenate(views["s2"])
-    assert s1.size == 60 * 82  # n, sum_p, sum_y, suppressed (20 bins each), suppressed_total, clipped
+    assert s1.size == 60 * 22  # info (9), score (3), xwz (3), dev and five counts, clipped
     # bytes of the words are uniform on 0..255
     counts = np.bincount(np.frombuffer(s1.astype("<u8").tobytes(), dtype=np.uint8), minlength=256)
     assert stats.chisquare(counts).pvalue > 1e-4
@@ -115,13 +115,13 @@ def test_one_sites_share_is_indistinguishable_from_random(tmp_path):
     u1, u2 = s1 / 2.0**64, s2 / 2.0**64
     assert stats.kstest(u1, "uniform").pvalue > 1e-4
     assert stats.ks_2samp(u1, u2).pvalue > 1e-4
-    # no trace of the site's own values: the words do not correlate with its counts
-    own = np.tile(np.asarray(plain["s1"]["n"], dtype=float), 60)
-    words = s1.reshape(60, 82)[:, :20].ravel() / 2.0**64
+    # no trace of the site's own values: the words do not correlate with its information matrix
+    own = np.tile(np.ravel(plain["s1"]["info.matrix"]), 60)
+    words = s1.reshape(60, 22)[:, :9].ravel() / 2.0**64
     assert abs(np.corrcoef(own, words)[0, 1]) < 5 / np.sqrt(own.size)
     # the fixed-point encoding of the site's vector is not visible either: no word equals it
-    encoded = (np.asarray(plain["s1"]["n"], dtype=float) * 2.0**24).astype(np.uint64)
-    assert not np.any(s1.reshape(60, 82)[:, :20] == encoded[None, :])
+    encoded = np.rint(np.ravel(plain["s1"]["info.matrix"]) * 2.0**24).astype(np.int64).view(np.uint64)
+    assert not np.any(s1.reshape(60, 22)[:, :9] == encoded[None, :])
 
 
 def _roster(session, round_id: str) -> list[dict]:
@@ -179,7 +179,7 @@ def test_step_reuse_and_small_rosters_are_refused(tmp_path):
         option = {"round": round_id, "step": 7, "roster": roster, "frac_bits": 24}
         _secure_call(s, "brierDS", (Ref("D$y"), Ref("D$score")), option)
         with pytest.raises(FederatedCallError) as exc:  # the same masks on another vector
-            _secure_call(s, "calibrationBinsDS", (Ref("D$y"), Ref("D$score"), 10), option)
+            _secure_call(s, "glmDS2", (Formula("y ~ x"), "binomial", None, None, None, Ref("D")), option)
         assert all("step 7" in str(e) and "already used" in str(e) for e in exc.value.failures.values())
         with pytest.raises(FederatedCallError) as exc:  # two sites: each could subtract its own
             _secure_call(s, "brierDS", (Ref("D$y"), Ref("D$score")), {**option, "step": 8, "roster": roster[:2]})
@@ -316,10 +316,12 @@ def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_fram
         s.assign_table("D", "GBSG2.validation")
         first = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
         running.processes["site3"].kill()
-        with pytest.raises(FederatedCallError) as exc:
-            s.secure_sum("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)
-        assert set(exc.value.failures) == {"site3"}
-        assert isinstance(exc.value.failures["site3"], SiteUnavailable)
+        for call in (lambda: s.secure_sum("brierDS", Ref("D$y"), Ref("D$score")),
+                     lambda: s.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)):
+            with pytest.raises(FederatedCallError) as exc:
+                call()
+            assert set(exc.value.failures) == {"site3"}
+            assert isinstance(exc.value.failures["site3"], SiteUnavailable)
     two = {k: urls[k] for k in ("site1", "site2")}
     with http_builder(provisioned, two, read_timeout=5).login() as s:
         s.assign_table("D", "GBSG2.validation")
@@ -332,9 +334,9 @@ def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_fram
 
 @pytest.mark.parametrize("kind", ["C", "H"])
 def test_secure_calibration_measures_equal_r(tmp_path, kind):
-    """Hosmer-Lemeshow, the calibration curve and the Brier score from secure sums, against the R
-    references on the pooled data (fixed point: equal to 1e-7 relative)."""
-    data, prov, services = sites(tmp_path, n=1000)  # every group holds at least q records at every site
+    """Hosmer-Lemeshow, the calibration curve and the Brier score as pooled releases, against the R
+    references on the pooled data (fixed point: equal to 1e-9 relative)."""
+    data, prov, services = sites(tmp_path, n=1000)
     pooled = pd.concat(data.values(), ignore_index=True)
     y, p = pooled["y"].to_numpy(dtype=float), pooled["score"].to_numpy()
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
@@ -343,34 +345,33 @@ def test_secure_calibration_measures_equal_r(tmp_path, kind):
         curve = ds_calibration_curve(s, "D$y", "D$score", n_bins=10, secure=True)
         brier = ds_brier(s, "D$y", "D$score", secure=True)
     ref = r_reference(f"hl_{kind.lower()}", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    assert hl.complete
-    assert hl.statistic == pytest.approx(ref[0], rel=1e-7)
+    assert hl.complete and hl.pooled
+    assert hl.statistic == pytest.approx(ref[0], rel=1e-9)
     assert hl.df == ref[1]
     np.testing.assert_array_equal(hl.table["n"].to_numpy(), ref[3:])
     cal = r_reference("calcurve_ref", R_CALCURVE, y=y, p=p, nbins=np.array([10.0])).reshape(3, 10)
-    assert curve.per_site == {}
-    assert curve.suppressed_total == 0
+    assert curve.per_site == {} and curve.bins.pooled and not curve.bins.was_coarsened
     np.testing.assert_array_equal(curve.n, cal[0])
     np.testing.assert_allclose(curve.mean_outcome, cal[1], rtol=1e-9)
-    np.testing.assert_allclose(curve.mean_prediction, cal[2], rtol=1e-7)
+    np.testing.assert_allclose(curve.mean_prediction, cal[2], rtol=1e-9)
     r_brier, r_z = r_reference("valprob_ref", R_VALPROB, y=y, p=p)[:2]
-    assert brier.brier == pytest.approx(r_brier, rel=1e-7)
-    assert brier.spiegelhalter_z == pytest.approx(r_z, rel=1e-6)
+    assert brier.brier == pytest.approx(r_brier, rel=1e-9)
+    assert brier.spiegelhalter_z == pytest.approx(r_z, rel=1e-9)
 
 
-def test_secure_calibration_curve_accounts_for_withheld_bins(tmp_path):
-    """Small bins a site withholds stay withheld under secure sums; the curve says in how many
-    sites (not which), and every record is in a point or counted as suppressed."""
+def test_pooled_bins_keep_what_per_site_checks_would_merge(tmp_path):
+    """The design has sparse end bins: per site, each site merges its own small bins, and the curve
+    pooled on the bins every site released is coarser; pooled over the sites, the same bins hold
+    enough records and are released as requested. Every record is counted either way."""
     data, prov, services = sites(tmp_path)
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
-        plain = s.aggregate("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)
-        curve = ds_calibration_curve(s, "D$y", "D$score", n_bins=10, secure=True)
-    flagged = np.sum([np.asarray(r["suppressed"], dtype=int) for r in plain.values()], axis=0)
-    assert flagged.sum() > 0  # the design has sparse end bins
-    assert curve.suppressed_sites == [[f"{c} of 3 sites"] if c else [] for c in flagged]
-    assert curve.n.sum() + curve.suppressed_total == sum(len(f) for f in data.values())
-    assert curve.suppressed_total == sum(r["suppressed_total"] for r in plain.values())
+        per_site = ds_calibration_curve(s, "D$y", "D$score", n_bins=10)
+        pooled = ds_calibration_curve(s, "D$y", "D$score", n_bins=10, secure=True)
+    n = sum(len(f) for f in data.values())
+    assert per_site.bins.was_coarsened and per_site.n.sum() == n
+    assert not pooled.bins.was_coarsened and pooled.n.sum() == n and len(pooled.n) == 10
+    assert len(per_site.n) < len(pooled.n)
 
 
 def test_masks_cancel_only_when_every_site_ran_the_same_call(tmp_path):

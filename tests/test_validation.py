@@ -13,7 +13,7 @@ from dsfed_client.analyses.calibration import (
 from dsfed_client.analyses.discrimination import ds_auc, ds_roc_glm
 from dsfed_client.analyses.quantiles import quantile_groups
 from conftest import GBSG2_SITES, FIXTURES, inprocess_builder
-from rref import R_CALCURVE, R_HOSLEM, R_PROC, R_ROCGLM, R_VALPROB, r_reference
+from rref import R_BINNED, R_CALCURVE, R_HOSLEM, R_PROC, R_ROCGLM, R_VALPROB, r_reference
 from sitekit import ROOT, make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
@@ -89,59 +89,106 @@ def test_brier_spiegelhalter_intercept_slope_equal_val_prob(dataset):
     assert cal.citl == pytest.approx(citl, rel=RTOL, abs=1e-12)
 
 
-def test_calibration_curve_equals_pooled_when_nothing_suppressed(dataset):
+def _binned(y, p, edges, right: bool) -> np.ndarray:
+    """R's per-cell count, outcome sum and prediction sum on ``edges`` (3 x cells)."""
+    return r_reference("binned_ref", R_BINNED, y=y, p=p, breaks=np.asarray(edges, dtype=float),
+                       right=np.array([1.0 if right else 0.0])).reshape(3, -1)
+
+
+@pytest.mark.parametrize("secure", [True, False], ids=["pooled", "per-site"])
+def test_calibration_curve_equals_R_on_the_released_bins(dataset, secure):
+    """Pooled over the sites (secure aggregation, pooled thresholds) the sites release the requested
+    bins unless a pooled bin holds fewer than q records; per site, each site merges its own small
+    bins and the pooled curve uses the bins every site released. Either way every record is in
+    exactly one released bin and the bins' sums are R's on those bins; nothing is left out."""
     name, session, y, p, _ = dataset
-    curve = ds_calibration_curve(session, "D$y", "D$score", n_bins=10)
-    ref = r_reference("calcurve_ref", R_CALCURVE, y=y, p=p, nbins=np.array([10.0])).reshape(3, 10)
-    if curve.suppressed_total == 0:
+    curve = ds_calibration_curve(session, "D$y", "D$score", n_bins=10, secure=secure)
+    n, sum_y, sum_p = _binned(y, p, curve.edges, right=False)
+    np.testing.assert_array_equal(curve.n, n)
+    assert curve.n.sum() == len(y) and curve.bins.pooled == secure
+    filled = n > 0
+    np.testing.assert_allclose(curve.mean_outcome[filled], sum_y[filled] / n[filled], rtol=1e-12)
+    np.testing.assert_allclose(curve.mean_prediction[filled], sum_p[filled] / n[filled], rtol=1e-12)
+    if not curve.bins.was_coarsened:  # as requested: seed 000's curve itself
+        ref = r_reference("calcurve_ref", R_CALCURVE, y=y, p=p, nbins=np.array([10.0])).reshape(3, 10)
         np.testing.assert_array_equal(curve.n, ref[0])
-        np.testing.assert_allclose(curve.mean_outcome, ref[1], rtol=1e-12)
-        np.testing.assert_allclose(curve.mean_prediction, ref[2], rtol=1e-12)
-    else:  # every record is either in a pooled point or counted as suppressed, never both
-        assert curve.n.sum() + curve.suppressed_total == len(y)
-        assert name not in BIG_ENOUGH
-        assert all(curve.suppressed_share_max[i] > 0 for i, s in enumerate(curve.suppressed_sites) if s)
+        np.testing.assert_allclose(curve.mean_outcome[filled], ref[1][filled], rtol=1e-12)
+    if secure and name in BIG_ENOUGH + ("gbsg2",):  # every pooled bin is 0 or >= q: nothing merged
+        assert not curve.bins.was_coarsened
 
 
 BIG_ENOUGH = ("ties", "smooth")  # every group holds at least q records at every site
 
 
 @pytest.mark.parametrize("kind", ["C", "H"])
-def test_hosmer_lemeshow_equals_R(dataset, kind):
+def test_pooled_hosmer_lemeshow_equals_R(dataset, kind):
+    """Pooled (secure aggregation with pooled thresholds): C's groups are R's type-7 deciles, found by
+    the sites on pooled counts, so C, its df and its group sizes are hoslem.test's on every data set;
+    H's fixed bins are released unless a pooled bin is small (the rare-outcome set), and then the
+    statistic is R's on the bins released."""
     name, session, y, p, _ = dataset
-    ref = r_reference(f"hl_{kind.lower()}", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    hl = ds_hosmer_lemeshow(session, "D$y", "D$score", kind=kind)
-    assert hl.complete or name not in BIG_ENOUGH
+    hl = ds_hosmer_lemeshow(session, "D$y", "D$score", kind=kind, secure=True)
+    assert hl.pooled
     if hl.complete:
+        ref = r_reference(f"hl_{kind.lower()}", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
         assert hl.statistic == pytest.approx(ref[0], rel=RTOL)
         assert hl.df == ref[1]
         assert hl.pvalue == pytest.approx(ref[2], rel=1e-7)
         np.testing.assert_array_equal(hl.table["n"].to_numpy(), ref[3:])
-    else:  # small groups at some site: the result says what it left out instead of dropping it silently
-        assert hl.suppressed_records > 0 or hl.uncertain_records > 0
-        assert hl.table["n"].sum() + hl.suppressed_records == len(y)
-        assert (hl.table["suppressed_sites"] != "").any() or not hl.exact_grouping
+    else:
+        assert kind == "H" and name == "rare"
+        edges = np.concatenate([hl.table["lower"].to_numpy()[:1], hl.table["upper"].to_numpy()])
+        ref = r_reference("hl_ref", R_HOSLEM, y=y, p=p, breaks=edges)
+        assert hl.statistic == pytest.approx(ref[0], rel=RTOL) and hl.df == ref[1]
+    if kind == "C":
+        assert hl.complete
+
+
+@pytest.mark.parametrize("kind", ["C", "H"])
+def test_per_site_hosmer_lemeshow_says_what_it_did(dataset, kind):
+    """Per site, each site's release gate merges a group holding fewer than q of its records with the
+    next, and C's quantile search sees only counts the gate passes. Whatever the result, the groups
+    hold every record, and the statistic is R's Hosmer-Lemeshow on the groups it reports; where it
+    is not R's grouping, it says so."""
+    name, session, y, p, _ = dataset
+    hl = ds_hosmer_lemeshow(session, "D$y", "D$score", kind=kind)
+    assert not hl.pooled and hl.table["n"].sum() == len(y)
+    edges = np.concatenate([hl.table["lower"].to_numpy()[:1], hl.table["upper"].to_numpy()])
+    edges[0], edges[-1] = min(edges[0], p.min()), max(edges[-1], p.max())
+    ref = r_reference("hl_ref", R_HOSLEM, y=y, p=p, breaks=edges)
+    assert hl.statistic == pytest.approx(ref[0], rel=RTOL) and hl.df == ref[1]
+    if hl.complete:
+        expected = r_reference(f"hl_{kind.lower()}", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
+        assert hl.statistic == pytest.approx(expected[0], rel=RTOL)
+    else:
+        assert hl.coarsened or hl.uncertain_records > 0
+        assert "merged" in hl.note() or "COARSENED" in hl.note() or "uncertain" in hl.note()
 
 
 def test_ece_mce_equal_R(dataset):
-    name, session, y, p, _ = dataset
+    _, session, y, p, _ = dataset
     ece, mce = r_reference("ece_ref", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    result = ds_ece_mce(session, "D$y", "D$score")
-    complete = result.exact_grouping and result.suppressed_records == 0
-    assert complete or name not in BIG_ENOUGH
-    if complete:
-        assert result.ece == pytest.approx(ece, rel=RTOL)
-        assert result.mce == pytest.approx(mce, rel=RTOL)
+    result = ds_ece_mce(session, "D$y", "D$score", secure=True)
+    assert result.complete
+    assert result.ece == pytest.approx(ece, rel=RTOL)
+    assert result.mce == pytest.approx(mce, rel=RTOL)
 
 
-def test_quantile_groups_reproduce_hoslem_grouping(dataset):
+def test_per_site_quantile_groups_are_R_or_say_how_far_off(dataset):
+    """The per-site search sees only the counts the sites' release gate passes. Where it settles a
+    break, the break is R's; where it does not, the result keeps the break, marks it uncertain and
+    bounds the records that may sit in a neighbouring group -- and that bound holds."""
     name, session, y, p, _ = dataset
     groups = quantile_groups(session, "D$score", 10)
-    expected = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))[3:]  # R's group sizes
-    got = np.diff(np.concatenate([[0], groups.ranks]))
-    assert groups.exact or name not in BIG_ENOUGH + ("rare",)
+    breaks = np.unique(np.quantile(p, np.linspace(0, 1, 11)))  # R's type 7 (numpy's default)
+    true_ranks = np.searchsorted(np.sort(p), breaks[1:-1], side="right")
+    ours = np.searchsorted(np.sort(p), groups.breaks[1:-1], side="right")
     if groups.exact:
-        np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(np.diff(np.concatenate([[0], groups.ranks])),
+                                      r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))[3:])
     else:
-        assert groups.uncertain_records > 0
+        # every record on the wrong side of a break lies in one of the uncertain brackets
+        misplaced = sum(min(abs(int(o) - int(t)) for t in true_ranks) for o in ours)
+        assert 0 < groups.uncertain_records and misplaced <= groups.uncertain_records
+        assert groups.uncertain_breaks
     assert groups.rounds <= 12
