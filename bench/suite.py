@@ -95,7 +95,7 @@ def run(n_total: int, workdir: Path, repeat: int) -> dict:
         "n": n_total, "dsfed_s": dsfed_s, "pooled_r_s": r_s, "pooled_numpy_s": numpy_s,
         "ratio_r": dsfed_s / r_s, "round_trips": trips, "bytes_sent_per_site": sent,
         "bytes_received_per_site": received,
-        "auc_dsfed": report.roc_glm.empirical.auc, "auc_pooled": reference["auc"],
+        "auc_dsfed": report.discrimination.auc, "auc_pooled": reference["auc"], "mode": report.mode,
         "brier_dsfed": report.brier.brier, "brier_pooled": reference["brier"],
     }
 

@@ -1,0 +1,239 @@
+"""Pooled releases (secure aggregation with pooled thresholds): the sites check the cells the analyst
+sees, pooled over the sites, before anything leaves. References: R's hoslem.test grouping, R's
+table(), the pooled numpy computation of the calibration curve and of the AUC; attacks on the
+relay report what they recovered."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsfed_client import DisclosureRefused, FederatedCallError, Ref
+from dsfed_client.analyses.suite import validate
+from dsfed_client.calls import Call
+from dsfed_server.provision import provision
+from dsfed_server.service import SiteService
+from dsfed_server.synthetic import binormal
+from conftest import FIXTURES, GBSG2_SITES, RULES, inprocess_builder
+from rref import R_HOSLEM, R_PROC, r_reference
+from sitekit import ROOT, make_sites, rules_variant
+
+sys.path.insert(0, str(ROOT / "bench"))
+from coverage import pooled_auc, simulate  # noqa: E402  (bench/coverage.py)
+
+
+@pytest.fixture(scope="module")
+def gbsg2_fresh(tmp_path_factory):
+    """Five GBSG2 sites with the demo's rules (q = 5, noise on), a history of their own."""
+    run = tmp_path_factory.mktemp("pooled-gbsg2")
+    provisioned = provision(run, {s: (FIXTURES / s, RULES / f"{s}.toml") for s in GBSG2_SITES})
+    services = {n: SiteService.from_config_file(p.config) for n, p in provisioned.items()}
+    return provisioned, services
+
+
+def test_gbsg2_calibration_is_exact_at_small_sites(gbsg2_fresh, gbsg2_pooled):
+    """Five sites of 45-55 records, q = 5: checked per site, bins and groups are merged and the table
+    of menopausal status by outcome is refused (two sites hold a cell below q); checked pooled, H-L C
+    and H, the calibration curve, ECE and MCE equal R on the pooled records to 1e-8 with nothing
+    merged, C over R's deciles with df 8, and the table is released, equal to R's table()."""
+    y, p = gbsg2_pooled.y.to_numpy(), gbsg2_pooled.score.to_numpy()
+    with inprocess_builder(*gbsg2_fresh).login() as s:
+        s.assign_table("D", "GBSG2.validation")
+        v = validate(s, "D$y", "D$score")
+        table = s.pooled("table2DDS", Ref("D$menostat"), Ref("D$y"))
+        with pytest.raises(FederatedCallError) as exc:
+            s.table2d("D$menostat", "D$y")
+    assert v.mode == "pooled" and v.mode_note == ""
+    hl_c = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
+    hl_h = r_reference("hl_h", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
+    assert v.hl_c.statistic == pytest.approx(hl_c[0], rel=1e-8) and v.hl_c.df == hl_c[1] == 8
+    np.testing.assert_array_equal(v.hl_c.table["n"].to_numpy(), hl_c[3:])  # 25 each, ties aside
+    assert v.hl_h.statistic == pytest.approx(hl_h[0], rel=1e-8) and v.hl_h.df == hl_h[1]
+    ece, mce = r_reference("ece_ref", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
+    assert v.errors.ece == pytest.approx(ece, rel=1e-8) and v.errors.mce == pytest.approx(mce, rel=1e-8)
+    assert v.hl_c.complete and v.hl_h.complete and v.errors.complete and not v.curve.bins.was_coarsened
+    idx = np.clip(np.searchsorted(np.linspace(0, 1, 11), p, side="right") - 1, 0, 9)
+    n = np.bincount(idx, minlength=10)
+    np.testing.assert_array_equal(v.curve.n, n)
+    filled = n > 0
+    np.testing.assert_allclose(v.curve.mean_outcome[filled], np.bincount(idx, weights=y, minlength=10)[filled]
+                               / n[filled], rtol=1e-8)
+    expected = pd.crosstab(gbsg2_pooled.menostat, gbsg2_pooled.y)
+    assert table["pooled"] and table["rows"] == ["Pre", "Post"] and table["cols"] == ["0", "1"]
+    assert table["counts"] == [[int(expected.loc[m, c]) for c in (0, 1)] for m in ("Pre", "Post")]
+    assert {site for site, e in exc.value.failures.items() if e.rule == "disclosure.q_threshold"} == {"site2", "site4"}
+
+
+def _sites_with_a_rare_level(tmp_path: Path, rules: Path | None = None):
+    """Three sites of 40 records; level 'x' of factor g appears once at each: 3 records pooled < q = 5."""
+    rng = np.random.default_rng(4)
+    frames = {}
+    for k in range(3):
+        g = np.array(["a"] * 20 + ["b"] * 19 + ["x"])
+        frames[f"s{k + 1}"] = pd.DataFrame({"g": g, "y": rng.integers(0, 2, 40),
+                                            "score": np.clip(rng.uniform(0.2, 0.8, 40), 0, 1)})
+        frames[f"s{k + 1}"].loc[39, "score"] = 0.95  # the only score above 0.9 at each site
+    return frames, make_sites(tmp_path, frames, rules)
+
+
+def test_a_pooled_cell_below_q_is_refused_by_every_site(tmp_path):
+    """A cell of 3 records pooled over three sites (one at each): the table is refused by every
+    site, naming the rule; a histogram under the refuse policy too; the calibration bins merge it
+    with its neighbour and say so, so the 3 records are never a cell of their own."""
+    frames, (prov, services) = _sites_with_a_rare_level(tmp_path)
+    with inprocess_builder(prov, services).login() as s:
+        s.assign_table("D", "P.t")
+        for call in (lambda: s.pooled("table1DDS", Ref("D$g")),
+                     lambda: s.pooled("histogramDS", Ref("D$score"), [0.0, 0.5, 0.9, 1.0])):
+            with pytest.raises(FederatedCallError) as exc:
+                call()
+            assert set(exc.value.failures) == {"s1", "s2", "s3"}
+            assert all(isinstance(e, DisclosureRefused) for e in exc.value.failures.values())
+            assert {e.rule for e in exc.value.failures.values()} <= {"disclosure.q_threshold", "bins.small_bin_policy"}
+            assert all("pooled over the sites" in e.message for e in exc.value.failures.values())
+        bins = s.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)
+    assert bins["coarsened"] and 0.9 in bins["dropped"]
+    assert all(n == 0 or n >= 5 for n in bins["n"]) and sum(bins["n"]) == 120
+
+
+def _sealed_step(session, function: str, *args):
+    """The first half of a pooled release, done by hand: every site's sealed answer."""
+    round_id, roster = session._round()
+    step = session._step()
+    option = {"round": round_id, "step": step, "roster": roster, "frac_bits": 40, "pooled": True}
+    body = {"call": Call(function, *args).tree(), "secure": option}
+    answers = {site: r["result"]["pooled"] for site, r in session._in_session(function, "POST", "/aggregate",
+                                                                              body).items()}
+    return round_id, roster, step, answers
+
+
+def _release(session, round_id, roster, step, relay):
+    body = {"round": round_id, "step": step, "roster": roster, "relay": relay, "next_step": session._step()}
+    return session._in_session("pooledRelease", "POST", "/pooled", body)
+
+
+def _flip(box: str) -> str:
+    data = bytearray(base64.b64decode(box))
+    data[3] ^= 0x01
+    return base64.b64encode(bytes(data)).decode()
+
+
+def test_a_forged_relay_is_refused(tmp_path):
+    """The analyst relays the sealed vectors; forging one -- a flipped bit, another step's vector, a
+    vector of its own making, another q declared -- makes the site it was sealed for refuse (rule
+    secure_aggregation.peers) and nothing is released. The honest relay of the same step is the
+    pooled table."""
+    frames, (prov, services) = _sites_with_a_rare_level(tmp_path)
+    with inprocess_builder(prov, services).login() as s:
+        s.assign_table("D", "P.t")
+        call = ("table1DDS", Ref("D$y"))
+
+        def honest(answers):
+            return {site: {"meta": a["meta"], "sealed": dict(a["sealed"])} for site, a in answers.items()}
+
+        forgeries = {
+            "flipped bit": lambda r, other: r["s2"]["sealed"].update(s1=_flip(r["s2"]["sealed"]["s1"])),
+            "another step's vector": lambda r, other: r["s2"]["sealed"].update(s1=other["s2"]["sealed"]["s1"]),
+            "the analyst's own vector": lambda r, other: r["s2"]["sealed"].update(
+                s1=base64.b64encode(np.random.default_rng(1).bytes(len(base64.b64decode(r["s2"]["sealed"]["s1"]))))
+                .decode()),
+            "another q declared": lambda r, other: r["s2"]["meta"].update(q=1),
+        }
+        for what, forge in forgeries.items():
+            round_id, roster, step, answers = _sealed_step(s, *call)
+            _, _, _, other = _sealed_step(s, *call)
+            relay = honest(answers)
+            forge(relay, other)
+            with pytest.raises(FederatedCallError) as exc:
+                _release(s, round_id, roster, step, relay)
+            refused = exc.value.failures
+            assert "s1" in refused and refused["s1"].rule == "secure_aggregation.peers", what
+            assert "was not sealed by s2" in refused["s1"].message, what
+        round_id, roster, step, answers = _sealed_step(s, *call)
+        released = _release(s, round_id, roster, step, honest(answers))
+    pooled = pd.concat(frames.values()).y.value_counts().sort_index().tolist()
+    assert all(r["result"]["release"]["counts"] == pooled for r in released.values())
+
+
+def test_the_analyst_cannot_read_the_sealed_counts(tmp_path):
+    """What the analyst holds between the two halves: ciphertexts. Adding the sealed vectors (as it
+    would add masked shares) gives nothing like the pooled counts of the 100 bins, and their bytes
+    are uniform."""
+    frames, (prov, services) = _sites_with_a_rare_level(tmp_path)
+    with inprocess_builder(prov, services).login() as s:
+        s.assign_table("D", "P.t")
+        _, _, _, answers = _sealed_step(s, "calibrationBinsDS", Ref("D$y"), Ref("D$score"), 100)
+    scores = pd.concat(frames.values()).score.to_numpy()
+    pooled = np.bincount(np.clip((scores * 100).astype(int), 0, 99), minlength=100)
+    total = np.zeros(100, dtype=np.uint64)
+    for a in answers.values():
+        for box in a["sealed"].values():
+            total = total + np.frombuffer(base64.b64decode(box)[:800], dtype="<u8").astype(np.uint64)
+    recovered = total.view(np.int64).astype(float) / 2.0**40
+    assert np.sum(np.isclose(recovered, pooled, atol=0.5)) < 5  # only chance agreements
+    data = b"".join(base64.b64decode(box) for a in answers.values() for box in a["sealed"].values())
+    counts = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256)
+    from scipy import stats
+    assert len(data) > 10_000 and stats.chisquare(counts).pvalue > 1e-4
+
+
+def test_validate_on_a_million_binormal_records(tmp_path):
+    """Five sites of 200,000 binormal records at the default rules (epsilon = 1, delta = 1e-5):
+    validate() takes the pooled path, its AUC is within 0.005 of the exact pooled AUC, and the
+    reported interval contains it."""
+    rng = np.random.default_rng(20)
+    frames = {f"s{k + 1}": binormal(200_000, rng, 0.8, 0.3)[["y", "score"]] for k in range(5)}
+    prov, services = make_sites(tmp_path, frames)
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    exact = pooled_auc(pooled.y.to_numpy(), pooled.score.to_numpy())
+    with inprocess_builder(prov, services).login() as s:
+        s.assign_table("D", "P.t")
+        v = validate(s, "D$y", "D$score")
+    d = v.discrimination
+    assert v.mode == "pooled" and d.method == "histogram" and not d.noise_off
+    assert abs(d.auc - exact) <= 0.005 and d.auc_ci[0] <= exact <= d.auc_ci[1]
+    assert abs(d.roc_glm_auc - exact) <= 0.005
+
+
+def test_the_noise_aware_interval_covers_the_exact_auc():
+    """bench/coverage.py's simulation (seed 000's design, epsilon = 1, delta = 1e-5, five sites at the
+    default rules) on 40 data sets (the benchmark runs 200): the interval covers the exact pooled AUC
+    in at least 93 %, and the noise variance alone explains the estimate's error: z = (estimate -
+    exact) / noise sd has a standard deviation near 1 (each run draws new site secrets, so new noise;
+    the bounds are about three standard errors wide)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        df = simulate(40, workdir=Path(tmp), seed=int(np.random.default_rng().integers(1 << 30)))
+    assert df.covered.mean() >= 0.93
+    assert 0.65 < df.z_noise.std() < 1.4
+    assert (df.z_noise.abs() <= 1.96).mean() >= 0.8
+
+
+def test_pooled_thresholds_need_every_site(tmp_path):
+    """A site whose rules check per site only (pooled_thresholds = false) signs that with its key:
+    every site refuses a pooled release over a roster holding it, and validate() falls back to the
+    per-site path, saying why."""
+    frames, _ = _sites_with_a_rare_level(tmp_path / "x")
+    rules = rules_variant(tmp_path / "per-site.toml", pooled_thresholds="false")
+    prov, services = make_sites(tmp_path / "mixed", {"s1": frames["s1"]}, rules)
+    prov2, services2 = make_sites(tmp_path / "rest", {k: frames[k] for k in ("s2", "s3")})
+    # one federation: pin every site's identity at every other (the two provisions did not know each other)
+    from dsfed_server.disclosure.secure_sum import public_identity, parse_identity
+    all_services = {**services, **services2}
+    for name, svc in all_services.items():
+        for other, osvc in all_services.items():
+            if other != name:
+                svc.peers[other] = parse_identity(public_identity(osvc.secret))
+    with inprocess_builder({**prov, **prov2}, all_services).login() as s:
+        s.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError) as exc:
+            s.pooled("table1DDS", Ref("D$y"))
+        assert {e.rule for e in exc.value.failures.values()} == {"secure_aggregation.pooled_thresholds"}
+        assert "s1" in str(exc.value)
+        v = validate(s, "D$y", "D$score", method="paper")
+    assert v.mode == "per-site" and "s1" in v.mode_note and "pooled_thresholds" in v.mode_note
