@@ -215,11 +215,14 @@ def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]
         lambda: (lambda r: (str(r["site1"]), dict(r)))(session.aggregate("quantileMeanDS", Ref("D$age"))),
     )
 
-    report.section("A subset created on the sites")
-    session.assign("older", Call("subsetDS", Ref("D"), "age", ">=", 50))
+    report.section("A subset created on the sites, checked against the cuts released before")
+    report.attempt("refused_subset_age50", "subset age >= 50 (the histogram above cut at age <= 50: the two "
+                   "would single out the 50-year-olds)",
+                   lambda: ("", dict(session.assign("older", Call("subsetDS", Ref("D"), "age", ">=", 50)))))
+    session.assign("older", Call("subsetDS", Ref("D"), "age", ">", 50))
     mo = session.mean("older$score")
-    report.show("mean_score_age50", f"mean score for age >= 50: {mo.mean:.4f} (n = {mo.n_valid})",
-                {"pooled": mo.mean, "n": mo.n_valid})
+    report.show("mean_score_age50", f"subset age > 50 (the histogram's own cut): mean score {mo.mean:.4f} "
+                f"(n = {mo.n_valid})", {"pooled": mo.mean, "n": mo.n_valid})
 
     report.section("Pooled releases: the sites check the cells the analyst sees, pooled over the sites")
     from dsfed_client.analyses.glm import ds_glm  # noqa: PLC0415

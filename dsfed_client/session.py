@@ -91,6 +91,9 @@ class FederatedSession:
         self.session_ids: dict[str, str] = {}
         self._secure_round: tuple[str, list[dict[str, Any]]] | None = None  # round id, roster
         self._secure_step = 0
+        # the sites' cut histories per table column (what they answered with): relayed with every
+        # pooled release, so that all sites check the pooled cells against all of them
+        self._cut_histories: dict[tuple[str, str], set[tuple[float, bool]]] = {}
         opened = self._all("openSession", lambda t: t.request("POST", "/sessions", function="openSession"),
                            raise_errors=False)
         failures = {s: r for s, r in opened.items() if isinstance(r, SiteCallError)}
@@ -143,6 +146,22 @@ class FederatedSession:
             keys = self.aggregate("secureKeyDS", round_id)
             self._secure_round = (round_id, [keys[site] for site in self.sites])
         return self._secure_round
+
+    def _relayed_cuts(self) -> list[dict[str, Any]]:
+        return [{"table": table, "column": column, "cuts": [list(c) for c in sorted(cuts)]}
+                for (table, column), cuts in self._cut_histories.items()]
+
+    def _learn_histories(self, answers: dict[str, Any]) -> bool:
+        """Add the cut histories the sites answered with; True when one held a cut not known before."""
+        grew = False
+        for answer in answers.values():
+            history = answer.get("history") if isinstance(answer, dict) else None
+            if history:
+                known = self._cut_histories.setdefault((history["table"], history["column"]), set())
+                new = {(float(v), bool(i)) for v, i in history["cuts"]} - known
+                grew = grew or bool(new)
+                known.update(new)
+        return grew
 
     def pooled_capability(self) -> tuple[bool, str]:
         """Whether every site of the session offers pooled releases (secure aggregation, and each
@@ -210,14 +229,21 @@ class FederatedSession:
         yielded = False
         while True:
             step = self._step()
-            option = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits, "pooled": True}
+            option = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits, "pooled": True,
+                      "cuts": self._relayed_cuts()}
             answers = {s: r["result"] for s, r in
                        self._in_session(function, "POST", "/aggregate", {"call": tree, "secure": option}).items()}
+            if any("pooled" not in a for a in answers.values()):  # a site released cuts the relay did not hold
+                if not self._learn_histories(answers):
+                    raise ValueError(f"pooled release of {function}: a site asked for cut histories it already "
+                                     "has; nothing is returned")
+                continue
             sealed = {site: a["pooled"] for site, a in answers.items()}
             while True:
                 relay = {site: {"meta": a["meta"], "sealed": a["sealed"]} for site, a in sealed.items()}
                 body = {"round": round_id, "step": step, "roster": roster, "relay": relay, "next_step": self._step()}
                 answers = {s: r["result"] for s, r in self._in_session(function, "POST", "/pooled", body).items()}
+                self._learn_histories(answers)
                 first = next(iter(answers.values()))
                 if "clipped" in first:
                     if yielded:

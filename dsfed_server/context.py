@@ -14,6 +14,7 @@ import pandas as pd
 
 from dsfed_server.calltree import Call, Column, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.provenance import RootColumn, root_column
 from dsfed_server.errors import CallError, NotFound
 from dsfed_server.parser import Limits, parse
 from dsfed_server.workspace import Session
@@ -36,6 +37,10 @@ class CallContext:
     @property
     def site(self) -> str:
         return self.service.name
+
+    def root_column(self, vector: pd.Series) -> RootColumn | None:
+        """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""
+        return root_column(self.service.catalog, vector)
 
     @property
     def pooled(self) -> bool:

@@ -30,9 +30,9 @@ from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
-from dsfed_server.disclosure.checks import Guard
-from dsfed_server.disclosure.cuts import CutHistory
-from dsfed_server.disclosure.differencing import SubsetHistory
+from dsfed_server.disclosure.checks import Guard, HistoryBehind
+from dsfed_server.disclosure.gate import Cut
+from dsfed_server.disclosure.history import History
 from dsfed_server.disclosure.ledger import CallScope, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
@@ -102,6 +102,31 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def relayed_history(value: Any) -> dict[tuple[str, str], list[Cut]]:
+    """The cut histories an analyst relays with a pooled release: ``[{"table", "column", "cuts":
+    [[value, inclusive], ...]}, ...]`` (numbers and booleans only; checked, never evaluated)."""
+    if value is None:
+        return {}
+    if not isinstance(value, list) or len(value) > 1000:
+        raise CallError("pooled release: 'cuts' must be a list of {table, column, cuts}",
+                        hint="relay the histories the sites answered with, unchanged")
+    out: dict[tuple[str, str], list[Cut]] = {}
+    for entry in value:
+        table = entry.get("table") if isinstance(entry, dict) else None
+        column = entry.get("column") if isinstance(entry, dict) else None
+        cuts = entry.get("cuts") if isinstance(entry, dict) else None
+        if not (isinstance(table, str) and isinstance(column, str) and isinstance(cuts, list) and len(cuts) <= 100_000):
+            raise CallError("pooled release: a relayed history needs a table, a column and a list of cuts")
+        parsed = []
+        for cut in cuts:
+            if not (isinstance(cut, list) and len(cut) == 2 and isinstance(cut[1], bool)
+                    and isinstance(cut[0], (int, float)) and not isinstance(cut[0], bool) and math.isfinite(cut[0])):
+                raise CallError("pooled release: a relayed cut is [value, inclusive] with a finite value")
+            parsed.append(Cut(float(cut[0]), cut[1]))
+        out[(table, column)] = sorted(set(parsed))
+    return out
+
+
 def canonical_call(request: CallRequest) -> str:
     """A call as received, in one canonical text (the structured form with sorted keys)."""
     return request.text if request.text is not None else json.dumps(request.tree, sort_keys=True)
@@ -137,8 +162,8 @@ class SiteService:
         self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
-        self.subset_history = SubsetHistory()  # rows of each analyst's subsets (differencing rule)
-        self.cut_history = CutHistory()  # cuts of each analyst's reference CDFs (cuts.py)
+        # cuts released per table column and subsets made per table, all analysts, persisted (history.py)
+        self.history = History(resolve(base_dir, config.site.ledger))
         self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
         self.auth = Authenticator(config.users)
         self.limits = Limits(
@@ -296,28 +321,32 @@ class SiteService:
         return spec
 
     def _invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
-                deferred: list[tuple[str, int]] | None = None) -> Any:
+                deferred: list[tuple[str, int]] | None = None,
+                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None) -> Any:
         """Run ``call``. A declaration of cells (:mod:`~dsfed_server.disclosure.gate`) goes through the
         release gate per site; in a pooled release (``deferred``: the minimum counts to check on the
-        pooled counts) it is returned as it is, for the gate to release pooled."""
+        pooled counts; ``relayed_cuts``: the sites' cut histories) it is returned as it is, for the
+        gate to release pooled."""
         spec = self._spec(call.function, session)
-        ctx = CallContext(self, session, spec.name, self._guard(spec.name, session, noise_share, deferred))
+        guard = self._guard(spec.name, session, noise_share, deferred, relayed_cuts)
+        ctx = CallContext(self, session, spec.name, guard)
         try:
             bound = bind(spec, call.args, ctx)
             ctx.guard.check_analyst_data(spec.params, bound)
             args = {python_name(name): value for name, value in bound.items()}
             result = spec.impl(ctx, **args)
             if isinstance(result, (gate.Intervals, gate.Categories)) and deferred is None:
-                return gate.release_local(result, ctx.guard.q)
+                return ctx.guard.release(result)
             return result
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
 
     def _guard(self, function: str, session: Session | None = None, noise_share: float = 1.0,
-               deferred: list[tuple[str, int]] | None = None) -> Guard:
+               deferred: list[tuple[str, int]] | None = None,
+               relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None) -> Guard:
         return Guard(self._rules(session), self.name, function, self.secret,
-                     scope=session.scope if session is not None else None, subsets=self.subset_history,
-                     cuts=self.cut_history, noise_share=noise_share, deferred=deferred)
+                     scope=session.scope if session is not None else None, history=self.history,
+                     noise_share=noise_share, deferred=deferred, relayed_cuts=relayed_cuts)
 
     @contextmanager
     def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:
@@ -431,17 +460,29 @@ class SiteService:
         record["call"] += f" [pooled over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
         deferred: list[tuple[str, int]] = []
         noise = secure_sum.noise_share(rules.secure_aggregation, len(keys))
-        raw = self._invoke(session, node, noise_share=noise, deferred=deferred)
+        relayed = relayed_history(option.get("cuts"))
+        try:
+            raw = self._invoke(session, node, noise_share=noise, deferred=deferred, relayed_cuts=relayed)
+            guard = self._guard(spec.name, session, relayed_cuts=relayed)
+            if isinstance(raw, gate.Intervals):
+                history = guard.pooled_history(raw.history_key)
+        except HistoryBehind as behind:  # the analyst relays the union next time; nothing is sealed
+            return {"history": self._history_answer(behind.key)}
         secure_sum.check_peer_set(self.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name,
                                   rules.secure_aggregation)
+        history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
         if isinstance(raw, (gate.Intervals, gate.Categories)):
-            plan, fields = gate.pooled_vector(raw)
+            plan, fields = gate.pooled_vector(raw, history if isinstance(raw, gate.Intervals) else ())
 
             def finish(pooled: dict[str, np.ndarray], q: int) -> Any:
-                return gate.release_pooled(raw, plan, pooled, q)
+                result, kept = gate.release_pooled(raw, plan, pooled, q)
+                if isinstance(raw, gate.Intervals):
+                    guard.record_pooled(raw.history_key, kept)
+                return result
         elif isinstance(raw, relay.PooledSteps):
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else frac_bits
+            history_key = raw.history_key
         else:
             result = jsonable(raw)
             fields = {name: np.asarray(result[name], dtype=float) for name in spec.secure_sum.fields  # type: ignore[union-attr]
@@ -452,13 +493,16 @@ class SiteService:
                 return {**public, **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()},
                         "pooled": True}
         fields = {**fields, **{f"min:{i}:{what}": np.asarray(float(n)) for i, (what, n) in enumerate(deferred)}}
-        digest = secure_sum.call_digest(definition(canonical_call(request), session, scope), frac_bits)
+        call = definition(canonical_call(request), session, scope) + "\0cuts:" + json.dumps(
+            {f"{t}${c}": [[v.value, v.inclusive] for v in cuts] for (t, c), cuts in sorted(relayed.items())})
+        digest = secure_sum.call_digest(call, frac_bits)  # the cuts too: every site bins on the same cells
         meta = {"q": rules.disclosure.q_threshold}
-        return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta, frozenset(scope.sources))
+        return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta, frozenset(scope.sources),
+                          history_key)
 
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
               fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],
-              sources: frozenset) -> dict[str, Any]:
+              sources: frozenset, history_key: tuple[str, str] | None = None) -> dict[str, Any]:
         """Encode ``fields`` in fixed point, mask them, seal them for every peer and keep them (with
         ``finish``, what the pooled vector becomes) until the analyst relays the others'."""
         layout = {name: list(np.shape(v)) for name, v in fields.items()}
@@ -468,7 +512,8 @@ class SiteService:
         masked = encoded + secure_sum.mask(self.name, rnd, keys, step, digest, encoded.size)
         while len(rnd.pending) >= relay.MAX_PENDING:
             rnd.pending.pop(next(iter(rnd.pending)))
-        rnd.pending[step] = relay.PendingStep(function, digest, masked, layout, frac_bits, meta, finish, sources)
+        rnd.pending[step] = relay.PendingStep(function, digest, masked, layout, frac_bits, meta, finish, sources,
+                                              history_key)
         return {"pooled": {"round": rnd.round_id, "step": step, "site": self.name, "meta": meta,
                            "sealed": relay.seal(self.name, rnd, keys, step, digest, masked, meta)}}
 
@@ -507,17 +552,24 @@ class SiteService:
         for name in [name for name in fields if name.startswith("min:")]:
             guard.pooled_minimum(name.split(":", 2)[2], float(fields.pop(name)), q)  # min:<i>:<kind>:<what>
         out = pending.finish(fields, q)
+        history = {} if pending.history_key is None else {"history": self._history_answer(pending.history_key)}
         if not isinstance(out, tuple):
-            return {"release": jsonable(out)}
+            return {"release": jsonable(out), **history}
         release, following = out  # a protocol of several steps (relay.PooledSteps)
         if following is None:
-            return {"release": jsonable(release)}
+            return {"release": jsonable(release), **history}
         next_step = secure_sum.use_step(rnd, option.get("next_step"))
         digest = hashlib.sha256(pending.call + b"\0next").digest()  # the same at every site of the round
         frac_bits = following.frac_bits if following.frac_bits is not None else pending.frac_bits
         sealed = self._seal(rnd, keys, next_step, pending.function, digest, following.fields, following.advance,
-                            frac_bits, pending.meta, pending.sources)
-        return {"release": jsonable(release), "continue": sealed["pooled"]}
+                            frac_bits, pending.meta, pending.sources, following.history_key or pending.history_key)
+        return {"release": jsonable(release), "continue": sealed["pooled"], **history}
+
+    def _history_answer(self, key: tuple[str, str]) -> dict[str, Any]:
+        """This site's cut history of a column, as a pooled release's answers carry it (the analyst
+        relays the union of the sites' histories with the next pooled release on the column)."""
+        return {"table": key[0], "column": key[1],
+                "cuts": [[c.value, c.inclusive] for c in self.history.cuts(*key)]}
 
     @staticmethod
     def _q_of(meta: dict[str, Any]) -> int:

@@ -34,10 +34,25 @@ def gbsg2_pooled(gbsg2_frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(gbsg2_frames.values(), ignore_index=True)
 
 
+def without_cut_history(rules: Path, out: Path) -> Path:
+    """A copy of a rules file with ``disclosure.cut_history = false``."""
+    text = rules.read_text()
+    assert text.count("cut_history = true") == 1
+    out.write_text(text.replace("cut_history = true", "cut_history = false"))
+    return out
+
+
 @pytest.fixture(scope="session")
 def gbsg2_provisioned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ProvisionedSite]:
+    """The five GBSG2 sites with the demo's rules, shared by the whole test session -- except that
+    these keep no cut history across releases (``disclosure.cut_history = false``): dozens of tests
+    release bins, breaks and subsets on the same columns of these sites, and a history shared
+    between them would make each test's outcome depend on the ones run before it. The history is
+    tested on sites of its own (test_attacks.py, test_pooled_release.py, test_demo.py)."""
     run = tmp_path_factory.mktemp("gbsg2")
-    return provision(run, {s: (FIXTURES / s, RULES / f"{s}.toml") for s in GBSG2_SITES})
+    (run / "rules").mkdir()
+    rules = {s: without_cut_history(RULES / f"{s}.toml", run / "rules" / f"{s}.toml") for s in GBSG2_SITES}
+    return provision(run, {s: (FIXTURES / s, rules[s]) for s in GBSG2_SITES})
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@
    outside dsfed, fails on what dsfed releases (ROC-GLM (a, b); noisy scores);
 7. a crafted reference CDF (steps around one record) that turns histogram placement sums into
    threshold counts, through the histogram reference or seed 000's reference scores -- the
-   site's reference cuts (``disclosure.coarsen_references``: q on the union of the references'
+   site's reference cuts (``disclosure.cut_history``: q on the union of the references'
    bins, :mod:`dsfed_server.disclosure.cuts`).
 """
 
@@ -34,7 +34,7 @@ from dsfed_client.analyses.discrimination import ds_roc_glm
 from dsfed_client.calls import decode_f64
 from dsfed_client.errors import BudgetExceededError
 from conftest import inprocess_builder, read_site_csv
-from sitekit import make_sites, rules_variant
+from sitekit import ROOT, make_sites, rules_variant
 
 N = 120
 TARGET_AGE = 55  # exactly one record has this age
@@ -423,7 +423,7 @@ def test_crafted_step_reference_cannot_read_a_label(site):
     histPlacementSumsDS count the positives above each threshold; their difference is that
     record's label. On the raw data (outside dsfed) the attack reads every targeted label. Through
     dsfed the site keeps only edges whose cuts, with every cut the analyst used before, leave 0 or at
-    least q records between them (rule disclosure.coarsen_references): the second step
+    least q records between them (rule disclosure.cut_history): the second step
     of a pair (or the first) is dropped, the site evaluates that reference without its step (linear
     from 0 to 1), and the difference no longer reads the label."""
     provisioned, services, frame = site
@@ -452,21 +452,28 @@ def test_crafted_step_reference_cannot_read_a_label(site):
     assert all(np.isclose(pair, float(np.sum(pos)), rtol=1e-12).any() for pair in linear)
 
 
-def test_reference_cuts_keep_every_bin_at_zero_or_q_records():
-    """Whatever references an analyst sends, the cuts the site uses, all together, leave 0 or at
-    least q records between any two of them (checked against the definition on random sequences)."""
-    from dsfed_server.disclosure.cuts import CutHistory
+def test_reference_cuts_keep_every_bin_at_zero_or_q_records(tmp_path):
+    """Whatever references analysts send, the cuts the site uses, all together, leave 0 or at
+    least q records between any two of them (checked against the definition on random sequences;
+    the history is the site's persisted one, for every analyst)."""
+    from dsfed_server.disclosure.checks import Guard
+    from dsfed_server.disclosure.history import History
+    from dsfed_server.disclosure.rules import load_rules
+    from dsfed_server.errors import DisclosureRefusal
 
     rng = np.random.default_rng(3)
     p = np.round(rng.random(200), 2)  # ties included
-    history, q = CutHistory(), 5
+    guard = Guard(load_rules(ROOT / "disclosure_rules" / "default.toml"), "a", "placementSumsDS",
+                  history=History(tmp_path / "ledger.sqlite"))
+    q = guard.q
     used: set[int] = {0, p.size}
     answered = 0
     for _ in range(200):
         ends = np.sort(rng.choice([-0.1, 1.1, *rng.random(4)], 2, replace=False))  # ranges inside the data too
         edges = np.unique(np.concatenate([ends, rng.uniform(*ends, rng.integers(1, 40))]))
-        keep = history.coarsen("analyst", p, edges, q)
-        if isinstance(keep, str):  # refused: nothing released, nothing recorded
+        try:
+            keep = guard.reference_edges(p, edges, None)
+        except DisclosureRefusal:  # refused: nothing released, nothing recorded
             continue
         answered += 1
         assert keep[0] and keep[-1]
@@ -483,7 +490,7 @@ def test_reference_cuts_keep_every_bin_at_zero_or_q_records():
 def test_crafted_two_edge_references_are_refused(site):
     """The same attack with references of two edges only (both of them end edges, found in
     review): the second step of every pair cuts within q records of the first and is refused
-    (rule disclosure.coarsen_references), so no pair of sums around a record is ever released."""
+    (rule disclosure.cut_history), so no pair of sums around a record is ever released."""
     provisioned, services, frame = site
     x = np.sort(frame.score.to_numpy())
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
@@ -491,7 +498,7 @@ def test_crafted_two_edge_references_are_refused(site):
     pairs, rules = _step_pairs(provisioned, services, x, targets, "histPlacementSumsDS",
                                lambda t: Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
     assert len(targets) > 40 and all(None in pair for pair in pairs)
-    assert rules == {("disclosure_refused", "disclosure.coarsen_references")}
+    assert rules == {("disclosure_refused", "disclosure.cut_history")}
 
 
 def _step_pairs(provisioned, services, x, targets, function, reference):
@@ -518,7 +525,7 @@ def test_crafted_reference_scores_cannot_read_a_label(site):
     """The same attack through seed 000's placement sums (found in review): referenceScoresDS
     with a single negative reference score t makes placementSumsDS count the positives above t.
     Exactly computed, two such sums around one record give its label; through dsfed the site
-    keeps the step of at most one reference of every pair (rule disclosure.coarsen_references):
+    keeps the step of at most one reference of every pair (rule disclosure.cut_history):
     no pair of released sums is the pair of exact counts the attack needs."""
     provisioned, services, frame = site
     x = np.sort(frame.score.to_numpy())

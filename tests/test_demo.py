@@ -36,6 +36,11 @@ def test_demo_runs_end_to_end(demo, gbsg2_pooled):
     expected = pd.crosstab(gbsg2_pooled.menostat, gbsg2_pooled.y)
     assert data["pooled_table_menostat_y"] == {m: {str(y): int(expected.loc[m, y]) for y in (0, 1)}
                                                for m in ("Pre", "Post")}
+    subset = data["refused_subset_age50"]["refused"]  # age >= 50 after the histogram's age <= 50
+    assert {r["rule"] for r in subset} == {"disclosure.cut_history"} and len(subset) == 5
+    older = gbsg2_pooled[gbsg2_pooled.age > 50]
+    assert data["mean_score_age50"]["n"] == len(older)
+    assert abs(data["mean_score_age50"]["pooled"] - older.score.mean()) < 1e-12
     glm = data["refused_glm"]["refused"]  # tumour grade I: 3 patients at site3
     assert [(r["site"], r["rule"]) for r in glm] == [("site3", "disclosure.q_threshold")]
     assert all(chain["ok"] for chain in data["audit"].values())
@@ -57,7 +62,7 @@ def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_poo
     ece, mce = r_reference("ece_ref", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     got_c, got_h = v["hosmer_lemeshow_c"], v["hosmer_lemeshow_h"]
     assert got_c["statistic"] == pytest.approx(hl_c[0], rel=1e-8) and got_c["df"] == hl_c[1] == 8
-    assert [g["n"] for g in got_c["groups"]] == list(hl_c[3:]) and got_c["complete"]
+    assert got_c["group_sizes"] == list(hl_c[3:]) and got_c["complete"]
     assert got_h["statistic"] == pytest.approx(hl_h[0], rel=1e-8) and got_h["df"] == hl_h[1] and got_h["complete"]
     assert v["ece_mce"]["ece"] == pytest.approx(ece, rel=1e-8) and v["ece_mce"]["mce"] == pytest.approx(mce, rel=1e-8)
     curve = v["calibration_curve"]

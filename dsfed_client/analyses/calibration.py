@@ -232,6 +232,9 @@ class HosmerLemeshow:
     pooled: bool = False
     coarsened: bool = False
     cells: str = ""
+    group_sizes: tuple[int, ...] = ()  # records per group (also when the table is withheld)
+    errors: tuple[float, float] | None = None  # ECE and MCE as the sites computed them (table withheld)
+    table_withheld: str = ""  # why the sites released the statistics but not the group table
 
     @property
     def complete(self) -> bool:
@@ -242,6 +245,8 @@ class HosmerLemeshow:
 
     def note(self) -> str:
         parts = [self.cells] if self.cells else []
+        if self.table_withheld:
+            parts.append(f"group table withheld: {self.table_withheld}")
         if not self.exact_grouping:
             parts.append(f"group edges uncertain: at most {self.uncertain_records} records may lie in a neighbouring "
                          "group (counts the sites' release gate withheld)")
@@ -251,7 +256,8 @@ class HosmerLemeshow:
         return {"kind": self.kind, "statistic": self.statistic, "df": self.df, "pvalue": self.pvalue,
                 "exact_grouping": self.exact_grouping, "uncertain_records": self.uncertain_records,
                 "pooled": self.pooled, "coarsened": self.coarsened, "complete": self.complete, "note": self.note(),
-                "groups": self.table.to_dict(orient="records")}
+                "group_sizes": list(self.group_sizes or self.table["n"].tolist()),
+                "table_withheld": self.table_withheld, "groups": self.table.to_dict(orient="records")}
 
     def to_frame(self) -> pd.DataFrame:
         """The group table: bounds, n, observed and expected events and non-events."""
@@ -260,7 +266,7 @@ class HosmerLemeshow:
     def summary(self) -> str:
         name = "C (deciles of risk)" if self.kind == "C" else "H (fixed-width bins)"
         rows = [("Statistic", f"{self.statistic:.6g}"), ("df", str(self.df)), ("p-value", f"{self.pvalue:.4g}"),
-                ("Groups", str(len(self.table))), ("Complete", "yes" if self.complete else "NO"),
+                ("Groups", str(len(self.group_sizes) or len(self.table))), ("Complete", "yes" if self.complete else "NO"),
                 ("Cells", self.note())]
         table = self.table[["lower", "upper", "n", "observed_1", "expected_1", "observed_0", "expected_0"]]
         return (_text_table(f"Hosmer-Lemeshow {name}", rows)
@@ -274,12 +280,17 @@ class HosmerLemeshow:
         return [f"({lo:.3g}, {hi:.3g}]" for lo, hi in zip(self.table.lower, self.table.upper)]
 
     def plot(self, ax: Any = None) -> Any:
-        """Observed against expected events per group, as bars; returns the Axes."""
+        """Observed against expected events per group, as bars (none where the sites withheld the
+        group table: the title says so); returns the Axes."""
         from dsfed_client.plots import plot_observed_expected  # noqa: PLC0415
 
         return plot_observed_expected(
             self.group_labels(), self.table.observed_1.to_numpy(), self.table.expected_1.to_numpy(),
             title=f"Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, df {self.df}, p = {self.pvalue:.3g}", ax=ax)
+
+
+_EMPTY_TABLE = pd.DataFrame({name: pd.Series(dtype=float) for name in
+                             ("lower", "upper", "n", "observed_1", "expected_1", "observed_0", "expected_0")})
 
 
 def group_table(b: BinnedSums) -> pd.DataFrame:
@@ -316,14 +327,16 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: 
     if kind == "C" and secure:
         r = session.pooled("decileGroupsDS", Ref(truth), Ref(score), g)
         t = r["table"]
-        b = BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float) for f in ("n", "sum_p", "sum_y")),
-                       np.asarray(t["edges"]), True, {}, {})
+        table = group_table(BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float)
+                                                                  for f in ("n", "sum_p", "sum_y")),
+                                       np.asarray(t["edges"]), True, {}, {})) if t else _EMPTY_TABLE
         merged = int(r["merged_groups"])
         cells = "groups found and checked pooled over the sites" + (
             f"; {merged} group(s) below q merged with the next" if merged else "")
         df = int(r["df"])
-        return HosmerLemeshow("C", float(r["statistic"]), df, float(stats.chi2.sf(r["statistic"], df)),
-                              group_table(b), bool(r["exact_grouping"]), 0, True, merged > 0, cells)
+        return HosmerLemeshow("C", float(r["statistic"]), df, float(stats.chi2.sf(r["statistic"], df)), table,
+                              bool(r["exact_grouping"]), 0, True, merged > 0, cells, tuple(r["groups"]),
+                              (float(r["ece"]), float(r["mce"])), r.get("table_withheld") or "")
     exact, uncertain = True, 0
     if kind == "C":
         groups: QuantileGroups = quantile_groups(session, score, g)
@@ -398,7 +411,10 @@ def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: i
 
 
 def calibration_errors(hl_c: HosmerLemeshow) -> CalibrationErrors:
-    """ECE and MCE from the equal-count group table of a Hosmer-Lemeshow C result (no new query)."""
+    """ECE and MCE from the equal-count groups of a Hosmer-Lemeshow C result (no new query): from its
+    table, or as the sites computed them where they withheld the table."""
+    if hl_c.errors is not None:
+        return CalibrationErrors(*hl_c.errors, hl_c.table, hl_c.exact_grouping, hl_c.coarsened)
     table = hl_c.table
     gap = (table.observed_1 - table.expected_1).abs() / table.n
     return CalibrationErrors(float((table.n / table.n.sum() * gap).sum()), float(gap.max()), table,

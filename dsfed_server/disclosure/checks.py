@@ -9,14 +9,27 @@ short (that number would itself be the disclosure).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from dsfed_server.disclosure.differencing import Rows, rows_of, subset_problem
+from dsfed_server.disclosure.gate import KEEP, Categories, Cells, Cut, Intervals, cuts_from, decide_local, release_local
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
+from dsfed_server.disclosure.provenance import RootColumn
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.errors import CallError, DisclosureRefusal
+
+
+class HistoryBehind(Exception):
+    """A pooled release relayed a cut history for a column that misses cuts this site released:
+    the site answers with its history instead of sealing (the analyst relays the union next time)."""
+
+    def __init__(self, key: tuple[str, str], cuts: list[Cut]) -> None:
+        super().__init__(f"cut history of {key} behind")
+        self.key, self.cuts = key, cuts
 
 
 @dataclass(frozen=True)
@@ -28,15 +41,17 @@ class Guard:
     # the running call's reads and pending releases (dsfed_server.disclosure.ledger.CallScope);
     # None outside an analyst call (then nothing is charged)
     scope: Any = field(repr=False, default=None)
-    # per analyst x table: row sets of the subsets made so far (differencing.SubsetHistory)
-    subsets: Any = field(repr=False, default=None)
-    # per analyst x labelled score ordering: cuts of the reference CDFs evaluated so far (cuts.CutHistory)
-    cuts: Any = field(repr=False, default=None)
+    # the site's release history (history.History): cuts per table column and subset row sets,
+    # for all analysts, persisted; None: nothing kept (outside a site, e.g. in unit tests)
+    history: Any = field(repr=False, default=None)
     # this site's share of the DP noise variance (1/h in a secure sum; secure_aggregation.honest_sites)
     noise_share: float = 1.0
     # a pooled release (relay.py): minimum counts are checked on the pooled counts, not on this site's
     # own; min_count and saturation record (kind, n) here and the pooled release checks the sums
     deferred: list[tuple[str, int]] | None = field(repr=False, default=None)
+    # a pooled release: every cut released before on each column at the sites of the round, as the
+    # analyst relayed them (checked to hold this site's own history)
+    relayed_cuts: dict[tuple[str, str], list[Cut]] | None = field(repr=False, default=None)
 
     def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
         return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
@@ -91,43 +106,105 @@ class Guard:
                 "use the full table, or a condition that leaves out more rows",
             )
 
-    def subset_rows(self, parent: Any, mask: np.ndarray) -> Any:
+    def subset_rows(self, parent: Any, mask: np.ndarray, condition: Intervals | None = None) -> Any:
         """:meth:`subset`, then the subset is compared with the table it comes from and every
-        subset of it the analyst made before (``disclosure.subset_min_difference``, see
-        :mod:`dsfed_server.disclosure.differencing`). Returns the subset's rows, for
-        ``differencing.mark_rows`` on the new table."""
-        from dsfed_server.disclosure.differencing import Rows, rows_of
-
+        subset made from that table before, by any analyst (``disclosure.subset_min_difference``,
+        :func:`dsfed_server.disclosure.differencing.subset_problem`), and a numeric condition's cuts
+        (``condition``: ``age >= 55`` cuts age) with every cut released before on the column, as any
+        released cut (``disclosure.cut_history``: ``age >= 55`` after ``age > 55`` differs by the
+        records aged 55). Recorded in the release history only if all pass. Returns the subset's
+        rows, for ``differencing.mark_rows`` on the new table."""
         mask = np.asarray(mask, dtype=bool)
         self.subset(int(mask.sum()), int(mask.size))
         parent_rows = rows_of(parent)
         rows = Rows(parent_rows.lineage, parent_rows.index[mask], parent_rows.n_root)
-        if self.subsets is not None and self.scope is not None:
-            minimum = self.rules.disclosure.subset_min_difference
-            problem = self.subsets.check_and_add(self.scope.analyst, rows, minimum)
+        if self.history is None:
+            return rows
+        new = np.zeros(rows.n_root, dtype=bool)
+        new[rows.index] = True
+        with self.history.lock:
+            earlier = self.history.row_sets(rows.lineage, rows.n_root)
+            problem = subset_problem(earlier, new, self.rules.disclosure.subset_min_difference)
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
+            if condition is not None:
+                decided = decide_local(condition, self.q, self._cut_history(condition.history_key))
+                if any(d is not KEEP for d in decided):
+                    raise self._refuse(
+                        f"the subset's condition cuts the column within {self.q} records of a cut "
+                        "released before on it (by any analyst); comparing the two would single those records out",
+                        "disclosure.cut_history", "use a condition further from earlier cuts, or the full table")
+                self._record_cuts(condition.history_key, list(condition.root_cuts()), "subset")
+            self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
         return rows
 
-    def reference_edges(self, p: np.ndarray, edges: np.ndarray,
-                        root: tuple[str, np.ndarray | None] | None = None, x_sorted: np.ndarray | None = None
-                        ) -> np.ndarray:
-        """Which edges of an analyst's reference CDF this site evaluates at its scores ``p``:
-        coarsened so that, with every reference the analyst used before on these scores (and on
-        the table column ``root`` they come from, if any), its bins hold 0 or at least q records
-        (:mod:`dsfed_server.disclosure.cuts`); every edge where the rules file's
-        ``disclosure.coarsen_references`` is false (test profiles)."""
-        from dsfed_server.disclosure.cuts import CutHistory  # noqa: PLC0415
+    @property
+    def _analyst(self) -> str:
+        return self.scope.analyst if self.scope is not None else ""
 
-        if not self.rules.disclosure.coarsen_references:
-            return np.ones(np.size(edges), dtype=bool)
-        history = self.cuts if self.cuts is not None else CutHistory()
-        analyst = self.scope.analyst if self.scope is not None else None
-        result = history.coarsen(analyst, p, np.asarray(edges, dtype=float), self.q, root, x_sorted)
-        if isinstance(result, str):
-            raise self._refuse(result, "disclosure.coarsen_references", "use a reference range that covers every score")
+    def _cut_history(self, key: tuple[str, str]) -> list[Cut]:
+        if self.history is None or not self.rules.disclosure.cut_history:
+            return []
+        return self.history.cuts(*key)
+
+    def _record_cuts(self, key: tuple[str, str], cuts: list[Cut], mode: str) -> None:
+        if self.history is not None and self.rules.disclosure.cut_history:
+            self.history.record_cuts(*key, cuts, mode=mode, analyst=self._analyst, function=self.function)
+
+    def release(self, cells: Cells) -> Any:
+        """A declaration of cells released by this site alone, through the release gate
+        (:func:`gate.release_local`), checked against and added to the cut history of its column."""
+        if isinstance(cells, Categories):
+            return release_local(cells, self.q)[0]
+        lock = self.history.lock if self.history is not None else nullcontext()
+        with lock:
+            result, kept = release_local(cells, self.q, self._cut_history(cells.history_key))
+            self._record_cuts(cells.history_key, kept, "site")
         return result
+
+    def released_cuts(self, key: tuple[str, str]) -> list[Cut]:
+        """The cuts this site has released on a column (its cut history; empty when not kept)."""
+        return self._cut_history(key)
+
+    def pooled_history(self, key: tuple[str, str]) -> list[Cut]:
+        """In a pooled release: the cuts released before on a column at every site of the round, as
+        relayed by the analyst; :class:`HistoryBehind` when they miss one this site released."""
+        own = self._cut_history(key)
+        relayed = (self.relayed_cuts or {}).get(key, [])
+        missing = set(own) - set(relayed)
+        if missing:
+            raise HistoryBehind(key, own)
+        return sorted(set(relayed))
+
+    def record_pooled(self, key: tuple[str, str], cuts: list[Cut]) -> None:
+        self._record_cuts(key, cuts, "pooled")
+
+    def reference_edges(self, p: np.ndarray, edges: np.ndarray, root: RootColumn | None) -> np.ndarray:
+        """Which edges of an analyst's reference CDF this site evaluates at its scores ``p``: the
+        edges are cuts like any other (the records below an edge; the last one: at or below it), and
+        :func:`gate.decide_local` keeps those that, with every cut released before on the column the
+        scores come from (by any analyst), leave 0 or at least q records between cuts. An end edge
+        that does not fit refuses the reference. Every edge where the rules file's
+        ``disclosure.cut_history`` is false (test profiles)."""
+        edges = np.asarray(edges, dtype=float)
+        if not self.rules.disclosure.cut_history:
+            return np.ones(edges.size, dtype=bool)
+        if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
+            raise CallError("the reference's edges must be finite and strictly increasing")
+        cells = Intervals(np.asarray(p, dtype=float), cuts_from(edges[:-1], False) + (Cut(float(edges[-1]), True),),
+                          render=lambda released: None, what="reference", column=root)
+        lock = self.history.lock if self.history is not None else nullcontext()
+        with lock:
+            decided = decide_local(cells, self.q, self._cut_history(cells.history_key))
+            if decided[0] is not KEEP or decided[-1] is not KEEP:
+                raise self._refuse(
+                    f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within {self.q} of "
+                    "where this or an earlier release did; widen it to cover every score",
+                    "disclosure.cut_history", "use a reference range that covers every score")
+            keep = np.array([d is KEEP for d in decided])
+            self._record_cuts(cells.history_key, [c for c, k in zip(cells.root_cuts(), keep) if k], "reference")
+        return keep
 
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:
         """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""

@@ -6,9 +6,10 @@ person is 50), and then ``meanDS`` x ``Nvalid`` on both gives that person's valu
 subtraction; or two overlapping subsets whose union is the table and whose intersection is
 one record (``age >= 50`` and ``age <= 50``) give it by inclusion-exclusion.
 
-So the site keeps, per analyst and per table lineage, the row sets (as 0/1 indicator
-vectors over the table's rows) of the table and of every subset made from it, and refuses a
-new subset (rule ``disclosure.subset_min_difference``) when
+So the site keeps, per table lineage and for all analysts together, the row sets (as 0/1
+indicator vectors over the table's rows) of every subset made from it (in its release history,
+:mod:`dsfed_server.disclosure.history`, which survives restarts), and refuses a new subset (rule
+``disclosure.subset_min_difference``) when
 
 * it differs from the table or an earlier subset in fewer than ``subset_min_difference``
   rows (but not zero: the same subset again is fine), or
@@ -19,20 +20,19 @@ new subset (rule ``disclosure.subset_min_difference``) when
 
 Rows are identified by their position in the site table: ``assignTable`` marks a table's
 rows, the subset functions mark each subset's rows (``frame.attrs``); a table derived
-otherwise (e.g. calibrationFrameDS) gets a lineage keyed by its content. The history is kept
-in the server's memory per analyst (across sessions); a server restart clears it.
+otherwise gets a lineage keyed by its content (``calibrationFrameDS`` marks the rows it keeps).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 ROWS = "dsfed.rows"
+MAX_SUBSETS = 500  # different subsets of one table, all analysts together
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -65,37 +65,24 @@ def mark_rows(frame: pd.DataFrame, rows: Rows) -> pd.DataFrame:
     return frame
 
 
-class SubsetHistory:
-    """Per analyst x lineage: indicator vectors of the table and of each subset made so far."""
-
-    def __init__(self, max_subsets: int = 500) -> None:
-        self._sets: dict[tuple[str, str], list[np.ndarray]] = {}
-        self._lock = threading.Lock()
-        self.max_subsets = max_subsets
-
-    def check_and_add(self, analyst: str, rows: Rows, min_difference: int) -> str | None:
-        """None if the subset may be made (and it is then recorded), else the reason to refuse."""
-        new = np.zeros(rows.n_root, dtype=bool)
-        new[rows.index] = True
-        with self._lock:
-            history = self._sets.setdefault((analyst, rows.lineage), [np.ones(rows.n_root, dtype=bool)])
-            for old in history:
-                if old.size != new.size:
-                    continue
-                differ = int(np.count_nonzero(old ^ new))
-                if differ == 0:
-                    return None  # the same rows as before: nothing new
-                if differ < min_difference:
-                    return (f"this subset differs from the table or an earlier subset of it in fewer than "
-                            f"{min_difference} rows; comparing the two would single them out")
-            if len(history) >= self.max_subsets:
-                return f"at most {self.max_subsets} different subsets of one table per analyst"
-            matrix = np.column_stack([h for h in history if h.size == new.size] + [new]).astype(float)
-            u, s, _ = np.linalg.svd(matrix, full_matrices=False)
-            basis = u[:, s > s[0] * max(matrix.shape) * np.finfo(float).eps * 10]
-            leverage = np.einsum("ij,ij->i", basis, basis)
-            if np.any(leverage > 1 - 1e-8):
-                return ("together with earlier subsets of the same table, this subset would single out a "
-                        "record (a combination of sums over them is one record's value)")
-            history.append(new)
-        return None
+def subset_problem(earlier: list[np.ndarray], new: np.ndarray, min_difference: int) -> str | None:
+    """None if a subset with rows ``new`` may be made after the subsets ``earlier`` of the same
+    table (boolean row indicators; the table itself counts as one), else the reason to refuse."""
+    history = [np.ones(new.size, dtype=bool), *earlier]
+    for old in history:
+        differ = int(np.count_nonzero(old ^ new))
+        if differ == 0:
+            return None  # the same rows as before: nothing new
+        if differ < min_difference:
+            return (f"this subset differs from the table or an earlier subset of it in fewer than "
+                    f"{min_difference} rows; comparing the two would single them out")
+    if len(history) > MAX_SUBSETS:
+        return f"at most {MAX_SUBSETS} different subsets of one table"
+    matrix = np.column_stack(history + [new]).astype(float)
+    u, s, _ = np.linalg.svd(matrix, full_matrices=False)
+    basis = u[:, s > s[0] * max(matrix.shape) * np.finfo(float).eps * 10]
+    leverage = np.einsum("ij,ij->i", basis, basis)
+    if np.any(leverage > 1 - 1e-8):
+        return ("together with earlier subsets of the same table, this subset would single out a "
+                "record (a combination of sums over them is one record's value)")
+    return None

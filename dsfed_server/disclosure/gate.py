@@ -39,6 +39,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from dsfed_server.disclosure.provenance import TRANSFORMS, RootColumn, ordering_key
 from dsfed_server.errors import CallError, DisclosureRefusal
 
 Policy = Literal["merge", "refuse"]
@@ -59,6 +60,15 @@ class Cut:
 
 def cuts_from(values: Sequence[float], inclusive: bool) -> tuple[Cut, ...]:
     return tuple(Cut(float(v), inclusive) for v in values)
+
+
+def condition_cuts(op: str, value: float) -> tuple[Cut, ...]:
+    """The cuts a subset condition ``x op value`` makes on a numeric column (``==`` and ``!=``: the
+    records equal to the value are a cell of their own)."""
+    v = float(value)
+    below, at_or_below = Cut(v, False), Cut(v, True)
+    return {">=": (below,), "<": (below,), ">": (at_or_below,), "<=": (at_or_below,),
+            "==": (below, at_or_below), "!=": (below, at_or_below)}[op]
 
 
 def cell_index(x: np.ndarray, cuts: Sequence[Cut]) -> np.ndarray:
@@ -96,21 +106,44 @@ class Released:
 @dataclass
 class Intervals:
     """Cells between ``cuts`` (increasing) on the values ``x`` of one numeric variable; ``sums``
-    holds per-record quantities summed per cell. ``column`` names the site table column ``x`` comes
-    from and holds the column's values (None: ``x`` is the whole column), for the cut history."""
+    holds per-record quantities summed per cell. ``column`` is the site table column ``x`` comes
+    from (:mod:`dsfed_server.disclosure.provenance`; None: values without provenance), whose
+    release history the cuts are checked against."""
 
     x: np.ndarray
     cuts: tuple[Cut, ...]
-    render: Callable[[Released], dict[str, Any]]
+    render: Callable[[Released], Any]
     sums: dict[str, np.ndarray] = field(default_factory=dict)
     policy: Policy = "merge"
     what: str = "bins"
-    column: tuple[str, np.ndarray | None] | None = None
+    column: RootColumn | None = None
     totals: dict[str, float] = field(default_factory=dict)  # counts that are not cells (e.g. missing values)
 
     def __post_init__(self) -> None:
         if list(self.cuts) != sorted(self.cuts) or len(set(self.cuts)) != len(self.cuts):
             raise CallError(f"the {self.what}' edges must be strictly increasing")
+
+    @property
+    def history_key(self) -> tuple[str, str]:
+        """Where this release's cuts are kept: the table column, or the values' own ordering."""
+        return self.column.key if self.column is not None else ("(no table)", ordering_key(self.x))
+
+    def root_values(self) -> np.ndarray:
+        """Every value of the column the cuts are checked in (sorted), in the column's units: the
+        table column's (all its records), or the values' own without provenance."""
+        return np.sort(self.x if self.column is None else self.column.values)
+
+    @property
+    def subset(self) -> bool:
+        """The values are not the column's records, all of them (a subset, or records dropped)."""
+        return self.column is not None and (not self.column.whole or self.x.size != self.column.values.size)
+
+    def root_cuts(self) -> tuple[Cut, ...]:
+        """The requested cuts in the column's units (a monotone transform maps them back)."""
+        if self.column is None:
+            return self.cuts
+        values = self.column.inverse(np.array([c.value for c in self.cuts], dtype=float))
+        return tuple(Cut(float(v), c.inclusive) for v, c in zip(values, self.cuts))
 
 
 @dataclass
@@ -207,19 +240,24 @@ def _effective(requested: Sequence[Cut], decided: list[Any]) -> tuple[tuple[Cut,
 # --- per-site release ----------------------------------------------------------------------------
 
 
-def release_local(cells: Cells, q: int, history: Sequence[Cut] = ()) -> dict[str, Any]:
-    """The declaration's result as this site releases it alone (module docstring)."""
+def decide_local(cells: Intervals, q: int, history: Sequence[Cut]) -> list[Any]:
+    """:func:`decide` for one site: in the release's own records (its cells), and in the column
+    they come from, with every cut released before on it (``history``, in the column's units)."""
+    x = np.sort(cells.x)
+    root = cells.root_values()
+    return decide([(_history_ranks(x, ()), _ranks(x, cells.cuts)),
+                   (_history_ranks(root, history), _ranks(root, cells.root_cuts()))], q, snap=False)
+
+
+def release_local(cells: Cells, q: int, history: Sequence[Cut] = ()) -> tuple[dict[str, Any], list[Cut]]:
+    """The declaration's result as this site releases it alone (module docstring), and the cuts it
+    released (in the column's units), for the history."""
     if isinstance(cells, Categories):
         counts = np.bincount(cells.codes, minlength=int(np.prod(cells.shape))).reshape(cells.shape)
         if np.any((counts > 0) & (counts < q)):
             raise _refuse_small(cells.what, q, pooled=False)
-        return cells.render(Released((), counts, {}, totals=dict(cells.totals)))
-    x = np.sort(cells.x)
-    spaces = [(_history_ranks(x, ()), _ranks(x, cells.cuts))]
-    if history or cells.column is not None:
-        root = x if cells.column is None or cells.column[1] is None else np.sort(cells.column[1])
-        spaces.append((_history_ranks(root, history), _ranks(root, cells.cuts)))
-    decided = decide(spaces, q, snap=False)
+        return cells.render(Released((), counts, {}, totals=dict(cells.totals))), []
+    decided = decide_local(cells, q, history)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise DisclosureRefusal(
             f"{cells.what} would have a non-empty bin with fewer than {q} records (alone or with the "
@@ -230,17 +268,9 @@ def release_local(cells: Cells, q: int, history: Sequence[Cut] = ()) -> dict[str
     size = len(kept) + 1
     counts = np.bincount(idx, minlength=size)
     sums = {name: np.bincount(idx, weights=v, minlength=size) for name, v in cells.sums.items()}
-    return cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals)))
-
-
-def kept_cuts(cells: Intervals, q: int, history: Sequence[Cut] = ()) -> list[Cut]:
-    """The requested cuts a per-site release would keep (for recording in the history)."""
-    x = np.sort(cells.x)
-    spaces = [(_history_ranks(x, ()), _ranks(x, cells.cuts))]
-    if history or cells.column is not None:
-        root = x if cells.column is None or cells.column[1] is None else np.sort(cells.column[1])
-        spaces.append((_history_ranks(root, history), _ranks(root, cells.cuts)))
-    return list(_effective(cells.cuts, decide(spaces, q, snap=False))[0])
+    root_of = dict(zip(cells.cuts, cells.root_cuts()))
+    return (cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals))),
+            [root_of[c] for c in kept])
 
 
 # --- pooled release ------------------------------------------------------------------------------
@@ -249,7 +279,8 @@ def kept_cuts(cells: Intervals, q: int, history: Sequence[Cut] = ()) -> list[Cut
 @dataclass(frozen=True)
 class PooledPlan:
     """How a declaration's pooled vector is laid out: the refined cuts (requested and history
-    together, sorted), where the requested ones sit among them, and the cells' shape."""
+    together, sorted, in the column's units), where the requested ones sit among them, and the
+    cells' shape."""
 
     refined: tuple[Cut, ...]
     requested: tuple[Cut, ...]
@@ -259,45 +290,62 @@ class PooledPlan:
 
 
 def pooled_vector(cells: Cells, history: Sequence[Cut] = ()) -> tuple[PooledPlan, dict[str, np.ndarray]]:
-    """This site's counts and sums on the refined cells (summed over sites, never released as such)."""
+    """This site's counts and sums on the refined cells (summed over sites, never released as such).
+    ``history``: every cut released before on the column, at any site of the round (relayed)."""
     totals = {f"total:{name}": np.array([float(v)]) for name, v in cells.totals.items()}
     if isinstance(cells, Categories):
         counts = np.bincount(cells.codes, minlength=int(np.prod(cells.shape))).astype(float)
         return PooledPlan((), (), (), cells.shape, False), {"counts": counts, **totals}
+    if cells.column is not None and cells.column.inverse is not TRANSFORMS["identity"]:
+        raise CallError(f"a pooled release of {cells.what} bins a table column, not a transform of one",
+                        hint="bin the column itself")
     refined = tuple(sorted(set(cells.cuts) | set(history)))
     size = len(refined) + 1
     idx = cell_index(cells.x, refined)
     fields = {"counts": np.bincount(idx, minlength=size).astype(float)}
     for name, v in cells.sums.items():
         fields[f"sum:{name}"] = np.bincount(idx, weights=v, minlength=size)
-    own_space = cells.column is not None and cells.column[1] is not None
+    own_space = cells.subset
     if own_space:
-        fields["column_counts"] = np.bincount(cell_index(cells.column[1], refined), minlength=size).astype(float)
+        fields["column_counts"] = np.bincount(cell_index(cells.column.values, refined),  # type: ignore[union-attr]
+                                              minlength=size).astype(float)
     return PooledPlan(refined, cells.cuts, tuple(history), (size,), own_space), {**fields, **totals}
 
 
-def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], q: int) -> dict[str, Any]:
-    """The declaration's result from the pooled refined cells, decided with the pooled counts."""
+def pooled_space(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[Cut], refined_counts: np.ndarray
+                 ) -> tuple[dict[int, Cut], list[int]]:
+    """A space of :func:`decide` from pooled counts between the ``refined`` cuts (``cuts`` and
+    ``history`` among them): the history's cuts by rank, and the ranks of ``cuts``."""
+    below = np.concatenate([[0], np.cumsum(np.rint(refined_counts).astype(np.int64))])  # below refined cut i: [i + 1]
+    position = {cut: i for i, cut in enumerate(refined)}
+    by_rank = {0: Cut(-np.inf, False), int(below[-1]): Cut(np.inf, False)}
+    for cut in history:
+        by_rank.setdefault(int(below[position[cut] + 1]), cut)
+    return by_rank, [int(below[position[c] + 1]) for c in cuts]
+
+
+def fits_pooled(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[Cut], refined_counts: np.ndarray,
+                q: int) -> np.ndarray:
+    """Which of ``cuts`` the gate keeps with ``history``, on pooled counts between all cuts (no moving)."""
+    decided = decide([pooled_space(cuts, refined, history, refined_counts)], q, snap=False)
+    return np.array([d is KEEP for d in decided], dtype=bool)
+
+
+def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], q: int
+                   ) -> tuple[dict[str, Any], list[Cut]]:
+    """The declaration's result from the pooled refined cells, decided with the pooled counts, and
+    the cuts it released (for every site's history)."""
     counts = np.rint(pooled["counts"]).astype(np.int64)
     totals = {name[6:]: float(v[0]) for name, v in pooled.items() if name.startswith("total:")}
     if isinstance(cells, Categories):
         counts = counts.reshape(plan.shape)
         if np.any((counts > 0) & (counts < q)):
             raise _refuse_small(cells.what, q, pooled=True)
-        return cells.render(Released((), counts, {}, pooled=True, totals=totals))
+        return cells.render(Released((), counts, {}, pooled=True, totals=totals)), []
     position = {cut: i for i, cut in enumerate(plan.refined)}
-
-    def space(cell_counts: np.ndarray) -> tuple[dict[int, Cut], list[int]]:
-        below = np.concatenate([[0], np.cumsum(cell_counts)])  # below[i]: records below refined cut i
-        n = int(below[-1])
-        by_rank = {0: Cut(-np.inf, False), n: Cut(np.inf, False)}
-        for cut in plan.history:
-            by_rank.setdefault(int(below[position[cut] + 1]), cut)
-        return by_rank, [int(below[position[c] + 1]) for c in plan.requested]
-
-    spaces = [space(counts)]
+    spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:
-        spaces.append(space(np.rint(pooled["column_counts"]).astype(np.int64)))
+        spaces.append(pooled_space(plan.requested, plan.refined, plan.history, pooled["column_counts"]))
     decided = decide(spaces, q, snap=True)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise DisclosureRefusal(
@@ -310,4 +358,5 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     merged_counts = np.array([counts[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
     sums = {name[4:]: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
             for name in pooled if name.startswith("sum:")}
-    return cells.render(Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals))
+    released = Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals)
+    return cells.render(released), list(kept)

@@ -58,6 +58,7 @@ class PooledSteps:
     fields: dict[str, np.ndarray]
     advance: Callable[[dict[str, np.ndarray], int], tuple[dict[str, Any] | None, "PooledSteps | None"]]
     frac_bits: int | None = None
+    history_key: tuple[str, str] | None = None  # the table column whose cut history the protocol uses
 
 
 @dataclass
@@ -75,6 +76,7 @@ class PendingStep:
     meta: dict[str, Any]
     finish: Callable[..., Any]
     sources: frozenset = frozenset()
+    history_key: tuple[str, str] | None = None  # its cut history goes back with the release
 
 
 def _relay_key(shared: bytes, round_id: str, sender: str, receiver: str, step: int, call: bytes) -> bytes:

@@ -66,13 +66,15 @@ class Disclosure(_Section):
             "the pooled reference scores stay allowed."
         ),
     )
-    coarsen_references: bool = Field(
+    cut_history: bool = Field(
         description=(
-            "Whether a reference CDF the analyst sends (histReferenceDS, referenceScoresDS) is "
-            "evaluated on bins of 0 or at least q_threshold of this site's records, consistent "
-            "with every reference the analyst used before on the same scores. true stops a crafted "
-            "reference (a step around one record) from turning placement sums into a record's "
-            "label; false keeps seed 000's exact step placement values (test profiles only)."
+            "Whether every cut a release depends on -- bin edges, group breaks, thresholds, the edges "
+            "of a reference CDF, subset conditions -- is checked against every cut released before on "
+            "the same table column, by any analyst, kept in the site's ledger across restarts: a cut "
+            "is released only where all cuts together leave 0 or at least q_threshold records between "
+            "them (otherwise the release is coarsened, or refused), so no two releases can be "
+            "differenced into fewer than q records. false: each release is checked alone (test "
+            "profiles that prove equality with R on one table only)."
         ),
     )
     glm_saturation: float = Field(
@@ -316,7 +318,7 @@ _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "subset_min"): "higher",
     ("disclosure", "subset_min_difference"): "higher",
     ("disclosure", "combine_analyst_vectors"): False,  # only false is stricter
-    ("disclosure", "coarsen_references"): True,  # only true is stricter
+    ("disclosure", "cut_history"): True,  # only true is stricter
     ("disclosure", "glm_saturation"): "lower",
     ("disclosure", "max_factor_levels"): "lower",
     ("disclosure", "factor_levels_density"): "lower",

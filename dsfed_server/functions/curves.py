@@ -38,12 +38,13 @@ import pandas as pd
 
 from dsfed_server.context import CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
+from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.errors import CallError
 from dsfed_server.functions.validation import (
-    PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, roc_glm_table, score_column,
+    PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, roc_glm_table,
 )
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -83,7 +84,7 @@ def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Seri
     return Intervals(p, cuts_from(inner, inclusive=False), render,
                      {"negatives": (y == 0).astype(float), "positives": (y == 1).astype(float)},
                      policy=ctx.guard.rules.bins.small_bin_policy, what="score histogram",
-                     column=score_column(ctx, score))
+                     column=ctx.root_column(score))
 
 
 def level_weights(levels: int, decay: float) -> np.ndarray:
@@ -111,7 +112,8 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
         Param("epsilon", P.NUMBER, "ask for a smaller epsilon than the site's (never larger)", required=False),
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
     ],
-    checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "bins.small_bin_policy"),
+    checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "bins.small_bin_policy",
+                  "disclosure.cut_history"),
     secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive", "variance"),
                          public=("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level", "sd",
                                  "epsilon", "delta", "sensitivity")),
@@ -161,20 +163,33 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
     if first == 1:
         out["n_negative"], out["n_positive"] = int(classes["negatives"][0][0]), int(classes["positives"][0][0])
     if ctx.pooled:
-        return _pooled_histograms(ctx, out, parts[:m], parts[m:])
+        return _pooled_histograms(ctx, out, parts[:m], parts[m:], p, score)
     out["negatives"] = [f64(v) for v in parts[:m]]
     out["positives"] = [f64(v) for v in parts[m:]]
     return out
 
 
 def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np.ndarray],
-                       positives: list[np.ndarray]) -> PooledSteps:
+                       positives: list[np.ndarray], p: np.ndarray, score: pd.Series) -> PooledSteps:
     """The noisy histograms as a pooled release: summed among the sites, then released, and the
     global CDFs derived from them kept at every site as the symbol the result names (rule 3: the
-    histogram AUC's reference comes from the sites, derived alike from the same pooled counts)."""
+    histogram AUC's reference comes from the sites, derived alike from the same pooled counts).
+
+    The reference's leaf edges are cuts for the exact sums later evaluated against it (placement
+    sums): the sites count the score column's records between all cuts -- the leaf edges with every
+    cut released before on the column -- and keep, on the pooled counts, only the leaf edges the
+    release gate would (a dropped edge merges two leaves of the reference)."""
     sizes = [v.size for v in negatives]
+    leaves = gate.cuts_from(np.linspace(out["lower"], out["upper"], out["branching"] ** out["levels"] + 1)[1:-1],
+                            inclusive=False)
+    cells = gate.Intervals(p, leaves, render=lambda released: None, column=ctx.root_column(score))
+    key, guard = cells.history_key, ctx.guard
+    history = guard.pooled_history(key)
+    refined = tuple(sorted(set(leaves) | set(history)))
     fields = {"negatives": np.concatenate(negatives), "positives": np.concatenate(positives),
-              "variance": np.asarray(out["variance"])}
+              "variance": np.asarray(out["variance"]),
+              "refined": np.bincount(gate.cell_index(cells.root_values(), refined), minlength=len(refined) + 1)
+              .astype(float)}
     if "n_negative" in out:
         fields["n_negative"] = np.asarray(float(out["n_negative"]))
         fields["n_positive"] = np.asarray(float(out["n_positive"]))
@@ -190,27 +205,31 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
                    "positives": [v.tolist() for v in np.split(pooled["positives"], split)]}
         if "n_negative" in pooled:
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
+        kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], q)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         name = f"dsfed.ref.{digest[:16]}"
-        session.symbols[name] = derived_reference(release)
+        session.symbols[name] = derived_reference(release, kept)
         session.sources[name] = sources
         session.definitions[name] = f"{SITE_DERIVED} pooled histograms {digest}"
+        guard.record_pooled(key, [leaves[i] for i in np.flatnonzero(kept)])
         release["reference"] = name
+        release["reference_knots_dropped"] = int(len(leaves) - kept.sum())
         return release, None
 
-    return PooledSteps(fields, advance)
+    return PooledSteps(fields, advance, history_key=key)
 
 
-def derived_reference(release: dict[str, Any]) -> pd.DataFrame:
-    """The global CDFs of both classes (cumulative counts at the leaf edges) from a pooled histogram
-    release, as every site derives them (:mod:`dsfed_core.histograms`)."""
+def derived_reference(release: dict[str, Any], kept: np.ndarray) -> pd.DataFrame:
+    """The global CDFs of both classes (cumulative counts at the leaf edges ``kept``, and the two
+    ends) from a pooled histogram release, as every site derives them (:mod:`dsfed_core.histograms`)."""
     levels = {cls: ([np.array([release[key]])] if key in release else [])
               + [np.asarray(v, dtype=float) for v in release[cls]]
               for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
     variances = level_variances(np.asarray(release["variance"], dtype=float), int(release["first_level"]))
     cums = global_cdfs(levels, variances, int(release["branching"]))
     edges = np.linspace(release["lower"], release["upper"], int(release["branching"]) ** int(release["levels"]) + 1)
-    return pd.DataFrame({"edge": edges, "neg": cums["negatives"], "pos": cums["positives"]})
+    keep = np.concatenate([[True], kept, [True]])
+    return pd.DataFrame({"edge": edges[keep], "neg": cums["negatives"][keep], "pos": cums["positives"][keep]})
 
 
 @register(
@@ -249,7 +268,7 @@ def site_reference(ctx: CallContext, reference: pd.DataFrame, p: np.ndarray, sco
     if ctx.session.derived_by_sites(reference, SITE_DERIVED):
         return reference
     edges = reference["edge"].to_numpy(dtype=float)
-    return reference[ctx.guard.reference_edges(p, edges, score_column(ctx, score))]
+    return reference[ctx.guard.reference_edges(p, edges, ctx.root_column(score))]
 
 
 def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -> np.ndarray:
@@ -272,7 +291,7 @@ def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -
         Param("reference", P.TABLE, "global CDFs of both classes, from histReferenceDS"),
         _WITHIN,
     ],
-    checks=_A1,
+    checks=_A1 + ("disclosure.cut_history",),
     secure_sum=PLACEMENT_SUMS,
 )
 def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
@@ -303,7 +322,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
               maximum=1000),
         _WITHIN,
     ],
-    checks=_A1,
+    checks=_A1 + ("disclosure.cut_history",),
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                       thresholds: int, within_bin: str) -> pd.DataFrame:

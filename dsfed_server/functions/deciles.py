@@ -13,7 +13,11 @@ analyst relays sealed vectors and learns nothing until the last step.
 2. Every site sums its records' outcomes and predictions per group; pooled, the sites check that
    every group holds at least q records (the largest q of the sites; a smaller group is merged
    with the next and the result says so), and release the statistics: C with its df, the group
-   sizes, ECE and MCE, and the group table.
+   sizes, ECE and MCE. The group table (the breaks, observed and expected events per group) is
+   released too where its breaks, with every cut released before on the score's column, leave 0
+   or at least q records between cuts (the release gate's rule, on pooled counts); otherwise the
+   breaks would difference against earlier bins into fewer than q records, and only the statistics
+   leave (the result says why). The statistics are non-linear in the group sums and release no cell.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import pandas as pd
 from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.errors import CallError
 from dsfed_server.functions.validation import outcome_and_score
@@ -36,14 +41,17 @@ _COUNTS = 40  # fixed-point bits: counts are whole numbers, sums of predictions 
 
 
 class DecileSearch:
-    """One site's side of the protocol: its sorted predictions, and the searches on pooled counts."""
+    """One site's side of the protocol: its sorted predictions, the searches on pooled counts, and
+    the score column's cut history (relayed: every site's) with the column's values."""
 
-    def __init__(self, y: np.ndarray, p: np.ndarray, g: int) -> None:
+    def __init__(self, y: np.ndarray, p: np.ndarray, g: int, guard: Guard, key: tuple[str, str],
+                 history: list[gate.Cut], column: np.ndarray) -> None:
         self.y, self.p, self.g = y, p, g
         self.x = np.sort(p)
         self.brackets: dict[int, Bracket] = {}
         self.rounds = 0
         self.n = 0
+        self.guard, self.key, self.history, self.column = guard, key, history, column
 
     def counts(self, thresholds: list[float]) -> PooledSteps:
         """This site's counts at or below ``thresholds``; pooled, they narrow the searches."""
@@ -63,22 +71,35 @@ class DecileSearch:
                 return None, self.counts(following)
             return None, self.group_sums()
 
-        return PooledSteps(fields, advance, frac_bits=0)
+        return PooledSteps(fields, advance, frac_bits=0, history_key=self.key)
 
     def group_sums(self) -> PooledSteps:
-        """This site's count, outcomes and predictions per group of the settled breaks."""
+        """This site's count, outcomes and predictions per group of the settled breaks, and the
+        column's counts between all cuts (the breaks with the history's), to decide on the table."""
         groups = type7_groups(self.brackets, self.n, self.g, 0.0, 1.0)
         cuts = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
         idx = gate.cell_index(self.p, cuts)
         size = len(cuts) + 1
+        refined = tuple(sorted(set(cuts) | set(self.history)))
         fields = {"n": np.bincount(idx, minlength=size).astype(float),
                   "sum_y": np.bincount(idx, weights=self.y, minlength=size),
-                  "sum_p": np.bincount(idx, weights=self.p, minlength=size)}
+                  "sum_p": np.bincount(idx, weights=self.p, minlength=size),
+                  "refined": np.bincount(gate.cell_index(self.column, refined), minlength=len(refined) + 1)
+                  .astype(float)}
 
         def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], None]:
-            return statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds), None
+            out = statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds)
+            kept = gate.cuts_from(out["table"]["edges"][1:-1], inclusive=True)  # after merging small groups
+            fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], q).all()
+            if not fits or set(self.guard.released_cuts(self.key)) - set(self.history):
+                out["table"] = None
+                out["table_withheld"] = ("with the cuts released before on this score column, the groups' breaks "
+                                         f"would single out fewer than {q} records; the statistics are exact")
+            else:
+                self.guard.record_pooled(self.key, list(kept))
+            return out, None
 
-        return PooledSteps(fields, advance, frac_bits=_COUNTS)
+        return PooledSteps(fields, advance, frac_bits=_COUNTS, history_key=self.key)
 
 
 def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
@@ -131,5 +152,8 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
         raise CallError("decileGroupsDS runs only as a pooled release over the sites (secure aggregation)",
                         hint="use the pooled option; per site, use countBelowDS and groupSumsDS")
     y, p = outcome_and_score(ctx, truth, score, probability=True)
-    search = DecileSearch(y.astype(float), p, g)
+    column = ctx.root_column(score)
+    cells = gate.Intervals(p, (), render=lambda released: None, column=column)
+    key = cells.history_key
+    search = DecileSearch(y.astype(float), p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root_values())
     return search.counts(probes([], first=True, lower=0.0, upper=1.0))

@@ -32,7 +32,7 @@ from dsfed_server.disclosure.differencing import mark_rows
 from dsfed_server.disclosure.gate import Cut, Intervals, Released
 from dsfed_server.errors import CallError
 from dsfed_server.functions.histogram import bin_counts
-from dsfed_server.functions.validation import score_column
+from dsfed_server.functions.tables import condition_cells
 from dsfed_server.parser import parse
 from dsfed_server.registry import P, Param, register
 
@@ -194,7 +194,7 @@ def _equidistant(breaks: np.ndarray) -> bool:
         Param("max", P.NUMBER, "upper end of the breaks"),
         _METHOD, _K, _NOISE,
     ],
-    checks=("disclosure.q_threshold", "bins.small_bin_policy", *_LEVELS),
+    checks=("disclosure.q_threshold", "disclosure.cut_history", "bins.small_bin_policy", *_LEVELS),
     cells=True,
 )
 def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: float, max: float,
@@ -240,7 +240,7 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
         }
 
     return Intervals(valid, tuple(by_cut), render, policy=guard.rules.bins.small_bin_policy, what="histogram",
-                     column=score_column(ctx, xvect))
+                     column=ctx.root_column(xvect))
 
 
 # --- correlation ---------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
         Param("rm.cols", P.NUMBERS, "column numbers to drop, e.g. \"2\"", required=False),
         Param("keep.NAs", P.BOOLEAN, "keep rows where the comparison is NA", required=False, default=False),
     ],
-    checks=("disclosure.subset_min",),
+    checks=("disclosure.subset_min", "disclosure.subset_min_difference", "disclosure.cut_history"),
 )
 def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
                       Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
@@ -397,7 +397,9 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_
             raise CallError(f"text and factor values can only be compared with == or !=, not {symbol}")
         result = pd.array(compare(left, right), dtype="boolean")
         mask = result.fillna(keep_NAs).to_numpy(dtype=bool)
-    rows = ctx.guard.subset_rows(df_name, mask)
+    numeric_literal = "ONES" not in (V1_name, V2_name) and not text and not isinstance(right, pd.Series)
+    condition = condition_cells(ctx, left, symbol, float(right)) if numeric_literal else None
+    rows = ctx.guard.subset_rows(df_name, mask, condition)
     subset = df_name.loc[mask].reset_index(drop=True)
     if keep_cols is not None:
         subset = subset.iloc[:, _columns(keep_cols, subset.shape[1], "keep.cols")]

@@ -10,7 +10,6 @@ import pandas as pd
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.errors import CallError
-from dsfed_server.functions.validation import score_column
 from dsfed_server.registry import P, Param, register
 
 
@@ -38,7 +37,8 @@ def hist_cuts(breaks: np.ndarray) -> tuple[Cut, ...]:
         Param("x", P.VECTOR, "a numeric vector, e.g. D$age"),
         Param("breaks", P.NUMBERS, "increasing bin edges, e.g. c(20, 30, 40, 50, 60, 70, 80)"),
     ],
-    checks=("disclosure.q_threshold", "bins.small_bin_policy", "disclosure.factor_levels_density"),
+    checks=("disclosure.q_threshold", "disclosure.cut_history", "bins.small_bin_policy",
+            "disclosure.factor_levels_density"),
     cells=True,
 )
 def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
@@ -69,4 +69,4 @@ def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
                 "Nmissing": int(released.totals["Nmissing"]), **released.describe()}
 
     return Intervals(valid, hist_cuts(edges), render, policy=ctx.guard.rules.bins.small_bin_policy,
-                     what="histogram", column=score_column(ctx, x), totals={"Nmissing": values.size - valid.size})
+                     what="histogram", column=ctx.root_column(x), totals={"Nmissing": values.size - valid.size})

@@ -9,6 +9,7 @@ import pandas as pd
 
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.differencing import Rows, mark_rows
+from dsfed_server.disclosure.gate import Intervals, condition_cuts
 from dsfed_server.errors import CallError, NotFound
 from dsfed_server.registry import P, Param, register
 
@@ -50,7 +51,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
         Param("op", P.STRING, "comparison", choices=tuple(_OPS)),
         Param("value", P.SCALAR, "the value compared with (a number, or a category as a string)"),
     ],
-    checks=("disclosure.subset_min",),
+    checks=("disclosure.subset_min", "disclosure.subset_min_difference", "disclosure.cut_history"),
 )
 def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object) -> pd.DataFrame:
     """Rows of table ``x`` where ``variable op value`` holds (rows with the variable missing are dropped).
@@ -74,5 +75,14 @@ def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value
         values = column
     mask = _OPS[op](values, value)
     mask = np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool) & column.notna().to_numpy()
-    rows = ctx.guard.subset_rows(x, mask)
+    condition = condition_cells(ctx, column, op, float(value)) if numeric_column else None
+    rows = ctx.guard.subset_rows(x, mask, condition)
     return mark_rows(x.loc[mask].reset_index(drop=True), rows)
+
+
+def condition_cells(ctx: CallContext, column: pd.Series, op: str, value: float) -> Intervals:
+    """The cells a numeric subset condition makes on its column: its cuts go into the column's cut
+    history like a bin edge's (:meth:`Guard.subset_rows`)."""
+    values = column.to_numpy(dtype=float, na_value=np.nan)
+    return Intervals(values[~np.isnan(values)], condition_cuts(op, value), render=lambda released: None,
+                     what="subset condition", column=ctx.root_column(column))

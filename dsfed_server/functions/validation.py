@@ -20,9 +20,10 @@ from scipy import stats
 
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.mechanisms import content_digest
-from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
-from dsfed_server.errors import CallError, SiteError
+from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
+from dsfed_server.disclosure.provenance import DERIVED, RootColumn
+from dsfed_server.errors import CallError
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -124,52 +125,29 @@ def _share_below(reference: np.ndarray, x: np.ndarray, ties: float) -> np.ndarra
     return (less + ties * (np.searchsorted(reference, x, side="right") - less)) / reference.size
 
 
-def score_column(ctx: CallContext, score: pd.Series) -> tuple[str, np.ndarray | None] | None:
-    """The site table column a vector is (a subset of), with all its values (None when the
-    vector is the whole column, in order, without missing values): cuts are also kept against it,
-    so a subset does not start a fresh cut history."""
-    rows = score.attrs.get(ROWS)
-    if not isinstance(rows, Rows) or rows.index.size != len(score) or score.name is None:
-        return None
-    try:
-        frame = ctx.service.catalog.frame(rows.lineage)
-    except SiteError:
-        return None  # a derived table: its own ordering is the only history
-    if score.name not in frame.columns or not pd.api.types.is_numeric_dtype(frame[score.name]):
-        return None
-    column = frame[score.name].to_numpy(dtype=float)
-    values = numeric(score)
-    name = f"{rows.lineage}${score.name}"
-    if rows.index.size == column.size and np.array_equal(values, column) and not np.isnan(column).any():
-        return name, None  # the whole column (no missing value was dropped from the scores)
-    if rows.index.size and (rows.index.max() >= column.size
-                            or not np.array_equal(column[rows.index], values, equal_nan=True)):
-        return None
-    return name, column[~np.isnan(column)]
-
-
 def reference_cdf(ctx: CallContext, table: pd.DataFrame, cls: int, p: np.ndarray, x: np.ndarray, ties: float,
-                  root: tuple[str, np.ndarray] | None = None) -> np.ndarray:
+                  root: RootColumn | None = None) -> np.ndarray:
     """Seed 000's step function :func:`_share_below` of the class-``cls`` reference scores in
     ``table`` at x, as the site's rules let it be evaluated.
 
-    With ``disclosure.coarsen_references`` the step function is written as a piecewise-linear
-    CDF with edges just below and above each distinct reference value (exactly the step; a
-    score equal to a reference value gets half of its share), and the site keeps only the edges
+    With ``disclosure.cut_history`` the step function is written as a piecewise-linear CDF with
+    edges just below and above each distinct reference value (exactly the step; a score equal to a
+    reference value gets half of its share), and the site keeps only the edges
     :meth:`Guard.reference_edges` allows: a crafted reference cannot put a step between two of
-    this site's records closer than q (``disclosure/cuts.py``). ``p`` are all the site's scores,
-    ``root`` the table column they come from (:func:`score_column`). The kept CDF is built once
-    per session for a reference and scores (placement sums and ROC-GLM data share it).
+    this site's records closer than q, with every cut released before on the scores' column.
+    ``p`` are all the site's scores, ``root`` the table column they come from
+    (:meth:`CallContext.root_column`). The kept CDF is built once per session for a reference and
+    scores (placement sums and ROC-GLM data share it).
     """
     reference = _reference(table, cls)
-    if not ctx.guard.rules.disclosure.coarsen_references:
+    if not ctx.guard.rules.disclosure.cut_history:
         return _share_below(reference, x, ties)
     edges, cdf = ctx.session.memo(("reference_cdf", cls, content_digest(p)), table,
                                   lambda: _coarsened_step(ctx, reference, p, root))
     return np.interp(x, edges, cdf)
 
 
-def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root: tuple[str, np.ndarray] | None
+def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root: RootColumn | None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The edges and CDF values of :func:`reference_cdf`'s piecewise-linear step, coarsened."""
     starts = np.flatnonzero(np.concatenate([[True], reference[1:] != reference[:-1]]))  # reference is sorted
@@ -196,7 +174,7 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
     edges = np.concatenate([[values[0] - margin], np.column_stack([values - delta, values + delta]).ravel(),
                             [values[-1] + margin]])
     cdf = np.concatenate([[0.0], np.column_stack([starts, ends]).ravel() / reference.size, [1.0]])
-    keep = ctx.guard.reference_edges(p, edges, root, x_sorted)
+    keep = ctx.guard.reference_edges(p, edges, root)
     return edges[keep], cdf[keep]
 
 
@@ -208,7 +186,7 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
         _SCORE,
         Param("reference", P.TABLE, "pooled (noisy) scores of all sites, from referenceScoresDS"),
     ],
-    checks=_A1,
+    checks=_A1 + ("disclosure.cut_history",),
     secure_sum=PLACEMENT_SUMS,
 )
 def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame) -> dict[str, Any]:
@@ -221,7 +199,7 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     "delong")`` when the references are the exact pooled scores).
     """
     y, p = outcome_and_score(ctx, truth, score)
-    root = score_column(ctx, score)
+    root = ctx.root_column(score)
     v10 = reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 0.5, root)
     v01 = 1.0 - reference_cdf(ctx, reference, 1, p, np.sort(p[y == 0]), 0.5, root)
     return placement_sums_result(v10, v01)
@@ -246,7 +224,7 @@ def placement_sums_result(v10: np.ndarray, v01: np.ndarray) -> dict[str, Any]:
         Param("thresholds", P.INTEGER, "number of equidistant thresholds t_j = j / (n + 1)", minimum=2,
               maximum=1000),
     ],
-    checks=_A1,
+    checks=_A1 + ("disclosure.cut_history",),
 )
 def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                  thresholds: int) -> pd.DataFrame:
@@ -258,7 +236,7 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     for a weighted probit regression ``u ~ x``. The table stays on the site.
     """
     y, p = outcome_and_score(ctx, truth, score)
-    pv = 1.0 - reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, score_column(ctx, score))
+    pv = 1.0 - reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, ctx.root_column(score))
     return roc_glm_table(pv, thresholds)
 
 
@@ -318,7 +296,7 @@ def binned_sums(lower: float, upper: float) -> Callable[[Released], dict[str, An
     "calibrationBinsDS",
     "aggregate",
     [_TRUTH, _SCORE, Param("bins", P.INTEGER, "number of equal-width bins on [0, 1]", minimum=2, maximum=100)],
-    checks=_A1 + ("disclosure.coarsen_references",),
+    checks=_A1 + ("disclosure.cut_history",),
     cells=True,
 )
 def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> Intervals:
@@ -328,14 +306,14 @@ def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins:
     (per site, or pooled over the sites under secure aggregation)."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     return Intervals(p, calibration_cuts(bins), binned_sums(0.0, 1.0), {"sum_p": p, "sum_y": y.astype(float)},
-                     what="calibration bins", column=score_column(ctx, score))
+                     what="calibration bins", column=ctx.root_column(score))
 
 
 @register(
     "countBelowDS",
     "aggregate",
     [Param("x", P.VECTOR, "a numeric vector"), Param("thresholds", P.NUMBERS, "values to count below")],
-    checks=_A1 + ("disclosure.coarsen_references",),
+    checks=_A1 + ("disclosure.cut_history",),
     cells=True,
 )
 def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Intervals:
@@ -357,14 +335,14 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Inte
         return {"n": int(released.counts.sum()), "counts": [below.get(Cut(t, True)) for t in asked],
                 **released.describe()}
 
-    return Intervals(values, cuts, render, what="counts below thresholds", column=score_column(ctx, x))
+    return Intervals(values, cuts, render, what="counts below thresholds", column=ctx.root_column(x))
 
 
 @register(
     "groupSumsDS",
     "aggregate",
     [_TRUTH, _SCORE, Param("breaks", P.NUMBERS, "increasing group boundaries covering all scores")],
-    checks=_A1 + ("disclosure.coarsen_references",),
+    checks=_A1 + ("disclosure.cut_history",),
     cells=True,
 )
 def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> Intervals:
@@ -380,7 +358,7 @@ def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: lis
     if p.min() < edges[0] or p.max() > edges[-1]:
         raise CallError("breaks must cover every score (first break <= min, last break >= max)")
     return Intervals(p, cuts_from(edges[1:-1], inclusive=True), binned_sums(float(edges[0]), float(edges[-1])),
-                     {"sum_p": p, "sum_y": y.astype(float)}, what="groups", column=score_column(ctx, score))
+                     {"sum_p": p, "sum_y": y.astype(float)}, what="groups", column=ctx.root_column(score))
 
 
 @register("calibrationFrameDS", "assign", [_TRUTH, _SCORE], checks=_A1)
@@ -390,4 +368,20 @@ def calibration_frame(ctx: CallContext, truth: pd.Series, score: pd.Series) -> p
     Records with p = 0 or 1 (infinite logit) are left out, as ``val.prob`` does."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     finite = (p > 0) & (p < 1)
-    return pd.DataFrame({"y": y[finite], "lp": np.log(p[finite] / (1 - p[finite]))})
+    frame = pd.DataFrame({"y": y[finite], "lp": np.log(p[finite] / (1 - p[finite]))})
+    return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
+
+
+def derived_rows(frame: pd.DataFrame, truth: pd.Series, score: pd.Series, kept: np.ndarray,
+                 columns: dict[str, tuple[object, str]]) -> pd.DataFrame:
+    """Mark a table derived from the complete (truth, score) pairs (``kept`` among them) with the site
+    table rows it holds and, per column, the table column and monotone transform it comes from, so
+    that its cuts and subsets count in the table's release history (:mod:`~dsfed_server.disclosure.provenance`)."""
+    rows_t, rows_s = truth.attrs.get(ROWS), score.attrs.get(ROWS)
+    if not (isinstance(rows_t, Rows) and isinstance(rows_s, Rows) and rows_t.lineage == rows_s.lineage
+            and np.array_equal(rows_t.index, rows_s.index) and rows_s.index.size == len(score)):
+        return frame
+    complete = ~(truth.isna().to_numpy() | score.isna().to_numpy())
+    mark_rows(frame, Rows(rows_s.lineage, rows_s.index[complete][kept], rows_s.n_root))
+    frame.attrs[DERIVED] = {name: source for name, source in columns.items() if isinstance(source[0], str)}
+    return frame

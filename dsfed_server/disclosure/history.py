@@ -1,0 +1,110 @@
+"""What a site has released about each of its tables, for every analyst, across restarts.
+
+The release gate (:mod:`dsfed_server.disclosure.gate`) and the subset rules
+(:mod:`dsfed_server.disclosure.differencing`) decide a new release against everything released
+before on the same table: the **cuts** released on each column (every bin edge, group break,
+threshold, reference edge and subset condition, mapped to the column by
+:mod:`dsfed_server.disclosure.provenance`), and the **row sets** of every subset made from it.
+Kept per site table -- not per analyst, not per session -- in the site's ledger database
+(``[site] ledger``), so neither a second account, nor a new session, nor a restart starts a fresh
+history. Append-only: SQLite triggers refuse UPDATE and DELETE, as in the privacy ledger.
+
+One server process owns a ledger file; within it, :attr:`History.lock` serialises a decision and
+its recording, so two concurrent calls cannot both pass against the same old history.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from dsfed_server.disclosure.gate import Cut
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS released_cuts (
+    table_key TEXT NOT NULL,
+    column_name TEXT NOT NULL,
+    value REAL NOT NULL,
+    inclusive INTEGER NOT NULL,
+    mode TEXT NOT NULL,
+    analyst TEXT NOT NULL,
+    function TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, column_name, value, inclusive)
+);
+CREATE TABLE IF NOT EXISTS subset_rows (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, rows)
+);
+CREATE TRIGGER IF NOT EXISTS released_cuts_append_only_u BEFORE UPDATE ON released_cuts
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS released_cuts_append_only_d BEFORE DELETE ON released_cuts
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_u BEFORE UPDATE ON subset_rows
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_d BEFORE DELETE ON subset_rows
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class History:
+    """Released cuts per table column and subset row sets per table, in SQLite at ``path``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        with self._connect() as db:
+            db.executescript(_SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        return db
+
+    # --- cuts ------------------------------------------------------------------------------
+
+    def cuts(self, table: str, column: str) -> list[Cut]:
+        """Every cut released on ``table``'s ``column``, in increasing order."""
+        with self._connect() as db:
+            rows = db.execute("SELECT value, inclusive FROM released_cuts WHERE table_key = ? AND column_name = ?",
+                              (table, column)).fetchall()
+        return sorted(Cut(float(v), bool(i)) for v, i in rows)
+
+    def record_cuts(self, table: str, column: str, cuts: list[Cut], *, mode: str, analyst: str,
+                    function: str) -> None:
+        """Add released cuts (a cut already recorded stays as it was)."""
+        finite = [c for c in cuts if np.isfinite(c.value)]
+        if not finite:
+            return
+        now = _now()
+        with self._connect() as db:
+            db.executemany("INSERT OR IGNORE INTO released_cuts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(table, column, c.value, int(c.inclusive), mode, analyst, function, now) for c in finite])
+
+    # --- subsets ---------------------------------------------------------------------------
+
+    def row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
+        """The row sets (boolean over the table's rows) of every subset made from ``table``."""
+        with self._connect() as db:
+            rows = db.execute("SELECT rows FROM subset_rows WHERE table_key = ? AND n_root = ?",
+                              (table, n_root)).fetchall()
+        return [np.unpackbits(np.frombuffer(row, dtype=np.uint8), count=n_root).astype(bool) for (row,) in rows]
+
+    def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
+        with self._connect() as db:
+            db.execute("INSERT OR IGNORE INTO subset_rows VALUES (?, ?, ?, ?, ?)",
+                       (table, int(rows.size), np.packbits(rows).tobytes(), analyst, _now()))

@@ -1,0 +1,83 @@
+"""Where a vector's values come from: the site table column behind it, for the release history.
+
+A cut released on a subset of a column, on a column copied into another table, or on a monotone
+transform of a column (``calibrationFrameDS``'s ``lp = logit(score)``) cuts the same records as a
+cut on the column itself. The release gate therefore keeps its history per site table *column*
+(``dsfed_server/disclosure/history.py``), and maps every cut back to it: a subset's rows are
+marked by position in the site table (:mod:`dsfed_server.disclosure.differencing`), and a derived
+table names, per column, the table column and the monotone transform it applied
+(:data:`TRANSFORMS`). A vector with no such provenance (values the analyst supplied, a transform
+that is not monotone) has none: its cuts are kept under its own score ordering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import pandas as pd
+
+from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.errors import SiteError
+
+if TYPE_CHECKING:
+    from dsfed_server.catalog import Catalog
+
+DERIVED = "dsfed.derived"  # frame attribute: {column: (source column, transform name)}
+# monotone increasing transforms a derived column may apply, and their inverse (cut values back to the source)
+TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "identity": lambda v: v,
+    "logit": lambda v: 1.0 / (1.0 + np.exp(-v)),
+}
+
+
+@dataclass(frozen=True)
+class RootColumn:
+    """The site table column a vector's values come from.
+
+    ``table`` and ``column`` name it; ``values`` are all its non-missing values at this site;
+    ``whole``: the vector is the whole column (the same records in the same order); ``inverse``
+    maps the vector's values back to the column's (the inverse of the monotone transform applied)."""
+
+    table: str
+    column: str
+    values: np.ndarray
+    whole: bool
+    inverse: Callable[[np.ndarray], np.ndarray] = TRANSFORMS["identity"]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.table, self.column
+
+
+def ordering_key(p: np.ndarray) -> str:
+    """A vector without provenance: identified by its records' order by value (ties by position), so a
+    monotone transform of it has the same history."""
+    digest = hashlib.sha256(np.argsort(p, kind="stable").astype(np.int64).tobytes())
+    return f"ordering:{p.size}:{digest.hexdigest()[:32]}"
+
+
+def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
+    """The table column ``vector`` is (a subset of, or a monotone transform of a subset of), or None."""
+    rows = vector.attrs.get(ROWS)
+    if not isinstance(rows, Rows) or rows.index.size != len(vector) or vector.name is None:
+        return None
+    derived = vector.attrs.get(DERIVED, {}).get(vector.name)
+    source, transform = derived if derived else (vector.name, "identity")
+    try:
+        frame = catalog.frame(rows.lineage)
+    except SiteError:
+        return None  # a table derived without provenance: its own ordering is the only history
+    if source not in frame.columns or not pd.api.types.is_numeric_dtype(frame[source]):
+        return None
+    column = frame[source].to_numpy(dtype=float)
+    inverse = TRANSFORMS[transform]
+    values = inverse(vector.to_numpy(dtype=float, na_value=np.nan))
+    if rows.index.size and (rows.index.max() >= column.size
+                            or not np.allclose(column[rows.index], values, rtol=1e-12, atol=0, equal_nan=True)):
+        return None
+    whole = transform == "identity" and rows.index.size == column.size and np.array_equal(rows.index,
+                                                                                        np.arange(column.size))
+    return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, inverse)
