@@ -43,8 +43,8 @@ def rules_file(path: Path, epsilon: float, delta: float) -> Path:
     text = (ROOT / "disclosure_rules" / "default.toml").read_text()
     text = re.sub(r"(?m)^epsilon = .*$", f"epsilon = {epsilon}", text)
     text = re.sub(r"(?m)^delta = .*$", f"delta = {delta}", text)
-    text = re.sub(r"(?m)^epsilon_per_analyst = .*$", "epsilon_per_analyst = 1000000.0", text)
-    text = re.sub(r"(?m)^delta_per_analyst = .*$", "delta_per_analyst = 0.5", text)
+    text = re.sub(r"(?m)^epsilon_per_(analyst|table) = .*$", r"epsilon_per_\1 = 1000000.0", text)
+    text = re.sub(r"(?m)^delta_per_(analyst|table) = .*$", r"delta_per_\1 = 0.5", text)
     path.write_text(text)
     return path
 

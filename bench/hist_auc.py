@@ -40,8 +40,8 @@ from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
 def bench_rules(path: Path, sensitivity: float, honest_sites: int) -> Path:
     text = (ROOT / "disclosure_rules" / "default.toml").read_text()
     text = re.sub(r"(?m)^honest_sites = .*$", f"honest_sites = {honest_sites}", text)
-    text = re.sub(r"(?m)^epsilon_per_analyst = .*$", "epsilon_per_analyst = 1000000.0", text)
-    text = re.sub(r"(?m)^delta_per_analyst = .*$", "delta_per_analyst = 0.5", text)
+    text = re.sub(r"(?m)^epsilon_per_(analyst|table) = .*$", r"epsilon_per_\1 = 1000000.0", text)
+    text = re.sub(r"(?m)^delta_per_(analyst|table) = .*$", r"delta_per_\1 = 0.5", text)
     text = re.sub(r"(?m)^score_l2_sensitivity = .*$", f"score_l2_sensitivity = {sensitivity}", text)
     path.write_text(text)
     return path

@@ -243,7 +243,7 @@ def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]
     for name, b, se in zip(secure.names, secure.params, secure.bse):
         print(f"     {name:<14} {b:>9.4f}  (se {se:.4f})")
     report.results["secure_glm"] = {"formula": formula, "coefficients": dict(zip(secure.names, secure.params.tolist())),
-                                    "per_site_n": secure.per_site_n, "sites": list(secure.secure_sites)}
+                                    "sites": list(secure.sites), "pooled": secure.pooled}
 
     report.section("Disclosive requests are refused, with the site, the function and the rule")
     report.attempt("refused_subset", "subset age > 75",

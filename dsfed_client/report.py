@@ -255,16 +255,16 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
     for s in rules_info or {k: None for k in d.mechanism if k != "pooled"}:
         rules = rules_info.get(s, {})
         budget, priv = rules.get("budget", {}), rules.get("privacy", {})
-        eb, db = budget.get("epsilon_per_analyst"), budget.get("delta_per_analyst")
+        tb, eb, db = budget.get("epsilon_per_table"), budget.get("epsilon_per_analyst"), budget.get("delta_per_analyst")
         total_eps = total_delta = 0.0
         for label, mechanisms in releases:
             mech = mechanisms.get(s) or mechanisms.get("pooled", {})
             eps = mech.get("epsilon", priv.get("epsilon")) if mech.get("mechanism") != "none" else 0.0
             delta = mech.get("delta", priv.get("delta")) if mech.get("mechanism") != "none" else 0.0
             total_eps, total_delta = total_eps + (eps or 0.0), total_delta + (delta or 0.0)
-            rows.append([s, label, mech.get("mechanism", "-"), eps, delta, eb, db])
+            rows.append([s, label, mech.get("mechanism", "-"), eps, delta, tb, eb, db])
         if len(releases) > 1:
-            rows.append([s, "total (basic composition)", "", total_eps, total_delta, eb, db])
+            rows.append([s, "total (basic composition)", "", total_eps, total_delta, tb, eb, db])
     first = ("Each site released its prediction scores once, with noise (the two classes are disjoint sets of "
              "records, so together they cost one (epsilon, delta))" if d.method == "paper" else
              "Each site released hierarchical histograms of its scores once, with noise, at its own (epsilon, "
@@ -273,10 +273,11 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
     note = (f"<p>{first}"
             + ("; the histogram-based curves are a second noisy release" if curves is not None else "")
             + ". Every other statistic is a count or a sum over at least q records and spends no privacy budget. "
-            "The budget columns are each site's limit from its rules file; the site's ledger also counts the "
-            "other noisy releases on the same table, and may compose them more tightly than the sum shown here.</p>")
-    return note + _table(["site", "release", "mechanism", "epsilon spent", "delta spent", "epsilon budget",
-                          "delta budget"], rows)
+            "The budget columns are each site's limits from its rules file: for the table, all analysts together, "
+            "and for one analyst; the site's ledger also counts the other noisy releases on the same table, by "
+            "anyone, and may compose them more tightly than the sum shown here.</p>")
+    return note + _table(["site", "release", "mechanism", "epsilon spent", "delta spent", "epsilon budget (table)",
+                          "epsilon budget (analyst)", "delta budget (analyst)"], rows)
 
 
 def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Sequence[float], Sequence[float]] | None,

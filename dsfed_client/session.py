@@ -218,19 +218,20 @@ class FederatedSession:
             pass
         return release
 
-    def pooled_steps(self, function: str, *args: Any, frac_bits: int = 40, **kwargs: Any
+    def pooled_steps(self, function: str, *args: Any, frac_bits: int = 40, relayed: bool = False, **kwargs: Any
                      ) -> Iterator[dict[str, Any]]:
         """Every release of a pooled protocol of several steps, as it comes (a GLM fit: the pooled
         parts at each iterate; stop iterating to stop the protocol). The sites derive each step's
         parameters from the previous step's pooled result; the analyst relays sealed vectors and
-        chooses nothing but when to stop."""
+        chooses nothing but when to stop. ``relayed``: each site checks its own counts instead of
+        the pooled ones (a relayed protocol: any number of sites, a site checking per site only)."""
         round_id, roster = self._round()
         tree = Call(function, *args, **kwargs).tree()
         yielded = False
         while True:
             step = self._step()
-            option = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits, "pooled": True,
-                      "cuts": self._relayed_cuts()}
+            option: dict[str, Any] = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits}
+            option.update({"relayed": True} if relayed else {"pooled": True, "cuts": self._relayed_cuts()})
             answers = {s: r["result"] for s, r in
                        self._in_session(function, "POST", "/aggregate", {"call": tree, "secure": option}).items()}
             if any("pooled" not in a for a in answers.values()):  # a site released cuts the relay did not hold

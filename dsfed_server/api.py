@@ -60,6 +60,8 @@ class SecureOption(_Body):
     frac_bits: int = Field(24, ge=0, le=40, description="fixed-point fraction bits of the masked values")
     pooled: bool = Field(False, description="seal this site's counts and sums for the other sites (a pooled "
                                             "release; release them with POST .../pooled)")
+    relayed: bool = Field(False, description="the first step of a relayed protocol: checked at this site, sealed "
+                                             "for the other sites (continue with POST .../pooled)")
     cuts: list[dict[str, Any]] | None = Field(None, description="the cut histories the sites answered with, "
                                                                 "relayed unchanged: [{table, column, cuts}]")
 

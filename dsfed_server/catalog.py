@@ -5,12 +5,20 @@ dictionary ``<table>.dictionary.json`` beside it::
 
     {"project": "GBSG2", "table": "validation", "entityType": "Participant",
      "variables": [{"name": "age", "valueType": "integer", "unit": "years",
-                    "label": "...", "categories": [{"name": "...", "label": "..."}]}]}
+                    "label": "...", "categories": [{"name": "...", "label": "..."}],
+                    "range": [18, 100]}]}
 
 Every table is checked against its dictionary when the site starts: the same
-variables, whole numbers for ``integer``, declared categories only. Integers
-load as pandas ``Int64``, decimals as ``float64``, text with categories as an
-ordered-by-dictionary ``category``, other text as ``str``.
+variables, whole numbers for ``integer``, declared categories only, values within
+the declared ``range``. Integers load as pandas ``Int64``, decimals as ``float64``,
+text with categories as an ordered-by-dictionary ``category``, other text as ``str``.
+
+``range`` (dsfed's addition to Opal's dictionary, optional, numeric variables only) is what
+the site declares its values can be, independently of the records it holds: the bounds
+within which noisy releases clip a column (so the noise is sized for the declared range,
+whatever the column holds) and over which the site bounds a model's linear predictor
+(:func:`dsfed_server.functions.glm.check_coefficients`). A numeric variable with numeric
+categories (a 0/1 outcome) ranges over them.
 """
 
 from __future__ import annotations
@@ -41,15 +49,44 @@ class Variable:
     unit: str
     label: str
     categories: tuple[str, ...]
+    range: tuple[float, float] | None = None
+
+    @property
+    def declared_range(self) -> tuple[float, float] | None:
+        """The declared ``range``; for a numeric variable with numeric categories, theirs."""
+        if self.range is not None or self.value_type not in ("integer", "decimal") or not self.categories:
+            return self.range
+        try:
+            values = [float(c) for c in self.categories]
+        except ValueError:
+            return None
+        return min(values), max(values)
 
     def describe(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "valueType": self.value_type,
             "unit": self.unit,
             "label": self.label,
             "categories": list(self.categories),
         }
+        if self.range is not None:
+            out["range"] = list(self.range)
+        return out
+
+
+def _range(item: dict, path: Path) -> tuple[float, float] | None:
+    declared = item.get("range")
+    if declared is None:
+        return None
+    where = f"{path}: variable {item['name']!r}"
+    if item["valueType"] not in ("integer", "decimal"):
+        raise CatalogError(f"{where}: only numeric variables declare a range")
+    if (not isinstance(declared, list) or len(declared) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in declared)
+            or not float(declared[0]) < float(declared[1]) or not all(np.isfinite(declared))):
+        raise CatalogError(f"{where}: range must be [lower, upper], two finite numbers with lower < upper")
+    return float(declared[0]), float(declared[1])
 
 
 @dataclass(frozen=True)
@@ -82,6 +119,7 @@ def read_dictionary(path: Path) -> tuple[Variable, ...]:
                     unit=str(item.get("unit", "")),
                     label=str(item.get("label", "")),
                     categories=tuple(str(c["name"]) for c in item.get("categories", [])),
+                    range=_range(item, path),
                 )
             )
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -101,6 +139,7 @@ def write_dictionary(path: Path, project: str, table: str, variables: list[Varia
                 "unit": v.unit,
                 "label": v.label,
                 "categories": [{"name": c, "label": c} for c in v.categories],
+                **({"range": list(v.range)} if v.range is not None else {}),
             }
             for v in variables
         ],
@@ -125,6 +164,9 @@ def _typed(frame: pd.DataFrame, info: TableInfo) -> pd.DataFrame:
             bad = values.isna() & col.notna() & (col.astype("string").str.strip() != "")
             if bad.any():
                 raise CatalogError(f"{where}: non-numeric value {col[bad].iloc[0]!r}")
+            bounds = v.declared_range
+            if bounds is not None and ((values < bounds[0]) | (values > bounds[1])).any():
+                raise CatalogError(f"{where}: holds values outside its declared range [{bounds[0]:g}, {bounds[1]:g}]")
             if v.value_type == "integer":
                 whole = values.dropna()
                 if not np.all(np.equal(np.floor(whole), whole)):
@@ -181,6 +223,10 @@ class Catalog:
 
     def tables(self) -> list[TableInfo]:
         return list(self._tables.values())
+
+    def variable(self, ref: str, name: str) -> Variable | None:
+        """The dictionary entry of ``name`` in table ``ref`` (None if the table has no such variable)."""
+        return next((v for v in self.info(ref).variables if v.name == name), None)
 
     def info(self, ref: str) -> TableInfo:
         try:

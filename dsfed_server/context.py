@@ -29,6 +29,9 @@ class CallContext:
     session: Session
     function: str
     guard: Guard
+    # a relayed protocol (relay.py): its steps' parameters come from the sites, as in a pooled release,
+    # but every count is checked here, per site, before anything is sealed
+    relayed: bool = False
 
     @property
     def limits(self) -> Limits:

@@ -90,6 +90,12 @@ _FAMILIES = {
                  lambda y, mu, w: w * (y - mu) ** 2, lambda y, w: y.astype(float), lambda y: None),
 }
 
+# |eta| beyond which R's linkinv or mu.eta clamps (logit: C_logit_linkinv's THRESH; probit:
+# -qnorm(DBL_EPSILON); log: exp(eta) < DBL_EPSILON): past it a fit's parts stop being smooth in
+# eta and a linear predictor can act as a step. The identity link never clamps.
+CLAMPED_BEYOND: dict[str, float | None] = {"logit": _THRESH, "probit": float(_PROBIT_THRESH),
+                                           "log": float(-np.log(EPS)), "identity": None}
+
 FAMILY_NAMES = tuple(_FAMILIES)
 LINK_NAMES = tuple(_LINKS)
 

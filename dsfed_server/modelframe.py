@@ -28,6 +28,9 @@ class ModelFrame:
     # a factor covariate's dummy columns (main effects) and its levels, the reference first
     factors: dict[str, list[int]] = field(default_factory=dict)
     levels: dict[str, list[str]] = field(default_factory=dict)
+    # per design column, the variables it multiplies (as the formula names them) and whether each
+    # enters as a factor dummy (0/1) or with its values; the intercept multiplies none
+    products: tuple[tuple[tuple[str, bool], ...], ...] = ()
 
     @property
     def n(self) -> int:
@@ -75,9 +78,11 @@ def model_frame(
     if _is_factor(y_series):
         raise CallError(f"the response {formula.response!r} must be numeric (0/1 for binomial)")
     columns: list[tuple[str, np.ndarray]] = []
+    products: list[tuple[tuple[str, bool], ...]] = []
     n = int(complete.sum())
     if formula.intercept:
         columns.append(("(Intercept)", np.ones(n)))
+        products.append(())
     factors: dict[str, list[int]] = {}
     levels: dict[str, list[str]] = {}
     for term in formula.terms:
@@ -92,6 +97,7 @@ def model_frame(
         for part in parts[1:]:
             combined = [(f"{a}:{b}", x * z) for a, x in combined for b, z in part]
         columns.extend(combined)
+        products.extend([tuple((v, _is_factor(rows[v])) for v in term.variables)] * len(combined))
     if not columns:
         raise CallError("the model has no terms")
     names = tuple(c[0] for c in columns)
@@ -100,4 +106,4 @@ def model_frame(
     if weights and np.any(w < 0):
         raise CallError("weights must be non-negative")
     o = rows[offset].to_numpy(dtype=float) if offset else np.zeros(n)
-    return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table), factors, levels)
+    return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table), factors, levels, tuple(products))

@@ -83,6 +83,8 @@ class FunctionSpec:
     cells: bool = False
     # a protocol of several pooled steps (relay.PooledSteps) that runs only as a pooled release
     pooled_only: bool = False
+    # a protocol of several steps that also runs relayed: checked per site, parameters from the sites
+    relayable: bool = False
 
     @property
     def poolable(self) -> bool:
@@ -100,6 +102,7 @@ class FunctionSpec:
                 "fields": list(self.secure_sum.fields), "public": list(self.secure_sum.public)},
             "cells": self.cells,
             "pooled_only": self.pooled_only,
+            "relayable": self.relayable,
             "params": [
                 {
                     "name": p.name,
@@ -155,6 +158,7 @@ def register(
     secure_sum: SecureSum | None = None,
     cells: bool = False,
     pooled_only: bool = False,
+    relayable: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator adding an implementation ``impl(ctx, **args)`` to the registry; its docstring is its doc.
 
@@ -162,7 +166,8 @@ def register(
     dsBase returns, for the Opal-compatible front door; omit it when the plain
     JSON reading already gives dsBase's shape. ``cells``: the implementation returns a declaration
     of cells (:mod:`dsfed_server.disclosure.gate`) and the release gate decides what leaves;
-    ``pooled_only``: a protocol of pooled steps, never released per site.
+    ``pooled_only``: a protocol of pooled steps, never released per site; ``relayable``: a protocol
+    that also runs relayed (checked per site, its parameters derived by the sites).
     """
 
     def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
@@ -179,6 +184,7 @@ def register(
                 secure_sum=secure_sum,
                 cells=cells,
                 pooled_only=pooled_only,
+                relayable=relayable,
             )
         )
         return impl

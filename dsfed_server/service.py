@@ -33,7 +33,7 @@ from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard, HistoryBehind
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.history import History
-from dsfed_server.disclosure.ledger import CallScope, Ledger, guarantee, remaining_budget
+from dsfed_server.disclosure.ledger import ZERO, CallScope, Cap, Caps, Cost, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
 from dsfed_server.errors import (
@@ -322,14 +322,14 @@ class SiteService:
 
     def _invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
                 deferred: list[tuple[str, int]] | None = None,
-                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None) -> Any:
+                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None, relayed: bool = False) -> Any:
         """Run ``call``. A declaration of cells (:mod:`~dsfed_server.disclosure.gate`) goes through the
         release gate per site; in a pooled release (``deferred``: the minimum counts to check on the
         pooled counts; ``relayed_cuts``: the sites' cut histories) it is returned as it is, for the
-        gate to release pooled."""
+        gate to release pooled. ``relayed``: the first step of a relayed protocol (checked per site)."""
         spec = self._spec(call.function, session)
         guard = self._guard(spec.name, session, noise_share, deferred, relayed_cuts)
-        ctx = CallContext(self, session, spec.name, guard)
+        ctx = CallContext(self, session, spec.name, guard, relayed)
         try:
             bound = bind(spec, call.args, ctx)
             ctx.guard.check_analyst_data(spec.params, bound)
@@ -352,9 +352,7 @@ class SiteService:
     def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:
         """One call's reads and noisy releases (held under the session lock); on success the
         releases are spent in the ledger and the audit record carries the spend."""
-        budget = self.rules.budget
-        scope = CallScope(user.name, self.ledger, budget.epsilon_per_analyst, budget.delta_per_analyst,
-                          secret=self.secret)
+        scope = CallScope(user.name, self.ledger, Caps.of(self.rules.budget), secret=self.secret)
         session.scope = scope
         try:
             yield scope
@@ -404,15 +402,23 @@ class SiteService:
                 result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
         return result
 
-    def _round_keys(self, session: Session, option: dict[str, Any]) -> tuple[secure_sum.Round, dict[str, bytes]]:
-        """The session's keys for the option's round, and the roster's keys after every check."""
-        rules = self._rules(session).secure_aggregation
+    def _round(self, session: Session, option: dict[str, Any]) -> secure_sum.Round:
         round_id = secure_sum.check_round_id(option.get("round"))
         rnd = session.rounds.get(round_id)
         if rnd is None:
             raise CallError(f"no keys for secure-aggregation round {round_id} in this session",
                             hint="call secureKeyDS(round) at every site first")
-        return rnd, secure_sum.verify_roster(self.name, rnd, option.get("roster"), self.peers, rules.min_sites)
+        return rnd
+
+    def _round_keys(self, session: Session, option: dict[str, Any], *, hiding: bool = True
+                    ) -> tuple[secure_sum.Round, dict[str, bytes]]:
+        """The session's keys for the option's round, and the roster's keys after every check; a sum
+        that must hide each site (``hiding``) needs ``secure_aggregation.min_sites`` sites, a relayed
+        protocol (checked per site) needs only its peers to be authentic."""
+        rules = self._rules(session).secure_aggregation
+        rnd = self._round(session, option)
+        return rnd, secure_sum.verify_roster(self.name, rnd, option.get("roster"), self.peers,
+                                             rules.min_sites if hiding else 1)
 
     def _secure_aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call,
                           request: CallRequest, scope: CallScope, record: dict) -> dict[str, Any]:
@@ -420,6 +426,8 @@ class SiteService:
         (:mod:`dsfed_server.disclosure.secure_sum`), or, with the ``pooled`` option, sealed for the
         other sites (:meth:`_seal_pooled`). DP noise is split as ``secure_aggregation.honest_sites`` says."""
         option = request.secure or {}
+        if option.get("relayed"):
+            return self._seal_relayed(session, spec, node, request, scope, record)
         if option.get("pooled"):
             return self._seal_pooled(user, session, spec, node, request, scope, record)
         if spec.secure_sum is None:
@@ -500,9 +508,36 @@ class SiteService:
         return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta, frozenset(scope.sources),
                           history_key)
 
+    def _seal_relayed(self, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
+                      scope: CallScope, record: dict) -> dict[str, Any]:
+        """First step of a relayed protocol (:mod:`dsfed_server.disclosure.relay`): as a pooled one,
+        the sites derive every step's parameters from the summed step before, never taking them
+        from the analyst (rule 3), but every count is checked here, per site, before anything is
+        sealed, and the round needs no more sites than its peers (a GLM fit at two sites, or at
+        sites that check per site only). The analyst receives the sums over the sites."""
+        if not spec.relayable:
+            offered = ", ".join(s.name for s in self.registry if s.relayable)
+            raise CallError(f"{spec.name} does not offer a relayed protocol", hint=f"functions that do: {offered}")
+        option = request.secure or {}
+        rnd, keys = self._round_keys(session, option, hiding=False)
+        frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
+        step = secure_sum.use_step(rnd, option.get("step"))
+        record["call"] += f" [relayed over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
+        raw = self._invoke(session, node, relayed=True)
+        if not isinstance(raw, relay.PooledSteps):
+            raise CallError(f"{spec.name} with these arguments is no protocol of several steps, so it is not relayed",
+                            hint="leave out the arguments the sites derive themselves (glmDS2: beta.vect)")
+        digest = secure_sum.call_digest(definition(canonical_call(request), session, scope) + "\0relayed",
+                                        raw.frac_bits if raw.frac_bits is not None else frac_bits)
+        meta = {"q": self._rules(session).disclosure.q_threshold}
+        return self._seal(rnd, keys, step, spec.name, digest, raw.fields, raw.advance,
+                          raw.frac_bits if raw.frac_bits is not None else frac_bits, meta, frozenset(scope.sources),
+                          relayed=True)
+
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
               fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],
-              sources: frozenset, history_key: tuple[str, str] | None = None) -> dict[str, Any]:
+              sources: frozenset, history_key: tuple[str, str] | None = None, relayed: bool = False
+              ) -> dict[str, Any]:
         """Encode ``fields`` in fixed point, mask them, seal them for every peer and keep them (with
         ``finish``, what the pooled vector becomes) until the analyst relays the others'."""
         layout = {name: list(np.shape(v)) for name, v in fields.items()}
@@ -513,7 +548,7 @@ class SiteService:
         while len(rnd.pending) >= relay.MAX_PENDING:
             rnd.pending.pop(next(iter(rnd.pending)))
         rnd.pending[step] = relay.PendingStep(function, digest, masked, layout, frac_bits, meta, finish, sources,
-                                              history_key)
+                                              history_key, relayed)
         return {"pooled": {"round": rnd.round_id, "step": step, "site": self.name, "meta": meta,
                            "sealed": relay.seal(self.name, rnd, keys, step, digest, masked, meta)}}
 
@@ -527,15 +562,16 @@ class SiteService:
         with self._audited(user, sid, "pooledRelease", "aggregate", f"step {step}") as record:
             session = self.sessions.get(sid, user.name)
             with session.lock:
-                rnd, keys = self._round_keys(session, option)
+                rnd = self._round(session, option)
                 pending = rnd.pending.pop(step, None) if isinstance(step, int) else None
                 if pending is None:
                     raise CallError(f"no sealed pooled step {step!r} in round {rnd.round_id} of this session",
                                     hint="seal the step first (the 'pooled' option), then relay every site's answer "
                                          "once")
+                _, keys = self._round_keys(session, option, hiding=not pending.relayed)
                 record["function"] = pending.function
-                record["call"] = f"{pending.function} [pooled over {','.join(sorted(keys))}, round " \
-                                 f"{rnd.round_id[:8]}, step {step}: released]"
+                record["call"] = f"{pending.function} [{'relayed' if pending.relayed else 'pooled'} over " \
+                                 f"{','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: released]"
                 try:
                     return self._open_pooled(session, rnd, keys, step, pending, option)
                 except SiteError as exc:
@@ -562,7 +598,8 @@ class SiteService:
         digest = hashlib.sha256(pending.call + b"\0next").digest()  # the same at every site of the round
         frac_bits = following.frac_bits if following.frac_bits is not None else pending.frac_bits
         sealed = self._seal(rnd, keys, next_step, pending.function, digest, following.fields, following.advance,
-                            frac_bits, pending.meta, pending.sources, following.history_key or pending.history_key)
+                            frac_bits, pending.meta, pending.sources, following.history_key or pending.history_key,
+                            pending.relayed)
         return {"release": jsonable(release), "continue": sealed["pooled"], **history}
 
     def _history_answer(self, key: tuple[str, str]) -> dict[str, Any]:
@@ -640,23 +677,30 @@ class SiteService:
             return [t.describe() for t in self.catalog.tables()]
 
     def budget(self, user: User) -> dict[str, Any]:
-        """Governance: privacy budget spent and remaining per analyst x table (the ledger)."""
+        """Governance: privacy budget spent and remaining per table (all analysts) and per analyst x
+        table (the ledger)."""
         with self._audited(user, None, "listBudget", "governance", ""):
             self._require_role(user, "governance")
-            b = self.rules.budget
-            entries = []
-            for row in self.ledger.listing():
-                spent = guarantee(row["cost"], epsilon_budget=b.epsilon_per_analyst, delta_budget=b.delta_per_analyst)
-                entries.append({
-                    "analyst": row["analyst"], "table": row["table"],
-                    "spent": spent.as_dict(),
-                    "remaining": remaining_budget(spent, b.epsilon_per_analyst, b.delta_per_analyst),
-                    "basic": {"epsilon": row["cost"].epsilon, "delta": row["cost"].delta},
-                    "rho": row["cost"].rho, "queries": row["queries"], "releases": row["releases"],
-                    "last": row["last"],
-                })
-        return {"site": self.name, "accountant": "rdp",
-                "budget": {"epsilon": b.epsilon_per_analyst, "delta": b.delta_per_analyst}, "spending": entries}
+            caps = Caps.of(self.rules.budget)
+            rows = self.ledger.listing()
+
+            def entry(cost: Cost, cap: Cap) -> dict[str, Any]:
+                spent = guarantee(cost, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
+                return {"spent": spent.as_dict(), "remaining": remaining_budget(spent, cap.epsilon, cap.delta),
+                        "basic": {"epsilon": cost.epsilon, "delta": cost.delta}, "rho": cost.rho}
+
+            tables: dict[str, Cost] = {}
+            for row in rows:
+                tables[row["table"]] = tables.get(row["table"], ZERO) + row["cost"]
+            return {
+                "site": self.name, "accountant": "rdp",
+                "budget": {"per_table": {"epsilon": caps.table.epsilon, "delta": caps.table.delta},
+                           "per_analyst": {"epsilon": caps.analyst.epsilon, "delta": caps.analyst.delta}},
+                "tables": [{"table": t, **entry(cost, caps.table)} for t, cost in sorted(tables.items())],
+                "spending": [{"analyst": row["analyst"], "table": row["table"], **entry(row["cost"], caps.analyst),
+                              "queries": row["queries"], "releases": row["releases"], "last": row["last"]}
+                             for row in rows],
+            }
 
     def audit_records(self, user: User) -> list[dict[str, Any]]:
         with self._audited(user, None, "readAudit", "governance", ""):

@@ -50,8 +50,8 @@ def binormal(n: int, rng: np.random.Generator, auc: float, prevalence: float) ->
 
 _VARIABLES = {
     "y": Variable("y", "integer", "", "outcome (1 = event of interest)", ("0", "1")),
-    "score": Variable("score", "decimal", "", "predicted probability of y = 1", ()),
-    "x1": Variable("x1", "decimal", "", "continuous covariate", ()),
+    "score": Variable("score", "decimal", "", "predicted probability of y = 1", (), (0.0, 1.0)),
+    "x1": Variable("x1", "decimal", "", "continuous covariate", (), (-25.0, 25.0)),
     "x2": Variable("x2", "integer", "", "binary covariate", ("0", "1")),
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dsfed_server.catalog import Variable, write_dictionary
@@ -30,10 +31,13 @@ def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", tabl
     frame.to_csv(folder / f"{table}.csv", index=False)
     variables = []
     for name, col in frame.items():
-        if pd.api.types.is_integer_dtype(col):
-            variables.append(Variable(name, "integer", "", name, ()))
-        elif pd.api.types.is_float_dtype(col):
-            variables.append(Variable(name, "decimal", "", name, ()))
+        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            # the test site declares the range its values can take: whole numbers around them
+            declared = (float(np.floor(col.min())), float(np.ceil(col.max())))
+            if declared[0] == declared[1]:
+                declared = (declared[0], declared[0] + 1)
+            kind = "integer" if pd.api.types.is_integer_dtype(col) else "decimal"
+            variables.append(Variable(name, kind, "", name, (), declared if col.notna().any() else None))
         else:
             variables.append(Variable(name, "text", "", name, tuple(sorted(col.dropna().unique()))))
     write_dictionary(folder / f"{table}.dictionary.json", project, table, variables)

@@ -38,9 +38,11 @@ def _frame(seed: int = 3, n: int = 200) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def _sites(tmp_path, **rules_changes):
+def _sites(tmp_path, analyst_eps: float = BUDGET_EPS, **rules_changes):
     rules = rules_variant(tmp_path / "rules.toml", epsilon=str(EPS), delta=str(DELTA), score_l2_sensitivity=str(SENS),
-                          epsilon_per_analyst=str(BUDGET_EPS), delta_per_analyst=str(BUDGET_DELTA), **rules_changes)
+                          epsilon_per_table=str(BUDGET_EPS), delta_per_table=str(BUDGET_DELTA),
+                          epsilon_per_analyst=str(analyst_eps), delta_per_analyst=str(BUDGET_DELTA),
+                          score_columns="[" + ", ".join(f'"s{j}"' for j in range(N_SCORES)) + "]", **rules_changes)
     data = tmp_path / "data" / "a"
     write_table(data, _frame(3), table="t")
     write_table(data, _frame(4), table="u")
@@ -108,22 +110,31 @@ def test_spending_accumulates_and_overspending_is_refused_with_the_remaining_bud
         session.assign_table("E", "P.u")
         assert _query(session, 0, "E")["sigma"] > 0
 
-    # another analyst has their own budget on the same table
+    # a second account shares the table's budget: a release already made is free for it too (the
+    # same seeded noise), a new one is refused by the table's budget; another table still has budget
     with inprocess_builder(provisioned, services, user="analyst2").login() as other:
         other.assign_table("D", "P.t")
-        assert _query(other, 0) == answered[0]  # the same seeded noise, but charged to analyst2
-        assert _query(other, 1)["sigma"] > 0
+        assert _query(other, 0) == answered[0]
+        with pytest.raises(FederatedCallError) as exc:
+            _query(other, N_SCORES - 1)
+        assert exc.value.failures["a"].rule == "budget.epsilon_per_table"
+        assert "all analysts together" in exc.value.failures["a"].message
+        other.assign_table("E", "P.u")
+        assert _query(other, 1, "E")["sigma"] > 0
 
     # governance lists spending per analyst x table
     gov = services["a"].login_password("governance", provisioned["a"].credentials["governance"].password)
     listing = services["a"].budget(gov)
     rows = {(r["analyst"], r["table"]): r for r in listing["spending"]}
-    assert set(rows) == {("analyst", "P.t"), ("analyst", "P.u"), ("analyst2", "P.t")}
+    assert set(rows) == {("analyst", "P.t"), ("analyst", "P.u"), ("analyst2", "P.u")}
     mine = rows[("analyst", "P.t")]
     assert mine["queries"] == k and mine["releases"] == 2 * k  # two classes per query, one charge
     assert mine["spent"]["epsilon"] == pytest.approx(_independent_spent(k)[0], rel=1e-4)
     assert mine["remaining"]["epsilon"] == pytest.approx(BUDGET_EPS - _independent_spent(k)[0], abs=1e-4)
-    assert rows[("analyst2", "P.t")]["queries"] == 2
+    assert rows[("analyst2", "P.u")]["queries"] == 1
+    tables = {r["table"]: r for r in listing["tables"]}
+    assert tables["P.t"]["spent"]["epsilon"] == pytest.approx(_independent_spent(k)[0], rel=1e-4)
+    assert tables["P.u"]["spent"]["epsilon"] == pytest.approx(_independent_spent(2)[0], rel=1e-4)
     analyst = services["a"].login_password("analyst", provisioned["a"].credentials["analyst"].password)
     with pytest.raises(Exception) as exc:
         services["a"].budget(analyst)
@@ -132,7 +143,7 @@ def test_spending_accumulates_and_overspending_is_refused_with_the_remaining_bud
     # the audit log carries each spend, and each refusal with the budget rule
     records = [r for r in audit_records(provisioned["a"]) if r["function"] == "noisyScoresDS"]
     charged = [r for r in records if r["outcome"] == "ok" and r.get("privacy", {}).get("charges")]
-    assert len(charged) == k + 1 + 2  # analyst on P.t and P.u, analyst2 twice
+    assert len(charged) == k + 1 + 1  # analyst on P.t and P.u, analyst2 on P.u
     first = charged[0]["privacy"]
     assert first["accountant"] == "rdp" and first["tables"] == ["P.t"]
     assert first["epsilon"] == EPS and first["delta"] == DELTA
@@ -141,7 +152,38 @@ def test_spending_accumulates_and_overspending_is_refused_with_the_remaining_bud
     repeat = [r for r in records if r["outcome"] == "ok" and r.get("privacy", {}).get("repeated_releases") == 2]
     assert repeat and repeat[0]["privacy"]["epsilon"] == 0
     refused = [r for r in records if r["outcome"] == "refused"]
-    assert refused and all(r["rule"] == "budget.epsilon_per_analyst" for r in refused)
+    assert sorted(r["rule"] for r in refused) == ["budget.epsilon_per_analyst"] * 2 + ["budget.epsilon_per_table"]
+
+
+def test_an_analysts_share_sits_under_the_tables_budget(tmp_path):
+    """epsilon_per_analyst 1.7 under epsilon_per_table 2.5: the first analyst stops at their own
+    share, the second at what is left of the table's; together they get exactly what the independent
+    accountant allows on the table, no more."""
+    analyst_eps = 1.7
+    provisioned, services = _sites(tmp_path, analyst_eps=analyst_eps)
+    answered: dict[str, int] = {}
+    rules: dict[str, str] = {}
+    j = 0
+    for user in ("analyst", "analyst2"):
+        with inprocess_builder(provisioned, services, user=user).login() as session:
+            session.assign_table("D", "P.t")
+            answered[user] = 0
+            with pytest.raises(FederatedCallError) as exc:
+                while j < N_SCORES:
+                    _query(session, j)
+                    answered[user] += 1
+                    j += 1
+            rules[user] = exc.value.failures["a"].rule
+    k1, total = answered["analyst"], answered["analyst"] + answered["analyst2"]
+    assert _independent_spent(k1)[0] <= analyst_eps < _independent_spent(k1 + 1)[0]
+    assert _independent_spent(total)[0] <= BUDGET_EPS < _independent_spent(total + 1)[0]
+    assert _independent_spent(answered["analyst2"])[0] <= analyst_eps
+    assert rules == {"analyst": "budget.epsilon_per_analyst", "analyst2": "budget.epsilon_per_table"}
+
+
+def test_an_analysts_share_above_the_tables_budget_is_an_invalid_rules_file(tmp_path):
+    with pytest.raises(Exception, match="must not exceed the table"):
+        _sites(tmp_path, analyst_eps=BUDGET_EPS * 2)
 
 
 def test_a_refused_call_spends_nothing(tmp_path):
@@ -164,7 +206,7 @@ def test_the_ledger_is_append_only(tmp_path):
     for statement in ("UPDATE spend SET epsilon = 0", "DELETE FROM spend"):
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             db.execute(statement)
-    assert ledger.total("a", "P.t").epsilon == 1
+    assert ledger.total("P.t", "a").epsilon == 1 and ledger.total("P.t").epsilon == 1
 
 
 def test_the_ledger_survives_a_restart_of_a_real_server_process(tmp_path):

@@ -202,7 +202,8 @@ def test_count_noise_is_calibrated_for_the_counts_sensitivity(tmp_path):
     over levels 0..L (sqrt(L) with exact totals), whatever score sensitivity the site asserts."""
     frames = {"a": pd.DataFrame({"y": [0] * 30 + [1] * 30, "score": np.linspace(0, 1, 60)})}
     for sens in ("0.2", "3.0"):
-        rules = rules_variant(tmp_path / f"r{sens}.toml", score_l2_sensitivity=sens, epsilon_per_analyst="100.0")
+        rules = rules_variant(tmp_path / f"r{sens}.toml", score_l2_sensitivity=sens, epsilon_per_table="100.0",
+                              epsilon_per_analyst="100.0")
         prov, serv = make_sites(tmp_path / sens, frames, rules=rules)
         with inprocess_builder(prov, serv).login() as session:
             session.assign_table("D", "P.t")
@@ -234,7 +235,7 @@ def noisy_sites(tmp_path_factory):
     pooled = binormal(20_000, np.random.default_rng(5), 0.8, 0.3)[["y", "score"]]
     frames = {f"site{i + 1}": pooled.iloc[i * 4000:(i + 1) * 4000].reset_index(drop=True) for i in range(5)}
     tmp = tmp_path_factory.mktemp("curves-noisy")
-    rules = rules_variant(tmp / "rules.toml", epsilon_per_analyst="1000.0")
+    rules = rules_variant(tmp / "rules.toml", epsilon_per_table="1000.0", epsilon_per_analyst="1000.0")
     provisioned, services = make_sites(tmp, frames, rules=rules)
     session = inprocess_builder(provisioned, services).login()
     session.assign_table("D", "P.t")

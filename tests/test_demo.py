@@ -88,4 +88,4 @@ def test_demo_secure_glm_equals_r(demo, gbsg2_pooled):
     secure = data["secure_glm"]
     ref = r_glm(gbsg2_pooled[["y", "age", "tgrade", "horTh"]], secure["formula"], "binomial", "logit")
     assert list(secure["coefficients"].values()) == pytest.approx(list(ref["coef"]), rel=1e-7, abs=1e-9)
-    assert secure["per_site_n"] == {} and len(secure["sites"]) == 5
+    assert secure["pooled"] and len(secure["sites"]) == 5

@@ -49,8 +49,8 @@ def sites(tmp_path, k: int = 3, rules=NO_NOISE, **kw):
     return data, prov, services
 
 
-def session_over(prov, services, names):
-    return inprocess_builder({n: prov[n] for n in names}, {n: services[n] for n in names}).login()
+def session_over(prov, services, names, user: str = "analyst"):
+    return inprocess_builder({n: prov[n] for n in names}, {n: services[n] for n in names}, user=user).login()
 
 
 def only_rule(exc: FederatedCallError) -> set[str | None]:
@@ -85,7 +85,7 @@ def test_secure_glm_equals_r_glm_on_pooled_data(tmp_path):
     np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-7)
     np.testing.assert_allclose(fit.deviance, ref["deviance"], rtol=1e-9)
-    assert fit.per_site_n == {} and fit.secure_sites == ("s1", "s2", "s3")
+    assert fit.pooled and fit.sites == ("s1", "s2", "s3")
     assert fit.nobs == len(pooled)
 
 
@@ -186,15 +186,16 @@ def test_step_reuse_and_small_rosters_are_refused(tmp_path):
         assert "secure_aggregation.min_sites" in only_rule(exc.value)
 
 
-def test_only_one_set_of_peers_per_analyst_and_table_survives_restart(tmp_path):
+def test_only_one_set_of_peers_per_table_for_all_analysts_survives_restart(tmp_path):
     """Sums over {s1..s4} and then over {s1, s2, s3} would reveal s4's vector by difference:
-    the second set is refused, also after the sites restart (the pin is in the ledger)."""
+    the second set is refused, for a second account too and after the sites restart (the pin is
+    per table in the ledger)."""
     _, prov, services = sites(tmp_path, k=4)
     with session_over(prov, services, ["s1", "s2", "s3", "s4"]) as s:
         s.assign_table("D", "P.t")
         s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
     restarted = {n: SiteService.from_config_file(prov[n].config) for n in prov}
-    with session_over(prov, restarted, ["s1", "s2", "s3"]) as s:
+    with session_over(prov, restarted, ["s1", "s2", "s3"], user="analyst2") as s:
         s.assign_table("D", "P.t")
         with pytest.raises(FederatedCallError) as exc:
             s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
@@ -248,7 +249,8 @@ def test_values_outside_the_fixed_point_range_are_clipped_counted_and_asked_agai
 def test_noise_is_split_between_sites_and_charged_in_full(tmp_path):
     """honest_sites = 3: each of three sites adds a third of the noise variance, so the sum carries
     the calibrated noise once; the ledger charges each site the full (epsilon, delta)."""
-    rules = rules_variant(tmp_path / "rules.toml", honest_sites="3", epsilon_per_analyst="100.0")
+    rules = rules_variant(tmp_path / "rules.toml", honest_sites="3", epsilon_per_table="100.0",
+                          epsilon_per_analyst="100.0")
     data, prov, services = sites(tmp_path, rules=rules, n=400)
     pooled = pd.concat(data.values(), ignore_index=True)
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
@@ -282,7 +284,8 @@ def test_noise_is_split_between_sites_and_charged_in_full(tmp_path):
 def test_secure_histogram_auc_is_within_its_standard_error(tmp_path):
     """The whole histogram AUC by secure sums (histograms, placement sums, ROC-GLM parts),
     against the pooled empirical AUC (numpy Mann-Whitney)."""
-    rules = rules_variant(tmp_path / "rules.toml", honest_sites="3", epsilon_per_analyst="100.0")
+    rules = rules_variant(tmp_path / "rules.toml", honest_sites="3", epsilon_per_table="100.0",
+                          epsilon_per_analyst="100.0")
     data, prov, services = sites(tmp_path, rules=rules, n=600)
     pooled = pd.concat(data.values(), ignore_index=True)
     y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
@@ -294,7 +297,7 @@ def test_secure_histogram_auc_is_within_its_standard_error(tmp_path):
     assert abs(res.auc - auc) < 3 * np.sqrt(res.variance)
     assert abs(res.roc_glm.auc - auc) < 3 * np.sqrt(res.variance)
     assert (res.n_positive, res.n_negative) == (int(np.sum(y == 1)), int(np.sum(y == 0)))
-    assert res.roc_glm.glm.secure_sites == ("s1", "s2", "s3")
+    assert res.roc_glm.glm.pooled and res.roc_glm.glm.sites == ("s1", "s2", "s3")
     assert len(set(requests.values())) == 1
 
 

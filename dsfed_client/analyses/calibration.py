@@ -479,8 +479,9 @@ class LogisticCalibration:
 def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *,
                             n_complete: int | None = None, secure: bool = False) -> LogisticCalibration:
     """``glm(y ~ logit(p))`` by the distributed GLM (``rms::val.prob``'s Intercept and Slope) and
-    ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits as pooled
-    protocols (:func:`~dsfed_client.analyses.glm.ds_glm`)."""
+    ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits checked
+    pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`; either way the sites
+    derive the coefficients)."""
     session.assign(CALIBRATION_FRAME, Call("calibrationFrameDS", Ref(truth), Ref(score)))
     fit = ds_glm(session, "y ~ lp", CALIBRATION_FRAME, secure=secure)
     citl = ds_glm(session, "y ~ 1", CALIBRATION_FRAME, offset="lp", secure=secure)

@@ -310,7 +310,7 @@ class ROCGLM:
 
 def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                n_thresholds: int = 99, epsilon: float | None = None, delta: float | None = None,
-               sensitivity: float | None = None) -> ROCGLM:
+               sensitivity: float | None = None, secure: bool = False) -> ROCGLM:
     """Fit the ROC-GLM across sites (seed 000, "Distributed ROC-GLM").
 
     1. pooled noisy scores give :math:`\\tilde S_0`, sent to every site;
@@ -321,7 +321,8 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
     5. the CI of eq. (3) with the variance of the placement values of both classes.
 
     ``epsilon``, ``delta`` and ``sensitivity`` may only ask for more privacy than
-    the sites' rules give; a site refuses a request for less.
+    the sites' rules give; a site refuses a request for less. ``secure``: the probit fit checked
+    pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`).
     """
     with progress("ROC-GLM", total=4) as bar:
         bar.update(description="ROC-GLM: noisy scores")
@@ -329,7 +330,7 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
         bar.update(advance=1, description="ROC-GLM: intermediate data")
         session.assign(ROC_DATA, Call("rocGlmDataDS", Ref(truth), Ref(score), Ref(REFERENCE), n_thresholds))
         bar.update(advance=1, description="ROC-GLM: probit fit")
-        fit = ds_glm(session, "u ~ x", ROC_DATA, family="binomial", link="probit", weights="w")
+        fit = ds_glm(session, "u ~ x", ROC_DATA, family="binomial", link="probit", weights="w", secure=secure)
         a, b = (float(v) for v in fit.params)
         auc = float(stats.norm.cdf(a / np.sqrt(1 + b * b)))
         auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,

@@ -1,13 +1,14 @@
 """Distributed GLM by Fisher scoring on summed site parts (seed 000 "Distributed GLM";
 seed 002 §2, Newton-Raphson on summed Hessians and gradients).
 
-Each round the analyst sends the current coefficients; every site returns
-:math:`X_k^T W_k X_k`, :math:`X_k^T W_k z_k` and its deviance (registry entry
-``glmDS2``); the analyst sums them and solves
+Each round every site computes :math:`X_k^T W_k X_k`, :math:`X_k^T W_k z_k` and its deviance
+(registry entry ``glmDS2``); the sites sum them among themselves (the analyst relays sealed
+vectors, :mod:`dsfed_server.disclosure.relay`), release the sums, and each derives
 
 .. math:: \\beta^{(t+1)} = \\Big(\\sum_k X_k^T W_k X_k\\Big)^{-1} \\sum_k X_k^T W_k z_k ,
 
-starting, as R's ``glm.fit`` does, from the family's ``mustart``, and stops when
+itself (rule 3: the analyst sends no coefficient, so none can saturate the linear predictor into a
+step around one record), starting, as R's ``glm.fit`` does, from the family's ``mustart``, and stops when
 :math:`|D^{(t)} - D^{(t-1)}| / (|D^{(t)}| + 0.1) < \\epsilon` (R's rule,
 ``epsilon = 1e-8``, ``maxit = 25``). Without noise the result is R's ``glm``
 fit on the pooled data: the same path, step by step.
@@ -15,7 +16,7 @@ fit on the pooled data: the same path, step by step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -46,8 +47,8 @@ class GLMResults:
     nobs: int
     df_resid: int
     iterations: int
-    per_site_n: dict[str, int] = field(default_factory=dict)  # empty under secure aggregation
-    secure_sites: tuple[str, ...] = ()  # the sites of a secure sum (only sums over them were seen)
+    sites: tuple[str, ...] = ()  # the sites the parts were summed over (only their sums were seen)
+    pooled: bool = False  # counts checked pooled over the sites (True) or per site (False)
 
     @property
     def bse(self) -> np.ndarray:
@@ -93,8 +94,8 @@ class GLMResults:
             "pvalues": dict(zip(self.names, self.pvalues.tolist())),
             "conf_int": {n: ci for n, ci in zip(self.names, self.conf_int().tolist())},
             "deviance": self.deviance, "dispersion": self.dispersion, "nobs": self.nobs,
-            "df_resid": self.df_resid, "iterations": self.iterations, "per_site_n": self.per_site_n,
-            "secure_sites": list(self.secure_sites),
+            "df_resid": self.df_resid, "iterations": self.iterations, "sites": list(self.sites),
+            "checked": "pooled" if self.pooled else "per site",
         }
 
     def summary(self, alpha: float = 0.05) -> str:
@@ -102,19 +103,18 @@ class GLMResults:
         rows = [
             ("Formula", self.formula, "No. observations", str(self.nobs)),
             ("Family", self.family, "Df residuals", str(self.df_resid)),
-            ("Link", self.link, "Sites", str(len(self.per_site_n) or len(self.secure_sites))),
+            ("Link", self.link, "Sites", str(len(self.sites))),
             ("Method", "distributed IRLS", "Deviance", f"{self.deviance:.6g}"),
             ("Iterations", str(self.iterations), "Dispersion", f"{self.dispersion:.6g}"),
         ]
         table = self.to_frame(alpha).to_string(float_format=lambda v: f"{v:.6g}")
         width = max(78, max(len(line) for line in table.splitlines()))
         head = "\n".join(f"{a + ':':<18}{b:<22}{c + ':':>22}{d:>14}" for a, b, c, d in rows)
-        sites = ", ".join(f"{s} {n}" for s, n in self.per_site_n.items())
-        if self.secure_sites:
-            sites = f"not released (secure sums over {', '.join(self.secure_sites)})"
+        checked = "pooled over the sites" if self.pooled else "per site"
         return "\n".join([
             "Distributed Generalized Linear Model Results".center(width), "=" * width, head, "=" * width, table,
-            "=" * width, f"n per site: {sites}" if sites else "",
+            "=" * width, f"parts summed by the sites {', '.join(self.sites)}, counts checked {checked}; every "
+                         f"iterate derived by the sites",
         ]).rstrip() + "\n"
 
     def __repr__(self) -> str:
@@ -140,37 +140,18 @@ class _Parts:
     xwz: np.ndarray
     dev: float
     n: int
-    per_site_n: dict[str, int]
-
-
-def _parts(results: list[dict[str, Any]], per_site_n: dict[str, int]) -> _Parts:
-    """The summed IRLS parts from every site's ``glmDS2`` answer (or from one pooled release)."""
-    names = tuple(results[0]["coef.names"])
-    if any(tuple(r["coef.names"]) != names for r in results):
-        raise ValueError("sites build different design matrices (a factor's levels differ between sites)")
-    info = sum(np.asarray(r["info.matrix"], dtype=float) for r in results)
-    xwz = sum(np.asarray(r["xwz"], dtype=float) for r in results)
-    return _Parts(names, results[0]["link"], np.asarray(info), np.asarray(xwz), float(sum(r["dev"] for r in results)),
-                  int(round(sum(r["Npositive"] for r in results))), per_site_n)
 
 
 def _parts_stream(session: FederatedSession, secure: bool, *args: Any, link: str | None) -> Iterator[_Parts]:
     """The summed parts at each iterate of Fisher scoring, starting from R's ``mustart``.
 
-    Per site: the analyst sends each iterate :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k`.
-    ``secure``: a pooled protocol (``glmDS2`` without coefficients): the sites pool their parts among
-    themselves, release the sums and derive every iterate themselves, so the analyst sees only sums
-    and chooses no coefficient."""
-    if secure:
-        for release in session.pooled_steps("glmDS2", *args, link=link, frac_bits=24):
-            yield _parts([release], {})
-        return
-    beta: list[float] | None = None
-    while True:
-        results = session.aggregate("glmDS2", args[0], args[1], beta, *args[3:], link=link)
-        summed = _parts(list(results.values()), {site: int(r["Nvalid"]) for site, r in results.items()})
-        yield summed
-        beta = [float(b) for b in np.linalg.solve(summed.info, summed.xwz)]
+    The sites sum their parts among themselves, release the sums and derive every iterate
+    :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` themselves (seed 002), so
+    the analyst chooses no coefficient: ``secure``, a pooled protocol (counts checked pooled over the
+    sites); otherwise a relayed one (each site checks its own counts)."""
+    for release in session.pooled_steps("glmDS2", *args, link=link, frac_bits=24, relayed=not secure):
+        yield _Parts(tuple(release["coef.names"]), release["link"], np.asarray(release["info.matrix"], dtype=float),
+                     np.asarray(release["xwz"], dtype=float), float(release["dev"]), int(round(release["Npositive"])))
 
 
 def ds_glm(
@@ -200,12 +181,13 @@ def ds_glm(
     weights, offset : str, optional
         Columns of ``data`` holding prior weights and offsets.
     secure : bool
-        A pooled protocol under secure aggregation (seed 002): the sites pool their parts among
-        themselves, check the pooled counts (records, factor levels, saturation) against their
-        rules, release only the sums and derive every iterate themselves, so no site's parts, no
-        per-site count and no coefficient of the analyst's choosing are involved. The parts travel
+        Either way the sites sum their parts among themselves, release only the sums and derive
+        every iterate themselves (seed 002), so no coefficient of the analyst's choosing is
+        involved. ``True``: a pooled protocol under secure aggregation, the sites checking the
+        pooled counts (records, factor levels, saturation) against their rules; ``False``: a
+        relayed protocol, each site checking its own counts (any number of sites). The parts travel
         in fixed point: the first round with 24 fraction bits, the next ones with as many as the
-        pooled sums leave room for (up to 40, chosen alike at every site), so the fit equals the
+        summed parts leave room for (up to 40, chosen alike at every site), so the fit equals the
         pooled one to about :math:`2^{-f}` times the information matrix's condition number.
     """
     if family == "gaussian" and link not in (None, "identity"):
@@ -233,6 +215,5 @@ def ds_glm(
     return GLMResults(
         formula=formula, family=family, link=summed.link, names=names, params=beta,
         cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
-        nobs=n, df_resid=df_resid, iterations=iteration, per_site_n=summed.per_site_n,
-        secure_sites=tuple(session.sites) if secure else (),
+        nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=secure,
     )

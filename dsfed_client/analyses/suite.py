@@ -215,10 +215,11 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     if method == "paper":
         discrimination = Discrimination.from_paper(ds_roc_glm(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
-            sensitivity=sensitivity))
+            sensitivity=sensitivity, secure=pooled))
     else:
         discrimination = Discrimination.from_histogram(ds_hist_auc(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, secure=pooled, epsilon=epsilon,
             delta=delta))
     return ValidationReport(discrimination, brier, curve, hl_c, hl_h, calibration_errors(hl_c), logistic,
                             "pooled" if pooled else "per-site", note)
+

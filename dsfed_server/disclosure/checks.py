@@ -9,6 +9,8 @@ short (that number would itself be the disclosure).
 
 from __future__ import annotations
 
+import math
+
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,6 +223,18 @@ class Guard:
                 "disclosure.factor_levels_density",
                 "group levels into fewer categories",
             )
+
+    def order_statistics(self, n: int) -> None:
+        """Quantiles rest on at least ``quantile_min_multiple`` x q values: a few type-7 quantiles and
+        the mean are linear equations in the order statistics, which on a handful of values give most
+        of them exactly (the minimum and maximum among them)."""
+        multiple = self.rules.disclosure.quantile_min_multiple
+        needed = math.ceil(multiple * self.q)
+        if n < needed:
+            raise self._refuse(
+                f"quantiles of {n} values; this site releases quantiles of at least {needed} "
+                f"({multiple:g} x q = {self.q})", "disclosure.quantile_min_multiple",
+                f"use a larger table or subset (at least {needed} non-missing values)")
 
     def saturation(self, n_params: int, n: int) -> None:
         """A model's parameters are at most glm_saturation * n (nfilter.glm); pooled, n is the pooled count."""

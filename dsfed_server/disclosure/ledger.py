@@ -1,12 +1,20 @@
-"""The privacy-budget ledger: what each analyst has spent on each table, and the accountant.
+"""The privacy-budget ledger: what has been spent on each table, by all analysts and by each,
+and the accountant.
 
 Every noisy release passes :meth:`dsfed_server.disclosure.checks.Guard.noisy`, which asks the
-call's :class:`CallScope` to **check** the release against the analyst's budget on every
-table the call read (``[budget] epsilon_per_analyst``, ``delta_per_analyst``) *before* the
-noise is drawn; the service **spends** (:meth:`CallScope.commit`) only after the call has
-succeeded, and before its result leaves the site (diffprivlib's accountant pattern). A
-release that would overspend is refused with :class:`~dsfed_server.errors.BudgetExceeded`,
-whose message states what remains.
+call's :class:`CallScope` to **check** the release against two budgets on every table the call
+read, *before* the noise is drawn:
+
+* the **table's** budget (``[budget] epsilon_per_table``, ``delta_per_table``): everything
+  every analyst has been told about the table. Two colluding accounts share it, so a second
+  account does not buy fresh noise on the same records;
+* the **analyst's** share of it (``epsilon_per_analyst``, ``delta_per_analyst``, at most the
+  table's), so one analyst cannot use up a table for everyone.
+
+The service **spends** (:meth:`CallScope.commit`) only after the call has succeeded, and
+before its result leaves the site (diffprivlib's accountant pattern). A release that would
+overspend either budget is refused with :class:`~dsfed_server.errors.BudgetExceeded`, naming
+the budget's rule and stating what remains.
 
 Table key
     The ``project.table`` of the site table(s) the released values were computed from.
@@ -18,10 +26,10 @@ Table key
 
 Repeats are free
     Noise is seeded by the site secret and the query's content (:func:`~dsfed_server.
-    disclosure.mechanisms.seeded_rng`), so asking the same release again returns the very same
-    numbers: no new information, no new spending. The ledger keeps the key of every release
-    it charged (an HMAC of the seed's parts) and a release already charged to the analyst on
-    that table costs nothing.
+    disclosure.mechanisms.seeded_rng`), not by who asks, so asking the same release again,
+    from any account, returns the very same numbers: no new information, no new spending.
+    The ledger keeps the key of every release it charged (an HMAC of the seed's parts) and a
+    release already charged on that table, to anyone, costs nothing.
 
 Parallel composition
     Releases of one call that name the same ``partition`` are about disjoint sets of
@@ -29,8 +37,8 @@ Parallel composition
     expensive of them. Releases without a partition compose sequentially.
 
 Accountant (``ACCOUNTANT = "rdp"``)
-    Two valid bounds are kept for the sequence of releases on one analyst x table and the
-    tighter is used:
+    Two valid bounds are kept for the sequence of releases on one table (all analysts, and
+    each analyst's part of it) and the tighter is used:
 
     * basic composition: :math:`(\\sum_i \\varepsilon_i, \\sum_i \\delta_i)`;
     * Renyi DP of the Gaussian mechanism (Mironov 2017, Prop. 7): release *i* with
@@ -71,8 +79,6 @@ from scipy import optimize
 from dsfed_server.errors import BudgetExceeded
 
 ACCOUNTANT = "rdp"
-EPSILON_RULE = "budget.epsilon_per_analyst"
-DELTA_RULE = "budget.delta_per_analyst"
 _SLACK = 1e-9  # relative tolerance on budget comparisons (float sums)
 
 
@@ -205,6 +211,39 @@ CREATE TRIGGER IF NOT EXISTS secure_peers_append_only_u BEFORE UPDATE ON secure_
 
 
 @dataclass(frozen=True)
+class Cap:
+    """One budget: at most ``epsilon`` at ``delta`` for whom ``scope`` names, under ``rule``."""
+
+    scope: str  # "table" (all analysts) or "analyst" (one analyst's share of a table)
+    epsilon: float
+    delta: float
+
+    @property
+    def rule(self) -> str:
+        return f"budget.epsilon_per_{self.scope}"
+
+    @property
+    def delta_rule(self) -> str:
+        return f"budget.delta_per_{self.scope}"
+
+    def fits(self, total: Cost) -> bool:
+        return guarantee(total, epsilon_budget=self.epsilon, delta_budget=self.delta).within
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The two budgets every release on a table is checked against (``[budget]``)."""
+
+    table: Cap
+    analyst: Cap
+
+    @classmethod
+    def of(cls, budget: Any) -> "Caps":
+        return cls(Cap("table", budget.epsilon_per_table, budget.delta_per_table),
+                   Cap("analyst", budget.epsilon_per_analyst, budget.delta_per_analyst))
+
+
+@dataclass(frozen=True)
 class Charge:
     """A pending charge: ``cost`` on ``table`` for the releases ``keys`` (new ones only)."""
 
@@ -231,30 +270,50 @@ class Ledger:
         return db
 
     @staticmethod
-    def _total(db: sqlite3.Connection, analyst: str, table: str) -> Cost:
-        row = db.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0), COALESCE(SUM(rho), 0) "
-                         "FROM spend WHERE analyst = ? AND table_key = ?", (analyst, table)).fetchone()
+    def _total(db: sqlite3.Connection, table: str, analyst: str | None = None) -> Cost:
+        """Spent on ``table``: by everyone, or by ``analyst``."""
+        query = ("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0), COALESCE(SUM(rho), 0) "
+                 "FROM spend WHERE table_key = ?")
+        params: tuple[str, ...] = (table,)
+        if analyst is not None:
+            query, params = query + " AND analyst = ?", (table, analyst)
+        row = db.execute(query, params).fetchone()
         return Cost(float(row[0]), float(row[1]), float(row[2]))
 
-    def total(self, analyst: str, table: str) -> Cost:
+    def total(self, table: str, analyst: str | None = None) -> Cost:
         with self._connect() as db:
-            return self._total(db, analyst, table)
+            return self._total(db, table, analyst)
 
-    def released(self, analyst: str, table: str, keys: Iterable[str]) -> set[str]:
-        """Which of ``keys`` were already charged to ``analyst`` on ``table``."""
-        keys = list(keys)
+    @staticmethod
+    def _released(db: sqlite3.Connection, table: str, keys: list[str]) -> set[str]:
         if not keys:
             return set()
-        with self._connect() as db:
-            marks = ",".join("?" * len(keys))
-            rows = db.execute(f"SELECT release FROM released WHERE analyst = ? AND table_key = ? "
-                              f"AND release IN ({marks})", (analyst, table, *keys)).fetchall()
+        marks = ",".join("?" * len(keys))
+        rows = db.execute(f"SELECT release FROM released WHERE table_key = ? AND release IN ({marks})",
+                          (table, *keys)).fetchall()
         return {r[0] for r in rows}
 
-    def spend(self, analyst: str, charges: list[Charge], budgets: dict[str, tuple[float, float]],
-              refuse: Any) -> list[dict[str, Any]]:
-        """Re-check and record ``charges`` atomically; ``refuse(table, total, cost)`` raises
-        when one would overspend (nothing is then recorded). Returns what was spent."""
+    def released(self, table: str, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` were already charged on ``table`` (to any analyst: same seed, same noise)."""
+        with self._connect() as db:
+            return self._released(db, table, list(keys))
+
+    def overspent(self, db: sqlite3.Connection, analyst: str, table: str, cost: Cost,
+                  caps: Caps) -> tuple[Cap, Cost] | None:
+        """The first budget ``cost`` would overspend on ``table`` (and what it has spent), or None."""
+        for cap, who in ((caps.analyst, analyst), (caps.table, None)):
+            total = self._total(db, table, who)
+            if not cap.fits(total + cost):
+                return cap, total
+        return None
+
+    def check(self, analyst: str, table: str, cost: Cost, caps: Caps) -> tuple[Cap, Cost] | None:
+        with self._connect() as db:
+            return self.overspent(db, analyst, table, cost, caps)
+
+    def spend(self, analyst: str, charges: list[Charge], caps: Caps, refuse: Any) -> list[dict[str, Any]]:
+        """Re-check and record ``charges`` atomically; ``refuse(table, cap, total, cost)`` raises
+        when one would overspend a budget (nothing is then recorded). Returns what was spent."""
         if not charges:
             return []
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -264,26 +323,24 @@ class Ledger:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 for charge in charges:
-                    done = {r[0] for r in db.execute(
-                        f"SELECT release FROM released WHERE analyst = ? AND table_key = ? AND release IN "
-                        f"({','.join('?' * len(charge.keys))})", (analyst, charge.table, *charge.keys))}
+                    done = self._released(db, charge.table, list(charge.keys))
                     keys = [k for k in charge.keys if k not in done]
                     if not keys:
                         continue  # a concurrent call released the same values first
-                    total = self._total(db, analyst, charge.table)
-                    e_budget, d_budget = budgets[charge.table]
-                    after = guarantee(total + charge.cost, epsilon_budget=e_budget, delta_budget=d_budget)
-                    if not after.within:
-                        refuse(charge.table, total, charge.cost)
+                    over = self.overspent(db, analyst, charge.table, charge.cost, caps)
+                    if over is not None:
+                        refuse(charge.table, *over, charge.cost)
                     cur = db.execute("INSERT INTO spend (time, analyst, table_key, function, epsilon, delta, rho) "
                                      "VALUES (?, ?, ?, ?, ?, ?, ?)",
                                      (now, analyst, charge.table, charge.function, charge.cost.epsilon,
                                       charge.cost.delta, charge.cost.rho))
                     db.executemany("INSERT INTO released (analyst, table_key, release, spend_seq) VALUES (?, ?, ?, ?)",
                                    [(analyst, charge.table, k, cur.lastrowid) for k in keys])
+                    after = guarantee(self._total(db, charge.table), epsilon_budget=caps.table.epsilon,
+                                      delta_budget=caps.table.delta)
                     spent.append({"table": charge.table, "epsilon": charge.cost.epsilon, "delta": charge.cost.delta,
                                   "rho": charge.cost.rho, "releases": len(keys), "seq": cur.lastrowid,
-                                  "total": after.as_dict()})
+                                  "table_total": after.as_dict()})
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -293,15 +350,16 @@ class Ledger:
         return spent
 
     def pin_peers(self, analyst: str, tables: Iterable[str], peers: Iterable[str]) -> dict[str, str]:
-        """The peer set of the analyst's secure sums on each table: recorded by the first secure
-        sum, returned as recorded (the caller refuses a sum whose peers differ)."""
+        """The peer set of secure sums on each table, for every analyst: recorded by the first secure
+        sum on the table (with who asked), returned as recorded (the caller refuses a sum whose peers
+        differ: two colluding accounts summing over different site sets could difference them)."""
         wanted = ",".join(sorted(peers))
         pinned: dict[str, str] = {}
         with self._lock, self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
             for table in sorted(set(tables)):
-                row = db.execute("SELECT peers FROM secure_peers WHERE analyst = ? AND table_key = ?",
-                                 (analyst, table)).fetchone()
+                row = db.execute("SELECT peers FROM secure_peers WHERE table_key = ? ORDER BY time LIMIT 1",
+                                 (table,)).fetchone()
                 if row is None:
                     db.execute("INSERT INTO secure_peers VALUES (?, ?, ?, ?)",
                                (analyst, table, wanted, datetime.now(timezone.utc).isoformat()))
@@ -345,8 +403,7 @@ class CallScope:
 
     analyst: str
     ledger: Ledger | None
-    epsilon_budget: float
-    delta_budget: float
+    caps: Caps
     secret: bytes = field(repr=False, default=b"")
     sources: set[str] = field(default_factory=set)
     analyst_vectors: int = 0
@@ -381,7 +438,7 @@ class CallScope:
         """The pending releases as charges per table: new releases only, partitions at their max."""
         charges = []
         for table in self.tables():
-            done = self.ledger.released(self.analyst, table, [r.key for r in releases]) if self.ledger else set()
+            done = self.ledger.released(table, [r.key for r in releases]) if self.ledger else set()
             groups: dict[str, list[_Release]] = {}
             for r in releases:
                 if r.key not in done:
@@ -401,27 +458,27 @@ class CallScope:
             for charge in self._charges(candidate, function):
                 by_table[charge.table] = by_table.get(charge.table, ZERO) + charge.cost
             for table, cost in by_table.items():
-                total = self.ledger.total(self.analyst, table)
-                if not guarantee(total + cost, epsilon_budget=self.epsilon_budget,
-                                 delta_budget=self.delta_budget).within:
-                    raise self.refusal(table, total, cost)
+                over = self.ledger.check(self.analyst, table, cost, self.caps)
+                if over is not None:
+                    raise self.refusal(table, *over, cost)
         self.pending.append(release)
 
-    def refusal(self, table: str, total: Cost, cost: Cost) -> BudgetExceeded:
-        now = guarantee(total, epsilon_budget=self.epsilon_budget, delta_budget=self.delta_budget)
-        remaining = remaining_budget(now, self.epsilon_budget, self.delta_budget)
-        rule = DELTA_RULE if cost.delta > self.delta_budget else EPSILON_RULE
+    def refusal(self, table: str, cap: Cap, total: Cost, cost: Cost) -> BudgetExceeded:
+        now = guarantee(total, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
+        remaining = remaining_budget(now, cap.epsilon, cap.delta)
+        rule = cap.delta_rule if cost.delta > cap.delta else cap.rule
         left = f"remaining epsilon {remaining['epsilon']:.6g}"
         if remaining["delta"] is not None:
             left += f", delta {remaining['delta']:.3g}"
+        whose = (f"the privacy budget of table {table!r} (all analysts together)" if cap.scope == "table" else
+                 f"the privacy budget of analyst {self.analyst!r} on table {table!r}")
         return BudgetExceeded(
-            f"privacy budget of analyst {self.analyst!r} on table {table!r} would be exceeded: this release costs "
-            f"epsilon {cost.epsilon:.6g} (delta {cost.delta:.3g}); spent so far epsilon {now.epsilon:.6g} at delta "
-            f"{now.delta:.3g} ({now.accountant} composition) of epsilon {self.epsilon_budget:g} at delta "
-            f"{self.delta_budget:g}; {left}",
+            f"{whose} would be exceeded: this release costs epsilon {cost.epsilon:.6g} (delta {cost.delta:.3g}); "
+            f"spent so far epsilon {now.epsilon:.6g} at delta {now.delta:.3g} ({now.accountant} composition) of "
+            f"epsilon {cap.epsilon:g} at delta {cap.delta:g}; {left}",
             rule=rule,
-            hint="repeating a query already answered costs nothing (it returns the same noise); ask for a smaller "
-                 "epsilon, or ask the site's governance board for more budget",
+            hint="repeating a query already answered, by anyone, costs nothing (it returns the same noise); ask for "
+                 "a smaller epsilon, or ask the site's governance board for more budget",
         )
 
     def commit(self, function: str) -> dict[str, Any] | None:
@@ -429,12 +486,11 @@ class CallScope:
         if not self.pending:
             return None
         charges = self._charges(self.pending, function)
-        budgets = {c.table: (self.epsilon_budget, self.delta_budget) for c in charges}
 
-        def refuse(table: str, total: Cost, cost: Cost) -> None:
-            raise self.refusal(table, total, cost)
+        def refuse(table: str, cap: Cap, total: Cost, cost: Cost) -> None:
+            raise self.refusal(table, cap, total, cost)
 
-        self.spent = self.ledger.spend(self.analyst, charges, budgets, refuse) if self.ledger else []
+        self.spent = self.ledger.spend(self.analyst, charges, self.caps, refuse) if self.ledger else []
         new_keys = {k for c in charges for k in c.keys}
         self.repeats = len({r.key for r in self.pending} - new_keys) if self.sources else 0
         return {

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.errors import SiteError
@@ -26,10 +27,15 @@ if TYPE_CHECKING:
     from dsfed_server.catalog import Catalog
 
 DERIVED = "dsfed.derived"  # frame attribute: {column: (source column, transform name)}
+PUBLIC_DESIGN = "dsfed.public_design"  # frame attribute: its covariates are known to the analyst (thresholds)
 # monotone increasing transforms a derived column may apply, and their inverse (cut values back to the source)
 TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "identity": lambda v: v,
     "logit": lambda v: 1.0 / (1.0 + np.exp(-v)),
+}
+FORWARD: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "identity": lambda v: v,
+    "logit": special.logit,
 }
 
 
@@ -38,18 +44,25 @@ class RootColumn:
     """The site table column a vector's values come from.
 
     ``table`` and ``column`` name it; ``values`` are all its non-missing values at this site;
-    ``whole``: the vector is the whole column (the same records in the same order); ``inverse``
-    maps the vector's values back to the column's (the inverse of the monotone transform applied)."""
+    ``whole``: the vector is the whole column (the same records in the same order); ``transform``:
+    the monotone transform the vector applied to the column; ``declared``: the range the data
+    dictionary declares for the vector's values (the column's, transformed), or None."""
 
     table: str
     column: str
     values: np.ndarray
     whole: bool
-    inverse: Callable[[np.ndarray], np.ndarray] = TRANSFORMS["identity"]
+    transform: str = "identity"
+    declared: tuple[float, float] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return self.table, self.column
+
+    @property
+    def inverse(self) -> Callable[[np.ndarray], np.ndarray]:
+        """Maps the vector's values back to the column's (the inverse of the transform)."""
+        return TRANSFORMS[self.transform]
 
 
 def ordering_key(p: np.ndarray) -> str:
@@ -73,11 +86,24 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
     if source not in frame.columns or not pd.api.types.is_numeric_dtype(frame[source]):
         return None
     column = frame[source].to_numpy(dtype=float)
-    inverse = TRANSFORMS[transform]
-    values = inverse(vector.to_numpy(dtype=float, na_value=np.nan))
+    values = TRANSFORMS[transform](vector.to_numpy(dtype=float, na_value=np.nan))
     if rows.index.size and (rows.index.max() >= column.size
                             or not np.allclose(column[rows.index], values, rtol=1e-12, atol=0, equal_nan=True)):
         return None
     whole = transform == "identity" and rows.index.size == column.size and np.array_equal(rows.index,
                                                                                         np.arange(column.size))
-    return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, inverse)
+    return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, transform,
+                      _declared(catalog, rows.lineage, source, transform))
+
+
+def _declared(catalog: "Catalog", table: str, column: str, transform: str) -> tuple[float, float] | None:
+    """The dictionary's declared range of ``table.column`` through ``transform`` (None when the
+    dictionary declares none, or the transform maps it out of the finite numbers)."""
+    variable = catalog.variable(table, column)
+    bounds = variable.declared_range if variable is not None else None
+    if bounds is None:
+        return None
+    with np.errstate(divide="ignore"):
+        lo, hi = (float(v) for v in FORWARD[transform](np.asarray(bounds, dtype=float)))
+    return (lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None
+

@@ -26,6 +26,13 @@ several steps (:class:`PooledSteps`): each pooled result then yields what the si
 and, derived from it at every site alike, this site's vector for the next step -- the next probes
 of a quantile search, the next iterate of a GLM -- sealed in the same call (rule 3: the next
 round's parameters come from the sites, not from the analyst).
+
+A **relayed** protocol (the ``relayed`` option; GLM fits) runs the same steps where pooled
+checks are not available -- fewer sites than ``secure_aggregation.min_sites``, or a site that
+checks per site only: each site checks its own counts before it seals anything, and the sites
+still derive every step's parameters from the authenticated sum of the step before. Below
+min_sites the masks hide nothing from the other sites (a site could subtract its own); what a
+site then learns of a peer is that peer's per-site parts, which it checked before sealing.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ class PendingStep:
     finish: Callable[..., Any]
     sources: frozenset = frozenset()
     history_key: tuple[str, str] | None = None  # its cut history goes back with the release
+    relayed: bool = False  # a relayed protocol: checked per site when sealed, the sum released as it is
 
 
 def _relay_key(shared: bytes, round_id: str, sender: str, receiver: str, step: int, call: bytes) -> bytes:

@@ -86,6 +86,38 @@ class Disclosure(_Section):
             "reproduces individual outcomes."
         ),
     )
+    glm_analyst_coefficients: bool = Field(
+        description=(
+            "Whether glmDS2 evaluates a model at coefficients the analyst sends (dsBase's protocol, "
+            "which the unmodified DataSHIELD client needs, and dsfed's per-site fit). false: only "
+            "fits whose every iterate the sites derive themselves from pooled sums (the pooled "
+            "fit) are answered. Protects against every channel that analyst-chosen coefficients "
+            "open, including those glm_max_linear_predictor cannot bound (see docs/governance.md)."
+        ),
+    )
+    glm_max_linear_predictor: float = Field(
+        gt=0,
+        le=30,
+        description=(
+            "Largest |linear predictor| that coefficients from the analyst may give any record "
+            "whose values lie within the ranges the data dictionary declares (for a link whose "
+            "inverse R clamps, such as probit at about 8.1, the smaller of the two). Computed from "
+            "the declared ranges, never from the records, so a refusal tells nothing about them; a "
+            "covariate without a declared range cannot be bounded and is refused. Protects against "
+            "coefficients that saturate the linear predictor into a step at one record's value, "
+            "where the difference of two deviances gives that record's outcome."
+        ),
+    )
+    quantile_min_multiple: float = Field(
+        ge=1,
+        le=100,
+        description=(
+            "Quantiles (quantileMeanDS) are released only for at least this multiple of "
+            "q_threshold values. Seven type-7 quantiles and the mean are eight linear equations in "
+            "the order statistics: on about eight values they give most values exactly, the "
+            "minimum and maximum among them."
+        ),
+    )
     max_factor_levels: int = Field(
         ge=2,
         le=10000,
@@ -174,6 +206,15 @@ class Privacy(_Section):
             "lower it. Protects against an analyst asking for too little noise."
         ),
     )
+    score_columns: tuple[str, ...] = Field(
+        description=(
+            "The table columns that hold prediction scores: the only values noisyScoresDS "
+            "releases (a column, a subset of it, or a monotone transform of it), clipped to the "
+            "range the data dictionary declares for the column, so the noise sized by "
+            "score_l2_sensitivity is never put on another column (an income). A listed column "
+            "without a declared range is refused."
+        ),
+    )
     no_noise_acknowledged: str = Field(
         description=(
             "Must be empty unless mechanism = 'none'; then a sentence saying why this "
@@ -191,23 +232,43 @@ class Privacy(_Section):
 
 
 class Budget(_Section):
+    epsilon_per_table: float = Field(
+        gt=0,
+        description=(
+            "Total epsilon all analysts together may spend on one table at this site, over all noisy "
+            "answers (composed by the tighter of basic composition and Renyi-DP accounting; repeating "
+            "a question, from any account, costs nothing). A query that would exceed it is refused. "
+            "Protects against averaging away the noise over many queries, and against colluding "
+            "accounts that would each get a fresh budget on the same records."
+        ),
+    )
+    delta_per_table: float = Field(
+        gt=0,
+        lt=1,
+        description=(
+            "Total delta all analysts together may spend on one table at this site: the probability "
+            "that the total epsilon guarantee fails."
+        ),
+    )
     epsilon_per_analyst: float = Field(
         gt=0,
         description=(
-            "Total epsilon one analyst may spend on one table at this site, over all noisy answers "
-            "(composed by the tighter of basic composition and Renyi-DP accounting; repeating a "
-            "question costs nothing). A query that would exceed it is refused. Protects against "
-            "averaging away the noise over many queries."
+            "The part of epsilon_per_table one analyst may spend on one table (at most "
+            "epsilon_per_table), so one analyst cannot use a table's budget up for everyone."
         ),
     )
     delta_per_analyst: float = Field(
         gt=0,
         lt=1,
-        description=(
-            "Total delta one analyst may spend on one table at this site: the probability that the "
-            "total epsilon guarantee fails."
-        ),
+        description="The part of delta_per_table one analyst may spend on one table (at most delta_per_table).",
     )
+
+    @model_validator(mode="after")
+    def _analyst_within_table(self) -> "Budget":
+        if self.epsilon_per_analyst > self.epsilon_per_table or self.delta_per_analyst > self.delta_per_table:
+            raise ValueError("an analyst's budget (epsilon_per_analyst, delta_per_analyst) must not exceed the "
+                             "table's (epsilon_per_table, delta_per_table)")
+        return self
 
 
 class SecureAggregation(_Section):
@@ -218,9 +279,9 @@ class SecureAggregation(_Section):
             "Fewest sites, this one included, whose contributions one secure sum may combine "
             "(secureKeyDS and the 'secure' option of aggregate calls): the analyst sees only "
             "the sum. With two sites each could subtract its own share, so 3 is the least that "
-            "hides a site from the others too. A site also takes part in secure sums for one "
-            "analyst on one table with one set of peers only: two sums over different site "
-            "sets would let their difference isolate fewer sites."
+            "hides a site from the others too. A site also takes part in secure sums on one "
+            "table with one set of peers only, whichever analyst asks: two sums over different "
+            "site sets would let their difference isolate fewer sites."
         ),
     )
     honest_sites: int = Field(
@@ -263,6 +324,15 @@ class Functions(_Section):
             "Each function applies its own disclosure checks on top of the rules above."
         ),
     )
+    datashield_protocol: bool = Field(
+        description=(
+            "Whether the site answers the Opal DataSHIELD protocol (the /ws routes) for existing "
+            "DataSHIELD clients. Both doors share the registry, the rules, the release history and "
+            "the budget; what only the DataSHIELD door needs (analyst coefficients in glmDS2, "
+            "per-site releases without the pooled protocols) is listed in docs/governance.md. "
+            "false: /ws refuses every request; the native API (/v1) stays."
+        ),
+    )
 
 
 class Rules(_Section):
@@ -283,7 +353,8 @@ class Rules(_Section):
             "leave the site."
         ),
     )
-    budget: Budget = Field(description="How much privacy loss one analyst may spend in total at this site.")
+    budget: Budget = Field(description="How much privacy loss may be spent on each table at this site, by all "
+                                       "analysts together and by one.")
     secure_aggregation: SecureAggregation = Field(
         description="Sums over sites in which the analyst never sees one site's contribution.",
     )
@@ -320,6 +391,9 @@ _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "combine_analyst_vectors"): False,  # only false is stricter
     ("disclosure", "cut_history"): True,  # only true is stricter
     ("disclosure", "glm_saturation"): "lower",
+    ("disclosure", "glm_analyst_coefficients"): False,  # only false is stricter
+    ("disclosure", "glm_max_linear_predictor"): "lower",
+    ("disclosure", "quantile_min_multiple"): "higher",
     ("disclosure", "max_factor_levels"): "lower",
     ("disclosure", "factor_levels_density"): "lower",
     ("bins", "small_bin_policy"): "refuse",
@@ -361,7 +435,7 @@ class RulesFile(Rules):
         return base.model_copy(update={
             "disclosure": base.disclosure.model_copy(update=disclosure),
             "bins": base.bins.model_copy(update=bins),
-            "functions": Functions(enabled=profile.enabled),
+            "functions": base.functions.model_copy(update={"enabled": profile.enabled}),
         })
 
     @property

@@ -210,14 +210,14 @@ def check_plain_release(function: str, rules: SecureAggregation) -> None:
 
 
 def check_peer_set(pinned: dict[str, str], keys: dict[str, bytes], analyst: str, rules: SecureAggregation) -> None:
-    """One set of peers per analyst x table (``pinned``: the set recorded for each table the call
-    read): the difference of sums over two site sets would isolate fewer than min_sites sites."""
+    """One set of peers per table, for all analysts (``pinned``: the set recorded for each table the
+    call read): the difference of sums over two site sets would isolate fewer than min_sites sites."""
     other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
     if other:
         table, peers = next(iter(other.items()))
         raise DisclosureRefusal(
-            f"secure sums on {table} for {analyst} go over the sites {peers}; a sum over another set of "
-            f"sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
+            f"secure sums on {table} (by {analyst} or any other analyst) go over the sites {peers}; a sum over "
+            f"another set of sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
             rule="secure_aggregation.min_sites",
             hint="ask with the same sites as before (retry once the missing site is back)")
 

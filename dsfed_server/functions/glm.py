@@ -11,7 +11,9 @@ and :math:`z = \\eta - \\text{offset} + (y - \\mu)/\\mu'(\\eta)` exactly as in R
 
 Disclosure checks (DataSHIELD ``glmDS1``, :func:`check_frame`): at least q records; at most
 ``glm_saturation`` x n parameters; factor levels of 0 or at least q records; a binary outcome or
-covariate whose smaller level has fewer than q records is refused.
+covariate whose smaller level has fewer than q records is refused. Coefficients from the analyst
+(:func:`check_coefficients`) are accepted only where the rules allow them and only if they keep
+the linear predictor within ``glm_max_linear_predictor`` over the declared ranges of the data.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ import pandas as pd
 from dsfed_server.calltree import Formula
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
-from dsfed_server.errors import CallError
-from dsfed_server.families import FAMILY_NAMES, LINK_NAMES, Family, family as make_family
+from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
+_COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
 
@@ -79,6 +83,80 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
             guard.min_count(int(counts.min()), f"binary {what}: a level")
 
 
+def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.DataFrame, offset: str | None,
+                       beta: np.ndarray) -> None:
+    r"""Coefficients the analyst chose (dsBase's ``glmDS2`` protocol) are a differencing tool: a steep
+    linear predictor saturates R's inverse link into a step at one record's value, and the
+    difference of two deviances gives that record's outcome. They are evaluated only if the rules
+    allow analyst coefficients (``disclosure.glm_analyst_coefficients``) and if no record whose
+    values lie in the ranges the data dictionary declares could get :math:`|\eta| = |x^T\beta +
+    \text{offset}|` above ``disclosure.glm_max_linear_predictor`` (nor above where the link clamps,
+    :data:`~dsfed_server.families.CLAMPED_BEYOND`). The bound is interval arithmetic over the declared
+    ranges (a factor's dummies one at a time), so it depends on no record: the refusal tells the
+    analyst nothing about the data. Within it, the link is smooth and unclamped. A table whose
+    covariates the analyst knows (:data:`~dsfed_server.disclosure.provenance.PUBLIC_DESIGN`, the
+    ROC-GLM's thresholds) takes no analyst coefficients at all: there, the parts at a few chosen
+    coefficient vectors are enough linear equations to solve for the table's counts."""
+    rules = ctx.guard.rules.disclosure
+    if not rules.glm_analyst_coefficients:
+        raise DisclosureRefusal(
+            "this site does not evaluate models at coefficients sent by the analyst",
+            rule="disclosure.glm_analyst_coefficients",
+            hint="fit the model pooled (the sites derive every iterate; the dsfed client does by default)")
+    if data.attrs.get(PUBLIC_DESIGN):
+        raise DisclosureRefusal(
+            "this table's covariates are thresholds the analyst knows: the fit's parts at coefficients of the "
+            "analyst's choosing are linear equations in the table's counts, which a few such fits solve",
+            rule="disclosure.glm_analyst_coefficients",
+            hint="fit the model pooled (the sites derive every iterate; the dsfed client does by default)")
+    clamp = CLAMPED_BEYOND[fam.link]
+    if clamp is None:
+        return
+    limit = min(rules.glm_max_linear_predictor, clamp)
+
+    def declared(variable: str) -> tuple[float, float]:
+        column = variable.split("$", 1)[-1]
+        root = ctx.root_column(data[column])
+        bounds = root.declared if root is not None else None
+        if bounds is None:
+            raise DisclosureRefusal(
+                f"{column} has no range declared in the site's data dictionary, so the site cannot bound the "
+                f"linear predictor that coefficients from the analyst give", rule="disclosure.glm_max_linear_predictor",
+                hint="fit the model pooled (the sites derive its coefficients), or ask the site to declare the "
+                     "variable's range")
+        return bounds
+
+    in_factor = {j for columns in mf.factors.values() for j in columns}
+    low = high = 0.0
+    for j, product in enumerate(mf.products):
+        if j in in_factor:
+            continue
+        interval = (1.0, 1.0)
+        for variable, is_factor in product:
+            interval = _times(interval, (0.0, 1.0) if is_factor else declared(variable))
+        ends = (beta[j] * interval[0], beta[j] * interval[1])
+        low, high = low + min(ends), high + max(ends)
+    for columns in mf.factors.values():  # one level at a time: the reference (0) or one dummy
+        low, high = low + min(0.0, *beta[columns]), high + max(0.0, *beta[columns])
+    if offset:
+        lo, hi = declared(offset)
+        low, high = low + lo, high + hi
+    reach = max(abs(low), abs(high))
+    if reach > limit:
+        raise DisclosureRefusal(
+            f"over the declared ranges of the data these coefficients give a linear predictor up to "
+            f"{reach:.4g} in absolute value; the site allows at most {limit:g} (link {fam.link})",
+            rule="disclosure.glm_max_linear_predictor",
+            hint="fit the model pooled (the sites derive its coefficients); a fit that needs larger values is "
+                 "(nearly) separated")
+
+
+def _times(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """The product of two intervals."""
+    ends = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
+    return min(ends), max(ends)
+
+
 _FORMULA = Param("formula", P.FORMULA, "model formula, e.g. y ~ age + tgrade")
 _FAMILY = Param("family", P.STRING, "binomial, poisson or gaussian", choices=FAMILY_NAMES)
 _LINK = Param("link", P.STRING, "link function (default: the family's canonical link)", required=False,
@@ -108,24 +186,30 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
         Param("dataName", P.TABLE, "the table"),
         _LINK,
     ],
-    checks=_CHECKS,
+    checks=_CHECKS + _COEFFICIENT_CHECKS,
     secure_sum=SecureSum(fields=_SUMMED, public=("family", "link", "coef.names")),
+    relayable=True,
 )
 def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[float] | None,
               offset: str | None, weights: str | None, dataName: pd.DataFrame, link: str | None
               ) -> dict[str, Any] | PooledSteps:
     """This site's IRLS parts at ``beta.vect``: information matrix, score, X'Wz and deviance.
 
-    As a pooled release without ``beta.vect``, the whole fit is a protocol of several steps
-    (:func:`irls_steps`): the sites derive every iterate from the pooled parts themselves."""
+    As a pooled or relayed release without ``beta.vect``, the whole fit is a protocol of several
+    steps (:func:`irls_steps`): the sites derive every iterate from the summed parts themselves."""
     fam = make_family(family, link)
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
-    if ctx.pooled and beta_vect is None:
+    if (ctx.pooled or ctx.relayed) and beta_vect is None:
         return irls_steps(fam, mf, None)
-    if beta_vect is not None and len(beta_vect) != len(mf.names):
-        raise CallError(f"beta.vect has {len(beta_vect)} values; the model has {len(mf.names)} coefficients")
+    beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
+    if beta is not None:
+        if beta.size != len(mf.names):
+            raise CallError(f"beta.vect has {beta.size} values; the model has {len(mf.names)} coefficients")
+        if not np.all(np.isfinite(beta)):
+            raise CallError("beta.vect must be finite numbers")
+        check_coefficients(ctx, fam, mf, dataName, offset, beta)
     return {"family": fam.name, "link": fam.link, "coef.names": list(mf.names),
-            **parts(fam, mf, None if beta_vect is None else np.asarray(beta_vect, dtype=float)),
+            **parts(fam, mf, beta),
             "disclosure.risk": 0, "errorMessage2": "No errors"}
 
 

@@ -23,18 +23,20 @@ _r_quantile = rbridge.r_function(
     "quantileMeanDS",
     "aggregate",
     [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")],
-    checks=("disclosure.q_threshold",),
+    checks=("disclosure.q_threshold", "disclosure.quantile_min_multiple"),
     backend="R",
 )
 def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """The 5, 10, 25, 50, 75, 90 and 95 % quantiles (R ``quantile(type = 7)``) and the mean.
 
     Same shape as dsBase's ``quantileMeanDS``: names ``"5%"`` ... ``"95%"``,
-    ``"Mean"``. Refused when fewer than q values are non-missing.
+    ``"Mean"``. Refused when fewer than ``quantile_min_multiple`` x q values are non-missing:
+    eight statistics on about eight values give most of them exactly.
     """
     values = numeric(x)
     valid = values[~np.isnan(values)]
     ctx.guard.min_count(valid.size, "valid values")
+    ctx.guard.order_statistics(valid.size)
     q = _r_quantile(valid, np.asarray(PROBS))
     out: dict[str, Any] = {f"{round(p * 100):d}%": float(v) for p, v in zip(PROBS, q)}
     out["Mean"] = float(valid.mean())

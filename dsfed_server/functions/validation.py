@@ -22,8 +22,8 @@ from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
-from dsfed_server.disclosure.provenance import DERIVED, RootColumn
-from dsfed_server.errors import CallError
+from dsfed_server.disclosure.provenance import DERIVED, PUBLIC_DESIGN, RootColumn
+from dsfed_server.errors import CallError, DisclosureRefusal
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -62,7 +62,8 @@ def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, p
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
         Param("sensitivity", P.NUMBER, "ask for a larger l2-sensitivity than the site's", required=False),
     ],
-    checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "privacy.score_l2_sensitivity"),
+    checks=_A1 + ("privacy.score_columns", "privacy.mechanism", "privacy.epsilon", "privacy.delta",
+                  "privacy.score_l2_sensitivity"),
 )
 def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: float | None,
                  delta: float | None, sensitivity: float | None) -> dict[str, Any]:
@@ -71,8 +72,14 @@ def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: 
     :math:`\\tilde F^{(k)} = F^{(k)} + r^{(k)}`, :math:`r \\sim N(0, \\tau^2)`, :math:`\\tau` from
     the analytic Gaussian mechanism with the site's epsilon, delta and sensitivity. The two
     classes are disjoint sets of records, so together they cost one (epsilon, delta).
+
+    The sensitivity is the site's statement about its prediction model's scores, so only a column
+    the rules declare as scores (``privacy.score_columns``; a subset or monotone transform of one)
+    is released, clipped to the range the data dictionary declares for it.
     """
+    score_range = declared_score_range(ctx, score)
     y, p = outcome_and_score(ctx, truth, score)
+    p = np.clip(p, *score_range)
     mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
     return {
         # disjoint records: one (epsilon, delta) for both classes (parallel composition)
@@ -84,6 +91,25 @@ def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: 
         "delta": mechanism.delta if mechanism else None,
         "sensitivity": mechanism.sensitivity if mechanism else None,
     }
+
+
+def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, float]:
+    """The declared range of ``score``, which must be (a subset or monotone transform of) one of the
+    rules file's ``privacy.score_columns``; refused otherwise, naming the rule."""
+    declared = ctx.guard.rules.privacy.score_columns
+    root = ctx.root_column(score)
+    if root is None or root.column not in declared:
+        what = f"column {root.column!r}" if root is not None else "a vector that is no site table column"
+        raise DisclosureRefusal(
+            f"the noise is sized for this site's prediction scores ({', '.join(declared) or 'none declared'}); "
+            f"{what} is not one of them", rule="privacy.score_columns",
+            hint="pass a score column the site declares, e.g. D$score")
+    if root.declared is None:
+        raise DisclosureRefusal(
+            f"score column {root.column!r} has no finite range declared in the data dictionary (through "
+            f"its {root.transform} transform), so the site cannot clip it", rule="privacy.score_columns",
+            hint="pass the score itself, not a transform of it; or ask the site to declare the column's range")
+    return root.declared
 
 
 def f64(values: np.ndarray) -> dict[str, str]:
@@ -246,11 +272,14 @@ def roc_glm_table(pv: np.ndarray, thresholds: int) -> pd.DataFrame:
     ``(u, x = \\Phi^{-1}(t_j), w = count)``."""
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "u": np.tile([0, 1], thresholds).astype(np.int64),
         "x": np.repeat(stats.norm.ppf(t), 2),
         "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
     })
+    # x are the thresholds, which the analyst knows: a fit at its coefficients would be equations in the counts w
+    frame.attrs[PUBLIC_DESIGN] = True
+    return frame
 
 
 @register("brierDS", "aggregate", [_TRUTH, _SCORE], checks=_A1,

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_server.errors import AuthError, CallError, NotFound, SiteError
+from dsfed_server.errors import AuthError, CallError, NotEnabled, NotFound, SiteError
 from dsfed_server.opal import dto
 from dsfed_server.opal.commands import CommandStore
 from dsfed_server.service import CallRequest, SiteService
@@ -52,6 +52,10 @@ class OpalRoute(APIRoute):
         async def route(request: Request) -> Response:
             service = request.app.state.service
             try:
+                if not service.rules.functions.datashield_protocol:
+                    raise NotEnabled("this site does not answer the DataSHIELD (Opal) protocol",
+                                     rule="functions.datashield_protocol",
+                                     hint="use the dsfed client and its native API (/v1)")
                 response = await handler(request)
             except SiteError as exc:
                 response = error_response(exc, service)

@@ -129,6 +129,11 @@ VARS <- list(
                   NULL)
 )
 stopifnot(identical(names(VARS), COLS))
+## Declared ranges (dsfed's "range" in the dictionary): the values a site says a column can take,
+## set from clinical plausibility, not from the records (the data must lie inside them). dsfed
+## clips noisy releases to them and bounds a model's linear predictor over them.
+RANGES <- list(age = c(18, 100), tsize = c(0, 250), pnodes = c(0, 100), progrec = c(0, 5000),
+               estrec = c(0, 5000), time = c(0, 3650), score = c(0, 1))
 
 write_dictionary <- function(table, cols, path) {
   var_json <- vapply(cols, function(v) {
@@ -137,8 +142,10 @@ write_dictionary <- function(table, cols, path) {
       paste0("[", paste0("{\"name\": ", json_str(x[[4]]$names),
                          ", \"label\": ", json_str(x[[4]]$labels), "}",
                          collapse = ", "), "]")
-    sprintf("    {\"name\": %s, \"valueType\": %s, \"unit\": %s, \"label\": %s, \"categories\": %s}",
-            json_str(v), json_str(x[[1]]), json_str(x[[2]]), json_str(x[[3]]), cj)
+    rj <- if (is.null(RANGES[[v]])) "" else
+      sprintf(", \"range\": [%s, %s]", format(RANGES[[v]][1]), format(RANGES[[v]][2]))
+    sprintf("    {\"name\": %s, \"valueType\": %s, \"unit\": %s, \"label\": %s, \"categories\": %s%s}",
+            json_str(v), json_str(x[[1]]), json_str(x[[2]]), json_str(x[[3]]), cj, rj)
   }, character(1))
   txt <- paste0("{\"project\": ", json_str(PROJECT), ", \"table\": ", json_str(table),
                 ", \"entityType\": \"Participant\",\n  \"variables\": [\n",
