@@ -77,25 +77,27 @@ def main() -> int:
           f"epsilon = {args.epsilon}, delta = {args.delta}, Delta2 = {args.sensitivity} (paper mode)")
     rng = np.random.default_rng(2024)
     sizes = rng.choice(np.arange(100, 2501, 100), size=args.reps)
-    data = {f"rep{r}": seed000_scores(int(n), rng) for r, n in enumerate(sizes)}
+    scores = [seed000_scores(int(n), rng) for n in sizes]
+    # each mode on its own copy of a data set: a site keeps the cuts released on a table for every
+    # analyst, so a second mode on the same table would have its references coarsened against the
+    # first one's cuts (rule disclosure.cut_history)
+    modes = ([] if args.no_paper else ["paper"]) + [f"hist{per_leaf:g}" for per_leaf in args.per_leaf]
+    data = {f"rep{r}_{mode}": frame for r, frame in enumerate(scores) for mode in modes}
     rows, refused = [], []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
         rules = bench_rules(Path(tmp) / "rules.toml", args.sensitivity, args.sites if args.secure else 1)
         prov, services = inprocess_sites(Path(tmp), args.sites, data, rules, seed=7)
-        # the two modes as two analysts: one analyst running both on the same scores would have the
-        # second one's references coarsened against the first one's cuts (disclosure/cuts.py)
-        with login(prov, services).login() as session, login(prov, services, "analyst2").login() as hist_session:
-            for rep, pooled in enumerate(data.values()):
+        with login(prov, services).login() as session:
+            for rep, pooled in enumerate(scores):
                 n = len(pooled)
                 y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
                 auc, var = pooled_delong(y, p)
                 half = 1.959963984540054 * np.sqrt(var)
                 row = {"rep": rep, "n": n, "auc": auc}
-                session.assign_table("D", f"{PROJECT}.rep{rep}")
-                hist_session.assign_table("D", f"{PROJECT}.rep{rep}")
                 try:
                     if not args.no_paper:
+                        session.assign_table("D", f"{PROJECT}.rep{rep}_paper")
                         paper = ds_roc_glm(session, "D$y", "D$score", epsilon=args.epsilon, delta=args.delta,
                                            sensitivity=args.sensitivity)
                         row["paper_rocglm"] = abs(paper.auc - auc)
@@ -103,8 +105,9 @@ def main() -> int:
                         lo, hi = paper.empirical.ci_delong
                         row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
                     for per_leaf in args.per_leaf:
+                        session.assign_table("D", f"{PROJECT}.rep{rep}_hist{per_leaf:g}")
                         levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, args.min_levels)
-                        res = ds_hist_auc(hist_session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
+                        res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
                                           delta=args.delta, secure=args.secure)
                         row[f"hist{per_leaf:g}"] = abs(res.auc - auc)
                         row[f"hist{per_leaf:g}_rocglm"] = abs(res.roc_glm.auc - auc)

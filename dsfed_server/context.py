@@ -14,6 +14,7 @@ import pandas as pd
 
 from dsfed_server.calltree import Call, Column, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import RootColumn, root_column
 from dsfed_server.errors import CallError, NotFound
 from dsfed_server.parser import Limits, parse
@@ -40,6 +41,22 @@ class CallContext:
     @property
     def site(self) -> str:
         return self.service.name
+
+    @staticmethod
+    def record_rows(*vectors: pd.Series) -> Rows | None:
+        """Where the records with a value in every one of ``vectors`` (the same records, in the same
+        order) sit in the site table: for the release history's row sets; None when not known."""
+        first = vectors[0].attrs.get(ROWS)
+        if not isinstance(first, Rows) or first.index.size != len(vectors[0]):
+            return None
+        for other in vectors[1:]:
+            rows = other.attrs.get(ROWS)
+            if not (isinstance(rows, Rows) and rows.lineage == first.lineage and np.array_equal(rows.index, first.index)):
+                return None
+        complete = np.ones(len(vectors[0]), dtype=bool)
+        for vector in vectors:
+            complete &= vector.notna().to_numpy()
+        return Rows(first.lineage, first.index[complete], first.n_root)
 
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""

@@ -278,7 +278,7 @@ def test_recalibrate_refuses_non_finite_and_unknown_method(smooth):
 
 def test_recalibration_over_http(tmp_path):
     """The maps travel as numbers over HTTP too (knots as raw float64) to real server processes.
-    (Real sites' rules files do not enable recalibrateDS yet: see test_isolating_map_is_refused.)"""
+    (Real sites' rules files do not enable recalibrateDS: see dsfed_server/functions/recalibration.py.)"""
     frames = dict(list(_overconfident(8).items())[:2])
     provisioned, _ = make_sites(tmp_path, frames, rules=NO_NOISE)
     with LocalSites(provisioned.values(), tmp_path / "run") as sites, \

@@ -530,7 +530,7 @@ def noise_variance(hist: ScoreHistograms) -> float:
 
 
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
-                within_bin: str = "linear", roc_glm: bool = True, n_thresholds: int = 99,
+                within_bin: str = "tied", roc_glm: bool = True, n_thresholds: int = 99,
                 levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool = False,
                 **histogram_options: Any) -> HistogramAUC:
     """AUC, DeLong variance, logit CI and ROC-GLM from placement values against histogram CDFs.
@@ -548,8 +548,9 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
        :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
 
     Exact (pROC's AUC and DeLong variance) when noise is off and the bins separate all
-    distinct scores, with ``within_bin='tied'``; with ``'linear'`` (default, better for
-    continuous scores under noise) when moreover every score lies at its bin's mid-point.
+    distinct scores, with ``within_bin='tied'`` (the default: sites that keep a cut history
+    evaluate the reference as a step inside its bins, so that no placement sum gives a record's
+    score away); with ``'linear'`` when moreover every score lies at its bin's mid-point.
     ``levels=None`` picks the depth by :func:`auc_levels` from the record count (``lengthDS``);
     ``histogram_options`` go to :func:`ds_score_histograms` (branching, lower, upper, decay,
     totals, epsilon, delta). The class totals are exact by default (``totals='exact'``): the

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dsfed_server.disclosure.differencing import Rows, rows_of, subset_problem
+from dsfed_server.disclosure.differencing import Rows, isolated_records, row_set_problem, rows_of
 from dsfed_server.disclosure.gate import KEEP, Categories, Cells, Cut, Intervals, cuts_from, decide_local, release_local
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import RootColumn
@@ -111,7 +111,7 @@ class Guard:
     def subset_rows(self, parent: Any, mask: np.ndarray, condition: Intervals | None = None) -> Any:
         """:meth:`subset`, then the subset is compared with the table it comes from and every
         subset made from that table before, by any analyst (``disclosure.subset_min_difference``,
-        :func:`dsfed_server.disclosure.differencing.subset_problem`), and a numeric condition's cuts
+        :func:`dsfed_server.disclosure.differencing.row_set_problem`), and a numeric condition's cuts
         (``condition``: ``age >= 55`` cuts age) with every cut released before on the column, as any
         released cut (``disclosure.cut_history``: ``age >= 55`` after ``age > 55`` differs by the
         records aged 55). Recorded in the release history only if all pass. Returns the subset's
@@ -125,11 +125,6 @@ class Guard:
         new = np.zeros(rows.n_root, dtype=bool)
         new[rows.index] = True
         with self.history.lock:
-            earlier = self.history.row_sets(rows.lineage, rows.n_root)
-            problem = subset_problem(earlier, new, self.rules.disclosure.subset_min_difference)
-            if problem:
-                raise self._refuse(problem, "disclosure.subset_min_difference",
-                                   "use subsets that differ from each other by more rows, or the full table")
             if condition is not None:
                 decided = decide_local(condition, self.q, self._cut_history(condition.history_key))
                 if any(d is not KEEP for d in decided):
@@ -137,6 +132,12 @@ class Guard:
                         f"the subset's condition cuts the column within {self.q} records of a cut "
                         "released before on it (by any analyst); comparing the two would single those records out",
                         "disclosure.cut_history", "use a condition further from earlier cuts, or the full table")
+            earlier = self.history.row_sets(rows.lineage, rows.n_root)
+            problem = row_set_problem(earlier, [new], self.rules.disclosure.subset_min_difference)
+            if problem:
+                raise self._refuse(problem, "disclosure.subset_min_difference",
+                                   "use subsets that differ from each other by more rows, or the full table")
+            if condition is not None:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "subset")
             self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
         return rows
@@ -156,14 +157,67 @@ class Guard:
 
     def release(self, cells: Cells) -> Any:
         """A declaration of cells released by this site alone, through the release gate
-        (:func:`gate.release_local`), checked against and added to the cut history of its column."""
-        if isinstance(cells, Categories):
-            return release_local(cells, self.q)[0]
+        (:func:`gate.release_local`), checked against and added to the cut history of its column.
+
+        The released cells' row sets are then audited with every row set released before from the
+        same table (subsets, earlier cells; :func:`~dsfed_server.disclosure.differencing.row_set_problem`):
+        where they would single out a record, the gate drops the requested cut next to the cell that
+        holds it and tries again; a table of categories, or intervals with nothing left to drop, is
+        refused (``disclosure.subset_min_difference``)."""
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
-            result, kept = release_local(cells, self.q, self._cut_history(cells.history_key))
-            self._record_cuts(cells.history_key, kept, "site")
-        return result
+            if isinstance(cells, Categories):
+                released = release_local(cells, self.q)
+                self._audit_row_sets(released.row_sets, cells.rows)
+                return released.result
+            history = self._cut_history(cells.history_key)
+            exclude: set[Cut] = set()
+            while True:
+                released = release_local(cells, self.q, history, exclude)
+                culprit = self._row_set_culprit(released.row_sets, cells.rows)
+                if culprit is None:
+                    break
+                requested = [c for c in cells.cuts if c not in exclude]
+                if not requested or cells.policy == "refuse":
+                    self._audit_row_sets(released.row_sets, cells.rows)  # raises, naming the rule
+                at = np.flatnonzero(cells.rows.index == culprit)  # type: ignore[union-attr]
+                value = float(cells.x[at[0]]) if at.size else float(np.median(cells.x))
+                exclude.add(min(requested, key=lambda c: abs(c.value - value)))
+            self._record_cuts(cells.history_key, released.root_cuts, "site")
+            self._record_row_sets(released.row_sets, cells.rows)
+        return released.result
+
+    def _audits(self, rows: Rows | None) -> bool:
+        """Whether released row sets are audited: their records are known, the site keeps a history,
+        and a single record is something it protects (q above 1)."""
+        return (rows is not None and self.history is not None and self.rules.disclosure.cut_history
+                and self.q > 1)
+
+    def _row_set_culprit(self, row_sets: list[np.ndarray], rows: Rows | None) -> int | None:
+        """None if the row sets pass the audit, else the table position of a record they would single
+        out (-1 when the problem is a small group rather than one record)."""
+        if not self._audits(rows) or not row_sets:
+            return None
+        earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        if row_set_problem(earlier, row_sets, self.rules.disclosure.subset_min_difference) is None:
+            return None
+        isolated = isolated_records([np.ones(rows.n_root, dtype=bool), *earlier, *row_sets])  # type: ignore[union-attr]
+        return int(isolated[0]) if isolated.size else -1
+
+    def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
+        if not self._audits(rows) or not row_sets:
+            return
+        earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        problem = row_set_problem(earlier, row_sets, self.rules.disclosure.subset_min_difference)
+        if problem:
+            raise self._refuse(problem, "disclosure.subset_min_difference",
+                               "ask for fewer or wider bins, or on the whole table")
+        self._record_row_sets(row_sets, rows)
+
+    def _record_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
+        if self._audits(rows):
+            for member in row_sets:
+                self.history.record_row_set(rows.lineage, member, analyst=self._analyst)  # type: ignore[union-attr]
 
     def released_cuts(self, key: tuple[str, str]) -> list[Cut]:
         """The cuts this site has released on a column (its cut history; empty when not kept)."""
@@ -207,6 +261,18 @@ class Guard:
             keep = np.array([d is KEEP for d in decided])
             self._record_cuts(cells.history_key, [c for c, k in zip(cells.root_cuts(), keep) if k], "reference")
         return keep
+
+    def placement_within_bin(self, within_bin: str) -> None:
+        """Placement values against a reference CDF are a step inside each of its bins ('tied'): linear
+        inside a bin they are a strictly increasing function of each record's score, and against an
+        analyst who knows every other record their sum is the last record's score (Matthews & Harel,
+        seed 004). As a step, the sum is one per cell the gate released. ``'linear'`` only where the
+        rules keep no cut history (test profiles)."""
+        if within_bin == "linear" and self.rules.disclosure.cut_history:
+            raise self._refuse(
+                "placement values linear inside a bin give, with every other record known, the last record's "
+                "score; this site evaluates the reference as a step inside each of its bins",
+                "disclosure.cut_history", "ask with within_bin = 'tied' (the dsfed client's default)")
 
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:
         """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""

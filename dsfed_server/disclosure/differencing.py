@@ -7,16 +7,23 @@ subtraction; or two overlapping subsets whose union is the table and whose inter
 one record (``age >= 50`` and ``age <= 50``) give it by inclusion-exclusion.
 
 So the site keeps, per table lineage and for all analysts together, the row sets (as 0/1
-indicator vectors over the table's rows) of every subset made from it (in its release history,
-:mod:`dsfed_server.disclosure.history`, which survives restarts), and refuses a new subset (rule
-``disclosure.subset_min_difference``) when
+indicator vectors over the table's rows) of every subset made from it and of every cell a binned
+release or a table released from it (in its release history, :mod:`dsfed_server.disclosure.history`,
+which survives restarts), and refuses a new subset, or a release whose cells (rule
+``disclosure.subset_min_difference``; the release gate first tries dropping cuts)
 
-* it differs from the table or an earlier subset in fewer than ``subset_min_difference``
-  rows (but not zero: the same subset again is fine), or
-* some single record's indicator :math:`e_i` lies in the linear span of the indicator
-  vectors: then a linear combination of sums over those subsets is that record's value
+* differ from the table or an earlier row set in fewer than ``subset_min_difference``
+  rows (but not zero: the same rows again are fine), or
+* would put some single record's indicator :math:`e_i` in the linear span of all the indicator
+  vectors: then a linear combination of sums over those row sets is that record's value
   (the classical audit of sum queries, Chin & Ozsoyoglu 1982). With an orthonormal basis
   :math:`Q` of the span (SVD), :math:`e_i` is in it iff :math:`\\|Q^T e_i\\|^2 = 1`.
+
+The cells matter across columns and subsets: an age histogram and a score histogram each keep
+q records per bin, yet if only one young patient has a low score, "young" minus "high score"
+may be exactly that patient (when no old patient has a high score); a score histogram on the
+subset ``age >= 30`` against the same histogram on the whole table leaves the young records of
+each bin, possibly one. Neither the cut history of one column nor the subsets alone see that.
 
 Rows are identified by their position in the site table: ``assignTable`` marks a table's
 rows, the subset functions mark each subset's rows (``frame.attrs``); a table derived
@@ -32,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 ROWS = "dsfed.rows"
-MAX_SUBSETS = 500  # different subsets of one table, all analysts together
+MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -65,24 +72,57 @@ def mark_rows(frame: pd.DataFrame, rows: Rows) -> pd.DataFrame:
     return frame
 
 
-def subset_problem(earlier: list[np.ndarray], new: np.ndarray, min_difference: int) -> str | None:
-    """None if a subset with rows ``new`` may be made after the subsets ``earlier`` of the same
-    table (boolean row indicators; the table itself counts as one), else the reason to refuse."""
-    history = [np.ones(new.size, dtype=bool), *earlier]
-    for old in history:
-        differ = int(np.count_nonzero(old ^ new))
-        if differ == 0:
-            return None  # the same rows as before: nothing new
-        if differ < min_difference:
-            return (f"this subset differs from the table or an earlier subset of it in fewer than "
-                    f"{min_difference} rows; comparing the two would single them out")
-    if len(history) > MAX_SUBSETS:
-        return f"at most {MAX_SUBSETS} different subsets of one table"
-    matrix = np.column_stack(history + [new]).astype(float)
-    u, s, _ = np.linalg.svd(matrix, full_matrices=False)
-    basis = u[:, s > s[0] * max(matrix.shape) * np.finfo(float).eps * 10]
-    leverage = np.einsum("ij,ij->i", basis, basis)
-    if np.any(leverage > 1 - 1e-8):
-        return ("together with earlier subsets of the same table, this subset would single out a "
-                "record (a combination of sums over them is one record's value)")
+def isolated_records(sets: list[np.ndarray]) -> np.ndarray:
+    """The records (positions) whose indicator :math:`e_i` lies in the linear span of the row sets
+    ``sets`` (boolean over the table's rows): for each, a combination of sums over the sets is that
+    record's value (Chin & Ozsoyoglu 1982).
+
+    The sets are constant on **atoms** (records that belong to the same sets), so the span is
+    computed over atoms: with :math:`M` the atoms x sets incidence and :math:`c` the atoms' sizes,
+    an orthonormal basis :math:`U` of :math:`\\operatorname{diag}(\\sqrt c) M`'s columns gives a
+    record of atom *a* the leverage :math:`\\|U_a\\|^2 / c_a`; it is 1 exactly when the record's
+    indicator is in the span (then its atom holds it alone)."""
+    if not sets:
+        return np.zeros(0, dtype=np.int64)
+    matrix = np.column_stack(sets).astype(bool)
+    packed = np.packbits(matrix, axis=1)
+    _, first, inverse, counts = np.unique(packed, axis=0, return_index=True, return_inverse=True,
+                                          return_counts=True)
+    inverse = inverse.ravel()
+    single = counts == 1
+    if not single.any():
+        return np.zeros(0, dtype=np.int64)
+    atoms = matrix[first].astype(float) * np.sqrt(counts)[:, None]
+    u, s, _ = np.linalg.svd(atoms, full_matrices=False)
+    if s.size == 0 or s[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    basis = u[:, s > s[0] * max(atoms.shape) * np.finfo(float).eps * 10]
+    leverage = np.einsum("ij,ij->i", basis, basis) / counts
+    isolated_atoms = np.flatnonzero(single & (leverage > 1 - 1e-8))
+    return np.sort(first[isolated_atoms])
+
+
+def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int) -> str | None:
+    """None if row sets ``new`` may be released after the row sets ``earlier`` of the same table
+    (boolean row indicators; the table itself counts as one), else the reason to refuse: a new set
+    that differs from the table or an earlier set in fewer than ``min_difference`` rows (but not
+    zero: the same rows again tell nothing new), or a single record isolated by a combination of all
+    the sets (:func:`isolated_records`)."""
+    history = [np.ones(new[0].size, dtype=bool), *earlier]
+    fresh = []
+    for rows in new:
+        differences = [int(np.count_nonzero(old ^ rows)) for old in history]
+        if 0 in differences:
+            continue  # the same rows as before: nothing new
+        if min(differences) < min_difference:
+            return (f"these records differ from the table, an earlier subset of it or an earlier release's cell "
+                    f"in fewer than {min_difference} rows; comparing the two would single them out")
+        fresh.append(rows)
+    if not fresh:
+        return None
+    if len(history) + len(fresh) > MAX_ROW_SETS:
+        return f"at most {MAX_ROW_SETS} different row sets released from one table"
+    if isolated_records(history + fresh).size:
+        return ("together with what was released before from the same table (by any analyst), this would single "
+                "out a record: a combination of the released sums is one record's value")
     return None

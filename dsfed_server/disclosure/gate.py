@@ -14,12 +14,15 @@ same declaration is released in one of two ways:
 
 **Per site** (:func:`release_local`). Interval cuts are taken in increasing order; a cut is kept
 only if the cells on both sides of it, among the cuts kept so far and every cut of the history
-this site keeps for the variable (:mod:`dsfed_server.disclosure.cuts`), hold 0 or at least q of the
+this site keeps for the variable (:mod:`dsfed_server.disclosure.history`), hold 0 or at least q of the
 site's records; otherwise it is dropped and its cell merged with the next (the result lists the
 dropped cuts: coarsened, never suppressed, so every record is counted). A cell that still holds
 0 < n < q records -- possible only when the declaration asks to refuse rather than merge
 (``bins.small_bin_policy = "refuse"`` for histograms) -- refuses the whole release. Categorical
 cells are not merged: one non-zero cell below q refuses the table (as dsBase's ``tableDS``).
+The released cells' row sets (:class:`LocalRelease`) are then audited by the site's guard against
+every subset and cell released before from the same table, across columns
+(:meth:`dsfed_server.disclosure.checks.Guard.release`, ``disclosure.subset_min_difference``).
 
 **Pooled** (:func:`pooled_vector`, :func:`release_pooled`), under secure aggregation with
 ``secure_aggregation.pooled_thresholds``: every site bins its records on the *refined* cells
@@ -35,10 +38,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Collection, Literal, Sequence
 
 import numpy as np
 
+from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.provenance import TRANSFORMS, RootColumn, ordering_key
 from dsfed_server.errors import CallError, DisclosureRefusal
 
@@ -118,6 +122,7 @@ class Intervals:
     what: str = "bins"
     column: RootColumn | None = None
     totals: dict[str, float] = field(default_factory=dict)  # counts that are not cells (e.g. missing values)
+    rows: Rows | None = None  # the records of ``x``: their positions in the table (None: not known)
 
     def __post_init__(self) -> None:
         if list(self.cuts) != sorted(self.cuts) or len(set(self.cuts)) != len(self.cuts):
@@ -155,6 +160,7 @@ class Categories:
     render: Callable[[Released], dict[str, Any]]
     what: str = "table"
     totals: dict[str, float] = field(default_factory=dict)
+    rows: Rows | None = None  # the records of ``codes``: their positions in the table (None: not known)
 
 
 Cells = Intervals | Categories
@@ -240,24 +246,55 @@ def _effective(requested: Sequence[Cut], decided: list[Any]) -> tuple[tuple[Cut,
 # --- per-site release ----------------------------------------------------------------------------
 
 
-def decide_local(cells: Intervals, q: int, history: Sequence[Cut]) -> list[Any]:
+def decide_local(cells: Intervals, q: int, history: Sequence[Cut], exclude: Collection[Cut] = ()) -> list[Any]:
     """:func:`decide` for one site: in the release's own records (its cells), and in the column
-    they come from, with every cut released before on it (``history``, in the column's units)."""
+    they come from, with every cut released before on it (``history``, in the column's units).
+    Requested cuts in ``exclude`` are dropped before anything is decided."""
     x = np.sort(cells.x)
     root = cells.root_values()
-    return decide([(_history_ranks(x, ()), _ranks(x, cells.cuts)),
-                   (_history_ranks(root, history), _ranks(root, cells.root_cuts()))], q, snap=False)
+    chosen = [i for i, c in enumerate(cells.cuts) if c not in exclude]
+    root_cuts = cells.root_cuts()
+    decided = decide([(_history_ranks(x, ()), _ranks(x, [cells.cuts[i] for i in chosen])),
+                      (_history_ranks(root, history), _ranks(root, [root_cuts[i] for i in chosen]))], q, snap=False)
+    out: list[Any] = [None] * len(cells.cuts)
+    for i, d in zip(chosen, decided):
+        out[i] = d
+    return out
 
 
-def release_local(cells: Cells, q: int, history: Sequence[Cut] = ()) -> tuple[dict[str, Any], list[Cut]]:
-    """The declaration's result as this site releases it alone (module docstring), and the cuts it
-    released (in the column's units), for the history."""
+@dataclass(frozen=True)
+class LocalRelease:
+    """A per-site release: the result, the cuts released (in the column's units, for the history)
+    and the row sets of the released cells (positions in the table; empty when not known)."""
+
+    result: Any
+    root_cuts: list[Cut]
+    row_sets: list[np.ndarray]
+
+
+def _row_sets(rows: Rows | None, cell_of_record: np.ndarray, size: int) -> list[np.ndarray]:
+    if rows is None or rows.index.size != cell_of_record.size:
+        return []
+    out = []
+    for k in range(size):
+        member = np.zeros(rows.n_root, dtype=bool)
+        member[rows.index[cell_of_record == k]] = True
+        if member.any():
+            out.append(member)
+    return out
+
+
+def release_local(cells: Cells, q: int, history: Sequence[Cut] = (), exclude: Collection[Cut] = ()) -> LocalRelease:
+    """The declaration's result as this site releases it alone (module docstring), with the cuts it
+    released and its cells' row sets."""
     if isinstance(cells, Categories):
-        counts = np.bincount(cells.codes, minlength=int(np.prod(cells.shape))).reshape(cells.shape)
+        size = int(np.prod(cells.shape))
+        counts = np.bincount(cells.codes, minlength=size).reshape(cells.shape)
         if np.any((counts > 0) & (counts < q)):
             raise _refuse_small(cells.what, q, pooled=False)
-        return cells.render(Released((), counts, {}, totals=dict(cells.totals))), []
-    decided = decide_local(cells, q, history)
+        return LocalRelease(cells.render(Released((), counts, {}, totals=dict(cells.totals))), [],
+                            _row_sets(cells.rows, cells.codes, size))
+    decided = decide_local(cells, q, history, exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise DisclosureRefusal(
             f"{cells.what} would have a non-empty bin with fewer than {q} records (alone or with the "
@@ -269,8 +306,8 @@ def release_local(cells: Cells, q: int, history: Sequence[Cut] = ()) -> tuple[di
     counts = np.bincount(idx, minlength=size)
     sums = {name: np.bincount(idx, weights=v, minlength=size) for name, v in cells.sums.items()}
     root_of = dict(zip(cells.cuts, cells.root_cuts()))
-    return (cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals))),
-            [root_of[c] for c in kept])
+    return LocalRelease(cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals))),
+                        [root_of[c] for c in kept], _row_sets(cells.rows, idx, size))
 
 
 # --- pooled release ------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def table1d(ctx: CallContext, x: pd.Series) -> Categories:
         return {"levels": labels, "counts": released.counts.tolist(), "total": int(released.counts.sum()),
                 "pooled": released.pooled}
 
-    return Categories(codes, (len(labels),), render, what="1-D table")
+    return Categories(codes, (len(labels),), render, what="1-D table", rows=ctx.record_rows(x.astype(object).fillna("")))
 
 
 @register(
@@ -78,4 +78,5 @@ def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> Categories:
         return {"rows": rows, "cols": cols, "counts": released.counts.tolist(), "total": int(released.counts.sum()),
                 "pooled": released.pooled}
 
-    return Categories(rx * len(cols) + cy, (len(rows), len(cols)), render, what="2-D table")
+    return Categories(rx * len(cols) + cy, (len(rows), len(cols)), render, what="2-D table",
+                      rows=ctx.record_rows(x.astype(object).fillna(""), y.astype(object).fillna("")))

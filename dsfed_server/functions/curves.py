@@ -39,6 +39,7 @@ import pandas as pd
 from dsfed_server.context import CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
 from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
@@ -53,8 +54,9 @@ _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$sc
 _A1 = ("disclosure.q_threshold",)
 MAX_LEAVES = 4096
 SITE_DERIVED = "site-derived:"  # the definition of a reference the sites derived from a pooled release
-_WITHIN = Param("within_bin", P.STRING, "'linear': the CDF is linear inside a bin; 'tied': every score of a "
-                "bin counts as tied (one half)", required=False, default="linear", choices=("linear", "tied"))
+_WITHIN = Param("within_bin", P.STRING, "'tied': every score of a bin counts as tied (one half); 'linear': the CDF "
+                "is linear inside a bin (only where the rules keep no cut history)", required=False, default="tied",
+                choices=("linear", "tied"))
 
 
 def level_counts(x: np.ndarray, lower: float, upper: float, levels: int, branching: int) -> list[np.ndarray]:
@@ -68,8 +70,8 @@ def level_counts(x: np.ndarray, lower: float, upper: float, levels: int, branchi
     return counts[::-1]
 
 
-def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Series, shape: dict[str, Any]
-                  ) -> Intervals:
+def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Series, shape: dict[str, Any],
+                  rows: Rows | None) -> Intervals:
     """Noise off: the leaf counts of each class, released by the gate (a leaf holding fewer than q
     records, both classes together, is merged or refused as ``bins.small_bin_policy`` says)."""
     lower, upper = shape["lower"], shape["upper"]
@@ -84,7 +86,7 @@ def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Seri
     return Intervals(p, cuts_from(inner, inclusive=False), render,
                      {"negatives": (y == 0).astype(float), "positives": (y == 1).astype(float)},
                      policy=ctx.guard.rules.bins.small_bin_policy, what="score histogram",
-                     column=ctx.root_column(score))
+                     column=ctx.root_column(score), rows=rows)
 
 
 def level_weights(levels: int, decay: float) -> np.ndarray:
@@ -143,7 +145,7 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
     mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta)
     shape = {"lower": float(lower), "upper": float(upper), "levels": levels, "branching": branching}
     if mechanism is None:
-        return _exact_leaves(ctx, y, p, score, shape)
+        return _exact_leaves(ctx, y, p, score, shape, ctx.record_rows(truth, score))
     flat = np.concatenate([c for name in ("negatives", "positives") for c in classes[name][first:]]).astype(float)
     scale = np.concatenate([np.full(branching**l, 1 / np.sqrt(weights[l - first]))
                             for l in range(first, levels + 1)] * 2)
@@ -302,8 +304,10 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     below it); for a negative, :math:`V_{01} = 1 - \\tilde F_1(x)` (share of all positives above
     it). With ``within_bin = 'tied'`` and bins that separate all distinct scores, these are
     DeLong's placement values exactly (ties one half); with ``'linear'`` that holds when, in
-    addition, every score lies at its bin's mid-point.
+    addition, every score lies at its bin's mid-point. ``'linear'`` is refused where the site keeps
+    a cut history (:meth:`~dsfed_server.disclosure.checks.Guard.placement_within_bin`).
     """
+    ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
     reference = site_reference(ctx, reference, p, score)
     v10 = _cdf(reference, "neg", p[y == 1], within_bin)

@@ -240,7 +240,7 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
         }
 
     return Intervals(valid, tuple(by_cut), render, policy=guard.rules.bins.small_bin_policy, what="histogram",
-                     column=ctx.root_column(xvect))
+                     column=ctx.root_column(xvect), rows=ctx.record_rows(xvect))
 
 
 # --- correlation ---------------------------------------------------------------------------

@@ -69,4 +69,5 @@ def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
                 "Nmissing": int(released.totals["Nmissing"]), **released.describe()}
 
     return Intervals(valid, hist_cuts(edges), render, policy=ctx.guard.rules.bins.small_bin_policy,
-                     what="histogram", column=ctx.root_column(x), totals={"Nmissing": values.size - valid.size})
+                     what="histogram", column=ctx.root_column(x), totals={"Nmissing": values.size - valid.size},
+                     rows=ctx.record_rows(x))

@@ -19,7 +19,7 @@ are evaded (near-flat maps, linear combinations with the raw-score sums); the pr
 the release side (a dominance rule for sums of transformed scores, or the differencing audit).
 Until then only the test profile (``testing-no-noise.toml``) enables ``recalibrateDS``; a site
 enables it by adding it to its ``[functions] enabled`` list, accepting this risk.
-``tests/test_recalibration.py::test_isolating_map_is_refused`` is an xfail that states the open item.
+``tests/test_adversarial.py`` runs the isolating map against the default rules (refused as not enabled).
 """
 
 from __future__ import annotations

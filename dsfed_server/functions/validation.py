@@ -335,7 +335,7 @@ def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins:
     (per site, or pooled over the sites under secure aggregation)."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     return Intervals(p, calibration_cuts(bins), binned_sums(0.0, 1.0), {"sum_p": p, "sum_y": y.astype(float)},
-                     what="calibration bins", column=ctx.root_column(score))
+                     what="calibration bins", column=ctx.root_column(score), rows=ctx.record_rows(truth, score))
 
 
 @register(
@@ -364,7 +364,8 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Inte
         return {"n": int(released.counts.sum()), "counts": [below.get(Cut(t, True)) for t in asked],
                 **released.describe()}
 
-    return Intervals(values, cuts, render, what="counts below thresholds", column=ctx.root_column(x))
+    return Intervals(values, cuts, render, what="counts below thresholds", column=ctx.root_column(x),
+                     rows=ctx.record_rows(x))
 
 
 @register(
@@ -387,7 +388,8 @@ def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: lis
     if p.min() < edges[0] or p.max() > edges[-1]:
         raise CallError("breaks must cover every score (first break <= min, last break >= max)")
     return Intervals(p, cuts_from(edges[1:-1], inclusive=True), binned_sums(float(edges[0]), float(edges[-1])),
-                     {"sum_p": p, "sum_y": y.astype(float)}, what="groups", column=ctx.root_column(score))
+                     {"sum_p": p, "sum_y": y.astype(float)}, what="groups", column=ctx.root_column(score),
+                     rows=ctx.record_rows(truth, score))
 
 
 @register("calibrationFrameDS", "assign", [_TRUTH, _SCORE], checks=_A1)
