@@ -52,10 +52,11 @@ class Disclosure(_Section):
         ge=1,
         le=1000,
         description=(
-            "Two subsets of one table made by the same analyst (or a subset and the table) must "
-            "differ in at least this many rows, and no combination of an analyst's subsets may "
-            "single out one record. Protects against differencing two overlapping subsets "
-            "(age >= 50 and age >= 51) to get one person's value."
+            "Row sets released from one table (subsets, and the cells of every binned release or "
+            "table, on any column, by any analyst) must differ from the table and from each other "
+            "in at least this many rows (or none), and no combination of them may single out one "
+            "record. Protects against differencing two overlapping subsets (age >= 50 and "
+            "age >= 51), or the same cell on the table and on a subset, to get one person's value."
         ),
     )
     combine_analyst_vectors: bool = Field(
