@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -32,21 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from curves import inprocess_sites, login  # noqa: E402  (bench/curves.py)
+from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
 from dsfed_client.analyses.discrimination import logit_ci  # noqa: E402
 from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
-
-
-def rules_file(path: Path, epsilon: float, delta: float) -> Path:
-    """default.toml with epsilon and delta set and a budget for many data sets."""
-    text = (ROOT / "disclosure_rules" / "default.toml").read_text()
-    text = re.sub(r"(?m)^epsilon = .*$", f"epsilon = {epsilon}", text)
-    text = re.sub(r"(?m)^delta = .*$", f"delta = {delta}", text)
-    text = re.sub(r"(?m)^epsilon_per_(analyst|table) = .*$", r"epsilon_per_\1 = 1000000.0", text)
-    text = re.sub(r"(?m)^delta_per_(analyst|table) = .*$", r"delta_per_\1 = 0.5", text)
-    path.write_text(text)
-    return path
 
 
 def pooled_auc(y: np.ndarray, p: np.ndarray) -> float:
@@ -64,7 +52,7 @@ def simulate(reps: int, *, sites: int = 5, epsilon: float = 1.0, delta: float = 
     rng = np.random.default_rng(seed)
     sizes = rng.choice(np.arange(100, 2501, 100), size=reps)
     data = {f"rep{r}": seed000_scores(int(n), rng) for r, n in enumerate(sizes)}
-    prov, services = inprocess_sites(workdir, sites, data, rules_file(workdir / "rules.toml", epsilon, delta),
+    prov, services = inprocess_sites(workdir, sites, data, bench_rules(workdir / "rules.toml", epsilon=epsilon, delta=delta),
                                      seed=seed)
     rows = []
     with login(prov, services).login() as session:

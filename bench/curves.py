@@ -45,13 +45,16 @@ QS = [8, 16, 32, 64, 128, 256, 512, 1024, None]
 DELTA = 1e-5
 
 
-def bench_rules(path: Path, honest_sites: int = 1) -> Path:
-    """default.toml with a budget that does not stop a simulation loop, and the honest sites
-    assumed when noise is split under secure aggregation."""
+def bench_rules(path: Path, honest_sites: int = 1, **settings: float) -> Path:
+    """default.toml with a budget that does not stop a simulation loop, the honest sites assumed
+    when noise is split under secure aggregation, and other ``key = value`` lines replaced
+    (``epsilon``, ``delta``, ``score_l2_sensitivity``)."""
     text = (ROOT / "disclosure_rules" / "default.toml").read_text()
     text = re.sub(r"(?m)^honest_sites = .*$", f"honest_sites = {honest_sites}", text)
     text = re.sub(r"(?m)^epsilon_per_(analyst|table) = .*$", r"epsilon_per_\1 = 1000000.0", text)
     text = re.sub(r"(?m)^delta_per_(analyst|table) = .*$", r"delta_per_\1 = 0.5", text)
+    for key, value in settings.items():
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
     path.write_text(text)
     return path
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -30,21 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from curves import inprocess_sites, login  # noqa: E402  (bench/curves.py)
+from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client import FederatedCallError  # noqa: E402
 from dsfed_client.analyses.curves import auc_levels, ds_hist_auc  # noqa: E402
 from dsfed_client.analyses.discrimination import ds_roc_glm  # noqa: E402
 from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
-
-
-def bench_rules(path: Path, sensitivity: float, honest_sites: int) -> Path:
-    text = (ROOT / "disclosure_rules" / "default.toml").read_text()
-    text = re.sub(r"(?m)^honest_sites = .*$", f"honest_sites = {honest_sites}", text)
-    text = re.sub(r"(?m)^epsilon_per_(analyst|table) = .*$", r"epsilon_per_\1 = 1000000.0", text)
-    text = re.sub(r"(?m)^delta_per_(analyst|table) = .*$", r"delta_per_\1 = 0.5", text)
-    text = re.sub(r"(?m)^score_l2_sensitivity = .*$", f"score_l2_sensitivity = {sensitivity}", text)
-    path.write_text(text)
-    return path
 
 
 def pooled_delong(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
@@ -86,7 +75,8 @@ def main() -> int:
     rows, refused = [], []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
-        rules = bench_rules(Path(tmp) / "rules.toml", args.sensitivity, args.sites if args.secure else 1)
+        rules = bench_rules(Path(tmp) / "rules.toml", args.sites if args.secure else 1,
+                            score_l2_sensitivity=args.sensitivity)
         prov, services = inprocess_sites(Path(tmp), args.sites, data, rules, seed=7)
         with login(prov, services).login() as session:
             for rep, pooled in enumerate(scores):

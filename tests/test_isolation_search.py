@@ -147,14 +147,14 @@ def _run(analysts: dict[str, Analyst], op: tuple, released: list[np.ndarray]) ->
                         released.extend(_cells(rows, x, [lo, t, hi], inclusive=True)[:1])
                 return
             if function == "calibrationBinsDS":
-                if name not in ("score",):
+                if name != "score":
                     return
                 bins = 2 + picks[0] % 40
                 result = who.session.aggregate("calibrationBinsDS", Ref(f"{table}$y"), target, bins)["a"]
                 released.extend(_cells(rows, x, result["edges"], inclusive=False))
                 return
             if function == "groupSumsDS":
-                if name not in ("score",):
+                if name != "score":
                     return
                 result = who.session.aggregate("groupSumsDS", Ref(f"{table}$y"), target, [0.0, *values, 1.0])["a"]
                 released.extend(_cells(rows, x, result["edges"], inclusive=True))

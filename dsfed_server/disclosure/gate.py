@@ -174,6 +174,15 @@ def _refuse_small(what: str, q: int, pooled: bool) -> DisclosureRefusal:
         hint="merge categories, ask for fewer or wider bins, or use more records")
 
 
+def _refuse_small_bin(what: str, q: int, pooled: bool) -> DisclosureRefusal:
+    """A release whose rules refuse rather than merge a small bin (``bins.small_bin_policy``)."""
+    where = " pooled over the sites" if pooled else ""
+    return DisclosureRefusal(
+        f"{what} would have a non-empty bin with fewer than {q} records{where} (alone or with the "
+        "cuts released before on this variable)", rule="bins.small_bin_policy",
+        hint="ask for fewer, wider bins")
+
+
 # --- the decisions on cuts --------------------------------------------------------------------
 
 
@@ -296,10 +305,7 @@ def release_local(cells: Cells, q: int, history: Sequence[Cut] = (), exclude: Co
                             _row_sets(cells.rows, cells.codes, size))
     decided = decide_local(cells, q, history, exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
-        raise DisclosureRefusal(
-            f"{cells.what} would have a non-empty bin with fewer than {q} records (alone or with the "
-            "cuts released before on this variable)", rule="bins.small_bin_policy",
-            hint="ask for fewer, wider bins")
+        raise _refuse_small_bin(cells.what, q, pooled=False)
     kept, dropped, moved = _effective(cells.cuts, decided)
     idx = cell_index(cells.x, kept)
     size = len(kept) + 1
@@ -385,10 +391,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
         spaces.append(pooled_space(plan.requested, plan.refined, plan.history, pooled["column_counts"]))
     decided = decide(spaces, q, snap=True)
     if cells.policy == "refuse" and any(d is None for d in decided):
-        raise DisclosureRefusal(
-            f"{cells.what} would have a non-empty bin with fewer than {q} records pooled over the sites "
-            "(alone or with the cuts released before on this variable)", rule="bins.small_bin_policy",
-            hint="ask for fewer, wider bins")
+        raise _refuse_small_bin(cells.what, q, pooled=True)
     kept, dropped, moved = _effective(plan.requested, decided)
     # released cell k = the refined cells between kept cut k - 1 and kept cut k
     bounds = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from dsfed_server.disclosure.gate import Cut
+from dsfed_server.disclosure.store import connect, create
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS released_cuts (
@@ -63,17 +64,11 @@ class History:
     """Released cuts per table column and subset row sets per table, in SQLite at ``path``."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = create(path, _SCHEMA)
         self.lock = threading.RLock()
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        return db
+        return connect(self.path)
 
     # --- cuts ------------------------------------------------------------------------------
 

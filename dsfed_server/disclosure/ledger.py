@@ -76,6 +76,7 @@ from typing import Any, Iterable
 import numpy as np
 from scipy import optimize
 
+from dsfed_server.disclosure.store import connect, create
 from dsfed_server.errors import BudgetExceeded
 
 ACCOUNTANT = "rdp"
@@ -257,17 +258,11 @@ class Ledger:
     """Append-only spend records in SQLite; one connection per operation (thread-safe)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = create(path, _SCHEMA)
         self._lock = threading.Lock()
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        return db
+        return connect(self.path)
 
     @staticmethod
     def _total(db: sqlite3.Connection, table: str, analyst: str | None = None) -> Cost:

@@ -1,0 +1,23 @@
+"""The SQLite files a site keeps its disclosure state in (privacy ledger, release history):
+one connection per operation, write-ahead log, every commit synced to disk."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
+
+
+def create(path: str | Path, schema: str) -> Path:
+    """Make the file's folder and its tables (idempotent: the schema uses IF NOT EXISTS)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with connect(path) as db:
+        db.executescript(schema)
+    return path
