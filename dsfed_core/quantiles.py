@@ -112,7 +112,8 @@ def type7_groups(brackets: dict[int, Bracket], n: int, g: int, lower: float, upp
 
     Settled searches give R's breaks exactly (merged as ``unique`` merges them, empty groups
     dropped as ``cut`` leaves them empty). An unsettled search keeps its break as a group edge of
-    its own, marked uncertain."""
+    its own, marked uncertain, unless that edge is a break already (or the upper end): its groups
+    are then one."""
     keyed: list[tuple[tuple, float, int, bool]] = []  # (identity of the quantile's value, break, rank, settled)
     for k, hk in enumerate(type7_positions(n, g)[1:-1], start=1):
         s = brackets[math.floor(hk)]
@@ -136,6 +137,8 @@ def type7_groups(brackets: dict[int, Bracket], n: int, g: int, lower: float, upp
     for _, b, r, settled in keyed[1:]:
         if settled and r == previous:  # an empty group in R's cut (different break values, no record between)
             dropped += 1
+            continue
+        if not settled and (b >= upper or (kept and b <= kept[-1][0])):  # its bracket's edge is a break already
             continue
         kept.append((b, r, settled))
         previous = r

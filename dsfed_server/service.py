@@ -481,6 +481,7 @@ class SiteService:
         history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
         if isinstance(raw, (gate.Intervals, gate.Categories)):
             plan, fields = gate.pooled_vector(raw, history if isinstance(raw, gate.Intervals) else ())
+            fields[gate.NONCE] = gate.nonce(self.secret, f"{rnd.round_id}:{step}".encode())
 
             def finish(pooled: dict[str, np.ndarray], q: int) -> Any:
                 result, kept = gate.release_pooled(raw, plan, pooled, q)

@@ -272,6 +272,56 @@ def test_cuts_one_record_apart_release_nobody(fed, name, scenario):
     assert stopped == expected
 
 
+BISECTION: dict[str, Callable[[float, float], str]] = {
+    "groupSumsDS": lambda a, m: f"groupSumsDS(D$y, D$score, c(0, {_num(a)}, {_num(m)}, 1))",
+    "histogramDS": lambda a, m: f"histogramDS(D$score, c(0, {_num(a)}, {_num(m)}, 1))",
+    "countBelowDS": lambda a, m: f"countBelowDS(D$score, c({_num(a)}, {_num(m)}))",
+}
+
+
+def _record_between(result: Any, name: str, m: float) -> bool:
+    """The bisection's reading of one answer: a record lies between a and m if the site would not
+    release m (an empty cell between a and m was released as such by the gate before issue 11's
+    last fix; a cell of one record never)."""
+    if isinstance(result, Refused):
+        return True
+    if name == "countBelowDS":
+        return np.atleast_1d(result["counts"])[-1] is None
+    return m not in result["edges"]
+
+
+@pytest.mark.parametrize("scenario", ("v1", "restart"))
+@pytest.mark.parametrize("name", BISECTION)
+def test_bisection_on_an_empty_cell_reads_no_score(fed, name, scenario):
+    """A record's exact score by bisection, knowing nothing: ask for cuts a < m with every other
+    cut far away; "empty between a and m" and "one record between" must not answer differently, or
+    30 calls read the score to 1e-9 (measured before the fix: every target, through all three
+    functions). Rule ``disclosure.cut_history``: a cell with no record between two different cuts
+    is never released (the gate keeps one of the two, at random), a cell below q records neither,
+    and after the first answer every cut near the record lies within q records of one released:
+    the bisection ends with an interval no narrower than the record's gap to its neighbours."""
+    x = np.sort(fed.frame.score.to_numpy())
+    recovered = 0
+    for k in (12, 25, 38):
+        truth, a, b = x[k], (x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2
+
+        def bisect(door: Door, a: float = a, b: float = b, steps: int = 30) -> tuple[float, float]:
+            for _ in range(steps):
+                m = (a + b) / 2
+                a, b = (a, m) if _record_between(door.aggregate(BISECTION[name](a, m)), name, m) else (m, b)
+            return a, b
+
+        table = fed.table()
+        with fed.door("v1", "analyst", table) as door:
+            lo, hi = bisect(door, steps=1 if scenario == "restart" else 30)
+        if scenario == "restart":
+            fed.restart()
+            with fed.door("v1", "analyst", table) as door:
+                lo, hi = bisect(door, lo, hi, steps=29)
+        recovered += bool(lo < truth <= hi and hi - lo < 1e-6)
+    assert recovered == 0
+
+
 # --- 2. subsets and derived tables ---------------------------------------------------------------
 
 
@@ -564,30 +614,118 @@ class RankRecovered(Exception):
     """The attack recovered a held-out record's rank slot through dsfed."""
 
 
-GATE_PATTERN = ("open (issue 11): the gate keeps the first requested cut at which a cell reaches q records, so a "
-                "kept cut between two known scores shows the held-out record just below it; measured 4 of 8 rank "
-                "slots. Closing it needs gate decisions an attacker cannot simulate (noisy, seeded thresholds)")
+GATE_PATTERN = ("open (issue 11): exact cells with a deterministic minimum count give an attacker who knows every "
+                "record but one the cell where the minimum was reached; with one cut just above every known score, "
+                "the cell that closes right after the held-out record names its rank slot. Only noise on the gate's "
+                "decisions closes it")
+
+
+def _candidates(known_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A position of the held-out record in every rank slot (between two known scores; the scores
+    have six decimals, so none lies within the attacker's 1e-7 of a known one) and its slot."""
+    s = np.sort(known_s)
+    x = np.r_[s[0] / 2, (s[:-1] + s[1:]) / 2, (s[-1] + 1) / 2]
+    return x, np.arange(x.size)
+
+
+def _gate_view(scores: np.ndarray, labels: np.ndarray, breaks: np.ndarray, released: set[float]) -> np.ndarray:
+    """What ``groupSumsDS(y, score, breaks)`` releases on these records at a site whose gate picked
+    the released cuts: the gate's algorithm is public, the key of its pick is not, so the attacker
+    lets the pick take whichever cut of a group was released."""
+    from dsfed_server.disclosure.gate import KEEP, Intervals, cuts_from, decide_local
+
+    cuts = cuts_from(breaks[1:-1], True)
+
+    def pick(members):
+        return next((m for m in members if cuts[m].value in released), members[0])
+
+    cells = Intervals(scores, cuts, render=lambda released: None)
+    keep = np.r_[True, [d is KEEP for d in decide_local(cells, Q, [], pick)], True]
+    edges = breaks[keep]
+    at = _cells_of(scores, edges)
+    return np.r_[edges, np.bincount(at, minlength=edges.size - 1), np.bincount(at, weights=labels,
+                                                                                minlength=edges.size - 1)]
+
+
+def _mh_knowing_the_gate(fed: Federation, breaks_of: Callable[[np.ndarray], np.ndarray]) -> tuple[int, int]:
+    """(rank slots pinned on exact cells, rank slots pinned through dsfed) over the targets: the
+    attacker asks ``groupSumsDS`` with the breaks ``breaks_of(known scores)`` and keeps every position
+    of the held-out record (and its label, from the events) for which the gate could have released
+    what it saw."""
+    frame = fed.frame
+    full_s, full_y = frame.score.to_numpy(), frame.y.to_numpy()
+    exact_pinned = pinned = 0
+    for rank in MH_TARGETS:
+        record, known_s, known_y = _held_out(frame, rank)
+        breaks = breaks_of(np.sort(known_s))
+        x, slots = _candidates(known_s)
+        truth = int(np.searchsorted(np.sort(known_s), frame.score[record]))
+        exact = _cells_of(full_s, breaks)
+        exact_view = np.r_[np.bincount(exact, minlength=breaks.size - 1),
+                           np.bincount(exact, weights=full_y, minlength=breaks.size - 1)]
+        found = set()
+        for xi, slot in zip(x, slots):
+            for label in (0, 1):
+                at = _cells_of(np.r_[known_s, xi], breaks)
+                view = np.r_[np.bincount(at, minlength=breaks.size - 1),
+                             np.bincount(at, weights=np.r_[known_y, label], minlength=breaks.size - 1)]
+                if np.array_equal(view, exact_view):
+                    found.add(int(slot))
+        assert truth in found
+        exact_pinned += found == {truth}
+        with fed.door("v1", "analyst", fed.table()) as door:  # a fresh table: no cuts released before
+            result = door.call("groupSumsDS", Ref("D$y"), Ref("D$score"), breaks.tolist())
+        observed = np.r_[result["edges"], result["n"], result["sum_y"]]
+        released = {float(e) for e in result["edges"]}
+        found = {int(slot) for xi, slot in zip(x, slots) for label in (0, 1)
+                 if (view := _gate_view(np.r_[known_s, xi], np.r_[known_y, label], breaks, released)).shape
+                 == observed.shape and np.allclose(view, observed, rtol=0, atol=1e-9)}
+        assert truth in found  # the attacker's model of the gate is right
+        pinned += found == {truth}
+    return exact_pinned, pinned
+
+
+def test_matthews_harel_knowing_the_gate_on_cell_counts(fed):
+    """The count attack made stronger: the attacker knows the gate's algorithm (all but the key of its
+    pick) and keeps every position of the held-out record for which the gate could have released the
+    edges, counts and events it saw, with a cut just below and just above every known score. On exact
+    cells every target is pinned. Through dsfed a released cell never holds 0 records between two
+    different cuts, and of the cuts with no record between them the site releases one at random
+    (``disclosure.cut_history``): which one tells nothing, and no rank slot is pinned."""
+    exact, pinned = _mh_knowing_the_gate(fed, lambda s: np.r_[0.0, np.sort(np.r_[s - 1e-7, s + 1e-7]), 1.0])
+    assert exact == len(MH_TARGETS)
+    assert pinned == 0
+
+
+@pytest.mark.xfail(raises=RankRecovered, strict=True, reason=GATE_PATTERN)
+def test_matthews_harel_one_cut_above_each_known_score(fed):
+    """The same attacker with one cut just above every known score: no two cuts without a record
+    between, so nothing is picked at random, and the cell that reaches q records right after the
+    held-out record shows it (see ``GATE_PATTERN``)."""
+    exact, pinned = _mh_knowing_the_gate(fed, lambda s: np.r_[0.0, s + 1e-7, 1.0])
+    assert exact == len(MH_TARGETS)
+    if pinned:
+        raise RankRecovered(f"{pinned} of {len(MH_TARGETS)} rank slots from groupSumsDS's cells")
 
 
 @pytest.mark.xfail(raises=RankRecovered, strict=True, reason=GATE_PATTERN)
 def test_matthews_harel_on_placement_sums(fed):
-    """The attacker's own reference CDF: a bin around every known score and one between every two,
-    its CDF values increasing by one at every edge (any non-decreasing values are a valid reference),
-    then ``histPlacementSumsDS``. The held-out record's label comes from n1; its placement value is
-    the released sum minus the known records' (the attacker tries every rank slot, simulating the
-    site's public gate). Evaluated at every edge (outside dsfed, as a site without the gate would),
-    that value names the target's bin: every rank slot recovered. Through dsfed the site keeps only
-    edges with 0 or q records between (``disclosure.cut_history``) and ties the scores of a bin:
-    the target shares its bin with known records, and no rank slot is recovered."""
-    from dsfed_server.disclosure.gate import KEEP, Cut, Intervals, cuts_from, decide_local
+    """The attacker's own reference CDF with an edge just above every known score, its CDF values
+    increasing by one at every edge (any non-decreasing values are a valid reference), then
+    ``histPlacementSumsDS``. The held-out record's label comes from n1; its placement value is the
+    released sum minus the known records'. Evaluated at every edge (outside dsfed, as a site without
+    the gate would), that value names the target's bin: every rank slot recovered. Through dsfed the
+    site keeps only edges with at least q records between (``disclosure.cut_history``) and ties the
+    scores of a bin, but a deterministic minimum count still shows the bin that reached it right after
+    the target (see ``GATE_PATTERN``); the attacker simulates the public gate for every position."""
+    from dsfed_server.disclosure.gate import KEEP, Cut, Intervals, RootColumn, cuts_from, decide_local, first
 
     frame = fed.frame
     exact_pinned = dsfed_pinned = 0
     for rank in MH_TARGETS:
         record, known_s, known_y = _held_out(frame, rank)
         label = int(frame.y[record])
-        s = np.sort(known_s)
-        edges = np.r_[0.0, np.sort(np.r_[s - 1e-7, s + 1e-7]), 1.0]
+        edges = np.r_[0.0, np.sort(known_s) + 1e-7, 1.0]
         steps = np.arange(edges.size, dtype=float)
 
         def evaluate(keep: np.ndarray, scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
@@ -596,68 +734,35 @@ def test_matthews_harel_on_placement_sums(fed):
                     float((1 - _tied_cdf(scores[labels == 0], e, c)).sum()))
 
         def site_release(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+            column = RootColumn("t", "score", scores, True, declared=(0.0, 1.0))
             cells = Intervals(scores, cuts_from(edges[:-1], False) + (Cut(float(edges[-1]), True),),
-                              render=lambda released: None)
-            keep = np.array([d is KEEP for d in decide_local(cells, Q, [])])
+                              render=lambda released: None, column=column)
+            keep = np.array([d is KEEP for d in decide_local(cells, Q, [], first)])  # one edge per gap: no pick
             return evaluate(keep, scores, labels)
 
         def every_edge(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
             return evaluate(np.ones(edges.size, dtype=bool), scores, labels)
 
-        true_rank = int(np.searchsorted(s, frame.score[record]))
+        truth = int(np.searchsorted(np.sort(known_s), frame.score[record]))
         full_s, full_y = frame.score.to_numpy(), frame.y.to_numpy()
-        exact = _mh_placement(every_edge(full_s, full_y), known_s, known_y, label, every_edge)
-        assert true_rank in exact
-        exact_pinned += exact == {true_rank}
+        x, slots = _candidates(known_s)
+
+        def consistent(released: tuple[float, float], release: Callable) -> set[int]:
+            return {int(slot) for xi, slot in zip(x, slots)
+                    if np.allclose(release(np.r_[known_s, xi], np.r_[known_y, label]), released, rtol=0, atol=1e-9)}
+
+        exact = consistent(every_edge(full_s, full_y), every_edge)
+        assert truth in exact
+        exact_pinned += exact == {truth}
         with fed.door("v1", "analyst", fed.table()) as door:  # a fresh table: no cuts released before
             door.session.assign("R", Call("histReferenceDS", edges.tolist(), steps.tolist(), steps.tolist()))
             result = door.call("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))
         assert result["n1"] - int(known_y.sum()) == label  # the label: from any exact class count
         released = (result["sum_v10"], result["sum_v01"])
         assert np.allclose(site_release(full_s, full_y), released, atol=1e-9)  # the attacker's model is right
-        ranks = _mh_placement(released, known_s, known_y, label, site_release)
-        assert true_rank in ranks
-        dsfed_pinned += len(ranks) == 1
+        ranks = consistent(released, site_release)
+        assert truth in ranks
+        dsfed_pinned += ranks == {truth}
     assert exact_pinned == len(MH_TARGETS)
     if dsfed_pinned:
         raise RankRecovered(f"{dsfed_pinned} of {len(MH_TARGETS)} rank slots from placement sums")
-
-
-@pytest.mark.xfail(raises=RankRecovered, strict=True, reason=GATE_PATTERN)
-def test_matthews_harel_simulating_the_gate_on_cell_counts(fed):
-    """The count attack made stronger: the attacker also simulates the site's public gate for every
-    rank slot of the held-out record and keeps the slots whose released edges, counts and events
-    match (the keep/drop pattern of a deterministic gate depends on where each record falls). The
-    control on exact cells is :func:`test_matthews_harel_on_count_releases`; here the slots pinned
-    through dsfed are counted (see ``GATE_PATTERN``)."""
-    from dsfed_server.disclosure.gate import KEEP, Intervals, cuts_from, decide_local
-
-    frame = fed.frame
-    full_s, full_y = frame.score.to_numpy(), frame.y.to_numpy()
-    pinned = 0
-    for rank in MH_TARGETS:
-        record, known_s, known_y = _held_out(frame, rank)
-        label = int(frame.y[record])
-        s = np.sort(known_s)
-        breaks = np.r_[0.0, np.sort(np.r_[s - 1e-7, s + 1e-7]), 1.0]
-
-        def site_release(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
-            cells = Intervals(scores, cuts_from(breaks[1:-1], True), render=lambda released: None)
-            keep = np.r_[True, [d is KEEP for d in decide_local(cells, Q, [])], True]
-            edges = breaks[keep]
-            at = _cells_of(scores, edges)
-            return np.r_[edges, np.bincount(at, minlength=edges.size - 1),
-                         np.bincount(at, weights=labels, minlength=edges.size - 1)]
-
-        with fed.door("v1", "analyst", fed.table()) as door:
-            result = door.call("groupSumsDS", Ref("D$y"), Ref("D$score"), breaks.tolist())
-        released = np.r_[result["edges"], result["n"], result["sum_y"]]
-        assert np.array_equal(site_release(full_s, full_y), released)  # the attacker's model is right
-        candidates = np.r_[s[0] / 2, (s[:-1] + s[1:]) / 2, (s[-1] + 1) / 2]
-        ranks = {int(np.searchsorted(s, x)) for x in candidates
-                 if (view := site_release(np.r_[known_s, x], np.r_[known_y, label])).shape == released.shape
-                 and np.array_equal(view, released)}
-        assert int(np.searchsorted(s, frame.score[record])) in ranks
-        pinned += len(ranks) == 1
-    if pinned:
-        raise RankRecovered(f"{pinned} of {len(MH_TARGETS)} rank slots from groupSumsDS's cells")

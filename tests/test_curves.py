@@ -41,15 +41,19 @@ NEW_FUNCTIONS = ("scoreHistogramDS", "histReferenceDS", "histPlacementSumsDS", "
 
 
 def grid_frames(seed: int = 11, k: int = 5) -> dict[str, pd.DataFrame]:
-    """Scores at the 16 leaf centres; every (site, class, score) count is 0 or between 5 and 39."""
+    """Scores at the 16 leaf centres; every (site, class, score) count is 0 or between 5 and 39, and
+    every site holds records at every score (the gate merges an empty leaf between two others)."""
     rng = np.random.default_rng(seed)
     frames = {}
     for i in range(k):
         rows = []
+        counts = {cls: rng.integers(5, 40, GRID) * (rng.uniform(size=GRID) > 0.25) for cls in (0, 1)}
+        counts[1][:3], counts[0][13:] = 0, 0
+        empty = counts[0] + counts[1] == 0
+        counts[0][empty & (np.arange(GRID) <= 12)] = 5
+        counts[1][empty & (np.arange(GRID) > 12)] = 5
         for cls in (0, 1):
-            counts = rng.integers(5, 40, GRID) * (rng.uniform(size=GRID) > 0.25)
-            counts[(np.arange(GRID) < 3) if cls else (np.arange(GRID) > 12)] = 0
-            for g, c in enumerate(counts):
+            for g, c in enumerate(counts[cls]):
                 rows += [(cls, (g + 0.5) / GRID)] * int(c)
         frames[f"site{i + 1}"] = pd.DataFrame(rows, columns=["y", "score"]).sample(frac=1, random_state=i)
     return frames

@@ -126,7 +126,9 @@ def test_platt_recalibration_improves_calibration_and_is_applied_at_the_sites(sm
 def test_isotonic_recalibration_improves_calibration(smooth, smooth_map):
     session, y, p = smooth
     r = ds_recalibrate(session, "D$y", "D$score", method="isotonic", smooth=smooth_map, into="p.iso")
-    assert r.fit.merged_bins == 0
+    # a break at a site's plateau of the grid query where that site released another grid point
+    # (no record between them) is not released a second time: its bin merges
+    assert r.fit.merged_bins <= 2
     assert r.after.hl_c < r.before.hl_c / 10 and r.after.hl_h < r.before.hl_h / 10
     assert r.after.ece < r.before.ece / 2 and r.after.brier < r.before.brier
     # the sites applied the analyst's map: Brier and H-L C equal R's on the pooled recalibrated scores
@@ -143,7 +145,7 @@ def test_isotonic_fit_equals_pooled_pava_on_the_same_bins(smooth):
     the raw records, R's cut(include.lowest = TRUE)) gives the same knots to rounding."""
     session, y, p = smooth
     fit = ds_isotonic_fit(session, "D$y", "D$score", n_bins=50)
-    assert fit.merged_bins == 0 and fit.n_total == len(y)
+    assert fit.merged_bins <= 2 and fit.n_total == len(y)  # see test_isotonic_recalibration_improves_calibration
     breaks = np.r_[fit.bins["lower"].to_numpy(), 1.0]
     idx = np.clip(np.searchsorted(breaks, p, side="left") - 1, 0, len(breaks) - 2)
     n = np.bincount(idx, minlength=len(breaks) - 1).astype(float)

@@ -5,8 +5,9 @@ Each site answers "how many of my values are <= t" for a batch of thresholds (``
 and its release gate withholds a count whose cut would leave fewer than q of the site's records
 between it and another cut (the count is then null). What the search knows of a site's count at a
 threshold is therefore a pair of bounds: exact where released; otherwise between the released
-counts at the neighbouring thresholds (counts rise with the threshold), and between 1 and n - 1
-(the gate always releases "none" and "all"). Pooled bounds are the sums of the sites' bounds.
+counts at the neighbouring thresholds (counts rise with the threshold), or 0 and n. (A withheld
+count may be "none" too: the gate answers "nothing below t" only once per column, so that nobody
+bisects for the smallest value.) Pooled bounds are the sums of the sites' bounds.
 
 This is the per-site path. Under secure aggregation the sites run the same search on exact pooled
 counts among themselves (``decileGroupsDS``), which always settles on R's groups.
@@ -28,18 +29,13 @@ MAX_ROUNDS = 12
 
 @dataclass
 class _SiteCounts:
-    """One site's answers: released counts by threshold, and the thresholds it withheld."""
+    """One site's answers: released counts by threshold (a withheld one is null)."""
 
     n: int
     released: dict[float, int] = field(default_factory=dict)
-    withheld: set[float] = field(default_factory=set)
 
     def add(self, thresholds: list[float], counts: list[int | None]) -> None:
-        for t, c in zip(thresholds, counts):
-            if c is None:
-                self.withheld.add(t)
-            else:
-                self.released[t] = int(c)
+        self.released.update({t: int(c) for t, c in zip(thresholds, counts) if c is not None})
 
     def bounds(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower and upper bound of the site's count at or below each of ``ts``."""
@@ -50,9 +46,6 @@ class _SiteCounts:
         j = np.searchsorted(known, ts, side="left")  # known[j] >= t
         hi = np.where(j < known.size, counts[np.minimum(j, max(known.size - 1, 0))] if counts.size else self.n,
                       self.n)
-        asked = np.array([t in self.withheld for t in ts.tolist()], dtype=bool)
-        lo = np.where(asked, np.maximum(lo, 1), lo)  # a withheld count is neither "none" nor "all"
-        hi = np.where(asked, np.minimum(hi, self.n - 1), hi)
         return lo, hi
 
 

@@ -62,7 +62,9 @@ from dsfed_client import pooling
 from dsfed_client.analyses.calibration import (
     LogisticCalibration, calibration_errors, ds_brier, ds_hosmer_lemeshow, ds_logistic_calibration,
 )
+from dsfed_client.analyses.suite import no_pooled_release
 from dsfed_client.calls import Call, Ref
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.session import FederatedSession
 
 METHODS = ("logistic", "pchip", "step")
@@ -405,12 +407,20 @@ def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *
                             ) -> CalibrationMeasures:
     """Brier and Spiegelhalter's z (``ds_brier``), Hosmer-Lemeshow C and H (``ds_hosmer_lemeshow``),
     ECE/MCE over the C groups (seed 001 eq. 3.6) and calibration intercept, slope and CITL
-    (``ds_logistic_calibration``)."""
-    b = ds_brier(session, truth, score)
-    c = ds_hosmer_lemeshow(session, truth, score, g=g, kind="C")
-    h = ds_hosmer_lemeshow(session, truth, score, g=g, kind="H")
+    (``ds_logistic_calibration``), released pooled when every site offers it (as ``validate``):
+    the sites then find the deciles among themselves, exact whatever cuts the score column released
+    before (a recalibration's bins among them)."""
+    pooled, _ = session.pooled_capability()
+    try:
+        b = ds_brier(session, truth, score, secure=pooled)
+    except FederatedCallError as exc:
+        if not (pooled and no_pooled_release(exc)):
+            raise
+        pooled, b = False, ds_brier(session, truth, score)
+    c = ds_hosmer_lemeshow(session, truth, score, g=g, kind="C", secure=pooled)
+    h = ds_hosmer_lemeshow(session, truth, score, g=g, kind="H", secure=pooled)
     e = calibration_errors(c)
-    lc = ds_logistic_calibration(session, truth, score, n_complete=b.n)
+    lc = ds_logistic_calibration(session, truth, score, n_complete=b.n, secure=pooled)
     return CalibrationMeasures(b.brier, b.spiegelhalter_z, c.statistic, c.pvalue, h.statistic, h.pvalue, e.ece,
                                e.mce, lc.intercept, lc.slope, lc.citl, b.n, c.complete and h.complete)
 

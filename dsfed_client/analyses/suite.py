@@ -174,7 +174,7 @@ class ValidationReport:
 _FALLBACK_RULES = ("secure_aggregation.", "functions.enabled")
 
 
-def _fallback(exc: FederatedCallError) -> bool:
+def no_pooled_release(exc: FederatedCallError) -> bool:
     """Whether a failed pooled release means 'this federation offers no pooled release' (then the
     per-site path is taken), rather than a refusal of this analysis."""
     return all(e.rule is not None and e.rule.startswith(_FALLBACK_RULES) for e in exc.failures.values())
@@ -203,7 +203,7 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     try:
         brier = ds_brier(session, truth, score, secure=pooled)
     except FederatedCallError as exc:
-        if secure is not None or not _fallback(exc):
+        if secure is not None or not no_pooled_release(exc):
             raise
         pooled, note = False, f"a pooled release was refused: {exc}"
         brier = ds_brier(session, truth, score)

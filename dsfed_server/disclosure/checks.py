@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from dsfed_server.disclosure.differencing import Rows, isolated_records, row_set_problem, rows_of
-from dsfed_server.disclosure.gate import KEEP, Categories, Cells, Cut, Intervals, cuts_from, decide_local, release_local
+from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Intervals, cuts_from, decide_local,
+                                         release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import RootColumn
 from dsfed_server.disclosure.rules import Rules
@@ -126,7 +127,8 @@ class Guard:
         new[rows.index] = True
         with self.history.lock:
             if condition is not None:
-                decided = decide_local(condition, self.q, self._cut_history(condition.history_key))
+                decided = decide_local(condition, self.q, self._cut_history(condition.history_key),
+                                       site_pick(self.secret, condition))
                 if any(d is not KEEP for d in decided):
                     raise self._refuse(
                         f"the subset's condition cuts the column within {self.q} records of a cut "
@@ -167,13 +169,13 @@ class Guard:
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
             if isinstance(cells, Categories):
-                released = release_local(cells, self.q)
+                released = release_local(cells, self.q, self.secret)
                 self._audit_row_sets(released.row_sets, cells.rows)
                 return released.result
             history = self._cut_history(cells.history_key)
             exclude: set[Cut] = set()
             while True:
-                released = release_local(cells, self.q, history, exclude)
+                released = release_local(cells, self.q, self.secret, history, exclude)
                 culprit = self._row_set_culprit(released.row_sets, cells.rows)
                 if culprit is None:
                     break
@@ -240,8 +242,9 @@ class Guard:
         """Which edges of an analyst's reference CDF this site evaluates at its scores ``p``: the
         edges are cuts like any other (the records below an edge; the last one: at or below it), and
         :func:`gate.decide_local` keeps those that, with every cut released before on the column the
-        scores come from (by any analyst), leave 0 or at least q records between cuts. An end edge
-        that does not fit refuses the reference. Every edge where the rules file's
+        scores come from (by any analyst), leave at least q records between cuts (:func:`gate.decide`;
+        an edge outside the range the dictionary declares always fits). An end edge that does not fit
+        refuses the reference. Every edge where the rules file's
         ``disclosure.cut_history`` is false (test profiles)."""
         edges = np.asarray(edges, dtype=float)
         if not self.rules.disclosure.cut_history:
@@ -252,12 +255,12 @@ class Guard:
                           render=lambda released: None, what="reference", column=root)
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
-            decided = decide_local(cells, self.q, self._cut_history(cells.history_key))
+            decided = decide_local(cells, self.q, self._cut_history(cells.history_key), site_pick(self.secret, cells))
             if decided[0] is not KEEP or decided[-1] is not KEEP:
                 raise self._refuse(
                     f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within {self.q} of "
                     "where this or an earlier release did; widen it to cover every score",
-                    "disclosure.cut_history", "use a reference range that covers every score")
+                    "disclosure.cut_history", "use the range the data dictionary declares for the scores (e.g. [0, 1] for probabilities)")
             keep = np.array([d is KEEP for d in decided])
             self._record_cuts(cells.history_key, [c for c, k in zip(cells.root_cuts(), keep) if k], "reference")
         return keep

@@ -12,16 +12,19 @@ The gate bins the records, applies the site's rules and hands the released cells
 (:class:`Released`) to the declaration's ``render``, which shapes the function's result. The
 same declaration is released in one of two ways:
 
-**Per site** (:func:`release_local`). Interval cuts are taken in increasing order; a cut is kept
-only if the cells on both sides of it, among the cuts kept so far and every cut of the history
-this site keeps for the variable (:mod:`dsfed_server.disclosure.history`), hold 0 or at least q of the
-site's records; otherwise it is dropped and its cell merged with the next (the result lists the
-dropped cuts: coarsened, never suppressed, so every record is counted). A cell that still holds
-0 < n < q records -- possible only when the declaration asks to refuse rather than merge
-(``bins.small_bin_policy = "refuse"`` for histograms) -- refuses the whole release. Categorical
-cells are not merged: one non-zero cell below q refuses the table (as dsBase's ``tableDS``).
-The released cells' row sets (:class:`LocalRelease`) are then audited by the site's guard against
-every subset and cell released before from the same table, across columns
+**Per site** (:func:`release_local`). Interval cuts are decided in increasing order
+(:func:`decide`); a cut is kept only if the cells on both sides of it, among the cuts kept so far
+and every cut of the history this site keeps for the variable
+(:mod:`dsfed_server.disclosure.history`), hold at least q of the site's records; otherwise it is
+dropped and its cell merged with the next (the result lists the dropped cuts: coarsened, never
+suppressed, so every record is counted). A cell with no record between two different cuts is not
+released either (of such cuts one is kept, at random): that "empty" and "one record" answer alike
+is what stops a bisection from reading a record's value. A cut that would leave a non-empty cell
+below q refuses the whole release when the declaration asks to refuse rather than merge
+(``bins.small_bin_policy = "refuse"`` for histograms). Categorical cells are not merged: one
+non-zero cell below q refuses the table (as dsBase's ``tableDS``). The released cells' row sets
+(:class:`LocalRelease`) are then audited by the site's guard against every subset and cell
+released before from the same table, across columns
 (:meth:`dsfed_server.disclosure.checks.Guard.release`, ``disclosure.subset_min_difference``).
 
 **Pooled** (:func:`pooled_vector`, :func:`release_pooled`), under secure aggregation with
@@ -29,9 +32,15 @@ every subset and cell released before from the same table, across columns
 (the requested cuts together with every cut of the relayed history), the sites add the counts and
 sums among themselves (:mod:`dsfed_server.disclosure.relay`), and each site takes the same
 decisions on the pooled counts with the largest q of the sites: the analyst sees pooled cells,
-so the pooled cells are what is checked (rule 1). A requested cut that would leave fewer than q
-pooled records on one side moves to the nearest history cut (or is dropped); the released cells
-are unions of refined cells, so no second round is needed.
+so the pooled cells are what is checked (rule 1). A requested cut not kept moves to the history
+cut nearest to it in value (or is dropped); the released cells are unions of refined cells, so no
+second round is needed. The sites' random picks use a key only they know: the sum of a secret
+share every site adds to the pooled vector (:data:`NONCE`).
+
+What this does not close, measured in ``tests/test_adversarial.py``: against an analyst who knows
+every record but one, exact cells with a deterministic minimum count still show, for about one
+target in q, which cell the held-out record closed (its rank slot). Only noise hides that, as
+only noise hides its label in exact class counts.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from typing import Any, Callable, Collection, Literal, Sequence
 import numpy as np
 
 from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.mechanisms import content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import TRANSFORMS, RootColumn, ordering_key
 from dsfed_server.errors import CallError, DisclosureRefusal
 
@@ -178,51 +188,119 @@ def _refuse_small_bin(what: str, q: int, pooled: bool) -> DisclosureRefusal:
     """A release whose rules refuse rather than merge a small bin (``bins.small_bin_policy``)."""
     where = " pooled over the sites" if pooled else ""
     return DisclosureRefusal(
-        f"{what} would have a non-empty bin with fewer than {q} records{where} (alone or with the "
-        "cuts released before on this variable)", rule="bins.small_bin_policy",
-        hint="ask for fewer, wider bins")
+        f"{what} would have a non-empty bin with fewer than {q} records{where}, alone or with the cuts released "
+        "before on this variable (an empty bin next to a cut released before counts as one: it would say that "
+        "no record lies there)", rule="bins.small_bin_policy", hint="ask for fewer, wider bins")
 
 
 # --- the decisions on cuts --------------------------------------------------------------------
 
 
 KEEP = "keep"  # decide(): the requested cut is released as it is
+TWIN = "twin"  # decide(): dropped for a cut kept with no record between them (nothing held merges)
+
+Pick = Callable[[Sequence[int]], int]  # decide(): which of a group of requested cuts (their indices) is kept
 
 
-def decide(spaces: list[tuple[dict[int, Cut], list[int]]], q: int, *, snap: bool) -> list[Any]:
-    """Per requested cut: :data:`KEEP`, the history cut it is released at instead (``snap``), or
-    None (dropped: its cell merges with the next).
+def first(members: Sequence[int]) -> int:
+    """A :data:`Pick` for decisions whose kept cuts are not released as values."""
+    return members[0]
+
+
+def seeded_pick(key: bytes, *parts: str) -> Pick:
+    """A :data:`Pick` the analyst cannot simulate: uniform over the group, seeded by a key only
+    the sites hold (HMAC-SHA256 over ``parts`` and the group's position), so a repeat picks the same."""
+    def pick(members: Sequence[int]) -> int:
+        rng = seeded_rng(key, "gate pick", *parts, ",".join(map(str, members)))
+        return members[int(rng.integers(len(members)))]
+    return pick
+
+
+def decide(spaces: list[tuple[dict[int, Cut], list[int]]], q: int, *, again: Sequence[bool],
+           outside: Sequence[bool], pick: Pick, same: Sequence[Any] | None = None) -> list[Any]:
+    """Per requested cut: :data:`KEEP`; :data:`TWIN`, not kept because another new cut with no
+    record between them is; or None, not kept (it would leave fewer than q records to a cut used,
+    or sit at the rank of a released cut without being it).
 
     ``spaces``: per space of records (the release's own records, the whole column they come from,
     pooled or not), the history's cuts by rank (records below the cut; 0 and n included) and the
-    requested cuts' ranks in that space, in the requested (increasing) order. A requested cut is
-    kept if in every space it equals a cut used so far or lies at least q records from both
-    neighbouring used cuts; a kept cut counts as used for the next ones. With ``snap`` (one space
-    only) a cut that does not fit moves to the nearest used history cut, if that is not an end."""
+    requested cuts' ranks in that space, in the requested (increasing) order.
+
+    * A cut ``outside`` the declared range (no record can lie beyond it: public) is kept.
+    * The others go in groups of equal ranks (no record between them). A group is kept if in every
+      space it lies at least q records from both neighbouring used cuts (the history's and those
+      kept so far), or it holds a cut released before (``again``) at the rank of a history cut:
+      **every released cell holds at least q records**.
+    * A cell with no record between two different cuts is never released inside the records'
+      range: "empty" against "one record" would answer whether a record lies between them, and a
+      bisection would read a score to any precision. Of a kept group one cut is released: the one
+      released before, or the one ``pick`` chooses (uniform, with a key the analyst does not hold,
+      so where the released cut lies between two records tells nothing of either).
+    * At an end (no record below the group, or none above it) the group is kept whole if no cut was
+      released at that end before: "nothing below t" is answered once, after which every cut there
+      is at the rank of a released one, so a bisection for the smallest value stops at its first
+      "empty" answer (it pins the value to a width w of its range W with probability about w / W).
+      With q = 1 (single records released) a group is kept whole anywhere.
+    * Cuts with the same ``same`` key are one cut (no value the column may hold lies between them:
+      :func:`canonical`) and are kept together."""
     used = [sorted(history) for history, _ in spaces]
-    out: list[Any] = []
-    for k in range(len(spaces[0][1])):
-        ranks = [requested[k] for _, requested in spaces]
-        fits, nearest = True, None
-        for u, r in zip(used, ranks):
+    n = len(spaces[0][1])
+    out: list[Any] = [None] * n
+    k = 0
+    while k < n:
+        ranks = tuple(requested[k] for _, requested in spaces)
+        group = [k]
+        while group[-1] + 1 < n and tuple(requested[group[-1] + 1] for _, requested in spaces) == ranks:
+            group.append(group[-1] + 1)
+        k = group[-1] + 1
+        if any(outside[i] for i in group):
+            for i in group:
+                out[i] = KEEP if outside[i] else None
+            continue
+        before = next((i for i in group if again[i]), None)
+        fits, end = True, False
+        for (history, _), u, r in zip(spaces, used, ranks):
             i = bisect.bisect_left(u, r)
             if i < len(u) and u[i] == r:
-                continue
-            lo, hi = u[i - 1], u[i]
-            if r - lo < q or hi - r < q:
+                at = history.get(r)
+                released = at is not None and bool(np.isfinite(at.value))
+                if q <= 1 or (before is None and not released and r in (u[0], u[-1])):
+                    end = True
+                else:
+                    fits &= before is not None and released
+            elif r - u[i - 1] < q or u[i] - r < q:
                 fits = False
-                nearest = lo if r - lo <= hi - r else hi
-        if fits:
-            for u, r in zip(used, ranks):
-                if r not in u:
-                    bisect.insort(u, r)
-            out.append(KEEP)
-        elif snap and len(spaces) == 1 and nearest is not None:
-            target = spaces[0][0].get(nearest)
-            out.append(target if target is not None and np.isfinite(target.value) else None)
-        else:
-            out.append(None)
+        if not fits:
+            continue
+        chosen = pick(group) if before is None else before
+        for i in group:
+            one = end or i == chosen or (same is not None and same[i] == same[chosen])
+            out[i] = KEEP if one else TWIN if before is None else None
+        for u, r in zip(used, ranks):
+            if r not in u:
+                bisect.insort(u, r)
     return out
+
+
+def canonical(cut: Cut, column: RootColumn | None) -> Cut:
+    """The cut as the column's declared values see it: on whole numbers ``< 51`` and ``<= 50.5`` are
+    ``<= 50`` (the dictionary, not the data, says so)."""
+    if column is None or not column.integer or not np.isfinite(cut.value):
+        return cut
+    return Cut(float(np.floor(cut.value) if cut.inclusive else np.ceil(cut.value) - 1), True)
+
+
+def outside(cut: Cut, column: RootColumn | None) -> bool:
+    """No record can lie below the cut, or none above it: the declared range says so (public)."""
+    cut = canonical(cut, column)
+    declared = column.declared if column is not None else None
+    if not np.isfinite(cut.value):
+        return True
+    if declared is None:
+        return False
+    lo, hi = declared
+    return cut.value < lo or (cut.value == lo and not cut.inclusive) or cut.value > hi or (
+        cut.value == hi and cut.inclusive)
 
 
 def _ranks(sorted_x: np.ndarray, cuts: Sequence[Cut]) -> list[int]:
@@ -244,7 +322,7 @@ def _effective(requested: Sequence[Cut], decided: list[Any]) -> tuple[tuple[Cut,
     for cut, d in zip(requested, decided):
         if d is KEEP:
             released.append(cut)
-        elif d is None:
+        elif d is None or d is TWIN:
             dropped.append(cut)
         else:
             moved[cut] = d
@@ -255,16 +333,27 @@ def _effective(requested: Sequence[Cut], decided: list[Any]) -> tuple[tuple[Cut,
 # --- per-site release ----------------------------------------------------------------------------
 
 
-def decide_local(cells: Intervals, q: int, history: Sequence[Cut], exclude: Collection[Cut] = ()) -> list[Any]:
+def site_pick(key: bytes, cells: Intervals) -> Pick:
+    """The pick of a site (``key``: its secret) among requested cuts with no record between them."""
+    return seeded_pick(key, *cells.history_key, *(repr(c) for c in cells.cuts))
+
+
+def decide_local(cells: Intervals, q: int, history: Sequence[Cut], pick: Pick,
+                 exclude: Collection[Cut] = ()) -> list[Any]:
     """:func:`decide` for one site: in the release's own records (its cells), and in the column
-    they come from, with every cut released before on it (``history``, in the column's units).
-    Requested cuts in ``exclude`` are dropped before anything is decided."""
+    they come from, with every cut released before on it (``history``, in the column's units);
+    ``pick``: :func:`site_pick`. Requested cuts in ``exclude`` are dropped before anything is decided."""
     x = np.sort(cells.x)
     root = cells.root_values()
     chosen = [i for i, c in enumerate(cells.cuts) if c not in exclude]
     root_cuts = cells.root_cuts()
+    column = cells.column
+    released = {canonical(h, column) for h in history}
+    same = [canonical(root_cuts[i], column) for i in chosen]
     decided = decide([(_history_ranks(x, ()), _ranks(x, [cells.cuts[i] for i in chosen])),
-                      (_history_ranks(root, history), _ranks(root, [root_cuts[i] for i in chosen]))], q, snap=False)
+                      (_history_ranks(root, history), _ranks(root, [root_cuts[i] for i in chosen]))], q,
+                     again=[c in released for c in same], outside=[outside(cells.cuts[i], column) for i in chosen],
+                     pick=pick, same=same)
     out: list[Any] = [None] * len(cells.cuts)
     for i, d in zip(chosen, decided):
         out[i] = d
@@ -293,9 +382,10 @@ def _row_sets(rows: Rows | None, cell_of_record: np.ndarray, size: int) -> list[
     return out
 
 
-def release_local(cells: Cells, q: int, history: Sequence[Cut] = (), exclude: Collection[Cut] = ()) -> LocalRelease:
+def release_local(cells: Cells, q: int, key: bytes, history: Sequence[Cut] = (), exclude: Collection[Cut] = ()
+                  ) -> LocalRelease:
     """The declaration's result as this site releases it alone (module docstring), with the cuts it
-    released and its cells' row sets."""
+    released and its cells' row sets; ``key``: the site's secret (:func:`decide_local`)."""
     if isinstance(cells, Categories):
         size = int(np.prod(cells.shape))
         counts = np.bincount(cells.codes, minlength=size).reshape(cells.shape)
@@ -303,7 +393,7 @@ def release_local(cells: Cells, q: int, history: Sequence[Cut] = (), exclude: Co
             raise _refuse_small(cells.what, q, pooled=False)
         return LocalRelease(cells.render(Released((), counts, {}, totals=dict(cells.totals))), [],
                             _row_sets(cells.rows, cells.codes, size))
-    decided = decide_local(cells, q, history, exclude)
+    decided = decide_local(cells, q, history, site_pick(key, cells), exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, q, pooled=False)
     kept, dropped, moved = _effective(cells.cuts, decided)
@@ -361,17 +451,36 @@ def pooled_space(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[
     ``history`` among them): the history's cuts by rank, and the ranks of ``cuts``."""
     below = np.concatenate([[0], np.cumsum(np.rint(refined_counts).astype(np.int64))])  # below refined cut i: [i + 1]
     position = {cut: i for i, cut in enumerate(refined)}
-    by_rank = {0: Cut(-np.inf, False), int(below[-1]): Cut(np.inf, False)}
-    for cut in history:
+    by_rank: dict[int, Cut] = {}
+    for cut in sorted(history):
         by_rank.setdefault(int(below[position[cut] + 1]), cut)
+    by_rank.setdefault(0, Cut(-np.inf, False))
+    by_rank.setdefault(int(below[-1]), Cut(np.inf, False))
     return by_rank, [int(below[position[c] + 1]) for c in cuts]
 
 
 def fits_pooled(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[Cut], refined_counts: np.ndarray,
                 q: int) -> np.ndarray:
-    """Which of ``cuts`` the gate keeps with ``history``, on pooled counts between all cuts (no moving)."""
-    decided = decide([pooled_space(cuts, refined, history, refined_counts)], q, snap=False)
+    """Which of ``cuts`` (site-derived, on the site's grid) the gate keeps with ``history``, on pooled
+    counts between all cuts (no moving; of cuts with no record between, the first)."""
+    released = set(history)
+    decided = decide([pooled_space(cuts, refined, history, refined_counts)], q, again=[c in released for c in cuts],
+                     outside=[outside(c, None) for c in cuts], pick=first)
     return np.array([d is KEEP for d in decided], dtype=bool)
+
+
+NONCE = "gate:nonce"  # a pooled vector's field: every site's secret share of the key of the gate's picks
+
+
+def nonce(key: bytes, call: bytes) -> np.ndarray:
+    """This site's share of the pooled key (:data:`NONCE`): only the sites see the sum of the shares."""
+    return seeded_rng(key, "gate nonce", call).integers(0, 2 ** 20, size=8).astype(float)
+
+
+def _nearest_by_value(cut: Cut, history: Sequence[Cut]) -> Cut | None:
+    """The finite history cut nearest to ``cut`` in value (ties: the lower), or None."""
+    finite = [h for h in history if np.isfinite(h.value)]
+    return min(finite, key=lambda h: (abs(h.value - cut.value), h), default=None)
 
 
 def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], q: int
@@ -389,9 +498,17 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:
         spaces.append(pooled_space(plan.requested, plan.refined, plan.history, pooled["column_counts"]))
-    decided = decide(spaces, q, snap=True)
+    column = cells.column
+    released_before = {canonical(h, column) for h in plan.history}
+    same = [canonical(c, column) for c in plan.requested]
+    key = content_digest(np.rint(pooled[NONCE]))
+    decided = decide(spaces, q, again=[c in released_before for c in same], same=same,
+                     outside=[outside(c, column) for c in plan.requested],
+                     pick=seeded_pick(key, *(repr(c) for c in plan.requested)))  # alike at every site
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, q, pooled=True)
+    if not plan.own_space:  # a cut not kept moves to the released cut nearest in value, if any
+        decided = [d if d is KEEP else _nearest_by_value(c, plan.history) or d for c, d in zip(plan.requested, decided)]
     kept, dropped, moved = _effective(plan.requested, decided)
     # released cell k = the refined cells between kept cut k - 1 and kept cut k
     bounds = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]

@@ -46,7 +46,9 @@ class RootColumn:
     ``table`` and ``column`` name it; ``values`` are all its non-missing values at this site;
     ``whole``: the vector is the whole column (the same records in the same order); ``transform``:
     the monotone transform the vector applied to the column; ``declared``: the range the data
-    dictionary declares for the vector's values (the column's, transformed), or None."""
+    dictionary declares for the vector's values (the column's, transformed), or None; ``integer``:
+    the dictionary declares whole numbers and the vector is not transformed (``age > 50`` and
+    ``age >= 51`` are then one cut)."""
 
     table: str
     column: str
@@ -54,6 +56,7 @@ class RootColumn:
     whole: bool
     transform: str = "identity"
     declared: tuple[float, float] | None = None
+    integer: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -92,8 +95,10 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
         return None
     whole = transform == "identity" and rows.index.size == column.size and np.array_equal(rows.index,
                                                                                         np.arange(column.size))
+    variable = catalog.variable(rows.lineage, source)
+    integer = transform == "identity" and variable is not None and variable.value_type == "integer"
     return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, transform,
-                      _declared(catalog, rows.lineage, source, transform))
+                      _declared(catalog, rows.lineage, source, transform), integer)
 
 
 def _declared(catalog: "Catalog", table: str, column: str, transform: str) -> tuple[float, float] | None:

@@ -72,9 +72,11 @@ class Disclosure(_Section):
             "Whether every cut a release depends on -- bin edges, group breaks, thresholds, the edges "
             "of a reference CDF, subset conditions -- is checked against every cut released before on "
             "the same table column, by any analyst, kept in the site's ledger across restarts: a cut "
-            "is released only where all cuts together leave 0 or at least q_threshold records between "
+            "is released only where all cuts together leave at least q_threshold records between "
             "them (otherwise the release is coarsened, or refused), so no two releases can be "
-            "differenced into fewer than q records. false: each release is checked alone (test "
+            "differenced into fewer than q records; an empty bin between two cuts is merged too (of "
+            "the two cuts one is kept, at random), so that 'empty' and 'one record' answer alike. "
+            "false: each release is checked alone (test "
             "profiles that prove equality with R on one table only)."
         ),
     )

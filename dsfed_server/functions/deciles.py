@@ -109,7 +109,8 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exa
     n = np.rint(pooled["n"]).astype(np.int64)
     below = np.cumsum(n)[:-1]
     ranks = {0: gate.Cut(-np.inf, False), int(n.sum()): gate.Cut(np.inf, False)}
-    decided = gate.decide([(ranks, [int(r) for r in below])], q, snap=False)
+    none = [False] * below.size
+    decided = gate.decide([(ranks, [int(r) for r in below])], q, again=none, outside=none, pick=gate.first)
     keep = [d is gate.KEEP for d in decided]
     bounds = [0] + [i + 1 for i, k in enumerate(keep) if k] + [n.size]
     merged = {name: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])

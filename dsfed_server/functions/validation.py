@@ -5,8 +5,8 @@ Every function here takes the outcome ``truth`` (0/1) and the predicted
 refuses a site whose records, positives or negatives number fewer than q
 (rule A1 of seed 000; a binary outcome level below q is refused as in
 DataSHIELD's ``glmDS1``). What leaves the site is a sum over at least q
-records, a noisy score under the site's DP mechanism, or a count that is
-either 0 or at least q.
+records, a noisy score under the site's DP mechanism, or a count between
+cuts the release gate passed (:mod:`dsfed_server.disclosure.gate`).
 """
 
 from __future__ import annotations
