@@ -481,10 +481,9 @@ class SiteService:
         history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
         if isinstance(raw, (gate.Intervals, gate.Categories)):
             plan, fields = gate.pooled_vector(raw, history if isinstance(raw, gate.Intervals) else ())
-            fields[gate.NONCE] = gate.nonce(self.secret, f"{rnd.round_id}:{step}".encode())
 
-            def finish(pooled: dict[str, np.ndarray], q: int) -> Any:
-                result, kept = gate.release_pooled(raw, plan, pooled, q)
+            def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
+                result, kept = gate.release_pooled(raw, plan, pooled, floor)
                 if isinstance(raw, gate.Intervals):
                     guard.record_pooled(raw.history_key, kept)
                 return result
@@ -498,16 +497,18 @@ class SiteService:
                       if name in result}
             public = {name: result[name] for name in spec.secure_sum.public if name in result}  # type: ignore[union-attr]
 
-            def finish(pooled: dict[str, np.ndarray], q: int) -> Any:
+            def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
                 return {**public, **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()},
                         "pooled": True}
         fields = {**fields, **{f"min:{i}:{what}": np.asarray(float(n)) for i, (what, n) in enumerate(deferred)}}
         call = definition(canonical_call(request), session, scope) + "\0cuts:" + json.dumps(
             {f"{t}${c}": [[v.value, v.inclusive] for v in cuts] for (t, c), cuts in sorted(relayed.items())})
         digest = secure_sum.call_digest(call, frac_bits)  # the cuts too: every site bins on the same cells
-        meta = {"q": rules.disclosure.q_threshold}
-        return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta, frozenset(scope.sources),
-                          history_key)
+        meta = self._floor_meta(rules)
+        if isinstance(raw, gate.Intervals):
+            meta.update(gate.dictionary_meta(raw.column))
+        return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta,
+                          frozenset(scope.sources), history_key)
 
     def _seal_relayed(self, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
                       scope: CallScope, record: dict) -> dict[str, Any]:
@@ -530,17 +531,26 @@ class SiteService:
                             hint="leave out the arguments the sites derive themselves (glmDS2: beta.vect)")
         digest = secure_sum.call_digest(definition(canonical_call(request), session, scope) + "\0relayed",
                                         raw.frac_bits if raw.frac_bits is not None else frac_bits)
-        meta = {"q": self._rules(session).disclosure.q_threshold}
         return self._seal(rnd, keys, step, spec.name, digest, raw.fields, raw.advance,
-                          raw.frac_bits if raw.frac_bits is not None else frac_bits, meta, frozenset(scope.sources),
+                          raw.frac_bits if raw.frac_bits is not None else frac_bits,
+                          self._floor_meta(self._rules(session)), frozenset(scope.sources), raw.history_key,
                           relayed=True)
+
+    @staticmethod
+    def _floor_meta(rules: Rules) -> dict[str, Any]:
+        """What a site declares to the others of a pooled step: its q and cut margin (they use the
+        largest; :func:`gate.pooled_floor`)."""
+        return {"q": rules.disclosure.q_threshold, "margin": rules.disclosure.margin}
 
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
               fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],
               sources: frozenset, history_key: tuple[str, str] | None = None, relayed: bool = False
               ) -> dict[str, Any]:
         """Encode ``fields`` in fixed point, mask them, seal them for every peer and keep them (with
-        ``finish``, what the pooled vector becomes) until the analyst relays the others'."""
+        ``finish``, what the pooled vector becomes) until the analyst relays the others'. A step on a
+        table column carries this site's share of the key of the gate's draws (:func:`gate.nonce`)."""
+        if history_key is not None:
+            fields = {**fields, gate.NONCE: gate.nonce(self.secret, history_key)}
         layout = {name: list(np.shape(v)) for name, v in fields.items()}
         flat = [secure_sum.encode_fixed(np.ravel(v), frac_bits, len(keys)) for v in fields.values()]
         clipped = sum(c for _, c in flat)
@@ -584,11 +594,11 @@ class SiteService:
         fields, clipped = relay.decode(total, pending.layout, pending.frac_bits)
         if clipped:  # the analyst learns how many values did not fit, not where: it asks again with fewer bits
             return {"release": None, "clipped": clipped}
-        q = max(self._q_of(meta) for meta in metas.values())
+        floor = gate.pooled_floor(metas.values(), fields)  # takes the key's shares out of the fields
         guard = self._guard(pending.function, session)
         for name in [name for name in fields if name.startswith("min:")]:
-            guard.pooled_minimum(name.split(":", 2)[2], float(fields.pop(name)), q)  # min:<i>:<kind>:<what>
-        out = pending.finish(fields, q)
+            guard.pooled_minimum(name.split(":", 2)[2], float(fields.pop(name)), floor.q)  # min:<i>:<kind>:<what>
+        out = pending.finish(fields, floor)
         history = {} if pending.history_key is None else {"history": self._history_answer(pending.history_key)}
         if not isinstance(out, tuple):
             return {"release": jsonable(out), **history}
@@ -608,13 +618,6 @@ class SiteService:
         relays the union of the sites' histories with the next pooled release on the column)."""
         return {"table": key[0], "column": key[1],
                 "cuts": [[c.value, c.inclusive] for c in self.history.cuts(*key)]}
-
-    @staticmethod
-    def _q_of(meta: dict[str, Any]) -> int:
-        q = meta.get("q")
-        if not isinstance(q, int) or isinstance(q, bool) or not 1 <= q <= 1000:
-            raise CallError("pooled release: a site's declared q_threshold is not a whole number in 1..1000")
-        return q
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)

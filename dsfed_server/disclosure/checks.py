@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dsfed_server.disclosure.differencing import Rows, isolated_records, row_set_problem, rows_of
-from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Intervals, cuts_from, decide_local,
+from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import RootColumn
@@ -62,6 +62,11 @@ class Guard:
     @property
     def q(self) -> int:
         return self.rules.disclosure.q_threshold
+
+    @property
+    def floor(self) -> Floor:
+        """What a new cell of this site's release gate holds: q and the secret margin (``disclosure.cut_margin``)."""
+        return Floor(self.q, self.rules.disclosure.margin, self.secret)
 
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of seed 000; nfilter.tab); with
@@ -127,7 +132,7 @@ class Guard:
         new[rows.index] = True
         with self.history.lock:
             if condition is not None:
-                decided = decide_local(condition, self.q, self._cut_history(condition.history_key),
+                decided = decide_local(condition, self.floor, self._cut_history(condition.history_key),
                                        site_pick(self.secret, condition))
                 if any(d is not KEEP for d in decided):
                     raise self._refuse(
@@ -169,13 +174,13 @@ class Guard:
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
             if isinstance(cells, Categories):
-                released = release_local(cells, self.q, self.secret)
+                released = release_local(cells, self.floor)
                 self._audit_row_sets(released.row_sets, cells.rows)
                 return released.result
             history = self._cut_history(cells.history_key)
             exclude: set[Cut] = set()
             while True:
-                released = release_local(cells, self.q, self.secret, history, exclude)
+                released = release_local(cells, self.floor, history, exclude)
                 culprit = self._row_set_culprit(released.row_sets, cells.rows)
                 if culprit is None:
                     break
@@ -255,7 +260,7 @@ class Guard:
                           render=lambda released: None, what="reference", column=root)
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
-            decided = decide_local(cells, self.q, self._cut_history(cells.history_key), site_pick(self.secret, cells))
+            decided = decide_local(cells, self.floor, self._cut_history(cells.history_key), site_pick(self.secret, cells))
             if decided[0] is not KEEP or decided[-1] is not KEEP:
                 raise self._refuse(
                     f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within {self.q} of "

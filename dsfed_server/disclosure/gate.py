@@ -15,9 +15,9 @@ same declaration is released in one of two ways:
 **Per site** (:func:`release_local`). Interval cuts are decided in increasing order
 (:func:`decide`); a cut is kept only if the cells on both sides of it, among the cuts kept so far
 and every cut of the history this site keeps for the variable
-(:mod:`dsfed_server.disclosure.history`), hold at least q of the site's records; otherwise it is
-dropped and its cell merged with the next (the result lists the dropped cuts: coarsened, never
-suppressed, so every record is counted). A cell with no record between two different cuts is not
+(:mod:`dsfed_server.disclosure.history`), hold at least q of the site's records (and the secret
+margin below); otherwise it is dropped and its cell merged with the next (the result lists the
+dropped cuts: coarsened, never suppressed, so every record is counted). A cell with no record between two different cuts is not
 released either (of such cuts one is kept, at random): that "empty" and "one record" answer alike
 is what stops a bisection from reading a record's value. A cut that would leave a non-empty cell
 below q refuses the whole release when the declaration asks to refuse rather than merge
@@ -34,19 +34,21 @@ sums among themselves (:mod:`dsfed_server.disclosure.relay`), and each site take
 decisions on the pooled counts with the largest q of the sites: the analyst sees pooled cells,
 so the pooled cells are what is checked (rule 1). A requested cut not kept moves to the history
 cut nearest to it in value (or is dropped); the released cells are unions of refined cells, so no
-second round is needed. The sites' random picks use a key only they know: the sum of a secret
-share every site adds to the pooled vector (:data:`NONCE`).
+second round is needed. The sites' random picks and margins use a key only they know: the sum of a
+secret share every site adds to the pooled vector (:data:`NONCE`).
 
-What this does not close, measured in ``tests/test_adversarial.py``: against an analyst who knows
-every record but one, exact cells with a deterministic minimum count still show, for about one
-target in q, which cell the held-out record closed (its rank slot). Only noise hides that, as
-only noise hides its label in exact class counts.
+A fixed minimum count would still leak to an analyst who knows every record but one: which of
+their cuts first reached q records shows the held-out record's rank. Every new cell therefore
+holds q records plus a secret margin the site draws for it (:class:`Floor`,
+``disclosure.cut_margin``); measured in ``tests/test_adversarial.py``. What remains: which cell
+of at least q records holds that record, and its label from exact class counts (only noise hides
+those).
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Collection, Literal, Sequence
 
 import numpy as np
@@ -188,9 +190,10 @@ def _refuse_small_bin(what: str, q: int, pooled: bool) -> DisclosureRefusal:
     """A release whose rules refuse rather than merge a small bin (``bins.small_bin_policy``)."""
     where = " pooled over the sites" if pooled else ""
     return DisclosureRefusal(
-        f"{what} would have a non-empty bin with fewer than {q} records{where}, alone or with the cuts released "
-        "before on this variable (an empty bin next to a cut released before counts as one: it would say that "
-        "no record lies there)", rule="bins.small_bin_policy", hint="ask for fewer, wider bins")
+        f"{what} would have a non-empty bin with fewer than {q} records{where} (or too few above that for "
+        "the site's secret margin, disclosure.cut_margin), alone or with the cuts released before on this "
+        "variable (an empty bin next to a cut released before counts as one: it would say that no record lies "
+        "there)", rule="bins.small_bin_policy", hint="ask for fewer, wider bins")
 
 
 # --- the decisions on cuts --------------------------------------------------------------------
@@ -216,7 +219,80 @@ def seeded_pick(key: bytes, *parts: str) -> Pick:
     return pick
 
 
-def decide(spaces: list[tuple[dict[int, Cut], list[int]]], q: int, *, again: Sequence[bool],
+@dataclass(frozen=True)
+class Agreed:
+    """A pooled release's column as every site reads it, so that all take the same decisions: the
+    hull of the ranges their data dictionaries declare (None: a site declares none) and whole
+    numbers only if every site declares them. Each site sends its own in the sealed meta
+    (:func:`dictionary_meta`), which the analyst cannot alter."""
+
+    declared: tuple[float, float] | None
+    integer: bool
+
+    @classmethod
+    def of(cls, metas: Collection[dict[str, Any]]) -> Agreed:
+        ranges, integer = [], True
+        for meta in metas:
+            span, whole = meta.get("range"), meta.get("integer")
+            if not isinstance(whole, bool) or not (span is None or (
+                    isinstance(span, list) and len(span) == 2
+                    and all(isinstance(v, (int, float)) and np.isfinite(v) for v in span) and span[0] <= span[1])):
+                raise CallError("pooled release: a site's declared column range is not two increasing finite numbers")
+            ranges.append(span)
+            integer = integer and whole
+        if any(span is None for span in ranges):
+            return cls(None, integer)
+        return cls((float(min(s[0] for s in ranges)), float(max(s[1] for s in ranges))), integer)
+
+
+def dictionary_meta(column: RootColumn | None) -> dict[str, Any]:
+    """What this site's data dictionary declares of a pooled release's column, for :class:`Agreed`."""
+    declared = column.declared if column is not None else None
+    return {"range": list(declared) if declared is not None else None,
+            "integer": column is not None and column.integer}
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The fewest records a new cell may hold: ``q``, plus a margin of 0 to ``most`` records that
+    the site draws for each cell (its ranks in the column) with a key the analyst does not hold
+    (``disclosure.cut_margin``). A cell of ``q + most`` records or more always holds enough; a
+    smaller one with probability 1 - 2^-(spare + 1), ``spare`` the records it holds beyond ``q``
+    (a geometric margin, capped at ``most``). The same cell always draws the same margin, so
+    asking again tells nothing new.
+
+    Why: with a fixed minimum, an analyst who knows every record but one sees which requested cut
+    first reached q records after the held-out one, and so its rank among the others. With a
+    margin, every drop or keep of a cut is at most twice as likely with the record on one side of
+    it than on the other, and where the minimum was reached no longer names a rank slot."""
+
+    q: int
+    most: int = 0
+    key: bytes = field(default=b"", repr=False)
+    parts: tuple[str, ...] = ()
+    agreed: Agreed | None = None  # pooled: the column as every site's dictionary declares it
+
+    def on(self, *parts: str) -> Floor:
+        """The same floor, its margins drawn for the cells of one column (its history key)."""
+        return replace(self, parts=self.parts + parts)
+
+    def column(self, column: RootColumn | None) -> RootColumn | None:
+        """The column whose declared range and whole numbers decide which cuts are public: this
+        site's, or in a pooled release the one all sites agree on (:class:`Agreed`)."""
+        if column is None or self.agreed is None:
+            return column
+        return replace(column, declared=self.agreed.declared, integer=self.agreed.integer)
+
+    def holds(self, a: int, b: int) -> bool:
+        """Whether a new cell between ranks ``a`` and ``b`` (records below each) holds enough."""
+        spare = b - a - self.q
+        if spare < 0 or spare >= self.most or self.q <= 1:
+            return spare >= 0
+        margin = int(seeded_rng(self.key, "gate margin", *self.parts, f"{a}:{b}").geometric(0.5)) - 1
+        return spare >= min(margin, self.most)
+
+
+def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, again: Sequence[bool],
            outside: Sequence[bool], pick: Pick, same: Sequence[Any] | None = None) -> list[Any]:
     """Per requested cut: :data:`KEEP`; :data:`TWIN`, not kept because another new cut with no
     record between them is; or None, not kept (it would leave fewer than q records to a cut used,
@@ -228,9 +304,10 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], q: int, *, again: Seq
 
     * A cut ``outside`` the declared range (no record can lie beyond it: public) is kept.
     * The others go in groups of equal ranks (no record between them). A group is kept if in every
-      space it lies at least q records from both neighbouring used cuts (the history's and those
-      kept so far), or it holds a cut released before (``again``) at the rank of a history cut:
-      **every released cell holds at least q records**.
+      space the new cells on both sides of it, to the neighbouring used cuts (the history's and
+      those kept so far), hold enough records (``floor``: at least q, and a secret margin when
+      fewer than q + ``floor.most``), or it holds a cut released before (``again``) at the rank of
+      a history cut: **every released cell holds at least q records**.
     * A cell with no record between two different cuts is never released inside the records'
       range: "empty" against "one record" would answer whether a record lies between them, and a
       bisection would read a score to any precision. Of a kept group one cut is released: the one
@@ -264,11 +341,11 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], q: int, *, again: Seq
             if i < len(u) and u[i] == r:
                 at = history.get(r)
                 released = at is not None and bool(np.isfinite(at.value))
-                if q <= 1 or (before is None and not released and r in (u[0], u[-1])):
+                if floor.q <= 1 or (before is None and not released and r in (u[0], u[-1])):
                     end = True
                 else:
                     fits &= before is not None and released
-            elif r - u[i - 1] < q or u[i] - r < q:
+            elif not (floor.holds(u[i - 1], r) and floor.holds(r, u[i])):
                 fits = False
         if not fits:
             continue
@@ -338,11 +415,12 @@ def site_pick(key: bytes, cells: Intervals) -> Pick:
     return seeded_pick(key, *cells.history_key, *(repr(c) for c in cells.cuts))
 
 
-def decide_local(cells: Intervals, q: int, history: Sequence[Cut], pick: Pick,
+def decide_local(cells: Intervals, floor: Floor, history: Sequence[Cut], pick: Pick,
                  exclude: Collection[Cut] = ()) -> list[Any]:
     """:func:`decide` for one site: in the release's own records (its cells), and in the column
     they come from, with every cut released before on it (``history``, in the column's units);
-    ``pick``: :func:`site_pick`. Requested cuts in ``exclude`` are dropped before anything is decided."""
+    ``floor``: keyed by the site's secret; ``pick``: :func:`site_pick`. Requested cuts in
+    ``exclude`` are dropped before anything is decided."""
     x = np.sort(cells.x)
     root = cells.root_values()
     chosen = [i for i, c in enumerate(cells.cuts) if c not in exclude]
@@ -351,7 +429,8 @@ def decide_local(cells: Intervals, q: int, history: Sequence[Cut], pick: Pick,
     released = {canonical(h, column) for h in history}
     same = [canonical(root_cuts[i], column) for i in chosen]
     decided = decide([(_history_ranks(x, ()), _ranks(x, [cells.cuts[i] for i in chosen])),
-                      (_history_ranks(root, history), _ranks(root, [root_cuts[i] for i in chosen]))], q,
+                      (_history_ranks(root, history), _ranks(root, [root_cuts[i] for i in chosen]))],
+                     floor.on(*cells.history_key),
                      again=[c in released for c in same], outside=[outside(cells.cuts[i], column) for i in chosen],
                      pick=pick, same=same)
     out: list[Any] = [None] * len(cells.cuts)
@@ -382,10 +461,11 @@ def _row_sets(rows: Rows | None, cell_of_record: np.ndarray, size: int) -> list[
     return out
 
 
-def release_local(cells: Cells, q: int, key: bytes, history: Sequence[Cut] = (), exclude: Collection[Cut] = ()
+def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclude: Collection[Cut] = ()
                   ) -> LocalRelease:
     """The declaration's result as this site releases it alone (module docstring), with the cuts it
-    released and its cells' row sets; ``key``: the site's secret (:func:`decide_local`)."""
+    released and its cells' row sets; ``floor``: keyed by the site's secret (:func:`decide_local`)."""
+    q = floor.q
     if isinstance(cells, Categories):
         size = int(np.prod(cells.shape))
         counts = np.bincount(cells.codes, minlength=size).reshape(cells.shape)
@@ -393,7 +473,7 @@ def release_local(cells: Cells, q: int, key: bytes, history: Sequence[Cut] = (),
             raise _refuse_small(cells.what, q, pooled=False)
         return LocalRelease(cells.render(Released((), counts, {}, totals=dict(cells.totals))), [],
                             _row_sets(cells.rows, cells.codes, size))
-    decided = decide_local(cells, q, history, site_pick(key, cells), exclude)
+    decided = decide_local(cells, floor, history, site_pick(floor.key, cells), exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, q, pooled=False)
     kept, dropped, moved = _effective(cells.cuts, decided)
@@ -460,21 +540,45 @@ def pooled_space(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[
 
 
 def fits_pooled(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[Cut], refined_counts: np.ndarray,
-                q: int) -> np.ndarray:
-    """Which of ``cuts`` (site-derived, on the site's grid) the gate keeps with ``history``, on pooled
-    counts between all cuts (no moving; of cuts with no record between, the first)."""
+                floor: Floor, key: tuple[str, str]) -> np.ndarray:
+    """Which of ``cuts`` (site-derived, on the site's grid) the gate keeps with ``history`` of the
+    column ``key``, on pooled counts between all cuts (no moving; of cuts with no record between,
+    the first)."""
     released = set(history)
-    decided = decide([pooled_space(cuts, refined, history, refined_counts)], q, again=[c in released for c in cuts],
+    decided = decide([pooled_space(cuts, refined, history, refined_counts)], floor.on(*key),
+                     again=[c in released for c in cuts],
                      outside=[outside(c, None) for c in cuts], pick=first)
     return np.array([d is KEEP for d in decided], dtype=bool)
 
 
-NONCE = "gate:nonce"  # a pooled vector's field: every site's secret share of the key of the gate's picks
+NONCE = "gate:nonce"  # a pooled vector's field: every site's secret share of the key of the gate's draws
 
 
-def nonce(key: bytes, call: bytes) -> np.ndarray:
-    """This site's share of the pooled key (:data:`NONCE`): only the sites see the sum of the shares."""
-    return seeded_rng(key, "gate nonce", call).integers(0, 2 ** 20, size=8).astype(float)
+def nonce(key: bytes, column: tuple[str, str]) -> np.ndarray:
+    """This site's share of the pooled key of a column's margins and picks (:data:`NONCE`): only the
+    sites see the sum of the shares. The same for every call on the column (a site pools a table
+    with one set of peers only), so a cell asked for again draws the same margin."""
+    return seeded_rng(key, "gate nonce", *column).integers(0, 2 ** 20, size=8).astype(float)
+
+
+def pooled_floor(metas: Collection[dict[str, Any]], pooled: dict[str, np.ndarray]) -> Floor:
+    """The floor the sites of a pooled release share, from what each declared in its sealed meta:
+    the largest q and margin of the sites, the column they agree on (a release binning a column),
+    keyed by the pooled :data:`NONCE` (removed from ``pooled``; without one, no margin)."""
+    q = max(_declared(meta, "q", "q_threshold", 1) for meta in metas)
+    most = max(_declared(meta, "margin", "cut_margin", 0) for meta in metas)
+    agreed = Agreed.of(metas) if all("range" in meta for meta in metas) else None
+    shares = pooled.pop(NONCE, None)
+    if shares is None:
+        return Floor(q, agreed=agreed)
+    return Floor(q, most, content_digest(np.rint(shares)), agreed=agreed)
+
+
+def _declared(meta: dict[str, Any], name: str, key: str, lowest: int) -> int:
+    value = meta.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or not lowest <= value <= 1000:
+        raise CallError(f"pooled release: a site's declared {key} is not a whole number in {lowest}..1000")
+    return value
 
 
 def _nearest_by_value(cut: Cut, history: Sequence[Cut]) -> Cut | None:
@@ -483,10 +587,12 @@ def _nearest_by_value(cut: Cut, history: Sequence[Cut]) -> Cut | None:
     return min(finite, key=lambda h: (abs(h.value - cut.value), h), default=None)
 
 
-def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], q: int
+def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor
                    ) -> tuple[dict[str, Any], list[Cut]]:
-    """The declaration's result from the pooled refined cells, decided with the pooled counts, and
-    the cuts it released (for every site's history)."""
+    """The declaration's result from the pooled refined cells, decided with the pooled counts and
+    the sites' shared ``floor`` (:func:`pooled_floor`), and the cuts it released (for every site's
+    history)."""
+    q = floor.q
     counts = np.rint(pooled["counts"]).astype(np.int64)
     totals = {name[6:]: float(v[0]) for name, v in pooled.items() if name.startswith("total:")}
     if isinstance(cells, Categories):
@@ -498,13 +604,12 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:
         spaces.append(pooled_space(plan.requested, plan.refined, plan.history, pooled["column_counts"]))
-    column = cells.column
+    column = floor.column(cells.column)
     released_before = {canonical(h, column) for h in plan.history}
     same = [canonical(c, column) for c in plan.requested]
-    key = content_digest(np.rint(pooled[NONCE]))
-    decided = decide(spaces, q, again=[c in released_before for c in same], same=same,
+    decided = decide(spaces, floor.on(*cells.history_key), again=[c in released_before for c in same], same=same,
                      outside=[outside(c, column) for c in plan.requested],
-                     pick=seeded_pick(key, *(repr(c) for c in plan.requested)))  # alike at every site
+                     pick=seeded_pick(floor.key, *(repr(c) for c in plan.requested)))  # alike at every site
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, q, pooled=True)
     if not plan.own_space:  # a cut not kept moves to the released cut nearest in value, if any

@@ -40,7 +40,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -51,6 +51,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from dsfed_server.disclosure.secure_sum import Round, pair_secret
 from dsfed_server.errors import CallError, DisclosureRefusal
 
+if TYPE_CHECKING:
+    from dsfed_server.disclosure.gate import Floor
+
 _NONCE = b"\0" * 12  # every key seals exactly one vector
 MAX_PENDING = 64  # sealed steps a round keeps waiting for their relay
 
@@ -58,12 +61,13 @@ MAX_PENDING = 64  # sealed steps a round keeps waiting for their relay
 @dataclass
 class PooledSteps:
     """A pooled protocol declared by a function: this site's vector for the first step (``fields``)
-    and ``advance``: from a step's pooled vector and the largest q of the sites, what the sites
+    and ``advance``: from a step's pooled vector and the sites' shared floor (:class:`gate.Floor`:
+    the largest q and cut margin of the sites, keyed by the pooled nonce), what the sites
     release now (None: nothing) and this site's next step (None: the protocol is done).
     ``frac_bits``: the fixed-point bits of this step's vector (None: those the analyst asked for)."""
 
     fields: dict[str, np.ndarray]
-    advance: Callable[[dict[str, np.ndarray], int], tuple[dict[str, Any] | None, "PooledSteps | None"]]
+    advance: Callable[[dict[str, np.ndarray], "Floor"], tuple[dict[str, Any] | None, "PooledSteps | None"]]
     frac_bits: int | None = None
     history_key: tuple[str, str] | None = None  # the table column whose cut history the protocol uses
 

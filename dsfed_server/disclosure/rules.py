@@ -80,6 +80,19 @@ class Disclosure(_Section):
             "profiles that prove equality with R on one table only)."
         ),
     )
+    cut_margin: int = Field(
+        ge=0,
+        le=1000,
+        description=(
+            "With cut_history: a new cell between cuts must hold q_threshold records plus a margin "
+            "the site draws for that cell, 0 to cut_margin records (geometric, each extra record "
+            "half as likely), with a key only the site holds; the same cell always draws the same. "
+            "A cell of q_threshold + cut_margin records or more is always released. Protects "
+            "against an analyst who knows every record but one: with a fixed minimum, which of "
+            "their cuts first reached q records shows the rank of the last record. 0: a fixed "
+            "minimum."
+        ),
+    )
     glm_saturation: float = Field(
         gt=0,
         le=1,
@@ -138,6 +151,11 @@ class Disclosure(_Section):
             "identify single records."
         ),
     )
+
+    @property
+    def margin(self) -> int:
+        """The release gate's secret margin in records (``cut_margin``; none without a cut history)."""
+        return self.cut_margin if self.cut_history else 0
 
 
 class Bins(_Section):
@@ -393,6 +411,7 @@ _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "subset_min_difference"): "higher",
     ("disclosure", "combine_analyst_vectors"): False,  # only false is stricter
     ("disclosure", "cut_history"): True,  # only true is stricter
+    ("disclosure", "cut_margin"): "higher",
     ("disclosure", "glm_saturation"): "lower",
     ("disclosure", "glm_analyst_coefficients"): False,  # only false is stricter
     ("disclosure", "glm_max_linear_predictor"): "lower",

@@ -200,14 +200,14 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
                                   "sensitivity")}
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
 
-    def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], None]:
+    def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
         split = np.cumsum(sizes)[:-1]
         release = {**public, "pooled": True, "variance": pooled["variance"].tolist(),
                    "negatives": [v.tolist() for v in np.split(pooled["negatives"], split)],
                    "positives": [v.tolist() for v in np.split(pooled["positives"], split)]}
         if "n_negative" in pooled:
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
-        kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], q)
+        kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], floor, key)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         name = f"dsfed.ref.{digest[:16]}"
         session.symbols[name] = derived_reference(release, kept)

@@ -59,7 +59,7 @@ class DecileSearch:
         fields = {"counts": below} if self.rounds else {"n": np.asarray(float(self.x.size)), "counts": below}
         self.rounds += 1
 
-        def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[None, PooledSteps]:
+        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[None, PooledSteps]:
             if "n" in pooled:
                 self.n = int(round(float(pooled["n"])))
                 self.brackets = {j: Bracket.start(j, self.n, 0.0, 1.0) for j in targets(self.n, self.g)}
@@ -87,10 +87,11 @@ class DecileSearch:
                   "refined": np.bincount(gate.cell_index(self.column, refined), minlength=len(refined) + 1)
                   .astype(float)}
 
-        def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], None]:
+        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
+            q = floor.q
             out = statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds)
             kept = gate.cuts_from(out["table"]["edges"][1:-1], inclusive=True)  # after merging small groups
-            fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], q).all()
+            fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], floor, self.key).all()
             if not fits or set(self.guard.released_cuts(self.key)) - set(self.history):
                 out["table"] = None
                 out["table_withheld"] = ("with the cuts released before on this score column, the groups' breaks "
@@ -110,7 +111,9 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exa
     below = np.cumsum(n)[:-1]
     ranks = {0: gate.Cut(-np.inf, False), int(n.sum()): gate.Cut(np.inf, False)}
     none = [False] * below.size
-    decided = gate.decide([(ranks, [int(r) for r in below])], q, again=none, outside=none, pick=gate.first)
+    # the sites' own groups of this call, merged as R would see them merged: no margin
+    decided = gate.decide([(ranks, [int(r) for r in below])], gate.Floor(q), again=none, outside=none,
+                          pick=gate.first)
     keep = [d is gate.KEEP for d in decided]
     bounds = [0] + [i + 1 for i, k in enumerate(keep) if k] + [n.size]
     merged = {name: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])

@@ -26,6 +26,7 @@ import pandas as pd
 from dsfed_server.calltree import Formula
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.errors import CallError, DisclosureRefusal
@@ -263,7 +264,7 @@ def irls_steps(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> PooledSt
     mine = parts(fam, mf, beta)
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
 
-    def advance(pooled: dict[str, np.ndarray], q: int) -> tuple[dict[str, Any], PooledSteps]:
+    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], PooledSteps]:
         release = {"family": fam.name, "link": fam.link, "coef.names": list(mf.names), "pooled": True,
                    **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()}}
         try:
