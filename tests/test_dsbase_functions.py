@@ -143,8 +143,10 @@ def test_r_seq_is_Rs_seq():
 
 def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
     values = pd.DataFrame({"x": [1.0] * 10 + [2.5] * 2 + [3.5] * 10 + [5.5] * 8})
-    refuse = make_sites(tmp_path / "r", {"r": values})
-    merge = make_sites(tmp_path / "m", {"m": values}, rules=rules_variant(tmp_path / "merge.toml", small_bin_policy='"merge"'))
+    # the gate's rule at a fixed minimum (no secret margin: its own test draws it)
+    refuse = make_sites(tmp_path / "r", {"r": values}, rules=rules_variant(tmp_path / "refuse.toml", cut_margin="0"))
+    merge = make_sites(tmp_path / "m", {"m": values},
+                       rules=rules_variant(tmp_path / "merge.toml", small_bin_policy='"merge"', cut_margin="0"))
     for provisioned, services in (refuse, merge):
         with inprocess_builder(provisioned, services).login() as session:
             session.assign_table("T", "P.t")
