@@ -553,14 +553,18 @@ def test_crafted_reference_scores_cannot_read_a_label(site):
     assert guesses != list(labels[targets])
 
 
-def test_crafted_reference_on_a_subset_cannot_read_a_label(site):
+@pytest.mark.parametrize("margin", ["0", "5"])
+def test_crafted_reference_on_a_subset_cannot_read_a_label(tmp_path, margin):
     """The step attack split over the table and a subset of it (found in review): the first step
     on D, the second on S = D without its 10 lowest scores. S's own score ordering is new, but its
     scores are the table column's, and the site keeps the cuts of that column too: the second
-    step cuts within q of the first and is dropped. Where the site's margin dropped the first step
-    instead (``disclosure.cut_margin``), the first sum is not the step the attack needs: no target
-    gets both steps evaluated as asked."""
-    provisioned, services, frame = site
+    step cuts within q of the first and is dropped. Without a cut margin that holds for every
+    target (S summed against one bin: each positive tied, one half); with the default margin the
+    site may drop the first step instead, and then the first sum is not the step the attack
+    needs: either way no target gets both steps evaluated as asked."""
+    frame = _frame()
+    rules = rules_variant(tmp_path / "rules.toml", cut_margin=margin)
+    provisioned, services = make_sites(tmp_path, {"a": frame}, rules)
     x = np.sort(frame.score.to_numpy())
     labels = frame.y.to_numpy()[np.argsort(frame.score.to_numpy(), kind="stable")]
     pos = frame.score[frame.y == 1].to_numpy()
@@ -586,10 +590,8 @@ def test_crafted_reference_on_a_subset_cannot_read_a_label(site):
     np.testing.assert_array_equal([a - b for a, b in steps], labels[targets])  # the attack works on exact sums
     read = [k for k, got, want in zip(targets, released, steps) if np.allclose(got, want, rtol=0, atol=1e-9)]
     assert read == []
-    # and where the first step was released, the second was not: S summed against one bin (half each)
-    assert any(np.isclose(got[0], want[0], rtol=0, atol=1e-9) for got, want in zip(released, steps))
-    assert all(np.isclose(got[1], np.sum(pos > cut) / 2, rtol=1e-12)
-               for got, want in zip(released, steps) if np.isclose(got[0], want[0], rtol=0, atol=1e-9))
+    if margin == "0":  # every second step dropped
+        np.testing.assert_allclose([got[1] for got in released], np.sum(pos > cut) / 2, rtol=1e-12)
 
 
 def test_reference_scores_closer_than_any_margin_are_evaluated(site):
