@@ -100,11 +100,13 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from dsfed_server.audit import verify  # noqa: PLC0415
+    from dsfed_server.audit import audit_key, verify  # noqa: PLC0415
+    from dsfed_server.config import read_secret  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
 
     try:
-        report = verify(args.log)
-    except OSError as exc:
+        report = verify(args.log, audit_key(read_secret(args.secret)), expect=tuple(args.expect))
+    except (OSError, ValueError, ConfigFileError) as exc:
         return _unusable(exc)
     print(f"{args.log}: {report}")
     return 0 if report.ok else 1
@@ -169,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--by", choices=("analyst", "function", "outcome"), default="function",
                    help="how to group the call counts (default: function)")
     p.set_defaults(func=cmd_audit_show)
-    p = audit.add_parser("verify", help="verify an audit log's hash chain")
-    p.add_argument("log", type=Path, help="audit log (JSON lines)")
+    p = audit.add_parser("verify", help="verify an audit log's keyed hash chain and its sealed head")
+    p.add_argument("log", type=Path, help="audit log (JSON lines; its sealed head <log>.head beside it)")
+    p.add_argument("--secret", type=Path, required=True, help="the site secret file (the chain's key comes from it)")
+    p.add_argument("--expect", action="append", default=[], metavar="SEQ:MAC",
+                   help="a head copy seen earlier (response header X-Dsfed-Audit-Head); the log must still hold it")
     p.set_defaults(func=cmd_audit_verify)
 
     docs = sub.add_parser("docs", help="generate documentation").add_subparsers(dest="action", required=True)

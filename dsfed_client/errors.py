@@ -60,6 +60,11 @@ class AuthenticationError(SiteCallError):
     """Missing or wrong credentials."""
 
 
+class TooManyFailedLoginsError(AuthenticationError):
+    """The site refuses logins from this address or for this user name for a while (HTTP 429);
+    the hint says how long."""
+
+
 class ForbiddenError(SiteCallError):
     """Not allowed: another analyst's session, or a role the user lacks."""
 
@@ -72,6 +77,11 @@ class BackendUnavailableError(SiteCallError):
     """The function needs a backend (R) the site does not have."""
 
 
+class SiteInternalError(SiteCallError):
+    """A fault of the site, not of the call (HTTP 500); the hint gives the error id its
+    administrator finds in the site's server log and audit log."""
+
+
 class SiteUnavailable(SiteCallError):
     """The site could not be reached or did not answer in time."""
 
@@ -82,9 +92,11 @@ _BY_TYPE: dict[str, type[SiteCallError]] = {
     "budget_exceeded": BudgetExceededError,
     "bad_call": BadCallError,
     "unauthenticated": AuthenticationError,
+    "throttled": TooManyFailedLoginsError,
     "forbidden": ForbiddenError,
     "not_found": NotFoundError,
     "backend_unavailable": BackendUnavailableError,
+    "internal_error": SiteInternalError,
 }
 
 

@@ -71,6 +71,8 @@ def render_function_docs(registry: Registry = REGISTRY) -> str:
         "The only functions an analyst can reach on a dsfed site. A site serves a function only if "
         "its rules file enables it (`[functions] enabled`, or a profile's `enabled`); the disclosure "
         "checks listed are the rules-file keys the function applies (see [governance.md](governance.md)).",
+        "Every number in a call is finite and at most 1e15 in magnitude; a parameter may narrow that "
+        "range (its \"at least\" and \"at most\" below), and every whole-number parameter has a maximum.",
         "",
     ]
     specs = sorted(registry, key=lambda s: s.name)

@@ -12,7 +12,6 @@ fitting status; nothing reaches the client as a bare 500.
 from __future__ import annotations
 
 import base64
-import logging
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -21,24 +20,31 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsfed_server import __version__
+from dsfed_server.audit import HEAD_HEADER
+from dsfed_server.calltree import CALL_SCHEMA
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
+from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.errors import AuthError, CallError, SiteError
 from dsfed_server.opal import dto as opal_dto
 from dsfed_server.opal import opal_router
 from dsfed_server.service import CallRequest, SiteService
-
-log = logging.getLogger("dsfed.api")
-
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _call_tree_schema(schema: dict[str, Any]) -> None:
+    """The ``call`` field's OpenAPI schema: the call tree's node shapes, not a bare object (so that
+    generated requests reach the functions); the site reads it with ``calltree.from_json``."""
+    schema["anyOf"] = [CALL_SCHEMA, {"type": "null"}]
+
+
 class CallBody(_Body):
     expr: str | None = Field(None, description="DataSHIELD call text, e.g. meanDS(D$age)")
-    call: dict[str, Any] | None = Field(None, description="structured call tree")
+    call: dict[str, Any] | None = Field(None, description="structured call tree (dsfed_server/calltree.py)",
+                                        json_schema_extra=_call_tree_schema)
 
     def request(self) -> CallRequest:
         return CallRequest(text=self.expr, tree=self.call)
@@ -106,9 +112,9 @@ def _credentials(service: SiteService, request: Request) -> User:
             name, _, password = base64.b64decode(value, validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
             raise AuthError("malformed Basic credentials", site=service.name) from None
-        return service.login_password(name, password)
+        return service.login_password(name, password, client_address(request))
     if scheme.lower() == "bearer" and value:
-        return service.login_token(value.strip())
+        return service.login_token(value.strip(), client_address(request))
     raise AuthError(
         "credentials required", site=service.name,
         hint="send HTTP Basic (user, password) or 'Authorization: Bearer <token>'",
@@ -124,7 +130,9 @@ UserDep = Annotated[User, Depends(current_user)]
 
 
 def create_app(service: SiteService) -> FastAPI:
-    app = FastAPI(title=f"dsfed site {service.name}", version=__version__)
+    docs = service.config.listen.api_docs  # /docs and /openapi.json need no credentials: off by default
+    app = FastAPI(title=f"dsfed site {service.name}", version=__version__, docs_url="/docs" if docs else None,
+                  redoc_url=None, openapi_url="/openapi.json" if docs else None)
     app.state.service = service
 
     @app.middleware("http")
@@ -136,13 +144,15 @@ def create_app(service: SiteService) -> FastAPI:
                             hint="send less data per call")
             body = opal_dto.error(err) if request.url.path.startswith("/ws/") else {"error": err.to_wire()}
             return JSONResponse(body, status_code=413)
-        return await call_next(request)
+        response = await call_next(request)
+        if response.status_code != 401 and request.url.path != "/v1/health":
+            response.headers[HEAD_HEADER] = service.audit.head  # a copy of the audit chain's head, held elsewhere
+        return response
 
     @app.exception_handler(SiteError)
     async def site_error(request: Request, exc: SiteError) -> JSONResponse:
         exc.at(site=service.name)
-        headers = {"WWW-Authenticate": 'Basic realm="dsfed"'} if isinstance(exc, AuthError) else None
-        return JSONResponse({"error": exc.to_wire()}, status_code=exc.http_status, headers=headers)
+        return JSONResponse({"error": exc.to_wire()}, status_code=exc.http_status, headers=auth_headers(exc))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -153,8 +163,7 @@ def create_app(service: SiteService) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        err = SiteError("internal error", site=service.name, hint="the site administrator can see the server log")
+        err = service.internal_error(exc, {"function": request.url.path})
         return JSONResponse({"error": err.to_wire()}, status_code=500)
 
     @app.get("/v1/health")
@@ -220,6 +229,11 @@ def create_app(service: SiteService) -> FastAPI:
     @app.get("/v1/audit")
     def audit(user: UserDep) -> list[dict[str, Any]]:
         return service.audit_records(user)
+
+    @app.get("/v1/audit/verify")
+    def audit_verify(user: UserDep) -> dict[str, Any]:
+        """Governance: the audit chain verified at the site with its key, and the chain's head."""
+        return service.audit_verify(user)
 
     # the Opal DataSHIELD protocol (/ws) for existing DataSHIELD clients: the same service
     app.include_router(opal_router(service))

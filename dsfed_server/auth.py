@@ -1,8 +1,12 @@
-"""Credentials: salted scrypt password hashes and SHA-256 hashed API tokens.
+"""Credentials: salted scrypt password hashes and SHA-256 hashed API tokens; failed logins throttled.
 
 The site config stores only hashes. A successful password check is cached
 under an HMAC of the credentials with a per-process key, so the (deliberately
-slow) scrypt runs once per client, not once per request.
+slow) scrypt runs once per client, not once per request. An unknown user name
+costs the same scrypt as a known one with a wrong password, so the answer's
+time does not tell which names exist. Failed logins are counted per client
+address and per user name (:class:`Throttle`); past the site's limit the
+address or name is refused without a password check until the window passes.
 """
 
 from __future__ import annotations
@@ -10,11 +14,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 import threading
+import time
+from collections import OrderedDict, deque
 
-from dsfed_server.config import User
-from dsfed_server.errors import AuthError
+from starlette.requests import Request
+
+from dsfed_server.config import LoginLimits, User
+from dsfed_server.errors import AuthError, SiteError, TooManyFailedLogins
 
 _N, _R, _P = 2**14, 8, 1
 
@@ -44,17 +53,82 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+class Throttle:
+    """Failed logins per client address and per user name in a sliding window (the site config's
+    ``[login]``). At most ``max_keys`` addresses and names are tracked (the oldest forgotten), so
+    a flood of invented names cannot grow memory without bound."""
+
+    def __init__(self, limits: LoginLimits, *, max_keys: int = 100_000) -> None:
+        self.limits = limits
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._reported: dict[str, float] = {}  # when a blocked key's refusal was last audited
+        self._max_keys = max_keys
+        self._lock = threading.Lock()
+
+    def _keys(self, address: str, name: str) -> tuple[tuple[str, int], ...]:
+        return ((f"address\0{address}", self.limits.failures_per_address), (f"user\0{name}", self.limits.failures_per_user))
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        times = self._failures.get(key, deque())
+        while times and times[0] <= now - self.limits.window_s:
+            times.popleft()
+        return times
+
+    def wait(self, address: str, name: str) -> float:
+        """Seconds until this address and name may try again (0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            waits = [self._recent(key, now)[0] + self.limits.window_s - now
+                     for key, limit in self._keys(address, name) if len(self._recent(key, now)) >= limit]
+        return max(waits, default=0.0)
+
+    def first_refusal(self, address: str, name: str) -> bool:
+        """Whether this refusal is the first of the address's or name's blocked window (audited;
+        the others are not, so a flood cannot grow the audit log)."""
+        now = time.monotonic()
+        with self._lock:
+            blocked = [key for key, limit in self._keys(address, name) if len(self._recent(key, now)) >= limit]
+            fresh = [key for key in blocked if self._reported.get(key, -math.inf) <= now - self.limits.window_s]
+            for key in fresh:
+                self._reported[key] = now
+            for key in [k for k, t in self._reported.items() if t <= now - self.limits.window_s]:
+                del self._reported[key]
+        return bool(fresh)
+
+    def failed(self, address: str, name: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for key, _ in self._keys(address, name):
+                times = self._recent(key, now)
+                times.append(now)
+                self._failures[key] = times
+                self._failures.move_to_end(key)
+            while len(self._failures) > self._max_keys:
+                self._failures.popitem(last=False)
+
+
 class Authenticator:
-    def __init__(self, users: tuple[User, ...]) -> None:
+    def __init__(self, users: tuple[User, ...], limits: LoginLimits) -> None:
         self._users = {u.name: u for u in users}
         self._tokens = {h: u for u in users for h in u.token_hashes}
         self._key = secrets.token_bytes(32)
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()
+        self._dummy = hash_password(secrets.token_urlsafe(16))  # what an unknown name is checked against
+        self.throttle = Throttle(limits)
+
+    def check_throttle(self, address: str, name: str) -> None:
+        """Refuse, without checking anything, a client or name past its failed-login limit."""
+        wait = self.throttle.wait(address, name)
+        if wait > 0:
+            raise TooManyFailedLogins(
+                "too many failed logins from this address or for this user name",
+                hint=f"try again in {math.ceil(wait)} s", retry_after=math.ceil(wait))
 
     def by_password(self, name: str, password: str) -> User:
         user = self._users.get(name)
         if user is None or not user.password_hash:
+            check_password(password, self._dummy)  # the same time as a known name's wrong password
             raise AuthError("wrong user name or password")
         mark = hmac.new(self._key, f"{name}\0{password}\0{user.password_hash}".encode(), "sha256").digest()
         with self._lock:
@@ -72,3 +146,15 @@ class Authenticator:
             if hmac.compare_digest(stored, digest):
                 return user
         raise AuthError("unknown API token")
+
+
+def client_address(request: Request) -> str:
+    """The address failed logins are counted under (the peer's IP address)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def auth_headers(exc: SiteError) -> dict[str, str] | None:
+    """The headers of an authentication error's response (HTTP 401 and 429)."""
+    if isinstance(exc, TooManyFailedLogins):
+        return {"Retry-After": str(exc.retry_after)}
+    return {"WWW-Authenticate": 'Basic realm="dsfed"'} if isinstance(exc, AuthError) else None

@@ -19,6 +19,22 @@ from dsfed_server.errors import CallError
 
 Scalar = Union[str, int, float, bool, None]
 
+# The largest magnitude of a number in a call, from text or JSON: whole numbers up to it are exact
+# in float64, and sums, differences and squares of a few such numbers stay finite. A parameter may
+# narrow it (its minimum and maximum in docs/functions.md).
+NUMBER_LIMIT = 1e15
+
+
+def check_number(value: int | float, where: str = "a number") -> None:
+    """Refuse a number that is not finite or beyond :data:`NUMBER_LIMIT` (a 400-digit literal,
+    ``1e308``): one rule for every number that reaches a function, applied where an argument is
+    bound to its parameter (:func:`dsfed_server.registry.convert`), so the refusal names it."""
+    ok = abs(value) <= NUMBER_LIMIT if isinstance(value, int) else math.isfinite(value) and abs(value) <= NUMBER_LIMIT
+    if not ok:
+        shown = str(value) if not isinstance(value, int) or abs(value) < 10**20 else f"a {len(str(abs(value)))}-digit number"
+        raise CallError(f"{where}: {shown} is not a finite number within +-{NUMBER_LIMIT:g}",
+                        hint="numbers in a call are finite and at most 1e15 in magnitude")
+
 
 @dataclass(frozen=True)
 class Literal:
@@ -162,6 +178,34 @@ def depth(node: Node) -> int:
 #   {"f64": "<base64 of little-endian float64 values>"}  (a long vector of numbers, read as raw numbers)
 
 
+_SCALAR_SCHEMA = {"type": ["number", "string", "boolean", "null"]}
+_LEAF_SCHEMAS: list[dict[str, Any]] = [
+    {"type": "object", "properties": {"lit": _SCALAR_SCHEMA}, "required": ["lit"], "additionalProperties": False},
+    {"type": "object", "properties": {"sym": {"type": "string"}}, "required": ["sym"], "additionalProperties": False},
+    {"type": "object", "properties": {"col": {"type": "array", "items": {"type": "string"}, "minItems": 2,
+                                              "maxItems": 2}},
+     "required": ["col"], "additionalProperties": False},
+    {"type": "object", "properties": {"vec": {"type": "array", "items": _SCALAR_SCHEMA}}, "required": ["vec"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"f64": {"type": "string", "format": "byte"}}, "required": ["f64"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"formula": {"type": "string"}}, "required": ["formula"],
+     "additionalProperties": False},
+]
+
+
+def _call_schema(argument: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": ["call"], "additionalProperties": False,
+            "properties": {"call": {"type": "string", "description": "a registry function's name"},
+                           "args": {"type": "array", "items": argument},
+                           "kwargs": {"type": "object", "additionalProperties": argument}}}
+
+
+# The JSON Schema of a call tree (for the API's OpenAPI document, so that generated requests reach
+# the functions): the node shapes above, a nested call's arguments described one level down.
+CALL_SCHEMA = _call_schema({"anyOf": [*_LEAF_SCHEMAS, _call_schema({"type": "object"})]})
+
+
 def to_json(node: Node) -> dict[str, Any]:
     if isinstance(node, Literal):
         return {"lit": node.value}
@@ -207,7 +251,7 @@ def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
         if not isinstance(obj["vec"], list):
             raise CallError('"vec" must be a list of literals')
         items = obj["vec"]
-        if len(items) > 64 and all(type(v) in (int, float) for v in items):
+        if len(items) > 64 and all(type(v) is float or (type(v) is int and abs(v) <= NUMBER_LIMIT) for v in items):
             array = np.asarray(items, dtype=float)
             if not np.all(np.isfinite(array)):
                 raise CallError("vector elements must be finite numbers")

@@ -109,7 +109,13 @@ def identity(args: argparse.Namespace) -> int:
 
 
 def audit_verify(args: argparse.Namespace) -> int:
-    report = audit.verify(args.log)
+    from dsfed_server.config import read_secret  # noqa: PLC0415
+
+    try:
+        report = audit.verify(args.log, audit.audit_key(read_secret(Path(args.secret))), expect=tuple(args.expect))
+    except (OSError, ValueError) as exc:
+        print(f"dsfed-server: {exc}", file=sys.stderr)
+        return 2
     print(report)
     return 0 if report.ok else 1
 
@@ -148,14 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config")
     p.set_defaults(func=identity)
 
-    p = sub.add_parser("audit-verify", help="verify an audit log's hash chain")
+    p = sub.add_parser("audit-verify", help="verify an audit log's keyed hash chain and its sealed head")
     p.add_argument("log")
+    p.add_argument("--secret", required=True, help="the site secret file (the chain's key is derived from it)")
+    p.add_argument("--expect", action="append", default=[], metavar="SEQ:MAC",
+                   help="a head copy seen earlier (X-Dsfed-Audit-Head); the log must still hold it")
     p.set_defaults(func=audit_verify)
 
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigFileError, CatalogError) as exc:
+    except (ConfigFileError, CatalogError, audit.AuditChainError) as exc:
         print(f"dsfed-server: {exc}", file=sys.stderr)
         return 2
 

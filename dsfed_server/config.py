@@ -11,11 +11,18 @@ Example (``dsfed-server init`` writes one)::
     ledger = "site1-ledger.sqlite"             # privacy budget spent per analyst x table (append-only)
     session_idle_timeout_s = 1800
     max_sessions_per_user = 8
+    session_reclaim_after_s = 60               # at the limit, a session idle this long is reclaimed
 
     [listen]
     host = "127.0.0.1"
     port = 0                                   # 0: any free port (see --ready-file)
     max_body_mb = 256                          # largest request body (pooled noisy scores can be large)
+    api_docs = false                           # serve /docs and /openapi.json (without credentials)
+
+    [login]                                    # optional: failed logins before a 429 (defaults shown)
+    failures_per_address = 20
+    failures_per_user = 50
+    window_s = 60
 
     [[users]]
     name = "analyst"
@@ -51,12 +58,28 @@ class SiteSection(_Section):
     ledger: str = Field(description="SQLite file of the privacy-budget ledger (append-only spend records)")
     session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)
     max_sessions_per_user: int = Field(ge=1, le=1000)
+    session_reclaim_after_s: float = Field(
+        60.0, gt=0, le=7 * 24 * 3600,
+        description="at the session limit, a new session reclaims the account's session idle longest if idle this long")
 
 
 class ListenSection(_Section):
     host: str
     port: int = Field(ge=0, le=65535)
     max_body_mb: int = Field(ge=1, le=4096, description="largest request body accepted, in MiB")
+    api_docs: bool = Field(False, description="serve /docs and /openapi.json; they need no credentials, so off "
+                                              "by default")
+
+
+class LoginLimits(_Section):
+    """Failed logins a site accepts before it refuses a client address or a user name for the rest of
+    the window (HTTP 429, no password checked, one audit record per refusal streak). The per-name
+    limit stops guessing from many addresses; it also lets anyone hold a known name off for one
+    window, so it is set higher than the per-address one."""
+
+    failures_per_address: int = Field(20, ge=1, le=100_000, description="failed logins per client address and window")
+    failures_per_user: int = Field(50, ge=1, le=100_000, description="failed logins per user name and window")
+    window_s: float = Field(60.0, gt=0, le=24 * 3600, description="the sliding window, in seconds")
 
 
 class User(_Section):
@@ -107,6 +130,7 @@ class FederationSection(_Section):
 class SiteConfig(_Section):
     site: SiteSection
     listen: ListenSection
+    login: LoginLimits = Field(default_factory=LoginLimits)
     federation: FederationSection = Field(default_factory=FederationSection)
     users: tuple[User, ...] = Field(min_length=1)
 

@@ -99,6 +99,17 @@ class AuthError(SiteError):
     http_status = 401
 
 
+class TooManyFailedLogins(AuthError):
+    """Too many failed logins from a client address or for a user name (the site config's ``[login]``)."""
+
+    kind = "throttled"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
 class Forbidden(SiteError):
     """Authenticated, but not allowed (other analyst's session, wrong role)."""
 
@@ -111,6 +122,14 @@ class NotFound(SiteError):
 
     kind = "not_found"
     http_status = 404
+
+
+class InternalError(SiteError):
+    """A fault of the site (a bug), not of the call: HTTP 500, with an error id the site's server log
+    and audit log hold too."""
+
+    kind = "internal_error"
+    http_status = 500
 
 
 class BackendUnavailable(SiteError):

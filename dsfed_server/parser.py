@@ -135,9 +135,11 @@ def tokenize(text: str, limits: Limits) -> list[Token]:
         if number and (ch.isdigit() or ch == "."):
             raw = number.group(0)
             body = raw.rstrip("L")
-            value: object = int(float(body)) if raw.endswith("L") else float(body)
-            if isinstance(value, float) and value.is_integer() and re.fullmatch(r"\d+", body):
-                value = int(body)
+            # whole numbers of up to 18 digits exactly; anything longer as a float (possibly inf),
+            # which the parameter's bound refuses by name (calltree.check_number)
+            value: object = int(body) if re.fullmatch(r"\d{1,18}", body) else float(body)
+            if raw.endswith("L") and isinstance(value, float) and value.is_integer():
+                value = int(value)
             tokens.append(Token("NUMBER", raw, i, value))
             i = number.end()
             continue

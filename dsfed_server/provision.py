@@ -31,6 +31,7 @@ class ProvisionedSite:
     config: Path
     audit_log: Path
     credentials: dict[str, Credential]
+    secret: Path  # the site secret file (the audit chain's key is derived from it)
 
 
 def _toml_str(value: str) -> str:
@@ -129,5 +130,5 @@ def provision(
             secret_file=secret_file, credentials=credentials, idle_timeout_s=idle_timeout_s,
             max_body_mb=max_body_mb, peers={k: v for k, v in identities.items() if k != name},
         )
-        out[name] = ProvisionedSite(name, config, audit_log, {c.user: c for c in credentials})
+        out[name] = ProvisionedSite(name, config, audit_log, {c.user: c for c in credentials}, secret_file)
     return out

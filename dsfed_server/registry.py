@@ -15,12 +15,13 @@ adapter says what the value is in R (see :mod:`dsfed_server.rvalues`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
-from dsfed_server.calltree import Column, Formula, Literal, Node, NumericVector, Symbol, Vector
+import numpy as np
+
+from dsfed_server.calltree import NUMBER_LIMIT, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
 from dsfed_server.errors import CallError
 
 if TYPE_CHECKING:
@@ -170,6 +171,10 @@ def register(
     that also runs relayed (checked per site, its parameters derived by the sites).
     """
 
+    for param in params:  # a count sizes arrays: its range is part of the function's contract
+        if param.type is P.INTEGER and param.maximum is None and param.choices is None:
+            raise ValueError(f"{name}: integer parameter {param.name!r} needs a maximum or choices")
+
     def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
         REGISTRY.add(
             FunctionSpec(
@@ -229,9 +234,8 @@ def _literal(param: Param, node: Node) -> Any:
     return node.value
 
 
-def _bounded(param: Param, value: float) -> float:
-    if not math.isfinite(value):
-        raise CallError(f"argument {param.name!r} must be finite")
+def _bounded(param: Param, value: int | float) -> int | float:
+    check_number(value, f"argument {param.name!r}")
     if param.minimum is not None and value < param.minimum:
         raise CallError(f"argument {param.name!r} = {value} is below its minimum {param.minimum}")
     if param.maximum is not None and value > param.maximum:
@@ -277,8 +281,10 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
         return _choice(param, value)
     if t is P.SCALAR:
         value = _literal(param, node)
-        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        if value is None:
             raise CallError(f"argument {param.name!r} must be a number, string or TRUE/FALSE")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_number(value, f"argument {param.name!r}")
         return value
     if t is P.BOOLEAN:
         value = _literal(param, node)
@@ -294,12 +300,16 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
                 raise CallError(f"argument {param.name!r} must be a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise CallError(f"argument {param.name!r} must be a number, got {node.to_text()!r}")
+        value = _bounded(param, value)
         if t is P.INTEGER:
             if float(value) != int(value):
                 raise CallError(f"argument {param.name!r} must be a whole number, got {value}")
             value = int(value)
-        return _choice(param, _bounded(param, value))
+        return _choice(param, value)
     if t is P.NUMBERS and isinstance(node, NumericVector):
+        if node.array.size and not np.all(np.abs(node.array) <= NUMBER_LIMIT):  # inf and nan are refused too
+            raise CallError(f"argument {param.name!r} has values that are not finite numbers within "
+                            f"+-{NUMBER_LIMIT:g}")
         if (param.minimum is not None and node.array.min() < param.minimum) or (
                 param.maximum is not None and node.array.max() > param.maximum):
             raise CallError(f"argument {param.name!r} has values outside [{param.minimum}, {param.maximum}]")
@@ -318,7 +328,7 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
             items = [_literal(param, node)]
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in items):
             raise CallError(f"argument {param.name!r} must hold numbers only")
-        return [float(_bounded(param, float(v))) for v in items]
+        return [float(_bounded(param, v)) for v in items]
     if t is P.STRINGS:
         items = node.values if isinstance(node, Vector) else [_literal(param, node)]
         if any(not isinstance(v, str) for v in items):

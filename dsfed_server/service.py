@@ -13,18 +13,20 @@ import json
 import keyword
 import logging
 import reprlib
+import secrets
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import numpy as np
 import pandas as pd
 
 from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
-from dsfed_server.audit import AuditLog
+from dsfed_server.audit import AuditLog, audit_key
+from dsfed_server.audit import verify as audit_verify
 from dsfed_server.auth import Authenticator
 from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
@@ -37,7 +39,8 @@ from dsfed_server.disclosure.ledger import ZERO, CallScope, Cap, Caps, Cost, Led
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
 from dsfed_server.errors import (
-    BackendUnavailable, CallError, DisclosureRefusal, Forbidden, NotEnabled, NotFound, SiteError,
+    BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
+    TooManyFailedLogins,
 )
 from dsfed_server.parser import Limits, parse
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
@@ -157,15 +160,17 @@ class SiteService:
         self.registry = registry
         self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
         self.catalog.validate_all()
-        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name)
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
+        self.audit_key = audit_key(self.secret)
+        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name, self.audit_key)
         self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
         # cuts released per table column and subsets made per table, all analysts, persisted (history.py)
         self.history = History(resolve(base_dir, config.site.ledger))
-        self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user)
-        self.auth = Authenticator(config.users)
+        self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user,
+                                     config.site.session_reclaim_after_s)
+        self.auth = Authenticator(config.users, config.login)
         self.limits = Limits(
             max_length=self.rules.strings.max_length,
             max_name_length=self.rules.strings.max_name_length,
@@ -188,19 +193,27 @@ class SiteService:
 
     # --- authentication ---------------------------------------------------------------
 
-    def login_password(self, name: str, password: str) -> User:
-        try:
-            return self.auth.by_password(name, password)
-        except SiteError as exc:
-            self.audit.record(user=name, session=None, function="login", kind="auth", call="",
-                              outcome="unauthenticated", rule=None, message=exc.message)
-            raise exc.at(site=self.name)
+    def login_password(self, name: str, password: str, address: str = "in-process") -> User:
+        return self._login(name, address, lambda: self.auth.by_password(name, password))
 
-    def login_token(self, token: str) -> User:
+    def login_token(self, token: str, address: str = "in-process") -> User:
+        return self._login("(API token)", address, lambda: self.auth.by_token(token))
+
+    def _login(self, name: str, address: str, check: Callable[[], User]) -> User:
+        """A login, throttled per client address and user name; a failure is audited (the name
+        shortened to 64 characters), and of a throttled streak only the first refusal."""
+        shown = name if len(name) <= 64 else f"{name[:64]}...({len(name)} characters)"
         try:
-            return self.auth.by_token(token)
+            self.auth.check_throttle(address, name)
+            return check()
+        except TooManyFailedLogins as exc:
+            if self.auth.throttle.first_refusal(address, name):
+                self.audit.record(user=shown, session=None, function="login", kind="auth", call="", address=address,
+                                  outcome=exc.kind, rule="login", message=f"{exc.message}; {exc.hint}")
+            raise exc.at(site=self.name)
         except SiteError as exc:
-            self.audit.record(user=None, session=None, function="login", kind="auth", call="",
+            self.auth.throttle.failed(address, name)
+            self.audit.record(user=shown, session=None, function="login", kind="auth", call="", address=address,
                               outcome="unauthenticated", rule=None, message=exc.message)
             raise exc.at(site=self.name)
 
@@ -217,16 +230,25 @@ class SiteService:
             outcome = "refused" if isinstance(exc, (DisclosureRefusal, NotEnabled, Forbidden)) else exc.kind
             self.audit.record(**base, outcome=outcome, rule=exc.rule, message=exc.message)
             raise
-        except Exception as exc:  # an implementation bug must not leak as a bare 500
-            log.exception("site %s: internal error in %s", self.name, function)
-            record = self.audit.record(**base, outcome="internal_error", rule=None, message=repr(exc)[:300])
-            raise SiteError(
-                f"internal error while running {function}",
-                site=self.name, function=function,
-                hint=f"the site administrator can find it in the server log and audit record {record['seq']}",
-            ) from None
+        except Exception as exc:  # an implementation bug: HTTP 500 with an id, never a 4xx
+            raise self.internal_error(exc, base) from None
         else:
             self.audit.record(**base, outcome="ok", rule=None, message="")
+
+    def internal_error(self, exc: Exception, fields: dict[str, Any]) -> InternalError:
+        """An unexpected exception (a bug, never the analyst's doing) as the error the analyst sees:
+        a fresh error id, logged with the traceback and recorded in the audit log, so the site's
+        administrator finds one from the other. Call from an ``except`` block."""
+        error_id = secrets.token_hex(8)
+        function = str(fields.get("function") or "?")
+        log.exception("site %s: internal error %s in %s", self.name, error_id, function)
+        record = self.audit.record(**{"user": None, "session": None, "kind": "internal", "call": "", **fields,
+                                      "function": function, "outcome": "internal_error", "rule": None,
+                                      "error_id": error_id, "message": repr(exc)[:300]})
+        return InternalError(f"internal error {error_id} while running {function}", site=self.name,
+                             function=function if function != "?" else "",
+                             hint=f"a fault of the site, not of the call: its administrator finds error id {error_id} "
+                                  f"in the server log and audit record {record['seq']}")
 
     def _require_role(self, user: User, role: str) -> None:
         if user.role != role:
@@ -240,8 +262,10 @@ class SiteService:
         with self._audited(user, None, "openSession", "session", call) as record:
             self._require_role(user, "analyst")
             self._check_profile(profile)
-            session = self.sessions.open(user.name, profile)
+            session, reclaimed = self.sessions.open(user.name, profile)
             record["session"] = session.id
+            if reclaimed is not None:
+                record["call"] += f" (reclaimed idle session {reclaimed})"
         return {"session": session.id, "site": self.name, "profile": profile}
 
     def _check_profile(self, profile: str) -> None:
@@ -710,3 +734,11 @@ class SiteService:
         with self._audited(user, None, "readAudit", "governance", ""):
             self._require_role(user, "governance")
             return self.audit.read()
+
+    def audit_verify(self, user: User) -> dict[str, Any]:
+        """Governance: the audit chain verified here with the site's key, and its head (keep a copy
+        outside the site: a later verify with it detects a rewrite)."""
+        with self._audited(user, None, "verifyAudit", "governance", ""):
+            self._require_role(user, "governance")
+            report = audit_verify(self.audit.path, self.audit_key)
+            return {"ok": report.ok, "records": report.records, "message": str(report), "head": self.audit.head}

@@ -88,11 +88,18 @@ class Session:
 
 
 class SessionStore:
-    """Thread-safe sessions keyed by an unguessable id."""
+    """Thread-safe sessions keyed by an unguessable id.
 
-    def __init__(self, idle_timeout_s: float, max_per_user: int) -> None:
+    An account holds at most ``max_per_user`` sessions. At the limit, opening one more reclaims
+    the account's session idle longest, if it has been idle ``reclaim_after_s`` or more: sessions
+    a client (a fuzzer, a crashed script) left open do not lock the account out until they expire,
+    and a session in use is never taken away. A session that is not the caller's answers as one
+    that does not exist, so its id's existence is not told."""
+
+    def __init__(self, idle_timeout_s: float, max_per_user: int, reclaim_after_s: float) -> None:
         self.idle_timeout_s = idle_timeout_s
         self.max_per_user = max_per_user
+        self.reclaim_after_s = reclaim_after_s
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
@@ -100,29 +107,36 @@ class SessionStore:
         for sid in [s.id for s in self._sessions.values() if now - s.last_used > self.idle_timeout_s]:
             del self._sessions[sid]
 
-    def open(self, owner: str, profile: str = "default") -> Session:
+    def open(self, owner: str, profile: str = "default") -> tuple[Session, str | None]:
+        """A new session, and the id of the session it reclaimed (None: none)."""
         now = time.monotonic()
+        reclaimed = None
         with self._lock:
             self._expire(now)
-            if sum(1 for s in self._sessions.values() if s.owner == owner) >= self.max_per_user:
-                raise Forbidden(
-                    f"user {owner!r} already has {self.max_per_user} open sessions",
-                    hint="close a session before opening another",
-                )
+            mine = sorted((s for s in self._sessions.values() if s.owner == owner), key=lambda s: s.last_used)
+            if len(mine) >= self.max_per_user:
+                if now - mine[0].last_used < self.reclaim_after_s:
+                    raise Forbidden(
+                        f"user {owner!r} has {self.max_per_user} sessions, all used in the last "
+                        f"{self.reclaim_after_s:g} s",
+                        hint="close a session, or wait until one has been idle that long (it is then reclaimed)",
+                    )
+                reclaimed = mine[0].id
+                del self._sessions[reclaimed]
             session = Session(secrets.token_urlsafe(24), owner, now, now, profile)
             self._sessions[session.id] = session
-            return session
+            return session, reclaimed
 
     def get(self, sid: str, user: str) -> Session:
         now = time.monotonic()
         with self._lock:
             self._expire(now)
             session = self._sessions.get(sid)
-            if session is None:
-                raise NotFound(f"no session {sid!r} (closed or expired after {self.idle_timeout_s:g} s idle)",
+            if session is None or session.owner != user:
+                raise NotFound(f"no session {sid[:64]!r} of user {user!r}: never opened by this user, closed, expired "
+                               f"after {self.idle_timeout_s:g} s idle, or reclaimed after "
+                               f"{self.reclaim_after_s:g} s idle when the account reached its session limit",
                                hint="open a new session")
-            if session.owner != user:
-                raise Forbidden("this session belongs to another user", hint="use a session you opened")
             session.last_used = now
             return session
 

@@ -5,6 +5,7 @@ summarises the audit log a real site wrote, ``audit verify`` catches an edited l
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -17,7 +18,7 @@ from pydantic import BaseModel
 
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
-from dsfed_server.audit import AuditLog
+from dsfed_server.audit import AuditLog, audit_key, head_path
 from dsfed_server.disclosure.rules import RulesFile
 from sitekit import ROOT, make_sites, rules_variant
 
@@ -195,7 +196,7 @@ def test_audit_show_by_outcome_and_by_analyst(audited_site: Path):
 
 def test_audit_show_reads_spending_fields_generically(tmp_path: Path):
     """Whatever epsilon/delta a record carries (top level, or under privacy/spent) is summed."""
-    log = AuditLog(tmp_path / "audit.jsonl", "siteB")
+    log = AuditLog(tmp_path / "audit.jsonl", "siteB", audit_key(b"k" * 32))
     common = dict(session="s", function="noisyScoresDS", kind="aggregate", call="", outcome="ok", rule=None, message="")
     log.record(user="ana", **common, privacy={"epsilon": 0.5, "delta": 1e-5, "remaining": {"epsilon": 4.5}})
     log.record(user="ana", **common, spent={"epsilon": 0.25, "delta": 1e-5})
@@ -205,12 +206,13 @@ def test_audit_show_reads_spending_fields_generically(tmp_path: Path):
     assert "site siteB, analyst ana: delta 2e-05, epsilon 0.75" in out
     assert "site siteB, analyst bo: epsilon 0.125" in out and "analyst cy" not in out
     empty = tmp_path / "empty.jsonl"
-    AuditLog(empty, "siteC").record(user="ana", **common)
+    AuditLog(empty, "siteC", audit_key(b"k" * 32)).record(user="ana", **common)
     assert "no privacy budget spent" in dsfed("audit", "show", empty).stdout
 
 
 def test_audit_verify_intact_then_reports_an_edited_line(audited_site: Path, tmp_path: Path):
-    result = dsfed("audit", "verify", audited_site)
+    secret = audited_site.with_name("siteA.secret")  # provision's layout: the secret beside the log
+    result = dsfed("audit", "verify", audited_site, "--secret", secret)
     assert result.returncode == 0 and "audit chain intact: 7 records" in result.stdout
     edited = tmp_path / "edited.jsonl"
     lines = audited_site.read_text().splitlines()
@@ -219,6 +221,7 @@ def test_audit_verify_intact_then_reports_an_edited_line(audited_site: Path, tmp
     record["outcome"] = "ok"  # hiding the refusal
     lines[5] = json.dumps(record, sort_keys=True)
     edited.write_text("\n".join(lines) + "\n")
-    result = dsfed("audit", "verify", edited)
+    shutil.copy(head_path(audited_site), head_path(edited))
+    result = dsfed("audit", "verify", edited, "--secret", secret)
     assert result.returncode == 1
     assert result.stdout.startswith(f"{edited}: audit chain broken at line 6") and "record edited" in result.stdout

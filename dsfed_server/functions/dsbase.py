@@ -189,7 +189,7 @@ def _equidistant(breaks: np.ndarray) -> bool:
     "aggregate",
     [
         Param("xvect", P.VECTOR, "a numeric vector, e.g. D$age"),
-        Param("num.breaks", P.INTEGER, "number of bins", minimum=1),
+        Param("num.breaks", P.INTEGER, "number of bins", minimum=1, maximum=10000),
         Param("min", P.NUMBER, "lower end of the breaks"),
         Param("max", P.NUMBER, "upper end of the breaks"),
         _METHOD, _K, _NOISE,

@@ -13,7 +13,6 @@ base64(user:password)`` (opalr), a token in ``X-Opal-Auth: <token>`` or
 from __future__ import annotations
 
 import base64
-import logging
 import re
 from typing import Annotated, Any, Callable, Coroutine
 
@@ -23,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
 from dsfed_server.errors import AuthError, CallError, NotEnabled, NotFound, SiteError
@@ -30,7 +30,6 @@ from dsfed_server.opal import dto
 from dsfed_server.opal.commands import CommandStore
 from dsfed_server.service import CallRequest, SiteService
 
-log = logging.getLogger("dsfed.opal")
 
 MAX_WAIT_S = 300.0  # longest a ``wait=true`` poll holds the request
 _ANY_NAMES = re.compile(r'^name\.any\((.*)\)$', re.S)
@@ -39,8 +38,7 @@ _QUOTED = re.compile(r'\s*"([^"\\]*)"\s*(?:,|$)')
 
 def error_response(exc: SiteError, service: SiteService) -> JSONResponse:
     exc.at(site=service.name)
-    headers = {"WWW-Authenticate": 'Basic realm="dsfed"'} if isinstance(exc, AuthError) else None
-    return JSONResponse(dto.error(exc), status_code=exc.http_status, headers=headers)
+    return JSONResponse(dto.error(exc), status_code=exc.http_status, headers=auth_headers(exc))
 
 
 class OpalRoute(APIRoute):
@@ -63,10 +61,8 @@ class OpalRoute(APIRoute):
                 first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
                 where = ".".join(str(p) for p in first.get("loc", ()))
                 response = error_response(CallError(f"malformed request: {where}: {first.get('msg')}"), service)
-            except Exception:  # a bug here must not leak as a bare 500
-                log.exception("unhandled error in %s", request.url.path)
-                internal = SiteError("internal error", site=service.name,
-                                     hint="the site administrator can see the server log")
+            except Exception as exc:  # a bug: HTTP 500 with an error id in the server and audit logs
+                internal = service.internal_error(exc, {"function": request.url.path})
                 response = JSONResponse({**dto.error(internal), "code": 500}, status_code=500)
             response.headers["X-Opal-Version"] = dto.OPAL_PROTOCOL_VERSION
             return response
@@ -79,16 +75,16 @@ def opal_user(request: Request) -> User:
     service: SiteService = request.app.state.service
     token = request.headers.get("x-opal-auth", "").strip()
     if token:
-        return service.login_token(token)
+        return service.login_token(token, client_address(request))
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() in ("basic", "x-opal-auth") and value:
         try:
             name, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
             raise AuthError("malformed credentials", site=service.name) from None
-        return service.login_password(name, password)
+        return service.login_password(name, password, client_address(request))
     if scheme.lower() == "bearer" and value:
-        return service.login_token(value.strip())
+        return service.login_token(value.strip(), client_address(request))
     raise AuthError("credentials required", site=service.name,
                     hint="send HTTP Basic (user, password) or 'X-Opal-Auth: <token>'")
 
