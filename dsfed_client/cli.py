@@ -100,12 +100,11 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from dsfed_server.audit import audit_key, verify  # noqa: PLC0415
-    from dsfed_server.config import read_secret  # noqa: PLC0415
+    from dsfed_server.audit import verify_file  # noqa: PLC0415
     from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
 
     try:
-        report = verify(args.log, audit_key(read_secret(args.secret)), expect=tuple(args.expect))
+        report = verify_file(args.log, args.secret, expect=tuple(args.expect))
     except (OSError, ValueError, ConfigFileError) as exc:
         return _unusable(exc)
     print(f"{args.log}: {report}")

@@ -23,7 +23,6 @@ from dsfed_client.errors import FederatedCallError
 from dsfed_client.launch import LocalSites
 from dsfed_client.session import LoginBuilder
 from dsfed_server import audit
-from dsfed_server.config import read_secret
 from dsfed_server.provision import provision
 
 SITES = ("site1", "site2", "site3", "site4", "site5")
@@ -96,7 +95,7 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
         report.section("Audit logs (one per site, hash-chained)")
         chains = {}
         for name, site in sites.items():
-            check = audit.verify(site.audit_log, audit.audit_key(read_secret(site.secret)))
+            check = audit.verify_file(site.audit_log, site.secret)
             chains[name] = {"ok": check.ok, "records": check.records}
             print(f"   {name}: {check}")
         report.results["audit"] = chains

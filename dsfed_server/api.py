@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsfed_server import __version__
 from dsfed_server.audit import HEAD_HEADER
+from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.calltree import CALL_SCHEMA
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.errors import AuthError, CallError, SiteError
 from dsfed_server.opal import dto as opal_dto
 from dsfed_server.opal import opal_router

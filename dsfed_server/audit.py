@@ -134,6 +134,13 @@ def verify(path: str | Path, key: bytes, *, expect: tuple[str, ...] = ()) -> Cha
     return ChainReport(True, count)
 
 
+def verify_file(path: str | Path, secret_file: str | Path, *, expect: tuple[str, ...] = ()) -> ChainReport:
+    """:func:`verify` with the key derived from the site secret file (the CLIs and the demo)."""
+    from dsfed_server.config import read_secret  # noqa: PLC0415  (config reads the site's files)
+
+    return verify(path, audit_key(read_secret(Path(secret_file))), expect=expect)
+
+
 class AuditLog:
     """Appends records to the keyed chain and seals its head. Safe to share between threads, and
     between processes writing the same site's log (the site server and a tool in the same run):
@@ -215,6 +222,10 @@ class AuditLog:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+
+    def verify(self) -> ChainReport:
+        """:func:`verify` of this log with its key."""
+        return verify(self.path, self._key)
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():

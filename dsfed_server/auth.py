@@ -65,8 +65,10 @@ class Throttle:
         self._max_keys = max_keys
         self._lock = threading.Lock()
 
-    def _keys(self, address: str, name: str) -> tuple[tuple[str, int], ...]:
-        return ((f"address\0{address}", self.limits.failures_per_address), (f"user\0{name}", self.limits.failures_per_user))
+    def _keys(self, address: str, name: str) -> tuple[tuple[str, int, str], ...]:
+        """Each counter this login counts in: its key, its limit and the config key setting it."""
+        return ((f"address\0{address}", self.limits.failures_per_address, "login.failures_per_address"),
+                (f"user\0{name}", self.limits.failures_per_user, "login.failures_per_user"))
 
     def _recent(self, key: str, now: float) -> deque[float]:
         times = self._failures.get(key, deque())
@@ -74,20 +76,23 @@ class Throttle:
             times.popleft()
         return times
 
-    def wait(self, address: str, name: str) -> float:
-        """Seconds until this address and name may try again (0: now)."""
+    def blocked(self, address: str, name: str) -> dict[str, float]:
+        """The limits this address or name is past (config key -> seconds until it may try again)."""
         now = time.monotonic()
+        out = {}
         with self._lock:
-            waits = [self._recent(key, now)[0] + self.limits.window_s - now
-                     for key, limit in self._keys(address, name) if len(self._recent(key, now)) >= limit]
-        return max(waits, default=0.0)
+            for key, limit, setting in self._keys(address, name):
+                times = self._recent(key, now)
+                if len(times) >= limit:
+                    out[setting] = times[0] + self.limits.window_s - now
+        return out
 
     def first_refusal(self, address: str, name: str) -> bool:
         """Whether this refusal is the first of the address's or name's blocked window (audited;
         the others are not, so a flood cannot grow the audit log)."""
         now = time.monotonic()
         with self._lock:
-            blocked = [key for key, limit in self._keys(address, name) if len(self._recent(key, now)) >= limit]
+            blocked = [key for key, limit, _ in self._keys(address, name) if len(self._recent(key, now)) >= limit]
             fresh = [key for key in blocked if self._reported.get(key, -math.inf) <= now - self.limits.window_s]
             for key in fresh:
                 self._reported[key] = now
@@ -98,7 +103,7 @@ class Throttle:
     def failed(self, address: str, name: str) -> None:
         now = time.monotonic()
         with self._lock:
-            for key, _ in self._keys(address, name):
+            for key, _, _ in self._keys(address, name):
                 times = self._recent(key, now)
                 times.append(now)
                 self._failures[key] = times
@@ -119,11 +124,14 @@ class Authenticator:
 
     def check_throttle(self, address: str, name: str) -> None:
         """Refuse, without checking anything, a client or name past its failed-login limit."""
-        wait = self.throttle.wait(address, name)
-        if wait > 0:
+        blocked = self.throttle.blocked(address, name)
+        if blocked:
+            rule, wait = max(blocked.items(), key=lambda item: item[1])
+            whom = "from this address" if rule == "login.failures_per_address" else "for this user name"
             raise TooManyFailedLogins(
-                "too many failed logins from this address or for this user name",
-                hint=f"try again in {math.ceil(wait)} s", retry_after=math.ceil(wait))
+                f"too many failed logins {whom} in the last {self.throttle.limits.window_s:g} s; no password is "
+                "checked until then", rule=rule, hint=f"try again in {math.ceil(wait)} s",
+                retry_after=math.ceil(wait))
 
     def by_password(self, name: str, password: str) -> User:
         user = self._users.get(name)

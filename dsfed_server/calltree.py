@@ -25,7 +25,7 @@ Scalar = Union[str, int, float, bool, None]
 NUMBER_LIMIT = 1e15
 
 
-def check_number(value: int | float, where: str = "a number") -> None:
+def check_number(value: int | float, where: str) -> None:
     """Refuse a number that is not finite or beyond :data:`NUMBER_LIMIT` (a 400-digit literal,
     ``1e308``): one rule for every number that reaches a function, applied where an argument is
     bound to its parameter (:func:`dsfed_server.registry.convert`), so the refusal names it."""

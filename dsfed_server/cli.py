@@ -109,10 +109,8 @@ def identity(args: argparse.Namespace) -> int:
 
 
 def audit_verify(args: argparse.Namespace) -> int:
-    from dsfed_server.config import read_secret  # noqa: PLC0415
-
     try:
-        report = audit.verify(args.log, audit.audit_key(read_secret(Path(args.secret))), expect=tuple(args.expect))
+        report = audit.verify_file(args.log, args.secret, expect=tuple(args.expect))
     except (OSError, ValueError) as exc:
         print(f"dsfed-server: {exc}", file=sys.stderr)
         return 2

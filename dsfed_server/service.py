@@ -12,9 +12,9 @@ import hashlib
 import json
 import keyword
 import logging
+import math
 import reprlib
 import secrets
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,6 @@ import pandas as pd
 from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
 from dsfed_server.audit import AuditLog, audit_key
-from dsfed_server.audit import verify as audit_verify
 from dsfed_server.auth import Authenticator
 from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
@@ -161,8 +160,7 @@ class SiteService:
         self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
         self.catalog.validate_all()
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
-        self.audit_key = audit_key(self.secret)
-        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name, self.audit_key)
+        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name, audit_key(self.secret))
         self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
@@ -209,7 +207,7 @@ class SiteService:
         except TooManyFailedLogins as exc:
             if self.auth.throttle.first_refusal(address, name):
                 self.audit.record(user=shown, session=None, function="login", kind="auth", call="", address=address,
-                                  outcome=exc.kind, rule="login", message=f"{exc.message}; {exc.hint}")
+                                  outcome=exc.kind, rule=exc.rule, message=f"{exc.message}; {exc.hint}")
             raise exc.at(site=self.name)
         except SiteError as exc:
             self.auth.throttle.failed(address, name)
@@ -618,7 +616,7 @@ class SiteService:
         fields, clipped = relay.decode(total, pending.layout, pending.frac_bits)
         if clipped:  # the analyst learns how many values did not fit, not where: it asks again with fewer bits
             return {"release": None, "clipped": clipped}
-        floor = gate.pooled_floor(metas.values(), fields)  # takes the key's shares out of the fields
+        floor = gate.pooled_floor(metas, fields)  # takes the key's shares out of the fields
         guard = self._guard(pending.function, session)
         for name in [name for name in fields if name.startswith("min:")]:
             guard.pooled_minimum(name.split(":", 2)[2], float(fields.pop(name)), floor.q)  # min:<i>:<kind>:<what>
@@ -740,5 +738,5 @@ class SiteService:
         outside the site: a later verify with it detects a rewrite)."""
         with self._audited(user, None, "verifyAudit", "governance", ""):
             self._require_role(user, "governance")
-            report = audit_verify(self.audit.path, self.audit_key)
+            report = self.audit.verify()
             return {"ok": report.ok, "records": report.records, "message": str(report), "head": self.audit.head}

@@ -16,12 +16,14 @@ import os
 import secrets
 from pathlib import Path
 
+import pandas as pd
 import requests
 
 from dsfed_server.audit import HEAD_HEADER, AuditChainError, AuditLog, audit_key, head_path, verify
 from dsfed_server.config import read_secret
 from dsfed_server.service import SiteService
-from conftest import http_builder, inprocess_builder
+from conftest import inprocess_builder
+from sitekit import make_sites
 
 
 def test_calls_are_recorded_with_outcome_and_rule(gbsg2_provisioned, gbsg2_services):
@@ -184,9 +186,6 @@ def test_the_head_travels_with_every_response_and_governance_verifies_at_the_sit
 
 def test_a_site_does_not_start_on_a_cut_log(tmp_path):
     """SiteService refuses to start (naming the file and what to do) on a log cut short."""
-    from sitekit import make_sites
-    import pandas as pd
-
     provisioned, services = make_sites(tmp_path, {"s1": pd.DataFrame({"x": range(20)})})
     site = provisioned["s1"]
     with inprocess_builder(provisioned, services).login() as s:

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import requests
 import uvicorn
@@ -22,8 +23,10 @@ import uvicorn
 from conftest import audit_records
 from dsfed_server.api import create_app
 from dsfed_server.cli import _bind
+from dsfed_server.config import load_site_config
 from dsfed_server.registry import REGISTRY, Registry
 from dsfed_server.service import SiteService
+from sitekit import make_sites
 
 BIG = "1" * 400
 CRAFTED = [  # (what, call text or None, call tree or None, the parameter the refusal names)
@@ -82,15 +85,10 @@ def test_a_bug_is_a_500_with_an_id_in_the_audit_and_server_logs(tmp_path, caplog
     """meanDS replaced by a function that raises: the site (a real uvicorn server on a loopback
     port) answers 500, type internal_error, an error id that names the same fault in the audit
     record and in the server log's traceback."""
-    from sitekit import make_sites
-    import pandas as pd
-
     provisioned, _ = make_sites(tmp_path, {"s": pd.DataFrame({"x": [float(i) for i in range(20)]})})
     registry = Registry()
     for spec in REGISTRY:
         registry.add(replace(spec, impl=_raise) if spec.name == "meanDS" else spec)
-    from dsfed_server.config import load_site_config
-
     config, base = load_site_config(provisioned["s"].config)
     service = SiteService(config, base_dir=base, registry=registry)
     sock = _bind("127.0.0.1", 0)

@@ -27,12 +27,13 @@ from dsfed_server.service import SiteService
 from sitekit import make_sites
 
 
-def _site(tmp_path: Path, *, login: str = "", site: str = "", listen: str = ""):
-    """One site whose config gets extra keys: ``site`` and ``listen`` lines, a ``[login]`` section."""
+def _site(tmp_path: Path, *, login: str = "", sessions: str = "max_sessions_per_user = 8", listen: str = ""):
+    """One site whose config gets other keys: ``sessions`` replaces the session limit's line in
+    ``[site]``, ``listen`` lines go to ``[listen]``, ``login`` is a ``[login]`` section."""
     provisioned, _ = make_sites(tmp_path, {"s": pd.DataFrame({"x": np.arange(20.0)})})
     config = provisioned["s"].config
     text = config.read_text()
-    text = text.replace("max_sessions_per_user = 8\n", f"max_sessions_per_user = 8\n{site}\n")
+    text = text.replace("max_sessions_per_user = 8\n", f"{sessions}\n")
     text = re.sub(r"(max_body_mb = \d+\n)", lambda m: m.group(1) + listen + "\n", text)
     config.write_text(text + (f"\n[login]\n{login}\n" if login else ""))
     return provisioned, SiteService.from_config_file(config)
@@ -69,6 +70,7 @@ def test_guessing_from_one_address_is_throttled(tmp_path):
     with pytest.raises(TooManyFailedLogins) as exc:
         service.login_password("analyst", right, "10.0.0.1")
     assert exc.value.http_status == 429 and 0 < exc.value.retry_after <= 60 and "try again in" in exc.value.hint
+    assert exc.value.rule == "login.failures_per_address"
     assert service.login_password("analyst", right, "10.0.0.2").name == "analyst"
     with LocalSites(provisioned.values(), tmp_path / "run-http") as sites:  # over HTTP: the status and header
         url = sites.urls["s"]
@@ -85,8 +87,9 @@ def test_guessing_one_name_from_many_addresses_is_throttled(tmp_path):
     for i in range(4):
         with pytest.raises(AuthError):
             service.login_password("analyst", "guess", f"10.0.1.{i}")
-    with pytest.raises(TooManyFailedLogins):
+    with pytest.raises(TooManyFailedLogins) as exc:
         service.login_password("analyst", provisioned["s"].credentials["analyst"].password, "10.0.1.99")
+    assert exc.value.rule == "login.failures_per_user"
     assert service.login_password("analyst2", provisioned["s"].credentials["analyst2"].password, "10.0.1.99")
 
 
@@ -109,10 +112,7 @@ def test_a_client_holding_every_session_cannot_lock_the_account(tmp_path):
     """Max 2 sessions, reclaimed after 0.5 s idle. A client that opened 2 sessions and left them
     does not lock the account out: a session in use is never taken, one left idle is reclaimed
     (and audited), and the reclaimed id then answers as a session that does not exist."""
-    provisioned, service = _site(tmp_path, site="session_reclaim_after_s = 0.5")
-    text = provisioned["s"].config.read_text().replace("max_sessions_per_user = 8", "max_sessions_per_user = 2")
-    provisioned["s"].config.write_text(text)
-    service = SiteService.from_config_file(provisioned["s"].config)
+    provisioned, service = _site(tmp_path, sessions="max_sessions_per_user = 2\nsession_reclaim_after_s = 0.5")
     builder = inprocess_builder(provisioned, {"s": service})
     left = [builder.login(), builder.login()]  # the fuzzer's sessions
     left[0].assign_table("T", "P.t")

@@ -230,14 +230,15 @@ class Agreed:
     integer: bool
 
     @classmethod
-    def of(cls, metas: Collection[dict[str, Any]]) -> Agreed:
+    def of(cls, metas: dict[str, dict[str, Any]]) -> Agreed:
         ranges, integer = [], True
-        for meta in metas:
+        for site, meta in metas.items():
             span, whole = meta.get("range"), meta.get("integer")
             if not isinstance(whole, bool) or not (span is None or (
                     isinstance(span, list) and len(span) == 2
                     and all(isinstance(v, (int, float)) and np.isfinite(v) for v in span) and span[0] <= span[1])):
-                raise CallError("pooled release: a site's declared column range is not two increasing finite numbers")
+                raise CallError(f"pooled release: site {site}'s declared column range is not two increasing finite "
+                                "numbers", hint=f"site {site}'s data dictionary needs fixing by its administrator")
             ranges.append(span)
             integer = integer and whole
         if any(span is None for span in ranges):
@@ -561,23 +562,24 @@ def nonce(key: bytes, column: tuple[str, str]) -> np.ndarray:
     return seeded_rng(key, "gate nonce", *column).integers(0, 2 ** 20, size=8).astype(float)
 
 
-def pooled_floor(metas: Collection[dict[str, Any]], pooled: dict[str, np.ndarray]) -> Floor:
+def pooled_floor(metas: dict[str, dict[str, Any]], pooled: dict[str, np.ndarray]) -> Floor:
     """The floor the sites of a pooled release share, from what each declared in its sealed meta:
     the largest q and margin of the sites, the column they agree on (a release binning a column),
     keyed by the pooled :data:`NONCE` (removed from ``pooled``; without one, no margin)."""
-    q = max(_declared(meta, "q", "q_threshold", 1) for meta in metas)
-    most = max(_declared(meta, "margin", "cut_margin", 0) for meta in metas)
-    agreed = Agreed.of(metas) if all("range" in meta for meta in metas) else None
+    q = max(_declared(site, meta, "q", "q_threshold", 1) for site, meta in metas.items())
+    most = max(_declared(site, meta, "margin", "cut_margin", 0) for site, meta in metas.items())
+    agreed = Agreed.of(metas) if all("range" in meta for meta in metas.values()) else None
     shares = pooled.pop(NONCE, None)
     if shares is None:
         return Floor(q, agreed=agreed)
     return Floor(q, most, content_digest(np.rint(shares)), agreed=agreed)
 
 
-def _declared(meta: dict[str, Any], name: str, key: str, lowest: int) -> int:
+def _declared(site: str, meta: dict[str, Any], name: str, key: str, lowest: int) -> int:
     value = meta.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or not lowest <= value <= 1000:
-        raise CallError(f"pooled release: a site's declared {key} is not a whole number in {lowest}..1000")
+        raise CallError(f"pooled release: site {site}'s declared {key} is not a whole number in {lowest}..1000",
+                        hint=f"site {site} runs another version of dsfed; its administrator should update it")
     return value
 
 
