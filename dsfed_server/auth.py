@@ -76,24 +76,33 @@ class Throttle:
             times.popleft()
         return times
 
-    def blocked(self, address: str, name: str) -> dict[str, float]:
-        """The limits this address or name is past (config key -> seconds until it may try again)."""
-        now = time.monotonic()
+    def _past_limit(self, address: str, name: str, now: float) -> dict[str, tuple[str, float]]:
+        """The counters past their limit (key -> config key, seconds until it may try again).
+
+        A name past its limit is refused only to addresses that failed a login in the window: a
+        flood of guesses against an analyst's name does not lock out the analyst, whose address has
+        not failed, while each guessing address gets at most one guess once the name is past its
+        limit (so at most ``failures_per_user`` + the number of addresses per window)."""
+        address_failed = bool(self._recent(f"address\0{address}", now))
         out = {}
-        with self._lock:
-            for key, limit, setting in self._keys(address, name):
-                times = self._recent(key, now)
-                if len(times) >= limit:
-                    out[setting] = times[0] + self.limits.window_s - now
+        for key, limit, setting in self._keys(address, name):
+            times = self._recent(key, now)
+            if len(times) >= limit and (address_failed or setting != "login.failures_per_user"):
+                out[key] = (setting, times[0] + self.limits.window_s - now)
         return out
+
+    def blocked(self, address: str, name: str) -> dict[str, float]:
+        """The limits this login is past (config key -> seconds until it may try again)."""
+        with self._lock:
+            return dict(self._past_limit(address, name, time.monotonic()).values())
 
     def first_refusal(self, address: str, name: str) -> bool:
         """Whether this refusal is the first of the address's or name's blocked window (audited;
         the others are not, so a flood cannot grow the audit log)."""
         now = time.monotonic()
         with self._lock:
-            blocked = [key for key, limit, _ in self._keys(address, name) if len(self._recent(key, now)) >= limit]
-            fresh = [key for key in blocked if self._reported.get(key, -math.inf) <= now - self.limits.window_s]
+            fresh = [key for key in self._past_limit(address, name, now)
+                     if self._reported.get(key, -math.inf) <= now - self.limits.window_s]
             for key in fresh:
                 self._reported[key] = now
             for key in [k for k, t in self._reported.items() if t <= now - self.limits.window_s]:
