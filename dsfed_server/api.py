@@ -18,16 +18,19 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from dsfed_server import __version__
 from dsfed_server.audit import HEAD_HEADER
 from dsfed_server.auth import auth_headers, client_address
-from dsfed_server.calltree import CALL_SCHEMA
+from dsfed_server.calltree import call_schema
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_server.errors import AuthError, CallError, SiteError
+from dsfed_server.errors import AuthError, CallError, NotFound, ProtocolError, SiteError
 from dsfed_server.opal import dto as opal_dto
 from dsfed_server.opal import opal_router
+from dsfed_server.openapi_doc import ERROR_RESPONSES, V1_SESSION, V1_SYMBOL, describe_symbol_names, operation_id
+from dsfed_server.registry import REGISTRY
 from dsfed_server.service import CallRequest, SiteService
 
 
@@ -36,9 +39,10 @@ class _Body(BaseModel):
 
 
 def _call_tree_schema(schema: dict[str, Any]) -> None:
-    """The ``call`` field's OpenAPI schema: the call tree's node shapes, not a bare object (so that
-    generated requests reach the functions); the site reads it with ``calltree.from_json``."""
-    schema["anyOf"] = [CALL_SCHEMA, {"type": "null"}]
+    """The ``call`` field's OpenAPI schema: the call tree's node shapes calling registry functions,
+    not a bare object (so that generated requests reach the functions); the site reads it with
+    ``calltree.from_json``."""
+    schema["anyOf"] = [call_schema(REGISTRY.names()), {"type": "null"}]
 
 
 class CallBody(_Body):
@@ -129,11 +133,19 @@ def current_user(request: Request) -> User:
 UserDep = Annotated[User, Depends(current_user)]
 
 
+def _error_body(request: Request, err: SiteError) -> dict[str, Any]:
+    """An error in the shape of the API the request went to (Opal's under ``/ws``)."""
+    return opal_dto.error(err) if request.url.path.startswith("/ws/") else {"error": err.to_wire()}
+
+
 def create_app(service: SiteService) -> FastAPI:
     docs = service.config.listen.api_docs  # /docs and /openapi.json need no credentials: off by default
     app = FastAPI(title=f"dsfed site {service.name}", version=__version__, docs_url="/docs" if docs else None,
-                  redoc_url=None, openapi_url="/openapi.json" if docs else None)
+                  redoc_url=None, openapi_url="/openapi.json" if docs else None,
+                  generate_unique_id_function=operation_id, responses=ERROR_RESPONSES)
     app.state.service = service
+    generated = app.openapi
+    app.openapi = lambda: describe_symbol_names(generated(), service.rules.strings.max_name_length)  # type: ignore[method-assign]
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
@@ -142,8 +154,7 @@ def create_app(service: SiteService) -> FastAPI:
         if length is not None and (not length.isdigit() or int(length) > limit):
             err = CallError(f"request body larger than the site's limit of {limit >> 20} MiB", site=service.name,
                             hint="send less data per call")
-            body = opal_dto.error(err) if request.url.path.startswith("/ws/") else {"error": err.to_wire()}
-            return JSONResponse(body, status_code=413)
+            return JSONResponse(_error_body(request, err), status_code=413)
         response = await call_next(request)
         if response.status_code != 401 and request.url.path != "/v1/health":
             response.headers[HEAD_HEADER] = service.audit.head  # a copy of the audit chain's head, held elsewhere
@@ -153,6 +164,20 @@ def create_app(service: SiteService) -> FastAPI:
     async def site_error(request: Request, exc: SiteError) -> JSONResponse:
         exc.at(site=service.name)
         return JSONResponse({"error": exc.to_wire()}, status_code=exc.http_status, headers=auth_headers(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """What the HTTP layer refuses before a route runs, in the site's error shape."""
+        err: SiteError
+        if exc.status_code == 404:
+            err = NotFound(f"no route {request.url.path}", site=service.name, hint="see the site's API in docs/")
+        elif exc.status_code == 405:
+            err = ProtocolError(f"{request.method} is not allowed on {request.url.path}", http_status=405,
+                                site=service.name)
+        else:
+            err = ProtocolError(f"malformed request: {exc.detail}", http_status=exc.status_code, site=service.name,
+                                hint="send the body as JSON (an R script as text/plain under /ws)")
+        return JSONResponse(_error_body(request, err), status_code=err.http_status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -182,7 +207,7 @@ def create_app(service: SiteService) -> FastAPI:
     def tables(user: UserDep) -> list[dict[str, Any]]:
         return service.tables(user)
 
-    @app.post("/v1/sessions", status_code=201)
+    @app.post("/v1/sessions", status_code=201, responses=V1_SESSION)
     def open_session(user: UserDep, profile: str = DEFAULT_PROFILE) -> dict[str, Any]:
         return service.open_session(user, profile)
 
@@ -213,11 +238,11 @@ def create_app(service: SiteService) -> FastAPI:
         """Release a pooled step: every site's sealed vector relayed, the pooled cells checked here."""
         return {"result": service.release_pooled(user, sid, body.model_dump())}
 
-    @app.post("/v1/sessions/{sid}/assign")
+    @app.post("/v1/sessions/{sid}/assign", responses=V1_SYMBOL)
     def assign(sid: str, body: AssignBody, user: UserDep) -> dict[str, Any]:
         return service.assign(user, sid, body.symbol, body.request())
 
-    @app.post("/v1/sessions/{sid}/assign-table")
+    @app.post("/v1/sessions/{sid}/assign-table", responses=V1_SYMBOL)
     def assign_table(sid: str, body: AssignTableBody, user: UserDep) -> dict[str, Any]:
         return service.assign_table(user, sid, body.symbol, body.table, body.variables)
 

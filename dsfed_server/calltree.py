@@ -194,16 +194,19 @@ _LEAF_SCHEMAS: list[dict[str, Any]] = [
 ]
 
 
-def _call_schema(argument: dict[str, Any]) -> dict[str, Any]:
+def _call_node_schema(argument: dict[str, Any], function: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "required": ["call"], "additionalProperties": False,
-            "properties": {"call": {"type": "string", "description": "a registry function's name"},
-                           "args": {"type": "array", "items": argument},
+            "properties": {"call": function, "args": {"type": "array", "items": argument},
                            "kwargs": {"type": "object", "additionalProperties": argument}}}
 
 
-# The JSON Schema of a call tree (for the API's OpenAPI document, so that generated requests reach
-# the functions): the node shapes above, a nested call's arguments described one level down.
-CALL_SCHEMA = _call_schema({"anyOf": [*_LEAF_SCHEMAS, _call_schema({"type": "object"})]})
+def call_schema(functions: list[str]) -> dict[str, Any]:
+    """The JSON Schema of a call tree calling one of ``functions`` (for the API's OpenAPI document,
+    so that generated requests reach the functions): the node shapes above, a nested call's
+    arguments described one level down."""
+    function = {"type": "string", "enum": functions, "description": "a registry function's name"}
+    nested = _call_node_schema({"type": "object"}, function)
+    return _call_node_schema({"anyOf": [*_LEAF_SCHEMAS, nested]}, function)
 
 
 def to_json(node: Node) -> dict[str, Any]:

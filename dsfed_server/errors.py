@@ -110,6 +110,10 @@ class TooManyFailedLogins(AuthError):
         self.retry_after = retry_after
 
 
+class LoginsBusy(TooManyFailedLogins):
+    """Every password-check slot is taken (``login.concurrent_checks``): try again in a moment."""
+
+
 class Forbidden(SiteError):
     """Authenticated, but not allowed (other analyst's session, wrong role)."""
 
@@ -122,6 +126,17 @@ class NotFound(SiteError):
 
     kind = "not_found"
     http_status = 404
+
+
+class ProtocolError(SiteError):
+    """A request the HTTP layer refuses before a route runs: a body that is not JSON, a method the
+    path does not have. It keeps the HTTP layer's status (400, 405)."""
+
+    kind = "bad_request"
+
+    def __init__(self, message: str, *, http_status: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.http_status = http_status
 
 
 class InternalError(SiteError):

@@ -199,7 +199,8 @@ class SiteService:
 
     def _login(self, name: str, address: str, check: Callable[[], User]) -> User:
         """A login, throttled per client address and user name; a failure is audited (the name
-        shortened to 64 characters), and of a throttled streak only the first refusal."""
+        shortened to 64 characters), and of a throttled streak only the first refusal (a login
+        refused because every password-check slot was busy checked nothing and is not recorded)."""
         shown = name if len(name) <= 64 else f"{name[:64]}...({len(name)} characters)"
         try:
             self.auth.check_throttle(address, name)
@@ -303,7 +304,9 @@ class SiteService:
 
     def _tree(self, request: CallRequest) -> Node:
         if (request.text is None) == (request.tree is None):
-            raise CallError("give the call either as text or as a structured tree, not both")
+            given = "both" if request.text is not None else "neither"
+            raise CallError(f"give the call as text (expr) or as a structured tree (call): {given} given",
+                            hint='e.g. {"expr": "meanDS(D$age)"}')
         if request.text is not None:
             return parse(request.text, self.limits)
         return from_json(request.tree, max_depth=self.limits.max_depth)

@@ -17,12 +17,18 @@ from typing import Any, Callable, Hashable
 
 from dsfed_server.errors import CallError, Forbidden, NotFound
 
-_SYMBOL = re.compile(r"^[A-Za-z][A-Za-z0-9._]*$")
+_SYMBOL = re.compile(r"[A-Za-z][A-Za-z0-9._]*")
 RESERVED_SYMBOLS = {"TRUE", "FALSE", "NULL", "NA", "Inf", "NaN", "c", "function"}
 
 
+def symbol_name_schema(max_length: int) -> dict[str, Any]:
+    """The JSON Schema of the names :func:`check_symbol_name` accepts (for the OpenAPI document)."""
+    return {"type": "string", "pattern": f"^{_SYMBOL.pattern}$", "maxLength": max_length,
+            "description": f"a symbol name; not one of R's reserved words {', '.join(sorted(RESERVED_SYMBOLS))}"}
+
+
 def check_symbol_name(name: str, max_length: int) -> str:
-    if not isinstance(name, str) or not _SYMBOL.match(name) or name in RESERVED_SYMBOLS:
+    if not isinstance(name, str) or not _SYMBOL.fullmatch(name) or name in RESERVED_SYMBOLS:
         raise CallError(
             f"{name!r} is not a valid symbol name",
             hint="use letters, digits, '.' and '_', starting with a letter",

@@ -114,6 +114,49 @@ def test_malformed_bodies_get_clear_422(site):
         assert response.json()["error"]["type"] == "bad_call"
 
 
+def test_what_the_http_layer_refuses_comes_in_the_site_error_shape(site):
+    """A body that is not JSON, an unknown path and a wrong method: the site's error body (Opal's
+    under /ws), not the framework's bare ``detail``; neither call names the call it lacks."""
+    url, creds = site
+    auth = (creds["analyst"].user, creds["analyst"].password)
+    sid = requests.post(f"{url}/v1/sessions", auth=auth, timeout=10).json()["session"]
+    cases = [("POST", f"/v1/sessions/{sid}/aggregate", {"data": b"{not json", "headers": {"Content-Type": "application/json"}}),
+             ("GET", "/v1/no-such-route", {}), ("PUT", "/v1/whoami", {}), ("GET", "/ws/no-such-route", {})]
+    for method, path, extra in cases:
+        response = requests.request(method, url + path, auth=auth, timeout=10, **extra)
+        assert response.status_code in (400, 404, 405, 422), (path, response.status_code)
+        error = response.json()["error"]
+        assert error["site"] == "site1" and error["message"] and "detail" not in response.json()
+    neither = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=auth, json={}, timeout=10).json()["error"]
+    assert neither["message"] == "give the call as text (expr) or as a structured tree (call): neither given"
+
+
+def test_a_symbol_name_ending_in_a_newline_is_refused(site):
+    url, creds = site
+    auth = (creds["analyst"].user, creds["analyst"].password)
+    sid = requests.post(f"{url}/v1/sessions", auth=auth, timeout=10).json()["session"]
+    response = requests.post(f"{url}/v1/sessions/{sid}/assign-table", auth=auth,
+                             json={"symbol": "D\n", "table": "GBSG2.validation"}, timeout=10)
+    assert response.status_code == 422 and "not a valid symbol name" in response.json()["error"]["message"]
+
+
+def test_an_opal_command_is_queued_only_for_the_callers_session_and_a_valid_symbol(site):
+    url, creds = site
+    auth = (creds["analyst"].user, creds["analyst"].password)
+    text = {"Content-Type": "text/plain"}
+    unknown = requests.post(f"{url}/ws/datashield/session/nope/aggregate", params={"async": "true"}, auth=auth,
+                            data="meanDS(D$age)", headers=text, timeout=10)
+    assert unknown.status_code == 404 and unknown.json()["status"] == "not_found"
+    sid = requests.post(f"{url}/ws/datashield/sessions", auth=auth, timeout=10).json()["id"]
+    bad = requests.put(f"{url}/ws/datashield/session/{sid}/symbol/1x", params={"async": "true"}, auth=auth,
+                       data="D$age", headers=text, timeout=10)
+    assert bad.status_code == 422 and "not a valid symbol name" in bad.json()["error"]["message"]
+    assert requests.get(f"{url}/ws/datashield/session/{sid}/commands", auth=auth, timeout=10).json() == []
+    requests.delete(f"{url}/ws/datashield/session/{sid}", auth=auth, timeout=10)
+    gone = requests.get(f"{url}/ws/datashield/session/{sid}/commands", auth=auth, timeout=10)
+    assert gone.status_code == 404
+
+
 def test_body_limit_comes_from_the_site_config(tmp_path):
     from dsfed_client.launch import LocalSites
 

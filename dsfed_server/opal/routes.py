@@ -28,7 +28,9 @@ from dsfed_server.disclosure.rules import DEFAULT_PROFILE
 from dsfed_server.errors import AuthError, CallError, NotEnabled, NotFound, SiteError
 from dsfed_server.opal import dto
 from dsfed_server.opal.commands import CommandStore
+from dsfed_server.openapi_doc import WS_ANSWER, WS_DONE, WS_SCRIPT, WS_SESSION, WS_SYMBOL
 from dsfed_server.service import CallRequest, SiteService
+from dsfed_server.workspace import check_symbol_name
 
 
 MAX_WAIT_S = 300.0  # longest a ``wait=true`` poll holds the request
@@ -117,13 +119,18 @@ def opal_router(service: SiteService) -> APIRouter:
     commands = CommandStore()
 
     def run(user: User, sid: str, script: str, call: Callable[[], Any], asynchronous: bool,
-            with_result: bool) -> Response:
-        """Run a service call now, or queue it as a command and answer its id as text."""
-        if asynchronous:  # the service checks the session when the command runs (and audits it)
+            with_result: bool, symbol: str | None = None) -> Response:
+        """Run a service call now, or queue it as a command and answer its id as text (an assign
+        answers an empty text). A command is queued only for the caller's session and a valid
+        symbol name; the service checks the call itself when the command runs (and audits it)."""
+        if asynchronous:
+            service.session_exists(user, sid)
+            if symbol is not None:
+                check_symbol_name(symbol, service.limits.max_name_length)
             command = commands.submit(user.name, sid, script, call, with_result=with_result)
             return PlainTextResponse(command.id)
         result = call()
-        return JSONResponse(result) if with_result else Response(status_code=200)
+        return JSONResponse(result) if with_result else PlainTextResponse("")
 
     # --- who am I, what data -----------------------------------------------------------
 
@@ -171,7 +178,7 @@ def opal_router(service: SiteService) -> APIRouter:
 
     # --- sessions ----------------------------------------------------------------------
 
-    @router.post("/datashield/sessions", status_code=201)
+    @router.post("/datashield/sessions", status_code=201, responses=WS_SESSION)
     def open_session(user: OpalUser, profile: str = DEFAULT_PROFILE, wait: bool = True,
                      restore: str | None = None) -> dict[str, Any]:
         if restore:
@@ -185,7 +192,7 @@ def opal_router(service: SiteService) -> APIRouter:
         info = service.session_exists(user, sid)
         return dto.session(sid, user.name, info["profile"])
 
-    @router.delete("/datashield/session/{sid}")
+    @router.delete("/datashield/session/{sid}", response_class=Response, responses=WS_DONE)
     def close_session(sid: str, user: OpalUser) -> Response:
         service.close_session(user, sid)
         commands.drop_session(sid)
@@ -193,7 +200,7 @@ def opal_router(service: SiteService) -> APIRouter:
 
     # --- calls -------------------------------------------------------------------------
 
-    @router.post("/datashield/session/{sid}/aggregate")
+    @router.post("/datashield/session/{sid}/aggregate", responses=WS_ANSWER, openapi_extra=WS_SCRIPT)
     async def aggregate(sid: str, request: Request, user: OpalUser,
                         asynchronous: Annotated[bool, Query(alias="async")] = False) -> Response:
         script = await _script(request)
@@ -201,16 +208,16 @@ def opal_router(service: SiteService) -> APIRouter:
         return await run_in_threadpool(
             run, user, sid, script, lambda: service.aggregate(user, sid, call, shape="opal"), asynchronous, True)
 
-    @router.put("/datashield/session/{sid}/symbol/{symbol}")
+    @router.put("/datashield/session/{sid}/symbol/{symbol}", responses=WS_SYMBOL, openapi_extra=WS_SCRIPT)
     async def assign(sid: str, symbol: str, request: Request, user: OpalUser,
                      asynchronous: Annotated[bool, Query(alias="async")] = False) -> Response:
         script = await _script(request)
         call = CallRequest(text=script)
         return await run_in_threadpool(
             run, user, sid, f"{symbol} <- {script}", lambda: service.assign(user, sid, symbol, call),
-            asynchronous, False)
+            asynchronous, False, symbol)
 
-    @router.put("/datashield/session/{sid}/symbol/{symbol}/table/{table}")
+    @router.put("/datashield/session/{sid}/symbol/{symbol}/table/{table}", responses=WS_SYMBOL)
     def assign_table(sid: str, symbol: str, table: str, user: OpalUser,
                      asynchronous: Annotated[bool, Query(alias="async")] = False,
                      variables: str | None = None, missings: bool = False,
@@ -220,7 +227,7 @@ def opal_router(service: SiteService) -> APIRouter:
                             hint="assign the table without identifiers")
         names = parse_variables(variables)
         return run(user, sid, f"{symbol} <- {table}",
-                   lambda: service.assign_table(user, sid, symbol, table, names), asynchronous, False)
+                   lambda: service.assign_table(user, sid, symbol, table, names), asynchronous, False, symbol)
 
     # --- symbols -----------------------------------------------------------------------
 
@@ -228,7 +235,7 @@ def opal_router(service: SiteService) -> APIRouter:
     def symbols(sid: str, user: OpalUser) -> list[str]:
         return [s["name"] for s in service.symbols(user, sid)]
 
-    @router.delete("/datashield/session/{sid}/symbol/{symbol}")
+    @router.delete("/datashield/session/{sid}/symbol/{symbol}", response_class=Response, responses=WS_DONE)
     def remove_symbol(sid: str, symbol: str, user: OpalUser) -> Response:
         service.remove_symbol(user, sid, symbol)
         return Response(status_code=200)
@@ -237,6 +244,7 @@ def opal_router(service: SiteService) -> APIRouter:
 
     @router.get("/datashield/session/{sid}/commands")
     def list_commands(sid: str, user: OpalUser) -> list[dict[str, Any]]:
+        service.session_exists(user, sid)  # a closed session has no commands: 404, not an empty list
         return [c.dto() for c in commands.list(user.name, sid)]
 
     @router.get("/datashield/session/{sid}/command/{rid}")
@@ -246,7 +254,7 @@ def opal_router(service: SiteService) -> APIRouter:
             command.done.wait(MAX_WAIT_S)
         return command.dto()
 
-    @router.get("/datashield/session/{sid}/command/{rid}/result")
+    @router.get("/datashield/session/{sid}/command/{rid}/result", responses=WS_ANSWER)
     def command_result(sid: str, rid: str, user: OpalUser, rm: bool = True, wait: bool = False) -> Response:
         command = commands.get(user.name, sid, rid)
         if wait:
@@ -257,9 +265,9 @@ def opal_router(service: SiteService) -> APIRouter:
             commands.remove(user.name, sid, rid)
         if command.error is not None:
             raise command.error
-        return JSONResponse(command.result) if command.with_result else Response(status_code=200)
+        return JSONResponse(command.result) if command.with_result else PlainTextResponse("")
 
-    @router.delete("/datashield/session/{sid}/command/{rid}")
+    @router.delete("/datashield/session/{sid}/command/{rid}", response_class=Response, responses=WS_DONE)
     def remove_command(sid: str, rid: str, user: OpalUser) -> Response:
         commands.remove(user.name, sid, rid)
         return Response(status_code=200)
