@@ -8,6 +8,7 @@ run in-process (simulation studies, fast tests) behaves as it would over HTTP.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,10 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+BUSY_RETRIES = 3  # a site busy checking passwords: send again this often,
+BUSY_WAIT_S = 2  # when it asks to wait at most this long (a throttled client waits a whole window)
+
+
 class HttpTransport:
     """HTTP(S) to a site server, with connection reuse and bounded waiting."""
 
@@ -75,8 +80,7 @@ class HttpTransport:
         self.stats.requests += 1
         self.stats.bytes_sent += len(data or b"")
         try:
-            response = self.http.request(method, f"{self.url}/v1{path}", data=data, timeout=self.timeout,
-                                         headers={"Content-Type": "application/json"} if data else None)
+            response = self._send(method, path, data)
         except requests.Timeout:
             raise SiteUnavailable(
                 f"no answer within {self.timeout[1]:g} s", site=self.site, function=function,
@@ -104,6 +108,19 @@ class HttpTransport:
             err.function = err.function or function
             raise err
         return payload
+
+    def _send(self, method: str, path: str, data: bytes | None) -> requests.Response:
+        """One request; a 429 that asks for a short wait (every password-check slot of the site
+        busy; nothing ran) is sent again after it, up to ``BUSY_RETRIES`` times."""
+        retries = 0
+        while True:
+            response = self.http.request(method, f"{self.url}/v1{path}", data=data, timeout=self.timeout,
+                                         headers={"Content-Type": "application/json"} if data else None)
+            wait = response.headers.get("Retry-After", "")
+            if response.status_code != 429 or not wait.isdigit() or int(wait) > BUSY_WAIT_S or retries == BUSY_RETRIES:
+                return response
+            retries += 1
+            time.sleep(int(wait))
 
     def close(self) -> None:
         self.http.close()

@@ -7,6 +7,8 @@ costs the same scrypt as a known one with a wrong password, so the answer's
 time does not tell which names exist. Failed logins are counted per client
 address and per user name (:class:`Throttle`); past the site's limit the
 address or name is refused without a password check until the window passes.
+At most ``[login] concurrent_checks`` scrypts run at once, so a flood of guesses
+from many addresses cannot take every core from the analysts' calls.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections import OrderedDict, deque
 from starlette.requests import Request
 
 from dsfed_server.config import LoginLimits, User
-from dsfed_server.errors import AuthError, SiteError, TooManyFailedLogins
+from dsfed_server.errors import AuthError, LoginsBusy, SiteError, TooManyFailedLogins
 
 _N, _R, _P = 2**14, 8, 1
 
@@ -129,7 +131,18 @@ class Authenticator:
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()
         self._dummy = hash_password(secrets.token_urlsafe(16))  # what an unknown name is checked against
+        self._checks = threading.BoundedSemaphore(limits.concurrent_checks)
         self.throttle = Throttle(limits)
+
+    def _check_password(self, password: str, stored: str) -> bool:
+        """scrypt, in one of the site's ``concurrent_checks`` slots (429 if none frees in time)."""
+        if not self._checks.acquire(timeout=self.throttle.limits.check_wait_s):
+            raise LoginsBusy("the site is checking too many passwords at once", rule="login.concurrent_checks",
+                             hint="try again in 1 s", retry_after=1)
+        try:
+            return check_password(password, stored)
+        finally:
+            self._checks.release()
 
     def check_throttle(self, address: str, name: str) -> None:
         """Refuse, without checking anything, a client or name past its failed-login limit."""
@@ -145,13 +158,13 @@ class Authenticator:
     def by_password(self, name: str, password: str) -> User:
         user = self._users.get(name)
         if user is None or not user.password_hash:
-            check_password(password, self._dummy)  # the same time as a known name's wrong password
+            self._check_password(password, self._dummy)  # the same time as a known name's wrong password
             raise AuthError("wrong user name or password")
         mark = hmac.new(self._key, f"{name}\0{password}\0{user.password_hash}".encode(), "sha256").digest()
         with self._lock:
             if mark in self._verified:
                 return user
-        if not check_password(password, user.password_hash):
+        if not self._check_password(password, user.password_hash):
             raise AuthError("wrong user name or password")
         with self._lock:
             self._verified.add(mark)

@@ -23,6 +23,8 @@ Example (``dsfed-server init`` writes one)::
     failures_per_address = 20
     failures_per_user = 50
     window_s = 60
+    concurrent_checks = 1                      # password checks at once (default: half the cores)
+    check_wait_s = 2                           # a login past them waits this long, then gets 429
 
     [[users]]
     name = "analyst"
@@ -36,6 +38,7 @@ Example (``dsfed-server init`` writes one)::
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Literal
@@ -73,13 +76,16 @@ class ListenSection(_Section):
 
 class LoginLimits(_Section):
     """Failed logins a site accepts before it refuses a client address or a user name for the rest of
-    the window (HTTP 429, no password checked, one audit record per refusal streak). The per-name
-    limit stops guessing from many addresses; it also lets anyone hold a known name off for one
-    window, so it is set higher than the per-address one."""
+    the window (HTTP 429, no password checked, one audit record per refusal streak; a name only to
+    addresses that failed, see ``auth.Throttle``), and how many password checks run at once, so
+    that a flood of guesses leaves the site's cores to the analysts' calls."""
 
     failures_per_address: int = Field(20, ge=1, le=100_000, description="failed logins per client address and window")
     failures_per_user: int = Field(50, ge=1, le=100_000, description="failed logins per user name and window")
     window_s: float = Field(60.0, gt=0, le=24 * 3600, description="the sliding window, in seconds")
+    concurrent_checks: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), ge=1, le=256,
+                                   description="password checks (scrypt) at once; default half the cores")
+    check_wait_s: float = Field(2.0, ge=0, le=10, description="how long a login waits for a check, then gets 429")
 
 
 class User(_Section):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,8 @@ import requests
 from conftest import audit_records, inprocess_builder
 from dsfed_client import Call, FederatedCallError, Formula, Ref
 from dsfed_client.launch import LocalSites
-from dsfed_server.errors import AuthError, TooManyFailedLogins
+from dsfed_server import auth
+from dsfed_server.errors import AuthError, LoginsBusy, TooManyFailedLogins
 from dsfed_server.service import SiteService
 from sitekit import make_sites
 
@@ -102,6 +104,35 @@ def test_guessing_one_name_from_many_addresses_is_throttled_without_locking_out_
         service.login_password("analyst", "guess", "10.0.1.50")
     assert service.login_password("analyst", right, "10.0.1.99").name == "analyst"
     assert service.login_password("analyst2", provisioned["s"].credentials["analyst2"].password, "10.0.1.0")
+
+
+def test_password_checks_run_in_bounded_slots(tmp_path, monkeypatch):
+    """One slot: while a guess is being checked, a second login waits ``check_wait_s`` and gets 429
+    (rule login.concurrent_checks, retry in 1 s), is not counted as a failure nor recorded, and
+    logs in once the slot is free. The check is held open by a wrapper around the real scrypt."""
+    provisioned, service = _site(tmp_path, login="concurrent_checks = 1\ncheck_wait_s = 0.2")
+    right = provisioned["s"].credentials["analyst"].password
+    entered, release = threading.Event(), threading.Event()
+    real = auth.check_password
+
+    def held(password: str, stored: str) -> bool:
+        entered.set()
+        release.wait(10)
+        return real(password, stored)
+
+    monkeypatch.setattr(auth, "check_password", held)
+    guess = threading.Thread(target=lambda: pytest.raises(AuthError, service.login_password, "nobody", "x", "10.0.3.1"))
+    guess.start()
+    assert entered.wait(10)
+    start = time.perf_counter()
+    with pytest.raises(LoginsBusy) as exc:
+        service.login_password("analyst", right, "10.0.3.2")
+    assert time.perf_counter() - start >= 0.2
+    assert (exc.value.http_status, exc.value.rule, exc.value.retry_after) == (429, "login.concurrent_checks", 1)
+    release.set()
+    guess.join(10)
+    assert service.login_password("analyst", right, "10.0.3.2").name == "analyst"
+    assert [r for r in audit_records(provisioned["s"]) if r.get("address") == "10.0.3.2"] == []
 
 
 def test_a_flood_of_failed_logins_cannot_grow_the_audit_log(tmp_path):
