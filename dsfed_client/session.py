@@ -7,7 +7,9 @@ every failing site, function and rule, and no pooled result is returned.
 
 from __future__ import annotations
 
+import secrets
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -302,6 +304,24 @@ class FederatedSession:
 
     def remove(self, symbol: str) -> SiteResults:
         return SiteResults("removeSymbol", self._in_session("removeSymbol", "DELETE", f"/symbols/{symbol}"))
+
+    @staticmethod
+    def new_symbol(kind: str) -> str:
+        """A fresh server-side name for an analysis' intermediate (``dsfed.<kind>.<6 hex>``, within
+        the default 20-character limit), so that no analysis overwrites another's symbol."""
+        return f"dsfed.{kind}.{secrets.token_hex(3)}"
+
+    @contextmanager
+    def temporary(self, kind: str) -> Iterator[str]:
+        """A fresh symbol name for the ``with`` block, removed at every site afterwards (where it was
+        assigned; a site that fails to remove it keeps it until the session closes)."""
+        name = self.new_symbol(kind)
+        try:
+            yield name
+        finally:
+            self._all("removeSymbol", lambda t: t.request(
+                "DELETE", f"/sessions/{self.session_ids[t.site]}/symbols/{name}", function="removeSymbol"),
+                raise_errors=False)
 
     def functions(self) -> SiteResults:
         return SiteResults("listFunctions", self._all("listFunctions", lambda t: t.request("GET", "/functions")))

@@ -20,8 +20,6 @@ from dsfed_client.analyses.quantiles import QuantileGroups, quantile_groups
 from dsfed_client.calls import Call, Ref
 from dsfed_client.session import FederatedSession
 
-CALIBRATION_FRAME = "dsfed.calib"
-
 
 @dataclass(frozen=True)
 class Brier:
@@ -482,9 +480,10 @@ def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *
     ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits checked
     pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`; either way the sites
     derive the coefficients)."""
-    session.assign(CALIBRATION_FRAME, Call("calibrationFrameDS", Ref(truth), Ref(score)))
-    fit = ds_glm(session, "y ~ lp", CALIBRATION_FRAME, secure=secure)
-    citl = ds_glm(session, "y ~ 1", CALIBRATION_FRAME, offset="lp", secure=secure)
+    with session.temporary("calib") as frame:
+        session.assign(frame, Call("calibrationFrameDS", Ref(truth), Ref(score)))
+        fit = ds_glm(session, "y ~ lp", frame, secure=secure)
+        citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure)
     n_all = n_complete if n_complete is not None else ds_brier(session, truth, score, secure=secure).n
     return LogisticCalibration(float(fit.params[0]), float(fit.params[1]), float(citl.params[0]), fit, citl,
                                n_all - fit.nobs)

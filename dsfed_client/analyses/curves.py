@@ -30,6 +30,8 @@ Areas: the ROC AUC is the trapezoidal area under the ROC points; the PR area is 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +46,6 @@ from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref, decode_f64
 from dsfed_client.session import FederatedSession
 
-HIST_REFERENCE = "dsfed.histref"
-HIST_ROC_DATA = "dsfed.histroc"
 
 
 # --- pooled histograms ---------------------------------------------------------------------
@@ -476,13 +476,17 @@ class HistogramAUC(AUCIntervals):
         return out
 
 
-def store_reference(session: FederatedSession, hist: ScoreHistograms) -> str:
-    """The reference the sites evaluate: the one they derived themselves from pooled histograms,
-    or else the global CDFs (edges and cumulative counts only) sent to every site. Returns its symbol."""
+@contextmanager
+def reference_symbol(session: FederatedSession, hist: ScoreHistograms) -> Iterator[str]:
+    """The symbol of the reference the sites evaluate: the one they derived themselves from pooled
+    histograms, or else the global CDFs (edges and cumulative counts only) sent to every site for
+    the ``with`` block."""
     if hist.reference is not None:
-        return hist.reference
-    session.assign(HIST_REFERENCE, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
-    return HIST_REFERENCE
+        yield hist.reference
+        return
+    with session.temporary("href") as name:
+        session.assign(name, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
+        yield name
 
 
 def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3) -> int:
@@ -568,25 +572,25 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         levels = auc_levels(n, 1 if secure else len(session.sites))
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=secure,
                                              **histogram_options)
-    reference = store_reference(session, hist)
-    args = (Ref(truth), Ref(score), Ref(reference))
-    if secure:
-        total = {k: float(v) for k, v in session.pooled("histPlacementSumsDS", *args, within_bin=within_bin).items()
-                 if k in ("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01")}
-    else:
-        total = session.sum_fields("histPlacementSumsDS", *args, within_bin=within_bin)
-    m = placement_moments(total)
-    auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
-    noise = noise_variance(hist)
-    fit = None
-    if roc_glm:
-        session.assign(HIST_ROC_DATA, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            glm = ds_glm(session, "u ~ x", HIST_ROC_DATA, family="binomial", link="probit", weights="w",
-                         secure=secure)
-        a, b = (float(v) for v in glm.params)
-        fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), m.variance, alpha,
-                              n_thresholds, glm, noise)
+    with reference_symbol(session, hist) as reference:
+        args = (Ref(truth), Ref(score), Ref(reference))
+        if secure:
+            total = {k: float(v) for k, v in session.pooled("histPlacementSumsDS", *args, within_bin=within_bin).items()
+                     if k in ("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01")}
+        else:
+            total = session.sum_fields("histPlacementSumsDS", *args, within_bin=within_bin)
+        m = placement_moments(total)
+        auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
+        noise = noise_variance(hist)
+        fit = None
+        if roc_glm:
+            with session.temporary("hroc") as roc_data, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
+                glm = ds_glm(session, "u ~ x", roc_data, family="binomial", link="probit", weights="w",
+                             secure=secure)
+            a, b = (float(v) for v in glm.params)
+            fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), m.variance, alpha,
+                                  n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
                         hist, noise)
