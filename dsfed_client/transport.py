@@ -145,7 +145,7 @@ class InProcessTransport:
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
                 encoded: bytes | None = None) -> Any:
-        from dsfed_server.errors import SiteError  # noqa: PLC0415
+        from dsfed_core.errors import SiteError  # noqa: PLC0415
         from dsfed_server.service import CallRequest  # noqa: PLC0415
 
         self.stats.requests += 1

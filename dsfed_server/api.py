@@ -23,10 +23,10 @@ from starlette.exceptions import HTTPException
 from dsfed_server import __version__
 from dsfed_server.audit import HEAD_HEADER
 from dsfed_server.auth import auth_headers, client_address
-from dsfed_server.calltree import call_schema
+from dsfed_core.calltree import call_schema
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_server.errors import AuthError, CallError, NotFound, ProtocolError, SiteError
+from dsfed_core.errors import AuthError, CallError, NotFound, ProtocolError, SiteError
 from dsfed_server.opal import dto as opal_dto
 from dsfed_server.opal import opal_router
 from dsfed_server.openapi_doc import ERROR_RESPONSES, V1_SESSION, V1_SYMBOL, describe_symbol_names, operation_id
@@ -47,7 +47,7 @@ def _call_tree_schema(schema: dict[str, Any]) -> None:
 
 class CallBody(_Body):
     expr: str | None = Field(None, description="DataSHIELD call text, e.g. meanDS(D$age)")
-    call: dict[str, Any] | None = Field(None, description="structured call tree (dsfed_server/calltree.py)",
+    call: dict[str, Any] | None = Field(None, description="structured call tree (dsfed_core/calltree.py)",
                                         json_schema_extra=_call_tree_schema)
 
     def request(self) -> CallRequest:

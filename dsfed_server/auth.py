@@ -25,7 +25,7 @@ from collections import OrderedDict, deque
 from starlette.requests import Request
 
 from dsfed_server.config import LoginLimits, User
-from dsfed_server.errors import AuthError, LoginsBusy, SiteError, TooManyFailedLogins
+from dsfed_core.errors import AuthError, LoginsBusy, SiteError, TooManyFailedLogins
 
 _N, _R, _P = 2**14, 8, 1
 

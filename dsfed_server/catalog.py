@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dsfed_server.errors import NotFound
+from dsfed_core.errors import NotFound
 
 VALUE_TYPES = ("integer", "decimal", "text", "boolean")
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9._]*$")

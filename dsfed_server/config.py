@@ -121,7 +121,7 @@ class FederationSection(_Section):
     @classmethod
     def _peer_keys(cls, peers: dict[str, str]) -> dict[str, str]:
         from dsfed_server.disclosure.secure_sum import parse_identity  # noqa: PLC0415
-        from dsfed_server.errors import SiteError  # noqa: PLC0415
+        from dsfed_core.errors import SiteError  # noqa: PLC0415
 
         for name, key in peers.items():
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,63}", name):

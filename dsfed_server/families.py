@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 from scipy import special, stats
 
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 
 EPS = np.finfo(float).eps
 _PROBIT_THRESH = -stats.norm.ppf(EPS)

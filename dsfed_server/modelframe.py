@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dsfed_server.calltree import Formula
-from dsfed_server.errors import CallError, NotFound
+from dsfed_core.calltree import Formula
+from dsfed_core.errors import CallError, NotFound
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
 import numpy as np
 
-from dsfed_server.calltree import NUMBER_LIMIT, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
-from dsfed_server.errors import CallError
+from dsfed_core.calltree import NUMBER_LIMIT, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
+from dsfed_core.errors import CallError
 
 if TYPE_CHECKING:
     from dsfed_server.context import CallContext
@@ -258,7 +258,7 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
         return value
     if t is P.FORMULA:
         if isinstance(node, Literal) and isinstance(node.value, str):
-            from dsfed_server.parser import parse_formula
+            from dsfed_core.parser import parse_formula
 
             node = parse_formula(node.value, ctx.limits)
         if not isinstance(node, Formula):

@@ -27,7 +27,7 @@ from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
-from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
+from dsfed_core.calltree import Call, Column, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
@@ -37,11 +37,11 @@ from dsfed_server.disclosure.history import History
 from dsfed_server.disclosure.ledger import ZERO, CallScope, Cap, Caps, Cost, Ledger, guarantee, remaining_budget
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
-from dsfed_server.errors import (
+from dsfed_core.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
     TooManyFailedLogins,
 )
-from dsfed_server.parser import Limits, parse
+from dsfed_core.parser import Limits, parse
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
 from dsfed_server.rvalues import to_jsonlite
 from dsfed_server.tomlfile import ConfigFileError, locate

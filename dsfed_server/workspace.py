@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-from dsfed_server.errors import CallError, Forbidden, NotFound
+from dsfed_core.errors import CallError, Forbidden, NotFound
 
 _SYMBOL = re.compile(r"[A-Za-z][A-Za-z0-9._]*")
 RESERVED_SYMBOLS = {"TRUE", "FALSE", "NULL", "NA", "Inf", "NaN", "c", "function"}

@@ -266,7 +266,7 @@ def test_serialized_objects_are_never_unpickled(site, tmp_path):
     user = service.login_password("analyst", provisioned["a"].credentials["analyst"].password)
     sid = service.open_session(user)["session"]
     service.assign_table(user, sid, "D", "P.t", None)
-    from dsfed_server.errors import SiteError
+    from dsfed_core.errors import SiteError
     from dsfed_server.service import CallRequest
 
     attempts = [
@@ -466,7 +466,7 @@ def test_reference_cuts_keep_every_bin_at_zero_or_q_records(tmp_path):
     from dsfed_server.disclosure.history import History
     from dsfed_server.disclosure.provenance import RootColumn
     from dsfed_server.disclosure.rules import load_rules
-    from dsfed_server.errors import DisclosureRefusal
+    from dsfed_core.errors import DisclosureRefusal
 
     rng = np.random.default_rng(3)
     p = np.round(rng.random(200), 2)  # ties included

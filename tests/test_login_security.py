@@ -24,7 +24,7 @@ from conftest import audit_records, inprocess_builder
 from dsfed_client import Call, FederatedCallError, Formula, Ref
 from dsfed_client.launch import LocalSites
 from dsfed_server import auth
-from dsfed_server.errors import AuthError, LoginsBusy, TooManyFailedLogins
+from dsfed_core.errors import AuthError, LoginsBusy, TooManyFailedLogins
 from dsfed_server.service import SiteService
 from sitekit import make_sites
 

@@ -183,7 +183,7 @@ def test_sync_and_async_answers_are_the_same_document(opened):
 
 
 def test_command_store_keeps_a_bounded_number_of_finished_commands():
-    from dsfed_server.errors import NotFound
+    from dsfed_core.errors import NotFound
     from dsfed_server.opal.commands import CommandStore
 
     store = CommandStore(workers=2, keep_per_session=3)

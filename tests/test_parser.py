@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dsfed_server.calltree import Arg, Call, Column, Formula, FormulaTerm, Literal, Symbol, Vector, from_json, to_json
-from dsfed_server.errors import CallError
-from dsfed_server.parser import Limits, parse
+from dsfed_core.calltree import Arg, Call, Column, Formula, FormulaTerm, Literal, Symbol, Vector, from_json, to_json
+from dsfed_core.errors import CallError
+from dsfed_core.parser import Limits, parse
 
 L = Limits(max_length=80, max_name_length=20, max_depth=4)
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from dsfed_server.disclosure.rules import load_rules
-from dsfed_server.errors import DisclosureRefusal, NotEnabled, NotFound
+from dsfed_core.errors import DisclosureRefusal, NotEnabled, NotFound
 from dsfed_server.service import CallRequest
 from dsfed_server.tomlfile import ConfigFileError
 from opalkit import ds_session

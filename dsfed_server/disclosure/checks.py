@@ -23,7 +23,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import RootColumn
 from dsfed_server.disclosure.rules import Rules
-from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal
 
 
 class HistoryBehind(Exception):
@@ -367,7 +367,7 @@ class Guard:
         Every noisy release is charged to the analyst's privacy budget on each site
         table the call read (:mod:`dsfed_server.disclosure.ledger`): checked here,
         before the noise is drawn (a release that would overspend raises
-        :class:`~dsfed_server.errors.BudgetExceeded`), and spent by the service only
+        :class:`~dsfed_core.errors.BudgetExceeded`), and spent by the service only
         once the call has succeeded. A release the analyst already received (same
         seed) costs nothing. Releases of one call that give the same ``partition``
         are about disjoint records (parallel composition: they cost the most

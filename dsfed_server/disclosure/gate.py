@@ -56,7 +56,7 @@ import numpy as np
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.mechanisms import content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import TRANSFORMS, RootColumn, ordering_key
-from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal
 
 Policy = Literal["merge", "refuse"]
 

@@ -13,7 +13,7 @@ read, *before* the noise is drawn:
 
 The service **spends** (:meth:`CallScope.commit`) only after the call has succeeded, and
 before its result leaves the site (diffprivlib's accountant pattern). A release that would
-overspend either budget is refused with :class:`~dsfed_server.errors.BudgetExceeded`, naming
+overspend either budget is refused with :class:`~dsfed_core.errors.BudgetExceeded`, naming
 the budget's rule and stating what remains.
 
 Table key
@@ -77,7 +77,7 @@ import numpy as np
 from scipy import optimize
 
 from dsfed_server.disclosure.store import connect, create
-from dsfed_server.errors import BudgetExceeded
+from dsfed_core.errors import BudgetExceeded
 
 ACCOUNTANT = "rdp"
 _SLACK = 1e-9  # relative tolerance on budget comparisons (float sums)

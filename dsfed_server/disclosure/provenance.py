@@ -21,7 +21,7 @@ import pandas as pd
 from scipy import special
 
 from dsfed_server.disclosure.differencing import ROWS, Rows
-from dsfed_server.errors import SiteError
+from dsfed_core.errors import SiteError
 
 if TYPE_CHECKING:
     from dsfed_server.catalog import Catalog

@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dsfed_server.disclosure.secure_sum import Round, pair_secret
-from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal
 
 if TYPE_CHECKING:
     from dsfed_server.disclosure.gate import Floor

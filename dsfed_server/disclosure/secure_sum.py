@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dsfed_server.disclosure.rules import SecureAggregation
-from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal
 
 ROUND_ID = re.compile(r"^[0-9a-f]{32}$")
 MAX_FRAC_BITS = 40

@@ -15,7 +15,7 @@ import pandas as pd
 
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.gate import Categories, Released
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
 
 NA_LEVEL = "NA"

@@ -43,7 +43,7 @@ from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.functions.validation import (
     PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, roc_glm_table,
 )

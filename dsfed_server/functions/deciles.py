@@ -32,7 +32,7 @@ from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.relay import PooledSteps
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.functions.validation import outcome_and_score
 from dsfed_server.registry import P, Param, register
 

@@ -26,14 +26,14 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from dsfed_server.calltree import Column, Literal, Symbol
+from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_server.disclosure.differencing import mark_rows
 from dsfed_server.disclosure.gate import Cut, Intervals, Released
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.functions.histogram import bin_counts
 from dsfed_server.functions.tables import condition_cells
-from dsfed_server.parser import parse
+from dsfed_core.parser import parse
 from dsfed_server.registry import P, Param, register
 
 _VALID = "VALID ANALYSIS"

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dsfed_server.calltree import Formula
+from dsfed_core.calltree import Formula
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
-from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register

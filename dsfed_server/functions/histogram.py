@@ -9,7 +9,7 @@ import pandas as pd
 
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
 
 

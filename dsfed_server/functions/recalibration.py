@@ -30,7 +30,7 @@ from scipy import special
 from scipy.interpolate import PchipInterpolator
 
 from dsfed_server.context import CallContext, numeric
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
 
 MAX_KNOTS = 10000

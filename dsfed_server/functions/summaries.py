@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext, numeric, r_class
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
 
 _X = Param("x", P.OBJECT, "a symbol or table$column")

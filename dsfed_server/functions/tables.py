@@ -10,7 +10,7 @@ import pandas as pd
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.differencing import Rows, mark_rows
 from dsfed_server.disclosure.gate import Intervals, condition_cuts
-from dsfed_server.errors import CallError, NotFound
+from dsfed_core.errors import CallError, NotFound
 from dsfed_server.registry import P, Param, register
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}

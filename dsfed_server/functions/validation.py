@@ -23,7 +23,7 @@ from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED, PUBLIC_DESIGN, RootColumn
-from dsfed_server.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
-from dsfed_server.errors import NotFound, SiteError
+from dsfed_core.errors import NotFound, SiteError
 
 Status = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from dsfed_server import __version__
-from dsfed_server.errors import SiteError
+from dsfed_core.errors import SiteError
 
 # The Opal REST protocol level dsfed answers under /ws (DataSHIELD profiles came with Opal 4.2).
 OPAL_PROTOCOL_VERSION = "5.0.0"

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_server.errors import AuthError, CallError, NotEnabled, NotFound, SiteError
+from dsfed_core.errors import AuthError, CallError, NotEnabled, NotFound, SiteError
 from dsfed_server.opal import dto
 from dsfed_server.opal.commands import CommandStore
 from dsfed_server.openapi_doc import WS_ANSWER, WS_DONE, WS_SCRIPT, WS_SESSION, WS_SYMBOL

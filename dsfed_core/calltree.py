@@ -1,6 +1,6 @@
 """The call tree: the only form in which a client's request reaches a function.
 
-A call arrives either as DataSHIELD-style text (parsed by :mod:`dsfed_server.parser`)
+A call arrives either as DataSHIELD-style text (parsed by :mod:`dsfed_core.parser`)
 or as structured JSON (read by :func:`from_json`). Both give the same immutable
 nodes below. Nothing is ever evaluated: the dispatcher looks up function names
 in the registry and resolves symbols in the session's workspace.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from typing import Any, Union
 
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 
 Scalar = Union[str, int, float, bool, None]
 
@@ -274,7 +274,7 @@ def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
             raise CallError("vector elements must be finite numbers")
         return NumericVector(array)
     if set(obj) == {"formula"} and isinstance(obj["formula"], str):
-        from dsfed_server.parser import parse_formula
+        from dsfed_core.parser import parse_formula
 
         return parse_formula(obj["formula"])
     if "call" in obj and set(obj) <= {"call", "args", "kwargs"}:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dsfed_server.calltree import (
+from dsfed_core.calltree import (
     Arg,
     Call,
     Column,
@@ -38,7 +38,7 @@ from dsfed_server.calltree import (
     Vector,
     check_vector,
 )
-from dsfed_server.errors import CallError
+from dsfed_core.errors import CallError
 
 _NAME = re.compile(r"(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*")
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?L?")
