@@ -6,8 +6,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# the analyst client alone (pip install dsfed: no site server), which tests/test_client_only.py runs
+CLIENT_VENV ?= .venv-client
 
-.PHONY: demo test venv r-deps browser-deps clean
+.PHONY: demo test venv client-venv r-deps browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/apt-install.sh "Python virtualenvs" python3-venv
@@ -15,7 +17,12 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 venv: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.'
+	$(BIN)/pip install --quiet -e '.[server]'
+
+client-venv:
+	$(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install --quiet --upgrade pip
+	$(CLIENT_VENV)/bin/pip install --quiet -e '.'
 
 r-deps:
 	scripts/install-r.sh
@@ -26,9 +33,9 @@ browser-deps:
 demo: venv
 	$(BIN)/dsfed demo
 
-test: r-deps browser-deps $(BIN)/python
+test: r-deps browser-deps client-venv $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(CLIENT_VENV) .pytest_cache build *.egg-info

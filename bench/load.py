@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from dsfed_client import FederatedCallError, LoginBuilder, Ref  # noqa: E402
-from dsfed_client.launch import LocalSites  # noqa: E402
+from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server.provision import ProvisionedSite, provision  # noqa: E402
 from sitekit import write_table  # noqa: E402  (tests/sitekit.py)
 

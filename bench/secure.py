@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from dsfed_client.analyses.glm import ds_glm  # noqa: E402
-from dsfed_client.launch import LocalSites  # noqa: E402
+from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server import rbridge  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from dsfed_client import LoginBuilder, pooled  # noqa: E402
 from dsfed_client.analyses.suite import validate  # noqa: E402
-from dsfed_client.launch import LocalSites  # noqa: E402
+from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server import rbridge  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402

@@ -1,26 +1,20 @@
 """dsfed analyst client: one session over several sites, pooled non-disclosive results."""
 
 from dsfed_client.calls import Call, Formula, Ref
-from dsfed_client.errors import (
-    AuthenticationError,
-    BadCallError,
-    DisclosureRefused,
-    FederatedCallError,
-    SiteCallError,
-    SiteUnavailable,
-)
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.session import FederatedSession, LoginBuilder
+from dsfed_core.errors import AuthError, CallError, DisclosureRefusal, SiteError, SiteUnavailable
 
 __all__ = [
-    "AuthenticationError",
-    "BadCallError",
+    "AuthError",
     "Call",
-    "DisclosureRefused",
+    "CallError",
+    "DisclosureRefusal",
     "FederatedCallError",
     "FederatedSession",
     "Formula",
     "LoginBuilder",
     "Ref",
-    "SiteCallError",
+    "SiteError",
     "SiteUnavailable",
 ]

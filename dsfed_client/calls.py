@@ -1,77 +1,115 @@
-"""Building structured calls from Python values (the native client's call syntax).
+"""Building calls from Python values (the native client's call syntax).
 
 ``Ref("D$age")`` names a server-side symbol or column; ``Formula("y ~ x")`` a
 model formula; ``Call("subsetDS", Ref("D"), "age", ">=", 50)`` a nested call.
 Plain Python strings, numbers, booleans and ``None`` are literals; lists are
 ``c(...)`` vectors; a numpy array of numbers travels as raw float64 (``{"f64": ...}``).
+Each builds the call tree of :mod:`dsfed_core.calltree`, whose ``to_json`` is the one
+writer of the wire form the sites read.
+
+A :class:`Ref` with a ``digest`` is a **handle**: what ``assign`` returned. A call that
+reads it sends the digest along, and a site whose symbol no longer holds that definition
+(removed, or replaced by a later assign) refuses the call (``stale_handle``) instead of
+answering about other data.
 """
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
-_REF = re.compile(r"^([A-Za-z][A-Za-z0-9._]*)(?:\$([A-Za-z.][A-Za-z0-9._]*))?$")
+from dsfed_core import calltree
+from dsfed_core.parser import parse_formula
+
+_REF = re.compile(r"([A-Za-z][A-Za-z0-9._]*)(?:\$([A-Za-z.][A-Za-z0-9._]*))?")
 
 
 @dataclass(frozen=True)
 class Ref:
-    """A server-side symbol (``"D"``) or table column (``"D$age"``)."""
+    """A server-side symbol (``"D"``) or table column (``"D$age"``); with ``digest``, a handle
+    on the symbol's definition (as ``assign`` returns it)."""
 
     name: str
+    digest: str | None = None
 
     def __post_init__(self) -> None:
-        if not _REF.match(self.name):
+        if not _REF.fullmatch(self.name):
             raise ValueError(f"{self.name!r} is not a symbol or table$column reference")
 
-    def tree(self) -> dict[str, Any]:
+    @property
+    def symbol(self) -> str:
+        """The workspace symbol (``"D"`` of ``"D$age"``)."""
+        return self.name.partition("$")[0]
+
+    def column(self, column: str) -> "Ref":
+        """A column of this table symbol, keeping the handle's digest: ``handle.column("age")``."""
+        return Ref(f"{self.symbol}${column}", self.digest)
+
+    def node(self) -> calltree.Node:
         table, _, column = self.name.partition("$")
-        return {"col": [table, column]} if column else {"sym": table}
+        return calltree.Column(table, column) if column else calltree.Symbol(table)
 
 
 @dataclass(frozen=True)
 class Formula:
+    """A model formula, ``Formula("y ~ x1 + x2")`` (checked here with the sites' parser)."""
+
     text: str
 
-    def tree(self) -> dict[str, Any]:
-        return {"formula": self.text}
+    def node(self) -> calltree.Node:
+        return parse_formula(self.text)
 
 
 class Call:
+    """A call of a registry function: ``Call("meanDS", Ref("D$age"))``."""
+
     def __init__(self, function: str, *args: Any, **kwargs: Any) -> None:
         self.function = function
         self.args = args
         self.kwargs = kwargs
 
+    def node(self) -> calltree.Call:
+        args = [calltree.Arg(None, to_node(a)) for a in self.args]
+        args += [calltree.Arg(k, to_node(v)) for k, v in self.kwargs.items()]
+        return calltree.Call(self.function, tuple(args))
+
     def tree(self) -> dict[str, Any]:
-        return {
-            "call": self.function,
-            "args": [to_tree(a) for a in self.args],
-            "kwargs": {k: to_tree(v) for k, v in self.kwargs.items()},
-        }
+        return calltree.to_json(self.node())
+
+    def handles(self) -> dict[str, str]:
+        """The handles this call reads (symbol -> digest), nested calls included."""
+        return dict(_handles([*self.args, *self.kwargs.values()]))
 
 
-def decode_f64(value: dict[str, str] | list[float]) -> np.ndarray:
-    """Numbers a site sent as ``{"f64": base64}`` (or as a plain JSON list)."""
-    if isinstance(value, dict):
-        return np.frombuffer(base64.b64decode(value["f64"], validate=True), dtype="<f8").astype(float)
-    return np.asarray(value, dtype=float)
+def _handles(values: list[Any]) -> Iterator[tuple[str, str]]:
+    for value in values:
+        if isinstance(value, Ref) and value.digest:
+            yield value.symbol, value.digest
+        elif isinstance(value, Call):
+            yield from value.handles().items()
+
+
+def _literal(value: Any) -> calltree.Literal:
+    value = value.item() if hasattr(value, "item") else value  # a numpy scalar
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return calltree.Literal(value)
+    raise TypeError(f"cannot send a {type(value).__name__} as a call argument")
+
+
+def to_node(value: Any) -> calltree.Node:
+    """The call-tree node of a Python value."""
+    if isinstance(value, (Ref, Formula, Call)):
+        return value.node()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu" and value.ndim == 1:
+        return calltree.NumericVector(value.astype(float))
+    if isinstance(value, (list, tuple)):
+        return calltree.Vector(tuple(_literal(v) for v in value))
+    return _literal(value)
 
 
 def to_tree(value: Any) -> dict[str, Any]:
-    if isinstance(value, (Ref, Formula, Call)):
-        return value.tree()
-    if isinstance(value, np.ndarray) and value.dtype.kind in "fiu" and value.ndim == 1:
-        # long numeric vectors travel as raw little-endian float64, not as JSON number text
-        return {"f64": base64.b64encode(np.ascontiguousarray(value, dtype="<f8").tobytes()).decode()}
-    if isinstance(value, (list, tuple)):
-        return {"vec": [v.item() if hasattr(v, "item") else v for v in value]}
-    if hasattr(value, "item"):  # numpy scalar
-        value = value.item()
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return {"lit": value}
-    raise TypeError(f"cannot send a {type(value).__name__} as a call argument")
+    """The wire form of a Python value as a call argument."""
+    return calltree.to_json(to_node(value))

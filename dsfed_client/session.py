@@ -11,16 +11,28 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from dsfed_client import pooling
 from dsfed_client.calls import Call, Ref, to_tree
-from dsfed_client.errors import FederatedCallError, SiteCallError
+from dsfed_client.errors import FederatedCallError
+from dsfed_core.errors import SiteError
 from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
-from dsfed_client.transport import HttpTransport, InProcessTransport, Transport, encode
+from dsfed_client.transport import HttpTransport, Transport, encode
 
-if TYPE_CHECKING:
-    from dsfed_server.service import SiteService
+
+class InProcessSite(Protocol):
+    """A site object in the analyst's process (``dsfed_server.service.SiteService``)."""
+
+    name: str
+
+    def connect(self, *, user: str, password: str | None = None, token: str | None = None) -> Transport: ...
+
+
+def call_body(value: Call | Ref) -> dict[str, Any]:
+    """A request's call and the handles it reads (checked by the sites, see :class:`Ref`)."""
+    handles = value.handles() if isinstance(value, Call) else {value.symbol: value.digest} if value.digest else {}
+    return {"call": to_tree(value), **({"handles": handles} if handles else {})}
 
 
 def _fewer_bits(function: str, frac_bits: int, clipped: int) -> int:
@@ -67,11 +79,12 @@ class LoginBuilder:
         )
         return self
 
-    def append_inprocess(self, service: "SiteService", *, user: str, password: str | None = None,
+    def append_inprocess(self, service: InProcessSite, *, user: str, password: str | None = None,
                          token: str | None = None) -> "LoginBuilder":
-        """A site object in this process (simulation studies, fast tests): same service code path."""
+        """A site object in this process (simulation studies, fast tests): same service code path
+        (the site's :meth:`~dsfed_server.service.SiteService.connect` makes the transport)."""
         self._check_new(service.name)
-        self.transports.append(InProcessTransport(service, user=user, password=password, token=token))
+        self.transports.append(service.connect(user=user, password=password, token=token))
         return self
 
     def _check_new(self, site: str) -> None:
@@ -98,8 +111,8 @@ class FederatedSession:
         self._cut_histories: dict[tuple[str, str], set[tuple[float, bool]]] = {}
         opened = self._all("openSession", lambda t: t.request("POST", "/sessions", function="openSession"),
                            raise_errors=False)
-        failures = {s: r for s, r in opened.items() if isinstance(r, SiteCallError)}
-        self.session_ids = {s: r["session"] for s, r in opened.items() if not isinstance(r, SiteCallError)}
+        failures = {s: r for s, r in opened.items() if isinstance(r, SiteError)}
+        self.session_ids = {s: r["session"] for s, r in opened.items() if not isinstance(r, SiteError)}
         if failures:
             self.close()
             raise FederatedCallError("openSession", failures, len(transports))
@@ -116,9 +129,9 @@ class FederatedSession:
         for site, future in futures.items():
             try:
                 results[site] = future.result()
-            except SiteCallError as exc:
+            except SiteError as exc:
                 results[site] = exc
-        failures = {s: r for s, r in results.items() if isinstance(r, SiteCallError)}
+        failures = {s: r for s, r in results.items() if isinstance(r, SiteError)}
         if failures and raise_errors:
             raise FederatedCallError(function, failures, len(self.transports))
         return results
@@ -136,8 +149,7 @@ class FederatedSession:
 
     def aggregate(self, function: str, *args: Any, **kwargs: Any) -> SiteResults:
         """Run an aggregate function at every site: ``aggregate("meanDS", Ref("D$age"))``."""
-        body = {"call": Call(function, *args, **kwargs).tree()}
-        results = self._in_session(function, "POST", "/aggregate", body)
+        results = self._in_session(function, "POST", "/aggregate", call_body(Call(function, *args, **kwargs)))
         return SiteResults(function, {s: r["result"] for s, r in results.items()})
 
     def _round(self) -> tuple[str, list[dict[str, Any]]]:
@@ -194,10 +206,10 @@ class FederatedSession:
         raises and nothing is decoded.
         """
         round_id, roster = self._round()
-        tree = Call(function, *args, **kwargs).tree()
+        call = call_body(Call(function, *args, **kwargs))
         while True:
-            body = {"call": tree, "secure": {"round": round_id, "step": self._step(), "roster": roster,
-                                             "frac_bits": frac_bits}}
+            body = {**call, "secure": {"round": round_id, "step": self._step(), "roster": roster,
+                                       "frac_bits": frac_bits}}
             results = self._in_session(function, "POST", "/aggregate", body)
             summed = unmask_sum(function, {s: r["result"] for s, r in results.items()})
             if not summed.clipped:
@@ -228,14 +240,14 @@ class FederatedSession:
         chooses nothing but when to stop. ``relayed``: each site checks its own counts instead of
         the pooled ones (a relayed protocol: any number of sites, a site checking per site only)."""
         round_id, roster = self._round()
-        tree = Call(function, *args, **kwargs).tree()
+        call = call_body(Call(function, *args, **kwargs))
         yielded = False
         while True:
             step = self._step()
             option: dict[str, Any] = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits}
             option.update({"relayed": True} if relayed else {"pooled": True, "cuts": self._relayed_cuts()})
             answers = {s: r["result"] for s, r in
-                       self._in_session(function, "POST", "/aggregate", {"call": tree, "secure": option}).items()}
+                       self._in_session(function, "POST", "/aggregate", {**call, "secure": option}).items()}
             if any("pooled" not in a for a in answers.values()):  # a site released cuts the relay did not hold
                 if not self._learn_histories(answers):
                     raise ValueError(f"pooled release of {function}: a site asked for cut histories it already "
@@ -283,21 +295,31 @@ class FederatedSession:
         results = self._in_session(function, "POST", "/aggregate", {"expr": expr})
         return SiteResults(function, {s: r["result"] for s, r in results.items()})
 
-    def assign(self, symbol: str, value: Call | Ref) -> SiteResults:
-        """Store a call's result (or a copy of a symbol/column) as ``symbol`` at every site."""
+    def assign(self, symbol: str, value: Call | Ref) -> Ref:
+        """Store a call's result (or a copy of a symbol/column) as ``symbol`` at every site; its
+        handle: the name and the digest of its definition (calls that read the handle are refused
+        once the symbol is removed or replaced, see :class:`~dsfed_client.calls.Ref`)."""
         function = value.function if isinstance(value, Call) else "$"
-        body = {"symbol": symbol, "call": to_tree(value)}
-        return SiteResults(function, self._in_session(function, "POST", "/assign", body))
+        return self._handle(symbol, self._in_session(function, "POST", "/assign", {"symbol": symbol,
+                                                                                    **call_body(value)}))
 
-    def assign_expr(self, symbol: str, expr: str) -> SiteResults:
-        """Store the result of DataSHIELD call text as ``symbol``: ``assign_expr("age", "D$age")``."""
+    @staticmethod
+    def _handle(symbol: str, answers: dict[str, Any]) -> Ref:
+        digests = {answer["digest"] for answer in answers.values()}
+        if len(digests) != 1:
+            raise ValueError(f"the sites hold different definitions of {symbol!r} (made by different calls); "
+                             "assign it again at every site")
+        return Ref(symbol, digests.pop())
+
+    def assign_expr(self, symbol: str, expr: str) -> Ref:
+        """Store the result of DataSHIELD call text as ``symbol``: ``assign_expr("age", "D$age")``; its handle."""
         function = expr.split("(", 1)[0].strip() if "(" in expr else "$"
-        return SiteResults(function, self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr}))
+        return self._handle(symbol, self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr}))
 
-    def assign_table(self, symbol: str, table: str, variables: list[str] | None = None) -> SiteResults:
-        """Load ``project.table`` (optionally some variables) as ``symbol`` at every site."""
+    def assign_table(self, symbol: str, table: str, variables: list[str] | None = None) -> Ref:
+        """Load ``project.table`` (optionally some variables) as ``symbol`` at every site; its handle."""
         body = {"symbol": symbol, "table": table, "variables": variables}
-        return SiteResults("assignTable", self._in_session("assignTable", "POST", "/assign-table", body))
+        return self._handle(symbol, self._in_session("assignTable", "POST", "/assign-table", body))
 
     def symbols(self) -> SiteResults:
         return SiteResults("listSymbols", self._in_session("listSymbols", "GET", "/symbols"))

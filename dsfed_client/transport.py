@@ -1,8 +1,9 @@
-"""Two transports behind one interface: HTTP to a real site, or a site object in this process.
+"""The transport to a site: HTTP, behind the :class:`Transport` interface.
 
-Both send the same request bodies to the same service operations and turn the
-site's error bodies into the same :mod:`dsfed_client.errors`, so an analysis
-run in-process (simulation studies, fast tests) behaves as it would over HTTP.
+A site object in this process (simulation studies, fast tests) gives a transport of
+the same interface (``dsfed_server.inprocess``), sending the same request bodies to the
+same service operations and raising the same :mod:`dsfed_core.errors`, so an analysis
+run in-process behaves as it would over HTTP.
 """
 
 from __future__ import annotations
@@ -10,14 +11,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import requests
 
-from dsfed_client.errors import SiteCallError, SiteUnavailable, from_wire
-
-if TYPE_CHECKING:
-    from dsfed_server.service import SiteService
+from dsfed_core.errors import SiteError, SiteUnavailable, from_wire
 
 
 def encode(body: dict[str, Any]) -> bytes:
@@ -40,7 +38,7 @@ class Transport(Protocol):
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
                 encoded: bytes | None = None) -> Any:
-        """Send one request to ``/v1{path}``; return the decoded JSON or raise SiteCallError.
+        """Send one request to ``/v1{path}``; return the decoded JSON or raise SiteError.
         ``encoded`` is ``body`` already serialised (a session sends one body to every site)."""
 
     def close(self) -> None: ...
@@ -96,7 +94,7 @@ class HttpTransport:
         try:
             payload = response.json()
         except ValueError:
-            raise SiteCallError(
+            raise SiteError(
                 f"HTTP {response.status_code} with a body that is not JSON", site=self.site, function=function,
                 status=response.status_code,
             ) from None
@@ -124,82 +122,3 @@ class HttpTransport:
 
     def close(self) -> None:
         self.http.close()
-
-
-class InProcessTransport:
-    """A :class:`SiteService` in this Python process, reached through the same operations."""
-
-    def __init__(self, service: "SiteService", *, user: str, password: str | None = None,
-                 token: str | None = None) -> None:
-        self.site = service.name
-        self.service = service
-        self._user = user
-        self._password = password
-        self._token = token
-        self.stats = TransferStats()
-
-    def _login(self):  # type: ignore[no-untyped-def]
-        if self._token:
-            return self.service.login_token(self._token)
-        return self.service.login_password(self._user, self._password or "")
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
-                encoded: bytes | None = None) -> Any:
-        from dsfed_core.errors import SiteError  # noqa: PLC0415
-        from dsfed_server.service import CallRequest  # noqa: PLC0415
-
-        self.stats.requests += 1
-        self.stats.bytes_sent += len(encoded if encoded is not None else encode(body)) if body is not None else 0
-        try:
-            user = self._login()
-            result = self._dispatch(user, method, path, body or {}, CallRequest)
-        except SiteError as exc:
-            exc.at(site=self.site)
-            err = from_wire(exc.to_wire(), site=self.site, status=exc.http_status)
-            err.function = err.function or function
-            raise err from None
-        # the same JSON round trip an HTTP answer takes
-        text = json.dumps(result)
-        self.stats.bytes_received += len(text)
-        return json.loads(text)
-
-    def _dispatch(self, user, method: str, path: str, body: dict[str, Any], CallRequest) -> Any:  # type: ignore[no-untyped-def]
-        svc = self.service
-        parts = [p for p in path.split("/") if p]
-        route = (method, parts[0], len(parts))
-        if route == ("GET", "functions", 1):
-            return svc.functions(user)
-        if route == ("GET", "tables", 1):
-            return svc.tables(user)
-        if route == ("GET", "whoami", 1):
-            return {"user": user.name, "role": user.role, "site": svc.name}
-        if route == ("GET", "audit", 1):
-            return svc.audit_records(user)
-        if parts[0] == "sessions":
-            if len(parts) == 1 and method == "POST":
-                return svc.open_session(user)
-            sid = parts[1]
-            if len(parts) == 2:
-                if method == "DELETE":
-                    svc.close_session(user, sid)
-                    return {"closed": sid}
-                return svc.session_exists(user, sid)
-            action = parts[2]
-            call = CallRequest(text=body.get("expr"), tree=body.get("call"), secure=body.get("secure"))
-            if action == "aggregate":
-                return {"result": svc.aggregate(user, sid, call)}
-            if action == "pooled":
-                return {"result": svc.release_pooled(user, sid, body)}
-            if action == "assign":
-                return svc.assign(user, sid, body["symbol"], call)
-            if action == "assign-table":
-                return svc.assign_table(user, sid, body["symbol"], body["table"], body.get("variables"))
-            if action == "symbols" and len(parts) == 3:
-                return svc.symbols(user, sid)
-            if action == "symbols" and len(parts) == 4 and method == "DELETE":
-                svc.remove_symbol(user, sid, parts[3])
-                return {"removed": parts[3]}
-        raise ValueError(f"no in-process route for {method} {path}")
-
-    def close(self) -> None:
-        pass

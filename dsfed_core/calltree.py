@@ -8,7 +8,6 @@ in the registry and resolves symbols in the session's workspace.
 
 from __future__ import annotations
 
-import base64
 import math
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ import numpy as np
 from typing import Any, Union
 
 from dsfed_core.errors import CallError
+from dsfed_core.wire import decode_f64, encode_f64
 
 Scalar = Union[str, int, float, bool, None]
 
@@ -216,7 +216,9 @@ def to_json(node: Node) -> dict[str, Any]:
         return {"sym": node.name}
     if isinstance(node, Column):
         return {"col": [node.table, node.column]}
-    if isinstance(node, (Vector, NumericVector)):
+    if isinstance(node, NumericVector):
+        return encode_f64(node.array)
+    if isinstance(node, Vector):
         return {"vec": node.values}
     if isinstance(node, Formula):
         return {"formula": node.to_text()}
@@ -264,12 +266,9 @@ def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
         return vec
     if set(obj) == {"f64"} and isinstance(obj["f64"], str):
         try:
-            raw = base64.b64decode(obj["f64"], validate=True)
-        except ValueError:
-            raise CallError('"f64" must be base64 text') from None
-        if len(raw) % 8:
-            raise CallError('"f64" must hold whole 8-byte numbers')
-        array = np.frombuffer(raw, dtype="<f8").astype(float)
+            array = decode_f64(obj)
+        except ValueError as exc:
+            raise CallError(str(exc)) from None
         if not np.all(np.isfinite(array)):
             raise CallError("vector elements must be finite numbers")
         return NumericVector(array)

@@ -1,9 +1,10 @@
-"""Domain errors of a site, and their wire form.
+"""The error kinds of a site, and their wire form: one hierarchy for both sides.
 
 Every error a site raises to an analyst names the site, the function and, for a
 refusal, the rule of the site's rules file that refused it, plus a hint on what
-to do. The HTTP layer and the in-process transport both send :meth:`to_wire`,
-so an analyst sees the same error whichever transport is in use.
+to do. A site sends :meth:`SiteError.to_wire` (the HTTP layer and the in-process
+transport alike); the client rebuilds the same class with :func:`from_wire`, so
+``except DisclosureRefusal`` means the same on both sides.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class SiteError(Exception):
         function: str = "",
         rule: str | None = None,
         hint: str | None = None,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -32,6 +34,7 @@ class SiteError(Exception):
         self.function = function
         self.rule = rule
         self.hint = hint
+        self.status = status  # the HTTP status the client received (None on the site's side)
 
     def at(self, *, site: str | None = None, function: str | None = None) -> "SiteError":
         """Fill in the site and the function where they are not yet known."""
@@ -105,7 +108,7 @@ class TooManyFailedLogins(AuthError):
     kind = "throttled"
     http_status = 429
 
-    def __init__(self, message: str, *, retry_after: int, **kwargs: Any) -> None:
+    def __init__(self, message: str, *, retry_after: int = 0, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.retry_after = retry_after
 
@@ -128,13 +131,21 @@ class NotFound(SiteError):
     http_status = 404
 
 
+class StaleHandle(SiteError):
+    """A call named a symbol by a handle (its name and the digest of its definition) that no longer
+    holds that definition: removed, or replaced by another assign. Nothing ran."""
+
+    kind = "stale_handle"
+    http_status = 409
+
+
 class ProtocolError(SiteError):
     """A request the HTTP layer refuses before a route runs: a body that is not JSON, a method the
     path does not have. It keeps the HTTP layer's status (400, 405)."""
 
     kind = "bad_request"
 
-    def __init__(self, message: str, *, http_status: int, **kwargs: Any) -> None:
+    def __init__(self, message: str, *, http_status: int = 400, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.http_status = http_status
 
@@ -152,3 +163,31 @@ class BackendUnavailable(SiteError):
 
     kind = "backend_unavailable"
     http_status = 503
+
+
+class SiteUnavailable(SiteError):
+    """The site could not be reached or did not answer in time (raised by the client)."""
+
+    kind = "unavailable"
+    http_status = 503
+
+
+def _kinds(cls: type[SiteError]) -> dict[str, type[SiteError]]:
+    found = {cls.kind: cls}
+    for sub in cls.__subclasses__():
+        found = {**_kinds(sub), **found}
+    return found
+
+
+_BY_KIND: dict[str, type[SiteError]] = _kinds(SiteError)
+
+
+def from_wire(body: dict[str, Any], *, site: str, status: int | None = None) -> SiteError:
+    """Rebuild an error from a site's ``{"type", "site", "function", "rule", "message", "hint"}``
+    (an unknown ``type`` gives a plain :class:`SiteError` keeping that kind)."""
+    kind = str(body.get("type") or "error")
+    error = _BY_KIND.get(kind, SiteError)(
+        str(body.get("message") or "error"), site=site, function=str(body.get("function") or ""),
+        rule=body.get("rule"), hint=body.get("hint"), status=status)
+    error.kind = kind
+    return error

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.exceptions import HTTPException
 
 from dsfed_server import __version__
@@ -45,13 +45,21 @@ def _call_tree_schema(schema: dict[str, Any]) -> None:
     schema["anyOf"] = [call_schema(REGISTRY.names()), {"type": "null"}]
 
 
+# a symbol's definition digest: of its assign call, or of the pooled release the sites derived it from
+Digest = Annotated[str, StringConstraints(pattern=r"^(site-derived:)?[0-9a-f]{64}$")]
+HandleName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
 class CallBody(_Body):
     expr: str | None = Field(None, description="DataSHIELD call text, e.g. meanDS(D$age)")
     call: dict[str, Any] | None = Field(None, description="structured call tree (dsfed_core/calltree.py)",
                                         json_schema_extra=_call_tree_schema)
+    handles: dict[HandleName, Digest] | None = Field(
+        None, max_length=64, description="symbols the call reads, each with the digest its assign answered: "
+                                         "the call is refused (409 stale_handle) if one no longer holds it")
 
     def request(self) -> CallRequest:
-        return CallRequest(text=self.expr, tree=self.call)
+        return CallRequest(text=self.expr, tree=self.call, handles=self.handles)
 
 
 class RosterEntry(_Body):
@@ -95,7 +103,7 @@ class AggregateBody(CallBody):
 
     def request(self) -> CallRequest:
         secure = None if self.secure is None else self.secure.model_dump()
-        return CallRequest(text=self.expr, tree=self.call, secure=secure)
+        return CallRequest(text=self.expr, tree=self.call, secure=secure, handles=self.handles)
 
 
 class AssignBody(CallBody):

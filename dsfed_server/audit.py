@@ -186,7 +186,7 @@ class AuditLog:
                 f"it ends at record {tail[0]}, its sealed head is record {head[0]}")  # type: ignore[index]
             raise AuditChainError(
                 f"{self.path}: the audit log does not end at its sealed head ({reason}). Run "
-                f"'dsfed-server audit-verify {self.path} --secret <site secret>', keep the log and "
+                f"'dsfed-server audit verify {self.path} --secret <site secret>', keep the log and "
                 f"{head_path(self.path).name} as evidence, move both aside and start again")
         return tail
 

@@ -1,4 +1,5 @@
-"""``dsfed-server``: run a site, check its files, make credentials, verify its audit log."""
+"""dsfed-server: run a site, check its files, make credentials; the site's tooling (the demo,
+synthetic sites, the rules file and audit log explained and checked, generated docs)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import socket
 import sys
 from pathlib import Path
 
-from dsfed_server import audit
+from dsfed_server import audit, tools_cli
 from dsfed_server.auth import hash_password, hash_token, new_token
 from dsfed_server.catalog import CatalogError
-from dsfed_server.disclosure.rules import load_rules
 from dsfed_server.tomlfile import ConfigFileError
 
 
@@ -60,16 +60,6 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
-def rules_check(args: argparse.Namespace) -> int:
-    from dsfed_server.service import check_enabled  # noqa: PLC0415
-    from dsfed_server.registry import REGISTRY  # noqa: PLC0415
-
-    rules = load_rules(args.rules)
-    check_enabled(rules, Path(args.rules), REGISTRY)
-    print(f"{args.rules}: valid")
-    return 0
-
-
 def do_hash_password(args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\n") if args.stdin else getpass.getpass("password: ")
     if len(password) < 12:
@@ -108,19 +98,10 @@ def identity(args: argparse.Namespace) -> int:
     return 0
 
 
-def audit_verify(args: argparse.Namespace) -> int:
-    try:
-        report = audit.verify_file(args.log, args.secret, expect=tuple(args.expect))
-    except (OSError, ValueError) as exc:
-        print(f"dsfed-server: {exc}", file=sys.stderr)
-        return 2
-    print(report)
-    return 0 if report.ok else 1
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dsfed-server", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    tools_cli.add_commands(sub)
 
     p = sub.add_parser("run", help="run a site server")
     p.add_argument("config", help="site config file (TOML)")
@@ -132,10 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="validate a site config with its rules and data, then exit")
     p.add_argument("config")
     p.set_defaults(func=check)
-
-    p = sub.add_parser("rules-check", help="validate a rules file")
-    p.add_argument("rules")
-    p.set_defaults(func=rules_check)
 
     p = sub.add_parser("hash-password", help="print a password hash for a site config")
     p.add_argument("--stdin", action="store_true", help="read the password from standard input")
@@ -151,13 +128,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("identity", help="print this site's identity key, which its secure-aggregation peers pin")
     p.add_argument("config")
     p.set_defaults(func=identity)
-
-    p = sub.add_parser("audit-verify", help="verify an audit log's keyed hash chain and its sealed head")
-    p.add_argument("log")
-    p.add_argument("--secret", required=True, help="the site secret file (the chain's key is derived from it)")
-    p.add_argument("--expect", action="append", default=[], metavar="SEQ:MAC",
-                   help="a head copy seen earlier (X-Dsfed-Audit-Head); the log must still hold it")
-    p.set_defaults(func=audit_verify)
 
     args = parser.parse_args(argv)
     try:

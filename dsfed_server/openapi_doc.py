@@ -38,6 +38,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {status: {"model": ErrorBody,
     (401, "credentials missing or wrong"),
     (403, "refused by the disclosure rules, not enabled here, or not this role's"),
     (404, "no such session (or not the caller's), symbol, table, profile or command"),
+    (409, "a handle whose symbol was removed or replaced since its assign (stale_handle)"),
     (413, "a body larger than the site's limit"),
     (422, "a call or request that is malformed or not allowed"),
     (429, "too many failed logins from this address or for this name, or every password-check slot busy "

@@ -39,7 +39,7 @@ from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
 from dsfed_core.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
-    TooManyFailedLogins,
+    StaleHandle, TooManyFailedLogins,
 )
 from dsfed_core.parser import Limits, parse
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
@@ -57,6 +57,7 @@ class CallRequest:
     text: str | None = None
     tree: dict | None = None
     secure: dict | None = None  # secure-aggregation option: round, step, roster, frac_bits, pooled
+    handles: dict[str, str] | None = None  # symbol name -> the definition digest the caller holds
 
 
 def check_enabled(rules: Rules, rules_path: Path, registry: Registry) -> None:
@@ -134,6 +135,19 @@ def canonical_call(request: CallRequest) -> str:
     return request.text if request.text is not None else json.dumps(request.tree, sort_keys=True)
 
 
+def check_handles(session: Session, handles: dict[str, str] | None) -> None:
+    """Refuse a call whose handles (symbol name and the digest of the definition the caller
+    holds, from the assign that made it) no longer match the session's symbols: a symbol removed
+    or replaced since would give an answer about other data."""
+    for name, digest in (handles or {}).items():
+        held = session.definitions.get(name)
+        if held != digest:
+            state = ("is not in this session (removed, or made in another session)" if held is None
+                     else "was replaced by another assign since this handle was made")
+            raise StaleHandle(f"symbol {name!r} {state}; the handle holds definition {digest[:12]}...",
+                              hint="assign it again and use the handle that assign returns")
+
+
 def definition(call: str, session: Session, scope: CallScope) -> str:
     """Digest of a call together with the definitions of the workspace symbols it read, so two
     sites agree on a definition only if their symbols were made by the same chain of calls."""
@@ -190,6 +204,13 @@ class SiteService:
         return cls(config, base_dir=base)
 
     # --- authentication ---------------------------------------------------------------
+
+    def connect(self, *, user: str, password: str | None = None, token: str | None = None) -> Any:
+        """A transport to this site object from the analyst client in this process
+        (:class:`~dsfed_server.inprocess.InProcessTransport`)."""
+        from dsfed_server.inprocess import InProcessTransport  # noqa: PLC0415  (it imports this module)
+
+        return InProcessTransport(self, user=user, password=password, token=token)
 
     def login_password(self, name: str, password: str, address: str = "in-process") -> User:
         return self._login(name, address, lambda: self.auth.by_password(name, password))
@@ -407,6 +428,7 @@ class SiteService:
         function, text = self._label(request)
         with self._audited(user, sid, function, "aggregate", text) as record:
             session = self.sessions.get(sid, user.name)
+            check_handles(session, request.handles)
             node = self._tree(request)
             if not isinstance(node, Call):
                 raise CallError("an aggregate request must be a function call such as meanDS(D$age)")
@@ -649,6 +671,7 @@ class SiteService:
         with self._audited(user, sid, function, "assign", f"{symbol} <- {text}") as record:
             session = self.sessions.get(sid, user.name)
             check_symbol_name(symbol, self.limits.max_name_length)
+            check_handles(session, request.handles)
             node = self._tree(request)
             if isinstance(node, Call):
                 spec = self._spec(node.function, session)
@@ -662,11 +685,12 @@ class SiteService:
             with session.lock, self._scope(user, session, record) as scope:
                 ctx = CallContext(self, session, function, self._guard(function, session))
                 value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
-                session.definitions[symbol] = definition(canonical_call(request), session, scope)
+                digest = definition(canonical_call(request), session, scope)
+                session.definitions[symbol] = digest
                 session.symbols[symbol] = value
                 session.sources[symbol] = frozenset(scope.sources)
                 cls = r_class(value)
-        return {"symbol": symbol, "class": cls}
+        return {"symbol": symbol, "class": cls, "digest": digest}
 
     def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None) -> dict[str, str]:
         """Opal's table assignment, served by the registry's ``assignTable`` entry."""

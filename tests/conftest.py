@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dsfed_client import LoginBuilder
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 

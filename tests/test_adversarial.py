@@ -28,8 +28,8 @@ from sitekit import ROOT, write_table
 
 from conftest import http_builder
 from dsfed_client import Call, FederatedCallError, Ref
-from dsfed_client.calls import decode_f64
-from dsfed_client.launch import LocalSites
+from dsfed_core.wire import decode_f64
+from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 
 SITE = "a"

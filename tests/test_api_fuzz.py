@@ -32,7 +32,7 @@ from schemathesis.core.errors import UnsupportedSchema
 from schemathesis.specs.openapi.checks import ensure_resource_availability, positive_data_acceptance
 
 from conftest import audit_records
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_server.audit import verify_file
 from sitekit import make_sites
 

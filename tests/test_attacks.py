@@ -34,8 +34,8 @@ from scipy import special, stats
 
 from dsfed_client import Call, FederatedCallError, Ref
 from dsfed_client.analyses.discrimination import ds_roc_glm
-from dsfed_client.calls import decode_f64
-from dsfed_client.errors import BudgetExceededError
+from dsfed_core.wire import decode_f64
+from dsfed_core.errors import BudgetExceeded
 from conftest import inprocess_builder, read_site_csv
 from sitekit import ROOT, make_sites, rules_variant
 
@@ -65,7 +65,7 @@ def site(tmp_path):
 
 def _refusal(exc: pytest.ExceptionInfo) -> tuple[str, str | None]:
     err = exc.value.failures["a"]
-    return err.type, err.rule
+    return err.kind, err.rule
 
 
 # --- 1. differencing ----------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_averaging_repeated_noisy_queries_gains_nothing_and_new_draws_run_out_of
         with pytest.raises(FederatedCallError) as exc:
             for k in range(1, 200):
                 draws.append(s.aggregate("noisyScoresDS", Ref("D$y"), Ref("D$score"), epsilon=1 - k / 1000)["a"])
-        assert isinstance(exc.value.failures["a"], BudgetExceededError)
+        assert isinstance(exc.value.failures["a"], BudgetExceeded)
         assert _refusal(exc) == ("budget_exceeded", "budget.epsilon_per_analyst")
         assert "remaining epsilon" in exc.value.failures["a"].message
     assert len(draws) < 30  # far too few draws to average the noise away
@@ -526,7 +526,7 @@ def _step_pairs(provisioned, services, x, targets, function, reference):
                     sums.append(s.aggregate(function, Ref("D$y"), Ref("D$score"), Ref("R"))["a"]["sum_v10"])
                 except FederatedCallError as exc:
                     sums.append(None)
-                    rules.add((exc.failures["a"].type, exc.failures["a"].rule))
+                    rules.add((exc.failures["a"].kind, exc.failures["a"].rule))
             pairs.append(sums)
     return pairs, rules
 

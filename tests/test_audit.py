@@ -174,7 +174,7 @@ def test_the_head_travels_with_every_response_and_governance_verifies_at_the_sit
     records[0]["user"] = "someone else"
     _write(copy, records)
     head_path(copy).write_bytes(head_path(site.audit_log).read_bytes())
-    for command in ([sys.executable, "-m", "dsfed_server.cli", "audit-verify"],
+    for command in ([sys.executable, "-m", "dsfed_server.cli", "audit", "verify"],
                     [sys.executable, "-m", "dsfed_client.cli", "audit", "verify"]):
         ok = subprocess.run([*command, str(site.audit_log), "--secret", str(site.secret), "--expect", f"{seq}:{mac}"],
                             capture_output=True, text=True, timeout=60)
@@ -191,7 +191,7 @@ def test_a_site_does_not_start_on_a_cut_log(tmp_path):
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
     _write(site.audit_log, _lines(site.audit_log)[:1])
-    with pytest.raises(AuditChainError, match="audit-verify"):
+    with pytest.raises(AuditChainError, match="audit verify"):
         SiteService.from_config_file(site.config)
     result = subprocess.run([sys.executable, "-m", "dsfed_server.cli", "check", str(site.config)],
                             capture_output=True, text=True, timeout=60)

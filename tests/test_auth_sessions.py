@@ -89,7 +89,7 @@ def test_symbols_are_per_session(gbsg2_http, gbsg2_provisioned):
         one.assign_table("D", "GBSG2.validation")
         with pytest.raises(FederatedCallError) as exc:
             two.mean("D$age")
-        assert {e.type for e in exc.value.failures.values()} == {"not_found"}
+        assert {e.kind for e in exc.value.failures.values()} == {"not_found"}
 
 
 def test_idle_sessions_expire(tmp_path):
@@ -100,7 +100,7 @@ def test_idle_sessions_expire(tmp_path):
     with pytest.raises(FederatedCallError) as exc:
         session.mean("T$x")
     err = exc.value.failures["s"]
-    assert err.type == "not_found" and "expired" in err.message
+    assert err.kind == "not_found" and "expired" in err.message
     session.close()
 
 
@@ -158,7 +158,7 @@ def test_an_opal_command_is_queued_only_for_the_callers_session_and_a_valid_symb
 
 
 def test_body_limit_comes_from_the_site_config(tmp_path):
-    from dsfed_client.launch import LocalSites
+    from dsfed_server.launch import LocalSites
 
     provisioned, _ = make_sites(tmp_path, {"s": pd.DataFrame({"x": np.arange(10.0)})}, max_body_mb=1)
     with LocalSites(provisioned.values(), tmp_path) as sites:

@@ -15,8 +15,8 @@ import requests
 from scipy import optimize, stats
 
 from dsfed_client import Call, FederatedCallError, Ref
-from dsfed_client.errors import BudgetExceededError
-from dsfed_client.launch import LocalSites
+from dsfed_core.errors import BudgetExceeded
+from dsfed_server.launch import LocalSites
 from dsfed_server.disclosure.ledger import Ledger, gaussian_rho, rdp_epsilon
 from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.provision import provision
@@ -92,8 +92,8 @@ def test_spending_accumulates_and_overspending_is_refused_with_the_remaining_bud
         assert _independent_spent(k)[0] <= BUDGET_EPS < _independent_spent(k + 1)[0]
         assert k > BUDGET_EPS / EPS  # RDP composition buys more than basic composition (2 queries)
         err = refusal.failures["a"]
-        assert isinstance(err, BudgetExceededError)
-        assert err.type == "budget_exceeded" and err.rule == "budget.epsilon_per_analyst"
+        assert isinstance(err, BudgetExceeded)
+        assert err.kind == "budget_exceeded" and err.rule == "budget.epsilon_per_analyst"
         spent = _independent_spent(k)[0]
         stated = float(err.message.split("remaining epsilon ")[1].split(",")[0].split(" ")[0])
         assert stated == pytest.approx(BUDGET_EPS - spent, abs=1e-4)
@@ -105,7 +105,7 @@ def test_spending_accumulates_and_overspending_is_refused_with_the_remaining_bud
         session.assign("S", Call("subsetDS", Ref("D"), "age", ">=", 40))
         with pytest.raises(FederatedCallError) as exc:
             _query(session, N_SCORES - 1, "S")
-        assert isinstance(exc.value.failures["a"], BudgetExceededError)
+        assert isinstance(exc.value.failures["a"], BudgetExceeded)
         # another table has its own budget
         session.assign_table("E", "P.u")
         assert _query(session, 0, "E")["sigma"] > 0
@@ -235,7 +235,7 @@ def test_the_ledger_survives_a_restart_of_a_real_server_process(tmp_path):
                 for j in range(2, N_SCORES):
                     _query(session, j)
                     answered += 1
-            assert isinstance(exc.value.failures["a"], BudgetExceededError)
+            assert isinstance(exc.value.failures["a"], BudgetExceeded)
             assert _independent_spent(answered)[0] <= BUDGET_EPS < _independent_spent(answered + 1)[0]
         analyst = provisioned["a"].credentials["analyst"]
         denied = requests.get(f"{sites.urls['a']}/v1/budget", auth=(analyst.user, analyst.password), timeout=30)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dsfed_client import DisclosureRefused, FederatedCallError
+from dsfed_client import DisclosureRefusal, FederatedCallError
 from dsfed_client.analyses.curves import (
     ROCPRCurves, ScoreHistograms, area_errors, curves_from_histograms, ds_hist_auc, ds_roc_pr_curves,
     ds_score_histograms, empirical_curves,
@@ -30,7 +30,7 @@ from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.disclosure.rules import load_rules
 from dsfed_server.synthetic import binormal
 from conftest import GBSG2_SITES, http_builder, inprocess_builder, read_site_csv
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_core.histograms import monotone_cumulative, tree_least_squares
 from rref import R_PROC, r_reference
 from sitekit import ROOT, make_sites, rules_variant
@@ -160,7 +160,7 @@ def test_small_bins_refused_or_merged(tmp_path):
         with pytest.raises(FederatedCallError) as exc:
             ds_roc_pr_curves(session, "D$y", "D$score", levels=6)
         err = exc.value.failures["a"]
-        assert isinstance(err, DisclosureRefused) and err.rule == "bins.small_bin_policy"
+        assert isinstance(err, DisclosureRefusal) and err.rule == "bins.small_bin_policy"
         ds_roc_pr_curves(session, "D$y", "D$score", levels=0)  # one bin per class: never small
     merge = rules_variant(tmp_path / "merge.toml", small_bin_policy='"merge"', mechanism='"none"',
                           no_noise_acknowledged='"test: merged small bins"')

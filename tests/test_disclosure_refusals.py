@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import requests
 
-from dsfed_client import Call, DisclosureRefused, FederatedCallError, Ref
+from dsfed_client import Call, DisclosureRefusal, FederatedCallError, Ref
 from sitekit import make_sites, rules_variant
 from conftest import inprocess_builder
 
@@ -27,9 +27,9 @@ def sites(tmp_path):
     return make_sites(tmp_path, {"big": big, "small": small})
 
 
-def _refusal(exc: pytest.ExceptionInfo, site: str) -> DisclosureRefused:
+def _refusal(exc: pytest.ExceptionInfo, site: str) -> DisclosureRefusal:
     err = exc.value.failures[site]
-    assert isinstance(err, DisclosureRefused), err
+    assert isinstance(err, DisclosureRefusal), err
     return err
 
 
@@ -133,7 +133,7 @@ def test_function_not_enabled_is_refused_and_audited(tmp_path):
         with pytest.raises(FederatedCallError) as exc:
             session.mean("T$x")
         err = exc.value.failures["s"]
-        assert (err.rule, err.type) == ("functions.enabled", "not_enabled")
+        assert (err.rule, err.kind) == ("functions.enabled", "not_enabled")
         assert _last_audit(provisioned, "s")["rule"] == "functions.enabled"
 
 

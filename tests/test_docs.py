@@ -70,7 +70,8 @@ def test_governance_page_defaults_are_default_toml():
 
 def test_governance_page_explains_every_refusal_rule_the_code_can_give():
     """Every rules key the site's code names (as a refusal's rule or a function's check) is explained."""
-    sources = "\n".join(p.read_text() for p in (ROOT / "dsfed_server").rglob("*.py"))
+    sources = "\n".join(p.read_text() for package in ("dsfed_server", "dsfed_core")
+                        for p in (ROOT / package).rglob("*.py"))
     rules = set(re.findall(r'"([a-z_]+\.[a-z_]+)"', sources)) & set(_leaf_keys(RulesFile))
     rules |= {check for spec in REGISTRY for check in spec.checks} | {"profiles.NAME.enabled"}
     assert {"disclosure.q_threshold", "parser.max_depth", "functions.enabled", "privacy.epsilon"} <= rules

@@ -17,7 +17,7 @@ from sitekit import make_sites, rules_variant
 
 def _refused(exc: pytest.ExceptionInfo, site: str, rule: str) -> None:
     err = exc.value.failures[site]
-    assert (err.type, err.rule) == ("disclosure_refused", rule), err
+    assert (err.kind, err.rule) == ("disclosure_refused", rule), err
 
 
 # --- names, levels, validity -------------------------------------------------------------------
@@ -63,7 +63,7 @@ def test_isValidDS_and_levelsDS_on_small_data(tmp_path):
         _refused(exc, "small", "disclosure.factor_levels_density")
         with pytest.raises(FederatedCallError) as exc:
             session.aggregate_expr("levelsDS(T$x)")
-        assert exc.value.failures["small"].type == "bad_call"
+        assert exc.value.failures["small"].kind == "bad_call"
 
 
 # --- histograms ------------------------------------------------------------------------------
@@ -157,11 +157,11 @@ def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
                 _refused(exc, "r", "bins.small_bin_policy")
                 with pytest.raises(FederatedCallError) as exc:  # values below min: not counted
                     session.aggregate_expr("histogramDS2(T$x, 1, 3, 6, 1, 3, 0.25)")
-                assert exc.value.failures["r"].type == "bad_call"
+                assert exc.value.failures["r"].kind == "bad_call"
                 session.assign_expr("U", 'dataFrameSubsetDS2("T", "T$x", "2", 5, NULL, NULL, FALSE)')
                 with pytest.raises(FederatedCallError) as exc:  # U: 2 x 2.5 below min = 3: the same
                     session.aggregate_expr("histogramDS2(U$x, 1, 3, 6, 1, 3, 0.25)")  # answer (a refusal by
-                assert exc.value.failures["r"].type == "bad_call"  # count would say 'fewer than q outside')
+                assert exc.value.failures["r"].kind == "bad_call"  # count would say 'fewer than q outside')
                 with pytest.raises(FederatedCallError) as exc:  # 8 values above 5: not small, but not counted
                     session.aggregate_expr("histogramDS2(U$x, 1, 2, 5, 1, 3, 0.25)")
                 assert "do not span" in exc.value.failures["r"].message

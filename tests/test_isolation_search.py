@@ -162,7 +162,7 @@ def _run(analysts: dict[str, Analyst], op: tuple, released: list[np.ndarray]) ->
             result = who.session.aggregate("histogramDS", target, [lo, *values, hi])["a"]
             released.extend(_cells(rows, x, result["edges"], inclusive=True))
     except FederatedCallError as exc:  # refused: nothing released
-        assert exc.failures["a"].type == "disclosure_refused", str(exc)
+        assert exc.failures["a"].kind == "disclosure_refused", str(exc)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,

@@ -18,7 +18,7 @@ from dsfed_server.audit import verify_file
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from load import make_sites, run_phase  # noqa: E402  (bench/load.py)
 
-from dsfed_client.launch import LocalSites  # noqa: E402
+from dsfed_server.launch import LocalSites  # noqa: E402
 
 
 def test_twenty_analysts_and_a_login_flood(tmp_path):

@@ -22,7 +22,7 @@ import requests
 
 from conftest import audit_records, inprocess_builder
 from dsfed_client import Call, FederatedCallError, Formula, Ref
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_server import auth
 from dsfed_core.errors import AuthError, LoginsBusy, TooManyFailedLogins
 from dsfed_server.service import SiteService
@@ -168,7 +168,7 @@ def test_a_client_holding_every_session_cannot_lock_the_account(tmp_path):
     assert honest.mean("T$x")
     with pytest.raises(FederatedCallError) as exc:
         left[0].mean("T$x")
-    assert exc.value.failures["s"].type == "not_found"
+    assert exc.value.failures["s"].kind == "not_found"
     assert left[1].mean("T$x")
     opened = [r for r in audit_records(provisioned["s"]) if r["function"] == "openSession" and r["outcome"] == "ok"]
     assert "reclaimed idle session" in opened[-1]["call"]

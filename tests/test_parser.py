@@ -110,7 +110,7 @@ def test_unregistered_and_evaluating_calls_are_refused_by_the_site(gbsg2_service
             with pytest.raises(FederatedCallError) as exc:
                 session.aggregate_expr(text)
             err = exc.value.failures["site1"]
-            assert err.type == "bad_call" and "not a registered function" in err.message
+            assert err.kind == "bad_call" and "not a registered function" in err.message
         with pytest.raises(FederatedCallError) as exc:  # an aggregate cannot be nested in a call
             session.aggregate_expr("meanDS(meanDS(D$age))")
         assert "cannot be an argument" in exc.value.failures["site1"].message

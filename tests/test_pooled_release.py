@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dsfed_client import DisclosureRefused, FederatedCallError, Ref
+from dsfed_client import DisclosureRefusal, FederatedCallError, Ref
 from dsfed_client.analyses.suite import validate
 from dsfed_client.calls import Call
 from dsfed_server.provision import provision
@@ -97,7 +97,7 @@ def test_a_pooled_cell_below_q_is_refused_by_every_site(tmp_path):
             with pytest.raises(FederatedCallError) as exc:
                 call()
             assert set(exc.value.failures) == {"s1", "s2", "s3"}
-            assert all(isinstance(e, DisclosureRefused) for e in exc.value.failures.values())
+            assert all(isinstance(e, DisclosureRefusal) for e in exc.value.failures.values())
             assert {e.rule for e in exc.value.failures.values()} <= {"disclosure.q_threshold", "bins.small_bin_policy"}
             assert all("pooled over the sites" in e.message for e in exc.value.failures.values())
         bins = s.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 10)

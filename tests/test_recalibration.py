@@ -23,7 +23,7 @@ from dsfed_client.analyses.recalibration import (
     ds_recalibrate,
 )
 from conftest import http_builder, inprocess_builder
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from rref import R_HOSLEM, R_VALPROB, r_eval, r_reference
 from sitekit import ROOT, make_sites
 

@@ -19,7 +19,7 @@ from chromium import Chromium
 from dsfed_client.analyses.suite import validate
 from dsfed_client.report import collect_study_info, write_report
 from conftest import FIXTURES, GBSG2_SITES, ROOT, RULES, http_builder, inprocess_builder
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 from sitekit import make_sites
 

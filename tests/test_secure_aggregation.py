@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from scipy import stats
 
-from dsfed_client import Call, DisclosureRefused, FederatedCallError, Formula, Ref, SiteUnavailable
+from dsfed_client import Call, DisclosureRefusal, FederatedCallError, Formula, Ref, SiteUnavailable
 from dsfed_client.analyses import ds_glm
 from dsfed_client.analyses.calibration import ds_brier, ds_calibration_curve, ds_hosmer_lemeshow
 from dsfed_client.analyses.curves import ds_hist_auc
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_client.secure import unmask_sum
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
@@ -330,7 +330,7 @@ def test_a_site_dropping_out_mid_round_gives_no_sum(three_http_sites, gbsg2_fram
         s.assign_table("D", "GBSG2.validation")
         with pytest.raises(FederatedCallError) as exc:
             s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
-        assert all(isinstance(e, DisclosureRefused) for e in exc.value.failures.values())
+        assert all(isinstance(e, DisclosureRefusal) for e in exc.value.failures.values())
         assert only_rule(exc.value) == {"secure_aggregation.min_sites"}
     assert first["n"] == sum(len(gbsg2_frames[k]) for k in ("site1", "site2", "site3"))
 

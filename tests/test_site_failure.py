@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dsfed_client import FederatedCallError, SiteUnavailable
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from conftest import http_builder
 
 

@@ -56,6 +56,28 @@ def test_a_kept_reference_survives_later_analyses(gbsg2):
         assert ds_auc(session, "D$y", "D$age", reference=other).auc == pytest.approx(auc_age, rel=1e-10)
 
 
+def test_a_stale_handle_is_an_error_never_a_wrong_answer(gbsg2):
+    """The issue's reproduction: a reference kept for ``ds_auc(..., reference=ref)`` whose symbol was
+    replaced in the meantime (here by hand, under the same name) used to give another AUC silently
+    (0.045 instead of 0.686). Now every site refuses the call, naming the symbol; removed, the same."""
+    provisioned, services, _ = gbsg2
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        kept = pooled_noisy_scores(session, "D$y", "D$score")
+        other = pooled_noisy_scores(session, "D$y", "D$age")
+        session.assign(kept.symbol.name, other.symbol)  # the kept name now holds the other reference
+        with pytest.raises(FederatedCallError) as exc:
+            ds_auc(session, "D$y", "D$score", reference=kept)
+        assert set(exc.value.failures) == set(session.sites)
+        for failure in exc.value.failures.values():
+            assert failure.kind == "stale_handle" and failure.status == 409
+            assert f"symbol {kept.symbol.name!r} was replaced" in failure.message
+        session.remove(other.symbol.name)
+        with pytest.raises(FederatedCallError) as exc:
+            ds_auc(session, "D$y", "D$age", reference=other)
+        assert all(f.kind == "stale_handle" for f in exc.value.failures.values())
+
+
 def test_temporary_frames_are_removed_and_a_foreign_reference_is_refused(gbsg2):
     provisioned, services, _ = gbsg2
     with inprocess_builder(provisioned, services).login() as session:
@@ -64,12 +86,13 @@ def test_temporary_frames_are_removed_and_a_foreign_reference_is_refused(gbsg2):
         roc = ds_roc_glm(session, "D$y", "D$score")  # its reference stays, for reuse: its probit data goes
         ds_logistic_calibration(session, "D$y", "D$score")
         for site, symbols in session.symbols().items():
-            assert sorted(s["name"] for s in symbols) == sorted(["D", kept.symbol, roc.reference.symbol]), site
+            assert sorted(s["name"] for s in symbols) == sorted(["D", kept.symbol.name, roc.reference.symbol.name]), site
     with inprocess_builder(provisioned, services).login() as other:
         other.assign_table("D", "P.t")
         with pytest.raises(FederatedCallError) as exc:
             ds_auc(other, "D$y", "D$score", reference=kept)  # a reference of another session
-        assert all(f.type == "not_found" for f in exc.value.failures.values())
+        assert all(f.kind == "stale_handle" and "not in this session" in f.message
+                   for f in exc.value.failures.values())
 
 
 def test_the_histogram_auc_removes_the_reference_it_sent(tmp_path):

@@ -480,8 +480,8 @@ def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *
     ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits checked
     pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`; either way the sites
     derive the coefficients)."""
-    with session.temporary("calib") as frame:
-        session.assign(frame, Call("calibrationFrameDS", Ref(truth), Ref(score)))
+    with session.temporary("calib") as name:
+        frame = session.assign(name, Call("calibrationFrameDS", Ref(truth), Ref(score)))
         fit = ds_glm(session, "y ~ lp", frame, secure=secure)
         citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure)
     n_all = n_complete if n_complete is not None else ds_brier(session, truth, score, secure=secure).n

@@ -43,7 +43,8 @@ from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squar
 
 from dsfed_client.analyses.discrimination import AUCIntervals, logit_ci, placement_moments
 from dsfed_client.analyses.glm import GLMResults, ds_glm
-from dsfed_client.calls import Call, Ref, decode_f64
+from dsfed_client.calls import Call, Ref
+from dsfed_core.wire import decode_f64
 from dsfed_client.session import FederatedSession
 
 
@@ -64,7 +65,7 @@ class ScoreHistograms:
     level_variance: np.ndarray  # noise variance of a pooled count on each level 0..L (empty with noise off)
     mechanism: dict[str, dict[str, Any]]
     branching: int = 2
-    reference: str | None = None  # the reference the sites derived from these (pooled) histograms
+    reference: Ref | None = None  # handle on the reference the sites derived from these (pooled) histograms
 
     def cdf(self, cls: int, x: np.ndarray) -> np.ndarray:
         """:math:`\\tilde\\Phi` of class ``cls`` (share of its scores below x), linear inside a bin."""
@@ -118,7 +119,7 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
             return _exact_histograms({"pooled": r})
         pooled = {cls: ([np.array([r[key]])] if key in r else []) + [np.asarray(v, dtype=float) for v in r[cls]]
                   for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
-        variance, reference = np.asarray(r["variance"], dtype=float), r["reference"]
+        variance, reference = np.asarray(r["variance"], dtype=float), Ref(r["reference"], r["reference_digest"])
         mechanism = {"pooled": {k: r[k] for k in ("mechanism", "sensitivity", "decay")}}
         first = int(r["first_level"])
     else:
@@ -477,16 +478,15 @@ class HistogramAUC(AUCIntervals):
 
 
 @contextmanager
-def reference_symbol(session: FederatedSession, hist: ScoreHistograms) -> Iterator[str]:
-    """The symbol of the reference the sites evaluate: the one they derived themselves from pooled
+def reference_symbol(session: FederatedSession, hist: ScoreHistograms) -> Iterator[Ref]:
+    """A handle on the reference the sites evaluate: the one they derived themselves from pooled
     histograms, or else the global CDFs (edges and cumulative counts only) sent to every site for
     the ``with`` block."""
     if hist.reference is not None:
         yield hist.reference
         return
     with session.temporary("href") as name:
-        session.assign(name, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
-        yield name
+        yield session.assign(name, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
 
 
 def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3) -> int:
@@ -573,7 +573,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=secure,
                                              **histogram_options)
     with reference_symbol(session, hist) as reference:
-        args = (Ref(truth), Ref(score), Ref(reference))
+        args = (Ref(truth), Ref(score), reference)
         if secure:
             total = {k: float(v) for k, v in session.pooled("histPlacementSumsDS", *args, within_bin=within_bin).items()
                      if k in ("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01")}
@@ -586,8 +586,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         if roc_glm:
             with session.temporary("hroc") as roc_data, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
-                glm = ds_glm(session, "u ~ x", roc_data, family="binomial", link="probit", weights="w",
+                data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
+                glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
                              secure=secure)
             a, b = (float(v) for v in glm.params)
             fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), m.variance, alpha,

@@ -20,7 +20,8 @@ import pandas as pd
 from scipy import integrate, special, stats
 
 from dsfed_client.analyses.glm import GLMResults, ds_glm
-from dsfed_client.calls import Call, Ref, decode_f64
+from dsfed_client.calls import Call, Ref
+from dsfed_core.wire import decode_f64
 from dsfed_client.progress import progress
 from dsfed_client.session import FederatedSession
 
@@ -37,7 +38,7 @@ class NoisyReference:
     """The pooled (noisy) scores of all negatives and positives, stored at every site of the session
     as ``symbol`` (a name of its own, so that a later analysis cannot replace it)."""
 
-    symbol: str
+    symbol: Ref  # handle on the pooled sets stored at every site
     negatives: np.ndarray
     positives: np.ndarray
     sigma: dict[str, float]
@@ -65,8 +66,7 @@ def pooled_noisy_scores(session: FederatedSession, truth: str, score: str, *, ep
                                 sensitivity=sensitivity)
     negatives = np.sort(np.concatenate([decode_f64(r["negatives"]) for r in results.values()]))
     positives = np.sort(np.concatenate([decode_f64(r["positives"]) for r in results.values()]))
-    symbol = session.new_symbol("ref")
-    session.assign(symbol, Call("referenceScoresDS", negatives, positives))
+    symbol = session.assign(session.new_symbol("ref"), Call("referenceScoresDS", negatives, positives))
     return NoisyReference(
         symbol, negatives, positives,
         sigma={s: float(r["sigma"]) for s, r in results.items()},
@@ -221,7 +221,7 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     once-noised AUC estimates the bias of the latter.
     """
     ref = reference or pooled_noisy_scores(session, truth, score)
-    m = placement_moments(session.sum_fields("placementSumsDS", Ref(truth), Ref(score), Ref(ref.symbol)))
+    m = placement_moments(session.sum_fields("placementSumsDS", Ref(truth), Ref(score), ref.symbol))
     error = 0.0 if ref.noise_off else abs(_auc_between(ref.positives, ref.negatives) - m.mean10)
     return EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, ref.noise_off, error, ref)
 
@@ -330,9 +330,9 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
         ref = pooled_noisy_scores(session, truth, score, epsilon=epsilon, delta=delta, sensitivity=sensitivity)
         bar.update(advance=1, description="ROC-GLM: intermediate data")
         with session.temporary("roc") as roc_data:
-            session.assign(roc_data, Call("rocGlmDataDS", Ref(truth), Ref(score), Ref(ref.symbol), n_thresholds))
+            data = session.assign(roc_data, Call("rocGlmDataDS", Ref(truth), Ref(score), ref.symbol, n_thresholds))
             bar.update(advance=1, description="ROC-GLM: probit fit")
-            fit = ds_glm(session, "u ~ x", roc_data, family="binomial", link="probit", weights="w", secure=secure)
+            fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=secure)
         a, b = (float(v) for v in fit.params)
         auc = float(stats.norm.cdf(a / np.sqrt(1 + b * b)))
         auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,

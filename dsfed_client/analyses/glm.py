@@ -157,7 +157,7 @@ def _parts_stream(session: FederatedSession, secure: bool, *args: Any, link: str
 def ds_glm(
     session: FederatedSession,
     formula: str,
-    data: str,
+    data: str | Ref,
     *,
     family: str = "binomial",
     link: str | None = None,
@@ -173,8 +173,8 @@ def ds_glm(
     ----------
     formula : str
         R model formula, e.g. ``"y ~ age + tgrade"``.
-    data : str
-        Name of the table symbol assigned at every site.
+    data : str or Ref
+        Name of the table symbol assigned at every site, or its handle (as ``assign`` returns it).
     family, link : str
         ``binomial`` (``logit``, ``probit``), ``poisson`` (``log``) or
         ``gaussian`` (``identity``).
@@ -192,7 +192,8 @@ def ds_glm(
     """
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")
-    stream = _parts_stream(session, secure, Formula(formula), family, None, offset, weights, Ref(data), link=link)
+    table = data if isinstance(data, Ref) else Ref(data)
+    stream = _parts_stream(session, secure, Formula(formula), family, None, offset, weights, table, link=link)
     summed = next(stream)
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:

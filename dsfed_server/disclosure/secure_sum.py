@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dsfed_server.disclosure.rules import SecureAggregation
 from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.wire import decode_f64
 
 ROUND_ID = re.compile(r"^[0-9a-f]{32}$")
 MAX_FRAC_BITS = 40
@@ -293,11 +294,6 @@ def use_step(rnd: Round, step: Any) -> int:
 
 
 # --- result fields ------------------------------------------------------------------------------
-
-
-def decode_f64(value: dict[str, str]) -> np.ndarray:
-    """A vector this site's own function encoded as ``{"f64": base64}`` (never client input)."""
-    return np.frombuffer(base64.b64decode(value["f64"]), dtype="<f8").astype(float)
 
 
 def _field_array(value: Any, name: str) -> tuple[np.ndarray, dict[str, Any]]:

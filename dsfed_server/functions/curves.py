@@ -44,8 +44,9 @@ from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError
+from dsfed_core.wire import encode_f64
 from dsfed_server.functions.validation import (
-    PLACEMENT_SUMS, f64, outcome_and_score, placement_sums_result, roc_glm_table,
+    PLACEMENT_SUMS, outcome_and_score, placement_sums_result, roc_glm_table,
 )
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -53,7 +54,7 @@ _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
 _A1 = ("disclosure.q_threshold",)
 MAX_LEAVES = 4096
-SITE_DERIVED = "site-derived:"  # the definition of a reference the sites derived from a pooled release
+SITE_DERIVED = "site-derived:"  # the definition of a reference the sites derived from a pooled release: + its digest
 _WITHIN = Param("within_bin", P.STRING, "'tied': every score of a bin counts as tied (one half); 'linear': the CDF "
                 "is linear inside a bin (only where the rules keep no cut history)", required=False, default="tied",
                 choices=("linear", "tied"))
@@ -166,8 +167,8 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
         out["n_negative"], out["n_positive"] = int(classes["negatives"][0][0]), int(classes["positives"][0][0])
     if ctx.pooled:
         return _pooled_histograms(ctx, out, parts[:m], parts[m:], p, score)
-    out["negatives"] = [f64(v) for v in parts[:m]]
-    out["positives"] = [f64(v) for v in parts[m:]]
+    out["negatives"] = [encode_f64(v) for v in parts[:m]]
+    out["positives"] = [encode_f64(v) for v in parts[m:]]
     return out
 
 
@@ -212,9 +213,9 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
         name = f"dsfed.ref.{digest[:16]}"
         session.symbols[name] = derived_reference(release, kept)
         session.sources[name] = sources
-        session.definitions[name] = f"{SITE_DERIVED} pooled histograms {digest}"
+        session.definitions[name] = f"{SITE_DERIVED}{digest}"
         guard.record_pooled(key, [leaves[i] for i in np.flatnonzero(kept)])
-        release["reference"] = name
+        release["reference"], release["reference_digest"] = name, session.definitions[name]
         release["reference_knots_dropped"] = int(len(leaves) - kept.sum())
         return release, None
 

@@ -11,7 +11,6 @@ cuts the release gate passed (:mod:`dsfed_server.disclosure.gate`).
 
 from __future__ import annotations
 
-import base64
 from typing import Any, Callable
 
 import numpy as np
@@ -24,6 +23,7 @@ from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED, PUBLIC_DESIGN, RootColumn
 from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.wire import encode_f64
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -83,8 +83,8 @@ def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: 
     mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
     return {
         # disjoint records: one (epsilon, delta) for both classes (parallel composition)
-        "negatives": f64(ctx.guard.noisy(p[y == 0], "class=0", mechanism, partition="class")),
-        "positives": f64(ctx.guard.noisy(p[y == 1], "class=1", mechanism, partition="class")),
+        "negatives": encode_f64(ctx.guard.noisy(p[y == 0], "class=0", mechanism, partition="class")),
+        "positives": encode_f64(ctx.guard.noisy(p[y == 1], "class=1", mechanism, partition="class")),
         "sigma": mechanism.sigma if mechanism else 0.0,
         "mechanism": "analytic_gaussian" if mechanism else "none",
         "epsilon": mechanism.epsilon if mechanism else None,
@@ -111,10 +111,6 @@ def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, flo
             hint="pass the score itself, not a transform of it; or ask the site to declare the column's range")
     return root.declared
 
-
-def f64(values: np.ndarray) -> dict[str, str]:
-    """A long vector of numbers as raw little-endian float64 in base64 (``{"f64": ...}``)."""
-    return {"f64": base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode()}
 
 
 @register(

@@ -20,7 +20,7 @@ import numpy as np
 
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
-from dsfed_client.launch import LocalSites
+from dsfed_server.launch import LocalSites
 from dsfed_client.session import LoginBuilder
 from dsfed_server import audit
 from dsfed_server.provision import provision
@@ -60,7 +60,7 @@ class Report:
                 print(f"     - {err}")
             self.results[key] = {
                 "refused": [
-                    {"site": e.site, "function": e.function, "rule": e.rule, "message": e.message, "type": e.type}
+                    {"site": e.site, "function": e.function, "rule": e.rule, "message": e.message, "type": e.kind}
                     for e in exc.failures.values()
                 ]
             }

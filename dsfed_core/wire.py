@@ -1,0 +1,33 @@
+"""The wire form of a long vector of numbers: raw little-endian float64 in base64, ``{"f64": ...}``.
+
+One codec for both directions: a client sends long numeric arguments so (a call tree's ``f64``
+node, :mod:`dsfed_core.calltree`), and a site answers long vectors so (noisy scores, histogram
+levels). Raw bytes keep a million numbers exact and cheap, where JSON number text would not.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import numpy as np
+
+
+def encode_f64(values: Any) -> dict[str, str]:
+    """``{"f64": base64}`` of ``values`` as little-endian float64."""
+    return {"f64": base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode("ascii")}
+
+
+def decode_f64(value: Any) -> np.ndarray:
+    """The numbers of ``{"f64": base64}`` (or of a plain JSON list of numbers). Raises ValueError,
+    saying what is wrong, for text that is not base64 or not whole 8-byte numbers."""
+    if not isinstance(value, dict):
+        return np.asarray(value, dtype=float)
+    try:
+        raw = base64.b64decode(value["f64"], validate=True)
+    except (binascii.Error, TypeError, KeyError):
+        raise ValueError('"f64" must be base64 text') from None
+    if len(raw) % 8:
+        raise ValueError('"f64" must hold whole 8-byte numbers')
+    return np.frombuffer(raw, dtype="<f8").astype(float)

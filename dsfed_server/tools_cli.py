@@ -1,0 +1,152 @@
+"""The site's tooling on the command line: the demo, synthetic sites, the rules file and the audit
+log explained and checked, the function reference generated. ``dsfed-server`` serves these
+(:func:`add_commands`); the analyst's ``dsfed`` forwards them when the server is installed.
+
+Each subcommand is a parser built in :func:`add_commands` and a ``cmd_*`` function that
+receives the parsed arguments and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dsfed_server.demo import find_repo_dir, run_demo  # noqa: PLC0415
+
+    try:
+        return run_demo(
+            args.fixtures or find_repo_dir("opal_fixtures"),
+            args.rules or find_repo_dir("disclosure_rules"),
+            args.json,
+            keep=args.keep,
+            report_path=args.report,
+        )
+    except KeyboardInterrupt:
+        print("\ninterrupted: sites stopped", file=sys.stderr)
+        return 130
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from dsfed_server.synthetic import write_sites  # noqa: PLC0415
+
+    paths = write_sites(
+        args.out, n_sites=args.sites, n_per_site=args.n, design=args.design, seed=args.seed,
+        auc=args.auc, prevalence=args.prevalence, fmt=args.format,
+    )
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _unusable(error: Exception) -> int:
+    """Report a file that cannot be used (``file:line: reason``) and return the exit status."""
+    print(error, file=sys.stderr)
+    return 2
+
+
+def cmd_rules_explain(args: argparse.Namespace) -> int:
+    from dsfed_server.governance import explain_rules  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
+
+    try:
+        print(explain_rules(args.file), end="")
+    except ConfigFileError as exc:
+        return _unusable(exc)
+    return 0
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from dsfed_server.governance import check_rules  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
+
+    status = 0
+    for path in args.files:
+        try:
+            rules = check_rules(path)
+        except ConfigFileError as exc:
+            status = _unusable(exc)
+            continue
+        print(f"{path}: valid ({len(rules.functions.enabled)} functions enabled; "
+              f"profiles: {', '.join(rules.profile_names)})")
+    return status
+
+
+def cmd_audit_show(args: argparse.Namespace) -> int:
+    from dsfed_server.governance import summarize_audit  # noqa: PLC0415
+
+    try:
+        print(summarize_audit(args.logs, by=args.by), end="")
+    except (OSError, ValueError) as exc:
+        return _unusable(exc)
+    return 0
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from dsfed_server.audit import verify_file  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
+
+    try:
+        report = verify_file(args.log, args.secret, expect=tuple(args.expect))
+    except (OSError, ValueError, ConfigFileError) as exc:
+        return _unusable(exc)
+    print(f"{args.log}: {report}")
+    return 0 if report.ok else 1
+
+
+def cmd_docs_functions(args: argparse.Namespace) -> int:
+    from dsfed_server.function_docs import render_function_docs  # noqa: PLC0415
+
+    print(render_function_docs(), end="")
+    return 0
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """The site tooling's subcommands, added to a command line's subparsers."""
+    p = sub.add_parser("demo", help="start five GBSG2 sites and run an analyst session over HTTP")
+    p.add_argument("--json", type=Path, help="write every printed result to this JSON file")
+    p.add_argument("--fixtures", type=Path, help="opal_fixtures directory (default: the repository's)")
+    p.add_argument("--rules", type=Path, help="disclosure_rules directory (default: the repository's)")
+    p.add_argument("--keep", action="store_true", help="keep the run directory (configs, logs, audit)")
+    p.add_argument("--report", type=Path, help="write the validation report (HTML) here "
+                   "(default: next to --json, else next to the run directory; the path is printed)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("synth", help="write synthetic sites (opal_fixtures layout) for tests and benchmarks")
+    p.add_argument("out", type=Path, help="directory to create the sites in")
+    p.add_argument("--sites", type=int, default=5)
+    p.add_argument("--n", type=int, default=1000, help="records per site")
+    p.add_argument("--design", choices=("seed000", "binormal"), default="seed000")
+    p.add_argument("--auc", type=float, default=0.8, help="target AUC for the binormal design")
+    p.add_argument("--prevalence", type=float, default=0.3, help="share of positives for the binormal design")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    p.set_defaults(func=cmd_synth)
+
+    rules = sub.add_parser("rules", help="explain or check a site's disclosure rules file").add_subparsers(
+        dest="action", required=True)
+    p = rules.add_parser("explain", help="print what every key of a rules file allows and refuses")
+    p.add_argument("file", type=Path, help="a rules file (disclosure_rules/*.toml)")
+    p.set_defaults(func=cmd_rules_explain)
+    p = rules.add_parser("check", help="validate rules files as a site does at start (file:line: reason)")
+    p.add_argument("files", type=Path, nargs="+", metavar="FILE", help="rules file(s) (disclosure_rules/*.toml)")
+    p.set_defaults(func=cmd_rules_check)
+
+    audit = sub.add_parser("audit", help="summarise or verify a site's audit log").add_subparsers(
+        dest="action", required=True)
+    p = audit.add_parser("show", help="calls by analyst, function or outcome; refusals; privacy spent")
+    p.add_argument("logs", type=Path, nargs="+", metavar="LOG", help="audit log(s) (JSON lines)")
+    p.add_argument("--by", choices=("analyst", "function", "outcome"), default="function",
+                   help="how to group the call counts (default: function)")
+    p.set_defaults(func=cmd_audit_show)
+    p = audit.add_parser("verify", help="verify an audit log's keyed hash chain and its sealed head")
+    p.add_argument("log", type=Path, help="audit log (JSON lines; its sealed head <log>.head beside it)")
+    p.add_argument("--secret", type=Path, required=True, help="the site secret file (the chain's key comes from it)")
+    p.add_argument("--expect", action="append", default=[], metavar="SEQ:MAC",
+                   help="a head copy seen earlier (response header X-Dsfed-Audit-Head); the log must still hold it")
+    p.set_defaults(func=cmd_audit_verify)
+
+    docs = sub.add_parser("docs", help="generate documentation").add_subparsers(dest="action", required=True)
+    p = docs.add_parser("functions", help="print docs/functions.md, generated from the function registry")
+    p.set_defaults(func=cmd_docs_functions)
