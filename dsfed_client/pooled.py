@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from dsfed_core.roc import binormal_auc
 from scipy import special, stats
 
 
@@ -58,7 +59,7 @@ def roc_glm(y: np.ndarray, p: np.ndarray, n_thresholds: int = 99) -> tuple[float
     u = np.tile([0.0, 1.0], n_thresholds)
     w = np.column_stack([pv.size - ones, ones]).ravel()
     a, b = _irls(np.column_stack([np.ones_like(x), x]), u, w, "probit")
-    return float(a), float(b), float(stats.norm.cdf(a / np.sqrt(1 + b * b)))
+    return float(a), float(b), binormal_auc(float(a), float(b))
 
 
 def hosmer_lemeshow(y: np.ndarray, p: np.ndarray, g: int = 10, kind: str = "C") -> tuple[float, int]:

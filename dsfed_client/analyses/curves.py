@@ -46,6 +46,7 @@ from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_core.wire import decode_f64
 from dsfed_client.session import FederatedSession
+from dsfed_core.roc import binormal_auc
 
 
 
@@ -590,7 +591,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
                              secure=secure)
             a, b = (float(v) for v in glm.params)
-            fit = HistogramROCGLM(a, b, float(stats.norm.cdf(a / np.sqrt(1 + b * b))), m.variance, alpha,
+            fit = HistogramROCGLM(a, b, binormal_auc(a, b), m.variance, alpha,
                                   n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
                         hist, noise)

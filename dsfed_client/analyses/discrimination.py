@@ -24,6 +24,7 @@ from dsfed_client.calls import Call, Ref
 from dsfed_core.wire import decode_f64
 from dsfed_client.progress import progress
 from dsfed_client.session import FederatedSession
+from dsfed_core.roc import binormal_auc
 
 
 
@@ -334,7 +335,7 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
             bar.update(advance=1, description="ROC-GLM: probit fit")
             fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=secure)
         a, b = (float(v) for v in fit.params)
-        auc = float(stats.norm.cdf(a / np.sqrt(1 + b * b)))
+        auc = binormal_auc(a, b)
         auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,
                                             epsabs=1e-12, epsrel=1e-12)[0])
         bar.update(advance=1, description="ROC-GLM: placement values")

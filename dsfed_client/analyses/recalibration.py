@@ -55,7 +55,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import special
-from scipy.interpolate import PchipInterpolator
 from scipy.optimize import isotonic_regression
 
 from dsfed_client import pooling
@@ -66,8 +65,8 @@ from dsfed_client.analyses.suite import no_pooled_release
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.session import FederatedSession
+from dsfed_core.recalibration import METHODS, apply_map
 
-METHODS = ("logistic", "pchip", "step")
 
 
 # --- the map ---------------------------------------------------------------------------------
@@ -93,21 +92,7 @@ class RecalibrationMap:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
 
     def __call__(self, p: Any) -> np.ndarray:
-        p = np.asarray(p, dtype=float)
-        if self.method == "logistic":
-            a, b = self.coefficients  # type: ignore[misc]
-            if b == 0:
-                return np.where(np.isnan(p), np.nan, special.expit(a))
-            with np.errstate(divide="ignore"):
-                return special.expit(a + b * special.logit(p))
-        x, y = np.asarray(self.knots, dtype=float), np.asarray(self.values, dtype=float)
-        if self.method == "step":
-            idx = np.minimum(np.searchsorted(x, p, side="left"), x.size - 1)
-            return np.where(np.isnan(p), np.nan, y[np.where(np.isnan(p), 0, idx)])
-        if x.size == 1:
-            return np.where(np.isnan(p), np.nan, y[0])
-        out = PchipInterpolator(x, y, extrapolate=False)(np.clip(p, x[0], x[-1]))
-        return np.clip(out, y[0], y[-1])
+        return apply_map(np.asarray(p, dtype=float), self.method, self.coefficients, self.knots, self.values)
 
     def call(self, score: str) -> Call:
         """The ``recalibrateDS`` call that applies this map to ``score`` at each site."""

@@ -26,45 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import special
-from scipy.interpolate import PchipInterpolator
 
+from dsfed_core.recalibration import METHODS, apply_map
 from dsfed_server.context import CallContext, numeric
 from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
 
 MAX_KNOTS = 10000
-METHODS = ("logistic", "pchip", "step")
-
-
-def logistic_map(p: np.ndarray, intercept: float, slope: float) -> np.ndarray:
-    """Platt scaling on the logit scale (seed 001 §3.6.1; the calibration model of ``rms::val.prob``):
-    :math:`\\tilde p = \\operatorname{expit}(a + b \\operatorname{logit}(p))`. For p = 0 or 1 the
-    limit is taken (0 or 1 for b > 0, swapped for b < 0, :math:`\\operatorname{expit}(a)` for b = 0)."""
-    if slope == 0:
-        return np.where(np.isnan(p), np.nan, special.expit(intercept))
-    with np.errstate(divide="ignore"):
-        return special.expit(intercept + slope * special.logit(p))
-
-
-def pchip_map(p: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Smooth isotonic regression (seed 001 §4.6, Algorithm 4.1; Jiang et al. 2011): the piecewise
-    cubic Hermite interpolant (Fritsch-Carlson, scipy's ``PchipInterpolator``) through one point per
-    isotonic step, :math:`(\\bar p_s, \\hat z_s)`. With non-decreasing values it is monotone and stays
-    between neighbouring values. Outside ``[knots[0], knots[-1]]`` the end values are kept (constant
-    extrapolation, as ``out_of_bounds="clip"`` in scikit-learn's ``IsotonicRegression``)."""
-    if knots.size == 1:
-        return np.where(np.isnan(p), np.nan, values[0])
-    out = PchipInterpolator(knots, values, extrapolate=False)(np.clip(p, knots[0], knots[-1]))
-    return np.clip(out, values[0], values[-1])  # only rounding could step outside
-
-
-def step_map(p: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The isotonic step function itself (seed 001 eq. 3.9 / 4.2): ``values[s]`` for p in
-    ``(knots[s-1], knots[s]]`` (the first step closed at 0), ``knots[s]`` being the upper end of
-    step s; p above the last knot gets the last value."""
-    idx = np.minimum(np.searchsorted(knots, p, side="left"), knots.size - 1)
-    return np.where(np.isnan(p), np.nan, values[np.where(np.isnan(p), 0, idx)])
 
 
 def check_map(method: str, coefficients: np.ndarray | None, knots: np.ndarray | None,
@@ -138,10 +106,5 @@ def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: l
     p = numeric(score, "score")
     if np.any((p < 0) | (p > 1)):
         raise CallError("score must be a probability in [0, 1]")
-    if method == "logistic":
-        out = logistic_map(p, float(coefficients_[0]), float(coefficients_[1]))
-    elif method == "pchip":
-        out = pchip_map(p, knots_, values_)
-    else:
-        out = step_map(p, knots_, values_)
+    out = apply_map(p, method, coefficients_, knots_, values_)
     return pd.Series(out, index=score.index, name=f"{score.name or 'score'}.recal", dtype=float)

@@ -1,0 +1,12 @@
+"""Closed forms of the binormal ROC model, shared by the analyst's estimators and the pooled reference."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def binormal_auc(a: float, b: float) -> float:
+    """The area under the binormal ROC curve :math:`ROC(t) = \\Phi(a + b\\,\\Phi^{-1}(t))`:
+    :math:`AUC = \\Phi(a / \\sqrt{1 + b^2})` (seed 000, the ROC-GLM's AUC; Pepe 2003, §5.2)."""
+    return float(stats.norm.cdf(a / np.sqrt(1.0 + b * b)))
