@@ -88,8 +88,8 @@ class CallError(SiteError):
     http_status = 422
 
 
-class NotEnabled(SiteError):
-    """The function exists but the site's rules file does not enable it."""
+class NotEnabled(DisclosureRefusal):
+    """The function exists but the site's rules file (or the session's profile) does not enable it."""
 
     kind = "not_enabled"
     http_status = 403
