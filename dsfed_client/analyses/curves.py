@@ -91,7 +91,7 @@ def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return e[j - 1] + np.clip(frac, 0.0, 1.0) * (e[j] - e[j - 1])
 
 
-@validate_params({"levels": [Interval(int, 1, 16)], "branching": [Interval(int, 2, 16)], "decay": [Interval(float, 0, None, closed="neither")],
+@validate_params({"levels": [Interval(int, 0, 16)], "branching": [Interval(int, 2, 16)], "decay": [Interval(float, 0, None, closed="neither")],
                   "totals": [Options({"noisy", "exact"})], "epsilon": PRIVACY, "delta": PRIVACY})
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
@@ -303,7 +303,7 @@ def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128,
                        hist.noise_off, hist)
 
 
-@validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "levels": [Interval(int, 1, 16)],
+@validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "levels": [Interval(int, 0, 16)],
                   "branching": [Interval(int, 2, 16)], "epsilon": PRIVACY, "delta": PRIVACY})
 def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_quantiles: int | None = 128,
                      levels: int = 8, branching: int = 2, lower: float = 0.0, upper: float = 1.0,
@@ -508,7 +508,7 @@ def noise_variance(hist: ScoreHistograms) -> float:
 
 
 @validate_params({"alpha": ALPHA, "within_bin": [Options({"tied", "linear"})], "n_thresholds": N_THRESHOLDS,
-                  "levels": [Interval(int, 1, 16), None]})
+                  "levels": [Interval(int, 0, 16), None]})
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "tied", roc_glm: bool = True, n_thresholds: int = 99,
                 levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool = False,
