@@ -6,58 +6,98 @@ hand-computed cases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
+import pandas as pd
+
+from dsfed_client.results import Results, hidden, result, stat
 
 
-@dataclass(frozen=True)
-class PooledMean:
-    mean: float
-    n_valid: int
-    n_missing: int
-    n_total: int
-    per_site: dict[str, float] = field(default_factory=dict)
+@result
+class PooledMean(Results):
+    """A mean pooled over the sites from their means and counts."""
+
+    _title: ClassVar[str] = "Pooled mean"
+
+    mean: float = stat("Mean", brief=".6g")
+    n_valid: int = stat("Valid", brief="")
+    n_missing: int = stat("Missing")
+    n_total: int = stat("Total")
+    per_site: dict[str, float] = stat("Per site", factory=dict)
 
 
-@dataclass(frozen=True)
-class PooledVariance:
-    variance: float
-    mean: float
-    n_valid: int
-    per_site: dict[str, float] = field(default_factory=dict)
+@result
+class PooledVariance(Results):
+    """A sample variance pooled over the sites from their sums and sums of squares."""
+
+    _title: ClassVar[str] = "Pooled variance"
+
+    variance: float = stat("Variance", brief=".6g")
+    mean: float = stat("Mean")
+    n_valid: int = stat("Valid", brief="")
+    per_site: dict[str, float] = stat("Per site", factory=dict)
 
 
-@dataclass(frozen=True)
-class PooledCount:
-    n: int
-    per_site: dict[str, int] = field(default_factory=dict)
+@result
+class PooledCount(Results):
+    """A count summed over the sites."""
+
+    _title: ClassVar[str] = "Pooled count"
+
+    n: int = stat("n", brief="")
+    per_site: dict[str, int] = stat("Per site", factory=dict)
 
 
-@dataclass(frozen=True)
-class PooledTable:
-    rows: list[str]
-    cols: list[str] | None
-    counts: np.ndarray
-    per_site: dict[str, np.ndarray] = field(default_factory=dict)
+@result
+class PooledTable(Results):
+    """A one- or two-way contingency table summed over the sites on the union of levels."""
+
+    _title: ClassVar[str] = "Pooled table"
+
+    rows: list[str] = stat(brief="")
+    cols: list[str] | None = stat(brief="")
+    counts: np.ndarray = hidden()
+    per_site: dict[str, np.ndarray] = stat(factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         if self.cols is None:
             return dict(zip(self.rows, self.counts.tolist()))
         return {r: dict(zip(self.cols, row)) for r, row in zip(self.rows, self.counts.tolist())}
 
+    def _table(self) -> pd.DataFrame:
+        if self.cols is None:
+            return pd.DataFrame({"count": self.counts}, index=pd.Index(self.rows, name="level"))
+        return pd.DataFrame(self.counts, index=pd.Index(self.rows, name="row"), columns=self.cols)
 
-@dataclass(frozen=True)
-class PooledHistogram:
-    edges: np.ndarray  # may start at -inf / end at +inf (open-ended bins)
-    counts: np.ndarray
-    n_missing: int
-    per_site: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+@result
+class PooledHistogram(Results):
+    """A histogram summed over the sites on the edges every site released."""
+
+    _title: ClassVar[str] = "Pooled histogram"
+
+    edges: np.ndarray = hidden()  # may start at -inf / end at +inf (open-ended bins)
+    counts: np.ndarray = hidden()
+    n_missing: int = stat("Missing", brief="")
+    per_site: dict[str, tuple[np.ndarray, np.ndarray]] = hidden(default=None)
+
+    def _table(self) -> pd.DataFrame:
+        return pd.DataFrame({"lower": self.edges[:-1], "upper": self.edges[1:], "count": self.counts})
 
 
 def pooled_mean(results: Mapping[str, Mapping[str, Any]]) -> PooledMean:
-    """Pooled mean :math:`\\bar x = \\sum_k n_k \\bar x_k / \\sum_k n_k`."""
+    """Pooled mean :math:`\\bar x = \\sum_k n_k \\bar x_k / \\sum_k n_k`.
+
+    Site a holds 1, 2, 3 (one value missing), site b 10, 20; by hand the pooled mean is 36 / 5:
+
+    >>> m = pooled_mean({"a": {"EstimatedMean": 2.0, "Nvalid": 3, "Nmissing": 1, "Ntotal": 4},
+    ...                  "b": {"EstimatedMean": 15.0, "Nvalid": 2, "Nmissing": 0, "Ntotal": 2}})
+    >>> m
+    PooledMean(mean=7.2, n_valid=5)
+    >>> m.to_dict()
+    {'mean': 7.2, 'n_valid': 5, 'n_missing': 1, 'n_total': 6, 'per_site': {'a': 2.0, 'b': 15.0}}
+    """
     n = sum(int(r["Nvalid"]) for r in results.values())
     total = sum(float(r["EstimatedMean"]) * int(r["Nvalid"]) for r in results.values())
     return PooledMean(
@@ -74,6 +114,13 @@ def pooled_variance(results: Mapping[str, Mapping[str, Any]]) -> PooledVariance:
 
     Uses a two-pass-equivalent form over site means to limit cancellation:
     :math:`\\sum_k [SS_k - S_k^2/n_k] + \\sum_k n_k(\\bar x_k - \\bar x)^2`.
+
+    The same two sites: ``var(c(1, 2, 3, 10, 20))`` in R is 254.8 / 4 = 63.7:
+
+    >>> v = pooled_variance({"a": {"Nvalid": 3, "Sum": 6.0, "SumOfSquares": 14.0},
+    ...                      "b": {"Nvalid": 2, "Sum": 30.0, "SumOfSquares": 500.0}})
+    >>> round(v.variance, 10), v.per_site
+    (63.7, {'a': 1.0, 'b': 50.0})
     """
     n_k = np.array([int(r["Nvalid"]) for r in results.values()], dtype=float)
     s_k = np.array([float(r["Sum"]) for r in results.values()])
@@ -159,7 +206,11 @@ def pooled_histogram(results: Mapping[str, Mapping[str, Any]]) -> PooledHistogra
 
 def common_edges(edge_lists: list[np.ndarray]) -> np.ndarray:
     """The edges every site released (each site's cells nest inside the cells they make): a site's
-    release gate may have merged cells, so a pooled cell must be a union of every site's cells."""
+    release gate may have merged cells, so a pooled cell must be a union of every site's cells.
+
+    >>> common_edges([np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.25, 0.5, 0.75, 1.0])])
+    array([0. , 0.5, 1. ])
+    """
     inner = set.intersection(*[set(e[1:-1].tolist()) for e in edge_lists])
     lo = min(e[0] for e in edge_lists)
     hi = max(e[-1] for e in edge_lists)
@@ -167,7 +218,11 @@ def common_edges(edge_lists: list[np.ndarray]) -> np.ndarray:
 
 
 def onto(edges: np.ndarray, site_edges: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """A site's per-cell values summed onto the (coarser) common cells ``edges``."""
+    """A site's per-cell values summed onto the (coarser) common cells ``edges``.
+
+    >>> onto(np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.25, 0.5, 0.75, 1.0]), [1, 2, 3, 4])
+    array([3., 7.])
+    """
     idx = np.searchsorted(edges[1:-1], site_edges[:-1], side="right")
     return np.bincount(idx, weights=np.asarray(values, dtype=float), minlength=edges.size - 1)
 

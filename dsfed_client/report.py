@@ -283,9 +283,9 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
 def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Sequence[float], Sequence[float]] | None,
                             pr_curve: dict[str, Any] | None) -> str:
     d = report.discrimination
-    level = f"{1 - d.alpha:.0%}"
+    level = d.level
     auc_note = ("logit CI, eq. (3), DeLong + noise variance" if d.method == "histogram" else "DeLong CI")
-    rows = [["empirical AUC", d.auc, d.auc_ci[0], d.auc_ci[1], auc_note],
+    rows = [["empirical AUC", d.auc, d.ci.lower, d.ci.upper, auc_note],
             ["ROC-GLM AUC", d.roc_glm_auc, d.roc_glm_ci[0], d.roc_glm_ci[1],
              f"logit CI, eq. (3); a = {d.a:.4f}, b = {d.b:.4f}"]]
     if d.noise_variance:
@@ -309,14 +309,13 @@ def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Seque
 
 def _calibration_section(report: "ValidationReport") -> str:
     b, lg, c, h, e = report.brier, report.logistic, report.hl_c, report.hl_h, report.errors
-    slope_ci, citl_ci, icpt_ci = lg.fit.conf_int()[1], lg.citl_fit.conf_int()[0], lg.fit.conf_int()[0]
     rows = [["Brier score", b.brier, None, None, None, f"n = {b.n}"],
             ["Spiegelhalter z", b.spiegelhalter_z, None, None, b.spiegelhalter_p, ""],
             ["observed - expected event rate", b.citl_difference, None, None, None,
              f"observed {b.mean_outcome:.4f}, mean prediction {b.mean_prediction:.4f}"],
-            ["calibration intercept", lg.intercept, icpt_ci[0], icpt_ci[1], None, "y ~ logit(p)"],
-            ["calibration slope", lg.slope, slope_ci[0], slope_ci[1], None, "y ~ logit(p)"],
-            ["calibration-in-the-large", lg.citl, citl_ci[0], citl_ci[1], None, "y ~ 1 + offset(logit(p))"],
+            ["calibration intercept", lg.intercept, *lg.intercept_ci, None, "y ~ logit(p)"],
+            ["calibration slope", lg.slope, *lg.slope_ci, None, "y ~ logit(p)"],
+            ["calibration-in-the-large", lg.citl, *lg.citl_ci, None, "y ~ 1 + offset(logit(p))"],
             ["Hosmer-Lemeshow C", c.statistic, None, None, c.pvalue,
              f"df {c.df}" + ("" if c.complete else "; groups merged or inexact (see disclosure control)")],
             ["Hosmer-Lemeshow H", h.statistic, None, None, h.pvalue,
@@ -330,7 +329,7 @@ def _calibration_section(report: "ValidationReport") -> str:
                     figsize=(6.0, 4.2), name="hosmer-lemeshow"),
             _figure(lambda ax: lg.plot(ax=ax), "Logistic recalibration curve against the diagonal.",
                     figsize=(4.4, 4.4), name="logistic")]
-    return (_table(["statistic", "estimate", "95% lower", "95% upper", "p-value", "note"], rows)
+    return (_table(["statistic", "estimate", f"{lg.level} lower", f"{lg.level} upper", "p-value", "note"], rows)
             + '<div class="figs">' + "".join(figs) + "</div>"
             + "<h3>Hosmer-Lemeshow C groups</h3>"
             + _table(["group", "n", "observed events", "expected events", "observed non-events",

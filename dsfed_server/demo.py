@@ -142,7 +142,7 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
     print(f"   discrimination ({d.method} method): {d.noise}")
     rows = [
         ("empirical AUC", d.auc, ref["auc"], "95% CI {:.3f}-{:.3f} (DeLong + noise variance; noise sd {:.4f})".format(
-            *d.auc_ci, d.noise_variance ** 0.5)),
+            *d.ci, d.noise_variance ** 0.5)),
         ("ROC-GLM AUC", d.roc_glm_auc, ref["roc_glm_auc"], "95% CI {:.3f}-{:.3f}; a = {:.3f}, b = {:.3f}".format(
             *d.roc_glm_ci, d.a, d.b)),
         ("Brier score", v.brier.brier, ref["brier"], ""),
@@ -163,7 +163,7 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
     print(f"   calibration curve (10 bins, q = 5): {v.curve.bins.note()}")
     for row, pooled_mean in zip(curve.itertuples(), exact):
         if row.n:
-            print(f"     [{row.bin_lower:.1f}, {row.bin_upper:.1f}): n {row.n:>3}  predicted {row.mean_prediction:.3f}"
+            print(f"     [{row.lower:.1f}, {row.upper:.1f}): n {row.n:>3}  predicted {row.mean_prediction:.3f}"
                   f"  observed {row.mean_outcome:.6f}  (pooled {pooled_mean:.6f})")
     print(f"   H-L C groups (R's deciles): {v.hl_c.table['n'].tolist()}")
     trips = {s: after[s]["requests"] - before[s]["requests"] for s in after}

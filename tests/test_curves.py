@@ -116,7 +116,9 @@ def test_hist_auc_and_delong_noise_off_equal_pROC(exact_sites, within_bin):
     assert result.variance == pytest.approx(var, rel=1e-10)
     assert result.ci_delong == pytest.approx((lower, upper), rel=1e-10)
     assert result.noise_off and "DeLong" in result.summary()
-    assert list(result.to_frame()["estimate"]) == ["empirical", "roc_glm"]
+    row, data = result.to_frame().iloc[0], result.to_dict()
+    assert (row["ci_logit_lower"], row["ci_logit_upper"]) == result.ci_logit and row["alpha"] == result.alpha
+    assert (data["roc_glm"]["ci_lower"], data["roc_glm"]["ci_upper"]) == result.roc_glm.ci
 
 
 R_HIST_ROCGLM = """

@@ -60,22 +60,22 @@ def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_poo
     hl_c = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     hl_h = r_reference("hl_h", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     ece, mce = r_reference("ece_ref", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    got_c, got_h = v["hosmer_lemeshow_c"], v["hosmer_lemeshow_h"]
+    got_c, got_h = v["hl_c"], v["hl_h"]
     assert got_c["statistic"] == pytest.approx(hl_c[0], rel=1e-8) and got_c["df"] == hl_c[1] == 8
     assert got_c["group_sizes"] == list(hl_c[3:]) and got_c["complete"]
     assert got_h["statistic"] == pytest.approx(hl_h[0], rel=1e-8) and got_h["df"] == hl_h[1] and got_h["complete"]
-    assert v["ece_mce"]["ece"] == pytest.approx(ece, rel=1e-8) and v["ece_mce"]["mce"] == pytest.approx(mce, rel=1e-8)
-    curve = v["calibration_curve"]
+    assert v["errors"]["ece"] == pytest.approx(ece, rel=1e-8) and v["errors"]["mce"] == pytest.approx(mce, rel=1e-8)
+    curve = v["curve"]
     assert not curve["coarsened"] and curve["n_total"] == len(y)
-    observed = [b["mean_outcome"] for b in curve["bins"]]
+    observed = [b["mean_outcome"] for b in curve["table"]]
     np.testing.assert_allclose([o for o in observed if o is not None],
                                [r for r in ref["calibration_curve"] if r == r], rtol=1e-8)
     assert abs(v["brier"]["brier"] - ref["brier"]) < 1e-12
-    assert abs(v["logistic_calibration"]["slope"] - ref["calibration_slope"]) < 1e-8
+    assert abs(v["logistic"]["slope"] - ref["calibration_slope"]) < 1e-8
     d = v["discrimination"]
     auc = r_reference("proc_ref", R_PROC, y=y, p=p)[0]
     assert d["method"] == "histogram" and d["noise_variance"] > 0
-    assert d["auc_ci"][0] < auc < d["auc_ci"][1] and d["roc_glm_ci"][0] < auc < d["roc_glm_ci"][1]
+    assert d["ci_lower"] < auc < d["ci_upper"] and d["roc_glm_ci_lower"] < auc < d["roc_glm_ci_upper"]
     assert max(data["validation_transfer"]["round_trips"].values()) <= 60
     assert "H-L C statistic" in stdout and "ROC-GLM AUC" in stdout and "difference" in stdout
 

@@ -200,7 +200,7 @@ def test_validate_on_a_million_binormal_records(tmp_path):
         v = validate(s, "D$y", "D$score")
     d = v.discrimination
     assert v.mode == "pooled" and d.method == "histogram" and not d.noise_off
-    assert abs(d.auc - exact) <= 0.005 and d.auc_ci[0] <= exact <= d.auc_ci[1]
+    assert abs(d.auc - exact) <= 0.005 and d.ci.lower <= exact <= d.ci.upper
     assert abs(d.roc_glm_auc - exact) <= 0.005
 
 

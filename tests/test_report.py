@@ -65,7 +65,7 @@ def test_html_holds_the_numbers_and_inline_plots(written, frames):
     text = path.read_text()
     assert text.startswith("<!DOCTYPE html>")
     d = result.discrimination
-    for value in (d.auc, *d.auc_ci, d.roc_glm_auc, *d.roc_glm_ci, result.brier.brier,
+    for value in (d.auc, *d.ci, d.roc_glm_auc, *d.roc_glm_ci, result.brier.brier,
                   result.brier.spiegelhalter_z, result.logistic.intercept, result.logistic.slope, result.logistic.citl,
                   result.hl_c.statistic, result.hl_h.statistic, result.errors.ece, result.errors.mce):
         assert f">{value:.4f}<" in text, value

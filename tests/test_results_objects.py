@@ -86,9 +86,16 @@ def test_glm_summary_frame_plot_match_R(session, frames):
     frame = fit.to_frame()
     np.testing.assert_array_equal(frame["coef"].to_numpy(), fit.params)
     np.testing.assert_array_equal(frame["std err"].to_numpy(), fit.bse)
-    np.testing.assert_array_equal(frame[["[0.025", "0.975]"]].to_numpy(), fit.conf_int())
+    np.testing.assert_array_equal(frame[["ci_lower", "ci_upper"]].to_numpy(), fit.conf_int())
+    assert frame.attrs["alpha"] == 0.05
+    ci90 = fit.to_frame(alpha=0.1)[["ci_lower", "ci_upper"]].to_numpy()  # R's confint.default(f, level = 0.9)
+    np.testing.assert_allclose(ci90, np.column_stack([ref[:3] - 1.6448536269514722 * ref[3:6],
+                                                      ref[:3] + 1.6448536269514722 * ref[3:6]]), rtol=1e-7)
     assert "y ~ score + age" in repr(fit)
-    json.dumps(fit.to_dict(), allow_nan=False)
+    data = fit.to_dict()
+    json.dumps(data, allow_nan=False)
+    assert list(data["coefficients"].values()) == fit.params.tolist()
+    assert [row["term"] for row in data["table"]] == list(fit.names)
     ax = fit.plot()
     assert isinstance(ax, Axes)
     (points,) = _by_gid(ax, "coefficients")
@@ -110,11 +117,12 @@ def test_roc_glm_presentation(paper, frames):
     fpr, tpr = r.empirical_curve()
     assert fpr[0] == tpr[0] == 0 and fpr[-1] == tpr[-1] == 1
     np.testing.assert_allclose(tpr[1:-1], _pooled_roc(pooled.y.to_numpy(), pooled.score.to_numpy(), r.n_thresholds))
-    frame = r.to_frame()
-    assert frame.loc["ROC-GLM", "auc"] == r.auc and frame.loc["empirical", "auc"] == r.empirical.auc
-    assert (frame.loc["ROC-GLM", "95% lower"], frame.loc["ROC-GLM", "95% upper"]) == r.ci
-    assert (frame.loc["empirical", "95% lower"], frame.loc["empirical", "95% upper"]) == r.empirical.ci_delong
-    assert frame.loc["ROC-GLM", "a"] == r.a and frame.loc["ROC-GLM", "b"] == r.b
+    row = r.to_frame().iloc[0]
+    assert row["auc"] == r.auc and (row["ci_lower"], row["ci_upper"]) == r.ci and row["alpha"] == r.alpha
+    assert row["a"] == r.a and row["b"] == r.b and row["auc_integral"] == r.auc_integral
+    data = r.to_dict()
+    assert (data["ci_lower"], data["ci_upper"]) == r.ci and data["empirical"]["auc"] == r.empirical.auc
+    assert (data["empirical"]["ci_delong_lower"], data["empirical"]["ci_delong_upper"]) == r.empirical.ci_delong
     text = r.summary()
     assert f"{r.auc:.6g}" in text and "{:.6g} - {:.6g}".format(*r.ci) in text and "off (exact)" in text
     assert repr(r).startswith(f"ROCGLM(auc={r.auc:.4f}")
@@ -138,10 +146,11 @@ def test_roc_glm_presentation(paper, frames):
 
 def test_empirical_auc_presentation(paper):
     e = paper.discrimination.result.empirical
-    frame = e.to_frame()
-    assert frame.loc["empirical AUC", "auc"] == e.auc and frame.loc["empirical AUC", "variance"] == e.variance
-    assert frame.loc["empirical AUC", "delong 95% lower"] == e.ci_delong[0]
-    assert frame.loc["empirical AUC", "n_positive"] == e.n_positive
+    row = e.to_frame().iloc[0]
+    assert row["auc"] == e.auc and row["variance"] == e.variance and row["alpha"] == e.alpha
+    assert (row["ci_delong_lower"], row["ci_delong_upper"]) == e.ci_delong
+    assert (row["ci_logit_lower"], row["ci_logit_upper"]) == e.ci_logit
+    assert row["n_positive"] == e.n_positive
     assert "{:.6g} - {:.6g}".format(*e.ci_delong) in e.summary()
     assert f"n_positive={e.n_positive}" in repr(e)
     ax = e.plot()
@@ -164,7 +173,7 @@ def test_brier_presentation(report):
     b = report.brier
     frame = b.to_frame()
     for key, value in b.to_dict().items():
-        assert frame.loc["Brier", key] == value
+        assert frame.iloc[0][key] == value
     assert f"{b.brier:.6g}" in b.summary() and f"{b.spiegelhalter_z:.6g}" in b.summary()
     assert f"brier={b.brier:.4f}" in repr(b)
     ax = b.plot()
@@ -180,7 +189,8 @@ def test_calibration_curve_presentation(paper, report):
     assert "coarsened=True" in repr(c)
     data = c.to_dict()
     json.dumps(data, allow_nan=False)
-    assert set(data) == {"bins", "n_total", "pooled", "coarsened", "requested_edges", "not_released"}
+    assert set(data) == {"table", "n_bins", "n_total", "pooled", "coarsened", "requested_edges", "not_released"}
+    assert [row["n"] for row in data["table"]] == c.n.tolist() and data["n_bins"] == len(c.n)
     assert data["requested_edges"] == np.linspace(0, 1, 11).tolist() and data["not_released"]
     assert not report.curve.bins.was_coarsened and report.curve.bins.pooled  # pooled: as requested
     ax = c.plot()
@@ -198,10 +208,11 @@ def test_histogram_discrimination_presentation(report, frames):
     pooled = pd.concat(frames.values(), ignore_index=True)
     assert d.method == "histogram" and d.noise_off and d.noise_variance == 0.0
     assert (d.n_positive, d.n_negative) == (int(pooled.y.sum()), int((1 - pooled.y).sum()))
-    assert d.auc_ci == d.result.ci_logit and d.roc_glm_ci == d.result.roc_glm.ci
+    assert d.ci == d.result.ci_logit and d.roc_glm_ci == d.result.roc_glm.ci
     data = d.to_dict()
     json.dumps(data, allow_nan=False)
     assert data["auc"] == d.auc and data["roc_glm_auc"] == d.roc_glm_auc and data["method"] == "histogram"
+    assert (data["ci_lower"], data["ci_upper"]) == d.ci and (data["roc_glm_ci_lower"], data["roc_glm_ci_upper"]) == d.roc_glm_ci
     ax = d.plot()
     (fit,) = _by_gid(ax, "roc-fit")
     np.testing.assert_allclose(fit.get_ydata(), d.result.roc_glm.curve(fit.get_xdata()))
@@ -237,7 +248,10 @@ def test_logistic_calibration_presentation(report):
     assert frame.loc["intercept", "coef"] == lg.intercept
     assert frame.loc["slope", "coef"] == lg.slope
     assert frame.loc["citl", "coef"] == lg.citl
-    np.testing.assert_allclose(frame.loc["slope", ["[0.025", "0.975]"]].to_numpy(dtype=float), lg.to_dict()["slope_ci"])
+    data = lg.to_dict()
+    np.testing.assert_allclose(frame.loc["slope", ["ci_lower", "ci_upper"]].to_numpy(dtype=float),
+                               [data["slope_ci_lower"], data["slope_ci_upper"]])
+    np.testing.assert_allclose(frame.loc["citl", ["ci_lower", "ci_upper"]].to_numpy(dtype=float), lg.citl_ci)
     assert f"{lg.slope:.6g}" in lg.summary() and f"slope={lg.slope:.4f}" in repr(lg)
     ax = lg.plot()
     (line,) = _by_gid(ax, "logistic-calibration")
@@ -247,15 +261,16 @@ def test_logistic_calibration_presentation(report):
 
 def test_validation_report_presentation(report, paper):
     data = report.to_dict()
-    assert set(data) == {"mode", "mode_note", "discrimination", "brier", "calibration_curve", "hosmer_lemeshow_c",
-                         "hosmer_lemeshow_h", "ece_mce", "logistic_calibration"}
+    assert set(data) == {"mode", "mode_note", "discrimination", "brier", "curve", "hl_c", "hl_h", "errors",
+                         "logistic", "n", "alpha", "table"}
     assert data["mode"] == "pooled" and paper.mode == "per-site" and paper.mode_note == "asked for per-site checking"
     json.dumps(data, allow_nan=False)
     d = report.discrimination
     frame = report.to_frame()
     assert frame.loc["empirical AUC", "estimate"] == d.auc
-    assert (frame.loc["empirical AUC", "lower"], frame.loc["empirical AUC", "upper"]) == d.auc_ci
-    assert (frame.loc["ROC-GLM AUC", "estimate"], frame.loc["ROC-GLM AUC", "lower"]) == (d.roc_glm_auc, d.roc_glm_ci[0])
+    assert (frame.loc["empirical AUC", "ci_lower"], frame.loc["empirical AUC", "ci_upper"]) == d.ci
+    assert (frame.loc["ROC-GLM AUC", "estimate"], frame.loc["ROC-GLM AUC", "ci_lower"]) == (d.roc_glm_auc, d.roc_glm_ci[0])
+    assert tuple(frame.loc["calibration slope", ["ci_lower", "ci_upper"]]) == report.logistic.slope_ci
     assert frame.loc["Brier score", "estimate"] == report.brier.brier
     assert frame.loc["H-L C", "pvalue"] == report.hl_c.pvalue
     assert frame.loc["calibration slope", "estimate"] == report.logistic.slope

@@ -6,62 +6,48 @@ site, or pooled over the sites under secure aggregation (the sites' release gate
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 from scipy import special, stats
 
 from dsfed_client import pooling
-from dsfed_client.analyses.discrimination import _text_table
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.analyses.quantiles import QuantileGroups, quantile_groups
 from dsfed_client.calls import Call, Ref
+from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, Options, validate_params
+from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 
 
-@dataclass(frozen=True)
-class Brier:
-    """Brier score (seed 000 eq. 5) and Spiegelhalter's z-test (seed 001 §3.5.1)."""
+@result
+class Brier(Results):
+    """Brier score and Spiegelhalter's z-test, from the sites' summed squared errors.
 
-    brier: float
-    spiegelhalter_z: float
-    n: int
-    mean_outcome: float
-    mean_prediction: float
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, eq. (5) (the Brier score); the dissertation of seed 001,
+    §3.5.1 (Spiegelhalter's z, as ``rms::val.prob``'s S:z); Spiegelhalter (1986).
+    """
 
-    @property
+    _title: ClassVar[str] = "Brier score and Spiegelhalter's z"
+
+    brier: float = stat("Brier score", brief=".4f")
+    spiegelhalter_z: float = stat("Spiegelhalter z", brief=".3f")
+    n: int = stat("n", brief="")
+    mean_outcome: float = stat("Observed event rate")
+    mean_prediction: float = stat("Mean prediction")
+
+    @derived("Spiegelhalter p", ".4g", brief=".3g")
     def spiegelhalter_p(self) -> float:
         return float(2 * stats.norm.sf(abs(self.spiegelhalter_z)))
 
-    @property
+    @derived("Observed - expected")
     def citl_difference(self) -> float:
         """Calibration-in-the-large as observed minus expected event rate."""
         return self.mean_outcome - self.mean_prediction
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"brier": self.brier, "spiegelhalter_z": self.spiegelhalter_z, "spiegelhalter_p": self.spiegelhalter_p,
-                "n": self.n, "mean_outcome": self.mean_outcome, "mean_prediction": self.mean_prediction,
-                "citl_difference": self.citl_difference}
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"brier": self.brier, "spiegelhalter_z": self.spiegelhalter_z,
-                              "spiegelhalter_p": self.spiegelhalter_p, "n": self.n, "mean_outcome": self.mean_outcome,
-                              "mean_prediction": self.mean_prediction, "citl_difference": self.citl_difference}],
-                            index=["Brier"])
-
-    def summary(self) -> str:
-        return _text_table("Brier score and Spiegelhalter's z", [
-            ("Brier score", f"{self.brier:.6g}"), ("Spiegelhalter z", f"{self.spiegelhalter_z:.6g}"),
-            ("Spiegelhalter p", f"{self.spiegelhalter_p:.4g}"), ("n", str(self.n)),
-            ("Observed event rate", f"{self.mean_outcome:.6g}"), ("Mean prediction", f"{self.mean_prediction:.6g}"),
-            ("Observed - expected", f"{self.citl_difference:.6g}"),
-        ])
-
-    def __repr__(self) -> str:
-        return (f"Brier(brier={self.brier:.4f}, spiegelhalter_z={self.spiegelhalter_z:.3f}, "
-                f"p={self.spiegelhalter_p:.3g}, n={self.n})")
 
     def plot(self, ax: Any = None) -> Any:
         """Observed event rate beside the mean prediction (calibration-in-the-large), Brier in the title."""
@@ -78,7 +64,13 @@ class Brier:
 def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool = False) -> Brier:
     """:math:`BS = n^{-1}\\sum_k \\sum_i (y_i - p_i)^2`;
     :math:`z = \\sum (y-p)(1-2p) / \\sqrt{\\sum (1-2p)^2 p(1-p)}` (``rms::val.prob``'s S:z).
-    ``secure``: a pooled release (no site's own sums are seen; the sites check the pooled counts)."""
+    ``secure``: a pooled release (no site's own sums are seen; the sites check the pooled counts).
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, eq. (5); Spiegelhalter (1986); the dissertation of seed
+    001, §3.5.1.
+    """
     total = session.sum_fields("brierDS", Ref(truth), Ref(score), secure=secure)
     n = int(total["n"])
     return Brier(
@@ -145,47 +137,64 @@ def binned_sums(session: FederatedSession, secure: bool, function: str, requeste
     return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site)
 
 
-@dataclass(frozen=True)
-class CalibrationCurve:
-    """Pooled calibration curve over equal-width bins (seed 000, "Calibration curve").
+@result
+class CalibrationCurve(Results):
+    """Pooled calibration curve over equal-width bins; ``to_frame`` has one row per released bin
+    (``lower``, ``upper``, ``n``, ``mean_prediction``, ``mean_outcome``).
 
     Each point is :math:`(\\sum_k c_{l,pf}^{(k)} / \\sum_k |I_l^{(k)}|,\\ \\sum_k c_{l,tf}^{(k)} / \\sum_k |I_l^{(k)}|)`
     over every site. A bin holding fewer than q records -- pooled over the sites under secure
     aggregation, at one site otherwise -- is merged with the next by the sites' release gate, never
     dropped: ``bins`` says how the released cells were checked and whether they were coarsened.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4).
     """
 
-    edges: np.ndarray
-    n: np.ndarray
-    mean_prediction: np.ndarray  # NaN for an empty bin
-    mean_outcome: np.ndarray
-    bins: BinnedSums = field(repr=False)
+    _title: ClassVar[str] = "Calibration curve"
 
-    @property
+    edges: np.ndarray = hidden()
+    n: np.ndarray = hidden()
+    mean_prediction: np.ndarray = hidden()  # NaN for an empty bin
+    mean_outcome: np.ndarray = hidden()
+    bins: BinnedSums = hidden()
+
+    @derived("Bins released", brief="")
+    def n_bins(self) -> int:
+        return int(self.n.size)
+
+    @derived("n", brief="")
     def n_total(self) -> int:
         return int(self.n.sum())
+
+    @derived("Checked pooled over the sites", brief="")
+    def pooled(self) -> bool:
+        return self.bins.pooled
+
+    @derived("Coarsened", brief="")
+    def coarsened(self) -> bool:
+        return self.bins.was_coarsened
+
+    @derived()
+    def requested_edges(self) -> np.ndarray:
+        return self.bins.requested
+
+    @derived()
+    def not_released(self) -> dict[str, list[float]]:
+        """Per site (or ``"pooled"``) the requested edges the release gate did not release."""
+        return self.bins.coarsened
 
     @property
     def per_site(self) -> dict[str, pd.DataFrame]:
         return self.bins.per_site
 
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"bin_lower": self.edges[:-1], "bin_upper": self.edges[1:], "n": self.n,
+    def _table(self) -> pd.DataFrame:
+        return pd.DataFrame({"lower": self.edges[:-1], "upper": self.edges[1:], "n": self.n,
                              "mean_prediction": self.mean_prediction, "mean_outcome": self.mean_outcome})
 
-    def to_dict(self) -> dict[str, Any]:
-        frame = self.to_frame()
-        return {"bins": frame.replace({np.nan: None}).to_dict(orient="records"), "n_total": self.n_total,
-                "pooled": self.bins.pooled, "coarsened": self.bins.was_coarsened,
-                "requested_edges": self.bins.requested.tolist(), "not_released": self.bins.coarsened}
-
-    def summary(self) -> str:
-        head = f"Calibration curve: {len(self.n)} bins, n {self.n_total}; {self.bins.note()}\n"
-        return head + self.to_frame().to_string(float_format=lambda v: f"{v:.4g}", na_rep="-") + "\n"
-
-    def __repr__(self) -> str:
-        return (f"CalibrationCurve(bins={len(self.n)}, n_total={self.n_total}, pooled={self.bins.pooled}, "
-                f"coarsened={self.bins.was_coarsened})")
+    def _notes(self) -> tuple[str, ...]:
+        return (self.bins.note(),)
 
     def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
         """Pooled points (sized by n), per-site curves (per-site release only), the diagonal, and a
@@ -196,6 +205,7 @@ class CalibrationCurve:
                                 per_site=self.per_site if per_site else None, ax=ax)
 
 
+@validate_params({"n_bins": N_BINS})
 def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10,
                          secure: bool = False) -> CalibrationCurve:
     r"""Equal-width bins on [0, 1] (0 in the first, 1 in the last), each point the pooled means of
@@ -203,7 +213,12 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
 
     ``secure``: a pooled release (secure aggregation with pooled thresholds): the sites check the
     pooled bins, so a site's own share of a bin may hold fewer than q records and nothing is merged
-    unless the pooled bin is small; per-site curves are then not available."""
+    unless the pooled bin is small; per-site curves are then not available.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4).
+    """
     requested = np.linspace(0, 1, n_bins + 1)
     b = binned_sums(session, secure, "calibrationBinsDS", requested, Ref(truth), Ref(score), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -212,36 +227,52 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
     return CalibrationCurve(b.edges, b.n.astype(int), mean_p, mean_y, b)
 
 
-@dataclass(frozen=True)
-class HosmerLemeshow:
-    """Hosmer-Lemeshow statistic with its group table; unpacks as (statistic, pvalue).
+@result
+class HosmerLemeshow(Results):
+    """Hosmer-Lemeshow statistic with its group table (``to_frame``); unpacks as (statistic, pvalue).
 
     ``complete``: the groups are the requested ones (R's deciles for C, exactly; the fixed bins for
     H) and no group was merged by the sites' release gate (``cells`` says how the groups were
-    checked: pooled over the sites, or per site)."""
+    checked: pooled over the sites, or per site).
 
-    kind: str  # "C" (deciles of risk) or "H" (fixed-width bins)
-    statistic: float
-    df: int
-    pvalue: float
-    table: pd.DataFrame
-    exact_grouping: bool = True
-    uncertain_records: int = 0
-    pooled: bool = False
-    coarsened: bool = False
-    cells: str = ""
-    group_sizes: tuple[int, ...] = ()  # records per group (also when the table is withheld)
-    errors: tuple[float, float] | None = None  # ECE and MCE as the sites computed them (table withheld)
-    table_withheld: str = ""  # why the sites released the statistics but not the group table
+    References
+    ----------
+    Hosmer & Lemeshow (1980), the C and H statistics (R's ``ResourceSelection::hoslem.test``);
+    Wu et al. (2012), seed 002 (distributed H-L from summed group counts); seed 001 §3.5.3.
+    """
+
+    kind: str = stat(brief="")  # "C" (deciles of risk) or "H" (fixed-width bins)
+    statistic: float = stat("Statistic", brief=".4f")
+    df: int = stat("df", brief="")
+    pvalue: float = stat("p-value", ".4g", brief=".4g")
+    table: pd.DataFrame = hidden()
+    exact_grouping: bool = stat(default=True)
+    uncertain_records: int = stat(default=0)
+    pooled: bool = stat(default=False)
+    coarsened: bool = stat(default=False)
+    cells: str = stat(default="")
+    group_sizes: tuple[int, ...] = stat(default=())  # records per group (also when the table is withheld)
+    errors: tuple[float, float] | None = hidden(default=None)  # ECE and MCE as the sites computed them
+    table_withheld: str = stat(default="")  # why the sites released the statistics but not the group table
 
     @property
+    def _title(self) -> str:  # type: ignore[override]
+        return "Hosmer-Lemeshow " + ("C (deciles of risk)" if self.kind == "C" else "H (fixed-width bins)")
+
+    @derived("Groups", brief="")
+    def n_groups(self) -> int:
+        return len(self.group_sizes)
+
+    @derived("Complete", brief="")
     def complete(self) -> bool:
         return self.exact_grouping and not self.coarsened
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter((self.statistic, self.pvalue))
+    @derived("Cells", export=False)
+    def cells_note(self) -> str:
+        return self.note()
 
     def note(self) -> str:
+        """How the groups were checked, and what was withheld or is uncertain."""
         parts = [self.cells] if self.cells else []
         if self.table_withheld:
             parts.append(f"group table withheld: {self.table_withheld}")
@@ -250,29 +281,11 @@ class HosmerLemeshow:
                          "group (counts the sites' release gate withheld)")
         return "; ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "statistic": self.statistic, "df": self.df, "pvalue": self.pvalue,
-                "exact_grouping": self.exact_grouping, "uncertain_records": self.uncertain_records,
-                "pooled": self.pooled, "coarsened": self.coarsened, "complete": self.complete, "note": self.note(),
-                "group_sizes": list(self.group_sizes or self.table["n"].tolist()),
-                "table_withheld": self.table_withheld, "groups": self.table.to_dict(orient="records")}
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter((self.statistic, self.pvalue))
 
-    def to_frame(self) -> pd.DataFrame:
-        """The group table: bounds, n, observed and expected events and non-events."""
-        return self.table.copy()
-
-    def summary(self) -> str:
-        name = "C (deciles of risk)" if self.kind == "C" else "H (fixed-width bins)"
-        rows = [("Statistic", f"{self.statistic:.6g}"), ("df", str(self.df)), ("p-value", f"{self.pvalue:.4g}"),
-                ("Groups", str(len(self.group_sizes) or len(self.table))), ("Complete", "yes" if self.complete else "NO"),
-                ("Cells", self.note())]
-        table = self.table[["lower", "upper", "n", "observed_1", "expected_1", "observed_0", "expected_0"]]
-        return (_text_table(f"Hosmer-Lemeshow {name}", rows)
-                + table.to_string(float_format=lambda v: f"{v:.4g}") + "\n")
-
-    def __repr__(self) -> str:
-        return (f"HosmerLemeshow(kind={self.kind!r}, statistic={self.statistic:.4f}, df={self.df}, "
-                f"pvalue={self.pvalue:.4g}, groups={len(self.table)}, complete={self.complete})")
+    def _table(self) -> pd.DataFrame:
+        return self.table
 
     def group_labels(self) -> list[str]:
         return [f"({lo:.3g}, {hi:.3g}]" for lo, hi in zip(self.table.lower, self.table.upper)]
@@ -300,14 +313,25 @@ def group_table(b: BinnedSums) -> pd.DataFrame:
 
 
 def hl_statistic(table: pd.DataFrame) -> float:
-    """:math:`C = \\sum_g (O_{1g}-E_{1g})^2/E_{1g} + (O_{0g}-E_{0g})^2/E_{0g}` (seed 002; ``hoslem.test``)."""
+    """:math:`C = \\sum_g (O_{1g}-E_{1g})^2/E_{1g} + (O_{0g}-E_{0g})^2/E_{0g}` (seed 002; ``hoslem.test``).
+
+    Two groups of 10: 3 events observed, 2 expected; 6 observed, 7 expected. By hand,
+    :math:`1/2 + 1/8 + 1/7 + 1/3 = 1.101190`:
+
+    >>> t = pd.DataFrame({"observed_1": [3.0, 6.0], "expected_1": [2.0, 7.0],
+    ...                   "observed_0": [7.0, 4.0], "expected_0": [8.0, 3.0]})
+    >>> round(hl_statistic(t), 6)
+    1.10119
+    """
     return float(((table.observed_1 - table.expected_1) ** 2 / table.expected_1
                   + (table.observed_0 - table.expected_0) ** 2 / table.expected_0).sum())
 
 
-def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: int = 10,
+@validate_params({"n_groups": N_GROUPS, "kind": [Options({"C", "H"})]})
+def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
                        kind: str = "C", secure: bool = False) -> HosmerLemeshow:
-    """Hosmer-Lemeshow C (groups by deciles of risk, as ``hoslem.test``) or H (g equal-width bins).
+    """Hosmer-Lemeshow C (``n_groups`` groups by quantiles of risk, as ``hoslem.test``) or H
+    (``n_groups`` equal-width bins).
 
     ``secure`` (secure aggregation with pooled thresholds): C's groups are found by the sites on
     pooled counts (``decileGroupsDS``: R's type-7 quantile groups exactly) and H's group sums are a
@@ -318,12 +342,18 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: 
     sites' release gate passes cross the wire): where they leave a break undecided,
     ``exact_grouping`` is False and ``uncertain_records`` bounds how many records may sit in the
     neighbouring group. Either way a group holding fewer than q records is merged with the next by
-    the sites (the result says so). df = groups - 2.
+    the sites (the result says so).
+
+    .. math:: C = \\sum_g \\frac{(O_{1g}-E_{1g})^2}{E_{1g}} + \\frac{(O_{0g}-E_{0g})^2}{E_{0g}},
+              \\qquad df = G - 2
+
+    References
+    ----------
+    Hosmer & Lemeshow (1980); Wu et al. (2012), seed 002 (distributed H-L from summed group counts);
+    the dissertation of seed 001, §3.5.3 and §4.4 (federated quantile groups).
     """
-    if kind not in ("C", "H"):
-        raise ValueError("kind must be 'C' or 'H'")
     if kind == "C" and secure:
-        r = session.pooled("decileGroupsDS", Ref(truth), Ref(score), g)
+        r = session.pooled("decileGroupsDS", Ref(truth), Ref(score), n_groups)
         t = r["table"]
         table = group_table(BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float)
                                                                   for f in ("n", "sum_p", "sum_y")),
@@ -337,52 +367,50 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, g: 
                               (float(r["ece"]), float(r["mce"])), r.get("table_withheld") or "")
     exact, uncertain = True, 0
     if kind == "C":
-        groups: QuantileGroups = quantile_groups(session, score, g)
+        groups: QuantileGroups = quantile_groups(session, score, n_groups)
         breaks, exact, uncertain = groups.breaks, groups.exact, groups.uncertain_records
     else:
-        breaks = np.linspace(0.0, 1.0, g + 1)
+        breaks = np.linspace(0.0, 1.0, n_groups + 1)
     b = binned_sums(session, secure, "groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
     table = group_table(b)
     statistic = hl_statistic(table)
     df = len(table) - 2
     return HosmerLemeshow(kind, statistic, df, float(stats.chi2.sf(statistic, df)), table, exact, uncertain,
-                          b.pooled, b.was_coarsened, b.note())
+                          b.pooled, b.was_coarsened, b.note(), tuple(int(v) for v in table["n"]))
 
 
-@dataclass(frozen=True)
-class CalibrationErrors:
-    """ECE and MCE over equal-count groups (seed 001 eq. 3.6)."""
+@result
+class CalibrationErrors(Results):
+    """ECE and MCE over equal-count groups; ``to_frame`` has one row per group (``lower``,
+    ``upper``, ``n``, ``observed_rate``, ``expected_rate``, ``abs_gap``).
 
-    ece: float
-    mce: float
-    table: pd.DataFrame
-    exact_grouping: bool
-    coarsened: bool = False
+    References
+    ----------
+    The dissertation of seed 001, eq. (3.6) (ECE, MCE) and §4.8 (federated ECE/MCE); Naeini et al.
+    (2015).
+    """
 
-    @property
+    _title: ClassVar[str] = "Expected and maximum calibration error"
+
+    ece: float = stat("ECE", brief=".4f")
+    mce: float = stat("MCE", brief=".4f")
+    table: pd.DataFrame = hidden()
+    exact_grouping: bool = stat("Exact grouping")
+    coarsened: bool = stat("Groups merged by the sites", default=False)
+
+    @derived("Groups", brief="")
+    def n_groups(self) -> int:
+        return len(self.table)
+
+    @derived("Complete")
     def complete(self) -> bool:
         return self.exact_grouping and not self.coarsened
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ece": self.ece, "mce": self.mce, "exact_grouping": self.exact_grouping,
-                "coarsened": self.coarsened, "complete": self.complete, "groups": self.table.to_dict(orient="records")}
-
-    def to_frame(self) -> pd.DataFrame:
-        """Per group: n, mean observed and expected event rate and their absolute gap."""
+    def _table(self) -> pd.DataFrame:
         t = self.table
         return pd.DataFrame({"lower": t.lower, "upper": t.upper, "n": t.n, "observed_rate": t.observed_1 / t.n,
                              "expected_rate": t.expected_1 / t.n,
                              "abs_gap": (t.observed_1 - t.expected_1).abs() / t.n})
-
-    def summary(self) -> str:
-        return _text_table("Expected and maximum calibration error", [
-            ("ECE", f"{self.ece:.6g}"), ("MCE", f"{self.mce:.6g}"), ("Groups", str(len(self.table))),
-            ("Exact grouping", "yes" if self.exact_grouping else "no"),
-            ("Groups merged by the sites", "yes" if self.coarsened else "no"),
-        ]) + self.to_frame().to_string(float_format=lambda v: f"{v:.4g}") + "\n"
-
-    def __repr__(self) -> str:
-        return f"CalibrationErrors(ece={self.ece:.4f}, mce={self.mce:.4f}, groups={len(self.table)})"
 
     def plot(self, ax: Any = None) -> Any:
         """The absolute gap per group as bars, ECE as a line; returns the Axes."""
@@ -401,11 +429,17 @@ class CalibrationErrors:
         return ax
 
 
+@validate_params({"n_groups": N_GROUPS})
 def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
                secure: bool = False) -> CalibrationErrors:
     """:math:`ECE = \\sum_g (n_g/n)\\,|\\bar o_g - \\bar e_g|`, :math:`MCE = \\max_g |\\bar o_g - \\bar e_g|`,
-    groups by the type-7 quantiles of the predictions (as Hosmer-Lemeshow C)."""
-    return calibration_errors(ds_hosmer_lemeshow(session, truth, score, g=n_groups, kind="C", secure=secure))
+    groups by the type-7 quantiles of the predictions (as Hosmer-Lemeshow C).
+
+    References
+    ----------
+    The dissertation of seed 001, eq. (3.6) and §4.8; Naeini, Cooper, Hauskrecht (2015).
+    """
+    return calibration_errors(ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=secure))
 
 
 def calibration_errors(hl_c: HosmerLemeshow) -> CalibrationErrors:
@@ -419,41 +453,49 @@ def calibration_errors(hl_c: HosmerLemeshow) -> CalibrationErrors:
                              hl_c.exact_grouping, hl_c.coarsened)
 
 
-@dataclass(frozen=True)
-class LogisticCalibration:
-    """Calibration intercept and slope (logistic recalibration on logit(p)) and calibration-in-the-large."""
+@result
+class LogisticCalibration(Results):
+    """Calibration intercept and slope (logistic recalibration on logit(p)) and calibration-in-the-large,
+    with Wald intervals at ``alpha`` (``intercept_ci``, ``slope_ci``, ``citl_ci``); ``to_frame`` has
+    one row each, as the GLM tables.
 
-    intercept: float
-    slope: float
-    citl: float  # intercept of y ~ 1 with offset logit(p)
-    fit: GLMResults
-    citl_fit: GLMResults
-    n_excluded: int  # records with p = 0 or 1, left out as rms::val.prob does
+    References
+    ----------
+    Cox (1958); the dissertation of seed 001, §3.5.2 and §3.6.1 (calibration intercept and slope,
+    as ``rms::val.prob``); the fits by the distributed GLM of seeds 000 and 002.
+    """
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"intercept": self.intercept, "slope": self.slope, "citl": self.citl,
-                "slope_ci": self.fit.conf_int()[1].tolist(), "citl_ci": self.citl_fit.conf_int()[0].tolist(),
-                "n_excluded": self.n_excluded}
+    _title: ClassVar[str] = "Logistic calibration: y ~ logit(p); y ~ 1 + offset(logit(p))"
 
-    def to_frame(self) -> pd.DataFrame:
-        """Intercept, slope and calibration-in-the-large with standard errors and Wald intervals."""
-        fit, citl = self.fit.to_frame(), self.citl_fit.to_frame()
-        frame = pd.concat([fit, citl.iloc[[0]]])
-        frame.index = ["intercept", "slope", "citl"]
+    intercept: float = stat("Calibration intercept", brief=".4f")
+    slope: float = stat("Calibration slope", brief=".4f")
+    citl: float = stat("Calibration-in-the-large", brief=".4f")  # intercept of y ~ 1 with offset logit(p)
+    fit: GLMResults = hidden()
+    citl_fit: GLMResults = hidden()
+    n_excluded: int = stat("Records with p = 0 or 1 left out")  # as rms::val.prob does
+    alpha: float = stat(default=0.05)
+
+    @derived("n used", brief="")
+    def n(self) -> int:
+        return self.fit.nobs
+
+    @derived("{level} CI of the intercept")
+    def intercept_ci(self) -> ConfInt:
+        return ConfInt(*self.fit.conf_int(self.alpha)[0])
+
+    @derived("{level} CI of the slope")
+    def slope_ci(self) -> ConfInt:
+        return ConfInt(*self.fit.conf_int(self.alpha)[1])
+
+    @derived("{level} CI of the calibration-in-the-large")
+    def citl_ci(self) -> ConfInt:
+        return ConfInt(*self.citl_fit.conf_int(self.alpha)[0])
+
+    def _table(self) -> pd.DataFrame:
+        frame = pd.concat([self.fit.to_frame(self.alpha), self.citl_fit.to_frame(self.alpha).iloc[[0]]])
+        frame.index = pd.Index(["intercept", "slope", "citl"], name="term")
+        frame.attrs["alpha"] = self.alpha
         return frame
-
-    def summary(self) -> str:
-        ci_slope, ci_citl = self.fit.conf_int()[1], self.citl_fit.conf_int()[0]
-        return _text_table("Logistic calibration: y ~ logit(p); y ~ 1 + offset(logit(p))", [
-            ("Calibration intercept", f"{self.intercept:.6g}"),
-            ("Calibration slope", f"{self.slope:.6g}  (95% CI {ci_slope[0]:.4g} - {ci_slope[1]:.4g})"),
-            ("Calibration-in-the-large", f"{self.citl:.6g}  (95% CI {ci_citl[0]:.4g} - {ci_citl[1]:.4g})"),
-            ("n used / excluded (p = 0 or 1)", f"{self.fit.nobs} / {self.n_excluded}"),
-        ]) + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}") + "\n"
-
-    def __repr__(self) -> str:
-        return (f"LogisticCalibration(intercept={self.intercept:.4f}, slope={self.slope:.4f}, citl={self.citl:.4f}, "
-                f"n={self.fit.nobs})")
 
     def plot(self, ax: Any = None) -> Any:
         """The recalibration curve :math:`p \\mapsto \\mathrm{expit}(a + b\\,\\mathrm{logit}(p))` against the diagonal."""
@@ -474,16 +516,24 @@ class LogisticCalibration:
         return ax
 
 
+@validate_params({"n_complete": [Interval(int, 0, None), None], "alpha": ALPHA})
 def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *,
-                            n_complete: int | None = None, secure: bool = False) -> LogisticCalibration:
+                            n_complete: int | None = None, alpha: float = 0.05,
+                            secure: bool = False) -> LogisticCalibration:
     """``glm(y ~ logit(p))`` by the distributed GLM (``rms::val.prob``'s Intercept and Slope) and
     ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits checked
     pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`; either way the sites
-    derive the coefficients)."""
+    derive the coefficients). ``alpha``: the level of the Wald intervals the result reports.
+
+    References
+    ----------
+    Cox (1958), "Two further applications of a model for binary regression"; the dissertation of
+    seed 001, §3.5.2 and §3.6.1; R's ``rms::val.prob`` (Intercept, Slope).
+    """
     with session.temporary("calib") as name:
         frame = session.assign(name, Call("calibrationFrameDS", Ref(truth), Ref(score)))
         fit = ds_glm(session, "y ~ lp", frame, secure=secure)
         citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure)
     n_all = n_complete if n_complete is not None else ds_brier(session, truth, score, secure=secure).n
     return LogisticCalibration(float(fit.params[0]), float(fit.params[1]), float(citl.params[0]), fit, citl,
-                               n_all - fit.nobs)
+                               n_all - fit.nobs, alpha)

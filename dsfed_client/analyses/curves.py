@@ -32,21 +32,23 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, interpolate, stats
+from scipy import integrate, interpolate
 
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
-from dsfed_client.analyses.discrimination import AUCIntervals, logit_ci, placement_moments
-from dsfed_client.analyses.glm import GLMResults, ds_glm
+from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
+from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
-from dsfed_core.wire import decode_f64
+from dsfed_client.params import ALPHA, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params
+from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.roc import binormal_auc
+from dsfed_core.wire import decode_f64
 
 
 
@@ -91,6 +93,8 @@ def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return e[j - 1] + np.clip(frac, 0.0, 1.0) * (e[j] - e[j - 1])
 
 
+@validate_params({"levels": [Interval(int, 0, 16)], "branching": [Interval(int, 2, 16)], "decay": [Interval(float, 0, None, closed="neither")],
+                  "totals": [Options({"noisy", "exact"})], "epsilon": PRIVACY, "delta": PRIVACY})
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
                         totals: str = "noisy", epsilon: float | None = None, delta: float | None = None,
@@ -110,6 +114,11 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     sum carries one site's noise instead of K sites' noise, as accurate as one central curator. The
     sites also derive the global CDFs from the same pooled counts and keep them as the reference
     the result names (``reference``), for :func:`ds_hist_auc`.
+
+    References
+    ----------
+    Xu & Cormode (2025), seed 003, "Methods Overview" steps 1-2 (hierarchical histograms, noise per
+    bin, consistency); Hay et al. (2010), least-squares consistency on a tree.
     """
     args = (Ref(truth), Ref(score))
     options = dict(lower=float(lower), upper=float(upper), levels=int(levels), branching=int(branching),
@@ -168,50 +177,54 @@ def _exact_histograms(results: Any) -> ScoreHistograms:
 # --- ROC and PR curves ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class ROCPRCurves:
+@result
+class ROCPRCurves(Results):
     """ROC and PR curves with their areas; arrays run from the highest threshold to the lowest.
 
     ``fpr``, ``tpr`` (= ``recall``) and ``precision`` are the curves a plot draws; ``roc_auc``
     is the trapezoidal area under (fpr, tpr); ``pr_auc`` is the average precision (step-wise).
+    ``to_frame`` gives the points, one row per threshold.
+
+    References
+    ----------
+    Xu & Cormode (2025), seed 003: eqs. (1)-(3) (T, F and P from the ECDFs), steps 1-5 of
+    "Methods Overview", Theorem 1 (the area error bound).
     """
 
-    thresholds: np.ndarray
-    fpr: np.ndarray
-    tpr: np.ndarray
-    precision: np.ndarray
-    roc_auc: float
-    pr_auc: float
-    n_positive: float
-    n_negative: float
-    n_quantiles: int | None
-    noise_off: bool
-    histograms: ScoreHistograms = field(repr=False)
+    _title: ClassVar[str] = "Federated ROC and PR curves (hierarchical histograms; Xu & Cormode 2025)"
+
+    thresholds: np.ndarray = stat()
+    fpr: np.ndarray = stat()
+    tpr: np.ndarray = stat()
+    precision: np.ndarray = stat()
+    roc_auc: float = stat("ROC AUC (trapezoid)", ".4f", brief=".4f")
+    pr_auc: float = stat("PR AUC (average precision, step-wise)", ".4f", brief=".4f")
+    n_positive: float = stat("Positives", ".1f")
+    n_negative: float = stat("Negatives", ".1f")
+    n_quantiles: int | None = stat("Quantiles (None: ECDFs at the leaf edges)", brief="")
+    noise_off: bool = stat("Noise off (exact counts)", brief="")
+    histograms: ScoreHistograms = hidden()
 
     @property
     def recall(self) -> np.ndarray:
         return self.tpr
 
-    def __repr__(self) -> str:
-        q = "leaf edges" if self.n_quantiles is None else f"Q={self.n_quantiles}"
-        return (f"ROCPRCurves(roc_auc={self.roc_auc:.4f}, pr_auc={self.pr_auc:.4f}, points={self.fpr.size}, "
-                f"{q}, noise_off={self.noise_off})")
+    @derived("Leaf bins")
+    def n_bins(self) -> int:
+        """The histograms' leaf bins."""
+        return int(self.histograms.edges.size - 1)
 
-    def summary(self) -> str:
-        q = "ECDFs at the leaf edges" if self.n_quantiles is None else f"{self.n_quantiles} quantiles + PCHIP"
-        noise = "exact counts (noise off)" if self.noise_off else "noisy counts (analytic Gaussian per site)"
-        return "\n".join([
-            "Federated ROC and PR curves (hierarchical histograms; Xu & Cormode 2025)",
-            f"  histograms : {self.histograms.edges.size - 1} leaf bins, {noise}",
-            f"  ECDFs      : {q}",
-            f"  n+ / n-    : {self.n_positive:.1f} / {self.n_negative:.1f}",
-            f"  ROC AUC    : {self.roc_auc:.4f}   (trapezoid)",
-            f"  PR AUC     : {self.pr_auc:.4f}   (average precision, step-wise)",
-        ])
+    @derived()
+    def mechanism(self) -> dict[str, dict[str, Any]]:
+        """Per site (or ``"pooled"``) the mechanism of the histograms' release."""
+        return self.histograms.mechanism
 
-    def to_frame(self) -> pd.DataFrame:
+    def _table(self) -> pd.DataFrame:
         return pd.DataFrame({"threshold": self.thresholds, "fpr": self.fpr, "tpr": self.tpr,
                              "recall": self.tpr, "precision": self.precision})
+
+    def summary(self) -> str:
+        return render(self._title, self._rows())
 
     def plot(self, ax: Any = None, *, kind: str = "roc") -> Any:
         """The ROC curve (``kind="roc"``, AUC in the legend) or the PR curve (``kind="pr"``, average
@@ -226,14 +239,6 @@ class ROCPRCurves:
             return plot_pr_curve(self.precision, self.recall, prevalence=prevalence,
                                  label=f"PR curve, AP {self.pr_auc:.3f}", ax=ax)
         raise ValueError("kind must be 'roc' or 'pr'")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "roc_auc": self.roc_auc, "pr_auc": self.pr_auc, "n_positive": self.n_positive,
-            "n_negative": self.n_negative, "n_quantiles": self.n_quantiles, "noise_off": self.noise_off,
-            "thresholds": self.thresholds.tolist(), "fpr": self.fpr.tolist(), "tpr": self.tpr.tolist(),
-            "precision": self.precision.tolist(), "mechanism": self.histograms.mechanism,
-        }
 
 
 def pchip_ecdf(quantiles: np.ndarray, probs: np.ndarray) -> interpolate.PchipInterpolator:
@@ -251,7 +256,15 @@ def _evaluate(fn: Any, s: np.ndarray, lo: float, hi: float) -> np.ndarray:
 def curve_points(tpr: np.ndarray, fpr: np.ndarray, n_pos: float, n_neg: float
                  ) -> tuple[np.ndarray, float, float]:
     """Precision at each point, trapezoidal ROC area and average precision, for points ordered
-    by decreasing threshold (tpr and fpr non-decreasing, from (0, 0) to (1, 1))."""
+    by decreasing threshold (tpr and fpr non-decreasing, from (0, 0) to (1, 1)).
+
+    Positives scored 0.9 and 0.5, negatives 0.5 and 0.1: by hand the AUC counts 3.5 of 4 pairs
+    (the tie a half) and the average precision is 0.5 * 1 + 0.5 * 2/3 (``average_precision_score``):
+
+    >>> precision, roc_auc, ap = curve_points(np.array([0, 0.5, 1, 1]), np.array([0, 0, 0.5, 1]), 2, 2)
+    >>> precision.round(4).tolist(), roc_auc, round(ap, 6)
+    ([1.0, 1.0, 0.6667, 0.5], 0.875, 0.833333)
+    """
     tp, fp = tpr * n_pos, fpr * n_neg
     with np.errstate(invalid="ignore", divide="ignore"):
         precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
@@ -262,6 +275,7 @@ def curve_points(tpr: np.ndarray, fpr: np.ndarray, n_pos: float, n_neg: float
     return precision, roc_auc, ap
 
 
+@validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "grid": [Interval(int, 2, None)]})
 def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128, *, grid: int = 4096
                            ) -> ROCPRCurves:
     """Seed 003 steps 3-5 on pooled histograms (pure function; the benchmark varies Q with it).
@@ -276,8 +290,6 @@ def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128,
         tpr = 1.0 - hist.cdf(1, s)
         fpr = 1.0 - hist.cdf(0, s)
     else:
-        if n_quantiles < 2:
-            raise ValueError(f"n_quantiles must be at least 2, got {n_quantiles}")
         probs = np.arange(n_quantiles + 1) / n_quantiles
         q0, q1 = hist.quantiles(0, probs), hist.quantiles(1, probs)
         phi0, phi1 = pchip_ecdf(q0, probs), pchip_ecdf(q1, probs)
@@ -293,6 +305,8 @@ def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128,
                        hist.noise_off, hist)
 
 
+@validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "levels": [Interval(int, 0, 16)],
+                  "branching": [Interval(int, 2, 16)], "epsilon": PRIVACY, "delta": PRIVACY})
 def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_quantiles: int | None = 128,
                      levels: int = 8, branching: int = 2, lower: float = 0.0, upper: float = 1.0,
                      decay: float = 1.0, epsilon: float | None = None, delta: float | None = None,
@@ -318,6 +332,11 @@ def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_qua
     -----
     Area error bound (seed 003, Theorem 1): :math:`O(1/Q)` without noise,
     :math:`\\tilde O(1/Q + 1/(n\\varepsilon))` with noise.
+
+    References
+    ----------
+    Xu & Cormode (2025), "Federated Computation of ROC and PR Curves" (seed 003): steps 1-5,
+    eqs. (1)-(3), Theorem 1.
     """
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, branching=branching,
                                              lower=lower, upper=upper, decay=decay, epsilon=epsilon, delta=delta)
@@ -374,49 +393,45 @@ def area_errors(exact: tuple[np.ndarray, np.ndarray, float, float], estimate: RO
 # --- AUC, DeLong variance and ROC-GLM from histogram placement values ------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class HistogramROCGLM:
-    """The ROC-GLM :math:`ROC(t) = \\Phi(a + b\\,\\Phi^{-1}(t))` fitted on histogram placement values."""
-
-    a: float
-    b: float
-    auc: float  # Phi(a / sqrt(1 + b^2))
-    variance: float  # DeLong variance of the placement values (as seed 000 uses for its CI)
-    alpha: float
-    n_thresholds: int
-    glm: GLMResults = field(repr=False)
-    noise_variance: float = 0.0  # what the histograms' DP noise adds (noise_variance())
-
-    @property
-    def ci(self) -> tuple[float, float]:
-        """Seed 000 eq. (3) around the ROC-GLM AUC, with the sampling and the noise variance."""
-        return logit_ci(self.auc, self.variance + self.noise_variance, self.alpha)
-
-    def curve(self, t: np.ndarray) -> np.ndarray:
-        return stats.norm.cdf(self.a + self.b * stats.norm.ppf(t))
-
-
-@dataclass(frozen=True, eq=False)
+@result
 class HistogramAUC(AUCIntervals):
-    """Empirical AUC with DeLong variance from placement values against histogram CDFs.
+    """Empirical AUC with DeLong variance from placement values against histogram CDFs, its
+    logit interval ``ci_logit`` (with the noise variance; the one reported) and ``ci_delong``,
+    and the ROC-GLM fitted on the same placement values (``roc_glm``).
 
     ``auc`` averages the two placement estimates: :math:`\\bar V_{10}` rests on the negatives'
     CDF, :math:`\\bar V_{01}` on the positives'. With exact references both equal the
     Mann-Whitney AUC; with noisy ones their noise is independent, so the mean halves its variance.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(3) and "Distributed ROC-GLM", on the
+    histograms of Xu & Cormode (2025), seed 003; DeLong et al. (1988).
     """
 
-    auc: float
-    auc_positives: float  # mean V10
-    auc_negatives: float  # mean V01
-    variance: float
-    alpha: float
-    n_positive: int
-    n_negative: int
-    within_bin: str
-    noise_off: bool
-    roc_glm: HistogramROCGLM | None
-    histograms: ScoreHistograms = field(repr=False)
-    noise_variance: float = 0.0  # what the histograms' DP noise adds to the variance (noise_variance())
+    _title: ClassVar[str] = "AUC from histogram placement values (seed 000 estimators on seed 003 histograms)"
+
+    auc: float = stat("AUC", brief=".4f")
+    auc_positives: float = stat("Mean V10")
+    auc_negatives: float = stat("Mean V01")
+    variance: float = stat("Variance (DeLong)")
+    alpha: float = stat()
+    n_positive: int = stat("Positives", brief="")
+    n_negative: int = stat("Negatives", brief="")
+    within_bin: str = stat("Within-bin CDF")
+    noise_off: bool = stat("Noise off (exact)", brief="")
+    roc_glm: ROCGLMFit | None = stat()
+    histograms: ScoreHistograms = hidden()
+    noise_variance: float = stat("Noise variance", default=0.0)  # what the histograms' DP noise adds
+
+    @derived("ROC-GLM AUC", brief=".4f", export=False)
+    def roc_glm_auc(self) -> float | None:
+        return None if self.roc_glm is None else self.roc_glm.auc
+
+    @derived()
+    def mechanism(self) -> dict[str, dict[str, Any]]:
+        """Per site (or ``"pooled"``) the mechanism of the histograms' release."""
+        return self.histograms.mechanism
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The ROC-GLM fitted on the histogram placement values (its CI in the legend) over the ROC
@@ -435,47 +450,6 @@ class HistogramAUC(AUCIntervals):
         fit = "ROC-GLM AUC {:.3f} (CI {:.3f}-{:.3f})".format(self.roc_glm.auc, *self.roc_glm.ci)
         return plot_roc(t, self.roc_glm.curve(t), label=fit, empirical=empirical, empirical_label=label,
                         overlay=overlay, overlay_label=overlay_label, ax=ax)
-
-    def __repr__(self) -> str:
-        lo, hi = self.ci_logit
-        glm = "" if self.roc_glm is None else f", roc_glm_auc={self.roc_glm.auc:.4f}"
-        return (f"HistogramAUC(auc={self.auc:.4f}, ci_logit=({lo:.4f}, {hi:.4f}), n_positive={self.n_positive}, "
-                f"n_negative={self.n_negative}{glm}, noise_off={self.noise_off})")
-
-    def summary(self) -> str:
-        lines = [
-            "AUC from histogram placement values (seed 000 estimators on seed 003 histograms)",
-            f"  AUC        : {self.auc:.4f}  (V10 mean {self.auc_positives:.4f}, V01 mean {self.auc_negatives:.4f})",
-            f"  DeLong var : {self.variance:.3g}",
-            f"  CI {1 - self.alpha:.0%} logit: ({self.ci_logit[0]:.4f}, {self.ci_logit[1]:.4f});"
-            f"  Wald: ({self.ci_delong[0]:.4f}, {self.ci_delong[1]:.4f})",
-            f"  n+ / n-    : {self.n_positive} / {self.n_negative}; within-bin CDF: {self.within_bin}",
-        ]
-        if self.roc_glm is not None:
-            g = self.roc_glm
-            lines.append(f"  ROC-GLM    : a = {g.a:.4f}, b = {g.b:.4f}, AUC = {g.auc:.4f}, "
-                         f"CI ({g.ci[0]:.4f}, {g.ci[1]:.4f})")
-        return "\n".join(lines)
-
-    def to_frame(self) -> pd.DataFrame:
-        rows = [{"estimate": "empirical", "auc": self.auc, "ci_lower": self.ci_logit[0],
-                 "ci_upper": self.ci_logit[1], "variance": self.variance}]
-        if self.roc_glm is not None:
-            rows.append({"estimate": "roc_glm", "auc": self.roc_glm.auc, "ci_lower": self.roc_glm.ci[0],
-                         "ci_upper": self.roc_glm.ci[1], "variance": self.roc_glm.variance})
-        return pd.DataFrame(rows)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "auc": self.auc, "auc_positives": self.auc_positives, "auc_negatives": self.auc_negatives,
-            "variance": self.variance, "ci_delong": list(self.ci_delong), "ci_logit": list(self.ci_logit),
-            "alpha": self.alpha, "n_positive": self.n_positive, "n_negative": self.n_negative,
-            "within_bin": self.within_bin, "noise_off": self.noise_off, "mechanism": self.histograms.mechanism,
-        }
-        if self.roc_glm is not None:
-            g = self.roc_glm
-            out["roc_glm"] = {"a": g.a, "b": g.b, "auc": g.auc, "ci": list(g.ci), "iterations": g.glm.iterations}
-        return out
 
 
 @contextmanager
@@ -534,6 +508,8 @@ def noise_variance(hist: ScoreHistograms) -> float:
     return float((np.sum(v10**2 * per_count) + np.sum(v01**2 * per_count)) / 4.0)
 
 
+@validate_params({"alpha": ALPHA, "within_bin": [Options({"tied", "linear"})], "n_thresholds": N_THRESHOLDS,
+                  "levels": [Interval(int, 0, 16), None]})
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "tied", roc_glm: bool = True, n_thresholds: int = 99,
                 levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool = False,
@@ -565,6 +541,11 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     thresholds): the analyst sees only sums over sites, the histogram noise is split between the
     sites, the reference CDFs are the ones the sites derived themselves from the pooled histograms
     (the analyst sends none), and the ROC-GLM's iterates come from the sites too.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000: eqs. (1)-(2) (placement values, DeLong variance), eq. (3)
+    (logit CI), "Distributed ROC-GLM"; Xu & Cormode (2025), seed 003: the histograms.
     """
     histogram_options.setdefault("totals", "exact")
     if histograms is None and levels is None:
@@ -591,7 +572,6 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
                              secure=secure)
             a, b = (float(v) for v in glm.params)
-            fit = HistogramROCGLM(a, b, binormal_auc(a, b), m.variance, alpha,
-                                  n_thresholds, glm, noise)
+            fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
                         hist, noise)

@@ -12,8 +12,8 @@ With noise off (a test profile), every number equals the pooled computation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -21,15 +21,22 @@ from scipy import integrate, special, stats
 
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref
-from dsfed_core.wire import decode_f64
+from dsfed_client.params import ALPHA, N_THRESHOLDS, PRIVACY, validate_params
 from dsfed_client.progress import progress
+from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.roc import binormal_auc
+from dsfed_core.wire import decode_f64
 
 
 
 def wald_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
-    """Wald interval on the AUC scale, clipped to [0, 1] (pROC's ``ci.auc(method = "delong")``)."""
+    """Wald interval on the AUC scale, clipped to [0, 1] (pROC's ``ci.auc(method = "delong")``):
+    :math:`AUC \\pm \\Phi^{-1}(1-\\alpha/2)\\sqrt{var}`.
+
+    >>> [round(v, 6) for v in wald_ci(0.8, 0.0025, 0.05)]  # 0.8 -+ 1.959964 * 0.05
+    [0.702002, 0.897998]
+    """
     half = stats.norm.ppf(1 - alpha / 2) * np.sqrt(variance)
     return max(0.0, float(auc - half)), min(1.0, float(auc + half))
 
@@ -85,82 +92,72 @@ def _auc_between(positives: np.ndarray, negatives: np.ndarray) -> float:
 
 def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
     """Seed 000 eq. (3): :math:`\\mathrm{logit}(AUC) \\pm \\Phi^{-1}(1-\\alpha/2)\\sqrt{var}/(AUC(1-AUC))`,
-    back-transformed, so the interval stays inside (0, 1)."""
+    back-transformed, so the interval stays inside (0, 1).
+
+    >>> [round(v, 6) for v in logit_ci(0.8, 0.0025, 0.05)]  # expit(1.386294 -+ 1.959964 * 0.05 / 0.16)
+    [0.684344, 0.880669]
+    """
     half = stats.norm.ppf(1 - alpha / 2) * np.sqrt(variance) / (auc * (1 - auc))
     return float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
 
 
-class AUCIntervals:
+class AUCIntervals(Results):
     """The two intervals of an AUC result with ``auc``, ``variance`` (DeLong), ``alpha`` and, where
-    DP noise enters the estimate, ``noise_variance`` (what the noise adds; the intervals use both)."""
+    DP noise enters the estimate, ``noise_variance`` (what the noise adds; the intervals use both).
+
+    References
+    ----------
+    DeLong, DeLong, Clarke-Pearson (1988), Biometrics 44: the variance. Schalk, Rehms et al. (2024),
+    seed 000, eq. (3): the logit-scale interval.
+    """
 
     auc: float
     variance: float
     alpha: float
     noise_variance: float = 0.0
 
+    @derived("Std. error", brief=None, export=False)
+    def se(self) -> float:
+        """The square root of the total variance."""
+        return float(np.sqrt(self.total_variance))
+
     @property
     def total_variance(self) -> float:
         """The sampling (DeLong) variance plus the noise variance."""
         return self.variance + self.noise_variance
 
-    @property
-    def ci_delong(self) -> tuple[float, float]:
+    @derived("{level} CI (DeLong)")
+    def ci_delong(self) -> ConfInt:
         """Wald interval (pROC's ``ci.auc(method = "delong")``, widened by the noise variance)."""
-        return wald_ci(self.auc, self.total_variance, self.alpha)
+        return ConfInt(*wald_ci(self.auc, self.total_variance, self.alpha))
 
-    @property
-    def ci_logit(self) -> tuple[float, float]:
+    @derived("{level} CI (logit, eq. 3)")
+    def ci_logit(self) -> ConfInt:
         """Seed 000 eq. (3), with the sampling and the noise variance."""
-        return logit_ci(self.auc, self.total_variance, self.alpha)
+        return ConfInt(*logit_ci(self.auc, self.total_variance, self.alpha))
 
 
-@dataclass(frozen=True)
+@result
 class EmpiricalAUC(AUCIntervals):
-    """Empirical AUC with its DeLong variance (seed 000 eqs. 1-2; DeLong et al. 1988)."""
+    """Empirical AUC with its DeLong variance from pooled placement values, both intervals
+    (``ci_delong``, ``ci_logit``) at ``alpha``.
 
-    auc: float
-    variance: float
-    alpha: float
-    n_positive: int
-    n_negative: int
-    noise_off: bool
-    approximation_error: float  # 0 when exact; else an estimate of the noise-induced error
-    reference: NoisyReference | None = field(default=None, repr=False, compare=False)  # for plot()
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(2) (placement values, DeLong variance) and
+    eq. (3) (logit interval); DeLong et al. (1988).
+    """
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "auc": self.auc, "variance": self.variance, "ci_delong": list(self.ci_delong),
-            "ci_logit": list(self.ci_logit), "alpha": self.alpha, "n_positive": self.n_positive,
-            "n_negative": self.n_negative, "noise_off": self.noise_off,
-            "approximation_error": self.approximation_error,
-        }
+    _title: ClassVar[str] = "Empirical AUC (placement values, DeLong variance)"
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row: the AUC with both intervals, the variance and the class sizes."""
-        level = f"{1 - self.alpha:.0%}"
-        return pd.DataFrame([{
-            "auc": self.auc, "variance": self.variance, "se": float(np.sqrt(self.variance)),
-            f"delong {level} lower": self.ci_delong[0], f"delong {level} upper": self.ci_delong[1],
-            f"logit {level} lower": self.ci_logit[0], f"logit {level} upper": self.ci_logit[1],
-            "n_positive": self.n_positive, "n_negative": self.n_negative,
-            "noise_off": self.noise_off, "approximation_error": self.approximation_error,
-        }], index=["empirical AUC"])
-
-    def summary(self) -> str:
-        level = f"{1 - self.alpha:.0%}"
-        return _text_table("Empirical AUC (placement values, DeLong variance)", [
-            ("AUC", f"{self.auc:.6g}"), ("Std. error", f"{np.sqrt(self.variance):.6g}"),
-            (f"{level} CI (DeLong)", "{:.6g} - {:.6g}".format(*self.ci_delong)),
-            (f"{level} CI (logit, eq. 3)", "{:.6g} - {:.6g}".format(*self.ci_logit)),
-            ("Positives / negatives", f"{self.n_positive} / {self.n_negative}"),
-            ("Noise", "off (exact)" if self.noise_off else
-             f"on; est. noise error {self.approximation_error:.4g}"),
-        ])
-
-    def __repr__(self) -> str:
-        return (f"EmpiricalAUC(auc={self.auc:.4f}, ci_delong=({self.ci_delong[0]:.4f}, {self.ci_delong[1]:.4f}), "
-                f"n_positive={self.n_positive}, n_negative={self.n_negative}, noise_off={self.noise_off})")
+    auc: float = stat("AUC", brief=".4f")
+    variance: float = stat("Variance (DeLong)")
+    alpha: float = stat()
+    n_positive: int = stat("Positives", brief="")
+    n_negative: int = stat("Negatives", brief="")
+    noise_off: bool = stat("Noise off (exact)", brief="")
+    approximation_error: float = stat("Est. noise error")  # 0 when exact; else an estimate of the noise's error
+    reference: NoisyReference | None = hidden(default=None)  # for plot()
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The empirical ROC of the pooled noisy scores (AUC and DeLong CI in the legend), optionally
@@ -180,14 +177,6 @@ class EmpiricalAUC(AUCIntervals):
         return plot_roc(x, y, label=label, overlay=overlay, overlay_label=overlay_label, ax=ax)
 
 
-def _text_table(title: str, rows: list[tuple[str, str]]) -> str:
-    """A two-column text table under a centred title, as statsmodels' summaries."""
-    width = max(60, len(title) + 4, max(len(k) + len(v) + 4 for k, v in rows))
-    lines = [title.center(width), "=" * width]
-    lines += [f"{k + ':':<{width - len(v)}}{v}" for k, v in rows]
-    return "\n".join(lines + ["=" * width]) + "\n"
-
-
 @dataclass(frozen=True)
 class PlacementMoments:
     """Pooled placement values (seed 000 eqs. 1-2; DeLong 1988): class sizes, the means of
@@ -201,7 +190,16 @@ class PlacementMoments:
 
 
 def placement_moments(total: dict[str, float]) -> PlacementMoments:
-    """The moments from the sites' summed counts, sums and sums of squares of placement values."""
+    """The moments from the sites' summed counts, sums and sums of squares of placement values.
+
+    Positives scored 0.9 and 0.4, negatives 0.3 and 0.6: :math:`V_{10} = (1, 0.5)`,
+    :math:`V_{01} = (1, 0.5)`; the AUC is 3 of 4 pairs, each sample variance 0.125:
+
+    >>> m = placement_moments({"n1": 2, "n0": 2, "sum_v10": 1.5, "sumsq_v10": 1.25, "sum_v01": 1.5,
+    ...                        "sumsq_v01": 1.25})
+    >>> m.mean10, m.variance
+    (0.75, 0.125)
+    """
     n1, n0 = int(round(total["n1"])), int(round(total["n0"]))
     m10, m01 = total["sum_v10"] / n1, total["sum_v01"] / n0
     var10 = (total["sumsq_v10"] - n1 * m10**2) / (n1 - 1)
@@ -209,6 +207,7 @@ def placement_moments(total: dict[str, float]) -> PlacementMoments:
     return PlacementMoments(n1, n0, float(m10), float(m01), float(var10 / n1 + var01 / n0))
 
 
+@validate_params({"alpha": ALPHA})
 def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
            reference: NoisyReference | None = None) -> EmpiricalAUC:
     """Empirical AUC and DeLong variance from the sites' placement-value sums.
@@ -220,6 +219,14 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     error by one SIMEX step: the AUC between the noisy positives and the noisy
     negatives carries twice the noise variance, so its distance from the
     once-noised AUC estimates the bias of the latter.
+
+    ``alpha`` sets both intervals (``ci_delong``, ``ci_logit``) at level ``1 - alpha``; it is
+    checked, with every other parameter, before any site is contacted.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(2) (placement values and the DeLong variance),
+    eq. (3) (logit interval), "noisy scores" (analytic Gaussian mechanism); DeLong et al. (1988).
     """
     ref = reference or pooled_noisy_scores(session, truth, score)
     m = placement_moments(session.sum_fields("placementSumsDS", Ref(truth), Ref(score), ref.symbol))
@@ -227,75 +234,86 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     return EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, ref.noise_off, error, ref)
 
 
-@dataclass(frozen=True)
-class ROCGLM:
-    """The distributed ROC-GLM :math:`ROC(t) = \\Phi(a + b\\,\\Phi^{-1}(t))` and its AUC (seed 000)."""
+@result
+class ROCGLMFit(Results):
+    """A ROC-GLM :math:`ROC(t) = \\Phi(a + b\\,\\Phi^{-1}(t))` fitted by the distributed probit GLM on
+    the sites' placement-value tables, its AUC :math:`\\Phi(a/\\sqrt{1+b^2})` and the interval of
+    seed 000 eq. (3) on ``variance`` (DeLong, of the placement values) plus ``noise_variance``
+    (what DP noise adds, where estimated). :func:`ds_hist_auc` gives this fit on histogram
+    placement values; :class:`ROCGLM` extends it with seed 000's noisy-score reference.
 
-    a: float
-    b: float
-    auc: float  # Phi(a / sqrt(1 + b^2))
-    auc_integral: float  # integral of the fitted curve over (0, 1)
-    variance: float  # DeLong-type variance from placement values of both classes
-    alpha: float
-    n_thresholds: int
-    glm: GLMResults
-    empirical: EmpiricalAUC
-    reference: NoisyReference
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" (the probit model on the
+    intermediate data), eq. (3) (the CI); Pepe (2000), the ROC-GLM.
+    """
 
-    @property
-    def ci(self) -> tuple[float, float]:
-        """Seed 000 eq. (3) around the ROC-GLM AUC."""
-        return logit_ci(self.auc, self.variance, self.alpha)
+    _title: ClassVar[str] = "Distributed ROC-GLM  ROC(t) = Phi(a + b Phi^-1(t))"
+
+    auc: float = stat("AUC = Phi(a / sqrt(1 + b^2))", brief=".4f")
+    a: float = stat("a", brief=".4f")
+    b: float = stat("b", brief=".4f")
+    variance: float = stat("Variance (DeLong)")
+    alpha: float = stat()
+    n_thresholds: int = stat("Thresholds", brief="")
+    glm: GLMResults = hidden()
+    noise_variance: float = stat("Noise variance", default=0.0)
+
+    @derived("{level} CI (logit, eq. 3)", brief=".4f")
+    def ci(self) -> ConfInt:
+        """Seed 000 eq. (3) around the ROC-GLM AUC, with the sampling and the noise variance."""
+        return ConfInt(*logit_ci(self.auc, self.variance + self.noise_variance, self.alpha))
+
+    @derived("Fisher-scoring iterations")
+    def iterations(self) -> int:
+        return self.glm.iterations
 
     def curve(self, t: np.ndarray) -> np.ndarray:
         return stats.norm.cdf(self.a + self.b * stats.norm.ppf(t))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "a": self.a, "b": self.b, "auc": self.auc, "auc_integral": self.auc_integral,
-            "ci": list(self.ci), "variance": self.variance, "alpha": self.alpha,
-            "n_thresholds": self.n_thresholds, "iterations": self.glm.iterations,
-            "noise_off": self.reference.noise_off, "sigma": self.reference.sigma,
-            "empirical": self.empirical.to_dict(),
-        }
+    def _notes(self) -> tuple[str, ...]:
+        return ("Probit fit u ~ x on the sites' intermediate data:", self.glm.to_frame(self.alpha).to_string(
+            float_format=lambda v: f"{v:.6g}"))
+
+
+@result
+class ROCGLM(ROCGLMFit):
+    """Seed 000's distributed ROC-GLM: the fit on placement values against the pooled noisy scores
+    (``reference``), its AUC also by numerical integration, and the empirical AUC beside it.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" steps 1-5; eq. (3).
+    """
+
+    _: KW_ONLY
+    auc_integral: float = stat("AUC by integration")  # integral of the fitted curve over (0, 1)
+    empirical: EmpiricalAUC = stat()
+    reference: NoisyReference = hidden()
+
+    @derived("Noise sigma per site", export=False)
+    def noise(self) -> str:
+        """``off (exact)``, or each site's noise standard deviation."""
+        if self.reference.noise_off:
+            return "off (exact)"
+        return ", ".join(f"{s} {v:.4g}" for s, v in self.reference.sigma.items())
+
+    @derived("Empirical AUC", brief=".4f", export=False)
+    def empirical_auc(self) -> float:
+        return self.empirical.auc
+
+    @derived(brief="")
+    def noise_off(self) -> bool:
+        return self.reference.noise_off
+
+    @derived()
+    def sigma(self) -> dict[str, float]:
+        """Each site's noise standard deviation."""
+        return self.reference.sigma
 
     def empirical_curve(self) -> tuple[np.ndarray, np.ndarray]:
         """(fpr, tpr) of the pooled noisy scores at this fit's threshold grid (no site call)."""
         return self.reference.roc_curve(self.n_thresholds)
-
-    def to_frame(self) -> pd.DataFrame:
-        """The ROC-GLM and the empirical AUC, one row each: estimate, CI, variance."""
-        level = f"{1 - self.alpha:.0%}"
-        rows = [
-            {"auc": self.auc, f"{level} lower": self.ci[0], f"{level} upper": self.ci[1], "ci method": "logit (eq. 3)",
-             "variance": self.variance, "a": self.a, "b": self.b, "auc_integral": self.auc_integral},
-            {"auc": self.empirical.auc, f"{level} lower": self.empirical.ci_delong[0],
-             f"{level} upper": self.empirical.ci_delong[1], "ci method": "DeLong",
-             "variance": self.empirical.variance, "a": np.nan, "b": np.nan, "auc_integral": np.nan},
-        ]
-        return pd.DataFrame(rows, index=["ROC-GLM", "empirical"])
-
-    def summary(self) -> str:
-        level = f"{1 - self.alpha:.0%}"
-        glm = self.glm.to_frame(self.alpha).to_string(float_format=lambda v: f"{v:.6g}")
-        sigma = ", ".join(f"{s} {v:.4g}" for s, v in self.reference.sigma.items())
-        head = _text_table("Distributed ROC-GLM  ROC(t) = Phi(a + b Phi^-1(t))", [
-            ("AUC = Phi(a / sqrt(1 + b^2))", f"{self.auc:.6g}"),
-            (f"{level} CI (logit, eq. 3)", "{:.6g} - {:.6g}".format(*self.ci)),
-            ("AUC by integration", f"{self.auc_integral:.6g}"),
-            ("a, b", f"{self.a:.6g}, {self.b:.6g}"),
-            ("Empirical AUC", f"{self.empirical.auc:.6g}"),
-            (f"{level} CI (DeLong)", "{:.6g} - {:.6g}".format(*self.empirical.ci_delong)),
-            ("Thresholds", str(self.n_thresholds)),
-            ("Fisher-scoring iterations", str(self.glm.iterations)),
-            ("Noise sigma per site", "off (exact)" if self.reference.noise_off else sigma),
-        ])
-        return head + "Probit fit u ~ x on the sites' intermediate data:\n" + glm + "\n"
-
-    def __repr__(self) -> str:
-        return (f"ROCGLM(auc={self.auc:.4f}, ci=({self.ci[0]:.4f}, {self.ci[1]:.4f}), a={self.a:.4f}, b={self.b:.4f}, "
-                f"empirical_auc={self.empirical.auc:.4f}, n_thresholds={self.n_thresholds}, "
-                f"noise_off={self.reference.noise_off})")
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The fitted ROC-GLM curve over the empirical ROC of the pooled noisy scores, the AUC's CI in
@@ -310,6 +328,8 @@ class ROCGLM:
                         overlay=None if fpr is None else (fpr, tpr), overlay_label=overlay_label, ax=ax)
 
 
+@validate_params({"alpha": ALPHA, "n_thresholds": N_THRESHOLDS, "epsilon": PRIVACY, "delta": PRIVACY,
+                  "sensitivity": PRIVACY})
 def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                n_thresholds: int = 99, epsilon: float | None = None, delta: float | None = None,
                sensitivity: float | None = None, secure: bool = False) -> ROCGLM:
@@ -325,6 +345,11 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
     ``epsilon``, ``delta`` and ``sensitivity`` may only ask for more privacy than
     the sites' rules give; a site refuses a request for less. ``secure``: the probit fit checked
     pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`).
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" (steps 1-5 above), eqs. (1)-(3);
+    Balle & Wang (2018), the analytic Gaussian mechanism the sites use for the noisy scores.
     """
     with progress("ROC-GLM", total=4) as bar:
         bar.update(description="ROC-GLM: noisy scores")
@@ -335,10 +360,10 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
             bar.update(advance=1, description="ROC-GLM: probit fit")
             fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=secure)
         a, b = (float(v) for v in fit.params)
-        auc = binormal_auc(a, b)
         auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,
                                             epsabs=1e-12, epsrel=1e-12)[0])
         bar.update(advance=1, description="ROC-GLM: placement values")
         empirical = ds_auc(session, truth, score, alpha=alpha, reference=ref)
         bar.advance()
-    return ROCGLM(a, b, auc, auc_integral, empirical.variance, alpha, n_thresholds, fit, empirical, ref)
+    return ROCGLM(binormal_auc(a, b), a, b, empirical.variance, alpha, n_thresholds, fit, auc_integral=auc_integral,
+                  empirical=empirical, reference=ref)

@@ -17,14 +17,16 @@ fit on the pooled data: the same path, step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from dsfed_client.calls import Formula, Ref
+from dsfed_client.params import ALPHA, Interval, Options, validate_params
 from dsfed_client.progress import progress
+from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
 
 
@@ -32,23 +34,33 @@ class ConvergenceError(RuntimeError):
     """The distributed fit did not converge within ``maxit`` iterations."""
 
 
-@dataclass(frozen=True)
-class GLMResults:
-    """A fitted distributed GLM, in the shape statsmodels' GLM results take."""
+@result
+class GLMResults(Results):
+    """A fitted distributed GLM, in the shape statsmodels' GLM results take: ``params``, ``bse``,
+    ``cov_params()``, ``conf_int(alpha)``, ``pvalues``, ``summary()``.
 
-    formula: str
-    family: str
-    link: str
-    names: tuple[str, ...]
-    params: np.ndarray
-    cov_params_: np.ndarray
-    deviance: float
-    dispersion: float
-    nobs: int
-    df_resid: int
-    iterations: int
-    sites: tuple[str, ...] = ()  # the sites the parts were summed over (only their sums were seen)
-    pooled: bool = False  # counts checked pooled over the sites (True) or per site (False)
+    References
+    ----------
+    Wu et al. (2012), seed 002 §2: Newton-Raphson on the summed site Hessians and gradients.
+    Schalk, Rehms et al. (2024), seed 000, "Distributed GLM". R's ``glm.fit`` (the path followed)
+    and ``summary.glm`` (z or t statistics).
+    """
+
+    _title: ClassVar[str] = "Distributed Generalized Linear Model Results"
+
+    formula: str = stat("Formula", brief="")
+    family: str = stat("Family", brief="")
+    link: str = stat("Link", brief="")
+    names: tuple[str, ...] = hidden()
+    params: np.ndarray = hidden()
+    cov_params_: np.ndarray = hidden()
+    deviance: float = stat("Deviance")
+    dispersion: float = stat("Dispersion")
+    nobs: int = stat("No. observations", brief="")
+    df_resid: int = stat("Df residuals")
+    iterations: int = stat("Iterations (distributed IRLS)")
+    sites: tuple[str, ...] = stat("Sites", default=())  # the sites the parts were summed over (only their sums)
+    pooled: bool = stat("Counts checked pooled", default=False)  # pooled over the sites (True) or per site
 
     @property
     def bse(self) -> np.ndarray:
@@ -69,57 +81,42 @@ class GLMResults:
             return 2 * stats.t.sf(np.abs(self.statistic), self.df_resid)
         return 2 * stats.norm.sf(np.abs(self.statistic))
 
+    @derived()
+    def coefficients(self) -> dict[str, float]:
+        """The coefficients by term name."""
+        return dict(zip(self.names, self.params.tolist()))
+
     def cov_params(self) -> np.ndarray:
         return self.cov_params_.copy()
 
+    @validate_params({"alpha": ALPHA})
     def conf_int(self, alpha: float = 0.05) -> np.ndarray:
         """Wald intervals :math:`\\hat\\beta \\pm z_{1-\\alpha/2}\\,\\mathrm{se}` (R's ``confint.default``)."""
         q = stats.norm.ppf(1 - alpha / 2)
         return np.column_stack([self.params - q * self.bse, self.params + q * self.bse])
 
+    @validate_params({"alpha": ALPHA})
     def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
+        """One row per term: ``coef``, ``std err``, ``z`` (``t``), ``P>|z|``, ``ci_lower``, ``ci_upper``
+        (``frame.attrs["alpha"]``)."""
         ci = self.conf_int(alpha)
         label = "t" if self.uses_t else "z"
-        return pd.DataFrame(
+        frame = pd.DataFrame(
             {"coef": self.params, "std err": self.bse, label: self.statistic, f"P>|{label}|": self.pvalues,
-             f"[{alpha / 2:g}": ci[:, 0], f"{1 - alpha / 2:g}]": ci[:, 1]},
-            index=list(self.names),
+             "ci_lower": ci[:, 0], "ci_upper": ci[:, 1]},
+            index=pd.Index(list(self.names), name="term"),
         )
+        frame.attrs["alpha"] = alpha
+        return frame
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "formula": self.formula, "family": self.family, "link": self.link,
-            "coefficients": dict(zip(self.names, self.params.tolist())),
-            "std_errors": dict(zip(self.names, self.bse.tolist())),
-            "pvalues": dict(zip(self.names, self.pvalues.tolist())),
-            "conf_int": {n: ci for n, ci in zip(self.names, self.conf_int().tolist())},
-            "deviance": self.deviance, "dispersion": self.dispersion, "nobs": self.nobs,
-            "df_resid": self.df_resid, "iterations": self.iterations, "sites": list(self.sites),
-            "checked": "pooled" if self.pooled else "per site",
-        }
+    def _table(self) -> pd.DataFrame:
+        return self.to_frame()
 
+    @validate_params({"alpha": ALPHA})
     def summary(self, alpha: float = 0.05) -> str:
         """A statsmodels-style text table: the fit's header, then one row per coefficient."""
-        rows = [
-            ("Formula", self.formula, "No. observations", str(self.nobs)),
-            ("Family", self.family, "Df residuals", str(self.df_resid)),
-            ("Link", self.link, "Sites", str(len(self.sites))),
-            ("Method", "distributed IRLS", "Deviance", f"{self.deviance:.6g}"),
-            ("Iterations", str(self.iterations), "Dispersion", f"{self.dispersion:.6g}"),
-        ]
-        table = self.to_frame(alpha).to_string(float_format=lambda v: f"{v:.6g}")
-        width = max(78, max(len(line) for line in table.splitlines()))
-        head = "\n".join(f"{a + ':':<18}{b:<22}{c + ':':>22}{d:>14}" for a, b, c, d in rows)
-        checked = "pooled over the sites" if self.pooled else "per site"
-        return "\n".join([
-            "Distributed Generalized Linear Model Results".center(width), "=" * width, head, "=" * width, table,
-            "=" * width, f"parts summed by the sites {', '.join(self.sites)}, counts checked {checked}; every "
-                         f"iterate derived by the sites",
-        ]).rstrip() + "\n"
-
-    def __repr__(self) -> str:
-        coefs = ", ".join(f"{n}={v:.4g}" for n, v in zip(self.names, self.params))
-        return f"GLMResults({self.formula!r}, {self.family}/{self.link}, n={self.nobs}, {coefs})"
+        return render(self._title, self._rows(), table=self.to_frame(alpha), notes=(
+            f"{1 - alpha:.0%} Wald intervals; every iterate derived by the sites from summed parts",))
 
     def plot(self, ax: Any = None, *, alpha: float = 0.05) -> Any:
         """A forest plot of the coefficients with their Wald intervals; returns the matplotlib Axes."""
@@ -154,6 +151,11 @@ def _parts_stream(session: FederatedSession, secure: bool, *args: Any, link: str
                      np.asarray(release["xwz"], dtype=float), float(release["dev"]), int(round(release["Npositive"])))
 
 
+@validate_params({
+    "family": [Options({"binomial", "poisson", "gaussian"})],
+    "link": [Options({"logit", "probit", "log", "identity"}), None],
+    "epsilon": [Interval(float, 0, 1, closed="neither")], "maxit": [Interval(int, 1, 1000)],
+})
 def ds_glm(
     session: FederatedSession,
     formula: str,
@@ -189,6 +191,26 @@ def ds_glm(
         in fixed point: the first round with 24 fraction bits, the next ones with as many as the
         summed parts leave room for (up to 40, chosen alike at every site), so the fit equals the
         pooled one to about :math:`2^{-f}` times the information matrix's condition number.
+    epsilon, maxit : float, int
+        R's convergence rule (``glm.control``): stop when
+        :math:`|D^{(t)} - D^{(t-1)}| / (|D^{(t)}| + 0.1) < \\epsilon`, at most ``maxit`` iterations.
+
+    Returns
+    -------
+    GLMResults
+
+    Raises
+    ------
+    InvalidParameterError
+        A parameter outside its constraints, before any site is contacted.
+    ConvergenceError
+        No convergence within ``maxit`` iterations.
+
+    References
+    ----------
+    Wu, Jiang, Kim, Ohno-Machado (2012), "Preserving Institutional Privacy in Distributed Binary
+    Logistic Regression" (seed 002), §2: Newton-Raphson on summed Hessians and gradients.
+    Schalk, Rehms et al. (2024), seed 000, "Distributed GLM" (Fisher scoring on summed parts).
     """
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")

@@ -49,8 +49,7 @@ for why ``recalibrateDS`` is enabled only in the test profile for now.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -64,6 +63,8 @@ from dsfed_client.analyses.calibration import (
 from dsfed_client.analyses.suite import no_pooled_release
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
+from dsfed_client.params import N_GROUPS, Interval, Options, check_params, validate_params
+from dsfed_client.results import Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.recalibration import METHODS, apply_map
 
@@ -72,24 +73,44 @@ from dsfed_core.recalibration import METHODS, apply_map
 # --- the map ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class RecalibrationMap:
+@result
+class RecalibrationMap(Results):
     """A recalibration map as the numbers that travel to the sites (never code).
 
     ``logistic``: ``coefficients = (a, b)``, :math:`\\operatorname{expit}(a + b\\,\\operatorname{logit}(p))`.
     ``pchip``: smooth isotonic map through ``(knots, values)``, constant outside the knots.
     ``step``: isotonic step function, ``values[s]`` on ``(knots[s-1], knots[s]]``.
     Calling the map evaluates it as ``recalibrateDS`` does at the site.
+
+    References
+    ----------
+    Platt (1999) and the dissertation of seed 001, §3.6.1 (logistic); §4.3-4.6 and Algorithm 4.1
+    (smooth isotonic, PCHIP through the step knots; Jiang et al. 2011).
+
+    Examples
+    --------
+    >>> m = RecalibrationMap("step", knots=np.array([0.5, 1.0]), values=np.array([0.2, 0.7]))
+    >>> m(np.array([0.1, 0.5, 0.6, 1.0]))
+    array([0.2, 0.2, 0.7, 0.7])
+    >>> m
+    RecalibrationMap(method='step', n_knots=2)
+    >>> RecalibrationMap("logistic", coefficients=(0.0, 1.0))(np.array([0.25]))  # the identity
+    array([0.25])
     """
 
-    method: str
-    coefficients: tuple[float, float] | None = None
-    knots: np.ndarray | None = None
-    values: np.ndarray | None = None
+    _title: ClassVar[str] = "Recalibration map"
+
+    method: str = stat("Method", brief="")
+    coefficients: tuple[float, float] | None = stat("Intercept, slope", default=None)
+    knots: np.ndarray | None = stat(default=None)
+    values: np.ndarray | None = stat(default=None)
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        check_params("RecalibrationMap", {"method": self.method}, {"method": [Options(set(METHODS))]})
+
+    @derived("Knots", brief="")
+    def n_knots(self) -> int | None:
+        return None if self.knots is None else len(self.knots)
 
     def __call__(self, p: Any) -> np.ndarray:
         return apply_map(np.asarray(p, dtype=float), self.method, self.coefficients, self.knots, self.values)
@@ -125,71 +146,59 @@ class RecalibrationMap:
         grid = np.linspace(0.0, 1.0, 1001) if grid is None else np.asarray(grid, dtype=float)
         return float(np.max(np.abs(self(grid) - other(grid))))
 
-    def to_frame(self) -> pd.DataFrame:
+    def _table(self) -> pd.DataFrame | None:
         if self.method == "logistic":
-            return pd.DataFrame({"term": ["intercept", "slope"], "value": list(self.coefficients)})
+            return None
         return pd.DataFrame({"knot": self.knots, "value": self.values})
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.method == "logistic":
-            return {"method": self.method, "coefficients": [float(c) for c in self.coefficients]}
-        return {"method": self.method, "knots": np.asarray(self.knots).tolist(),
-                "values": np.asarray(self.values).tolist()}
-
-    def summary(self) -> str:
-        if self.method == "logistic":
-            a, b = self.coefficients  # type: ignore[misc]
-            return f"logistic recalibration: expit({a:.6g} + {b:.6g} * logit(p))"
-        kind = "smooth isotonic (PCHIP)" if self.method == "pchip" else "isotonic step"
-        return f"{kind} recalibration with {len(self.knots)} knots\n" + self.to_frame().to_string(
-            index=False, float_format=lambda v: f"{v:.6g}")
-
-    def __repr__(self) -> str:
-        if self.method == "logistic":
-            a, b = self.coefficients  # type: ignore[misc]
-            return f"RecalibrationMap('logistic', intercept={a:.6g}, slope={b:.6g})"
-        lo, hi = self.knots[0], self.knots[-1]
-        return f"RecalibrationMap({self.method!r}, {len(self.knots)} knots on [{lo:.4g}, {hi:.4g}])"
 
 
 # --- Platt ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class PlattFit:
-    """Platt (logistic) recalibration fitted by the distributed GLM (seed 001 §3.6.1)."""
+@result
+class PlattFit(Results):
+    """Platt (logistic) recalibration fitted by the distributed GLM; ``to_frame`` is the GLM's
+    coefficient table.
 
-    map: RecalibrationMap
-    calibration: LogisticCalibration  # glm(y ~ logit(p)) and the calibration-in-the-large fit
+    References
+    ----------
+    Platt (1999); the dissertation of seed 001, §3.6.1; the distributed GLM of seeds 000 and 002.
+    """
 
-    @property
+    _title: ClassVar[str] = "Platt (logistic) recalibration: distributed glm(y ~ logit(p))"
+
+    map: RecalibrationMap = stat()
+    calibration: LogisticCalibration = stat()  # glm(y ~ logit(p)) and the calibration-in-the-large fit
+
+    @derived("Intercept", brief=".6g")
     def intercept(self) -> float:
         return self.calibration.intercept
 
-    @property
+    @derived("Slope", brief=".6g")
     def slope(self) -> float:
         return self.calibration.slope
 
-    def to_frame(self) -> pd.DataFrame:
+    @derived("n", brief="")
+    def n(self) -> int:
+        return self.calibration.fit.nobs
+
+    @derived("Records with p = 0 or 1 left out", export=False)
+    def n_excluded(self) -> int:
+        return self.calibration.n_excluded
+
+    def _table(self) -> pd.DataFrame:
         return self.calibration.fit.to_frame()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"map": self.map.to_dict(), "nobs": self.calibration.fit.nobs,
-                "n_excluded": self.calibration.n_excluded, "fit": self.calibration.fit.to_dict()}
-
-    def summary(self) -> str:
-        return (f"{self.map.summary()}\n(distributed glm(y ~ logit(p)), n = {self.calibration.fit.nobs}, "
-                f"{self.calibration.n_excluded} records with p = 0 or 1 left out)\n"
-                + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"))
-
-    def __repr__(self) -> str:
-        return f"PlattFit(intercept={self.intercept:.6g}, slope={self.slope:.6g}, n={self.calibration.fit.nobs})"
 
 
 def ds_platt_fit(session: FederatedSession, truth: str, score: str) -> PlattFit:
     """Fit :math:`\\operatorname{logit} P(y=1) = a + b\\,\\operatorname{logit}(p)` by the distributed
     GLM (registry ``calibrationFrameDS`` + ``glmDS2``; R's ``glm.fit`` path, so without noise the
-    coefficients are R's ``glm(y ~ qlogis(p), binomial)`` on the pooled records with 0 < p < 1)."""
+    coefficients are R's ``glm(y ~ qlogis(p), binomial)`` on the pooled records with 0 < p < 1).
+
+    References
+    ----------
+    Platt (1999); the dissertation of seed 001, §3.6.1.
+    """
     cal = ds_logistic_calibration(session, truth, score)
     return PlattFit(RecalibrationMap("logistic", coefficients=(cal.intercept, cal.slope)), cal)
 
@@ -197,40 +206,40 @@ def ds_platt_fit(session: FederatedSession, truth: str, score: str) -> PlattFit:
 # --- isotonic ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class IsotonicFit:
-    """Smooth isotonic recalibration from pooled bin sums (seed 001 §4.3-4.6, Algorithm 4.1).
+@result
+class IsotonicFit(Results):
+    """Smooth isotonic recalibration from pooled bin sums; ``to_frame`` has one row per step.
 
     ``map`` is the PCHIP (smooth isotonic) map, ``step`` the isotonic step function.
     ``bins`` holds the pooled per-bin sums that entered PAVA (the bins the sites' release gate
     released: requested bins holding fewer than q records merged with the next, ``merged_bins``
     of them) and the fitted value; every record is used.
+
+    References
+    ----------
+    The dissertation of seed 001, eqs. (3.9), (4.2), (4.5), Algorithm 4.1; Jiang et al. (2011),
+    smooth isotonic regression; Barlow et al. (1972), PAVA.
     """
 
-    map: RecalibrationMap
-    step: RecalibrationMap
-    bins: pd.DataFrame
-    steps: pd.DataFrame
-    merged_bins: int
-    n_total: int
+    _title: ClassVar[str] = "Smooth isotonic recalibration"
 
-    def to_frame(self) -> pd.DataFrame:
-        return self.steps.copy()
+    map: RecalibrationMap = stat()
+    step: RecalibrationMap = stat()
+    bins: pd.DataFrame = stat()
+    steps: pd.DataFrame = hidden()
+    merged_bins: int = stat("Requested bins merged by the sites' release gate", brief="")
+    n_total: int = stat("n", brief="")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"map": self.map.to_dict(), "step": self.step.to_dict(),
-                "bins": self.bins.replace({np.nan: None}).to_dict(orient="records"),
-                "steps": self.steps.to_dict(orient="records"), "merged_bins": self.merged_bins,
-                "n_total": self.n_total}
+    @derived("Bins", brief="")
+    def n_bins(self) -> int:
+        return len(self.bins)
 
-    def summary(self) -> str:
-        head = (f"smooth isotonic recalibration: {len(self.steps)} steps from {len(self.bins)} bins, "
-                f"n = {self.n_total}; requested bins merged by the sites' release gate: {self.merged_bins}")
-        return head + "\n" + self.steps.to_string(index=False, float_format=lambda v: f"{v:.6g}")
+    @derived("Steps", brief="")
+    def n_steps(self) -> int:
+        return len(self.steps)
 
-    def __repr__(self) -> str:
-        return (f"IsotonicFit({len(self.steps)} steps, {len(self.bins)} bins, n={self.n_total}, "
-                f"merged_bins={self.merged_bins})")
+    def _table(self) -> pd.DataFrame:
+        return self.steps
 
 
 def equal_count_breaks(session: FederatedSession, score: str, n_bins: int, *, grid_size: int = 4000,
@@ -294,6 +303,7 @@ def binned_pava(n: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, upper: np.n
             RecalibrationMap("step", knots=step_knots, values=values), steps, fitted)
 
 
+@validate_params({"n_bins": [Interval(int, 1, 10_000)]})
 def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins: int = 50,
                     breaks: Any = None) -> IsotonicFit:
     """Smooth isotonic recalibration fitted on pooled, disclosure-checked bin sums.
@@ -317,6 +327,11 @@ def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins
     the sites release only bin sums that pass the q-rule (the same sums as the Hosmer-Lemeshow
     table), PAVA runs at the analyst, and the PCHIP through one knot per step (mean score, share
     of events) is the smooth isotonic map (Algorithm 4.1).
+
+    References
+    ----------
+    The dissertation of seed 001, eqs. (3.9), (4.2), (4.5) and Algorithm 4.1; Jiang, Osl, Kim,
+    Ohno-Machado (2011), "Smooth isotonic regression".
     """
     if breaks is None:
         edges = equal_count_breaks(session, score, n_bins)
@@ -350,51 +365,50 @@ def ds_apply_recalibration(session: FederatedSession, score: str, recalibration:
     return into
 
 
-@dataclass(frozen=True)
-class CalibrationMeasures:
-    """The calibration measures of one score (seeds 000-002), all from the existing ds_* estimators."""
+@result
+class CalibrationMeasures(Results):
+    """The calibration measures of one score (seeds 000-002), all from the existing ds_* estimators.
 
-    brier: float
-    spiegelhalter_z: float
-    hl_c: float
-    hl_c_pvalue: float
-    hl_h: float
-    hl_h_pvalue: float
-    ece: float
-    mce: float
-    intercept: float
-    slope: float
-    citl: float
-    n: int
-    complete: bool  # every H-L group exact and as requested (no group merged by the sites' release gate)
+    References
+    ----------
+    Seed 000 eq. (5) (Brier); the dissertation of seed 001, §3.5 and eq. (3.6); Hosmer & Lemeshow
+    (1980); Cox (1958).
+    """
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    _title: ClassVar[str] = "Calibration measures"
 
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"value": [getattr(self, m) for m in MEASURES]}, index=pd.Index(MEASURES, name="measure"))
-
-    def summary(self) -> str:
-        note = "" if self.complete else " (H-L groups merged by the sites' release gate, or inexact)"
-        return (f"calibration measures, n = {self.n}{note}\n"
-                + self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"))
-
-    def __repr__(self) -> str:
-        return (f"CalibrationMeasures(n={self.n}, brier={self.brier:.4g}, hl_c={self.hl_c:.4g}, "
-                f"hl_h={self.hl_h:.4g}, ece={self.ece:.4g}, slope={self.slope:.4g})")
+    brier: float = stat("Brier score", brief=".4g")
+    spiegelhalter_z: float = stat("Spiegelhalter z")
+    hl_c: float = stat("H-L C", brief=".4g")
+    hl_c_pvalue: float = stat("H-L C p-value", ".4g")
+    hl_h: float = stat("H-L H", brief=".4g")
+    hl_h_pvalue: float = stat("H-L H p-value", ".4g")
+    ece: float = stat("ECE", brief=".4g")
+    mce: float = stat("MCE")
+    intercept: float = stat("Calibration intercept")
+    slope: float = stat("Calibration slope", brief=".4g")
+    citl: float = stat("Calibration-in-the-large")
+    n: int = stat("n", brief="")
+    complete: bool = stat("H-L groups complete")  # every group exact and as requested (none merged by the gate)
 
 
 MEASURES = ("brier", "spiegelhalter_z", "hl_c", "hl_c_pvalue", "hl_h", "hl_h_pvalue", "ece", "mce",
             "intercept", "slope", "citl")
 
 
-def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *, g: int = 10
+@validate_params({"n_groups": N_GROUPS})
+def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10
                             ) -> CalibrationMeasures:
     """Brier and Spiegelhalter's z (``ds_brier``), Hosmer-Lemeshow C and H (``ds_hosmer_lemeshow``),
     ECE/MCE over the C groups (seed 001 eq. 3.6) and calibration intercept, slope and CITL
     (``ds_logistic_calibration``), released pooled when every site offers it (as ``validate``):
     the sites then find the deciles among themselves, exact whatever cuts the score column released
-    before (a recalibration's bins among them)."""
+    before (a recalibration's bins among them). ``n_groups``: the Hosmer-Lemeshow groups.
+
+    References
+    ----------
+    Seed 000 eq. (5); the dissertation of seed 001, §3.5 and eq. (3.6); Hosmer & Lemeshow (1980).
+    """
     pooled, _ = session.pooled_capability()
     try:
         b = ds_brier(session, truth, score, secure=pooled)
@@ -402,50 +416,51 @@ def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *
         if not (pooled and no_pooled_release(exc)):
             raise
         pooled, b = False, ds_brier(session, truth, score)
-    c = ds_hosmer_lemeshow(session, truth, score, g=g, kind="C", secure=pooled)
-    h = ds_hosmer_lemeshow(session, truth, score, g=g, kind="H", secure=pooled)
+    c = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=pooled)
+    h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
     e = calibration_errors(c)
     lc = ds_logistic_calibration(session, truth, score, n_complete=b.n, secure=pooled)
     return CalibrationMeasures(b.brier, b.spiegelhalter_z, c.statistic, c.pvalue, h.statistic, h.pvalue, e.ece,
                                e.mce, lc.intercept, lc.slope, lc.citl, b.n, c.complete and h.complete)
 
 
-@dataclass(frozen=True, eq=False)
-class Recalibration:
-    """A recalibration fitted, applied at the sites (as ``symbol``) and evaluated before and after.
+@result
+class Recalibration(Results):
+    """A recalibration fitted, applied at the sites (as ``symbol``) and evaluated before and after;
+    ``to_frame`` has one row per measure: before, after, and after - before.
 
     The measures after are computed on the records the map was fitted on (in-sample, so
     optimistic); to validate on other records, apply ``fit`` to another score with
     :func:`ds_apply_recalibration` and call :func:`ds_calibration_measures`.
+
+    References
+    ----------
+    The dissertation of seed 001, chapter 4 and §3.6.1-3.6.2.
     """
 
-    method: str  # "logistic" or "isotonic"
-    fit: PlattFit | IsotonicFit
-    map: RecalibrationMap  # the map applied at the sites (for isotonic: the PCHIP or the step function)
-    symbol: str
-    before: CalibrationMeasures
-    after: CalibrationMeasures
+    method: str = stat("Method", brief="")  # "logistic" or "isotonic"
+    fit: PlattFit | IsotonicFit = stat()
+    map: RecalibrationMap = stat()  # the map applied at the sites (for isotonic: the PCHIP or the step function)
+    symbol: str = stat("Applied at the sites as", brief="")
+    before: CalibrationMeasures = stat()
+    after: CalibrationMeasures = stat()
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row per measure: before, after, and after - before."""
+    @property
+    def _title(self) -> str:  # type: ignore[override]
+        return f"Federated {self.method} recalibration (seed 001, ch. 4), in-sample"
+
+    @derived("H-L C before -> after", brief="", export=False)
+    def hl_c_change(self) -> str:
+        return f"{self.before.hl_c:.4g} -> {self.after.hl_c:.4g}"
+
+    @derived("ECE before -> after", brief="", export=False)
+    def ece_change(self) -> str:
+        return f"{self.before.ece:.4g} -> {self.after.ece:.4g}"
+
+    def _table(self) -> pd.DataFrame:
         b, a = self.before.to_dict(), self.after.to_dict()
         return pd.DataFrame({"before": [b[m] for m in MEASURES], "after": [a[m] for m in MEASURES]},
                             index=pd.Index(MEASURES, name="measure")).assign(change=lambda f: f.after - f.before)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "symbol": self.symbol, "map": self.map.to_dict(), "fit": self.fit.to_dict(),
-                "before": self.before.to_dict(), "after": self.after.to_dict()}
-
-    def summary(self) -> str:
-        supp = (f"bins merged by the sites' release gate while fitting: {self.fit.merged_bins}"
-                if self.method == "isotonic" else "fitted by the distributed GLM")
-        return "\n".join([
-            f"Federated {self.method} recalibration (seed 001, ch. 4) -> {self.symbol}",
-            self.map.summary() if self.method == "logistic" else f"{self.fit!r}, applied: {self.map!r}",
-            supp,
-            f"calibration measures, n = {self.after.n} (in-sample):",
-            self.to_frame().to_string(float_format=lambda v: f"{v:.6g}"),
-        ])
 
     def plot(self, ax: Any = None) -> Any:
         """The map applied at the sites, labelled with the H-L C and ECE before and after. Returns the Axes."""
@@ -453,27 +468,28 @@ class Recalibration:
                  f"ECE {self.before.ece:.3g} -> {self.after.ece:.3g}")
         return self.map.plot(ax, label=label)
 
-    def __repr__(self) -> str:
-        return (f"Recalibration({self.method!r} -> {self.symbol!r}: H-L C {self.before.hl_c:.4g} -> "
-                f"{self.after.hl_c:.4g}, ECE {self.before.ece:.4g} -> {self.after.ece:.4g})")
 
-
+@validate_params({"method": [Options({"logistic", "isotonic"})], "n_bins": [Interval(int, 1, 10_000)],
+                  "n_groups": N_GROUPS})
 def ds_recalibrate(session: FederatedSession, truth: str, score: str, *, method: str = "isotonic",
                    into: str = "p.recal", n_bins: int = 50, breaks: Any = None, smooth: bool = True,
-                   g: int = 10) -> Recalibration:
+                   n_groups: int = 10) -> Recalibration:
     """Fit a recalibration (``"logistic"``: Platt, seed 001 §3.6.1; ``"isotonic"``: smooth isotonic
     regression, §4.3-4.6), apply it at every site as the new vector ``into`` and compare the
     calibration measures of ``score`` and ``into``. ``smooth=False`` applies the isotonic step
-    function instead of its PCHIP smoothing."""
+    function instead of its PCHIP smoothing; ``n_groups``: the Hosmer-Lemeshow groups.
+
+    References
+    ----------
+    The dissertation of seed 001, chapter 4 (Algorithm 4.1) and §3.6.1.
+    """
     if method == "logistic":
         fit: PlattFit | IsotonicFit = ds_platt_fit(session, truth, score)
         m = fit.map
-    elif method == "isotonic":
+    else:  # "isotonic", as validated
         fit = ds_isotonic_fit(session, truth, score, n_bins=n_bins, breaks=breaks)
         m = fit.map if smooth else fit.step
-    else:
-        raise ValueError("method must be 'logistic' or 'isotonic'")
-    before = ds_calibration_measures(session, truth, score, g=g)
+    before = ds_calibration_measures(session, truth, score, n_groups=n_groups)
     ds_apply_recalibration(session, score, m, into)
-    after = ds_calibration_measures(session, truth, into, g=g)
+    after = ds_calibration_measures(session, truth, into, n_groups=n_groups)
     return Recalibration(method, fit, m, into, before, after)

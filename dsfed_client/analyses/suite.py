@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pandas as pd
 
@@ -14,39 +13,49 @@ from dsfed_client.analyses.calibration import (
 from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
 from dsfed_client.errors import FederatedCallError
+from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, N_THRESHOLDS, PRIVACY, Options, validate_params
+from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 
 Method = Literal["histogram", "paper"]
 
 
-@dataclass(frozen=True)
-class Discrimination:
-    """The discrimination half of a validation, whichever method computed it: the empirical AUC and
-    the ROC-GLM AUC (seed 000), each with its interval.
+@result
+class Discrimination(Results):
+    """The discrimination half of a validation, whichever method computed it: the empirical AUC
+    with its interval ``ci`` and the ROC-GLM AUC with ``roc_glm_ci`` (seed 000), at ``alpha``.
 
     ``method="histogram"`` (the default): placement values against global CDFs from the sites'
-    noisy hierarchical histograms (seed 003); ``auc_ci`` is seed 000's logit interval on the
+    noisy hierarchical histograms (seed 003); ``ci`` is seed 000's logit interval on the
     DeLong variance plus the variance the noise adds (``noise_variance``), and the ROC-GLM is fitted
     on the same placement values. ``method="paper"``: seed 000's noisy scores, as in the paper;
-    ``auc_ci`` is the DeLong interval, which, as the paper's, does not account for the noise."""
+    ``ci`` is the DeLong interval, which, as the paper's, does not account for the noise.
 
-    method: str
-    auc: float
-    auc_ci: tuple[float, float]
-    variance: float  # DeLong variance of the empirical AUC
-    noise_variance: float  # what the DP noise adds to it (0: not estimated, or noise off)
-    roc_glm_auc: float
-    roc_glm_ci: tuple[float, float]
-    a: float
-    b: float
-    iterations: int
-    n_thresholds: int
-    n_positive: int
-    n_negative: int
-    alpha: float
-    noise_off: bool
-    noise: str  # how noise entered, in words
-    result: HistogramAUC | ROCGLM = field(repr=False)
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(3), "Distributed ROC-GLM"; Xu & Cormode (2025),
+    seed 003.
+    """
+
+    _title: ClassVar[str] = "Discrimination"
+
+    method: str = stat("Method", brief="")
+    auc: float = stat("Empirical AUC", brief=".4f")
+    ci: ConfInt = stat("{level} CI", brief=".4f")
+    variance: float = stat("Variance (DeLong)")  # DeLong variance of the empirical AUC
+    noise_variance: float = stat("Noise variance")  # what the DP noise adds to it (0: not estimated, or noise off)
+    roc_glm_auc: float = stat("ROC-GLM AUC", brief=".4f")
+    roc_glm_ci: ConfInt = stat("{level} CI (logit, eq. 3)")
+    a: float = stat("a")
+    b: float = stat("b")
+    iterations: int = stat("Fisher-scoring iterations")
+    n_thresholds: int = stat("Thresholds")
+    n_positive: int = stat("Positives")
+    n_negative: int = stat("Negatives")
+    alpha: float = stat()
+    noise_off: bool = stat()
+    noise: str = stat("Noise")  # how noise entered, in words
+    result: HistogramAUC | ROCGLM = hidden()
 
     @classmethod
     def from_histogram(cls, h: HistogramAUC) -> "Discrimination":
@@ -58,7 +67,7 @@ class Discrimination:
                  f"hierarchical score histograms with Gaussian noise ({added}); the interval includes the noise "
                  "variance")
         return cls("histogram", h.auc, h.ci_logit, h.variance, h.noise_variance, g.auc, g.ci, g.a, g.b,
-                   g.glm.iterations, g.n_thresholds, h.n_positive, h.n_negative, h.alpha, h.noise_off, noise, h)
+                   g.iterations, g.n_thresholds, h.n_positive, h.n_negative, h.alpha, h.noise_off, noise, h)
 
     @classmethod
     def from_paper(cls, r: ROCGLM) -> "Discrimination":
@@ -67,10 +76,10 @@ class Discrimination:
                  "noisy scores per site (seed 000): " + ", ".join(f"{s} sigma {v:.4g}" for s, v in
                                                                    r.reference.sigma.items())
                  + "; the intervals do not account for the noise (as in the paper)")
-        return cls("paper", e.auc, e.ci_delong, e.variance, 0.0, r.auc, r.ci, r.a, r.b, r.glm.iterations,
+        return cls("paper", e.auc, e.ci_delong, e.variance, 0.0, r.auc, r.ci, r.a, r.b, r.iterations,
                    r.n_thresholds, e.n_positive, e.n_negative, r.alpha, r.reference.noise_off, noise, r)
 
-    @property
+    @derived()
     def mechanism(self) -> dict[str, dict[str, Any]]:
         """Per site (or ``"pooled"``) the mechanism of the noisy release the AUC rests on."""
         r = self.result
@@ -79,55 +88,69 @@ class Discrimination:
     def plot(self, ax: Any = None, **kwargs: Any) -> Any:
         return self.result.plot(ax=ax, **kwargs)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "auc": self.auc, "auc_ci": list(self.auc_ci), "variance": self.variance,
-                "noise_variance": self.noise_variance, "roc_glm_auc": self.roc_glm_auc,
-                "roc_glm_ci": list(self.roc_glm_ci), "a": self.a, "b": self.b, "iterations": self.iterations,
-                "n_thresholds": self.n_thresholds, "n_positive": self.n_positive, "n_negative": self.n_negative,
-                "alpha": self.alpha, "noise_off": self.noise_off, "noise": self.noise}
 
-
-@dataclass(frozen=True)
-class ValidationReport:
-    """Discrimination and calibration of one model over all sites.
+@result
+class ValidationReport(Results):
+    """Discrimination and calibration of one model over all sites; ``to_frame`` has one row per
+    statistic (``estimate``, ``ci_lower``, ``ci_upper`` at ``alpha``, ``pvalue``, ``note``).
 
     ``mode`` is ``"pooled"`` when every binned release was checked pooled over the sites (secure
     aggregation with pooled thresholds), ``"per-site"`` otherwise; ``mode_note`` says why the
-    per-site path was taken."""
+    per-site path was taken.
 
-    discrimination: Discrimination
-    brier: Brier
-    curve: CalibrationCurve
-    hl_c: HosmerLemeshow
-    hl_h: HosmerLemeshow
-    errors: CalibrationErrors
-    logistic: LogisticCalibration
-    mode: str = "per-site"
-    mode_note: str = ""
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000 (AUC, ROC-GLM, Brier, calibration curve); the
+    dissertation of seed 001 (calibration measures, ECE/MCE); Wu et al. (2012), seed 002 (H-L,
+    distributed GLM); Xu & Cormode (2025), seed 003 (histograms).
+    """
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode, "mode_note": self.mode_note, "discrimination": self.discrimination.to_dict(),
-            "brier": self.brier.to_dict(), "calibration_curve": self.curve.to_dict(),
-            "hosmer_lemeshow_c": self.hl_c.to_dict(), "hosmer_lemeshow_h": self.hl_h.to_dict(),
-            "ece_mce": self.errors.to_dict(), "logistic_calibration": self.logistic.to_dict(),
-        }
+    _title: ClassVar[str] = "Federated validation of a binary prediction model"
+    _table_fmt: ClassVar[str] = ".4f"
 
-    def to_frame(self) -> pd.DataFrame:
-        """One row per statistic: estimate, interval (where there is one), p-value, note."""
-        d, level = self.discrimination, f"{1 - self.discrimination.alpha:.0%}"
-        slope_ci, citl_ci = self.logistic.fit.conf_int()[1], self.logistic.citl_fit.conf_int()[0]
-        nan = float("nan")
-        auc_note = (f"{level} logit CI (eq. 3), sampling + noise variance" if d.method == "histogram"
-                    else f"{level} DeLong CI")
+    discrimination: Discrimination = stat()
+    brier: Brier = stat()
+    curve: CalibrationCurve = stat()
+    hl_c: HosmerLemeshow = stat()
+    hl_h: HosmerLemeshow = stat()
+    errors: CalibrationErrors = stat()
+    logistic: LogisticCalibration = stat()
+    mode: str = stat(brief="", default="per-site")
+    mode_note: str = stat(default="")
+
+    @derived("n", brief="")
+    def n(self) -> int:
+        return self.brier.n
+
+    @derived("AUC", brief=".4f", export=False)
+    def auc(self) -> float:
+        return self.discrimination.auc
+
+    @derived()
+    def alpha(self) -> float:
+        return self.discrimination.alpha
+
+    @derived("Discrimination", export=False)
+    def discrimination_method(self) -> str:
+        return f"{self.discrimination.method} method; noise: {self.discrimination.noise}"
+
+    @derived("Disclosure checks", export=False)
+    def checks(self) -> str:
+        if self.mode == "pooled":
+            return "pooled: every binned release checked on the cells pooled over the sites"
+        return f"PER SITE: each site checked its own cells ({self.mode_note})"
+
+    def _table(self) -> pd.DataFrame:
+        d, lg, nan = self.discrimination, self.logistic, float("nan")
+        auc_note = "logit CI (eq. 3), sampling + noise variance" if d.method == "histogram" else "DeLong CI"
         rows = [
-            ("empirical AUC", d.auc, *d.auc_ci, nan, auc_note),
-            ("ROC-GLM AUC", d.roc_glm_auc, *d.roc_glm_ci, nan, f"{level} logit CI (eq. 3)"),
+            ("empirical AUC", d.auc, *d.ci, nan, auc_note),
+            ("ROC-GLM AUC", d.roc_glm_auc, *d.roc_glm_ci, nan, "logit CI (eq. 3)"),
             ("Brier score", self.brier.brier, nan, nan, nan, ""),
             ("Spiegelhalter z", self.brier.spiegelhalter_z, nan, nan, self.brier.spiegelhalter_p, ""),
-            ("calibration intercept", self.logistic.intercept, nan, nan, nan, "y ~ logit(p)"),
-            ("calibration slope", self.logistic.slope, *slope_ci, nan, "95% Wald CI"),
-            ("calibration-in-the-large", self.logistic.citl, *citl_ci, nan, "95% Wald CI"),
+            ("calibration intercept", lg.intercept, *lg.intercept_ci, nan, "y ~ logit(p), Wald CI"),
+            ("calibration slope", lg.slope, *lg.slope_ci, nan, "y ~ logit(p), Wald CI"),
+            ("calibration-in-the-large", lg.citl, *lg.citl_ci, nan, "y ~ 1 + offset(logit(p)), Wald CI"),
             ("H-L C", self.hl_c.statistic, nan, nan, self.hl_c.pvalue,
              f"df {self.hl_c.df}" + ("" if self.hl_c.complete else ", groups merged or inexact")),
             ("H-L H", self.hl_h.statistic, nan, nan, self.hl_h.pvalue,
@@ -135,28 +158,14 @@ class ValidationReport:
             ("ECE", self.errors.ece, nan, nan, nan, "groups of H-L C"),
             ("MCE", self.errors.mce, nan, nan, nan, "groups of H-L C"),
         ]
-        return pd.DataFrame([row[1:] for row in rows], index=[row[0] for row in rows],
-                            columns=["estimate", "lower", "upper", "pvalue", "note"])
+        frame = pd.DataFrame([row[1:] for row in rows], index=pd.Index([row[0] for row in rows], name="statistic"),
+                             columns=["estimate", "ci_lower", "ci_upper", "pvalue", "note"])
+        frame.attrs["alpha"] = self.alpha
+        return frame
 
-    def summary(self) -> str:
-        """A text table of every statistic, then how the sites checked the cells they released."""
-        title = "Federated validation of a binary prediction model"
-        table = self.to_frame().to_string(float_format=lambda v: f"{v:.4f}", na_rep="")
-        width = max(len(title), max(len(line) for line in table.splitlines()))
-        mode = ("pooled: every binned release checked on the cells pooled over the sites" if self.mode == "pooled"
-                else f"PER SITE: each site checked its own cells ({self.mode_note})")
-        lines = [title.center(width), "=" * width,
-                 f"n = {self.brier.n}; discrimination by {self.discrimination.method} method; noise: "
-                 f"{self.discrimination.noise}", f"disclosure checks: {mode}", "=" * width, table, "=" * width,
-                 f"calibration curve: {self.curve.bins.note()}",
-                 f"H-L C: {self.hl_c.note()}", f"H-L H: {self.hl_h.note()}"]
-        return "\n".join(lines) + "\n"
-
-    def __repr__(self) -> str:
-        d = self.discrimination
-        return (f"ValidationReport(n={self.brier.n}, auc={d.auc:.4f}, ci=({d.auc_ci[0]:.4f}, {d.auc_ci[1]:.4f}), "
-                f"roc_glm_auc={d.roc_glm_auc:.4f}, brier={self.brier.brier:.4f}, slope={self.logistic.slope:.4f}, "
-                f"hl_c={self.hl_c.statistic:.3f}, ece={self.errors.ece:.4f}, mode={self.mode!r})")
+    def _notes(self) -> tuple[str, ...]:
+        return (f"{self.discrimination.level} intervals", f"calibration curve: {self.curve.bins.note()}",
+                f"H-L C: {self.hl_c.note()}", f"H-L H: {self.hl_h.note()}")
 
     def plot(self, ax: Any = None) -> Any:
         """ROC curve, calibration curve and the H-L C bars side by side. ``ax``: three Axes to draw on,
@@ -180,8 +189,11 @@ def no_pooled_release(exc: FederatedCallError) -> bool:
     return all(e.rule is not None and e.rule.startswith(_FALLBACK_RULES) for e in exc.failures.values())
 
 
+@validate_params({"alpha": ALPHA, "n_bins": N_BINS, "n_groups": N_GROUPS, "n_thresholds": N_THRESHOLDS,
+                  "method": [Options({"histogram", "paper"})], "epsilon": PRIVACY, "delta": PRIVACY,
+                  "sensitivity": PRIVACY})
 def validate(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05, n_bins: int = 10,
-             g: int = 10, n_thresholds: int = 99, method: Method = "histogram", secure: bool | None = None,
+             n_groups: int = 10, n_thresholds: int = 99, method: Method = "histogram", secure: bool | None = None,
              epsilon: float | None = None, delta: float | None = None,
              sensitivity: float | None = None) -> ValidationReport:
     """The validation of a binary prediction model: AUC with CI and the ROC-GLM, Brier and
@@ -193,9 +205,18 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     per-site checking otherwise, saying why in ``mode_note``; ``True`` insists on pooled releases,
     ``False`` asks per site. ``method="histogram"`` (the default) computes the AUC and the ROC-GLM
     from placement values against the sites' noisy histograms, with an interval that accounts for
-    the noise; ``method="paper"`` reproduces seed 000 (per-record noisy scores)."""
-    if method not in ("histogram", "paper"):
-        raise ValueError("method must be 'histogram' or 'paper'")
+    the noise; ``method="paper"`` reproduces seed 000 (per-record noisy scores).
+
+    ``alpha`` (every interval, at level ``1 - alpha``), ``n_bins`` (calibration curve),
+    ``n_groups`` (Hosmer-Lemeshow C and H, ECE/MCE) and ``n_thresholds`` (ROC-GLM) are checked
+    before any site is contacted.
+
+    References
+    ----------
+    Schalk, Rehms et al. (2024), seed 000: eqs. (1)-(3), (5), "Distributed ROC-GLM", "Calibration
+    curve"; the dissertation of seed 001, §3.5-3.6 and eq. (3.6); Wu et al. (2012), seed 002;
+    Xu & Cormode (2025), seed 003.
+    """
     note = "asked for per-site checking" if secure is False else ""
     pooled = secure is not False
     if secure is None:
@@ -209,9 +230,9 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
         brier = ds_brier(session, truth, score)
     # the binned releases in this order: bins of the curve and of H-L H first (the same cuts)
     curve = ds_calibration_curve(session, truth, score, n_bins=n_bins, secure=pooled)
-    hl_h = ds_hosmer_lemeshow(session, truth, score, g=g, kind="H", secure=pooled)
-    hl_c = ds_hosmer_lemeshow(session, truth, score, g=g, kind="C", secure=pooled)
-    logistic = ds_logistic_calibration(session, truth, score, n_complete=brier.n, secure=pooled)
+    hl_h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
+    hl_c = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=pooled)
+    logistic = ds_logistic_calibration(session, truth, score, n_complete=brier.n, alpha=alpha, secure=pooled)
     if method == "paper":
         discrimination = Discrimination.from_paper(ds_roc_glm(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
