@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
-from dsfed_client import pooling
+from dsfed_client import aggregation, pooling
+from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Call, Ref, to_tree
 from dsfed_client.errors import FederatedCallError
 from dsfed_core.errors import SiteError
@@ -279,15 +280,11 @@ class FederatedSession:
                 sealed = {site: a["continue"] for site, a in answers.items()}
                 step = body["next_step"]
 
-    def sum_fields(self, function: str, *args: Any, secure: bool = False, **kwargs: Any) -> dict[str, float]:
-        """An aggregate whose result is a set of additive numbers, summed over the sites: by the
-        analyst from every site's answer, or (``secure``) as a pooled release (:meth:`pooled`: the
-        sites sum among themselves and check the pooled counts)."""
-        if secure:
-            pooled = self.pooled(function, *args, **kwargs)
-            return {k: float(v) for k, v in pooled.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        results = self.aggregate(function, *args, **kwargs)
-        return {k: float(sum(r[k] for r in results.values())) for k in next(iter(results.values()))}
+    def aggregation(self, secure: bool | None) -> Aggregation:
+        """How this session releases an analysis' sums: pooled over the sites (``secure=True``), per
+        site (``False``), or pooled where every site offers it (``None``). The one place that
+        decides; see :mod:`dsfed_client.aggregation`."""
+        return aggregation.choose(self, secure)
 
     def aggregate_expr(self, expr: str) -> SiteResults:
         """Run DataSHIELD call text at every site: ``aggregate_expr("meanDS(D$age)")``."""

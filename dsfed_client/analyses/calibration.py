@@ -6,16 +6,14 @@ site, or pooled over the sites under secure aggregation (the sites' release gate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from dsfed_client import pooling
+from dsfed_client.aggregation import BinnedSums, RiskGroups
 from dsfed_client.analyses.glm import GLMResults, ds_glm
-from dsfed_client.analyses.quantiles import QuantileGroups, quantile_groups
 from dsfed_client.calls import Call, Ref
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
@@ -61,7 +59,7 @@ class Brier(Results):
         return ax
 
 
-def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool = False) -> Brier:
+def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool | None = False) -> Brier:
     """:math:`BS = n^{-1}\\sum_k \\sum_i (y_i - p_i)^2`;
     :math:`z = \\sum (y-p)(1-2p) / \\sqrt{\\sum (1-2p)^2 p(1-p)}` (``rms::val.prob``'s S:z).
     ``secure``: a pooled release (no site's own sums are seen; the sites check the pooled counts).
@@ -71,70 +69,13 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
     Schalk, Rehms et al. (2024), seed 000, eq. (5); Spiegelhalter (1986); the dissertation of seed
     001, §3.5.1.
     """
-    total = session.sum_fields("brierDS", Ref(truth), Ref(score), secure=secure)
+    total = session.aggregation(secure).sum("brierDS", Ref(truth), Ref(score))
     n = int(total["n"])
     return Brier(
         brier=total["sum_sq"] / n,
         spiegelhalter_z=float(total["spiegelhalter_num"] / np.sqrt(total["spiegelhalter_var"])),
         n=n, mean_outcome=total["sum_y"] / n, mean_prediction=total["sum_p"] / n,
     )
-
-
-@dataclass(frozen=True)
-class BinnedSums:
-    """Per-cell counts, sums of predictions and sums of outcomes over all sites, on the cells the
-    sites' release gate released (``dsfed_server/disclosure/gate.py``).
-
-    ``edges`` are the released cells' edges: the requested ones, except those the gate coarsened
-    (``coarsened``: per site, or ``"pooled"``, the requested edges whose cells it merged with the
-    next one or moved to an earlier cut). Every record is in exactly one cell: nothing is left out.
-    ``pooled``: the cells were checked pooled over the sites (secure aggregation with
-    ``pooled_thresholds``), otherwise per site and summed on the edges every site released."""
-
-    edges: np.ndarray
-    n: np.ndarray
-    sum_p: np.ndarray
-    sum_y: np.ndarray
-    requested: np.ndarray
-    pooled: bool
-    coarsened: dict[str, list[float]]
-    per_site: dict[str, pd.DataFrame]
-
-    @property
-    def was_coarsened(self) -> bool:
-        return self.edges.size != self.requested.size or not np.array_equal(self.edges, self.requested)
-
-    def note(self) -> str:
-        """One line on how the cells were checked and whether the gate coarsened them."""
-        how = "checked pooled over the sites" if self.pooled else "checked at each site"
-        if not self.was_coarsened:
-            return f"{how}; released as requested"
-        where = "; ".join(f"{k}: {', '.join(f'{v:.4g}' for v in vals)}" for k, vals in self.coarsened.items() if vals)
-        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells "
-                f"(edges not released: {where})")
-
-
-def binned_sums(session: FederatedSession, secure: bool, function: str, requested: np.ndarray, *args: Any
-                ) -> BinnedSums:
-    """A binned-sums function (``calibrationBinsDS``, ``groupSumsDS``) at every site: a pooled release
-    checked on the pooled cells (``secure``), or per site and summed on the common edges."""
-    fields = ("n", "sum_p", "sum_y")
-    if secure:
-        r = session.pooled(function, *args)
-        moved = [a for a, _ in r["moved"]]
-        return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in fields),
-                          requested, True, {"pooled": sorted(r["dropped"] + moved)}, {})
-    results = session.aggregate(function, *args)
-    edges, sums = pooling.pooled_bins(results, fields)
-    per_site = {}
-    for site, r in results.items():
-        n_k, p_k, y_k = (np.asarray(r[f], dtype=float) for f in fields)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_site[site] = pd.DataFrame({"lower": r["edges"][:-1], "upper": r["edges"][1:], "n": n_k.astype(int),
-                                           "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
-                                           "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan)})
-    coarsened = {s: sorted(r["dropped"] + [a for a, _ in r["moved"]]) for s, r in results.items()}
-    return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site)
 
 
 @result
@@ -207,7 +148,7 @@ class CalibrationCurve(Results):
 
 @validate_params({"n_bins": N_BINS})
 def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10,
-                         secure: bool = False) -> CalibrationCurve:
+                         secure: bool | None = False) -> CalibrationCurve:
     r"""Equal-width bins on [0, 1] (0 in the first, 1 in the last), each point the pooled means of
     predictions and outcomes (seed 000, steps 1-4).
 
@@ -220,7 +161,7 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
     Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4).
     """
     requested = np.linspace(0, 1, n_bins + 1)
-    b = binned_sums(session, secure, "calibrationBinsDS", requested, Ref(truth), Ref(score), n_bins)
+    b = session.aggregation(secure).bins("calibrationBinsDS", requested, Ref(truth), Ref(score), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.where(b.n > 0, b.sum_p / b.n, np.nan)
         mean_y = np.where(b.n > 0, b.sum_y / b.n, np.nan)
@@ -329,7 +270,7 @@ def hl_statistic(table: pd.DataFrame) -> float:
 
 @validate_params({"n_groups": N_GROUPS, "kind": [Options({"C", "H"})]})
 def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
-                       kind: str = "C", secure: bool = False) -> HosmerLemeshow:
+                       kind: str = "C", secure: bool | None = False) -> HosmerLemeshow:
     """Hosmer-Lemeshow C (``n_groups`` groups by quantiles of risk, as ``hoslem.test``) or H
     (``n_groups`` equal-width bins).
 
@@ -352,31 +293,20 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_g
     Hosmer & Lemeshow (1980); Wu et al. (2012), seed 002 (distributed H-L from summed group counts);
     the dissertation of seed 001, §3.5.3 and §4.4 (federated quantile groups).
     """
-    if kind == "C" and secure:
-        r = session.pooled("decileGroupsDS", Ref(truth), Ref(score), n_groups)
-        t = r["table"]
-        table = group_table(BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float)
-                                                                  for f in ("n", "sum_p", "sum_y")),
-                                       np.asarray(t["edges"]), True, {}, {})) if t else _EMPTY_TABLE
-        merged = int(r["merged_groups"])
-        cells = "groups found and checked pooled over the sites" + (
-            f"; {merged} group(s) below q merged with the next" if merged else "")
-        df = int(r["df"])
-        return HosmerLemeshow("C", float(r["statistic"]), df, float(stats.chi2.sf(r["statistic"], df)), table,
-                              bool(r["exact_grouping"]), 0, True, merged > 0, cells, tuple(r["groups"]),
-                              (float(r["ece"]), float(r["mce"])), r.get("table_withheld") or "")
-    exact, uncertain = True, 0
+    agg = session.aggregation(secure)
     if kind == "C":
-        groups: QuantileGroups = quantile_groups(session, score, n_groups)
-        breaks, exact, uncertain = groups.breaks, groups.exact, groups.uncertain_records
+        groups = agg.risk_groups(truth, score, n_groups)
     else:
         breaks = np.linspace(0.0, 1.0, n_groups + 1)
-    b = binned_sums(session, secure, "groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
-    table = group_table(b)
-    statistic = hl_statistic(table)
-    df = len(table) - 2
-    return HosmerLemeshow(kind, statistic, df, float(stats.chi2.sf(statistic, df)), table, exact, uncertain,
-                          b.pooled, b.was_coarsened, b.note(), tuple(int(v) for v in table["n"]))
+        b = agg.bins("groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
+        groups = RiskGroups(b, True, 0, b.note(), b.was_coarsened)
+    table = _EMPTY_TABLE if groups.bins is None else group_table(groups.bins)
+    statistic = hl_statistic(table) if groups.statistic is None else groups.statistic
+    df = len(table) - 2 if groups.df is None else groups.df
+    sizes = groups.sizes or tuple(int(v) for v in table["n"])
+    return HosmerLemeshow(kind, statistic, df, float(stats.chi2.sf(statistic, df)), table, groups.exact,
+                          groups.uncertain_records, agg.pooled, groups.coarsened, groups.cells, sizes, groups.errors,
+                          groups.withheld)
 
 
 @result
@@ -431,7 +361,7 @@ class CalibrationErrors(Results):
 
 @validate_params({"n_groups": N_GROUPS})
 def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
-               secure: bool = False) -> CalibrationErrors:
+               secure: bool | None = False) -> CalibrationErrors:
     """:math:`ECE = \\sum_g (n_g/n)\\,|\\bar o_g - \\bar e_g|`, :math:`MCE = \\max_g |\\bar o_g - \\bar e_g|`,
     groups by the type-7 quantiles of the predictions (as Hosmer-Lemeshow C).
 
@@ -519,7 +449,7 @@ class LogisticCalibration(Results):
 @validate_params({"n_complete": [Interval(int, 0, None), None], "alpha": ALPHA})
 def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *,
                             n_complete: int | None = None, alpha: float = 0.05,
-                            secure: bool = False) -> LogisticCalibration:
+                            secure: bool | None = False) -> LogisticCalibration:
     """``glm(y ~ logit(p))`` by the distributed GLM (``rms::val.prob``'s Intercept and Slope) and
     ``glm(y ~ 1, offset = logit(p))`` for calibration-in-the-large; ``secure``: both fits checked
     pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`; either way the sites

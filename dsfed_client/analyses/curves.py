@@ -48,7 +48,6 @@ from dsfed_client.params import ALPHA, N_THRESHOLDS, PRIVACY, Interval, Options,
 from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.roc import binormal_auc
-from dsfed_core.wire import decode_f64
 
 
 
@@ -98,7 +97,7 @@ def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
                         totals: str = "noisy", epsilon: float | None = None, delta: float | None = None,
-                        secure: bool = False) -> ScoreHistograms:
+                        secure: bool | None = False) -> ScoreHistograms:
     """Collect and pool every site's hierarchical histograms into two consistent global CDFs.
 
     ``epsilon`` and ``delta`` may only ask for more privacy than the sites' rules give.
@@ -120,40 +119,17 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     Xu & Cormode (2025), seed 003, "Methods Overview" steps 1-2 (hierarchical histograms, noise per
     bin, consistency); Hay et al. (2010), least-squares consistency on a tree.
     """
-    args = (Ref(truth), Ref(score))
-    options = dict(lower=float(lower), upper=float(upper), levels=int(levels), branching=int(branching),
-                   decay=float(decay), totals=totals, epsilon=epsilon, delta=delta)
-    if secure:
-        r = session.pooled("scoreHistogramDS", *args, **options)
-        if r.get("mechanism") == "none":
-            return _exact_histograms({"pooled": r})
-        pooled = {cls: ([np.array([r[key]])] if key in r else []) + [np.asarray(v, dtype=float) for v in r[cls]]
-                  for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
-        variance, reference = np.asarray(r["variance"], dtype=float), Ref(r["reference"], r["reference_digest"])
-        mechanism = {"pooled": {k: r[k] for k in ("mechanism", "sensitivity", "decay")}}
-        first = int(r["first_level"])
-    else:
-        results = session.aggregate("scoreHistogramDS", *args, **options)
-        if {r["mechanism"] for r in results.values()} == {"none"}:
-            return _exact_histograms(results)
-        if "none" in {r["mechanism"] for r in results.values()}:
-            raise ValueError("some sites add noise and some do not; use one rules profile for all sites")
-        pooled = {}
-        for cls, key in (("negatives", "n_negative"), ("positives", "n_positive")):
-            totals_ = [np.array([float(sum(r[key] for r in results.values()))])] if all(
-                key in r for r in results.values()) else []
-            pooled[cls] = totals_ + [sum(decode_f64(r[cls][lv]) for r in results.values())
-                                     for lv in range(len(next(iter(results.values()))[cls]))]
-        variance = np.sum([np.square(r["sd"]) for r in results.values()], axis=0)
-        reference = None
-        mechanism = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")}
-                     for s, r in results.items()}
-        first = int(next(iter(results.values())).get("first_level", 0))
-    variances = level_variances(variance, first)
-    cums = global_cdfs(pooled, variances, branching)
+    summed = session.aggregation(secure).histogram_levels(
+        truth, score, lower=float(lower), upper=float(upper), levels=int(levels), branching=int(branching),
+        decay=float(decay), totals=totals, epsilon=epsilon, delta=delta)
+    if summed.exact is not None:
+        return _exact_histograms(summed.exact)
+    variances = level_variances(summed.variance, summed.first_level)
+    cums = global_cdfs(summed.counts, variances, branching)
     edges = np.linspace(lower, upper, branching**levels + 1)
     return ScoreHistograms(edges, cums["negatives"], cums["positives"], float(cums["negatives"][-1]),
-                           float(cums["positives"][-1]), False, variances, mechanism, branching, reference)
+                           float(cums["positives"][-1]), False, variances, summed.mechanism, branching,
+                           summed.reference)
 
 
 def _exact_histograms(results: Any) -> ScoreHistograms:
@@ -310,7 +286,7 @@ def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128,
 def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_quantiles: int | None = 128,
                      levels: int = 8, branching: int = 2, lower: float = 0.0, upper: float = 1.0,
                      decay: float = 1.0, epsilon: float | None = None, delta: float | None = None,
-                     histograms: ScoreHistograms | None = None) -> ROCPRCurves:
+                     histograms: ScoreHistograms | None = None, secure: bool | None = False) -> ROCPRCurves:
     """Federated ROC and PR curves with their areas (seed 003, steps 1-5; see the module docstring).
 
     Parameters
@@ -327,6 +303,8 @@ def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_qua
         Ask the sites for more privacy than their rules (never less).
     histograms
         Reuse histograms already collected (no new query, no new privacy cost).
+    secure
+        The histograms as a pooled release (:func:`ds_score_histograms`).
 
     Notes
     -----
@@ -339,7 +317,8 @@ def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_qua
     eqs. (1)-(3), Theorem 1.
     """
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, branching=branching,
-                                             lower=lower, upper=upper, decay=decay, epsilon=epsilon, delta=delta)
+                                             lower=lower, upper=upper, decay=decay, epsilon=epsilon, delta=delta,
+                                             secure=secure)
     return curves_from_histograms(hist, n_quantiles)
 
 
@@ -512,7 +491,7 @@ def noise_variance(hist: ScoreHistograms) -> float:
                   "levels": [Interval(int, 0, 16), None]})
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "tied", roc_glm: bool = True, n_thresholds: int = 99,
-                levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool = False,
+                levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool | None = False,
                 **histogram_options: Any) -> HistogramAUC:
     """AUC, DeLong variance, logit CI and ROC-GLM from placement values against histogram CDFs.
 
@@ -532,7 +511,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     distinct scores, with ``within_bin='tied'`` (the default: sites that keep a cut history
     evaluate the reference as a step inside its bins, so that no placement sum gives a record's
     score away); with ``'linear'`` when moreover every score lies at its bin's mid-point.
-    ``levels=None`` picks the depth by :func:`auc_levels` from the record count (``lengthDS``);
+    ``levels=None`` picks the depth by :func:`auc_levels` from the record count (per site
+    ``lengthDS``; pooled, the total of a pooled ``table1DDS`` of the outcome);
     ``histogram_options`` go to :func:`ds_score_histograms` (branching, lower, upper, decay,
     totals, epsilon, delta). The class totals are exact by default (``totals='exact'``): the
     placement sums release n1 and n0 anyway, so a noisy level 0 would only waste budget.
@@ -548,20 +528,15 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     (logit CI), "Distributed ROC-GLM"; Xu & Cormode (2025), seed 003: the histograms.
     """
     histogram_options.setdefault("totals", "exact")
+    agg = session.aggregation(secure)
     if histograms is None and levels is None:
-        n = sum(int(v) for v in session.aggregate("lengthDS", Ref(truth)).values())
-        # under secure aggregation the leaves are about as noisy as one site's
-        levels = auc_levels(n, 1 if secure else len(session.sites))
-    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=secure,
+        # a leaf holds about as many noisy parts as the strategy sums (one under pooled releases)
+        levels = auc_levels(agg.count(truth), agg.noisy_parts)
+    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=agg.pooled,
                                              **histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
-        if secure:
-            total = {k: float(v) for k, v in session.pooled("histPlacementSumsDS", *args, within_bin=within_bin).items()
-                     if k in ("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01")}
-        else:
-            total = session.sum_fields("histPlacementSumsDS", *args, within_bin=within_bin)
-        m = placement_moments(total)
+        m = placement_moments(agg.sum("histPlacementSumsDS", *args, within_bin=within_bin))
         auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
         noise = noise_variance(hist)
         fit = None
@@ -570,7 +545,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 warnings.simplefilter("ignore")
                 data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
                 glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
-                             secure=secure)
+                             secure=agg.pooled)
             a, b = (float(v) for v in glm.params)
             fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,

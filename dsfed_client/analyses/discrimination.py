@@ -209,7 +209,7 @@ def placement_moments(total: dict[str, float]) -> PlacementMoments:
 
 @validate_params({"alpha": ALPHA})
 def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
-           reference: NoisyReference | None = None) -> EmpiricalAUC:
+           reference: NoisyReference | None = None, secure: bool | None = False) -> EmpiricalAUC:
     """Empirical AUC and DeLong variance from the sites' placement-value sums.
 
     :math:`\\widehat{AUC} = \\bar V_{10}`; :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0`
@@ -221,7 +221,9 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     once-noised AUC estimates the bias of the latter.
 
     ``alpha`` sets both intervals (``ci_delong``, ``ci_logit``) at level ``1 - alpha``; it is
-    checked, with every other parameter, before any site is contacted.
+    checked, with every other parameter, before any site is contacted. ``secure``: the placement
+    sums as a pooled release (:meth:`FederatedSession.aggregation`); the noisy scores are each
+    site's own release either way.
 
     References
     ----------
@@ -229,7 +231,7 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     eq. (3) (logit interval), "noisy scores" (analytic Gaussian mechanism); DeLong et al. (1988).
     """
     ref = reference or pooled_noisy_scores(session, truth, score)
-    m = placement_moments(session.sum_fields("placementSumsDS", Ref(truth), Ref(score), ref.symbol))
+    m = placement_moments(session.aggregation(secure).sum("placementSumsDS", Ref(truth), Ref(score), ref.symbol))
     error = 0.0 if ref.noise_off else abs(_auc_between(ref.positives, ref.negatives) - m.mean10)
     return EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, ref.noise_off, error, ref)
 
@@ -332,7 +334,7 @@ class ROCGLM(ROCGLMFit):
                   "sensitivity": PRIVACY})
 def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                n_thresholds: int = 99, epsilon: float | None = None, delta: float | None = None,
-               sensitivity: float | None = None, secure: bool = False) -> ROCGLM:
+               sensitivity: float | None = None, secure: bool | None = False) -> ROCGLM:
     """Fit the ROC-GLM across sites (seed 000, "Distributed ROC-GLM").
 
     1. pooled noisy scores give :math:`\\tilde S_0`, sent to every site;
@@ -344,13 +346,15 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
 
     ``epsilon``, ``delta`` and ``sensitivity`` may only ask for more privacy than
     the sites' rules give; a site refuses a request for less. ``secure``: the probit fit checked
-    pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`).
+    pooled rather than per site (:func:`~dsfed_client.analyses.glm.ds_glm`), and the placement
+    sums a pooled release (:func:`ds_auc`).
 
     References
     ----------
     Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" (steps 1-5 above), eqs. (1)-(3);
     Balle & Wang (2018), the analytic Gaussian mechanism the sites use for the noisy scores.
     """
+    pooled = session.aggregation(secure).pooled
     with progress("ROC-GLM", total=4) as bar:
         bar.update(description="ROC-GLM: noisy scores")
         ref = pooled_noisy_scores(session, truth, score, epsilon=epsilon, delta=delta, sensitivity=sensitivity)
@@ -358,12 +362,12 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
         with session.temporary("roc") as roc_data:
             data = session.assign(roc_data, Call("rocGlmDataDS", Ref(truth), Ref(score), ref.symbol, n_thresholds))
             bar.update(advance=1, description="ROC-GLM: probit fit")
-            fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=secure)
+            fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=pooled)
         a, b = (float(v) for v in fit.params)
         auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,
                                             epsabs=1e-12, epsrel=1e-12)[0])
         bar.update(advance=1, description="ROC-GLM: placement values")
-        empirical = ds_auc(session, truth, score, alpha=alpha, reference=ref)
+        empirical = ds_auc(session, truth, score, alpha=alpha, reference=ref, secure=pooled)
         bar.advance()
     return ROCGLM(binormal_auc(a, b), a, b, empirical.variance, alpha, n_thresholds, fit, auc_integral=auc_integral,
                   empirical=empirical, reference=ref)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Formula, Ref
 from dsfed_client.params import ALPHA, Interval, Options, validate_params
 from dsfed_client.progress import progress
@@ -139,14 +140,14 @@ class _Parts:
     n: int
 
 
-def _parts_stream(session: FederatedSession, secure: bool, *args: Any, link: str | None) -> Iterator[_Parts]:
+def _parts_stream(agg: Aggregation, *args: Any, link: str | None) -> Iterator[_Parts]:
     """The summed parts at each iterate of Fisher scoring, starting from R's ``mustart``.
 
     The sites sum their parts among themselves, release the sums and derive every iterate
     :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` themselves (seed 002), so
-    the analyst chooses no coefficient: ``secure``, a pooled protocol (counts checked pooled over the
+    the analyst chooses no coefficient: under :class:`~dsfed_client.aggregation.Pooled`, a pooled protocol (counts checked pooled over the
     sites); otherwise a relayed one (each site checks its own counts)."""
-    for release in session.pooled_steps("glmDS2", *args, link=link, frac_bits=24, relayed=not secure):
+    for release in agg.steps("glmDS2", *args, link=link, frac_bits=24):
         yield _Parts(tuple(release["coef.names"]), release["link"], np.asarray(release["info.matrix"], dtype=float),
                      np.asarray(release["xwz"], dtype=float), float(release["dev"]), int(round(release["Npositive"])))
 
@@ -167,7 +168,7 @@ def ds_glm(
     offset: str | None = None,
     epsilon: float = 1e-8,
     maxit: int = 25,
-    secure: bool = False,
+    secure: bool | None = False,
 ) -> GLMResults:
     """Fit ``formula`` on the table symbol ``data`` at every site of ``session`` without pooling records.
 
@@ -182,12 +183,13 @@ def ds_glm(
         ``gaussian`` (``identity``).
     weights, offset : str, optional
         Columns of ``data`` holding prior weights and offsets.
-    secure : bool
+    secure : bool or None
         Either way the sites sum their parts among themselves, release only the sums and derive
         every iterate themselves (seed 002), so no coefficient of the analyst's choosing is
         involved. ``True``: a pooled protocol under secure aggregation, the sites checking the
         pooled counts (records, factor levels, saturation) against their rules; ``False``: a
-        relayed protocol, each site checking its own counts (any number of sites). The parts travel
+        relayed protocol, each site checking its own counts (any number of sites); ``None``: pooled
+        where every site offers it (:meth:`FederatedSession.aggregation`). The parts travel
         in fixed point: the first round with 24 fraction bits, the next ones with as many as the
         summed parts leave room for (up to 40, chosen alike at every site), so the fit equals the
         pooled one to about :math:`2^{-f}` times the information matrix's condition number.
@@ -215,7 +217,8 @@ def ds_glm(
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")
     table = data if isinstance(data, Ref) else Ref(data)
-    stream = _parts_stream(session, secure, Formula(formula), family, None, offset, weights, table, link=link)
+    agg = session.aggregation(secure)
+    stream = _parts_stream(agg, Formula(formula), family, None, offset, weights, table, link=link)
     summed = next(stream)
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
@@ -238,5 +241,5 @@ def ds_glm(
     return GLMResults(
         formula=formula, family=family, link=summed.link, names=names, params=beta,
         cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
-        nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=secure,
+        nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=agg.pooled,
     )

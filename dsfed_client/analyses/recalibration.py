@@ -56,13 +56,11 @@ import pandas as pd
 from scipy import special
 from scipy.optimize import isotonic_regression
 
-from dsfed_client import pooling
 from dsfed_client.analyses.calibration import (
     LogisticCalibration, calibration_errors, ds_brier, ds_hosmer_lemeshow, ds_logistic_calibration,
 )
-from dsfed_client.analyses.suite import no_pooled_release
 from dsfed_client.calls import Call, Ref
-from dsfed_client.errors import FederatedCallError
+from dsfed_client.aggregation import Aggregation, first_release
 from dsfed_client.params import N_GROUPS, Interval, Options, check_params, validate_params
 from dsfed_client.results import Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
@@ -190,16 +188,17 @@ class PlattFit(Results):
         return self.calibration.fit.to_frame()
 
 
-def ds_platt_fit(session: FederatedSession, truth: str, score: str) -> PlattFit:
+def ds_platt_fit(session: FederatedSession, truth: str, score: str, *, secure: bool | None = False) -> PlattFit:
     """Fit :math:`\\operatorname{logit} P(y=1) = a + b\\,\\operatorname{logit}(p)` by the distributed
     GLM (registry ``calibrationFrameDS`` + ``glmDS2``; R's ``glm.fit`` path, so without noise the
     coefficients are R's ``glm(y ~ qlogis(p), binomial)`` on the pooled records with 0 < p < 1).
+    ``secure``: the fit's counts checked pooled (:meth:`FederatedSession.aggregation`).
 
     References
     ----------
     Platt (1999); the dissertation of seed 001, §3.6.1.
     """
-    cal = ds_logistic_calibration(session, truth, score)
+    cal = ds_logistic_calibration(session, truth, score, secure=secure)
     return PlattFit(RecalibrationMap("logistic", coefficients=(cal.intercept, cal.slope)), cal)
 
 
@@ -275,13 +274,6 @@ def equal_count_breaks(session: FederatedSession, score: str, n_bins: int, *, gr
     return np.concatenate([[0.0], inner[(inner > 0) & (inner < 1)], [1.0]])
 
 
-def _pool_bins(results: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Per-site bin sums summed on the bins every site released (:func:`pooling.pooled_bins`)."""
-    edges, sums = pooling.pooled_bins(results, ("n", "sum_p", "sum_y"))
-    return pd.DataFrame({"lower": edges[:-1], "upper": edges[1:], "n": sums["n"].astype(int),
-                         "sum_p": sums["sum_p"], "sum_y": sums["sum_y"]})
-
-
 def binned_pava(n: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, upper: np.ndarray
                 ) -> tuple[RecalibrationMap, RecalibrationMap, pd.DataFrame, np.ndarray]:
     """Weighted PAVA on bin means and the knots of its steps (seed 001 eqs. 3.9, 4.5; Alg. 4.1).
@@ -305,7 +297,7 @@ def binned_pava(n: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, upper: np.n
 
 @validate_params({"n_bins": [Interval(int, 1, 10_000)]})
 def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins: int = 50,
-                    breaks: Any = None) -> IsotonicFit:
+                    breaks: Any = None, secure: bool | None = False) -> IsotonicFit:
     """Smooth isotonic recalibration fitted on pooled, disclosure-checked bin sums.
 
     Parameters
@@ -320,6 +312,10 @@ def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins
         Explicit increasing breaks from ``<= 0`` to ``>= 1``; bins are ``(b[i-1], b[i]]``, the
         first closed (R's ``cut(include.lowest = TRUE)``). With one bin per distinct score value
         the fit is the pooled isotonic regression exactly (when no bin is merged).
+    secure : bool or None
+        The bin sums as a pooled release, checked on the pooled bins
+        (:meth:`FederatedSession.aggregation`). The equal-count breaks come from per-site counts
+        (``countBelowDS``) either way.
 
     Notes
     -----
@@ -341,8 +337,9 @@ def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins
             raise ValueError("breaks must be at least two strictly increasing numbers")
         if edges[0] > 0 or edges[-1] < 1 or np.any((edges[1:-1] < 0) | (edges[1:-1] >= 1)):
             raise ValueError("breaks must cover [0, 1] (first break <= 0, last >= 1, inner ones in [0, 1))")
-    results = session.aggregate("groupSumsDS", Ref(truth), Ref(score), edges)
-    bins = _pool_bins(results)
+    b = session.aggregation(secure).bins("groupSumsDS", edges, Ref(truth), Ref(score), edges)
+    bins = pd.DataFrame({"lower": b.edges[:-1], "upper": b.edges[1:], "n": b.n.astype(int), "sum_p": b.sum_p,
+                         "sum_y": b.sum_y})
     used = bins["n"].to_numpy() > 0
     pchip, step, steps, fitted = binned_pava(bins["n"][used], bins["sum_p"][used], bins["sum_y"][used],
                                              bins["upper"][used])
@@ -397,25 +394,21 @@ MEASURES = ("brier", "spiegelhalter_z", "hl_c", "hl_c_pvalue", "hl_h", "hl_h_pva
 
 
 @validate_params({"n_groups": N_GROUPS})
-def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10
-                            ) -> CalibrationMeasures:
+def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
+                            secure: bool | None = None) -> CalibrationMeasures:
     """Brier and Spiegelhalter's z (``ds_brier``), Hosmer-Lemeshow C and H (``ds_hosmer_lemeshow``),
     ECE/MCE over the C groups (seed 001 eq. 3.6) and calibration intercept, slope and CITL
-    (``ds_logistic_calibration``), released pooled when every site offers it (as ``validate``):
-    the sites then find the deciles among themselves, exact whatever cuts the score column released
-    before (a recalibration's bins among them). ``n_groups``: the Hosmer-Lemeshow groups.
+    (``ds_logistic_calibration``). ``secure=None`` (the default, as ``validate``) releases them
+    pooled when every site offers it: the sites then find the deciles among themselves, exact
+    whatever cuts the score column released before (a recalibration's bins among them).
+    ``n_groups``: the Hosmer-Lemeshow groups.
 
     References
     ----------
     Seed 000 eq. (5); the dissertation of seed 001, §3.5 and eq. (3.6); Hosmer & Lemeshow (1980).
     """
-    pooled, _ = session.pooled_capability()
-    try:
-        b = ds_brier(session, truth, score, secure=pooled)
-    except FederatedCallError as exc:
-        if not (pooled and no_pooled_release(exc)):
-            raise
-        pooled, b = False, ds_brier(session, truth, score)
+    agg, b = first_release(session, secure, lambda agg: ds_brier(session, truth, score, secure=agg.pooled))
+    pooled = agg.pooled
     c = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=pooled)
     h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
     e = calibration_errors(c)
@@ -473,23 +466,26 @@ class Recalibration(Results):
                   "n_groups": N_GROUPS})
 def ds_recalibrate(session: FederatedSession, truth: str, score: str, *, method: str = "isotonic",
                    into: str = "p.recal", n_bins: int = 50, breaks: Any = None, smooth: bool = True,
-                   n_groups: int = 10) -> Recalibration:
+                   n_groups: int = 10, secure: bool | None = None) -> Recalibration:
     """Fit a recalibration (``"logistic"``: Platt, seed 001 §3.6.1; ``"isotonic"``: smooth isotonic
     regression, §4.3-4.6), apply it at every site as the new vector ``into`` and compare the
     calibration measures of ``score`` and ``into``. ``smooth=False`` applies the isotonic step
-    function instead of its PCHIP smoothing; ``n_groups``: the Hosmer-Lemeshow groups.
+    function instead of its PCHIP smoothing; ``n_groups``: the Hosmer-Lemeshow groups;
+    ``secure``: how every release is checked (:meth:`FederatedSession.aggregation`; ``None``, the
+    default: pooled where every site offers it).
 
     References
     ----------
     The dissertation of seed 001, chapter 4 (Algorithm 4.1) and §3.6.1.
     """
-    if method == "logistic":
-        fit: PlattFit | IsotonicFit = ds_platt_fit(session, truth, score)
-        m = fit.map
-    else:  # "isotonic", as validated
-        fit = ds_isotonic_fit(session, truth, score, n_bins=n_bins, breaks=breaks)
-        m = fit.map if smooth else fit.step
-    before = ds_calibration_measures(session, truth, score, n_groups=n_groups)
+    def fit_map(agg: Aggregation) -> PlattFit | IsotonicFit:
+        if method == "logistic":
+            return ds_platt_fit(session, truth, score, secure=agg.pooled)
+        return ds_isotonic_fit(session, truth, score, n_bins=n_bins, breaks=breaks, secure=agg.pooled)
+
+    agg, fit = first_release(session, secure, fit_map)
+    m = fit.step if isinstance(fit, IsotonicFit) and not smooth else fit.map
+    before = ds_calibration_measures(session, truth, score, n_groups=n_groups, secure=agg.pooled)
     ds_apply_recalibration(session, score, m, into)
-    after = ds_calibration_measures(session, truth, into, n_groups=n_groups)
+    after = ds_calibration_measures(session, truth, into, n_groups=n_groups, secure=agg.pooled)
     return Recalibration(method, fit, m, into, before, after)

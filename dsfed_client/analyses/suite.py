@@ -12,7 +12,7 @@ from dsfed_client.analyses.calibration import (
 )
 from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
-from dsfed_client.errors import FederatedCallError
+from dsfed_client.aggregation import first_release
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, N_THRESHOLDS, PRIVACY, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
@@ -180,15 +180,6 @@ class ValidationReport(Results):
         return ax
 
 
-_FALLBACK_RULES = ("secure_aggregation.", "functions.enabled")
-
-
-def no_pooled_release(exc: FederatedCallError) -> bool:
-    """Whether a failed pooled release means 'this federation offers no pooled release' (then the
-    per-site path is taken), rather than a refusal of this analysis."""
-    return all(e.rule is not None and e.rule.startswith(_FALLBACK_RULES) for e in exc.failures.values())
-
-
 @validate_params({"alpha": ALPHA, "n_bins": N_BINS, "n_groups": N_GROUPS, "n_thresholds": N_THRESHOLDS,
                   "method": [Options({"histogram", "paper"})], "epsilon": PRIVACY, "delta": PRIVACY,
                   "sensitivity": PRIVACY})
@@ -217,17 +208,8 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     curve"; the dissertation of seed 001, §3.5-3.6 and eq. (3.6); Wu et al. (2012), seed 002;
     Xu & Cormode (2025), seed 003.
     """
-    note = "asked for per-site checking" if secure is False else ""
-    pooled = secure is not False
-    if secure is None:
-        pooled, note = session.pooled_capability()
-    try:
-        brier = ds_brier(session, truth, score, secure=pooled)
-    except FederatedCallError as exc:
-        if secure is not None or not no_pooled_release(exc):
-            raise
-        pooled, note = False, f"a pooled release was refused: {exc}"
-        brier = ds_brier(session, truth, score)
+    agg, brier = first_release(session, secure, lambda agg: ds_brier(session, truth, score, secure=agg.pooled))
+    pooled = agg.pooled
     # the binned releases in this order: bins of the curve and of H-L H first (the same cuts)
     curve = ds_calibration_curve(session, truth, score, n_bins=n_bins, secure=pooled)
     hl_h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
@@ -242,5 +224,5 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, secure=pooled, epsilon=epsilon,
             delta=delta))
     return ValidationReport(discrimination, brier, curve, hl_c, hl_h, calibration_errors(hl_c), logistic,
-                            "pooled" if pooled else "per-site", note)
+                            agg.mode, agg.note)
 

@@ -1,0 +1,287 @@
+"""The one seam between per-site answers and what the analyst sees: how an analysis' sums,
+binned sums, histogram levels and multi-step protocols are released.
+
+Two strategies, in the spirit of Flower's ``Strategy`` classes (the analyses call them and never
+ask which one they hold):
+
+- :class:`PerSite`: every site releases its own part, checked by its own rules, and the analyst
+  sums the parts (a multi-step protocol is relayed: each site checks its own counts);
+- :class:`Pooled`: the sites sum their parts among themselves under secure aggregation, check
+  the **pooled** cells against their rules (what the analyst will see) and release only the sums;
+  multi-step protocols derive each step's parameters from the authenticated pooled result.
+
+Every analysis takes ``secure``: ``True`` (pooled), ``False`` (per site) or ``None`` (pooled
+where every site offers it, else per site, saying why); :meth:`FederatedSession.aggregation`
+turns it into a strategy, the only place that decides.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from dsfed_client import pooling
+from dsfed_client.calls import Ref
+from dsfed_client.errors import FederatedCallError
+from dsfed_core.wire import decode_f64
+
+if TYPE_CHECKING:
+    from dsfed_client.session import FederatedSession
+
+T = TypeVar("T")
+_BIN_FIELDS = ("n", "sum_p", "sum_y")
+# a refusal by these rules means "this federation offers no pooled release here" (then secure=None
+# falls back to per-site releases), rather than a refusal of the analysis
+_NO_POOLED_RULES = ("secure_aggregation.", "functions.enabled")
+
+
+def no_pooled_release(exc: FederatedCallError) -> bool:
+    """Whether a failed pooled release means that the federation offers none (rules
+    ``secure_aggregation.*`` or ``functions.enabled`` at every failing site)."""
+    return all(e.rule is not None and e.rule.startswith(_NO_POOLED_RULES) for e in exc.failures.values())
+
+
+@dataclass(frozen=True)
+class BinnedSums:
+    """Per-cell counts, sums of predictions and sums of outcomes over all sites, on the cells the
+    sites' release gate released (``dsfed_server/disclosure/gate.py``).
+
+    ``edges`` are the released cells' edges: the requested ones, except those the gate coarsened
+    (``coarsened``: per site, or ``"pooled"``, the requested edges whose cells it merged with the
+    next one or moved to an earlier cut). Every record is in exactly one cell: nothing is left out.
+    ``pooled``: the cells were checked pooled over the sites (secure aggregation with
+    ``pooled_thresholds``), otherwise per site and summed on the edges every site released."""
+
+    edges: np.ndarray
+    n: np.ndarray
+    sum_p: np.ndarray
+    sum_y: np.ndarray
+    requested: np.ndarray
+    pooled: bool
+    coarsened: dict[str, list[float]]
+    per_site: dict[str, pd.DataFrame]
+
+    @property
+    def was_coarsened(self) -> bool:
+        return self.edges.size != self.requested.size or not np.array_equal(self.edges, self.requested)
+
+    def note(self) -> str:
+        """One line on how the cells were checked and whether the gate coarsened them."""
+        how = "checked pooled over the sites" if self.pooled else "checked at each site"
+        if not self.was_coarsened:
+            return f"{how}; released as requested"
+        where = "; ".join(f"{k}: {', '.join(f'{v:.4g}' for v in vals)}" for k, vals in self.coarsened.items() if vals)
+        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells "
+                f"(edges not released: {where})")
+
+
+@dataclass(frozen=True)
+class LevelSums:
+    """A hierarchical histogram's noisy counts per class and level, summed over the sites
+    (``scoreHistogramDS``), with what the analyst needs to make them consistent; or, noise off,
+    each part's exact leaf counts (``exact``)."""
+
+    counts: dict[str, list[np.ndarray]]  # class -> [total (if released), level 1, ..., level L]
+    variance: np.ndarray  # noise variance of one count per level, summed over the parts
+    first_level: int
+    mechanism: dict[str, dict[str, Any]]  # per part: site, or "pooled"
+    reference: Ref | None = None  # handle on the reference the sites derived from pooled levels
+    exact: dict[str, Any] | None = None  # noise off: part -> {"negatives"/"positives": {edges, counts}}
+
+
+@dataclass(frozen=True)
+class RiskGroups:
+    """Hosmer-Lemeshow C's groups (R's type-7 quantile groups of the scores) as this strategy
+    finds them, with their sums; where the sites found and checked them pooled, the statistic
+    they computed (the group table may then be withheld: ``withheld`` says why)."""
+
+    bins: BinnedSums | None
+    exact: bool
+    uncertain_records: int
+    cells: str
+    coarsened: bool
+    sizes: tuple[int, ...] = ()
+    statistic: float | None = None
+    df: int | None = None
+    errors: tuple[float, float] | None = None  # ECE, MCE as the sites computed them
+    withheld: str = ""
+
+
+class Aggregation(ABC):
+    """How per-site parts become what the analyst sees. ``note`` says why this strategy was
+    chosen where the analyst left it to the session (``secure=None``)."""
+
+    pooled: ClassVar[bool]
+    mode: ClassVar[str]
+
+    def __init__(self, session: "FederatedSession", note: str = "") -> None:
+        self.session = session
+        self.note = note
+
+    @abstractmethod
+    def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """The additive numeric fields of an aggregate, summed over the sites."""
+
+    @abstractmethod
+    def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
+        """A binned-sums function (``calibrationBinsDS``, ``groupSumsDS``) on ``requested`` edges."""
+
+    @abstractmethod
+    def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """Every release of a protocol of several steps (a GLM fit), whose parameters the sites derive."""
+
+    @abstractmethod
+    def count(self, column: str) -> int:
+        """The number of records (missing values included) of a column over all sites."""
+
+    @abstractmethod
+    def histogram_levels(self, truth: str, score: str, **options: Any) -> LevelSums:
+        """``scoreHistogramDS``'s noisy level counts of both classes, summed over the sites."""
+
+    @abstractmethod
+    def risk_groups(self, truth: str, score: str, n_groups: int) -> RiskGroups:
+        """Hosmer-Lemeshow C's quantile groups of ``score`` and their sums."""
+
+    @property
+    @abstractmethod
+    def noisy_parts(self) -> int:
+        """How many independently noised parts a summed count holds (its noise grows with them)."""
+
+
+class PerSite(Aggregation):
+    """Each site releases its part under its own rules; the analyst sums the parts."""
+
+    pooled = False
+    mode = "per-site"
+
+    def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
+        results = self.session.aggregate(function, *args, **kwargs)
+        return {k: float(sum(r[k] for r in results.values())) for k in next(iter(results.values()))}
+
+    def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
+        results = self.session.aggregate(function, *args)
+        edges, sums = pooling.pooled_bins(results, _BIN_FIELDS)
+        per_site = {}
+        for site, r in results.items():
+            n_k, p_k, y_k = (np.asarray(r[f], dtype=float) for f in _BIN_FIELDS)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_site[site] = pd.DataFrame({"lower": r["edges"][:-1], "upper": r["edges"][1:],
+                                               "n": n_k.astype(int),
+                                               "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
+                                               "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan)})
+        coarsened = {s: sorted(r["dropped"] + [a for a, _ in r["moved"]]) for s, r in results.items()}
+        return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site)
+
+    def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        return self.session.pooled_steps(function, *args, relayed=True, **kwargs)
+
+    def count(self, column: str) -> int:
+        return sum(int(v) for v in self.session.aggregate("lengthDS", Ref(column)).values())
+
+    def histogram_levels(self, truth: str, score: str, **options: Any) -> LevelSums:
+        results = self.session.aggregate("scoreHistogramDS", Ref(truth), Ref(score), **options)
+        mechanisms = {r["mechanism"] for r in results.values()}
+        if mechanisms == {"none"}:
+            return LevelSums({}, np.empty(0), 0, {s: {"mechanism": "none"} for s in results}, exact=dict(results))
+        if "none" in mechanisms:
+            raise ValueError("some sites add noise and some do not; use one rules profile for all sites")
+        first = next(iter(results.values()))
+        counts = {}
+        for cls, key in (("negatives", "n_negative"), ("positives", "n_positive")):
+            totals = ([np.array([float(sum(r[key] for r in results.values()))])]
+                      if all(key in r for r in results.values()) else [])
+            counts[cls] = totals + [sum(decode_f64(r[cls][lv]) for r in results.values())
+                                    for lv in range(len(first[cls]))]
+        variance = np.sum([np.square(r["sd"]) for r in results.values()], axis=0)
+        mechanism = {s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity", "decay")}
+                     for s, r in results.items()}
+        return LevelSums(counts, variance, int(first.get("first_level", 0)), mechanism)
+
+    def risk_groups(self, truth: str, score: str, n_groups: int) -> RiskGroups:
+        from dsfed_client.analyses.quantiles import quantile_groups  # noqa: PLC0415  (an analysis of its own)
+
+        groups = quantile_groups(self.session, score, n_groups)
+        b = self.bins("groupSumsDS", groups.breaks, Ref(truth), Ref(score), [float(v) for v in groups.breaks])
+        return RiskGroups(b, groups.exact, groups.uncertain_records, b.note(), b.was_coarsened)
+
+    @property
+    def noisy_parts(self) -> int:
+        return len(self.session.sites)
+
+
+class Pooled(Aggregation):
+    """The sites sum their parts among themselves, check the pooled cells and release the sums."""
+
+    pooled = True
+    mode = "pooled"
+
+    def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
+        release = self.session.pooled(function, *args, **kwargs)
+        return {k: float(v) for k, v in release.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
+        r = self.session.pooled(function, *args)
+        moved = [a for a, _ in r["moved"]]
+        return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in _BIN_FIELDS),
+                          requested, True, {"pooled": sorted(r["dropped"] + moved)}, {})
+
+    def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        return self.session.pooled_steps(function, *args, **kwargs)
+
+    def count(self, column: str) -> int:
+        return int(self.session.pooled("table1DDS", Ref(column))["total"])
+
+    def histogram_levels(self, truth: str, score: str, **options: Any) -> LevelSums:
+        r = self.session.pooled("scoreHistogramDS", Ref(truth), Ref(score), **options)
+        if r.get("mechanism") == "none":
+            return LevelSums({}, np.empty(0), 0, {"pooled": {"mechanism": "none"}}, exact={"pooled": r})
+        counts = {cls: ([np.array([r[key]])] if key in r else []) + [np.asarray(v, dtype=float) for v in r[cls]]
+                  for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
+        return LevelSums(counts, np.asarray(r["variance"], dtype=float), int(r["first_level"]),
+                         {"pooled": {k: r[k] for k in ("mechanism", "sensitivity", "decay")}},
+                         Ref(r["reference"], r["reference_digest"]))
+
+    def risk_groups(self, truth: str, score: str, n_groups: int) -> RiskGroups:
+        r = self.session.pooled("decileGroupsDS", Ref(truth), Ref(score), n_groups)
+        t = r["table"]
+        bins = (BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float) for f in _BIN_FIELDS),
+                           np.asarray(t["edges"]), True, {}, {}) if t else None)
+        merged = int(r["merged_groups"])
+        cells = "groups found and checked pooled over the sites" + (
+            f"; {merged} group(s) below q merged with the next" if merged else "")
+        return RiskGroups(bins, bool(r["exact_grouping"]), 0, cells, merged > 0, tuple(r["groups"]),
+                          float(r["statistic"]), int(r["df"]), (float(r["ece"]), float(r["mce"])),
+                          r.get("table_withheld") or "")
+
+    @property
+    def noisy_parts(self) -> int:
+        return 1  # each site adds its share of one site's noise
+
+
+def choose(session: "FederatedSession", secure: bool | None) -> Aggregation:
+    """The strategy ``secure`` asks for (see the module's docstring)."""
+    if secure is True:
+        return Pooled(session)
+    if secure is False:
+        return PerSite(session, "asked for per-site checking")
+    offered, why = session.pooled_capability()
+    return Pooled(session) if offered else PerSite(session, why)
+
+
+def first_release(session: "FederatedSession", secure: bool | None,
+                  release: Callable[[Aggregation], T]) -> tuple[Aggregation, T]:
+    """Run an analysis' first release under the strategy ``secure`` asks for; where the session
+    chose (``None``) and the sites refuse a pooled release for want of one, fall back to per-site
+    releases, noting the refusal. The strategy returned serves the analysis' later releases."""
+    aggregation = choose(session, secure)
+    try:
+        return aggregation, release(aggregation)
+    except FederatedCallError as exc:
+        if secure is not None or not aggregation.pooled or not no_pooled_release(exc):
+            raise
+        fallback = PerSite(session, f"a pooled release was refused: {exc}")
+        return fallback, release(fallback)
