@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 import numpy as np
 
 from dsfed_server.calltree import NUMBER_LIMIT, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
+from dsfed_server.disclosure.rules import rule_keys
 from dsfed_server.errors import CallError
 
 if TYPE_CHECKING:
@@ -168,12 +169,17 @@ def register(
     JSON reading already gives dsBase's shape. ``cells``: the implementation returns a declaration
     of cells (:mod:`dsfed_server.disclosure.gate`) and the release gate decides what leaves;
     ``pooled_only``: a protocol of pooled steps, never released per site; ``relayable``: a protocol
-    that also runs relayed (checked per site, its parameters derived by the sites).
+    that also runs relayed (checked per site, its parameters derived by the sites). ``checks``: every
+    rule (rules-file key) the implementation applies; a call that applies another is refused
+    (:func:`dsfed_server.disclosure.checks.enforce_contract`).
     """
 
     for param in params:  # a count sizes arrays: its range is part of the function's contract
         if param.type is P.INTEGER and param.maximum is None and param.choices is None:
             raise ValueError(f"{name}: integer parameter {param.name!r} needs a maximum or choices")
+    unknown = [rule for rule in checks if rule not in rule_keys()]
+    if unknown:
+        raise ValueError(f"{name}: checks {', '.join(unknown)} are no rules-file keys; known: {', '.join(rule_keys())}")
 
     def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
         REGISTRY.add(
@@ -183,7 +189,7 @@ def register(
                 params=tuple(params),
                 impl=impl,
                 doc=(impl.__doc__ or "").strip(),
-                checks=checks,
+                checks=tuple(dict.fromkeys(checks)),
                 backend=backend,
                 opal_shape=opal_shape,
                 secure_sum=secure_sum,

@@ -11,22 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 import requests
-import uvicorn
 
 from conftest import audit_records
-from dsfed_server.api import create_app
-from dsfed_server.cli import _bind
 from dsfed_server.config import load_site_config
 from dsfed_server.registry import REGISTRY, Registry
 from dsfed_server.service import SiteService
-from sitekit import make_sites
+from sitekit import make_sites, serve
 
 BIG = "1" * 400
 CRAFTED = [  # (what, call text or None, call tree or None, the parameter the refusal names)
@@ -91,14 +86,7 @@ def test_a_bug_is_a_500_with_an_id_in_the_audit_and_server_logs(tmp_path, caplog
         registry.add(replace(spec, impl=_raise) if spec.name == "meanDS" else spec)
     config, base = load_site_config(provisioned["s"].config)
     service = SiteService(config, base_dir=base, registry=registry)
-    sock = _bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.01)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with serve(service) as url:
         cred = provisioned["s"].credentials["analyst"]
         auth = (cred.user, cred.password)
         sid = requests.post(f"{url}/v1/sessions", auth=auth, timeout=10).json()["session"]
@@ -107,9 +95,6 @@ def test_a_bug_is_a_500_with_an_id_in_the_audit_and_server_logs(tmp_path, caplog
         with caplog.at_level(logging.ERROR, logger="dsfed.site"):
             response = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=auth, json={"expr": "meanDS(T$x)"},
                                      timeout=10)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
     assert response.status_code == 500
     error = response.json()["error"]
     assert error["type"] == "internal_error" and error["function"] == "meanDS"

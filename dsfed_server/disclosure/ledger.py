@@ -407,6 +407,13 @@ class CallScope:
     spent: list[dict[str, Any]] = field(default_factory=list)
     repeats: int = 0
     symbols: set[str] = field(default_factory=set)  # workspace symbols the call read (their definitions)
+    # per function the call ran (nested calls too): the rules it declares and those it applied (audited)
+    rules: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+
+    def note_rules(self, function: str, declared: tuple[str, ...], applied: Iterable[str]) -> None:
+        """Keep, for the audit record, what ``function`` declared and what it applied in this call."""
+        entry = self.rules.setdefault(function, {"declared": list(declared), "applied": []})
+        entry["applied"] += [rule for rule in applied if rule not in entry["applied"]]
 
     def read(self, sources: frozenset[str], value: Any) -> None:
         import pandas as pd  # local: the ledger's math needs no pandas
