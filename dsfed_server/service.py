@@ -27,7 +27,7 @@ from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
-from dsfed_server.calltree import Call, Column, Node, Symbol, from_json
+from dsfed_server.calltree import Call, Column, Limits, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
@@ -41,7 +41,7 @@ from dsfed_server.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
     TooManyFailedLogins,
 )
-from dsfed_server.parser import Limits, parse
+from dsfed_server.parser import parse
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
 from dsfed_server.rvalues import to_jsonlite
 from dsfed_server.tomlfile import ConfigFileError, locate
@@ -311,7 +311,7 @@ class SiteService:
                             hint='e.g. {"expr": "meanDS(D$age)"}')
         if request.text is not None:
             return parse(request.text, self.limits)
-        return from_json(request.tree, max_depth=self.limits.max_depth)
+        return from_json(request.tree, self.limits)
 
     @staticmethod
     def _label(request: CallRequest) -> tuple[str, str]:

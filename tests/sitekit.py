@@ -11,6 +11,7 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+import requests
 import uvicorn
 
 from dsfed_server.api import create_app
@@ -78,3 +79,16 @@ def serve(service: SiteService) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def datashield_aggregate(url: str, auth: tuple[str, str], table: str, text: str, symbol: str = "D") -> requests.Response:
+    """``text`` sent through the DataSHIELD door (/ws) in a session of its own, with ``table``
+    assigned as ``symbol``; the session is closed after."""
+    ws = f"{url}/ws/datashield/session"
+    opened = requests.post(f"{url}/ws/datashield/sessions", auth=auth, timeout=10).json()["id"]
+    requests.put(f"{ws}/{opened}/symbol/{symbol}/table/{table}", params={"async": "false"}, auth=auth,
+                 timeout=10).raise_for_status()
+    answer = requests.post(f"{ws}/{opened}/aggregate", data=text, auth=auth, timeout=10,
+                           headers={"Content-Type": "application/x-rscript", "Accept": "application/json"})
+    requests.delete(f"{ws}/{opened}", auth=auth, timeout=10)
+    return answer

@@ -21,7 +21,7 @@ from conftest import audit_records
 from dsfed_server.config import load_site_config
 from dsfed_server.registry import REGISTRY, Registry
 from dsfed_server.service import SiteService
-from sitekit import make_sites, serve
+from sitekit import datashield_aggregate, make_sites, serve
 
 BIG = "1" * 400
 CRAFTED = [  # (what, call text or None, call tree or None, the parameter the refusal names)
@@ -56,14 +56,8 @@ def test_a_crafted_number_is_refused_naming_its_parameter(gbsg2_http, gbsg2_prov
     error = response.json()["error"]
     assert error["type"] == "bad_call" and f"argument {parameter!r}" in error["message"], error
     if text is not None:  # the same text through the DataSHIELD door
-        ws = f"{url}/ws/datashield/session"
-        opened = requests.post(f"{url}/ws/datashield/sessions", auth=auth, timeout=10).json()["id"]
-        requests.put(f"{ws}/{opened}/symbol/D/table/GBSG2.validation", params={"async": "false"}, auth=auth,
-                     timeout=10).raise_for_status()
-        door = requests.post(f"{ws}/{opened}/aggregate", data=text, auth=auth, timeout=10,
-                             headers={"Content-Type": "application/x-rscript", "Accept": "application/json"})
+        door = datashield_aggregate(url, auth, "GBSG2.validation", text)
         assert door.status_code == 422 and f"argument {parameter!r}" in door.text, door.text
-        requests.delete(f"{ws}/{opened}", auth=auth, timeout=10)
     requests.delete(f"{url}/v1/sessions/{sid}", auth=auth, timeout=10)
     assert len(_internal_errors(site)) == before
 
