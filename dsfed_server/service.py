@@ -34,7 +34,9 @@ from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard, HistoryBehind, enforce_contract
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.history import History
-from dsfed_server.disclosure.ledger import ZERO, CallScope, Cap, Caps, Cost, Ledger, guarantee, remaining_budget
+from dsfed_server.disclosure.accountant import ZERO, Cap, Caps, Cost, guarantee, remaining_budget
+from dsfed_server.disclosure.ledger import Ledger
+from dsfed_server.disclosure.scope import CallScope
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
 from dsfed_server.errors import (

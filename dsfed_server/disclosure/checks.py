@@ -26,7 +26,7 @@ from dsfed_server.disclosure.rules import Rules
 from dsfed_server.errors import CallError, ContractViolation, DisclosureRefusal
 
 
-# the caps a noisy release is charged against (the call's scope checks them: ledger.CallScope.check)
+# the caps a noisy release is charged against (the call's scope checks them: scope.CallScope.check)
 BUDGET_RULES = ("budget.epsilon_per_table", "budget.delta_per_table", "budget.epsilon_per_analyst",
                 "budget.delta_per_analyst")
 
@@ -57,7 +57,7 @@ class Guard:
     site: str
     function: str
     secret: bytes = field(repr=False, default=b"")
-    # the running call's reads and pending releases (dsfed_server.disclosure.ledger.CallScope);
+    # the running call's reads and pending releases (dsfed_server.disclosure.scope.CallScope);
     # None outside an analyst call (then nothing is charged)
     scope: Any = field(repr=False, default=None)
     # the site's release history (history.History): cuts per table column and subset row sets,
