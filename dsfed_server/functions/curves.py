@@ -199,6 +199,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     public = {k: out[k] for k in ("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level",
                                   "sensitivity")}
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
+    name_length = ctx.limits.max_name_length  # the analyst names the reference in later calls: within the limit
 
     def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
         split = np.cumsum(sizes)[:-1]
@@ -209,7 +210,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
         kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], floor, key)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
-        name = f"dsfed.ref.{digest[:16]}"
+        name = f"dsfed.ref.{digest}"[:name_length]
         session.symbols[name] = derived_reference(release, kept)
         session.sources[name] = sources
         session.definitions[name] = f"{SITE_DERIVED} pooled histograms {digest}"
