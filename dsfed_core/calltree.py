@@ -9,15 +9,31 @@ in the registry and resolves symbols in the session's workspace.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 from dsfed_core.errors import CallError
 from dsfed_core.wire import decode_f64, encode_f64
 
 Scalar = Union[str, int, float, bool, None]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits from the site's rules file (``[strings]`` and ``[parser]``) on what a call may hold."""
+
+    max_length: int = 80
+    max_name_length: int = 20
+    max_depth: int = 4
+
+
+# A string holding only a list of numbers ("0.5,-1.2e-3,2") is data, not a name: DataSHIELD
+# sends coefficient vectors so (ds.glm's beta.vect), longer than strings.max_length for larger
+# models. Such strings are bounded by the call-text limit (text) or the request size (JSON) instead.
+_NUMBER_LIST = re.compile(r"[-+0-9.eE, ]*")
 
 # The largest magnitude of a number in a call, from text or JSON: whole numbers up to it are exact
 # in float64, and sums, differences and squares of a few such numbers stay finite. A parameter may
@@ -227,6 +243,52 @@ def to_json(node: Node) -> dict[str, Any]:
     return {"call": node.function, "args": positional, "kwargs": named}
 
 
+# --- the limits, for both front doors -------------------------------------------------------
+
+
+def check_limits(node: Node, limits: Limits) -> Node:
+    """Apply the rules file's ``[strings]`` limits to a call tree, however it arrived (parsed call
+    text or the structured JSON form): every name (function, argument, symbol, table, column, formula
+    variable) at most ``strings.max_name_length`` characters, every string at most
+    ``strings.max_length`` unless it only lists numbers. Both readers (:func:`from_json`,
+    :func:`dsfed_core.parser.parse`) end here, and apply ``parser.max_depth`` as they read."""
+    for name in _names(node):
+        if len(name) > limits.max_name_length:
+            shown = name if len(name) <= 40 else f"{name[:37]}..."
+            raise CallError(f"name {shown!r} of {len(name)} characters exceeds the limit of {limits.max_name_length}",
+                            rule="strings.max_name_length", hint="names of symbols, tables, columns and functions are short")
+    for text in _strings(node):
+        if len(text) > limits.max_length and not _NUMBER_LIST.fullmatch(text):
+            raise CallError(f"string of {len(text)} characters exceeds the limit of {limits.max_length}",
+                            rule="strings.max_length", hint="strings in a call are short; numbers go as numbers")
+    return node
+
+
+def _names(node: Node) -> Iterator[str]:
+    if isinstance(node, Symbol):
+        yield node.name
+    elif isinstance(node, Column):
+        yield from (node.table, node.column)
+    elif isinstance(node, Formula):
+        yield from (part for variable in node.variables for part in variable.split("$"))
+    elif isinstance(node, Call):
+        yield node.function
+        for arg in node.args:
+            if arg.name is not None:
+                yield arg.name
+            yield from _names(arg.value)
+
+
+def _strings(node: Node) -> Iterator[str]:
+    if isinstance(node, Literal) and isinstance(node.value, str):
+        yield node.value
+    elif isinstance(node, Vector):
+        yield from (v for v in node.values if isinstance(v, str))
+    elif isinstance(node, Call):
+        for arg in node.args:
+            yield from _strings(arg.value)
+
+
 def _scalar(value: Any, where: str) -> Scalar:
     if value is None or isinstance(value, (bool, str)):
         return value
@@ -237,8 +299,13 @@ def _scalar(value: Any, where: str) -> Scalar:
     raise CallError(f"{where}: a literal must be a number, string, boolean or null, got {type(value).__name__}")
 
 
-def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
-    """Read a structured call, refusing anything but the node shapes above."""
+def from_json(obj: Any, limits: Limits) -> Node:
+    """Read a structured call, refusing anything but the node shapes above, within ``limits``."""
+    return check_limits(_read(obj, limits, 0), limits)
+
+
+def _read(obj: Any, limits: Limits, _level: int) -> Node:
+    max_depth = limits.max_depth
     if _level > max_depth:
         raise CallError(f"call nested deeper than {max_depth} levels", rule="parser.max_depth")
     if not isinstance(obj, dict):
@@ -275,15 +342,15 @@ def from_json(obj: Any, *, max_depth: int, _level: int = 0) -> Node:
     if set(obj) == {"formula"} and isinstance(obj["formula"], str):
         from dsfed_core.parser import parse_formula
 
-        return parse_formula(obj["formula"])
+        return parse_formula(obj["formula"], limits)
     if "call" in obj and set(obj) <= {"call", "args", "kwargs"}:
         name = obj["call"]
         args = obj.get("args", [])
         kwargs = obj.get("kwargs", {})
         if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise CallError('a call is {"call": name, "args": [...], "kwargs": {...}}')
-        nodes = [Arg(None, from_json(a, max_depth=max_depth, _level=_level + 1)) for a in args]
-        nodes += [Arg(str(k), from_json(v, max_depth=max_depth, _level=_level + 1)) for k, v in kwargs.items()]
+        nodes = [Arg(None, _read(a, limits, _level + 1)) for a in args]
+        nodes += [Arg(str(k), _read(v, limits, _level + 1)) for k, v in kwargs.items()]
         return Call(name, tuple(nodes))
     raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")
 

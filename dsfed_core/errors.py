@@ -158,6 +158,11 @@ class InternalError(SiteError):
     http_status = 500
 
 
+class ContractViolation(InternalError):
+    """A function applied a disclosure rule its registry entry does not declare (``checks=``): a bug
+    in the declaration, never the analyst's doing. Nothing is released; ``rule`` names the rule."""
+
+
 class BackendUnavailable(SiteError):
     """The function's implementation needs a backend (R) that this site lacks."""
 

@@ -32,20 +32,18 @@ from dsfed_core.calltree import (
     Column,
     Formula,
     FormulaTerm,
+    Limits,
     Literal,
     Node,
     Symbol,
     Vector,
+    check_limits,
     check_vector,
 )
 from dsfed_core.errors import CallError
 
 _NAME = re.compile(r"(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*")
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?L?")
-# A string holding only a list of numbers ("0.5,-1.2e-3,2") is data, not a name: DataSHIELD
-# sends coefficient vectors so (ds.glm's beta.vect), longer than strings.max_length for larger
-# models. Such strings are bounded by the call-text limit instead.
-_NUMBER_LIST = re.compile(r"[-+0-9.eE, ]*")
 _PUNCT = {"(", ")", ",", "$", "~", "+", "-", "*", ":", "="}
 _RESERVED = {"function", "if", "else", "for", "while", "repeat", "break", "next", "return", "Inf", "NaN"}
 _FORBIDDEN = [
@@ -86,21 +84,12 @@ class Token:
     value: object = None
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Limits from the site's rules file (``[strings]`` and ``[parser]``)."""
-
-    max_length: int = 80
-    max_name_length: int = 20
-    max_depth: int = 4
-
-
 def _error(text: str, pos: int, message: str, rule: str | None = None) -> CallError:
     shown = text if len(text) <= 60 else text[:57] + "..."
     return CallError(f"cannot parse {shown!r} at character {pos + 1}: {message}", rule=rule)
 
 
-def tokenize(text: str, limits: Limits) -> list[Token]:
+def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
     i = 0
     while i < len(text):
@@ -123,11 +112,6 @@ def tokenize(text: str, limits: Limits) -> list[Token]:
             if j >= len(text):
                 raise _error(text, i, "unterminated string")
             value = "".join(chars)
-            if len(value) > limits.max_length and not _NUMBER_LIST.fullmatch(value):
-                raise _error(
-                    text, i, f"string of {len(value)} characters exceeds the limit of {limits.max_length}",
-                    rule="strings.max_length",
-                )
             tokens.append(Token("STRING", text[i : j + 1], i, value))
             i = j + 1
             continue
@@ -148,11 +132,6 @@ def tokenize(text: str, limits: Limits) -> list[Token]:
             word = name.group(0)
             if word in _RESERVED:
                 raise _error(text, i, f"'{word}' is not allowed")
-            if len(word) > limits.max_name_length:
-                raise _error(
-                    text, i, f"name of {len(word)} characters exceeds the limit of {limits.max_name_length}",
-                    rule="strings.max_name_length",
-                )
             tokens.append(Token("NAME", word, i))
             i = name.end()
             continue
@@ -178,7 +157,7 @@ class _Parser:
             )
         self.text = text
         self.limits = limits
-        self.tokens = tokenize(text, limits)
+        self.tokens = tokenize(text)
         self.i = 0
 
     # helpers
@@ -369,7 +348,7 @@ def parse(text: str, limits: Limits) -> Node:
     """Parse call text into a call tree, or raise :class:`CallError` saying why not."""
     if not isinstance(text, str) or not text.strip():
         raise CallError("empty call text")
-    return _Parser(text, limits).parse_root()
+    return check_limits(_Parser(text, limits).parse_root(), limits)
 
 
 def parse_formula(text: str, limits: Limits | None = None) -> Formula:

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from dsfed_core.calltree import Call, Column, Node, Symbol
+from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import RootColumn, root_column
 from dsfed_core.errors import CallError, NotFound
-from dsfed_core.parser import Limits, parse
+from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 import numpy as np
 
 from dsfed_core.calltree import NUMBER_LIMIT, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
+from dsfed_server.disclosure.rules import rule_keys
 from dsfed_core.errors import CallError
 
 if TYPE_CHECKING:
@@ -168,12 +169,17 @@ def register(
     JSON reading already gives dsBase's shape. ``cells``: the implementation returns a declaration
     of cells (:mod:`dsfed_server.disclosure.gate`) and the release gate decides what leaves;
     ``pooled_only``: a protocol of pooled steps, never released per site; ``relayable``: a protocol
-    that also runs relayed (checked per site, its parameters derived by the sites).
+    that also runs relayed (checked per site, its parameters derived by the sites). ``checks``: every
+    rule (rules-file key) the implementation applies; a call that applies another is refused
+    (:func:`dsfed_server.disclosure.checks.enforce_contract`).
     """
 
     for param in params:  # a count sizes arrays: its range is part of the function's contract
         if param.type is P.INTEGER and param.maximum is None and param.choices is None:
             raise ValueError(f"{name}: integer parameter {param.name!r} needs a maximum or choices")
+    unknown = [rule for rule in checks if rule not in rule_keys()]
+    if unknown:
+        raise ValueError(f"{name}: checks {', '.join(unknown)} are no rules-file keys; known: {', '.join(rule_keys())}")
 
     def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
         REGISTRY.add(
@@ -183,7 +189,7 @@ def register(
                 params=tuple(params),
                 impl=impl,
                 doc=(impl.__doc__ or "").strip(),
-                checks=checks,
+                checks=tuple(dict.fromkeys(checks)),
                 backend=backend,
                 opal_shape=opal_shape,
                 secure_sum=secure_sum,
@@ -244,97 +250,162 @@ def _bounded(param: Param, value: int | float) -> int | float:
 
 
 def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
-    t = param.type
-    if isinstance(node, Formula) and t is not P.FORMULA:
-        raise CallError(f"argument {param.name!r} is a {t.value}, not a model formula")
-    if t in (P.OBJECT, P.VECTOR, P.TABLE):
-        if isinstance(node, Literal) and isinstance(node.value, str):
-            node = ctx.parse_reference(node.value)
-        value = ctx.resolve(node)
-        if t is P.TABLE and not ctx.is_table(value):
-            raise CallError(f"argument {param.name!r} must be a table (data frame), got {ctx.class_of(value)}")
-        if t is P.VECTOR and ctx.is_table(value):
-            raise CallError(f"argument {param.name!r} must be a vector (e.g. D$age), got a table")
-        return value
-    if t is P.FORMULA:
-        if isinstance(node, Literal) and isinstance(node.value, str):
-            from dsfed_core.parser import parse_formula
+    """The value of argument ``node`` for ``param``, by the converter of the parameter's type."""
+    if isinstance(node, Formula) and param.type is not P.FORMULA:
+        raise CallError(f"argument {param.name!r} is a {param.type.value}, not a model formula")
+    return _CONVERTERS[param.type](param, node, ctx)
 
-            node = parse_formula(node.value, ctx.limits)
-        if not isinstance(node, Formula):
-            raise CallError(f"argument {param.name!r} must be a model formula such as y ~ x1 + x2")
-        return node
-    if t is P.NAME:
-        if isinstance(node, Symbol):
-            value: Any = node.name
-        elif isinstance(node, Column):
-            value = node.to_text()
-        else:
-            value = _literal(param, node)
-        if not isinstance(value, str):
-            raise CallError(f"argument {param.name!r} must be a name")
-        return _choice(param, value)
-    if t is P.STRING:
+
+def _workspace_value(param: Param, node: Node, ctx: "CallContext") -> Any:
+    """A symbol, ``table$column`` or nested assign call, also given as a string (``"D$age"``)."""
+    if isinstance(node, Literal) and isinstance(node.value, str):
+        node = ctx.parse_reference(node.value)
+    return ctx.resolve(node)
+
+
+def _table(param: Param, node: Node, ctx: "CallContext") -> Any:
+    value = _workspace_value(param, node, ctx)
+    if not ctx.is_table(value):
+        raise CallError(f"argument {param.name!r} must be a table (data frame), got {ctx.class_of(value)}")
+    return value
+
+
+def _vector(param: Param, node: Node, ctx: "CallContext") -> Any:
+    value = _workspace_value(param, node, ctx)
+    if ctx.is_table(value):
+        raise CallError(f"argument {param.name!r} must be a vector (e.g. D$age), got a table")
+    return value
+
+
+def _formula(param: Param, node: Node, ctx: "CallContext") -> Formula:
+    """A model formula, unquoted or as a string (read within the site's limits)."""
+    if isinstance(node, Literal) and isinstance(node.value, str):
+        from dsfed_core.parser import parse_formula
+
+        node = parse_formula(node.value, ctx.limits)
+    if not isinstance(node, Formula):
+        raise CallError(f"argument {param.name!r} must be a model formula such as y ~ x1 + x2")
+    return node
+
+
+def _name(param: Param, node: Node, ctx: "CallContext") -> str:
+    """A column or table name, bare (``age``, ``D$age``) or quoted; not resolved."""
+    if isinstance(node, Symbol):
+        value: Any = node.name
+    elif isinstance(node, Column):
+        value = node.to_text()
+    else:
         value = _literal(param, node)
-        if not isinstance(value, str):
-            raise CallError(f"argument {param.name!r} must be a string, got {node.to_text()!r}")
-        return _choice(param, value)
-    if t is P.SCALAR:
-        value = _literal(param, node)
-        if value is None:
-            raise CallError(f"argument {param.name!r} must be a number, string or TRUE/FALSE")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            check_number(value, f"argument {param.name!r}")
-        return value
-    if t is P.BOOLEAN:
-        value = _literal(param, node)
-        if not isinstance(value, bool):
-            raise CallError(f"argument {param.name!r} must be TRUE or FALSE, got {node.to_text()!r}")
-        return value
-    if t in (P.NUMBER, P.INTEGER):
-        value = _literal(param, node)
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise CallError(f"argument {param.name!r} must be a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise CallError(f"argument {param.name!r} must be a number, got {node.to_text()!r}")
-        value = _bounded(param, value)
-        if t is P.INTEGER:
-            if float(value) != int(value):
-                raise CallError(f"argument {param.name!r} must be a whole number, got {value}")
-            value = int(value)
-        return _choice(param, value)
-    if t is P.NUMBERS and isinstance(node, NumericVector):
-        if node.array.size and not np.all(np.abs(node.array) <= NUMBER_LIMIT):  # inf and nan are refused too
-            raise CallError(f"argument {param.name!r} has values that are not finite numbers within "
-                            f"+-{NUMBER_LIMIT:g}")
-        if (param.minimum is not None and node.array.min() < param.minimum) or (
-                param.maximum is not None and node.array.max() > param.maximum):
-            raise CallError(f"argument {param.name!r} has values outside [{param.minimum}, {param.maximum}]")
-        return node.array
+    if not isinstance(value, str):
+        raise CallError(f"argument {param.name!r} must be a name")
+    return _choice(param, value)
+
+
+def _string(param: Param, node: Node, ctx: "CallContext") -> str:
+    value = _literal(param, node)
+    if not isinstance(value, str):
+        raise CallError(f"argument {param.name!r} must be a string, got {node.to_text()!r}")
+    return _choice(param, value)
+
+
+def _scalar(param: Param, node: Node, ctx: "CallContext") -> Any:
+    """One number (finite, within the call-wide bound), string or boolean literal."""
+    value = _literal(param, node)
+    if value is None:
+        raise CallError(f"argument {param.name!r} must be a number, string or TRUE/FALSE")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        check_number(value, f"argument {param.name!r}")
+    return value
+
+
+def _boolean(param: Param, node: Node, ctx: "CallContext") -> bool:
+    value = _literal(param, node)
+    if not isinstance(value, bool):
+        raise CallError(f"argument {param.name!r} must be TRUE or FALSE, got {node.to_text()!r}")
+    return value
+
+
+def _bounded_number(param: Param, node: Node) -> int | float:
+    """A number literal (or a string holding one) within the parameter's minimum and maximum."""
+    value = _literal(param, node)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise CallError(f"argument {param.name!r} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CallError(f"argument {param.name!r} must be a number, got {node.to_text()!r}")
+    return _bounded(param, value)
+
+
+def _number(param: Param, node: Node, ctx: "CallContext") -> int | float:
+    return _choice(param, _bounded_number(param, node))
+
+
+def _integer(param: Param, node: Node, ctx: "CallContext") -> int:
+    value = _bounded_number(param, node)
+    if float(value) != int(value):
+        raise CallError(f"argument {param.name!r} must be a whole number, got {value}")
+    return _choice(param, int(value))
+
+
+def _numbers(param: Param, node: Node, ctx: "CallContext") -> np.ndarray | list[float]:
+    """``c(...)`` of numbers (a long one as an array), one number, or ``"1,2,3"``."""
     if isinstance(node, NumericVector):
-        raise CallError(f"argument {param.name!r} must be a {t.value}, not a vector of numbers")
-    if t is P.NUMBERS:
-        if isinstance(node, Vector):
-            items = node.values
-        elif isinstance(node, Literal) and isinstance(node.value, str):
-            try:
-                items = [float(x) for x in node.value.split(",") if x.strip()]
-            except ValueError:
-                raise CallError(f"argument {param.name!r} must be numbers, e.g. \"1,2,3\"") from None
-        else:
-            items = [_literal(param, node)]
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in items):
-            raise CallError(f"argument {param.name!r} must hold numbers only")
-        return [float(_bounded(param, v)) for v in items]
-    if t is P.STRINGS:
-        items = node.values if isinstance(node, Vector) else [_literal(param, node)]
-        if any(not isinstance(v, str) for v in items):
-            raise CallError(f"argument {param.name!r} must hold strings only")
-        return [_choice(param, v) for v in items]
-    raise AssertionError(f"unhandled parameter type {t}")
+        return _number_array(param, node.array)
+    items = _number_items(param, node)
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in items):
+        raise CallError(f"argument {param.name!r} must hold numbers only")
+    return [float(_bounded(param, v)) for v in items]
+
+
+def _number_items(param: Param, node: Node) -> list[Any]:
+    """The items of ``c(...)``, of ``"1,2,3"`` (as numbers), or of one literal."""
+    if isinstance(node, Vector):
+        return node.values
+    if isinstance(node, Literal) and isinstance(node.value, str):
+        try:
+            return [float(x) for x in node.value.split(",") if x.strip()]
+        except ValueError:
+            raise CallError(f"argument {param.name!r} must be numbers, e.g. \"1,2,3\"") from None
+    return [_literal(param, node)]
+
+
+def _number_array(param: Param, array: np.ndarray) -> np.ndarray:
+    """A long vector of numbers: finite, within the call-wide bound and the parameter's range."""
+    if array.size and not np.all(np.abs(array) <= NUMBER_LIMIT):  # inf and nan are refused too
+        raise CallError(f"argument {param.name!r} has values that are not finite numbers within "
+                        f"+-{NUMBER_LIMIT:g}")
+    if (param.minimum is not None and array.min() < param.minimum) or (
+            param.maximum is not None and array.max() > param.maximum):
+        raise CallError(f"argument {param.name!r} has values outside [{param.minimum}, {param.maximum}]")
+    return array
+
+
+def _strings(param: Param, node: Node, ctx: "CallContext") -> list[str]:
+    if isinstance(node, NumericVector):
+        raise CallError(f"argument {param.name!r} must be a {param.type.value}, not a vector of numbers")
+    items = node.values if isinstance(node, Vector) else [_literal(param, node)]
+    if any(not isinstance(v, str) for v in items):
+        raise CallError(f"argument {param.name!r} must hold strings only")
+    return [_choice(param, v) for v in items]
+
+
+# one converter per parameter type: (parameter, argument node, call context) -> the value
+_CONVERTERS: dict[P, Callable[[Param, Node, "CallContext"], Any]] = {
+    P.OBJECT: _workspace_value,
+    P.TABLE: _table,
+    P.VECTOR: _vector,
+    P.FORMULA: _formula,
+    P.NAME: _name,
+    P.STRING: _string,
+    P.SCALAR: _scalar,
+    P.BOOLEAN: _boolean,
+    P.NUMBER: _number,
+    P.INTEGER: _integer,
+    P.NUMBERS: _numbers,
+    P.STRINGS: _strings,
+}
 
 
 def _choice(param: Param, value: Any) -> Any:

@@ -27,21 +27,23 @@ from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
-from dsfed_core.calltree import Call, Column, Node, Symbol, from_json
+from dsfed_core.calltree import Call, Column, Limits, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
-from dsfed_server.disclosure.checks import Guard, HistoryBehind
+from dsfed_server.disclosure.checks import Guard, HistoryBehind, enforce_contract
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.history import History
-from dsfed_server.disclosure.ledger import ZERO, CallScope, Cap, Caps, Cost, Ledger, guarantee, remaining_budget
+from dsfed_server.disclosure.accountant import ZERO, Cap, Caps, Cost, guarantee, remaining_budget
+from dsfed_server.disclosure.ledger import Ledger
+from dsfed_server.disclosure.scope import CallScope
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
 from dsfed_core.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
     StaleHandle, TooManyFailedLogins,
 )
-from dsfed_core.parser import Limits, parse
+from dsfed_core.parser import parse
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
 from dsfed_server.rvalues import to_jsonlite
 from dsfed_server.tomlfile import ConfigFileError, locate
@@ -248,6 +250,8 @@ class SiteService:
         except SiteError as exc:
             exc.at(site=self.name, function=function if function not in ("?", "") else None)
             outcome = "refused" if isinstance(exc, (DisclosureRefusal, NotEnabled, Forbidden)) else exc.kind
+            if isinstance(exc, InternalError):  # e.g. a broken contract: the administrator's to see
+                log.error("site %s: %s", self.name, exc)
             self.audit.record(**base, outcome=outcome, rule=exc.rule, message=exc.message)
             raise
         except Exception as exc:  # an implementation bug: HTTP 500 with an id, never a 4xx
@@ -330,7 +334,7 @@ class SiteService:
                             hint='e.g. {"expr": "meanDS(D$age)"}')
         if request.text is not None:
             return parse(request.text, self.limits)
-        return from_json(request.tree, max_depth=self.limits.max_depth)
+        return from_json(request.tree, self.limits)
 
     @staticmethod
     def _label(request: CallRequest) -> tuple[str, str]:
@@ -378,14 +382,18 @@ class SiteService:
         ctx = CallContext(self, session, spec.name, guard, relayed)
         try:
             bound = bind(spec, call.args, ctx)
-            ctx.guard.check_analyst_data(spec.params, bound)
+            guard.check_analyst_data(spec.params, bound)
             args = {python_name(name): value for name, value in bound.items()}
             result = spec.impl(ctx, **args)
             if isinstance(result, (gate.Intervals, gate.Categories)) and deferred is None:
-                return ctx.guard.release(result)
+                result = guard.release(result)
+            enforce_contract(guard, spec.checks)
             return result
         except SiteError as exc:
             raise exc.at(site=self.name, function=spec.name)
+        finally:
+            if session.scope is not None:
+                session.scope.note_rules(spec.name, spec.checks, guard.applied)
 
     def _guard(self, function: str, session: Session | None = None, noise_share: float = 1.0,
                deferred: list[tuple[str, int]] | None = None,
@@ -407,6 +415,8 @@ class SiteService:
                 record["privacy"] = privacy
         finally:
             session.scope = None
+            if scope.rules:  # refused calls too: what each function declared and what it applied
+                record["checks"] = scope.rules
 
     def run_nested(self, session: Session, call: Call) -> Any:
         """A call inside another call's arguments: only assign-kind functions give values."""

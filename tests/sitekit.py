@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
+import requests
+import uvicorn
 
+from dsfed_server.api import create_app
 from dsfed_server.catalog import Variable, write_dictionary
+from dsfed_server.cli import _bind
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 
@@ -54,3 +62,33 @@ def make_sites(tmp: Path, frames: dict[str, pd.DataFrame], rules: Path | None = 
     provisioned = provision(tmp / "run", spec, idle_timeout_s=idle_timeout_s, max_body_mb=max_body_mb)
     services = {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
     return provisioned, services
+
+
+@contextmanager
+def serve(service: SiteService) -> Iterator[str]:
+    """``service`` (e.g. with a registry of the test's own) as a real uvicorn server on a free loopback
+    port, in a thread; yields its URL."""
+    sock = _bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def datashield_aggregate(url: str, auth: tuple[str, str], table: str, text: str, symbol: str = "D") -> requests.Response:
+    """``text`` sent through the DataSHIELD door (/ws) in a session of its own, with ``table``
+    assigned as ``symbol``; the session is closed after."""
+    ws = f"{url}/ws/datashield/session"
+    opened = requests.post(f"{url}/ws/datashield/sessions", auth=auth, timeout=10).json()["id"]
+    requests.put(f"{ws}/{opened}/symbol/{symbol}/table/{table}", params={"async": "false"}, auth=auth,
+                 timeout=10).raise_for_status()
+    answer = requests.post(f"{ws}/{opened}/aggregate", data=text, auth=auth, timeout=10,
+                           headers={"Content-Type": "application/x-rscript", "Accept": "application/json"})
+    requests.delete(f"{ws}/{opened}", auth=auth, timeout=10)
+    return answer

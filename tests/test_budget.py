@@ -17,7 +17,8 @@ from scipy import optimize, stats
 from dsfed_client import Call, FederatedCallError, Ref
 from dsfed_core.errors import BudgetExceeded
 from dsfed_server.launch import LocalSites
-from dsfed_server.disclosure.ledger import Ledger, gaussian_rho, rdp_epsilon
+from dsfed_server.disclosure.accountant import gaussian_rho, rdp_epsilon
+from dsfed_server.disclosure.ledger import Ledger
 from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService

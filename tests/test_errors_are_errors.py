@@ -11,22 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 import requests
-import uvicorn
 
 from conftest import audit_records
-from dsfed_server.api import create_app
-from dsfed_server.cli import _bind
 from dsfed_server.config import load_site_config
 from dsfed_server.registry import REGISTRY, Registry
 from dsfed_server.service import SiteService
-from sitekit import make_sites
+from sitekit import datashield_aggregate, make_sites, serve
 
 BIG = "1" * 400
 CRAFTED = [  # (what, call text or None, call tree or None, the parameter the refusal names)
@@ -61,14 +56,8 @@ def test_a_crafted_number_is_refused_naming_its_parameter(gbsg2_http, gbsg2_prov
     error = response.json()["error"]
     assert error["type"] == "bad_call" and f"argument {parameter!r}" in error["message"], error
     if text is not None:  # the same text through the DataSHIELD door
-        ws = f"{url}/ws/datashield/session"
-        opened = requests.post(f"{url}/ws/datashield/sessions", auth=auth, timeout=10).json()["id"]
-        requests.put(f"{ws}/{opened}/symbol/D/table/GBSG2.validation", params={"async": "false"}, auth=auth,
-                     timeout=10).raise_for_status()
-        door = requests.post(f"{ws}/{opened}/aggregate", data=text, auth=auth, timeout=10,
-                             headers={"Content-Type": "application/x-rscript", "Accept": "application/json"})
+        door = datashield_aggregate(url, auth, "GBSG2.validation", text)
         assert door.status_code == 422 and f"argument {parameter!r}" in door.text, door.text
-        requests.delete(f"{ws}/{opened}", auth=auth, timeout=10)
     requests.delete(f"{url}/v1/sessions/{sid}", auth=auth, timeout=10)
     assert len(_internal_errors(site)) == before
 
@@ -91,14 +80,7 @@ def test_a_bug_is_a_500_with_an_id_in_the_audit_and_server_logs(tmp_path, caplog
         registry.add(replace(spec, impl=_raise) if spec.name == "meanDS" else spec)
     config, base = load_site_config(provisioned["s"].config)
     service = SiteService(config, base_dir=base, registry=registry)
-    sock = _bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.01)
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with serve(service) as url:
         cred = provisioned["s"].credentials["analyst"]
         auth = (cred.user, cred.password)
         sid = requests.post(f"{url}/v1/sessions", auth=auth, timeout=10).json()["session"]
@@ -107,9 +89,6 @@ def test_a_bug_is_a_500_with_an_id_in_the_audit_and_server_logs(tmp_path, caplog
         with caplog.at_level(logging.ERROR, logger="dsfed.site"):
             response = requests.post(f"{url}/v1/sessions/{sid}/aggregate", auth=auth, json={"expr": "meanDS(T$x)"},
                                      timeout=10)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
     assert response.status_code == 500
     error = response.json()["error"]
     assert error["type"] == "internal_error" and error["function"] == "meanDS"

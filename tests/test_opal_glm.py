@@ -92,7 +92,8 @@ def test_a_small_factor_level_is_refused_through_the_datashield_door(gbsg2_http,
 
 def test_coefficient_text_may_exceed_the_string_limit_but_other_strings_may_not():
     from dsfed_core.errors import CallError
-    from dsfed_core.parser import Limits, parse
+    from dsfed_core.calltree import Limits
+    from dsfed_core.parser import parse
 
     limits = Limits(max_length=80, max_name_length=20, max_depth=4)
     beta = ",".join(["-0.00123456789012345678"] * 8)  # ds.glm's beta.vect for an 8-coefficient model

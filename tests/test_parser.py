@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dsfed_core.calltree import Arg, Call, Column, Formula, FormulaTerm, Literal, Symbol, Vector, from_json, to_json
+from dsfed_core.calltree import Arg, Call, Column, Formula, FormulaTerm, Limits, Literal, Symbol, Vector, from_json, to_json
 from dsfed_core.errors import CallError
-from dsfed_core.parser import Limits, parse
+from dsfed_core.parser import parse
 
 L = Limits(max_length=80, max_name_length=20, max_depth=4)
 
@@ -34,7 +34,7 @@ def test_accepted(text, tree):
         assert node == tree
     # the canonical text parses back to the same tree, and the JSON form round-trips
     assert parse(node.to_text(), L) == node
-    assert from_json(to_json(node), max_depth=L.max_depth) == node
+    assert from_json(to_json(node), L) == node
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_limits_name_the_rule():
 )
 def test_structured_calls_refuse_unknown_shapes(tree):
     with pytest.raises(CallError):
-        from_json(tree, max_depth=4)
+        from_json(tree, L)
 
 
 def test_unregistered_and_evaluating_calls_are_refused_by_the_site(gbsg2_services, gbsg2_provisioned):
@@ -125,9 +125,9 @@ def test_raw_float64_vectors_are_read_as_numbers_only():
     import numpy as np
 
     values = np.array([0.5, -1.25, 3e-7])
-    node = from_json({"f64": base64.b64encode(values.astype("<f8").tobytes()).decode()}, max_depth=4)
+    node = from_json({"f64": base64.b64encode(values.astype("<f8").tobytes()).decode()}, L)
     np.testing.assert_array_equal(node.array, values)
     for bad in ("not base64!", base64.b64encode(b"1234567").decode(),
                 base64.b64encode(np.array([np.inf]).astype("<f8").tobytes()).decode()):
         with pytest.raises(CallError):
-            from_json({"f64": bad}, max_depth=4)
+            from_json({"f64": bad}, L)

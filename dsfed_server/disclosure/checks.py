@@ -23,7 +23,23 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import RootColumn
 from dsfed_server.disclosure.rules import Rules
-from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, ContractViolation, DisclosureRefusal
+
+
+# the caps a noisy release is charged against (the call's scope checks them: scope.CallScope.check)
+BUDGET_RULES = ("budget.epsilon_per_table", "budget.delta_per_table", "budget.epsilon_per_analyst",
+                "budget.delta_per_analyst")
+
+
+# rules the site applies to every call's arguments, whatever the function (a function declares none of them)
+CALL_RULES = ("disclosure.combine_analyst_vectors",)
+# what the release gate applies to a declaration of cells or a subset's condition (:meth:`Guard.release`,
+# :meth:`Guard.subset_rows`): q, the secret margin, the cut history and the row-set audit
+GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut_history",
+              "disclosure.subset_min_difference")
+# what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
+NOISE_RULES = ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "privacy.score_l2_sensitivity",
+               *BUDGET_RULES)
 
 
 class HistoryBehind(Exception):
@@ -41,7 +57,7 @@ class Guard:
     site: str
     function: str
     secret: bytes = field(repr=False, default=b"")
-    # the running call's reads and pending releases (dsfed_server.disclosure.ledger.CallScope);
+    # the running call's reads and pending releases (dsfed_server.disclosure.scope.CallScope);
     # None outside an analyst call (then nothing is charged)
     scope: Any = field(repr=False, default=None)
     # the site's release history (history.History): cuts per table column and subset row sets,
@@ -55,29 +71,43 @@ class Guard:
     # a pooled release: every cut released before on each column at the sites of the round, as the
     # analyst relayed them (checked to hold this site's own history)
     relayed_cuts: dict[tuple[str, str], list[Cut]] | None = field(repr=False, default=None)
+    # the rules this call applied (rules-file keys), in the order first applied: the service compares
+    # them with the function's declared checks before anything is released (the contract)
+    applied: dict[str, None] = field(repr=False, default_factory=dict, compare=False)
+
+    def rule(self, key: str) -> Any:
+        """The value of the rules file's ``key`` (``"disclosure.q_threshold"``), recorded as applied in
+        this call: every rule a check or a function applies is read here, and only here."""
+        self.applied.setdefault(key)
+        section, name = key.split(".")
+        return getattr(getattr(self.rules, section), name)
 
     def _refuse(self, message: str, rule: str, hint: str) -> DisclosureRefusal:
+        self.applied.setdefault(rule)
         return DisclosureRefusal(message, site=self.site, function=self.function, rule=rule, hint=hint)
 
     @property
     def q(self) -> int:
-        return self.rules.disclosure.q_threshold
+        return self.rule("disclosure.q_threshold")
 
     @property
     def floor(self) -> Floor:
-        """What a new cell of this site's release gate holds: q and the secret margin (``disclosure.cut_margin``)."""
-        return Floor(self.q, self.rules.disclosure.margin, self.secret)
+        """What a new cell of this site's release gate holds: q and the secret margin (``disclosure.cut_margin``,
+        none without ``disclosure.cut_history``)."""
+        margin = self.rule("disclosure.cut_margin") if self.rule("disclosure.cut_history") else 0
+        return Floor(self.q, margin, self.secret)
 
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of seed 000; nfilter.tab); with
         ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count
         is summed over the sites and the pooled count is checked (:meth:`pooled_minimum`)."""
+        q = self.q  # applied here or, deferred, on the pooled count
         if self.deferred is not None:
             self.deferred.append((f"{'count_or_zero' if allow_zero else 'count'}:{what}", int(n)))
             return
         if allow_zero and n == 0:
             return
-        if n < self.q:
+        if n < q:
             raise self._refuse(
                 f"{what}: fewer than the site's minimum of {self.q}",
                 "disclosure.q_threshold",
@@ -98,7 +128,7 @@ class Guard:
 
     def subset(self, n_subset: int, n_total: int) -> None:
         """A subset and the rows it leaves out each hold at least subset_min rows (or none)."""
-        minimum = self.rules.disclosure.subset_min
+        minimum = self.rule("disclosure.subset_min")
         if n_subset < minimum:
             raise self._refuse(
                 f"subset would hold fewer rows than the site's minimum of {minimum}",
@@ -140,7 +170,7 @@ class Guard:
                         "released before on it (by any analyst); comparing the two would single those records out",
                         "disclosure.cut_history", "use a condition further from earlier cuts, or the full table")
             earlier = self.history.row_sets(rows.lineage, rows.n_root)
-            problem = row_set_problem(earlier, [new], self.rules.disclosure.subset_min_difference)
+            problem = row_set_problem(earlier, [new], self.rule("disclosure.subset_min_difference"))
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
@@ -154,12 +184,12 @@ class Guard:
         return self.scope.analyst if self.scope is not None else ""
 
     def _cut_history(self, key: tuple[str, str]) -> list[Cut]:
-        if self.history is None or not self.rules.disclosure.cut_history:
+        if self.history is None or not self.rule("disclosure.cut_history"):
             return []
         return self.history.cuts(*key)
 
     def _record_cuts(self, key: tuple[str, str], cuts: list[Cut], mode: str) -> None:
-        if self.history is not None and self.rules.disclosure.cut_history:
+        if self.history is not None and self.rule("disclosure.cut_history"):
             self.history.record_cuts(*key, cuts, mode=mode, analyst=self._analyst, function=self.function)
 
     def release(self, cells: Cells) -> Any:
@@ -197,7 +227,7 @@ class Guard:
     def _audits(self, rows: Rows | None) -> bool:
         """Whether released row sets are audited: their records are known, the site keeps a history,
         and a single record is something it protects (q above 1)."""
-        return (rows is not None and self.history is not None and self.rules.disclosure.cut_history
+        return (rows is not None and self.history is not None and self.rule("disclosure.cut_history")
                 and self.q > 1)
 
     def _row_set_culprit(self, row_sets: list[np.ndarray], rows: Rows | None) -> int | None:
@@ -206,7 +236,7 @@ class Guard:
         if not self._audits(rows) or not row_sets:
             return None
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        if row_set_problem(earlier, row_sets, self.rules.disclosure.subset_min_difference) is None:
+        if row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference")) is None:
             return None
         isolated = isolated_records([np.ones(rows.n_root, dtype=bool), *earlier, *row_sets])  # type: ignore[union-attr]
         return int(isolated[0]) if isolated.size else -1
@@ -215,7 +245,7 @@ class Guard:
         if not self._audits(rows) or not row_sets:
             return
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        problem = row_set_problem(earlier, row_sets, self.rules.disclosure.subset_min_difference)
+        problem = row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference"))
         if problem:
             raise self._refuse(problem, "disclosure.subset_min_difference",
                                "ask for fewer or wider bins, or on the whole table")
@@ -252,7 +282,7 @@ class Guard:
         refuses the reference. Every edge where the rules file's
         ``disclosure.cut_history`` is false (test profiles)."""
         edges = np.asarray(edges, dtype=float)
-        if not self.rules.disclosure.cut_history:
+        if not self.rule("disclosure.cut_history"):
             return np.ones(edges.size, dtype=bool)
         if not np.all(np.isfinite(edges)) or np.any(np.diff(edges) <= 0):
             raise CallError("the reference's edges must be finite and strictly increasing")
@@ -276,7 +306,7 @@ class Guard:
         analyst who knows every other record their sum is the last record's score (Matthews & Harel,
         seed 004). As a step, the sum is one per cell the gate released. ``'linear'`` only where the
         rules keep no cut history (test profiles)."""
-        if within_bin == "linear" and self.rules.disclosure.cut_history:
+        if within_bin == "linear" and self.rule("disclosure.cut_history"):
             raise self._refuse(
                 "placement values linear inside a bin give, with every other record known, the last record's "
                 "score; this site evaluates the reference as a step inside each of its bins",
@@ -284,16 +314,16 @@ class Guard:
 
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:
         """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""
-        d = self.rules.disclosure
-        if n_levels > d.max_factor_levels:
+        max_levels, density = self.rule("disclosure.max_factor_levels"), self.rule("disclosure.factor_levels_density")
+        if n_levels > max_levels:
             raise self._refuse(
-                f"{what} has more levels than the site's maximum of {d.max_factor_levels}",
+                f"{what} has more levels than the site's maximum of {max_levels}",
                 "disclosure.max_factor_levels",
                 "group levels into fewer categories",
             )
-        if n_levels > d.factor_levels_density * n:
+        if n_levels > density * n:
             raise self._refuse(
-                f"{what} has more levels than {d.factor_levels_density:g} per record allows",
+                f"{what} has more levels than {density:g} per record allows",
                 "disclosure.factor_levels_density",
                 "group levels into fewer categories",
             )
@@ -302,7 +332,7 @@ class Guard:
         """Quantiles rest on at least ``quantile_min_multiple`` x q values: a few type-7 quantiles and
         the mean are linear equations in the order statistics, which on a handful of values give most
         of them exactly (the minimum and maximum among them)."""
-        multiple = self.rules.disclosure.quantile_min_multiple
+        multiple = self.rule("disclosure.quantile_min_multiple")
         needed = math.ceil(multiple * self.q)
         if n < needed:
             raise self._refuse(
@@ -312,10 +342,10 @@ class Guard:
 
     def saturation(self, n_params: int, n: int) -> None:
         """A model's parameters are at most glm_saturation * n (nfilter.glm); pooled, n is the pooled count."""
+        ratio = self.rule("disclosure.glm_saturation")  # applied here or, deferred, on the pooled count
         if self.deferred is not None:
             self.deferred.append(("saturation:" + str(n_params), int(n)))
             return
-        ratio = self.rules.disclosure.glm_saturation
         if n_params > ratio * n:
             raise self._refuse(
                 f"model has more parameters than {ratio:g} x the number of records allows",
@@ -330,16 +360,17 @@ class Guard:
         """The site's DP mechanism. A client may ask for more privacy (smaller epsilon or delta,
         larger sensitivity), never for less: such a request is refused, never used.
         ``None`` when the rules file turns noise off (test profiles only)."""
-        p = self.rules.privacy
+        mechanism_kind, site_epsilon, site_delta, site_sensitivity = (
+            self.rule(f"privacy.{key}") for key in ("mechanism", "epsilon", "delta", "score_l2_sensitivity"))
         for name, value in (("epsilon", epsilon), ("delta", delta), ("sensitivity", sensitivity)):
             if value is not None and not value > 0:
                 raise CallError(f"{name} must be positive, got {value}", site=self.site, function=self.function,
                                 hint="omit the privacy parameters to use the site's")
         weaker = [
-            ("privacy.epsilon", epsilon is not None and epsilon > p.epsilon, f"epsilon {epsilon} > {p.epsilon}"),
-            ("privacy.delta", delta is not None and delta > p.delta, f"delta {delta} > {p.delta}"),
-            ("privacy.score_l2_sensitivity", sensitivity is not None and sensitivity < p.score_l2_sensitivity,
-             f"sensitivity {sensitivity} < {p.score_l2_sensitivity}"),
+            ("privacy.epsilon", epsilon is not None and epsilon > site_epsilon, f"epsilon {epsilon} > {site_epsilon}"),
+            ("privacy.delta", delta is not None and delta > site_delta, f"delta {delta} > {site_delta}"),
+            ("privacy.score_l2_sensitivity", sensitivity is not None and sensitivity < site_sensitivity,
+             f"sensitivity {sensitivity} < {site_sensitivity}"),
         ]
         for rule, is_weaker, detail in weaker:
             if is_weaker:
@@ -347,12 +378,12 @@ class Guard:
                     f"requested less privacy than the site allows ({detail})", rule,
                     "omit the privacy parameters to use the site's, or ask for more privacy",
                 )
-        if p.mechanism == "none":
+        if mechanism_kind == "none":
             return None
         return AnalyticGaussian(
-            epsilon=min(epsilon or p.epsilon, p.epsilon),
-            delta=min(delta or p.delta, p.delta),
-            sensitivity=max(sensitivity or 0.0, p.score_l2_sensitivity),
+            epsilon=min(epsilon or site_epsilon, site_epsilon),
+            delta=min(delta or site_delta, site_delta),
+            sensitivity=max(sensitivity or 0.0, site_sensitivity),
             share=self.noise_share,
         )
 
@@ -378,6 +409,8 @@ class Guard:
             return values
         seed_parts = (self.function, label, repr(mechanism), content_digest(values))
         if self.scope is not None:
+            for key in BUDGET_RULES:
+                self.applied.setdefault(key)
             self.scope.check(self.function, self.scope.release_key(*seed_parts), mechanism, partition)
         rng = seeded_rng(self.secret, *seed_parts)
         return mechanism.randomise(values, rng)
@@ -389,7 +422,7 @@ class Guard:
         one record in a sum). An analyst-supplied *table* passed to a table parameter (a lookup,
         such as the pooled reference scores of placementSumsDS) is not record by record."""
         scope = self.scope
-        if scope is None or not scope.sources or self.rules.disclosure.combine_analyst_vectors:
+        if scope is None or not scope.sources or self.rule("disclosure.combine_analyst_vectors"):
             return
         aligned = scope.analyst_vectors > 0
         if params is not None and args is not None and scope.analyst_tables:
@@ -406,3 +439,15 @@ class Guard:
                 "(e.g. the pooled reference scores)",
             )
 
+
+def enforce_contract(guard: Guard, declared: tuple[str, ...]) -> None:
+    """Refuse a call whose function applied a rule it does not declare (its registry entry's ``checks``):
+    the declaration is what site governance reviews, so a rule applied beside it is a bug, and nothing
+    the call computed is released."""
+    undeclared = [rule for rule in guard.applied if rule not in declared and rule not in CALL_RULES]
+    if undeclared:
+        raise ContractViolation(
+            f"{guard.function} applied the rule(s) {', '.join(undeclared)}, which its registry entry does not "
+            f"declare (declared: {', '.join(declared) or 'none'}); nothing was released",
+            site=guard.site, function=guard.function, rule=undeclared[0],
+            hint="this is a bug in the function's declaration, report it to the site's administrator")

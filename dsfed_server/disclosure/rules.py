@@ -386,6 +386,13 @@ class Rules(_Section):
         return self.privacy.mechanism == "none"
 
 
+def rule_keys() -> tuple[str, ...]:
+    """Every rule's key as the rules file spells it and refusals name it (``"disclosure.q_threshold"``):
+    the one vocabulary of refusals, declared checks and the rules a call applied."""
+    return tuple(f"{section}.{key}" for section, info in Rules.model_fields.items()
+                 for key in info.annotation.model_fields)  # type: ignore[union-attr]
+
+
 # --- profiles ------------------------------------------------------------------------
 
 DEFAULT_PROFILE = "default"

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext, r_class
+from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.gate import Categories, Released
 from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
@@ -45,7 +46,7 @@ def _levels(ctx: CallContext, x: pd.Series, what: str) -> tuple[list[str], np.nd
 
 
 @register("table1DDS", "aggregate", [Param("x", P.VECTOR, "a factor or integer vector, e.g. D$tgrade")],
-          checks=("disclosure.q_threshold", "disclosure.max_factor_levels", "disclosure.factor_levels_density"),
+          checks=("disclosure.max_factor_levels", "disclosure.factor_levels_density", *GATE_RULES),
           cells=True)
 def table1d(ctx: CallContext, x: pd.Series) -> Categories:
     """Counts per level of ``x`` (missing values as level ``NA``); refused if a non-zero count is below q."""
@@ -63,7 +64,7 @@ def table1d(ctx: CallContext, x: pd.Series) -> Categories:
     "table2DDS",
     "aggregate",
     [Param("x", P.VECTOR, "row variable (factor or integer)"), Param("y", P.VECTOR, "column variable")],
-    checks=("disclosure.q_threshold", "disclosure.max_factor_levels", "disclosure.factor_levels_density"),
+    checks=("disclosure.max_factor_levels", "disclosure.factor_levels_density", *GATE_RULES),
     cells=True,
 )
 def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> Categories:

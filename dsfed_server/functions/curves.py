@@ -39,6 +39,7 @@ import pandas as pd
 from dsfed_server.context import CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
 from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
@@ -86,7 +87,7 @@ def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Seri
 
     return Intervals(p, cuts_from(inner, inclusive=False), render,
                      {"negatives": (y == 0).astype(float), "positives": (y == 1).astype(float)},
-                     policy=ctx.guard.rules.bins.small_bin_policy, what="score histogram",
+                     policy=ctx.guard.rule("bins.small_bin_policy"), what="score histogram",
                      column=ctx.root_column(score), rows=rows)
 
 
@@ -115,8 +116,7 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
         Param("epsilon", P.NUMBER, "ask for a smaller epsilon than the site's (never larger)", required=False),
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
     ],
-    checks=_A1 + ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "bins.small_bin_policy",
-                  "disclosure.cut_history"),
+    checks=("bins.small_bin_policy", *NOISE_RULES, *GATE_RULES),
     secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive", "variance"),
                          public=("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level", "sd",
                                  "epsilon", "delta", "sensitivity")),
@@ -200,6 +200,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     public = {k: out[k] for k in ("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level",
                                   "sensitivity")}
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
+    name_length = ctx.limits.max_name_length  # the analyst names the reference in later calls: within the limit
 
     def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
         split = np.cumsum(sizes)[:-1]
@@ -210,7 +211,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
         kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], floor, key)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
-        name = f"dsfed.ref.{digest[:16]}"
+        name = f"dsfed.ref.{digest}"[:name_length]
         session.symbols[name] = derived_reference(release, kept)
         session.sources[name] = sources
         session.definitions[name] = f"{SITE_DERIVED}{digest}"
@@ -294,7 +295,7 @@ def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -
         Param("reference", P.TABLE, "global CDFs of both classes, from histReferenceDS"),
         _WITHIN,
     ],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=_A1 + ("disclosure.cut_history", "disclosure.cut_margin"),
     secure_sum=PLACEMENT_SUMS,
 )
 def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
@@ -327,7 +328,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
               maximum=1000),
         _WITHIN,
     ],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=_A1 + ("disclosure.cut_history", "disclosure.cut_margin"),
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                       thresholds: int, within_bin: str) -> pd.DataFrame:

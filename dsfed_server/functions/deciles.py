@@ -145,7 +145,7 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exa
         Param("g", P.INTEGER, "number of quantile groups (10: deciles of risk)", required=False, default=10,
               minimum=2, maximum=100),
     ],
-    checks=("disclosure.q_threshold", "secure_aggregation.pooled_thresholds"),
+    checks=("disclosure.q_threshold", "disclosure.cut_history", "secure_aggregation.pooled_thresholds"),
     pooled_only=True,
 )
 def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) -> PooledSteps:

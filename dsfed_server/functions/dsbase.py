@@ -28,6 +28,7 @@ import pandas as pd
 
 from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
+from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import mark_rows
 from dsfed_server.disclosure.gate import Cut, Intervals, Released
 from dsfed_core.errors import CallError
@@ -69,7 +70,7 @@ def levels(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     return {"Levels": labels, "ValidityMessage": _VALID}
 
 
-@register("isValidDS", "aggregate", [Param("obj", P.OBJECT, "a vector or table, e.g. D$age")])
+@register("isValidDS", "aggregate", [Param("obj", P.OBJECT, "a vector or table, e.g. D$age")], checks=_Q)
 def is_valid(ctx: CallContext, obj: Any) -> bool:
     """Whether an object could be analysed under the site's minimum count (dsBase ``isValidDS``).
 
@@ -194,7 +195,7 @@ def _equidistant(breaks: np.ndarray) -> bool:
         Param("max", P.NUMBER, "upper end of the breaks"),
         _METHOD, _K, _NOISE,
     ],
-    checks=("disclosure.q_threshold", "disclosure.cut_history", "bins.small_bin_policy", *_LEVELS),
+    checks=("bins.small_bin_policy", *_LEVELS, *GATE_RULES),
     cells=True,
 )
 def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: float, max: float,
@@ -239,7 +240,7 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
             "invalidcells": 0,
         }
 
-    return Intervals(valid, tuple(by_cut), render, policy=guard.rules.bins.small_bin_policy, what="histogram",
+    return Intervals(valid, tuple(by_cut), render, policy=guard.rule("bins.small_bin_policy"), what="histogram",
                      column=ctx.root_column(xvect), rows=ctx.record_rows(xvect))
 
 
@@ -368,7 +369,7 @@ def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
         Param("rm.cols", P.NUMBERS, "column numbers to drop, e.g. \"2\"", required=False),
         Param("keep.NAs", P.BOOLEAN, "keep rows where the comparison is NA", required=False, default=False),
     ],
-    checks=("disclosure.subset_min", "disclosure.subset_min_difference", "disclosure.cut_history"),
+    checks=("disclosure.subset_min", *GATE_RULES),
 )
 def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
                       Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,

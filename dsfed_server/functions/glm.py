@@ -98,8 +98,7 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
     covariates the analyst knows (:data:`~dsfed_server.disclosure.provenance.PUBLIC_DESIGN`, the
     ROC-GLM's thresholds) takes no analyst coefficients at all: there, the parts at a few chosen
     coefficient vectors are enough linear equations to solve for the table's counts."""
-    rules = ctx.guard.rules.disclosure
-    if not rules.glm_analyst_coefficients:
+    if not ctx.guard.rule("disclosure.glm_analyst_coefficients"):
         raise DisclosureRefusal(
             "this site does not evaluate models at coefficients sent by the analyst",
             rule="disclosure.glm_analyst_coefficients",
@@ -113,7 +112,7 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
     clamp = CLAMPED_BEYOND[fam.link]
     if clamp is None:
         return
-    limit = min(rules.glm_max_linear_predictor, clamp)
+    limit = min(ctx.guard.rule("disclosure.glm_max_linear_predictor"), clamp)
 
     def declared(variable: str) -> tuple[float, float]:
         column = variable.split("$", 1)[-1]

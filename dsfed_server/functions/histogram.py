@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
@@ -37,8 +38,7 @@ def hist_cuts(breaks: np.ndarray) -> tuple[Cut, ...]:
         Param("x", P.VECTOR, "a numeric vector, e.g. D$age"),
         Param("breaks", P.NUMBERS, "increasing bin edges, e.g. c(20, 30, 40, 50, 60, 70, 80)"),
     ],
-    checks=("disclosure.q_threshold", "disclosure.cut_history", "bins.small_bin_policy",
-            "disclosure.factor_levels_density"),
+    checks=("bins.small_bin_policy", "disclosure.max_factor_levels", "disclosure.factor_levels_density", *GATE_RULES),
     cells=True,
 )
 def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
@@ -68,6 +68,6 @@ def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
         return {"edges": [None if not np.isfinite(e) else float(e) for e in full], "counts": counts.tolist(),
                 "Nmissing": int(released.totals["Nmissing"]), **released.describe()}
 
-    return Intervals(valid, hist_cuts(edges), render, policy=ctx.guard.rules.bins.small_bin_policy,
+    return Intervals(valid, hist_cuts(edges), render, policy=ctx.guard.rule("bins.small_bin_policy"),
                      what="histogram", column=ctx.root_column(x), totals={"Nmissing": values.size - valid.size},
                      rows=ctx.record_rows(x))

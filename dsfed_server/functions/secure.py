@@ -13,7 +13,7 @@ from dsfed_server.registry import P, Param, register
     "secureKeyDS",
     "aggregate",
     [Param("round", P.STRING, "the round's id: 32 hex digits the analyst draws at random")],
-    checks=("secure_aggregation.peers",),
+    checks=("secure_aggregation.pooled_thresholds",),
 )
 def secure_key(ctx: CallContext, round: str) -> dict[str, Any]:
     """A fresh X25519 public key for a secure-aggregation round, signed with the site's identity
@@ -22,5 +22,5 @@ def secure_key(ctx: CallContext, round: str) -> dict[str, Any]:
     masks that cancel in the sum, so the analyst sees only sums over sites. The bundle also says,
     signed, whether this site checks pooled releases on the pooled cells
     (``secure_aggregation.pooled_thresholds``)."""
-    pooled = ctx.guard.rules.secure_aggregation.pooled_thresholds
+    pooled = ctx.guard.rule("secure_aggregation.pooled_thresholds")
     return key_bundle(ctx.site, ctx.service.identity, new_round(ctx.session.rounds, round, pooled=pooled))

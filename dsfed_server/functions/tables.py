@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext
+from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows, mark_rows
 from dsfed_server.disclosure.gate import Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
@@ -51,7 +52,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
         Param("op", P.STRING, "comparison", choices=tuple(_OPS)),
         Param("value", P.SCALAR, "the value compared with (a number, or a category as a string)"),
     ],
-    checks=("disclosure.subset_min", "disclosure.subset_min_difference", "disclosure.cut_history"),
+    checks=("disclosure.subset_min", *GATE_RULES),
 )
 def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object) -> pd.DataFrame:
     """Rows of table ``x`` where ``variable op value`` holds (rows with the variable missing are dropped).

@@ -18,6 +18,7 @@ import pandas as pd
 from scipy import stats
 
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
@@ -29,6 +30,8 @@ from dsfed_server.registry import P, Param, SecureSum, register
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
 _A1 = ("disclosure.q_threshold",)
+# what evaluating an analyst's reference applies (Guard.reference_edges)
+_REFERENCE = _A1 + ("disclosure.cut_history", "disclosure.cut_margin")
 # the additive fields of the placement sums and of the binned sums (secure summation over sites)
 PLACEMENT_SUMS = SecureSum(("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01"))
 
@@ -62,8 +65,7 @@ def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, p
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
         Param("sensitivity", P.NUMBER, "ask for a larger l2-sensitivity than the site's", required=False),
     ],
-    checks=_A1 + ("privacy.score_columns", "privacy.mechanism", "privacy.epsilon", "privacy.delta",
-                  "privacy.score_l2_sensitivity"),
+    checks=_A1 + ("privacy.score_columns", *NOISE_RULES),
 )
 def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: float | None,
                  delta: float | None, sensitivity: float | None) -> dict[str, Any]:
@@ -96,7 +98,7 @@ def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: 
 def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, float]:
     """The declared range of ``score``, which must be (a subset or monotone transform of) one of the
     rules file's ``privacy.score_columns``; refused otherwise, naming the rule."""
-    declared = ctx.guard.rules.privacy.score_columns
+    declared = ctx.guard.rule("privacy.score_columns")
     root = ctx.root_column(score)
     if root is None or root.column not in declared:
         what = f"column {root.column!r}" if root is not None else "a vector that is no site table column"
@@ -162,7 +164,7 @@ def reference_cdf(ctx: CallContext, table: pd.DataFrame, cls: int, p: np.ndarray
     scores (placement sums and ROC-GLM data share it).
     """
     reference = _reference(table, cls)
-    if not ctx.guard.rules.disclosure.cut_history:
+    if not ctx.guard.rule("disclosure.cut_history"):
         return _share_below(reference, x, ties)
     edges, cdf = ctx.session.memo(("reference_cdf", cls, content_digest(p)), table,
                                   lambda: _coarsened_step(ctx, reference, p, root))
@@ -208,7 +210,7 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
         _SCORE,
         Param("reference", P.TABLE, "pooled (noisy) scores of all sites, from referenceScoresDS"),
     ],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=_REFERENCE,
     secure_sum=PLACEMENT_SUMS,
 )
 def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame) -> dict[str, Any]:
@@ -246,7 +248,7 @@ def placement_sums_result(v10: np.ndarray, v01: np.ndarray) -> dict[str, Any]:
         Param("thresholds", P.INTEGER, "number of equidistant thresholds t_j = j / (n + 1)", minimum=2,
               maximum=1000),
     ],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=_REFERENCE,
 )
 def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                  thresholds: int) -> pd.DataFrame:
@@ -321,7 +323,7 @@ def binned_sums(lower: float, upper: float) -> Callable[[Released], dict[str, An
     "calibrationBinsDS",
     "aggregate",
     [_TRUTH, _SCORE, Param("bins", P.INTEGER, "number of equal-width bins on [0, 1]", minimum=2, maximum=100)],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=GATE_RULES,
     cells=True,
 )
 def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> Intervals:
@@ -338,7 +340,7 @@ def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins:
     "countBelowDS",
     "aggregate",
     [Param("x", P.VECTOR, "a numeric vector"), Param("thresholds", P.NUMBERS, "values to count below")],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=GATE_RULES,
     cells=True,
 )
 def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Intervals:
@@ -368,7 +370,7 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Inte
     "groupSumsDS",
     "aggregate",
     [_TRUTH, _SCORE, Param("breaks", P.NUMBERS, "increasing group boundaries covering all scores")],
-    checks=_A1 + ("disclosure.cut_history",),
+    checks=GATE_RULES,
     cells=True,
 )
 def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> Intervals:
