@@ -153,6 +153,14 @@ class FederatedSession:
         results = self._in_session(function, "POST", "/aggregate", call_body(Call(function, *args, **kwargs)))
         return SiteResults(function, {s: r["result"] for s, r in results.items()})
 
+    def cost(self, function: str, *args: Any, **kwargs: Any) -> SiteResults:
+        """What an aggregate or assign call would charge your privacy budget at every site, per table
+        it reads, and what you have left there, before running it: ``cost("scoreHistogramDS",
+        Ref("D$y"), Ref("D$score"))``. Nothing is run, released or spent; a release charged before
+        costs nothing again, so the charge is at most this."""
+        return SiteResults(function, self._in_session(function, "POST", "/cost",
+                                                      call_body(Call(function, *args, **kwargs))))
+
     def _round(self) -> tuple[str, list[dict[str, Any]]]:
         """This session's secure-aggregation round: its id and every site's signed key (the roster);
         the first secure call of the session draws the round and relays the sites' keys."""

@@ -241,6 +241,12 @@ def create_app(service: SiteService) -> FastAPI:
     def aggregate(sid: str, body: AggregateBody, user: UserDep) -> dict[str, Any]:
         return {"result": service.aggregate(user, sid, body.request())}
 
+    @app.post("/v1/sessions/{sid}/cost")
+    def cost(sid: str, body: CallBody, user: UserDep) -> dict[str, Any]:
+        """What the call would charge your privacy budget on each table it reads, and what you have
+        left there; nothing is run, released or spent."""
+        return service.cost(user, sid, body.request())
+
     @app.post("/v1/sessions/{sid}/pooled")
     def pooled(sid: str, body: PooledBody, user: UserDep) -> dict[str, Any]:
         """Release a pooled step: every site's sealed vector relayed, the pooled cells checked here."""

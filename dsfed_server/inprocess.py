@@ -76,6 +76,8 @@ class InProcessTransport:
                                handles=body.get("handles"))
             if action == "aggregate":
                 return {"result": svc.aggregate(user, sid, call)}
+            if action == "cost":
+                return svc.cost(user, sid, call)
             if action == "pooled":
                 return {"result": svc.release_pooled(user, sid, body)}
             if action == "assign":

@@ -88,7 +88,7 @@ def _symbol_links(api: str, symbol: dict[str, str], described: Any) -> dict[int 
 
 
 V1_SESSION = _session_links("v1", "$response.body#/session", (
-    "get_session", "close_session", "symbols", "aggregate", "pooled", "assign", "assign_table"))
+    "get_session", "close_session", "symbols", "aggregate", "cost", "pooled", "assign", "assign_table"))
 V1_SYMBOL = _symbol_links("v1", {"name": "$response.body#/symbol"},
                           {"call": {"call": "classDS", "args": [{"sym": "$response.body#/symbol"}]}})
 WS_SESSION = _session_links("ws", "$response.body#/id", (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
 import numpy as np
@@ -206,8 +207,8 @@ def register(
 # --- binding arguments ----------------------------------------------------------------
 
 
-def bind(spec: FunctionSpec, args: tuple, ctx: "CallContext") -> dict[str, Any]:
-    """Match call arguments to parameters (positional, then named) and convert each."""
+def match(spec: FunctionSpec, args: tuple) -> dict[str, Node]:
+    """Match call arguments to parameters (positional, then named), converting none."""
     bound: dict[str, Node] = {}
     positional = [a for a in args if a.name is None]
     named = [a for a in args if a.name is not None]
@@ -222,8 +223,18 @@ def bind(spec: FunctionSpec, args: tuple, ctx: "CallContext") -> dict[str, Any]:
         if arg.name in bound:
             raise CallError(f"argument {arg.name!r} given twice")
         bound[arg.name] = arg.value
+    return bound
+
+
+def bind(spec: FunctionSpec, args: tuple, ctx: "CallContext", only: Collection[str] | None = None
+         ) -> dict[str, Any]:
+    """Match call arguments to parameters and convert each (``only``: just these parameters,
+    e.g. a noisy function's privacy arguments, leaving every other argument unread)."""
+    bound = match(spec, args)
     values: dict[str, Any] = {}
     for param in spec.params:
+        if only is not None and param.name not in only:
+            continue
         node = bound.get(param.name)
         if node is None or (isinstance(node, Literal) and node.value is None and not param.required):
             if param.required:

@@ -137,6 +137,21 @@ def canonical_call(request: CallRequest) -> str:
     return request.text if request.text is not None else json.dumps(request.tree, sort_keys=True)
 
 
+# the arguments by which a noisy function takes the privacy an analyst asks for (never less than the site's)
+PRIVACY_ARGUMENTS = ("epsilon", "delta", "sensitivity")
+
+
+def _symbols(node: Node) -> set[str]:
+    """The workspace symbols a call tree names (symbols and the tables of columns, nested calls too)."""
+    if isinstance(node, Symbol):
+        return {node.name}
+    if isinstance(node, Column):
+        return {node.table}
+    if isinstance(node, Call):
+        return set().union(*(_symbols(a.value) for a in node.args))
+    return set()
+
+
 def check_handles(session: Session, handles: dict[str, str] | None) -> None:
     """Refuse a call whose handles (symbol name and the digest of the definition the caller
     holds, from the assign that made it) no longer match the session's symbols: a symbol removed
@@ -738,6 +753,52 @@ class SiteService:
     def tables(self, user: User) -> list[dict[str, Any]]:
         with self._audited(user, None, "listTables", "metadata", ""):
             return [t.describe() for t in self.catalog.tables()]
+
+    def cost(self, user: User, sid: str, request: CallRequest) -> dict[str, Any]:
+        """What a call would charge the caller's privacy budget on each table it reads, and what the
+        caller has left there, without running it (OpenDP's privacy map).
+
+        A noisy function's mechanism follows from the site's rules and the call's own privacy
+        arguments (``epsilon``, ``delta``, ``sensitivity``), never from the data, so the charge is
+        known before the call: at most this (a release the ledger charged before, for anyone,
+        costs nothing again). Nothing is computed from the records, released or spent."""
+        function, text = self._label(request)
+        with self._audited(user, sid, function, "cost", text):
+            session = self.sessions.get(sid, user.name)
+            check_handles(session, request.handles)
+            node = self._tree(request)
+            if not isinstance(node, Call):
+                raise CallError("a cost request must be a function call such as scoreHistogramDS(D$y, D$score)")
+            with session.lock:
+                charge = self._privacy_map(session, node)
+                tables = sorted(set().union(*(session.sources.get(name, frozenset()) for name in _symbols(node))))
+            caps = Caps.of(self.rules.budget)
+
+            def entry(table: str) -> dict[str, Any]:
+                spent = guarantee(self.ledger.total(table, user.name), epsilon_budget=caps.analyst.epsilon,
+                                  delta_budget=caps.analyst.delta)
+                return {"table": table, "charge": {"epsilon": charge.epsilon, "delta": charge.delta, "rho": charge.rho},
+                        "spent": spent.as_dict(),
+                        "remaining": remaining_budget(spent, caps.analyst.epsilon, caps.analyst.delta)}
+
+            return {"site": self.name, "function": node.function, "accountant": "rdp",
+                    "budget": {"epsilon": caps.analyst.epsilon, "delta": caps.analyst.delta},
+                    "tables": [entry(table) for table in tables]}
+
+    def _privacy_map(self, session: Session, call: Call) -> Cost:
+        """The cost of ``call`` and of the calls nested in it: one release of each noisy function's
+        mechanism (releases of one call over disjoint records compose in parallel)."""
+        nested = sum((self._privacy_map(session, a.value) for a in call.args if isinstance(a.value, Call)), ZERO)
+        spec = self._spec(call.function, session)
+        if "privacy.mechanism" not in spec.checks:
+            return nested
+        guard = self._guard(spec.name, session)
+        try:
+            asked = bind(spec, call.args, CallContext(self, session, spec.name, guard), only=PRIVACY_ARGUMENTS)
+            mechanism = guard.mechanism(**{name: asked.get(name) for name in PRIVACY_ARGUMENTS})
+        except SiteError as exc:
+            raise exc.at(site=self.name, function=spec.name)
+        return nested if mechanism is None else nested + Cost.of(mechanism)
 
     def budget(self, user: User) -> dict[str, Any]:
         """Governance: privacy budget spent and remaining per table (all analysts) and per analyst x

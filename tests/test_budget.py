@@ -261,3 +261,35 @@ def test_rdp_accountant_bounds_the_exact_composition(noise_multiplier, k, delta)
     exact = 0.0 if gap(0.0) <= 0 else optimize.brentq(gap, 0.0, 200.0)
     assert exact <= ours + 1e-9
     assert ours <= 1.6 * exact + 0.05
+
+
+def test_a_calls_cost_is_known_before_it_runs_and_equals_its_charge(tmp_path):
+    """``session.cost`` (POST /v1/sessions/{sid}/cost, OpenDP's privacy map) states a noisy call's
+    charge per table before it runs, spending nothing, and the ledger then charges exactly that:
+    the mechanism's (epsilon, delta) and rho = sensitivity^2 / (2 sigma^2) with sigma the analytic
+    Gaussian's for the site's (or the analyst's smaller) epsilon. A call asking for less privacy
+    than the site gives is refused by the same rule the call itself would meet."""
+    provisioned, services = _sites(tmp_path)
+    ledger = services["a"].ledger
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        for call, epsilon in ((("noisyScoresDS", Ref("D$y"), Ref("D$s0")), EPS),
+                              (("scoreHistogramDS", Ref("D$y"), Ref("D$s1")), 0.5)):
+            spent_before = ledger.total("P.t", "analyst")
+            preview = session.cost(*call, epsilon=epsilon)["a"]
+            assert ledger.total("P.t", "analyst") == spent_before  # nothing spent by asking
+            (table,) = preview["tables"]
+            sigma = analytic_gaussian_sigma(epsilon=epsilon, delta=DELTA, sensitivity=SENS)
+            assert table["table"] == "P.t" and table["charge"] == pytest.approx(
+                {"epsilon": epsilon, "delta": DELTA, "rho": gaussian_rho(sigma=sigma, sensitivity=SENS)}, rel=1e-12)
+            assert table["remaining"]["epsilon"] == pytest.approx(BUDGET_EPS - table["spent"]["epsilon"])
+            session.aggregate(*call, epsilon=epsilon)
+            charged = ledger.total("P.t", "analyst")
+            assert (charged.epsilon - spent_before.epsilon, charged.delta - spent_before.delta,
+                    charged.rho - spent_before.rho) == pytest.approx(tuple(table["charge"].values()), rel=1e-12)
+        assert session.cost("meanDS", Ref("D$age"))["a"]["tables"][0]["charge"] == {
+            "epsilon": 0.0, "delta": 0.0, "rho": 0.0}
+        with pytest.raises(FederatedCallError) as exc:
+            session.cost("noisyScoresDS", Ref("D$y"), Ref("D$s2"), epsilon=2 * EPS)
+        assert exc.value.failures["a"].rule == "privacy.epsilon"
+    assert [r["kind"] for r in audit_records(provisioned["a"]) if r["function"] == "meanDS"] == ["cost"]
