@@ -128,7 +128,7 @@ def _pooled_fixture(fixtures: Path) -> "pd.DataFrame":
 
 def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignore[no-untyped-def]
     """Seed 000's analysis of the GBSG2 sites by the default method, each estimate beside the pooled one."""
-    from dsfed_client import pooled  # noqa: PLC0415
+    from dsfed_server import pooled  # noqa: PLC0415
     from dsfed_client.analyses.suite import validate  # noqa: PLC0415
 
     report.section("Validation of the prediction model (over HTTP; pooled releases checked by the sites)")

@@ -20,6 +20,7 @@ MODULES = [
     "dsfed_client.analyses.curves",
     "dsfed_client.analyses.recalibration",
     "dsfed_core.roc",
+    "dsfed_core.calibration",
 ]
 
 

@@ -17,7 +17,7 @@ from scipy import special
 from scipy.optimize import isotonic_regression
 
 from dsfed_client import Call, FederatedCallError, Ref
-from dsfed_client.pooled import suite as pooled_suite
+from dsfed_server.pooled import suite as pooled_suite
 from dsfed_client.analyses.recalibration import (
     RecalibrationMap, ds_apply_recalibration, ds_calibration_measures, ds_isotonic_fit, ds_platt_fit, equal_count_breaks,
     ds_recalibrate,

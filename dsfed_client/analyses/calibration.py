@@ -18,6 +18,7 @@ from dsfed_client.calls import Call, Ref
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
+from dsfed_core.calibration import calibration_errors as errors_of_groups, hosmer_lemeshow
 
 
 @result
@@ -254,18 +255,16 @@ def group_table(b: BinnedSums) -> pd.DataFrame:
 
 
 def hl_statistic(table: pd.DataFrame) -> float:
-    """:math:`C = \\sum_g (O_{1g}-E_{1g})^2/E_{1g} + (O_{0g}-E_{0g})^2/E_{0g}` (seed 002; ``hoslem.test``).
+    """Hosmer-Lemeshow C of a group table (:func:`dsfed_core.calibration.hosmer_lemeshow`).
 
     Two groups of 10: 3 events observed, 2 expected; 6 observed, 7 expected. By hand,
     :math:`1/2 + 1/8 + 1/7 + 1/3 = 1.101190`:
 
-    >>> t = pd.DataFrame({"observed_1": [3.0, 6.0], "expected_1": [2.0, 7.0],
-    ...                   "observed_0": [7.0, 4.0], "expected_0": [8.0, 3.0]})
+    >>> t = pd.DataFrame({"n": [10, 10], "observed_1": [3.0, 6.0], "expected_1": [2.0, 7.0]})
     >>> round(hl_statistic(t), 6)
     1.10119
     """
-    return float(((table.observed_1 - table.expected_1) ** 2 / table.expected_1
-                  + (table.observed_0 - table.expected_0) ** 2 / table.expected_0).sum())
+    return hosmer_lemeshow(table.n, table.observed_1, table.expected_1)
 
 
 @validate_params({"n_groups": N_GROUPS, "kind": [Options({"C", "H"})]})
@@ -378,8 +377,7 @@ def calibration_errors(hl_c: HosmerLemeshow) -> CalibrationErrors:
     if hl_c.errors is not None:
         return CalibrationErrors(*hl_c.errors, hl_c.table, hl_c.exact_grouping, hl_c.coarsened)
     table = hl_c.table
-    gap = (table.observed_1 - table.expected_1).abs() / table.n
-    return CalibrationErrors(float((table.n / table.n.sum() * gap).sum()), float(gap.max()), table,
+    return CalibrationErrors(*errors_of_groups(table.n, table.observed_1, table.expected_1), table,
                              hl_c.exact_grouping, hl_c.coarsened)
 
 

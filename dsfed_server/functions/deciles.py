@@ -33,6 +33,7 @@ from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError
+from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
 from dsfed_server.functions.validation import outcome_and_score
 from dsfed_server.registry import P, Param, register
 
@@ -123,12 +124,10 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exa
                           "observed_1": merged["sum_y"], "expected_1": merged["sum_p"]})
     table = table[table["n"] > 0]
     o1, e1, ng = table.observed_1.to_numpy(), table.expected_1.to_numpy(), table.n.to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        c = float(np.sum((o1 - e1) ** 2 / e1 + ((ng - o1) - (ng - e1)) ** 2 / (ng - e1)))
-    gap = np.abs(o1 - e1) / ng
+    ece, mce = calibration_errors(ng, o1, e1)
     return {
-        "kind": "C", "statistic": c, "df": int(ng.size - 2), "groups": ng.tolist(),
-        "ece": float(np.sum(ng / ng.sum() * gap)), "mce": float(gap.max()),
+        "kind": "C", "statistic": hosmer_lemeshow(ng, o1, e1), "df": int(ng.size - 2), "groups": ng.tolist(),
+        "ece": ece, "mce": mce,
         "exact_grouping": bool(exact and all(keep)), "merged_groups": int(len(keep) - sum(keep)), "rounds": rounds,
         "table": {"edges": edges.tolist(), "n": merged["n"].tolist(), "sum_y": merged["sum_y"].tolist(),
                   "sum_p": merged["sum_p"].tolist()},

@@ -2,7 +2,9 @@
 
 What a single analyst with every record would compute. The demo prints these
 beside the distributed results, and the benchmark times them against dsfed and
-pooled R. They share no code with the distributed path.
+pooled R. They share no code with the distributed path but the binormal AUC's
+closed form (:func:`dsfed_core.roc.binormal_auc`). Site tooling: the client does
+not ship it.
 """
 
 from __future__ import annotations
