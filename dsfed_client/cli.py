@@ -1,6 +1,6 @@
 """``dsfed``: the analyst's command line (a validation report over the sites).
 
-The site tooling (``demo``, ``synth``, ``rules``, ``audit``, ``docs``) is ``dsfed-server``'s; ``dsfed``
+The site tooling (``demo``, ``synth``, ``rules``, ``audit``, ``models``, ``docs``) is ``dsfed-server``'s; ``dsfed``
 forwards those commands to it when the server is installed (``pip install 'dsfed[server]'``).
 """
 
@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-SITE_TOOLS = ("demo", "synth", "rules", "audit", "docs")
+SITE_TOOLS = ("demo", "synth", "rules", "audit", "models", "docs")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -350,11 +350,17 @@ class FederatedSession:
                 "DELETE", f"/sessions/{self.session_ids[t.site]}/symbols/{name}", function="removeSymbol"),
                 raise_errors=False)
 
+    def at_every_site(self, function: str, method: str, path: str, body: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+        """One request to every site outside the session (``/v1{path}``), e.g. a model upload."""
+        encoded = None if body is None else encode(body)
+        return self._all(function, lambda t: t.request(method, path, body, function=function, encoded=encoded))
+
     def functions(self) -> SiteResults:
-        return SiteResults("listFunctions", self._all("listFunctions", lambda t: t.request("GET", "/functions")))
+        return SiteResults("listFunctions", self.at_every_site("listFunctions", "GET", "/functions"))
 
     def tables(self) -> SiteResults:
-        return SiteResults("listTables", self._all("listTables", lambda t: t.request("GET", "/tables")))
+        return SiteResults("listTables", self.at_every_site("listTables", "GET", "/tables"))
 
     # --- pooled summaries -------------------------------------------------------------
 

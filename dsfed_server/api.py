@@ -18,6 +18,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from dsfed_server import __version__
@@ -240,6 +241,13 @@ def create_app(service: SiteService) -> FastAPI:
     @app.post("/v1/sessions/{sid}/aggregate")
     def aggregate(sid: str, body: AggregateBody, user: UserDep) -> dict[str, Any]:
         return {"result": service.aggregate(user, sid, body.request())}
+
+    @app.post("/v1/models", openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"type": "object", "description": "a GLM model file (dsfed_core/models.py)"}}}}})
+    async def upload_model(request: Request, user: UserDep) -> dict[str, Any]:
+        """Upload a model file: stored by its SHA-256 if the site's rules approve it (models.approved,
+        or models.analyst_glm for a GLM of the analyst's own); predictDS then applies it."""
+        return await run_in_threadpool(service.upload_model, user, await request.body())
 
     @app.post("/v1/sessions/{sid}/cost")
     def cost(sid: str, body: CallBody, user: UserDep) -> dict[str, Any]:

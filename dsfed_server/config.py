@@ -59,6 +59,8 @@ class SiteSection(_Section):
     audit_log: str
     secret_file: str
     ledger: str = Field(description="SQLite file of the privacy-budget ledger (append-only spend records)")
+    models_dir: str = Field("", description="directory of uploaded prediction models, stored by their SHA-256 "
+                                            "(default: <ledger file name>-models beside the ledger)")
     session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)
     max_sessions_per_user: int = Field(ge=1, le=1000)
     session_reclaim_after_s: float = Field(

@@ -60,6 +60,8 @@ class InProcessTransport:
             return svc.tables(user)
         if route == ("GET", "whoami", 1):
             return {"user": user.name, "role": user.role, "site": svc.name}
+        if route == ("POST", "models", 1):
+            return svc.upload_model(user, json.dumps(body).encode())
         if route == ("GET", "audit", 1):
             return svc.audit_records(user)
         if parts[0] == "sessions":

@@ -9,6 +9,7 @@ Rows with a missing value in any variable used are left out (R's ``na.omit``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -58,28 +59,27 @@ def _blocks(series: pd.Series, name: str) -> list[tuple[str, np.ndarray]]:
     return [(name, series.to_numpy(dtype=float, na_value=np.nan))]
 
 
-def model_frame(
-    formula: Formula,
-    table: pd.DataFrame,
-    *,
-    weights: str | None = None,
-    offset: str | None = None,
-) -> ModelFrame:
-    if formula.response is None:
-        raise CallError("the model formula needs a response (y ~ ...)")
-    used = [formula.response, *[v for t in formula.terms for v in t.variables]]
-    extra = [v for v in (weights, offset) if v]
-    series = {name: _column(table, name) for name in dict.fromkeys(used + extra)}
+class _Design(NamedTuple):
+    columns: list[tuple[str, np.ndarray]]
+    products: list[tuple[tuple[str, bool], ...]]
+    factors: dict[str, list[int]]
+    levels: dict[str, list[str]]
+
+
+def _complete_rows(table: pd.DataFrame, names: list[str]) -> tuple[dict[str, pd.Series], np.ndarray]:
+    """The named variables on the records complete in all of them (R's ``na.omit``), and which those are."""
+    series = {name: _column(table, name) for name in dict.fromkeys(names)}
     complete = np.ones(len(table), dtype=bool)
     for s in series.values():
         complete &= s.notna().to_numpy()
-    rows = {name: s[complete].reset_index(drop=True) for name, s in series.items()}
-    y_series = rows[formula.response]
-    if _is_factor(y_series):
-        raise CallError(f"the response {formula.response!r} must be numeric (0/1 for binomial)")
+    return {name: s[complete].reset_index(drop=True) for name, s in series.items()}, complete
+
+
+def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:
+    """The design columns of the formula's right-hand side over ``rows`` (complete cases), named
+    as R's ``model.matrix`` names them."""
     columns: list[tuple[str, np.ndarray]] = []
     products: list[tuple[tuple[str, bool], ...]] = []
-    n = int(complete.sum())
     if formula.intercept:
         columns.append(("(Intercept)", np.ones(n)))
         products.append(())
@@ -100,6 +100,35 @@ def model_frame(
         products.extend([tuple((v, _is_factor(rows[v])) for v in term.variables)] * len(combined))
     if not columns:
         raise CallError("the model has no terms")
+    return _Design(columns, products, factors, levels)
+
+
+def design_matrix(formula: Formula, table: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
+    """The design matrix of the formula's right-hand side for the records of ``table`` complete
+    in its variables (a prediction needs no response), its column names and which records those are."""
+    rows, complete = _complete_rows(table, [v for t in formula.terms for v in t.variables])
+    n = int(complete.sum())
+    columns = _design(formula, rows, n).columns
+    X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
+    return X, tuple(c[0] for c in columns), complete
+
+
+def model_frame(
+    formula: Formula,
+    table: pd.DataFrame,
+    *,
+    weights: str | None = None,
+    offset: str | None = None,
+) -> ModelFrame:
+    if formula.response is None:
+        raise CallError("the model formula needs a response (y ~ ...)")
+    used = [formula.response, *[v for t in formula.terms for v in t.variables]]
+    rows, complete = _complete_rows(table, used + [v for v in (weights, offset) if v])
+    y_series = rows[formula.response]
+    if _is_factor(y_series):
+        raise CallError(f"the response {formula.response!r} must be numeric (0/1 for binomial)")
+    n = int(complete.sum())
+    columns, products, factors, levels = _design(formula, rows, n)
     names = tuple(c[0] for c in columns)
     X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
     w = rows[weights].to_numpy(dtype=float) if weights else np.ones(n)

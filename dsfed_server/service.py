@@ -44,6 +44,7 @@ from dsfed_core.errors import (
     StaleHandle, TooManyFailedLogins,
 )
 from dsfed_core.parser import parse
+from dsfed_server.models import ModelStore, read_upload
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
 from dsfed_server.rvalues import to_jsonlite
 from dsfed_server.tomlfile import ConfigFileError, locate
@@ -197,6 +198,9 @@ class SiteService:
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
         # cuts released per table column and subsets made per table, all analysts, persisted (history.py)
         self.history = History(resolve(base_dir, config.site.ledger))
+        ledger = resolve(base_dir, config.site.ledger)
+        self.models = ModelStore(resolve(base_dir, config.site.models_dir) if config.site.models_dir
+                                 else ledger.with_name(ledger.stem + "-models"))
         self.sessions = SessionStore(config.site.session_idle_timeout_s, config.site.max_sessions_per_user,
                                      config.site.session_reclaim_after_s)
         self.auth = Authenticator(config.users, config.login)
@@ -753,6 +757,18 @@ class SiteService:
     def tables(self, user: User) -> list[dict[str, Any]]:
         with self._audited(user, None, "listTables", "metadata", ""):
             return [t.describe() for t in self.catalog.tables()]
+
+    def upload_model(self, user: User, data: bytes) -> dict[str, Any]:
+        """Store a model file an analyst sends, if the rules approve it (:func:`~dsfed_server.models.
+        read_upload`), under its SHA-256; the audit record names the digest, refused ones too."""
+        with self._audited(user, None, "uploadModel", "model", f"{len(data)} bytes") as record:
+            self._require_role(user, "analyst")
+            model = read_upload(data, self._guard("uploadModel"))
+            record["call"] = f"sha256 {model.sha256} ({len(data)} bytes)"
+            sha256 = self.models.put(model)
+            names = [entry.name for entry in self.rules.models.approved if entry.sha256 == sha256]
+            return {"site": self.name, "sha256": sha256, "approved_as": names, "formula": model.formula,
+                    "family": model.family, "link": model.link, "inputs": model.inputs}
 
     def cost(self, user: User, sid: str, request: CallRequest) -> dict[str, Any]:
         """What a call would charge the caller's privacy budget on each table it reads, and what the

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dsfed_server import model_review
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from dsfed_server.demo import find_repo_dir, run_demo  # noqa: PLC0415
 
@@ -146,6 +148,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--expect", action="append", default=[], metavar="SEQ:MAC",
                    help="a head copy seen earlier (response header X-Dsfed-Audit-Head); the log must still hold it")
     p.set_defaults(func=cmd_audit_verify)
+
+    model_review.add_commands(sub)
 
     docs = sub.add_parser("docs", help="generate documentation").add_subparsers(dest="action", required=True)
     p = docs.add_parser("functions", help="print docs/functions.md, generated from the function registry")

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from dsfed_server.catalog import Catalog
 
 DERIVED = "dsfed.derived"  # frame attribute: {column: (source column, transform name)}
+# vector attribute: (model name, declared range) of the predictions of a model the site's board approved
+MODEL_OUTPUT = "dsfed.model_output"
 PUBLIC_DESIGN = "dsfed.public_design"  # frame attribute: its covariates are known to the analyst (thresholds)
 # monotone increasing transforms a derived column may apply, and their inverse (cut values back to the source)
 TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {

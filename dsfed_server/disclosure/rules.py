@@ -338,6 +338,37 @@ class SecureAggregation(_Section):
     )
 
 
+class ApprovedModel(_Section):
+    """One model the site's governance board approved (``dsfed models approve`` writes the entry)."""
+
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$",
+                      description="The short name analysts give predictDS (model = \"NAME\").")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$",
+                        description="SHA-256 of the model's canonical bytes (dsfed models inspect FILE shows it).")
+    note: str = Field(max_length=2000, description="What the model is and why the board approved it.")
+
+
+class Models(_Section):
+    analyst_glm: bool = Field(
+        description=(
+            "Whether an analyst may apply a GLM of their own (formula, family, link and coefficients "
+            "only: no code) without the board's approval. false: only the models listed below."
+        ),
+    )
+    max_bytes: int = Field(
+        ge=100,
+        le=100_000_000,
+        description="Largest model file an analyst may upload, in bytes.",
+    )
+    approved: tuple[ApprovedModel, ...] = Field(
+        description=(
+            "The models this site applies to its data (predictDS), by the SHA-256 of their canonical "
+            "bytes, each with a short name and a note ({ name, sha256, note }). A file whose digest "
+            "is not listed is refused, whatever it is called."
+        ),
+    )
+
+
 class Functions(_Section):
     enabled: tuple[str, ...] = Field(
         description=(
@@ -379,6 +410,7 @@ class Rules(_Section):
     secure_aggregation: SecureAggregation = Field(
         description="Sums over sites in which the analyst never sees one site's contribution.",
     )
+    models: Models = Field(description="Which prediction models the site applies to its data (predictDS).")
     functions: Functions = Field(description="Which functions an analyst may call at this site.")
 
     @property

@@ -22,7 +22,7 @@ from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
-from dsfed_server.disclosure.provenance import DERIVED, PUBLIC_DESIGN, RootColumn
+from dsfed_server.disclosure.provenance import DERIVED, MODEL_OUTPUT, PUBLIC_DESIGN, RootColumn
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.wire import encode_f64
 from dsfed_server.registry import P, Param, SecureSum, register
@@ -99,6 +99,9 @@ def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, flo
     """The declared range of ``score``, which must be (a subset or monotone transform of) one of the
     rules file's ``privacy.score_columns``; refused otherwise, naming the rule."""
     declared = ctx.guard.rule("privacy.score_columns")
+    model = score.attrs.get(MODEL_OUTPUT)
+    if model is not None:
+        return model[1]  # the predictions of an approved model (predictDS), in its declared range
     root = ctx.root_column(score)
     if root is None or root.column not in declared:
         what = f"column {root.column!r}" if root is not None else "a vector that is no site table column"

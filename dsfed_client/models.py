@@ -1,0 +1,37 @@
+"""Bringing a model to the data: a GLM written as numbers, uploaded to the sites and applied there.
+
+A model fitted across the federation (:func:`~dsfed_client.analyses.glm.ds_glm`) or a published
+risk score becomes a :class:`~dsfed_core.models.GLMModel` (formula, family, link, coefficients:
+no code). Each site's governance board approves it by its SHA-256 (``dsfed models approve``);
+the analyst uploads it (:func:`upload_model`) and each site applies it to its own records
+(:func:`ds_predict`, the site's ``predictDS``), where the predictions stay, to be validated as
+any score column.
+"""
+
+from __future__ import annotations
+
+from dsfed_client.analyses.glm import GLMResults
+from dsfed_client.calls import Call, Ref
+from dsfed_client.session import FederatedSession, SiteResults
+from dsfed_core.models import GLMModel
+
+
+def glm_model(fit: GLMResults) -> GLMModel:
+    """The model of a distributed GLM fit: its formula, family, link and coefficients by name."""
+    return GLMModel(fit.formula, fit.family, fit.link, dict(zip(fit.names, map(float, fit.params))))
+
+
+def upload_model(session: FederatedSession, model: GLMModel) -> SiteResults:
+    """Send the model file to every site; each stores it if its rules approve its digest (or allow
+    GLMs of the analyst's own) and answers the digest and the approved name(s)."""
+    body = {"format": "dsfed.glm/1", "formula": model.formula, "family": model.family, "link": model.link,
+            "coefficients": dict(model.coefficients)}
+    return SiteResults("uploadModel", session.at_every_site("uploadModel", "POST", "/models", body))
+
+
+def ds_predict(session: FederatedSession, data: str | Ref, model: str, into: str, *, type: str = "response") -> Ref:
+    """Apply the model every site approved under ``model`` (its name there, or its SHA-256) to the
+    table ``data`` at every site, as the vector ``into`` (``type``: ``"response"`` or ``"link"``);
+    its handle."""
+    table = data if isinstance(data, Ref) else Ref(data)
+    return session.assign(into, Call("predictDS", table, model, type=type))

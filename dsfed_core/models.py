@@ -1,0 +1,92 @@
+"""Prediction models that carry no code: a GLM given by its formula, family, link and coefficients.
+
+The analyst's client writes a model (from a ``ds_glm`` fit, or a published risk score written by
+hand); a site's governance board approves it by the SHA-256 of its canonical bytes; the site
+reads it back strictly (nothing but these fields, finite numbers) and applies it (``predictDS``).
+Both sides compute the digest here, from the same canonical form: JSON with sorted keys, no
+spaces, numbers as Python's shortest round-trip repr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+GLM_FORMAT = "dsfed.glm/1"
+FAMILIES = {"binomial": ("logit", "probit"), "poisson": ("log",), "gaussian": ("identity",)}
+MAX_COEFFICIENTS = 1000
+_KEYS = {"format", "formula", "family", "link", "coefficients"}
+
+
+class ModelError(ValueError):
+    """A model file that is not a valid model; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class GLMModel:
+    """:math:`g(E[y]) = x^T \\beta`: ``coefficients`` by design-column name as R's ``model.matrix``
+    names them (``(Intercept)``, ``age``, ``tgradeII``, ``age:tsize``)."""
+
+    formula: str
+    family: str
+    link: str
+    coefficients: Mapping[str, float]
+
+    def canonical(self) -> bytes:
+        """The bytes the digest is taken of."""
+        document = {"format": GLM_FORMAT, "formula": self.formula, "family": self.family, "link": self.link,
+                    "coefficients": {k: float(v) for k, v in self.coefficients.items()}}
+        return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    @property
+    def inputs(self) -> list[str]:
+        """The design columns the model reads (the intercept aside)."""
+        return [name for name in self.coefficients if name != "(Intercept)"]
+
+
+def _text(document: dict[str, Any], key: str, limit: int = 2000) -> str:
+    value = document.get(key)
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise ModelError(f"{key!r} must be a non-empty string of at most {limit} characters")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ModelError(f"{name} is not a number a model may hold")
+
+
+def parse_glm(data: bytes) -> GLMModel:
+    """Read a GLM model file strictly: exactly the fields of :class:`GLMModel` (and ``format``), a
+    family and link R's ``glm`` fits, 1 to 1000 finite coefficients by name."""
+    try:
+        document = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelError(f"not a JSON model file ({exc})") from None
+    if not isinstance(document, dict) or set(document) != _KEYS:
+        got = sorted(document) if isinstance(document, dict) else type(document).__name__
+        raise ModelError(f"a GLM model file holds exactly {sorted(_KEYS)}; got {got}")
+    if document["format"] != GLM_FORMAT:
+        raise ModelError(f"format must be {GLM_FORMAT!r}, got {document['format']!r}")
+    family, link = _text(document, "family", 20), _text(document, "link", 20)
+    if link not in FAMILIES.get(family, ()):
+        fits = "; ".join(f"{name}: {' or '.join(links)}" for name, links in FAMILIES.items())
+        raise ModelError(f"family {family!r} with link {link!r} is not a GLM this site fits ({fits})")
+    coefficients = document["coefficients"]
+    if not isinstance(coefficients, dict) or not 1 <= len(coefficients) <= MAX_COEFFICIENTS:
+        raise ModelError(f"coefficients must be an object of 1 to {MAX_COEFFICIENTS} name: number entries")
+    for name, value in coefficients.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ModelError(f"coefficient {name!r} must be a finite number, got {value!r}")
+    return GLMModel(_text(document, "formula"), family, link, {k: float(v) for k, v in coefficients.items()})
+
+
+def digest(data: bytes) -> str:
+    """The SHA-256 a site approves a model file by: of its canonical form."""
+    return parse_glm(data).sha256

@@ -1,0 +1,79 @@
+"""``predictDS``: an approved model's predictions for a table, kept at the site as a new vector.
+
+The model is a GLM given by numbers (:mod:`dsfed_core.models`), never code: the site builds the
+design matrix of its formula from the table as R's ``model.matrix`` would (:mod:`dsfed_server.
+modelframe`), checks that the table gives exactly the design columns the model has coefficients
+for, and evaluates :math:`g^{-1}(X\\beta)` (``type="response"``) or :math:`X\\beta` (``"link"``).
+The predictions stay at the site like any symbol and every release from them is checked as any
+other; a model with few distinct outputs (at most n/q) must put at least q records on each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_core.parser import parse_formula
+from dsfed_server.context import CallContext
+from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.provenance import MODEL_OUTPUT
+from dsfed_server.families import family
+from dsfed_server.modelframe import design_matrix
+from dsfed_server.models import approved
+from dsfed_server.registry import P, Param, register
+
+TYPES = ("response", "link")
+
+
+def check_outputs(guard: Guard, values: np.ndarray, name: str) -> None:
+    """Refuse predictions that take at most n/q distinct values (a tree's leaves, a factor's levels)
+    when one of them is held by fewer than q records: such a model singles those records out."""
+    present = values[~np.isnan(values)]
+    q = guard.q
+    distinct, counts = np.unique(present, return_counts=True)
+    if distinct.size <= present.size // q and np.any(counts < q):
+        raise DisclosureRefusal(
+            f"model {name!r} gives {distinct.size} distinct predictions here, {int(np.sum(counts < q))} of them "
+            f"held by fewer than {q} records", rule="disclosure.q_threshold",
+            hint="a model whose outputs single out records is not applied; ask the board about the model")
+
+
+@register(
+    "predictDS",
+    "assign",
+    [
+        Param("data", P.TABLE, "the table to predict for, e.g. D"),
+        Param("model", P.STRING, "an approved model's name (the site's models.approved), or its SHA-256"),
+        Param("type", P.STRING, "'response' (e.g. probabilities) or 'link' (the linear predictor)",
+              required=False, default="response", choices=TYPES),
+    ],
+    checks=("models.approved", "models.analyst_glm", "disclosure.q_threshold"),
+)
+def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
+    """The model's predictions for every record of ``data`` (missing where an input is missing)."""
+    name, sha256, by_board = approved(ctx.guard, model)
+    glm = ctx.service.models.get(sha256, name)
+    try:
+        X, columns, complete = design_matrix(parse_formula(glm.formula), data)
+    except NotFound as exc:
+        raise CallError(f"model {name!r} reads what the table lacks: {exc.message}", hint=exc.hint) from None
+    lacking = [c for c in columns if c not in glm.coefficients]
+    unused = [c for c in glm.coefficients if c not in columns]
+    if lacking or unused:
+        raise CallError(f"model {name!r} does not fit this table: the table gives design columns "
+                        f"{', '.join(lacking) or 'none'} the model has no coefficient for, and the model has "
+                        f"coefficients for {', '.join(unused) or 'none'} the table does not give",
+                        hint="the model's variables and factor levels must be the table's (docs/functions.md)")
+    eta = X @ np.array([glm.coefficients[c] for c in columns])
+    values = np.full(len(data), np.nan)
+    values[complete] = eta if type == "link" else family(glm.family, glm.link).linkinv(eta)
+    check_outputs(ctx.guard, values, name)
+    out = pd.Series(values, index=data.index, name=f"{name}.{type}")
+    rows = data.attrs.get(ROWS)
+    if isinstance(rows, Rows) and rows.index.size == len(data):
+        out.attrs[ROWS] = rows
+    if by_board and type == "response" and glm.family == "binomial":
+        out.attrs[MODEL_OUTPUT] = (name, (0.0, 1.0))  # a probability from a model the board approved
+    return out

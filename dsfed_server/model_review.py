@@ -1,0 +1,117 @@
+"""Governance's view of a model file: ``dsfed models inspect FILE`` says what the model reads and
+computes and its digest, in words a board can review; ``dsfed models approve FILE --rules RULES``
+adds it to a rules file's ``models.approved`` (by that digest), keeping the file's comments."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+
+from dsfed_core.models import GLMModel, ModelError, parse_glm
+from dsfed_core.parser import parse_formula
+from dsfed_server.disclosure.rules import load_rules
+from dsfed_server.tomlfile import ConfigFileError
+
+_LINKS = {"logit": "the logistic function (a probability)", "probit": "the normal CDF (a probability)",
+          "log": "the exponential (a rate)", "identity": "itself"}
+
+
+def describe(model: GLMModel, path: Path) -> str:
+    """The review text of a model file."""
+    formula = parse_formula(model.formula)
+    variables = [v for v in formula.variables if v != formula.response]
+    lines = [
+        f"Model file {path}",
+        f"  SHA-256 (what the rules file approves): {model.sha256}",
+        "  Kind: a generalised linear model given by numbers only (no code runs at the site)",
+        f"  Formula: {model.formula}  (family {model.family}, link {model.link})",
+        f"  Reads the table's variables: {', '.join(variables) or 'none'}",
+        f"  Computes: x'b over {len(model.coefficients)} coefficients, then {_LINKS[model.link]}",
+        "  Coefficients:",
+        *(f"    {name:<24} {value: .6g}" for name, value in model.coefficients.items()),
+        "  What the site still checks when applying it: the table has exactly these design columns,",
+        "  and a model with few distinct outputs puts at least q records on each (disclosure.q_threshold).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _approved_block(text: str) -> tuple[int, int]:
+    """Where the ``approved = [...]`` value of the [models] table sits in the rules text."""
+    start = text.index("\n[models]")
+    key = text.index("\napproved = [", start) + 1
+    end = text.index("\n", key)
+    while True:
+        try:
+            tomllib.loads(text[key:end])
+            return key, end
+        except tomllib.TOMLDecodeError:
+            end = text.index("\n", end + 1)
+
+
+def _entry(name: str, sha256: str, note: str) -> str:
+    quoted = note.replace("\\", "\\\\").replace('"', '\\"')
+    return f'    {{ name = "{name}", sha256 = "{sha256}", note = "{quoted}" }},'
+
+
+def approve(model: GLMModel, rules_path: Path, name: str, note: str) -> str:
+    """Add ``model`` to the rules file's approved models under ``name`` and return the new text's
+    entry; refuses a name or digest already there. The file is checked as a site would before it is
+    replaced."""
+    rules = load_rules(rules_path)
+    for entry in rules.models.approved:
+        if entry.name == name or entry.sha256 == model.sha256:
+            raise ValueError(f"{rules_path}: already approved as {entry.name!r} ({entry.sha256[:12]}...)")
+    text = rules_path.read_text(encoding="utf-8")
+    start, end = _approved_block(text)
+    entries = [_entry(e.name, e.sha256, e.note) for e in rules.models.approved] + [_entry(name, model.sha256, note)]
+    updated = text[:start] + "approved = [\n" + "\n".join(entries) + "\n]" + text[end:]
+    candidate = rules_path.with_name(f".{rules_path.name}.new")
+    candidate.write_text(updated, encoding="utf-8")
+    try:
+        load_rules(candidate)
+    except ConfigFileError:
+        candidate.unlink()
+        raise
+    candidate.replace(rules_path)
+    return entries[-1].strip()
+
+
+def _read(path: Path) -> GLMModel:
+    try:
+        return parse_glm(path.read_bytes())
+    except ModelError as exc:
+        raise ValueError(f"{path}: not a model a site can apply: {exc}") from None
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    try:
+        print(describe(_read(args.file), args.file), end="")
+    except (OSError, ValueError) as exc:
+        print(exc)
+        return 2
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    try:
+        entry = approve(_read(args.file), args.rules, args.name, args.note)
+    except (OSError, ValueError, ConfigFileError) as exc:
+        print(exc)
+        return 2
+    print(f"{args.rules}: approved {entry}")
+    return 0
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    models = sub.add_parser("models", help="review and approve prediction models").add_subparsers(
+        dest="action", required=True)
+    p = models.add_parser("inspect", help="what a model file reads and computes, and its SHA-256")
+    p.add_argument("file", type=Path, help="a model file (JSON: format, formula, family, link, coefficients)")
+    p.set_defaults(func=cmd_inspect)
+    p = models.add_parser("approve", help="add a model to a rules file's models.approved, by its SHA-256")
+    p.add_argument("file", type=Path, help="the model file")
+    p.add_argument("--rules", type=Path, required=True, help="the site's rules file")
+    p.add_argument("--name", required=True, help="the short name analysts give predictDS")
+    p.add_argument("--note", required=True, help="what the model is and why the board approves it")
+    p.set_defaults(func=cmd_approve)

@@ -1,0 +1,226 @@
+"""Models brought to the data: a GLM written as numbers, approved by each site's board by its
+SHA-256, uploaded, and applied at the sites (predictDS), where its predictions stay.
+
+References: R's ``model.matrix`` and ``plogis`` with the same coefficients on the pooled records
+(the predictions, independently of the site's design code), pROC and rms' ``val.prob`` on them.
+Each refusal names its rule and is in the audit log.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import FIXTURES, GBSG2_SITES, audit_records, inprocess_builder
+from dsfed_client import DisclosureRefusal, FederatedCallError
+from dsfed_client.analyses.calibration import ds_brier, ds_logistic_calibration
+from dsfed_client.analyses.discrimination import ds_auc
+from dsfed_client.analyses.glm import ds_glm
+from dsfed_client.models import ds_predict, glm_model, upload_model
+from dsfed_core.models import GLMModel
+from dsfed_server.provision import provision
+from dsfed_server.service import SiteService
+from rref import R_PROC, R_VALPROB, r_eval, r_reference
+from sitekit import ROOT, make_sites
+
+NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
+FORMULA = "y ~ age + tsize + tgrade + pnodes"
+TABLE = "GBSG2.validation"
+
+
+def approving(path, models: dict[str, str], **changes: str):
+    """The no-noise rules approving ``models`` (name -> sha256), with other [models] keys changed."""
+    text = NO_NOISE.read_text()
+    entries = ", ".join(f'{{ name = "{n}", sha256 = "{h}", note = "test" }}' for n, h in models.items())
+    text = text.replace("approved = []", f"approved = [{entries}]")
+    for key, value in changes.items():
+        assert text.count(f"\n{key} = ") == 1, key
+        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n# was: ", 1)
+    path.write_text(text)
+    return path
+
+
+def _gbsg2_sites(run, rules):
+    provisioned = provision(run, {s: (FIXTURES / s, rules) for s in GBSG2_SITES})
+    return provisioned, {n: SiteService.from_config_file(p.config) for n, p in provisioned.items()}
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """The logistic model fitted across the five sites (the distributed GLM: R's glm on the pooled
+    records), as a model file; and the five sites again, their board having approved it."""
+    run = tmp_path_factory.mktemp("models")
+    with inprocess_builder(*_gbsg2_sites(run / "fit", NO_NOISE)).login() as session:
+        session.assign_table("D", TABLE)
+        model = glm_model(ds_glm(session, FORMULA, "D", secure=True))
+    approved = _gbsg2_sites(run / "apply", approving(run / "rules.toml", {"gbsg2-logit": model.sha256}))
+    pooled = pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES],
+                       ignore_index=True)
+    return model, approved, pooled
+
+
+def _r_predictions(model: GLMModel, pooled: pd.DataFrame) -> np.ndarray:
+    """plogis(model.matrix(formula, pooled) %*% beta), in R, the coefficients matched by name."""
+    names = list(model.coefficients)
+    return r_eval(
+        "d <- data.frame(age = age, tsize = tsize, pnodes = pnodes, tgrade = factor(tgrade)); "
+        "X <- model.matrix(~ age + tsize + tgrade + pnodes, d); "
+        "b <- setNames(beta, names); as.numeric(plogis(X[, names] %*% b))",
+        age=pooled.age, tsize=pooled.tsize, pnodes=pooled.pnodes, tgrade=pooled.tgrade.astype(str),
+        beta=np.array(list(model.coefficients.values())), names=np.array(names))
+
+
+def test_the_model_file_is_the_fit_and_its_digest_is_canonical(fitted):
+    model, _, pooled = fitted
+    r_coef = r_eval(f"coef(glm({FORMULA}, family = binomial, data = data.frame(y = y, age = age, tsize = tsize, "
+                    "pnodes = pnodes, tgrade = factor(tgrade))))", y=pooled.y, age=pooled.age, tsize=pooled.tsize,
+                    pnodes=pooled.pnodes, tgrade=pooled.tgrade.astype(str))
+    np.testing.assert_allclose(list(model.coefficients.values()), r_coef, rtol=1e-8)
+    reordered = json.dumps({"link": "logit", "coefficients": dict(model.coefficients), "family": "binomial",
+                            "formula": FORMULA, "format": "dsfed.glm/1"}, indent=2).encode()
+    from dsfed_core.models import digest
+    assert digest(reordered) == model.sha256 and len(model.sha256) == 64
+
+
+def test_predictions_at_the_sites_validate_as_R_on_the_pooled_predictions(fitted):
+    """Noise off: the mean of the site-computed predictions, their Brier score, AUC (DeLong) and
+    calibration intercept and slope equal R's on the predictions R computes from the same
+    coefficients on the pooled records."""
+    model, (provisioned, services), pooled = fitted
+    p = _r_predictions(model, pooled)
+    y = pooled.y.to_numpy(dtype=float)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", TABLE)
+        uploaded = upload_model(session, model)
+        assert {r["sha256"] for r in uploaded.values()} == {model.sha256}
+        assert all(r["approved_as"] == ["gbsg2-logit"] for r in uploaded.values())
+        ds_predict(session, "D", "gbsg2-logit", "pred")
+        assert session.mean("pred").mean == pytest.approx(p.mean(), rel=1e-10)
+        brier = ds_brier(session, "D$y", "pred")
+        auc = ds_auc(session, "D$y", "pred")
+        calibration = ds_logistic_calibration(session, "D$y", "pred")
+    assert brier.brier == pytest.approx(np.mean((y - p) ** 2), rel=1e-10)
+    auc_r, *_ = r_reference("proc_ref", R_PROC, y=y, p=p)
+    assert auc.auc == pytest.approx(auc_r, rel=1e-10)
+    valprob = r_reference("valprob_ref", R_VALPROB, y=y, p=p)
+    assert (calibration.intercept, calibration.slope) == pytest.approx((valprob[2], valprob[3]), rel=1e-7, abs=1e-9)
+    uploads = [r for r in audit_records(provisioned["site1"]) if r["function"] == "uploadModel"]
+    assert uploads and model.sha256 in uploads[-1]["call"] and uploads[-1]["outcome"] == "ok"
+
+
+def _refusal(exc: FederatedCallError) -> tuple[set[str], set[str | None]]:
+    return {f.kind for f in exc.failures.values()}, {f.rule for f in exc.failures.values()}
+
+
+def test_an_unapproved_or_tampered_model_is_refused_and_audited(fitted):
+    model, (provisioned, services), _ = fitted
+    other = GLMModel(model.formula, model.family, model.link, {**model.coefficients, "age": 0.5})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", TABLE)
+        with pytest.raises(FederatedCallError) as exc:
+            upload_model(session, other)
+        assert _refusal(exc.value) == ({"disclosure_refused"}, {"models.approved"})
+        assert isinstance(exc.value.failures["site1"], DisclosureRefusal)
+        assert other.sha256 in str(exc.value)
+        upload_model(session, model)
+        stored = services["site2"].models.path(model.sha256)
+        stored.write_bytes(other.canonical())  # the file under the approved digest, changed on disk
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", "gbsg2-logit", "pred")
+        assert set(exc.value.failures) == {"site2"} and "does not match its digest" in str(exc.value)
+        assert exc.value.failures["site2"].rule == "models.approved"
+        stored.write_bytes(model.canonical())
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", "not-approved", "pred")
+        assert _refusal(exc.value) == ({"disclosure_refused"}, {"models.approved"})
+    refused = [r for r in audit_records(provisioned["site2"]) if r["outcome"] == "refused"
+               and r["function"] in ("uploadModel", "predictDS")]
+    assert [r["rule"] for r in refused][-3:] == ["models.approved"] * 3
+
+
+def test_oversized_malformed_and_ill_fitting_models_are_refused(tmp_path):
+    frame = pd.DataFrame({"y": np.tile([0, 1], 30), "x": np.arange(60, dtype=float),
+                          "g": ["a"] * 29 + ["b"] * 30 + ["c"]})
+    reads_bmi = GLMModel("y ~ bmi", "binomial", "logit", {"(Intercept)": 0.0, "bmi": 0.1})
+    by_group = GLMModel("y ~ g", "binomial", "logit", {"(Intercept)": 0.0, "gb": 1.0, "gc": 2.0})
+    big = GLMModel("y ~ x", "binomial", "logit", {"(Intercept)": 0.0, "x": 0.1, **{f"x{i}": 0.0 for i in range(40)}})
+    rules = approving(tmp_path / "rules.toml", {"bmi": reads_bmi.sha256, "groups": by_group.sha256,
+                                                "big": big.sha256}, max_bytes="400")
+    provisioned, services = make_sites(tmp_path, {"s": frame}, rules=rules)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError) as exc:
+            upload_model(session, big)
+        assert _refusal(exc.value)[1] == {"models.max_bytes"} and "at most 400" in str(exc.value)
+        with pytest.raises(FederatedCallError) as exc:
+            session.at_every_site("uploadModel", "POST", "/models", {"format": "dsfed.glm/1", "formula": "y ~ x",
+                                                                    "family": "binomial", "link": "logit",
+                                                                    "coefficients": {"x": 1}, "code": "evil()"})
+        assert _refusal(exc.value)[0] == {"bad_call"} and "exactly" in str(exc.value)
+        upload_model(session, reads_bmi)
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", "bmi", "pred")
+        assert "model 'bmi' reads what the table lacks" in str(exc.value) and "'bmi'" in str(exc.value)
+        upload_model(session, by_group)  # level c holds one record: the model singles it out
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", "groups", "pred")
+        assert _refusal(exc.value) == ({"disclosure_refused"}, {"disclosure.q_threshold"})
+        assert "3 distinct predictions" in str(exc.value)
+
+
+def test_an_analysts_own_glm_only_where_the_rules_allow_it(tmp_path):
+    frame = pd.DataFrame({"y": np.tile([0, 1], 30), "x": np.linspace(0, 1, 60)})
+    mine = GLMModel("y ~ x", "binomial", "logit", {"(Intercept)": -0.5, "x": 1.5})
+    for allowed in (False, True):
+        rules = approving(tmp_path / f"rules-{allowed}.toml", {}, analyst_glm=str(allowed).lower())
+        provisioned, services = make_sites(tmp_path / str(allowed), {"s": frame}, rules=rules)
+        with inprocess_builder(provisioned, services).login() as session:
+            session.assign_table("D", "P.t")
+            if not allowed:
+                with pytest.raises(FederatedCallError) as exc:
+                    upload_model(session, mine)
+                assert _refusal(exc.value)[1] == {"models.approved"}
+                continue
+            upload_model(session, mine)
+            ds_predict(session, "D", mine.sha256, "pred", type="link")
+            expected = np.mean(-0.5 + 1.5 * frame.x)
+            assert session.mean("pred").mean == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_board_inspects_and_approves_a_model_file(tmp_path):
+    """``dsfed models inspect`` names the digest and what the model reads; ``approve`` adds it to a
+    rules file (comments kept, checked as a site checks it) so that a site started on that file
+    accepts the model; approving it twice is refused."""
+    import subprocess
+    import sys
+
+    model = GLMModel("y ~ age + tgrade", "binomial", "logit", {"(Intercept)": -1.0, "age": 0.02, "tgradeII": 0.3,
+                                                                 "tgradeIII": 0.6})
+    path = tmp_path / "risk.json"
+    path.write_bytes(model.canonical())
+    rules = tmp_path / "rules.toml"
+    rules.write_text(NO_NOISE.read_text())
+
+    def dsfed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dsfed_client.cli", *args], capture_output=True, text=True,
+                              timeout=60)
+
+    shown = dsfed("models", "inspect", str(path))
+    assert shown.returncode == 0 and model.sha256 in shown.stdout and "age, tgrade" in shown.stdout
+    done = dsfed("models", "approve", str(path), "--rules", str(rules), "--name", "risk", "--note", 'a "published" score')
+    assert done.returncode == 0, done.stdout + done.stderr
+    from dsfed_server.disclosure.rules import load_rules
+    (entry,) = load_rules(rules).models.approved
+    assert (entry.name, entry.sha256, entry.note) == ("risk", model.sha256, 'a "published" score')
+    assert "# Whether an analyst may apply a GLM of their own" in rules.read_text()
+    again = dsfed("models", "approve", str(path), "--rules", str(rules), "--name", "risk2", "--note", "x")
+    assert again.returncode == 2 and "already approved as 'risk'" in again.stdout
+    frame = pd.DataFrame({"y": np.tile([0, 1], 30), "age": np.arange(30, 90, dtype=float),
+                          "tgrade": ["I", "II", "III"] * 20})
+    provisioned, services = make_sites(tmp_path / "site", {"s": frame}, rules=rules)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        assert upload_model(session, model)["s"]["approved_as"] == ["risk"]
