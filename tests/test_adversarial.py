@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from datashield import DSError, DSSession
-from opalkit import logins
+from opalkit import logins, opal_value
 from scipy import special
 from sitekit import ROOT, write_table
 
@@ -75,7 +75,7 @@ class Door:
         try:
             if self.kind == "v1":
                 return self.session.aggregate_expr(expr)[SITE]
-            return self.session.aggregate(expr, asynchronous=False)[SITE]
+            return opal_value(self.session.aggregate(expr, asynchronous=False)[SITE])
         except (FederatedCallError, DSError) as exc:
             return self._refusal(exc)
 

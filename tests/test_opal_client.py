@@ -16,7 +16,7 @@ from datashield import DSError, DSSession
 
 from conftest import GBSG2_SITES, audit_records, http_builder
 from dsfed_client import Ref
-from opalkit import TABLE, ds_session, logins
+from opalkit import TABLE, ds_session, logins, opal_value
 
 @pytest.fixture
 def ds(gbsg2_http, gbsg2_provisioned):
@@ -125,7 +125,11 @@ def test_histogram_and_cor_through_the_datashield_client(ds, native, gbsg2_poole
     ranges = ds.aggregate("histogramDS1(D$age, 1, 3, 0.25)")
     lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
     assert lo <= gbsg2_pooled["age"].min() and hi >= gbsg2_pooled["age"].max()
-    hists = ds.aggregate(f"histogramDS2(D$age, 2, {lo}, {hi}, 1, 3, 0.25)")
+    # R's matching: method.indicator by name, then k = 3 and noise = 0.25 by position (issue 18)
+    typed = ds.aggregate(f"histogramDS2(D$age, 2, {lo}, {hi}, method.indicator = 1, 3, 0.25)")
+    # a histogram object is no JSON for jsonlite::toJSON: Opal sends serializeJSON's typed form
+    assert {t["value"][0]["attributes"]["class"]["value"][0] for t in typed.values()} == {"histogram"}
+    hists = {site: opal_value(answer) for site, answer in typed.items()}
     breaks = np.linspace(lo, hi, 3)
     native_hists = native.aggregate("histogramDS", Ref("D$age"), list(breaks))
     for site, result in hists.items():
