@@ -1,7 +1,7 @@
 """Building calls from Python values (the native client's call syntax).
 
 ``Ref("D$age")`` names a server-side symbol or column; ``Formula("y ~ x")`` a
-model formula; ``Call("subsetDS", Ref("D"), "age", ">=", 50)`` a nested call.
+model formula; ``Call("subsetRowsDS", Ref("D"), "age", ">=", 50)`` a nested call.
 Plain Python strings, numbers, booleans and ``None`` are literals; lists are
 ``c(...)`` vectors; a numpy array of numbers travels as raw float64 (``{"f64": ...}``).
 Each builds the call tree of :mod:`dsfed_core.calltree`, whose ``to_json`` is the one

@@ -218,8 +218,8 @@ def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]
     report.section("A subset created on the sites, checked against the cuts released before")
     report.attempt("refused_subset_age50", "subset age >= 50 (the histogram above cut at age <= 50: the two "
                    "would single out the 50-year-olds)",
-                   lambda: ("", dict(session.assign("older", Call("subsetDS", Ref("D"), "age", ">=", 50)))))
-    session.assign("older", Call("subsetDS", Ref("D"), "age", ">", 50))
+                   lambda: ("", dict(session.assign("older", Call("subsetRowsDS", Ref("D"), "age", ">=", 50)))))
+    session.assign("older", Call("subsetRowsDS", Ref("D"), "age", ">", 50))
     mo = session.mean("older$score")
     report.show("mean_score_age50", f"subset age > 50 (the histogram's own cut): mean score {mo.mean:.4f} "
                 f"(n = {mo.n_valid})", {"pooled": mo.mean, "n": mo.n_valid})
@@ -247,6 +247,6 @@ def _analysis(session, report: Report) -> None:  # type: ignore[no-untyped-def]
 
     report.section("Disclosive requests are refused, with the site, the function and the rule")
     report.attempt("refused_subset", "subset age > 75",
-                   lambda: ("", dict(session.assign("old", Call("subsetDS", Ref("D"), "age", ">", 75)))))
+                   lambda: ("", dict(session.assign("old", Call("subsetRowsDS", Ref("D"), "age", ">", 75)))))
     report.attempt("refused_code", 'call text system("ls")',
                    lambda: ("", dict(session.aggregate_expr('system("ls")'))))

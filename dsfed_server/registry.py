@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
 import numpy as np
@@ -208,22 +208,55 @@ def register(
 
 
 def match(spec: FunctionSpec, args: tuple) -> dict[str, Node]:
-    """Match call arguments to parameters (positional, then named), converting none."""
-    bound: dict[str, Node] = {}
-    positional = [a for a in args if a.name is None]
-    named = [a for a in args if a.name is not None]
-    if len(positional) > len(spec.params):
-        raise CallError(f"takes at most {len(spec.params)} arguments, got {len(positional)}")
-    for param, arg in zip(spec.params, positional):
-        bound[param.name] = arg.value
-    by_name = {p.name: p for p in spec.params}
-    for arg in named:
-        if arg.name not in by_name:
-            raise CallError(f"unknown argument {arg.name!r}; arguments are {', '.join(by_name)}")
-        if arg.name in bound:
-            raise CallError(f"argument {arg.name!r} given twice")
-        bound[arg.name] = arg.value
+    """Match call arguments to parameters as R does (R Language Definition 4.3.2), converting none:
+    exact names first, then unique partial names of the parameters left, then the unnamed
+    arguments in order into the parameters still unmatched."""
+    formals = [p.name for p in spec.params]
+    named = [(i, a) for i, a in enumerate(args) if a.name]
+    exact = _exact_match(formals, named)
+    partial = _partial_match([f for f in formals if f not in exact.values()],
+                             [(i, a) for i, a in named if i not in exact])
+    by_position = exact | partial
+    bound: dict[str, Node] = {formal: args[i].value for i, formal in by_position.items()}
+    leftover = [i for i, a in enumerate(args) if not a.name]
+    for formal in formals:
+        if formal not in bound and leftover:
+            bound[formal] = args[leftover.pop(0)].value
+    unused = [a for i, a in named if i not in by_position] + [args[i] for i in leftover]
+    if unused:
+        raise CallError(f"unused argument{'s' if len(unused) > 1 else ''} "
+                        f"({', '.join(a.to_text() for a in unused)}); arguments are {', '.join(formals)}")
     return bound
+
+
+def _exact_match(formals: list[str], named: list[tuple[int, Any]]) -> dict[int, str]:
+    """{argument position: parameter} for each argument named exactly as a parameter."""
+    pairs = {i: a.name for i, a in named if a.name in formals}
+    _once(pairs.values())
+    return pairs
+
+
+def _partial_match(formals: list[str], named: list[tuple[int, Any]]) -> dict[int, str]:
+    """{argument position: parameter} for each named argument whose name begins exactly one of
+    ``formals``; an argument that begins several is ambiguous."""
+    pairs: dict[int, str] = {}
+    for i, arg in named:
+        hits = [f for f in formals if f.startswith(arg.name)]
+        if len(hits) > 1:
+            raise CallError(f"argument {i + 1} ({arg.name} = ...) matches multiple formal arguments: "
+                            f"{', '.join(hits)}")
+        pairs.update((i, f) for f in hits)
+    _once(pairs.values())
+    return pairs
+
+
+def _once(formals: Iterable[str]) -> None:
+    """Refuse a parameter matched by two arguments (R: matched by multiple actual arguments)."""
+    seen: set[str] = set()
+    for formal in formals:
+        if formal in seen:
+            raise CallError(f"formal argument {formal!r} matched by multiple actual arguments")
+        seen.add(formal)
 
 
 def bind(spec: FunctionSpec, args: tuple, ctx: "CallContext", only: Collection[str] | None = None

@@ -1,4 +1,4 @@
-"""R values as Opal's DataSHIELD JSON shows them (``jsonlite::toJSON``).
+"""R values as Opal's DataSHIELD JSON shows them (``jsonlite::toJSON``, or ``serializeJSON``).
 
 Opal answers a JSON-speaking DataSHIELD client (the PyPI ``datashield`` +
 ``datashield-opal`` packages) with the R result of a call encoded by
@@ -20,7 +20,9 @@ a list of lists a matrix (rows), a list of dicts an unnamed list of named
 lists. Where that reading would be wrong, a registry entry's ``opal_shape``
 adapter wraps the value in :class:`RVector`, :class:`RMatrix`,
 :class:`RDataFrame` or :class:`RList` to say what it is in R. Pure functions,
-no I/O. (Python writes doubles with 17 significant digits where jsonlite's
+no I/O. A value holding an S3-classed list (:class:`RList` with ``r_class``), which ``toJSON``
+refuses, is sent in ``serializeJSON``'s typed form instead, as Opal's R server does
+(:func:`opal_json`). (Python writes doubles with 17 significant digits where jsonlite's
 ``digits = NA`` writes 15: the same numbers, never fewer digits.)
 """
 
@@ -35,17 +37,22 @@ Scalar = str | int | float | bool | None
 
 @dataclass(frozen=True)
 class RVector:
-    """An atomic vector; ``names`` (if any) are dropped by jsonlite, as in R's JSON."""
+    """An atomic vector; ``names`` (if any) are dropped by jsonlite, as in R's JSON. ``type``: R's
+    storage type (``double``, ``integer``, ``logical``, ``character``) where the Python values
+    would read as another (``0`` where R holds the double ``0``)."""
 
     values: Sequence[Scalar]
     names: Sequence[str] | None = None
+    type: str | None = None
 
 
 @dataclass(frozen=True)
 class RMatrix:
-    """A matrix given by its rows; encoded row-major, never unboxed."""
+    """A matrix given by its rows; encoded row-major, never unboxed. ``dimnames`` (row names,
+    column names; either None) are dropped by jsonlite, kept by serializeJSON."""
 
     rows: Sequence[Sequence[Scalar]]
+    dimnames: tuple[Sequence[str] | None, Sequence[str] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,11 @@ class RDataFrame:
 
 @dataclass(frozen=True)
 class RList:
-    """A generic R list: named (a mapping) or unnamed (a sequence)."""
+    """A generic R list: named (a mapping) or unnamed (a sequence); ``r_class``: its S3 class
+    (``histogram``, ``family``), which ``jsonlite::toJSON`` refuses to encode."""
 
     items: Mapping[str, Any] | Sequence[Any] = field(default_factory=list)
+    r_class: str | None = None
 
 
 def _scalar(value: Any) -> Scalar:
@@ -128,3 +137,108 @@ def to_jsonlite(value: Any) -> Any:
             return _matrix(rows)
         return [to_jsonlite(v) for v in value]
     return _scalar(value)
+
+
+# --- Opal's fallback: serializeJSON's typed form -------------------------------------------------
+
+
+def opal_json(value: Any) -> Any:
+    """What Opal's R server sends for the R value ``value`` stands for:
+    ``tryCatch(jsonlite::toJSON(x, ...), error = function(e) jsonlite::serializeJSON(x))``.
+    ``toJSON`` refuses a value holding an S3-classed list (a ``histogram``, a ``family``), so such
+    a value comes in ``serializeJSON``'s typed form (:func:`serialize_json`); any other in
+    :func:`to_jsonlite`'s form."""
+    return serialize_json(value) if _has_class(value) else to_jsonlite(value)
+
+
+def _has_class(value: Any) -> bool:
+    """Whether ``value`` holds, at any depth, a list with an S3 class."""
+    if isinstance(value, RList):
+        return value.r_class is not None or _has_class(value.items)
+    if isinstance(value, Mapping):
+        return any(_has_class(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_class(v) for v in value)
+    return False
+
+
+def serialize_json(value: Any) -> dict[str, Any]:
+    """``jsonlite::serializeJSON``'s typed form of the R value ``value`` stands for (read as
+    :func:`to_jsonlite` reads it): ``{"type", "attributes", "value"}`` at every level. Numbers keep
+    Python's 17 digits where serializeJSON's default writes 8: the same numbers, never fewer digits."""
+    if value is None:
+        return {"type": "NULL"}
+    if isinstance(value, RVector):
+        attributes = {} if value.names is None else {"names": _typed(list(value.names), "character")}
+        return _typed(list(value.values), value.type, attributes)
+    if isinstance(value, RMatrix):
+        columns = [v for column in zip(*value.rows) for v in column]
+        attributes = {"dim": _typed([len(value.rows), len(value.rows[0]) if value.rows else 0], "integer")}
+        if value.dimnames is not None:
+            attributes["dimnames"] = _typed_list([None if n is None else RVector(list(n), type="character")
+                                                  for n in value.dimnames], None)
+        return _typed(columns, None, attributes)
+    if isinstance(value, RDataFrame):
+        return _typed_data_frame(value)
+    if isinstance(value, RList):
+        return _typed_list(value.items, value.r_class)
+    if isinstance(value, Mapping):
+        return _typed_list(value, None)
+    if isinstance(value, (list, tuple)):
+        if all(_is_scalar(v) for v in value):
+            return _typed(list(value), None)
+        if all(isinstance(v, (list, tuple)) for v in value) and len({len(v) for v in value}) == 1:
+            return serialize_json(RMatrix(value))
+        return _typed_list(value, None)
+    return _typed([value], None)
+
+
+def _typed_list(items: Mapping[str, Any] | Sequence[Any], r_class: str | None) -> dict[str, Any]:
+    """A generic list: its names (if named) and class as attributes, each element typed."""
+    attributes: dict[str, Any] = {}
+    if isinstance(items, Mapping):
+        attributes["names"] = _typed([str(k) for k in items], "character")
+        items = list(items.values())
+    if r_class is not None:
+        attributes["class"] = _typed([r_class], "character")
+    return {"type": "list", "attributes": attributes, "value": [serialize_json(v) for v in items]}
+
+
+def _typed_data_frame(frame: RDataFrame) -> dict[str, Any]:
+    """A data frame: names, class and row names (1..n unless given) as attributes, columns typed."""
+    n_rows = len(next(iter(frame.columns.values()), frame.row_names or ()))
+    rows = (_typed(list(frame.row_names), "character") if frame.row_names is not None
+            else _typed(list(range(1, n_rows + 1)), "integer"))
+    attributes = {"names": _typed(list(frame.columns), "character"),
+                  "class": _typed(["data.frame"], "character"), "row.names": rows}
+    return {"type": "list", "attributes": attributes,
+            "value": [_typed(list(c), None) for c in frame.columns.values()]}
+
+
+def _typed(values: list[Any], r_type: str | None, attributes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An atomic vector of R type ``r_type`` (read from the values when None), with its attributes."""
+    values = [v.item() if hasattr(v, "item") else v for v in values]
+    r_type = r_type or _r_type(values)
+    return {"type": r_type, "attributes": attributes or {}, "value": [_typed_scalar(v, r_type) for v in values]}
+
+
+def _r_type(values: list[Any]) -> str:
+    """R's storage type for Python scalars: all booleans (or only NA) logical, any string character,
+    all whole ``int`` integer, otherwise double."""
+    present = [v for v in values if v is not None]
+    if all(isinstance(v, bool) for v in present):
+        return "logical"
+    if any(isinstance(v, str) for v in present):
+        return "character"
+    return "integer" if all(isinstance(v, int) for v in present) else "double"
+
+
+def _typed_scalar(value: Any, r_type: str) -> Any:
+    """One element as serializeJSON writes it: numeric NA, NaN and +-Inf as strings, other NA null."""
+    if r_type in ("logical", "character"):
+        return value
+    if value is None:
+        return "NA"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Inf" if value > 0 else "-Inf")
+    return float(value) if r_type == "double" else value

@@ -46,7 +46,7 @@ from dsfed_core.errors import (
 from dsfed_core.parser import parse
 from dsfed_server.models import ModelStore, read_upload
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
-from dsfed_server.rvalues import to_jsonlite
+from dsfed_server.rvalues import opal_json
 from dsfed_server.tomlfile import ConfigFileError, locate
 from dsfed_server.workspace import Session, SessionStore, check_symbol_name
 
@@ -452,7 +452,8 @@ class SiteService:
         """Run an aggregate function; its checked result as JSON.
 
         ``shape="opal"`` gives the JSON Opal's DataSHIELD API gives for dsBase's
-        R result (the entry's ``opal_shape``, encoded as ``jsonlite`` does).
+        R result (the entry's ``opal_shape``, encoded as Opal's R server does: ``jsonlite::toJSON``,
+        or ``serializeJSON``'s typed form for a value ``toJSON`` refuses).
         """
         function, text = self._label(request)
         with self._audited(user, sid, function, "aggregate", text) as record:
@@ -475,7 +476,7 @@ class SiteService:
             with session.lock, self._scope(user, session, record):
                 result = jsonable(self._invoke(session, node))
             if shape == "opal":
-                result = to_jsonlite(spec.opal_shape(result) if spec.opal_shape else result)
+                result = opal_json(spec.opal_shape(result) if spec.opal_shape else result)
         return result
 
     def _round(self, session: Session, option: dict[str, Any]) -> secure_sum.Round:

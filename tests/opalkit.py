@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 from datashield import DSLoginBuilder, DSSession
 
@@ -34,3 +34,21 @@ def ds_session(http, provisioned, *, assign: bool = True, **kwargs) -> Iterator[
         yield session
     finally:
         session.close()
+
+
+def opal_value(answer: Any) -> Any:
+    """An Opal answer as plain values, the way a client written against Opal reads one: the typed
+    form of ``jsonlite::serializeJSON`` (sent for results ``toJSON`` refuses) decoded, a named list as
+    a dict, a length-1 vector as its element, a matrix as its rows; the plain form as it is."""
+    if not (isinstance(answer, dict) and "type" in answer and set(answer) <= {"type", "attributes", "value"}):
+        return answer
+    attributes, value = answer.get("attributes", {}), answer.get("value")
+    if answer["type"] == "NULL":
+        return None
+    if answer["type"] == "list":
+        items = [opal_value(v) for v in value]
+        return dict(zip(attributes["names"]["value"], items)) if "names" in attributes else items
+    if "dim" in attributes:
+        n_rows, n_cols = attributes["dim"]["value"]
+        return [[value[i + j * n_rows] for j in range(n_cols)] for i in range(n_rows)]
+    return value[0] if len(value) == 1 else value

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from datashield import DSError, DSSession
-from opalkit import logins
+from opalkit import logins, opal_value
 from scipy import special
 from sitekit import ROOT, write_table
 
@@ -75,7 +75,7 @@ class Door:
         try:
             if self.kind == "v1":
                 return self.session.aggregate_expr(expr)[SITE]
-            return self.session.aggregate(expr, asynchronous=False)[SITE]
+            return opal_value(self.session.aggregate(expr, asynchronous=False)[SITE])
         except (FederatedCallError, DSError) as exc:
             return self._refusal(exc)
 
@@ -356,7 +356,7 @@ def test_nested_subsets_read_no_income(fed, scenario):
 
     def subset_mean(op: str) -> Part:
         def part(door: Door) -> Any:
-            refused = door.assign("S", f'subsetDS(D, "age", "{op}", {TARGET_AGE})')
+            refused = door.assign("S", f'subsetRowsDS(D, "age", "{op}", {TARGET_AGE})')
             return refused or door.aggregate("meanDS(S$income)")
         return part
 
@@ -383,7 +383,7 @@ def test_subset_of_a_derived_table_keeps_the_score_cuts(fed, scenario):
 
     def second(door: Door) -> Any:
         refused = door.assign("C", "calibrationFrameDS(D$y, D$score)") or door.assign(
-            "S", f'subsetDS(C, "lp", ">", {_num(special.logit(t2))})')
+            "S", f'subsetRowsDS(C, "lp", ">", {_num(special.logit(t2))})')
         return refused or door.aggregate("meanDS(S$y)")
 
     a, b = run_parts(fed, scenario, first, second)
@@ -418,7 +418,7 @@ def test_the_same_cut_on_a_subset_reads_nobody(fed, scenario):
     expr = "groupSumsDS({0}$y, {0}$score, c(0, {1}, 1))"
 
     def second(door: Door) -> Any:
-        return door.assign("S", f'subsetDS(D, "age", ">=", {a0})') or door.aggregate(expr.format("S", _num(t)))
+        return door.assign("S", f'subsetRowsDS(D, "age", ">=", {a0})') or door.aggregate(expr.format("S", _num(t)))
 
     a, b = run_parts(fed, scenario, lambda door: door.aggregate(expr.format("D", _num(t))), second)
     assert not isinstance(a, Refused) and a["edges"][1] == pytest.approx(t)
@@ -471,7 +471,7 @@ def test_quantiles_of_a_small_subset_are_refused(fed, door_kind):
     n_subset = int((ages <= cut).sum())
     assert Q <= n_subset < 3 * Q
     with fed.door(door_kind, "analyst", fed.table()) as door:
-        assert door.assign("S", f'subsetDS(D, "age", "<=", {int(cut)})') is None
+        assert door.assign("S", f'subsetRowsDS(D, "age", "<=", {int(cut)})') is None
         small = door.aggregate("quantileMeanDS(S$age)")
         whole = door.aggregate("quantileMeanDS(D$age)")
     assert isinstance(small, Refused) and small.rule == "disclosure.quantile_min_multiple"

@@ -75,7 +75,7 @@ def test_subset_leaving_out_one_record_is_refused(site):
     provisioned, services, _ = site
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
-        for call in (Call("subsetDS", Ref("D"), "age", "!=", TARGET_AGE),
+        for call in (Call("subsetRowsDS", Ref("D"), "age", "!=", TARGET_AGE),
                      Call("dataFrameSubsetDS2", "D", "D$age", str(TARGET_AGE), 2)):
             with pytest.raises(FederatedCallError) as exc:
                 s.assign("S", call)
@@ -90,10 +90,10 @@ def test_nested_subsets_differing_by_one_record_are_refused(site):
     provisioned, services, frame = site
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
-        s.assign("A", Call("subsetDS", Ref("D"), "age", ">=", TARGET_AGE))
+        s.assign("A", Call("subsetRowsDS", Ref("D"), "age", ">=", TARGET_AGE))
         a = s.mean("A$income")
         with pytest.raises(FederatedCallError) as exc:
-            s.assign("B", Call("subsetDS", Ref("D"), "age", ">", TARGET_AGE))
+            s.assign("B", Call("subsetRowsDS", Ref("D"), "age", ">", TARGET_AGE))
         assert _refusal(exc) == ("disclosure_refused", "disclosure.cut_history")
         with pytest.raises(FederatedCallError) as exc:  # the same subset through dsBase's function
             s.assign("B", Call("dataFrameSubsetDS2", "D", "D$age", str(TARGET_AGE), 5))
@@ -101,7 +101,7 @@ def test_nested_subsets_differing_by_one_record_are_refused(site):
     with inprocess_builder(provisioned, services).login() as s:  # a new session does not forget
         s.assign_table("D", "P.t")
         with pytest.raises(FederatedCallError) as exc:
-            s.assign("B", Call("subsetDS", Ref("D"), "age", ">", TARGET_AGE))
+            s.assign("B", Call("subsetRowsDS", Ref("D"), "age", ">", TARGET_AGE))
         assert _refusal(exc) == ("disclosure_refused", "disclosure.cut_history")
     # what the attack would have disclosed: it is one record's value
     older = frame[frame.age > TARGET_AGE]
@@ -115,16 +115,16 @@ def test_overlapping_subsets_whose_intersection_is_one_record_are_refused(site):
     provisioned, services, frame = site
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
-        s.assign("A", Call("subsetDS", Ref("D"), "age", ">=", TARGET_AGE))
+        s.assign("A", Call("subsetRowsDS", Ref("D"), "age", ">=", TARGET_AGE))
         with pytest.raises(FederatedCallError) as exc:
             s.assign("B", Call("dataFrameSubsetDS2", "D", "D$age", str(TARGET_AGE), 4))
         assert _refusal(exc) == ("disclosure_refused", "disclosure.cut_history")
         # and a subset of the subset that leaves out the one record
         with pytest.raises(FederatedCallError) as exc:
-            s.assign("C", Call("subsetDS", Ref("A"), "age", ">", TARGET_AGE))
+            s.assign("C", Call("subsetRowsDS", Ref("A"), "age", ">", TARGET_AGE))
         assert _refusal(exc)[1] in ("disclosure.subset_min", "disclosure.subset_min_difference")
         # ordinary, well-separated subsets still work
-        s.assign("E", Call("subsetDS", Ref("D"), "age", "<", 45))
+        s.assign("E", Call("subsetRowsDS", Ref("D"), "age", "<", 45))
         assert s.length("E$age").n == int((frame.age < 45).sum())
 
 
@@ -578,7 +578,7 @@ def test_crafted_reference_on_a_subset_cannot_read_a_label(tmp_path, margin):
     steps, released = [], []
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
-        s.assign("S", Call("subsetDS", Ref("D"), "score", ">", cut))
+        s.assign("S", Call("subsetRowsDS", Ref("D"), "score", ">", cut))
         for k in targets:
             t1, t2 = (x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2
             steps.append((_step_sum(pos, t1), _step_sum(pos[pos > cut], t2)))

@@ -103,7 +103,7 @@ def test_spending_accumulates_and_overspending_is_refused_with_the_remaining_bud
         # a repeated query costs nothing: it returns the same numbers, even with the budget spent
         assert _query(session, 0) == answered[0]
         # a subset of the table is charged to the same table (provenance, not content)
-        session.assign("S", Call("subsetDS", Ref("D"), "age", ">=", 40))
+        session.assign("S", Call("subsetRowsDS", Ref("D"), "age", ">=", 40))
         with pytest.raises(FederatedCallError) as exc:
             _query(session, N_SCORES - 1, "S")
         assert isinstance(exc.value.failures["a"], BudgetExceeded)

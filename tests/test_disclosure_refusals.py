@@ -105,13 +105,13 @@ def test_subset_minimum_and_complement(sites):
     with inprocess_builder(provisioned, {"big": services["big"]}).login() as session:
         session.assign_table("T", "P.t")
         with pytest.raises(FederatedCallError) as exc:
-            session.assign("S", Call("subsetDS", Ref("T"), "g", "==", "c"))  # 2 rows
+            session.assign("S", Call("subsetRowsDS", Ref("T"), "g", "==", "c"))  # 2 rows
         assert _refusal(exc, "big").rule == "disclosure.subset_min"
         with pytest.raises(FederatedCallError) as exc:
-            session.assign("S", Call("subsetDS", Ref("T"), "g", "!=", "c"))  # leaves out 2 rows
+            session.assign("S", Call("subsetRowsDS", Ref("T"), "g", "!=", "c"))  # leaves out 2 rows
         assert _refusal(exc, "big").rule == "disclosure.subset_min"
         assert _last_audit(provisioned, "big")["outcome"] == "refused"
-        session.assign("S", Call("subsetDS", Ref("T"), "g", "==", "a"))  # 20 rows, leaves 20: allowed
+        session.assign("S", Call("subsetRowsDS", Ref("T"), "g", "==", "a"))  # 20 rows, leaves 20: allowed
         assert session.length("S$x").n == 20
 
 

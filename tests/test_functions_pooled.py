@@ -79,12 +79,12 @@ def test_histogramDS_pooled(gbsg2_session, gbsg2_pooled):
 
 
 def test_subsetDS_then_mean(gbsg2_session, gbsg2_pooled):
-    gbsg2_session.assign("older", Call("subsetDS", Ref("D"), "age", ">=", 50))
+    gbsg2_session.assign("older", Call("subsetRowsDS", Ref("D"), "age", ">=", 50))
     pooled = gbsg2_session.mean("older$score")
     subset = gbsg2_pooled[gbsg2_pooled["age"] >= 50]
     assert pooled.n_valid == len(subset)
     assert pooled.mean == pytest.approx(subset["score"].mean(), rel=1e-12)
-    gbsg2_session.assign("pre", Call("subsetDS", Ref("D"), "menostat", "==", "Pre"))
+    gbsg2_session.assign("pre", Call("subsetRowsDS", Ref("D"), "menostat", "==", "Pre"))
     assert gbsg2_session.length("pre$age").n == int((gbsg2_pooled["menostat"] == "Pre").sum())
 
 
@@ -102,7 +102,7 @@ def test_assign_table_variables_column_and_symbols(gbsg2_session):
 def test_functions_listing_has_docs(gbsg2_session):
     listing = gbsg2_session.functions()["site1"]
     by_name = {f["name"]: f for f in listing["functions"]}
-    assert {"meanDS", "table2DDS", "quantileMeanDS", "subsetDS"} <= set(by_name)
+    assert {"meanDS", "table2DDS", "quantileMeanDS", "subsetRowsDS"} <= set(by_name)
     assert by_name["quantileMeanDS"]["backend"] == "R" and by_name["quantileMeanDS"]["available"]
     assert all(f["doc"] for f in listing["functions"])
     assert "disclosure.q_threshold" in by_name["meanDS"]["checks"]

@@ -109,7 +109,7 @@ def _run(analysts: dict[str, Analyst], op: tuple, released: list[np.ndarray]) ->
         if kind == "subset":
             _, column, cmp, pick, _ = op
             value = CANDIDATES[column][pick % len(CANDIDATES[column])]
-            who.session.assign("S", Call("subsetDS", Ref("D"), column, cmp, value))
+            who.session.assign("S", Call("subsetRowsDS", Ref("D"), column, cmp, value))
             x = FRAME[column].to_numpy(dtype=float)
             mask = {">": x > value, ">=": x >= value, "<": x < value, "<=": x <= value}[cmp]
             who.rows["S"] = np.flatnonzero(mask)

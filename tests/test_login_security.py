@@ -189,7 +189,7 @@ def test_api_docs_are_off_unless_the_site_turns_them_on(tmp_path):
     schema = document["components"]["schemas"]["AggregateBody"]["properties"]["call"]
     trees = [Call("countBelowDS", Ref("D$x"), [0.5, 1.5]).tree(), Call("meanDS", Ref("D$x")).tree(),
              Call("glmDS2", Formula("y ~ x"), "binomial", None, None, None, "D").tree(),
-             Call("subsetDS", Ref("D"), "x", ">", 2).tree()]
+             Call("subsetRowsDS", Ref("D"), "x", ">", 2).tree()]
     for tree in trees:
         jsonschema.validate(tree, schema)
     for bad in ({"call": "meanDS", "argz": []}, {"call": "meanDS", "args": [{"eval": "system('id')"}]}, {"lit": 1}):

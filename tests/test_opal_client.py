@@ -16,7 +16,8 @@ from datashield import DSError, DSSession
 
 from conftest import GBSG2_SITES, audit_records, http_builder
 from dsfed_client import Ref
-from opalkit import TABLE, ds_session, logins
+from opalkit import TABLE, ds_session, logins, opal_value
+from rref import r_eval
 
 @pytest.fixture
 def ds(gbsg2_http, gbsg2_provisioned):
@@ -125,7 +126,11 @@ def test_histogram_and_cor_through_the_datashield_client(ds, native, gbsg2_poole
     ranges = ds.aggregate("histogramDS1(D$age, 1, 3, 0.25)")
     lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
     assert lo <= gbsg2_pooled["age"].min() and hi >= gbsg2_pooled["age"].max()
-    hists = ds.aggregate(f"histogramDS2(D$age, 2, {lo}, {hi}, 1, 3, 0.25)")
+    # R's matching: method.indicator by name, then k = 3 and noise = 0.25 by position (issue 18)
+    typed = ds.aggregate(f"histogramDS2(D$age, 2, {lo}, {hi}, method.indicator = 1, 3, 0.25)")
+    # a histogram object is no JSON for jsonlite::toJSON: Opal sends serializeJSON's typed form
+    assert {t["value"][0]["attributes"]["class"]["value"][0] for t in typed.values()} == {"histogram"}
+    hists = {site: opal_value(answer) for site, answer in typed.items()}
     breaks = np.linspace(lo, hi, 3)
     native_hists = native.aggregate("histogramDS", Ref("D$age"), list(breaks))
     for site, result in hists.items():
@@ -149,7 +154,7 @@ def test_histogram_and_cor_through_the_datashield_client(ds, native, gbsg2_poole
 
 def test_assign_expressions_ls_and_rm(ds, gbsg2_pooled):
     ds.assign_expr("age", "D$age")
-    ds.assign_expr("older", 'subsetDS(D, "age", ">=", 50)', asynchronous=False)
+    ds.assign_expr("older", 'subsetRowsDS(D, "age", ">=", 50)', asynchronous=False)
     ds.assign_table("V", table=TABLE, variables=["y", "score"])
     assert ds.ls() == {s: ["D", "V", "age", "older"] for s in GBSG2_SITES}
     assert ds.aggregate('colnamesDS("V")') == {s: ["y", "score"] for s in GBSG2_SITES}
@@ -163,6 +168,36 @@ def test_assign_expressions_ls_and_rm(ds, gbsg2_pooled):
     assert ds.ls() == {s: ["D", "V", "older"] for s in GBSG2_SITES}
 
 
+# dsBaseClient's ds.subset(x = "D", subset = "older", logicalOperator = ">=", threshold = t,
+# varname = "age") sends this call text (dsBaseClient R/ds.subset.R: complt FALSE, rs and cs NULL,
+# lg the operator's code, 2 for ">=")
+DS_SUBSET_CALL = 'subsetDS("D", FALSE, NULL, NULL, 2, {t}, "age")'
+
+
+def _assigned_rows(ds: DSSession, call: str) -> dict[str, int] | str:
+    """The rows per site of ``older`` after assigning ``call``, or the rule of the refusal."""
+    try:
+        ds.assign_expr("older", call, asynchronous=False)
+    except DSError:
+        return next(e.get_error()["error"]["rule"] for e in ds.get_errors().values())
+    return {site: dims[0] for site, dims in ds.aggregate('dimDS("older")').items()}
+
+
+@pytest.mark.parametrize("threshold", [50, 40, 80])
+def test_dsbase_subset_call_equals_R_and_the_guarded_subset(ds, gbsg2_frames, threshold):
+    """dsBase's subsetDS form selects the rows dsBase's own expression selects (R, per site), and
+    is the same guarded subset as subsetRowsDS: the same rows or the same refusal."""
+    dsbase = _assigned_rows(ds, DS_SUBSET_CALL.format(t=threshold))
+    assert dsbase == _assigned_rows(ds, f'subsetRowsDS(D, "age", ">=", {threshold})')
+    if isinstance(dsbase, str):
+        assert dsbase == "disclosure.subset_min"
+        return
+    for site, frame in gbsg2_frames.items():  # dsBase: D[which(D[, idx] >= th), ]
+        want = r_eval(f"nrow(data.frame(age = age)[which(age >= {threshold}), , drop = FALSE])",
+                      age=frame["age"].to_numpy())
+        assert dsbase[site] == int(want[0])
+
+
 # --- methods and profiles ----------------------------------------------------------------------
 
 
@@ -173,7 +208,7 @@ def test_methods_and_profiles(ds, gbsg2_http, gbsg2_provisioned):
     assert "assignTable" not in names
     assert aggregate[0] == {"name": names[0], "class": "func", "value": f"dsfed::{names[0]}",
                             "pkg": "dsfed", "version": aggregate[0]["version"]}
-    assert {"assignTable", "subsetDS", "dataFrameSubsetDS2"} <= {m["name"] for m in ds.methods("assign")["site1"]}
+    assert {"assignTable", "subsetDS", "subsetRowsDS", "dataFrameSubsetDS2"} <= {m["name"] for m in ds.methods("assign")["site1"]}
     assert ds.profiles() == {s: {"available": ["default", "summaries"], "current": "default"} for s in GBSG2_SITES}
     with ds_session(gbsg2_http, gbsg2_provisioned, profile="summaries", assign=False) as summaries:
         listed = {m["name"] for m in summaries.methods()["site2"]}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from datashield import DSError, DSSession
 
-from opalkit import ds_session
+from opalkit import ds_session, opal_value
 from rref import r_eval
 
 FORMULAS = {
@@ -45,7 +45,8 @@ def ds_glm_fit(session: DSSession, formula: str, family: str, data: str, maxit: 
     beta, dev_old = np.zeros(first["site1"]["dimX"][1]), 9.99e99
     for iteration in range(1, maxit + 1):
         text = ",".join(repr(float(b)) for b in beta)
-        parts = session.aggregate(f'glmDS2({formula}, "{family}", "{text}", NULL, NULL, "{data}")')
+        answers = session.aggregate(f'glmDS2({formula}, "{family}", "{text}", NULL, NULL, "{data}")')
+        parts = {site: opal_value(answer) for site, answer in answers.items()}
         info = sum(np.asarray(p["info.matrix"]) for p in parts.values())
         score = sum(np.asarray(p["score.vect"]) for p in parts.values())
         dev = sum(p["dev"] for p in parts.values())
@@ -67,8 +68,10 @@ def test_logistic_regression_through_glmDS2_equals_R(gbsg2_http, gbsg2_provision
     np.testing.assert_allclose(beta, coef, rtol=1e-8, atol=1e-12)
     assert dev == pytest.approx(deviance, rel=1e-10)
     assert 3 <= iterations <= 20
-    # dsBase's element order (ds.glm reads elements by position), R matrices, a family's data
-    first, p = parts["site1"], len(names)
+    # dsBase's element order (ds.glm reads elements by position), R matrices, a family's data; the
+    # family's class makes the answer come in serializeJSON's typed form, as Opal sends it
+    assert parts["site1"]["type"] == "list" and parts["site1"]["value"][0]["attributes"]["class"]["value"] == ["family"]
+    first, p = opal_value(parts["site1"]), len(names)
     assert list(first)[:10] == ["family", "info.matrix", "score.vect", "numsubs", "dev", "Nvalid", "Nmissing",
                                 "Ntotal", "disclosure.risk", "errorMessage2"]
     assert first["family"] == {"family": "binomial", "link": "logit"}

@@ -218,8 +218,8 @@ def test_isotonic_merged_bins_are_reported(smooth):
 def test_recalibration_fitted_on_one_half_improves_the_other(smooth, method):
     """Out of sample: fit on the records with half == 0, apply at the sites to those with half == 1."""
     session, _, _ = smooth
-    session.assign("train", Call("subsetDS", Ref("D"), "half", "==", 0))
-    session.assign("test", Call("subsetDS", Ref("D"), "half", "==", 1))
+    session.assign("train", Call("subsetRowsDS", Ref("D"), "half", "==", 0))
+    session.assign("test", Call("subsetRowsDS", Ref("D"), "half", "==", 1))
     fit = (ds_platt_fit(session, "train$y", "train$score") if method == "logistic"
            else ds_isotonic_fit(session, "train$y", "train$score", n_bins=25))
     assert getattr(fit, "merged_bins", 0) == 0

@@ -410,7 +410,7 @@ def test_rebinding_a_symbol_at_one_site_does_not_isolate_it(tmp_path):
         first = s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
         t = s.transports["s1"]
         t.request("POST", f"/sessions/{s.session_ids['s1']}/assign",
-                  {"symbol": "D", "call": Call("subsetDS", Ref("D"), "x", ">", 0.0).tree()})
+                  {"symbol": "D", "call": Call("subsetRowsDS", Ref("D"), "x", ">", 0.0).tree()})
         with pytest.raises(ValueError, match="masks did not cancel"):
             s.secure_sum("brierDS", Ref("D$y"), Ref("D$score"))
     assert first["n"] == 3 * 240
@@ -422,7 +422,7 @@ def test_symbols_made_alike_at_every_site_sum_normally(tmp_path):
     _, prov, services = sites(tmp_path)
     with session_over(prov, services, ["s1", "s2", "s3"]) as s:
         s.assign_table("D", "P.t")
-        s.assign("S", Call("subsetDS", Ref("D"), "x", ">", 0.0))
+        s.assign("S", Call("subsetRowsDS", Ref("D"), "x", ">", 0.0))
         plain = s.aggregate("brierDS", "S$y", "S$score")
         secure = s.secure_sum("brierDS", "S$y", "S$score")
     assert secure["n"] == sum(r["n"] for r in plain.values())

@@ -81,14 +81,18 @@ def glm_parts(native: dict[str, Any]) -> dict[str, Any]:
 
     ``info.matrix`` is a p x p matrix and ``score.vect`` (like ``xwz``) a p x 1
     matrix, as dsBase computes them with ``%*%``; ``family`` carries the data
-    of R's family object (its name and link; R's function definitions are not
-    data and are not sent).
+    of R's family object (its name and link, with its class ``family``; R's function
+    definitions are code, not data, and are not sent). The class makes Opal's R server send the
+    answer in ``serializeJSON``'s typed form; dsBase's counts are integers, ``disclosure.risk`` a double.
     """
+    names = native["coef.names"]
     shaped = {
-        "family": {"family": native["family"], "link": native["link"]},
-        "info.matrix": RMatrix(native["info.matrix"]),
-        "score.vect": RMatrix([[s] for s in native["score.vect"]]),
+        "family": RList({"family": native["family"], "link": native["link"]}, r_class="family"),
+        "info.matrix": RMatrix(native["info.matrix"], dimnames=(names, names)),
+        "score.vect": RMatrix([[s] for s in native["score.vect"]], dimnames=(names, None)),
     }
+    shaped |= {key: RVector([native[key]], type="integer") for key in ("numsubs", "Nvalid", "Nmissing", "Ntotal")}
+    shaped["disclosure.risk"] = RVector([native["disclosure.risk"]], type="double")
     out = {key: shaped.get(key, native.get(key)) for key in _GLM2_ORDER}
     for key, value in native.items():
         if key not in out and key not in ("family", "link"):
@@ -96,7 +100,15 @@ def glm_parts(native: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def histogram(native: dict[str, Any]) -> RList:
+    """``histogramDS2``: ``list(histobject = <an object of class histogram>, invalidcells = 0)``;
+    the class makes Opal's R server send it in ``serializeJSON``'s typed form."""
+    return RList({"histobject": RList(native["histobject"], r_class="histogram"),
+                  "invalidcells": RVector([native["invalidcells"]], type="double")})
+
+
 for _name, _adapter in {
+    "histogramDS2": histogram,
     "quantileMeanDS": quantile_mean,
     "table1DDS": table1d,
     "table2DDS": table2d,

@@ -44,7 +44,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
 
 
 @register(
-    "subsetDS",
+    "subsetRowsDS",
     "assign",
     [
         Param("x", P.TABLE, "the table to subset"),
@@ -61,6 +61,48 @@ def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value
     the site's ``subset_min`` (DataSHIELD nfilter.subset), so that a subset
     cannot be differenced against the full table.
     """
+    return _condition_subset(ctx, x, variable, op, value, np.ones(len(x), dtype=bool))
+
+
+# dsBase subsetDS's codes of its logical operator ``lg``
+_DSBASE_OPS = {1: ">", 2: ">=", 3: "<", 4: "<=", 5: "==", 6: "!="}
+
+
+@register(
+    "subsetDS",
+    "assign",
+    [
+        Param("dt", P.TABLE, "the table to subset, e.g. \"D\""),
+        Param("complt", P.BOOLEAN, "keep complete cases only", required=False, default=False),
+        Param("rs", P.NUMBERS, "row numbers (not offered: rows chosen by position)", required=False),
+        Param("cs", P.STRINGS, "columns (not offered)", required=False),
+        Param("lg", P.INTEGER, "1 >, 2 >=, 3 <, 4 <=, 5 ==, 6 !=", required=False, choices=tuple(_DSBASE_OPS)),
+        Param("th", P.SCALAR, "the value compared with (a number, or a category as a string)", required=False),
+        Param("varname", P.NAME, "the column the condition tests", required=False),
+    ],
+    checks=("disclosure.subset_min", *GATE_RULES),
+)
+def subset_dsbase(ctx: CallContext, dt: pd.DataFrame, complt: bool, rs: list[float] | None,
+                  cs: list[str] | None, lg: int | None, th: object, varname: str | None) -> pd.DataFrame:
+    """Rows of table ``dt`` where ``varname <lg> th`` holds, of its complete cases if ``complt``
+    (dsBase ``subsetDS`` in the form ``ds.subset(..., logicalOperator, threshold)`` sends it).
+
+    The same guarded subset as ``subsetRowsDS``: refused (not filled with NA as in dsBase) when the
+    subset, or the rows it leaves out, is smaller than ``subset_min``. Rows or columns by position
+    (``rs``, ``cs``) are not offered.
+    """
+    if rs is not None or cs is not None:
+        raise CallError("subsetDS: rows and columns by position (rs, cs) are not offered; subset by a "
+                        "condition (varname, lg, th)")
+    if varname is None or lg is None or th is None:
+        raise CallError("subsetDS needs varname, lg and th (the condition that selects the rows)")
+    keep = dt.notna().all(axis=1).to_numpy() if complt else np.ones(len(dt), dtype=bool)
+    return _condition_subset(ctx, dt, varname, _DSBASE_OPS[lg], th, keep)
+
+
+def _condition_subset(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object,
+                      keep: np.ndarray) -> pd.DataFrame:
+    """Rows of ``x`` among ``keep`` where ``variable op value`` holds, through the subset guard."""
     if variable not in x.columns:
         raise NotFound(f"table has no column {variable!r}", hint=f"columns: {', '.join(x.columns)}")
     column = x[variable]
@@ -75,7 +117,8 @@ def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value
     else:
         values = column
     mask = _OPS[op](values, value)
-    mask = np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool) & column.notna().to_numpy()
+    mask = (np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool)
+            & column.notna().to_numpy() & keep)
     condition = condition_cells(ctx, column, op, float(value)) if numeric_column else None
     rows = ctx.guard.subset_rows(x, mask, condition)
     return mark_rows(x.loc[mask].reset_index(drop=True), rows)
