@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dsfed_server import audit, tools_cli
 from dsfed_server.auth import hash_password, hash_token, new_token
-from dsfed_server.catalog import CatalogError
+from dsfed_server.catalog import CatalogError, summarize
 from dsfed_server.tomlfile import ConfigFileError
 
 
@@ -55,6 +55,10 @@ def check(args: argparse.Namespace) -> int:
     from dsfed_server.service import SiteService  # noqa: PLC0415
 
     service = SiteService.from_config_file(args.config)
+    for info in service.catalog.tables():
+        print(f"table {info.ref} ({info.path})")
+        for column in summarize(service.catalog.frame(info.ref), info):
+            print(f"  {column.line()}")
     tables = ", ".join(t.ref for t in service.catalog.tables())
     print(f"site {service.name}: config, rules and data are valid; tables: {tables}")
     return 0
