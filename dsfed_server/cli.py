@@ -8,6 +8,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -64,6 +65,29 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+def init(args: argparse.Namespace) -> int:
+    from dsfed_server.site_init import init_site  # noqa: PLC0415
+
+    directory = Path(args.dir)
+    site = init_site(directory, [Path(c) for c in args.csv], name=args.name or _site_name(directory),
+                     project=args.project, port=args.port)
+    print(f"wrote {site.config}, {directory / 'rules.toml'} (the packaged defaults) and {directory / 'site.secret'}")
+    for ref, dictionary in site.tables.items():
+        print(f"table {ref}: data dictionary inferred in {dictionary}")
+    print("REVIEW before serving: each variable's type, unit, label and categories, and replace every "
+          "'range' (written as the observed bounds) by what the field can hold; have the rules reviewed")
+    print("credentials (shown once; only their hashes are in the config):")
+    for c in site.credentials:
+        print(f"  {c.user} ({c.role}): password {c.password}  token {c.token}")
+    print(f"then: dsfed-server check {site.config} && dsfed-server run {site.config}")
+    return 0
+
+
+def _site_name(directory: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", directory.resolve().name)
+    return name if name[:1].isalpha() else "site"
+
+
 def do_hash_password(args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\n") if args.stdin else getpass.getpass("password: ")
     if len(password) < 12:
@@ -113,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ready-file", help="write {site, url, pid} as JSON here once listening")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=run)
+
+    p = sub.add_parser("init", help="write a new site (config, rules, dictionaries inferred from CSVs) for review")
+    p.add_argument("dir", help="an empty or new directory")
+    p.add_argument("--csv", nargs="+", required=True, metavar="FILE", help="each CSV becomes a table")
+    p.add_argument("--name", help="the site's name (default: the directory's)")
+    p.add_argument("--project", default="main", help="the project the tables belong to (default: main)")
+    p.add_argument("--port", type=int, default=8001, help="the port in the config (default: 8001)")
+    p.set_defaults(func=init)
 
     p = sub.add_parser("check", help="validate a site config with its rules and data, then exit")
     p.add_argument("config")
