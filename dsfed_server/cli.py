@@ -4,6 +4,7 @@ synthetic sites, the rules file and audit log explained and checked, generated d
 from __future__ import annotations
 
 import argparse
+import errno
 import getpass
 import json
 import logging
@@ -19,14 +20,32 @@ from dsfed_server.catalog import CatalogError, summarize
 from dsfed_server.tomlfile import ConfigFileError
 
 
+class ListenError(Exception):
+    """The site cannot listen where its config (or --port) says."""
+
+
+_LISTEN_ADVICE = {
+    errno.EADDRINUSE: "the address is in use (another server, or this site already running); stop it or "
+                      "choose another port (--port, or [listen] port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges); choose a port above 1023 behind the "
+                  "reverse proxy",
+    errno.EADDRNOTAVAIL: "this machine has no such address; set [listen] host to one of its addresses",
+}
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # accepted connections inherit this: no Nagle delay between a response's header and body writes
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        reason = _LISTEN_ADVICE.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
     return sock
 
 
@@ -168,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigFileError, CatalogError, audit.AuditChainError) as exc:
+    except (ConfigFileError, CatalogError, ListenError, audit.AuditChainError) as exc:
         print(f"dsfed-server: {exc}", file=sys.stderr)
         return 2
 
