@@ -5,6 +5,7 @@ site (real processes and sockets on loopback)."""
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import subprocess
 import sys
@@ -121,3 +122,15 @@ def test_port_in_use_is_one_line(tmp_path: Path):
         f"dsfed-server: cannot listen on 127.0.0.1:{port}: the address is in use (another server, or this "
         "site already running); stop it or choose another port (--port, or [listen] port)")]
     assert "Traceback" not in result.stderr
+
+
+def test_sites_file_typo_is_refused(tmp_path: Path):
+    sites_file = tmp_path / "sites.json"
+    sites_file.write_text(json.dumps({"sites": {"site1": {"url": "http://127.0.0.1:9", "user": "analyst",
+                                                          "pasword": "x" * 12}}, "table": "P.t"}))
+    result = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "report", "--sites", str(sites_file),
+                             "--out", str(tmp_path / "r.html")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert (f"{sites_file}: site 'site1': unknown key 'pasword' (did you mean 'password'?); "
+            "allowed: url, user, password, token") in result.stderr
+    assert not (tmp_path / "r.html").exists()
