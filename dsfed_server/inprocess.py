@@ -60,6 +60,8 @@ class InProcessTransport:
             return svc.tables(user)
         if route == ("GET", "whoami", 1):
             return {"user": user.name, "role": user.role, "site": svc.name}
+        if route == ("GET", "budget", 2) and parts[1] == "mine":
+            return svc.my_budget(user)
         if route == ("GET", "audit", 1):
             return svc.audit_records(user)
         if parts[0] == "sessions":
