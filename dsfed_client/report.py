@@ -462,19 +462,52 @@ def report_from_sites_file(sites_file: str | Path, out: str | Path, *, table: st
 
     from dsfed_client.session import LoginBuilder  # noqa: PLC0415
 
-    spec = json.loads(Path(sites_file).read_text())
-    if not isinstance(spec, dict) or not isinstance(spec.get("sites"), dict) or not spec["sites"]:
-        raise ValueError(f"{sites_file}: expected an object with a non-empty \"sites\" object")
+    spec = read_sites_file(Path(sites_file))
     table = table or spec.get("table")
     if not table:
         raise ValueError(f"{sites_file}: no table given (--table or \"table\")")
     truth, score = truth or spec.get("truth") or "y", score or spec.get("score") or "score"
     builder = LoginBuilder()
     for name, site in spec["sites"].items():
-        if not isinstance(site, dict) or "url" not in site:
-            raise ValueError(f"{sites_file}: site {name!r} needs an object with \"url\"")
         builder.append(name, site["url"], user=site.get("user"), password=site.get("password"),
                        token=site.get("token"))
     with builder.login() as session:
         session.assign_table("D", table)
         return report_from_session(session, f"D${truth}", f"D${score}", out, table=table, curves=curves)
+
+
+SITES_FILE_KEYS = ("sites", "table", "truth", "score")
+SITE_KEYS = ("url", "user", "password", "token")
+
+
+def _unknown_keys(where: str, found: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    import difflib  # noqa: PLC0415
+
+    for key in found:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: unknown key {key!r}{guess}; allowed: {', '.join(allowed)}")
+
+
+def read_sites_file(path: Path) -> dict[str, Any]:
+    """The sites file of ``dsfed report``, checked: only known keys (a typo such as ``pasword`` is an
+    error, not a silently missing password), a ``url`` and either ``user`` with ``password`` or a
+    ``token`` per site."""
+    import json  # noqa: PLC0415
+
+    try:
+        spec = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("sites"), dict) or not spec["sites"]:
+        raise ValueError(f"{path}: expected an object with a non-empty \"sites\" object")
+    _unknown_keys(str(path), spec, SITES_FILE_KEYS)
+    for name, site in spec["sites"].items():
+        where = f"{path}: site {name!r}"
+        if not isinstance(site, dict) or "url" not in site:
+            raise ValueError(f"{where} needs an object with \"url\"")
+        _unknown_keys(where, site, SITE_KEYS)
+        if "token" not in site and not ("user" in site and "password" in site):
+            raise ValueError(f"{where} needs \"user\" and \"password\", or \"token\"")
+    return spec

@@ -359,6 +359,11 @@ class FederatedSession:
     def functions(self) -> SiteResults:
         return SiteResults("listFunctions", self.at_every_site("listFunctions", "GET", "/functions"))
 
+    def budget(self) -> SiteResults:
+        """Your privacy budget at every site: per table, what you have spent and what remains of
+        your share, in the site ledger's own accounting (``spent``/``remaining``: epsilon, delta)."""
+        return SiteResults("listMyBudget", self._all("listMyBudget", lambda t: t.request("GET", "/budget/mine")))
+
     def tables(self) -> SiteResults:
         return SiteResults("listTables", self.at_every_site("listTables", "GET", "/tables"))
 

@@ -9,6 +9,8 @@ run in-process behaves as it would over HTTP.
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +44,23 @@ class Transport(Protocol):
         ``encoded`` is ``body`` already serialised (a session sends one body to every site)."""
 
     def close(self) -> None: ...
+
+
+def _unreachable(exc: requests.ConnectionError) -> str:
+    """Why a connection failed, in words (urllib3's own text is long and gets cut mid-word)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (no server listens there)"
+        if isinstance(cause, socket.gaierror):
+            return "the host name does not resolve"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS failed ({cause.reason or 'handshake error'})"
+        if isinstance(cause, (ConnectionResetError, BrokenPipeError)):
+            return "the connection was closed by the other side"
+        linked = [getattr(cause, "reason", None), *cause.args[:1], cause.__cause__, cause.__context__]
+        cause = next((c for c in linked if isinstance(c, BaseException)), None)
+    return "the connection failed"
 
 
 BUSY_RETRIES = 3  # a site busy checking passwords: send again this often,
@@ -85,23 +104,23 @@ class HttpTransport:
                 hint="the site may be overloaded or down; retry later or ask its administrator",
             ) from None
         except requests.ConnectionError as exc:
-            reason = str(exc.args[0]) if exc.args else str(exc)
             raise SiteUnavailable(
-                f"cannot reach {self.url} ({reason[:160]})", site=self.site, function=function,
-                hint="check that the site server is running",
+                f"cannot reach {self.url}: {_unreachable(exc)}", site=self.site, function=function,
+                hint="check that the site server is running and the URL is right, or ask the site's administrator",
             ) from None
         self.stats.bytes_received += len(response.content)
         try:
-            payload = response.json()
+            payload, is_json = response.json(), True
         except ValueError:
+            payload, is_json = None, False
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if not is_json or (response.status_code >= 400 and not isinstance(error, dict)):
             raise SiteError(
-                f"HTTP {response.status_code} with a body that is not JSON", site=self.site, function=function,
-                status=response.status_code,
+                f"{self.url} answered HTTP {response.status_code} without dsfed's JSON: not a dsfed site",
+                site=self.site, function=function, status=response.status_code,
+                hint="check the URL: a dsfed site's address is the one its administrator gives (it serves /v1/health)",
             ) from None
         if response.status_code >= 400:
-            error = payload.get("error") if isinstance(payload, dict) else None
-            if not isinstance(error, dict):
-                error = {"message": f"HTTP {response.status_code}: {str(payload)[:200]}"}
             err = from_wire(error, site=self.site, status=response.status_code)
             err.function = err.function or function
             raise err

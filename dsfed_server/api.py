@@ -268,6 +268,11 @@ def create_app(service: SiteService) -> FastAPI:
     def assign_table(sid: str, body: AssignTableBody, user: UserDep) -> dict[str, Any]:
         return service.assign_table(user, sid, body.symbol, body.table, body.variables)
 
+    @app.get("/v1/budget/mine")
+    def my_budget(user: UserDep) -> dict[str, Any]:
+        """Your own privacy budget: spent and remaining per table (the ledger's figures)."""
+        return service.my_budget(user)
+
     @app.get("/v1/budget")
     def budget(user: UserDep) -> dict[str, Any]:
         """Governance: privacy budget spent and remaining per analyst x table."""

@@ -11,7 +11,9 @@ dictionary ``<table>.dictionary.json`` beside it::
 Every table is checked against its dictionary when the site starts: the same
 variables, whole numbers for ``integer``, declared categories only, values within
 the declared ``range``. Integers load as pandas ``Int64``, decimals as ``float64``,
-text with categories as an ordered-by-dictionary ``category``, other text as ``str``.
+text with categories as an ordered-by-dictionary ``category``, other text as ``str``, booleans
+as ``boolean`` from the spellings in :data:`BOOLEAN_SPELLINGS`. A value that does not fit its
+variable stops the site with ``file:column:row: value ...`` (row 1 is the first record).
 
 ``range`` (dsfed's addition to Opal's dictionary, optional, numeric variables only) is what
 the site declares its values can be, independently of the records it holds: the bounds
@@ -147,46 +149,136 @@ def write_dictionary(path: Path, project: str, table: str, variables: list[Varia
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def _typed(frame: pd.DataFrame, info: TableInfo) -> pd.DataFrame:
+BOOLEAN_SPELLINGS: dict[str, bool] = {
+    "True": True, "False": False,      # pandas' to_csv
+    "TRUE": True, "FALSE": False,      # R's write.csv
+    "true": True, "false": False,
+    "1": True, "0": False,
+    "yes": True, "no": False,
+}
+"""The spellings a boolean column may hold in a data file (docs/site-admin.md); any other value
+stops the site, so no value silently becomes missing."""
+
+_NA_HINT = ("R's write.csv writes a missing value as NA: write the file with write.csv(..., na = \"\") "
+            "so missing values are empty fields")
+
+
+class _Column:
+    """Where a column's values come from, for messages ``file:column:row: ...`` (row 1 is the first
+    record, the line after the header)."""
+
+    def __init__(self, info: TableInfo, variable: Variable, col: pd.Series) -> None:
+        self.where = f"{info.path}:{variable.name}"
+        self.col = col
+
+    def refuse(self, bad: pd.Series, problem: str) -> CatalogError:
+        """An error naming the first offending row and value; the NA hint when the value is R's NA."""
+        position = int(np.flatnonzero(bad.to_numpy(dtype=bool))[0])
+        value = self.col.iloc[position]
+        hint = f"; {_NA_HINT}" if value == "NA" else ""
+        others = int(bad.sum()) - 1
+        more = f" ({others} more row{'s' if others != 1 else ''} like it)" if others else ""
+        return CatalogError(f"{self.where}:{position + 1}: value {value!r} {problem}{more}{hint}")
+
+
+def _check_columns(frame: pd.DataFrame, info: TableInfo) -> None:
     names = [v.name for v in info.variables]
-    if list(frame.columns) != names:
-        extra = sorted(set(frame.columns) - set(names))
-        missing = sorted(set(names) - set(frame.columns))
+    if list(frame.columns) == names:
+        return
+    if sorted(frame.columns) == sorted(names):
         raise CatalogError(
-            f"{info.path}: columns do not match the dictionary (missing {missing}, undeclared {extra})"
+            f"{info.path}: the columns are those of the dictionary in a different order (file: {list(frame.columns)}; "
+            f"dictionary: {names}); reorder the file's columns or the dictionary's variables"
         )
+    extra = sorted(set(frame.columns) - set(names))
+    missing = sorted(set(names) - set(frame.columns))
+    raise CatalogError(
+        f"{info.path}: columns do not match the dictionary (missing {missing}, undeclared {extra})"
+    )
+
+
+def _numeric(column: _Column, v: Variable) -> pd.Series:
+    col = column.col
+    values = pd.to_numeric(col, errors="coerce")
+    bad = values.isna() & col.notna() & (col.astype("string").str.strip() != "")
+    if bad.any():
+        raise column.refuse(bad, "is not a number")
+    bounds = v.declared_range
+    if bounds is not None:
+        outside = ((values < bounds[0]) | (values > bounds[1])).fillna(False)
+        if outside.any():
+            raise column.refuse(outside, f"is outside the declared range [{bounds[0]:g}, {bounds[1]:g}]")
+    if v.value_type == "decimal":
+        return values.astype("float64")
+    fraction = (values.notna() & (np.floor(values) != values)).fillna(False)
+    if fraction.any():
+        raise column.refuse(fraction, "is not a whole number (the variable is declared integer)")
+    return values.astype("Int64")
+
+
+def _boolean(column: _Column) -> pd.Series:
+    col = column.col
+    if pd.api.types.is_bool_dtype(col):  # parquet
+        return col.astype("boolean")
+    text = col.astype("string")
+    mapped = text.map(BOOLEAN_SPELLINGS, na_action="ignore")
+    bad = (mapped.isna() & text.notna()).fillna(False)
+    if bad.any():
+        raise column.refuse(bad, f"is not a boolean (accepted: {'/'.join(BOOLEAN_SPELLINGS)}; missing: an empty field)")
+    return mapped.astype("boolean")
+
+
+def _text(column: _Column, v: Variable) -> pd.Series | pd.Categorical:
+    text = column.col.astype("string")
+    if not v.categories:
+        return text
+    bad = (~text.isin(v.categories) & text.notna()).fillna(False)
+    if bad.any():
+        raise column.refuse(bad, f"is not among the categories {list(v.categories)}")
+    return pd.Categorical(text, categories=list(v.categories))
+
+
+def _typed(frame: pd.DataFrame, info: TableInfo) -> pd.DataFrame:
+    _check_columns(frame, info)
     out = {}
     for v in info.variables:
-        col = frame[v.name]
-        where = f"{info.path}: variable {v.name!r}"
+        column = _Column(info, v, frame[v.name])
         if v.value_type in ("integer", "decimal"):
-            values = pd.to_numeric(col, errors="coerce")
-            bad = values.isna() & col.notna() & (col.astype("string").str.strip() != "")
-            if bad.any():
-                raise CatalogError(f"{where}: non-numeric value {col[bad].iloc[0]!r}")
-            bounds = v.declared_range
-            if bounds is not None and ((values < bounds[0]) | (values > bounds[1])).any():
-                raise CatalogError(f"{where}: holds values outside its declared range [{bounds[0]:g}, {bounds[1]:g}]")
-            if v.value_type == "integer":
-                whole = values.dropna()
-                if not np.all(np.equal(np.floor(whole), whole)):
-                    raise CatalogError(f"{where}: declared integer but holds fractions")
-                out[v.name] = values.astype("Int64")
-            else:
-                out[v.name] = values.astype("float64")
+            out[v.name] = _numeric(column, v)
         elif v.value_type == "boolean":
-            mapped = col.map({True: True, False: False, "TRUE": True, "FALSE": False, "true": True, "false": False})
-            out[v.name] = mapped.astype("boolean")
+            out[v.name] = _boolean(column)
         else:
-            text = col.astype("string")
-            if v.categories:
-                unknown = set(text.dropna()) - set(v.categories)
-                if unknown:
-                    raise CatalogError(f"{where}: values {sorted(unknown)[:5]} are not among its categories")
-                out[v.name] = pd.Categorical(text, categories=list(v.categories))
-            else:
-                out[v.name] = text
+            out[v.name] = _text(column, v)
     return pd.DataFrame(out)
+
+
+@dataclass(frozen=True)
+class ColumnSummary:
+    """What ``dsfed-server check`` prints per column: records, missing, type and levels."""
+
+    name: str
+    value_type: str
+    n: int
+    missing: int
+    levels: dict[str, int]
+
+    def line(self) -> str:
+        shown = ", ".join(f"{k} {c}" for k, c in self.levels.items())
+        return f"{self.name:<16} {self.value_type:<8} n {self.n:<7} missing {self.missing:<7} {shown}".rstrip()
+
+
+def summarize(frame: pd.DataFrame, info: TableInfo) -> list[ColumnSummary]:
+    """One :class:`ColumnSummary` per variable of a loaded table (levels: categories and booleans)."""
+    out = []
+    for v in info.variables:
+        col = frame[v.name]
+        levels: dict[str, int] = {}
+        if v.value_type == "boolean":
+            levels = {"True": int((col == True).sum()), "False": int((col == False).sum())}  # noqa: E712
+        elif isinstance(col.dtype, pd.CategoricalDtype):
+            levels = {str(k): int(c) for k, c in col.value_counts(sort=False).items()}
+        out.append(ColumnSummary(v.name, v.value_type, len(col), int(col.isna().sum()), levels))
+    return out
 
 
 class Catalog:

@@ -4,18 +4,33 @@ synthetic sites, the rules file and audit log explained and checked, generated d
 from __future__ import annotations
 
 import argparse
+import errno
 import getpass
 import json
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
 
 from dsfed_server import audit, tools_cli
 from dsfed_server.auth import hash_password, hash_token, new_token
-from dsfed_server.catalog import CatalogError
+from dsfed_server.catalog import CatalogError, summarize
 from dsfed_server.tomlfile import ConfigFileError
+
+
+class ListenError(Exception):
+    """The site cannot listen where its config (or --port) says."""
+
+
+_LISTEN_ADVICE = {
+    errno.EADDRINUSE: "the address is in use (another server, or this site already running); stop it or "
+                      "choose another port (--port, or [listen] port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges); choose a port above 1023 behind the "
+                  "reverse proxy",
+    errno.EADDRNOTAVAIL: "this machine has no such address; set [listen] host to one of its addresses",
+}
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -24,8 +39,13 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # accepted connections inherit this: no Nagle delay between a response's header and body writes
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        reason = _LISTEN_ADVICE.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ListenError(f"cannot listen on {host}:{port}: {reason}") from None
     return sock
 
 
@@ -55,9 +75,36 @@ def check(args: argparse.Namespace) -> int:
     from dsfed_server.service import SiteService  # noqa: PLC0415
 
     service = SiteService.from_config_file(args.config)
+    for info in service.catalog.tables():
+        print(f"table {info.ref} ({info.path})")
+        for column in summarize(service.catalog.frame(info.ref), info):
+            print(f"  {column.line()}")
     tables = ", ".join(t.ref for t in service.catalog.tables())
     print(f"site {service.name}: config, rules and data are valid; tables: {tables}")
     return 0
+
+
+def init(args: argparse.Namespace) -> int:
+    from dsfed_server.site_init import init_site  # noqa: PLC0415
+
+    directory = Path(args.dir)
+    site = init_site(directory, [Path(c) for c in args.csv], name=args.name or _site_name(directory),
+                     project=args.project, port=args.port)
+    print(f"wrote {site.config}, {directory / 'rules.toml'} (the packaged defaults) and {directory / 'site.secret'}")
+    for ref, dictionary in site.tables.items():
+        print(f"table {ref}: data dictionary inferred in {dictionary}")
+    print("REVIEW before serving: each variable's type, unit, label and categories, and replace every "
+          "'range' (written as the observed bounds) by what the field can hold; have the rules reviewed")
+    print("credentials (shown once; only their hashes are in the config):")
+    for c in site.credentials:
+        print(f"  {c.user} ({c.role}): password {c.password}  token {c.token}")
+    print(f"then: dsfed-server check {site.config} && dsfed-server run {site.config}")
+    return 0
+
+
+def _site_name(directory: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", directory.resolve().name)
+    return name if name[:1].isalpha() else "site"
 
 
 def do_hash_password(args: argparse.Namespace) -> int:
@@ -110,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=run)
 
+    p = sub.add_parser("init", help="write a new site (config, rules, dictionaries inferred from CSVs) for review")
+    p.add_argument("dir", help="an empty or new directory")
+    p.add_argument("--csv", nargs="+", required=True, metavar="FILE", help="each CSV becomes a table")
+    p.add_argument("--name", help="the site's name (default: the directory's)")
+    p.add_argument("--project", default="main", help="the project the tables belong to (default: main)")
+    p.add_argument("--port", type=int, default=8001, help="the port in the config (default: 8001)")
+    p.set_defaults(func=init)
+
     p = sub.add_parser("check", help="validate a site config with its rules and data, then exit")
     p.add_argument("config")
     p.set_defaults(func=check)
@@ -132,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigFileError, CatalogError, audit.AuditChainError) as exc:
+    except (ConfigFileError, CatalogError, ListenError, audit.AuditChainError) as exc:
         print(f"dsfed-server: {exc}", file=sys.stderr)
         return 2
 

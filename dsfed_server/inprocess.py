@@ -62,6 +62,8 @@ class InProcessTransport:
             return {"user": user.name, "role": user.role, "site": svc.name}
         if route == ("POST", "models", 1):
             return svc.upload_model(user, json.dumps(body).encode())
+        if route == ("GET", "budget", 2) and parts[1] == "mine":
+            return svc.my_budget(user)
         if route == ("GET", "audit", 1):
             return svc.audit_records(user)
         if parts[0] == "sessions":

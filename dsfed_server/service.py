@@ -173,6 +173,13 @@ def definition(call: str, session: Session, scope: CallScope) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+def _spend_entry(cost: Cost, cap: Cap) -> dict[str, Any]:
+    """Spent (the ledger's RDP guarantee) and remaining against ``cap``, with the basic sum beside."""
+    spent = guarantee(cost, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
+    return {"spent": spent.as_dict(), "remaining": remaining_budget(spent, cap.epsilon, cap.delta),
+            "basic": {"epsilon": cost.epsilon, "delta": cost.delta}, "rho": cost.rho}
+
+
 class SiteService:
     def __init__(
         self,
@@ -824,12 +831,7 @@ class SiteService:
             self._require_role(user, "governance")
             caps = Caps.of(self.rules.budget)
             rows = self.ledger.listing()
-
-            def entry(cost: Cost, cap: Cap) -> dict[str, Any]:
-                spent = guarantee(cost, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
-                return {"spent": spent.as_dict(), "remaining": remaining_budget(spent, cap.epsilon, cap.delta),
-                        "basic": {"epsilon": cost.epsilon, "delta": cost.delta}, "rho": cost.rho}
-
+            entry = _spend_entry
             tables: dict[str, Cost] = {}
             for row in rows:
                 tables[row["table"]] = tables.get(row["table"], ZERO) + row["cost"]
@@ -841,6 +843,21 @@ class SiteService:
                 "spending": [{"analyst": row["analyst"], "table": row["table"], **entry(row["cost"], caps.analyst),
                               "queries": row["queries"], "releases": row["releases"], "last": row["last"]}
                              for row in rows],
+            }
+
+    def my_budget(self, user: User) -> dict[str, Any]:
+        """The caller's own privacy budget: per table they have spent on, what they spent and what
+        remains of their share (``budget.epsilon_per_analyst`` / ``delta_per_analyst``), in the
+        ledger's accounting (the figures ``GET /v1/budget`` gives governance for them). Other
+        analysts' spending is not shown."""
+        with self._audited(user, None, "listMyBudget", "metadata", ""):
+            cap = Caps.of(self.rules.budget).analyst
+            return {
+                "site": self.name, "analyst": user.name, "accountant": "rdp",
+                "budget": {"epsilon": cap.epsilon, "delta": cap.delta},
+                "tables": [{"table": row["table"], **_spend_entry(row["cost"], cap), "queries": row["queries"],
+                            "releases": row["releases"], "last": row["last"]}
+                           for row in self.ledger.listing() if row["analyst"] == user.name],
             }
 
     def audit_records(self, user: User) -> list[dict[str, Any]]:

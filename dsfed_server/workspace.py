@@ -100,7 +100,8 @@ class SessionStore:
     the account's session idle longest, if it has been idle ``reclaim_after_s`` or more: sessions
     a client (a fuzzer, a crashed script) left open do not lock the account out until they expire,
     and a session in use is never taken away. A session that is not the caller's answers as one
-    that does not exist, so its id's existence is not told."""
+    that does not exist, so its id's existence is not told. Ids start with a random prefix drawn
+    when the process starts, so an id from before a restart is answered as such."""
 
     def __init__(self, idle_timeout_s: float, max_per_user: int, reclaim_after_s: float) -> None:
         self.idle_timeout_s = idle_timeout_s
@@ -108,6 +109,8 @@ class SessionStore:
         self.reclaim_after_s = reclaim_after_s
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        # this process's sessions start with it: an id from before a restart is told apart
+        self._boot = secrets.token_hex(4)
 
     def _expire(self, now: float) -> None:
         for sid in [s.id for s in self._sessions.values() if now - s.last_used > self.idle_timeout_s]:
@@ -129,7 +132,7 @@ class SessionStore:
                     )
                 reclaimed = mine[0].id
                 del self._sessions[reclaimed]
-            session = Session(secrets.token_urlsafe(24), owner, now, now, profile)
+            session = Session(f"{self._boot}.{secrets.token_urlsafe(24)}", owner, now, now, profile)
             self._sessions[session.id] = session
             return session, reclaimed
 
@@ -138,6 +141,9 @@ class SessionStore:
         with self._lock:
             self._expire(now)
             session = self._sessions.get(sid)
+            if session is None and not sid.startswith(f"{self._boot}."):
+                raise NotFound(f"no session {sid[:64]!r}: the site restarted since it was opened (sessions do not "
+                               "survive a restart) or the id is not one of its sessions", hint="open a new session")
             if session is None or session.owner != user:
                 raise NotFound(f"no session {sid[:64]!r} of user {user!r}: never opened by this user, closed, expired "
                                f"after {self.idle_timeout_s:g} s idle, or reclaimed after "

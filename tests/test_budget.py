@@ -293,3 +293,35 @@ def test_a_calls_cost_is_known_before_it_runs_and_equals_its_charge(tmp_path):
             session.cost("noisyScoresDS", Ref("D$y"), Ref("D$s2"), epsilon=2 * EPS)
         assert exc.value.failures["a"].rule == "privacy.epsilon"
     assert [r["kind"] for r in audit_records(provisioned["a"]) if r["function"] == "meanDS"] == ["cost"]
+
+
+def test_an_analyst_sees_their_own_budget_equal_to_the_ledgers_figures(tmp_path):
+    """``session.budget()`` (GET /v1/budget/mine, any analyst) over HTTP to a real site process: per
+    table the analyst spent on, spent and remaining equal governance's ``GET /v1/budget`` row for
+    that analyst and the independent RDP reference for k releases; another analyst's spending is
+    not in it."""
+    provisioned, _ = _sites(tmp_path)
+    with LocalSites(provisioned.values(), tmp_path / "proc") as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            session.assign_table("D", "P.t")
+            session.assign_table("E", "P.u")
+            for j in range(2):
+                _query(session, j)
+            _query(session, 0, "E")
+            mine = session.budget()["a"]
+        with http_builder(provisioned, sites.urls, "analyst2").login() as other:
+            other.assign_table("D", "P.t")
+            _query(other, 5)
+            assert [t["table"] for t in other.budget()["a"]["tables"]] == ["P.t"]
+        governance = provisioned["a"].credentials["governance"]
+        listing = requests.get(f"{sites.urls['a']}/v1/budget", auth=(governance.user, governance.password),
+                               timeout=10).json()
+    assert mine["analyst"] == "analyst" and mine["budget"] == {"epsilon": BUDGET_EPS, "delta": BUDGET_DELTA}
+    rows = {r["table"]: r for r in listing["spending"] if r["analyst"] == "analyst"}
+    assert {t["table"]: (t["spent"], t["remaining"]) for t in mine["tables"]} == {
+        table: (r["spent"], r["remaining"]) for table, r in rows.items()}
+    by_table = {t["table"]: t for t in mine["tables"]}
+    for table, k in (("P.t", 2), ("P.u", 1)):
+        eps, delta = _independent_spent(k)
+        assert by_table[table]["spent"]["epsilon"] == pytest.approx(eps, rel=1e-3)
+        assert by_table[table]["remaining"]["epsilon"] == pytest.approx(BUDGET_EPS - eps, rel=1e-3)
