@@ -56,10 +56,11 @@ def fitted(tmp_path_factory):
     with inprocess_builder(*_gbsg2_sites(run / "fit", NO_NOISE)).login() as session:
         session.assign_table("D", TABLE)
         model = glm_model(ds_glm(session, FORMULA, "D", secure=True))
-    approved = _gbsg2_sites(run / "apply", approving(run / "rules.toml", {"gbsg2-logit": model.sha256}))
+    rules = approving(run / "rules.toml", {"gbsg2-logit": model.sha256})
+    approved = _gbsg2_sites(run / "apply", rules)
     pooled = pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES],
                        ignore_index=True)
-    return model, approved, pooled
+    return model, approved, pooled, rules
 
 
 def _r_predictions(model: GLMModel, pooled: pd.DataFrame) -> np.ndarray:
@@ -74,7 +75,7 @@ def _r_predictions(model: GLMModel, pooled: pd.DataFrame) -> np.ndarray:
 
 
 def test_the_model_file_is_the_fit_and_its_digest_is_canonical(fitted):
-    model, _, pooled = fitted
+    model, _, pooled, _ = fitted
     r_coef = r_eval(f"coef(glm({FORMULA}, family = binomial, data = data.frame(y = y, age = age, tsize = tsize, "
                     "pnodes = pnodes, tgrade = factor(tgrade))))", y=pooled.y, age=pooled.age, tsize=pooled.tsize,
                     pnodes=pooled.pnodes, tgrade=pooled.tgrade.astype(str))
@@ -89,7 +90,7 @@ def test_predictions_at_the_sites_validate_as_R_on_the_pooled_predictions(fitted
     """Noise off: the mean of the site-computed predictions, their Brier score, AUC (DeLong) and
     calibration intercept and slope equal R's on the predictions R computes from the same
     coefficients on the pooled records."""
-    model, (provisioned, services), pooled = fitted
+    model, (provisioned, services), pooled, _ = fitted
     p = _r_predictions(model, pooled)
     y = pooled.y.to_numpy(dtype=float)
     with inprocess_builder(provisioned, services).login() as session:
@@ -116,7 +117,7 @@ def _refusal(exc: FederatedCallError) -> tuple[set[str], set[str | None]]:
 
 
 def test_an_unapproved_or_tampered_model_is_refused_and_audited(fitted):
-    model, (provisioned, services), _ = fitted
+    model, (provisioned, services), _, _ = fitted
     other = GLMModel(model.formula, model.family, model.link, {**model.coefficients, "age": 0.5})
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", TABLE)
@@ -224,3 +225,25 @@ def test_the_board_inspects_and_approves_a_model_file(tmp_path):
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         assert upload_model(session, model)["s"]["approved_as"] == ["risk"]
+
+
+def test_a_datashield_client_applies_an_approved_model_by_call_text(fitted, tmp_path):
+    """The unmodified PyPI DataSHIELD client, over /ws on real site processes: ``predictDS(D,
+    "gbsg2-logit")`` assigned by call text (the model uploaded over /v1 beforehand), then ``meanDS``
+    of the predictions: R's mean of the same model's predictions on the pooled records."""
+    from dsfed_server.launch import LocalSites
+    from conftest import http_builder
+    from opalkit import ds_session
+
+    model, _, pooled, rules = fitted
+    provisioned = provision(tmp_path, {s: (FIXTURES / s, rules) for s in GBSG2_SITES})
+    with LocalSites(provisioned.values(), tmp_path / "run") as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            upload_model(session, model)
+        with ds_session(sites, provisioned) as ds:
+            ds.assign_expr("pred", 'predictDS(D, "gbsg2-logit")', asynchronous=False)
+            means = ds.aggregate("meanDS(pred)")
+    n = sum(r["Nvalid"] for r in means.values())
+    assert n == len(pooled)
+    mean = sum(r["EstimatedMean"] * r["Nvalid"] for r in means.values()) / n
+    assert mean == pytest.approx(_r_predictions(model, pooled).mean(), rel=1e-10)
