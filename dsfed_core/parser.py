@@ -46,6 +46,8 @@ _NAME = re.compile(r"(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*")
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?L?")
 _PUNCT = {"(", ")", ",", "$", "~", "+", "-", "*", ":", "="}
 _RESERVED = {"function", "if", "else", "for", "while", "repeat", "break", "next", "return", "Inf", "NaN"}
+_NO_ARITHMETIC = ("'/' and '^' are not allowed, in a model formula neither: its terms are variables joined by "
+                  "+, -, * and : (no I(), powers or ratios); use a column the table holds")
 _FORBIDDEN = [
     ("<<-", "assignment is not allowed; use the assign endpoint with a symbol name"),
     ("->>", "assignment is not allowed"),
@@ -68,8 +70,8 @@ _FORBIDDEN = [
     ("!", "logical operators are not allowed"),
     ("&", "logical operators are not allowed"),
     ("|", "logical operators are not allowed"),
-    ("/", "arithmetic operators are not allowed outside a model formula"),
-    ("^", "arithmetic operators are not allowed outside a model formula"),
+    ("/", _NO_ARITHMETIC),
+    ("^", _NO_ARITHMETIC),
     ("@", "slot access (@) is not allowed"),
     ("?", "help (?) is not allowed"),
     ("\\", "lambda functions are not allowed"),
@@ -334,7 +336,8 @@ class _Parser:
             found = repr(tok.text) if tok.kind != "END" else "the end"
             raise self.fail(tok, f"expected a variable name in the formula, found {found}")
         if self.at("("):
-            raise self.fail(self.peek(), "function calls inside a formula are not allowed")
+            raise self.fail(self.peek(), "function calls inside a formula are not allowed (no I(), log() or poly()): "
+                                         "its terms are variables joined by +, -, * and :; use a column the table holds")
         if self.at("$"):
             self.next()
             col = self.next()

@@ -29,6 +29,7 @@ import numpy as np
 
 POINTS_PER_TARGET = 100  # probes per unsettled search and round (the first round: a grid of 1000)
 FIRST_GRID = 1000
+MAX_THRESHOLDS = 20_000  # most thresholds one countBelowDS call counts at (a site refuses more)
 
 
 def type7_positions(n: int, g: int) -> list[float]:
@@ -86,10 +87,11 @@ def probes(brackets: list[Bracket], first: bool, lower: float, upper: float) -> 
     unsettled bracket."""
     if first:
         return [float(v) for v in np.linspace(lower, upper, FIRST_GRID + 1)]
+    open_ = [b for b in brackets if not b.settled]
+    per = max(1, min(POINTS_PER_TARGET, MAX_THRESHOLDS // max(1, len(open_))))  # one call's worth
     out: set[float] = set()
-    for b in brackets:
-        if not b.settled:
-            out.update(float(v) for v in np.linspace(b.a, b.b, POINTS_PER_TARGET + 2)[1:-1] if b.a < v < b.b)
+    for b in open_:
+        out.update(float(v) for v in np.linspace(b.a, b.b, per + 2)[1:-1] if b.a < v < b.b)
     return sorted(out)
 
 

@@ -275,7 +275,7 @@ class SiteService:
             yield base
         except SiteError as exc:
             exc.at(site=self.name, function=function if function not in ("?", "") else None)
-            outcome = "refused" if isinstance(exc, (DisclosureRefusal, NotEnabled, Forbidden)) else exc.kind
+            outcome = "refused" if isinstance(exc, DisclosureRefusal) else exc.kind  # NotEnabled is one
             if isinstance(exc, InternalError):  # e.g. a broken contract: the administrator's to see
                 log.error("site %s: %s", self.name, exc)
             self.audit.record(**base, outcome=outcome, rule=exc.rule, message=exc.message)

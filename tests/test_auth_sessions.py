@@ -11,7 +11,7 @@ import requests
 
 from dsfed_client import FederatedCallError
 from conftest import http_builder, inprocess_builder
-from sitekit import make_sites
+from sitekit import ROOT, make_sites
 
 
 @pytest.fixture
@@ -83,6 +83,11 @@ def test_roles(site):
     records = requests.get(f"{url}/v1/audit", auth=(g.user, g.password), timeout=10).json()
     assert records and all("mac" in r for r in records)
     assert requests.post(f"{url}/v1/sessions", auth=(g.user, g.password), timeout=10).status_code == 403
+    # audited as docs/governance.md says: outcome forbidden (not a refusal by a rule)
+    records = requests.get(f"{url}/v1/audit", auth=(g.user, g.password), timeout=10).json()
+    opened = [r for r in records if r["function"] == "openSession" and r["user"] == g.user]
+    assert [(r["outcome"], r["rule"]) for r in opened] == [("forbidden", None)]
+    assert "`forbidden`" in (ROOT / "docs" / "governance.md").read_text()
 
 
 def test_symbols_are_per_session(gbsg2_http, gbsg2_provisioned):

@@ -192,3 +192,20 @@ def test_per_site_quantile_groups_are_R_or_say_how_far_off(dataset):
         assert 0 < groups.uncertain_records and misplaced <= groups.uncertain_records
         assert groups.uncertain_breaks
     assert groups.rounds <= 12
+
+
+
+def test_the_quantile_search_asks_no_more_thresholds_than_a_site_counts_at():
+    """100 groups (the most ``n_groups`` allows) needed 200 searches of 100 probes each in one
+    countBelowDS call, over the 20000 thresholds a site counts at ('at most 20000 thresholds per
+    call'). A round now spreads at most that many probes over the unsettled searches, each still
+    probed inside its bracket."""
+    from dsfed_core.quantiles import MAX_THRESHOLDS, Bracket, probes
+
+    # 400 unsettled searches in disjoint brackets, as 100 groups of many records leave them
+    brackets = [Bracket(j, j / 400, (j + 1) / 400, (j, j), (j + 1, j + 1)) for j in range(400)]
+    asked = probes(brackets, first=False, lower=0.0, upper=1.0)
+    assert len(asked) == MAX_THRESHOLDS  # 50 each, where 100 each made 40000
+    for b in brackets:
+        assert sum(b.a < t < b.b for t in asked) == MAX_THRESHOLDS // 400
+    assert len(probes(brackets[:3], first=False, lower=0.0, upper=1.0)) == 300  # few searches keep 100 each

@@ -24,6 +24,7 @@ from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED, MODEL_OUTPUT, PUBLIC_DESIGN, RootColumn
 from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.quantiles import MAX_THRESHOLDS
 from dsfed_core.wire import encode_f64
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -353,8 +354,9 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Inte
     values = numeric(x)
     values = values[~np.isnan(values)]
     ctx.guard.min_count(values.size, "valid values")
-    if len(thresholds) > 20000:
-        raise CallError("at most 20000 thresholds per call")
+    if len(thresholds) > MAX_THRESHOLDS:
+        raise CallError(f"at most {MAX_THRESHOLDS} thresholds per call (got {len(thresholds)})",
+                        hint="ask in several calls")
     asked = [float(t) for t in thresholds]
     if not all(np.isfinite(asked)):
         raise CallError("thresholds must be finite numbers")
