@@ -46,6 +46,32 @@ def check_rules(path: str | Path, registry: Registry = REGISTRY) -> RulesFile:
     return rules
 
 
+def weak_settings(rules: Rules) -> list[str]:
+    """Settings a board should not sign without a reason: each line names the key, its value and
+    the usual bound (q of at least 3, epsilon of at most 10 per query, delta well below 1/n)."""
+    warnings = []
+    if rules.disclosure.q_threshold < 3:
+        warnings.append(f"disclosure.q_threshold = {rules.disclosure.q_threshold}: a released count may rest on "
+                        "one or two records (DataSHIELD's default nfilter.tab is 3; seed 000 uses 5)")
+    if not rules.noise_off and rules.privacy.epsilon > 10:
+        warnings.append(f"privacy.epsilon = {rules.privacy.epsilon:g}: above 10 per query the noise protects "
+                        "little (e^10 = 22026 is the factor by which one record may change any outcome's odds)")
+    if not rules.noise_off and rules.privacy.delta > 1e-3:
+        warnings.append(f"privacy.delta = {rules.privacy.delta:g}: delta should be well below 1/n; this is above "
+                        f"1/n for every table of more than {int(1 / rules.privacy.delta)} records")
+    return warnings
+
+
+def summary(rules: RulesFile) -> list[str]:
+    """One paragraph a board member reads first: what the file lets an analyst see."""
+    noise = ("no noise (a test file)" if rules.noise_off else
+             f"noise with epsilon {rules.privacy.epsilon:g} and delta {rules.privacy.delta:g} per query, at most "
+             f"epsilon {rules.budget.epsilon_per_table:g} per table for all analysts together")
+    return _wrap(f"In short: an analyst may run {len(rules.functions.enabled)} functions and sees only summaries "
+                 f"of at least {rules.disclosure.q_threshold} records; prediction scores leave the site only with "
+                 f"{noise}; {len(rules.models.approved)} approved model(s); every call is in the audit log.", 0)
+
+
 def _wrap(text: str, indent: int) -> list[str]:
     return textwrap.wrap(" ".join(text.split()), _WIDTH, break_on_hyphens=False, initial_indent=" " * indent,
                          subsequent_indent=" " * indent)
@@ -111,7 +137,10 @@ def explain_rules(path: str | Path, registry: Registry = REGISTRY) -> str:
     rules = check_rules(path, registry)
     lines = [
         f"Rules file {path}",
+        *summary(rules),
+        "",
         "This file is valid: a site would start with it.",
+        *(f"WARNING: {w}" for w in weak_settings(rules)),
         "Every key below is the site's decision; an analyst can ask for more privacy, never less.",
     ]
     if rules.noise_off:

@@ -60,7 +60,7 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
-    from dsfed_server.governance import check_rules  # noqa: PLC0415
+    from dsfed_server.governance import check_rules, weak_settings  # noqa: PLC0415
     from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
 
     status = 0
@@ -72,6 +72,8 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
             continue
         print(f"{path}: valid ({len(rules.functions.enabled)} functions enabled; "
               f"profiles: {', '.join(rules.profile_names)})")
+        for warning in weak_settings(rules):
+            print(f"{path}: warning: {warning}")
     return status
 
 
