@@ -19,6 +19,7 @@ MODULES = [
     "dsfed_client.analyses.calibration",
     "dsfed_client.analyses.curves",
     "dsfed_client.analyses.recalibration",
+    "dsfed_client.analyses.comparison",
     "dsfed_core.roc",
     "dsfed_core.calibration",
 ]

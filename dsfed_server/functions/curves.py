@@ -311,10 +311,16 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     """
     ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
+    return placement_sums_result(*hist_placements(ctx, reference, y, p, score, within_bin))
+
+
+def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p: np.ndarray, score: pd.Series,
+                    within_bin: str) -> tuple[np.ndarray, np.ndarray]:
+    """This site's placement values against the histogram CDFs of ``reference`` as the site evaluates
+    it (:func:`site_reference`): :math:`V_{10}` of the positives, :math:`V_{01}` of the negatives, in
+    record order."""
     reference = site_reference(ctx, reference, p, score)
-    v10 = _cdf(reference, "neg", p[y == 1], within_bin)
-    v01 = 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
-    return placement_sums_result(v10, v01)
+    return _cdf(reference, "neg", p[y == 1], within_bin), 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
 
 
 @register(

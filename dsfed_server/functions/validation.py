@@ -40,20 +40,31 @@ PLACEMENT_SUMS = SecureSum(("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sums
 def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, probability: bool = False
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Complete (y, p) pairs, checked: 0/1 outcome, and at least q records, positives and negatives."""
-    y, p = numeric(truth, "truth"), numeric(score, "score")
-    if y.size != p.size:
-        raise CallError(f"truth and score have different lengths ({y.size} and {p.size})")
-    keep = ~(np.isnan(y) | np.isnan(p))
-    y, p = y[keep], p[keep]
+    y, (p,) = outcome_and_scores(ctx, truth, {"score": score}, probability=probability)
+    return y, p
+
+
+def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.Series], *,
+                       probability: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The outcome and the scores (named by their parameter) of the records complete in all of
+    them, checked: 0/1 outcome, and at least q records, positives and negatives."""
+    y = numeric(truth, "truth")
+    ps = [numeric(score, name) for name, score in scores.items()]
+    keep = ~np.isnan(y)
+    for name, p in zip(scores, ps):
+        if p.size != y.size:
+            raise CallError(f"truth and {name} have different lengths ({y.size} and {p.size})")
+        keep &= ~np.isnan(p)
+        if probability and (np.any(p < 0) or np.any(p > 1)):
+            raise CallError(f"{name} must be a probability in [0, 1] here")
+    y, ps = y[keep], [p[keep] for p in ps]
     if not np.all((y == 0) | (y == 1)):
         raise CallError("truth must be coded 0/1")
-    if probability and (np.any(p < 0) or np.any(p > 1)):
-        raise CallError("score must be a probability in [0, 1] here")
     ctx.guard.min_count(y.size, "complete records")
     n1 = int(y.sum())
     ctx.guard.min_count(n1, "positives (truth = 1)")
     ctx.guard.min_count(y.size - n1, "negatives (truth = 0)")
-    return y.astype(np.int64), p
+    return y.astype(np.int64), ps
 
 
 @register(
