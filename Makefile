@@ -1,5 +1,6 @@
 # The two commands the README promises:
-#   make demo   -- five GBSG2 sites on loopback, an analyst session over HTTP
+#   make demo   -- five GBSG2 sites and a training site on loopback, an analyst session over HTTP
+#                  (R from Debian packages too: the demo's R-bridge call runs in R through rpy2)
 #   make test   -- the whole test suite, R cross-checks included
 # Both install what they need on a fresh Debian machine.
 
@@ -17,7 +18,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 venv: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[server]'
+	$(BIN)/pip install --quiet -e '.[server,r]'
 
 client-venv:
 	$(PYTHON) -m venv $(CLIENT_VENV)
@@ -30,7 +31,7 @@ r-deps:
 browser-deps:
 	scripts/install-chromium.sh
 
-demo: venv
+demo: r-deps venv
 	$(BIN)/dsfed demo
 
 test: r-deps browser-deps client-venv $(BIN)/python

@@ -39,6 +39,7 @@ import numpy as np
 from dsfed_client import plots
 
 if TYPE_CHECKING:  # pragma: no cover
+    from dsfed_client.analyses.comparison import ModelComparison
     from dsfed_client.analyses.suite import ValidationReport
     from dsfed_client.session import FederatedSession
 
@@ -145,47 +146,47 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, cls: str = "
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _figure(draw: Any, caption: str, *, figsize: tuple[float, float] = (5.2, 4.6), name: str) -> str:
-    """Run ``draw(ax)`` on a new figure and return it as an inline SVG inside ``<figure>``."""
-    plt = plots._pyplot()
-    fig, ax = plt.subplots(figsize=figsize)
+def _rendered(fig: Any, draw: Any, caption: str, name: str) -> str:
+    """Run ``draw()`` on the matplotlib figure ``fig`` (closed after) and return it as an inline SVG
+    inside ``<figure>``."""
     try:
-        draw(ax)
+        draw()
         svg = plots.figure_svg(fig)
     finally:
-        plt.close(fig)
+        plots._pyplot().close(fig)
     return f'<figure class="plot" data-plot="{_e(name)}">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
 
 
+def _figure(draw: Any, caption: str, *, figsize: tuple[float, float] = (5.2, 4.6), name: str) -> str:
+    """Run ``draw(ax)`` on a new figure and return it as an inline SVG inside ``<figure>``."""
+    fig, ax = plots._pyplot().subplots(figsize=figsize)
+    return _rendered(fig, lambda: draw(ax), caption, name)
+
+
 def _calibration_figure(report: "ValidationReport") -> str:
-    plt = plots._pyplot()
-    fig, (ax, hist) = plt.subplots(2, 1, figsize=(5.6, 6.4), sharex=True,
-                                   gridspec_kw={"height_ratios": [3, 1], "hspace": 0.08})
-    try:
-        c = report.curve
-        plots.plot_calibration(c.edges, c.n, c.mean_prediction, c.mean_outcome, per_site=c.per_site, ax=ax,
-                               hist_ax=hist)
-        svg = plots.figure_svg(fig)
-    finally:
-        plt.close(fig)
+    fig, (ax, hist) = plots._pyplot().subplots(2, 1, figsize=(5.6, 6.4), sharex=True,
+                                               gridspec_kw={"height_ratios": [3, 1], "hspace": 0.08})
+    c = report.curve
     caption = (f"Pooled points (black, sized by n) over the bins the sites released ({report.curve.bins.note()}); "
                f"thin lines: each site's released bins (per-site release only). Below: predictions per bin.")
-    return f'<figure class="plot" data-plot="calibration">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
+    return _rendered(fig, lambda: plots.plot_calibration(c.edges, c.n, c.mean_prediction, c.mean_outcome,
+                                                         per_site=c.per_site, ax=ax, hist_ax=hist),
+                     caption, "calibration")
 
 
 def _per_site_figure(report: "ValidationReport") -> str:
     per_site = report.curve.per_site
     if not per_site:
         return ""
-    plt = plots._pyplot()
     k = len(per_site)
     cols = min(k, 5)
     rows = math.ceil(k / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False, sharex=True, sharey=True,
-                             layout="constrained")
+    fig, axes = plots._pyplot().subplots(rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False, sharex=True,
+                                         sharey=True, layout="constrained")
     c = report.curve
     pooled = c.n > 0
-    try:
+
+    def draw() -> None:
         for ax, (site, frame) in zip(axes.ravel(), per_site.items()):
             ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1)
             ax.plot(c.mean_prediction[pooled], c.mean_outcome[pooled], color="lightgrey", linewidth=1)
@@ -202,11 +203,9 @@ def _per_site_figure(report: "ValidationReport") -> str:
             ax.set_visible(False)
         fig.supxlabel("predicted probability", fontsize=9)
         fig.supylabel("observed event rate", fontsize=9)
-        svg = plots.figure_svg(fig)
-    finally:
-        plt.close(fig)
+
     caption = "Each site's calibration points as the site released them (bins under its q-threshold merged)."
-    return f'<figure class="plot" data-plot="per-site">{svg}<figcaption>{_e(caption)}</figcaption></figure>'
+    return _rendered(fig, draw, caption, "per-site")
 
 
 # --- sections -------------------------------------------------------------------------------
@@ -365,6 +364,19 @@ def _software_section(report: "ValidationReport", versions: dict[str, str]) -> s
 
 # --- the page ----------------------------------------------------------------------------------
 
+def _page(title: str, notes: Sequence[str], sections: Sequence[tuple[str, str, str]]) -> str:
+    """The HTML page: a title, notes under it, and ``(id, heading, content)`` sections."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    body = "".join(f'<section id="{sid}"><h2>{_e(head)}</h2>{content}</section>' for sid, head, content in sections)
+    extra = "".join(f"<p>{_e(n)}</p>" for n in notes)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+            f"<style>{_CSS}</style></head><body><main>"
+            f"<h1>{_e(title)}</h1><p class=\"sub\">Generated {stamp} by dsfed. No record left any site: every "
+            f"number below is an aggregate that passed the sites' disclosure rules.</p>"
+            f"{extra}{body}</main></body></html>\n")
+
+
 def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str, Any]] | None = None,
                   rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
                   title: str = "Federated validation report", roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
@@ -375,8 +387,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         roc_overlay = roc_overlay or (curves.fpr, curves.tpr)
         pr_curve = pr_curve or {"precision": curves.precision, "recall": curves.tpr,
                                 "prevalence": curves.n_positive / (curves.n_positive + curves.n_negative)}
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = [
+    return _page(title, notes, [
         ("setup", "Study set-up", _setup_section(report, sites_info, rules_info, data_info)),
         ("privacy", "Privacy spent", _privacy_section(report, rules_info, curves)),
         ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
@@ -384,15 +395,60 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
         ("disclosure", "Disclosure control: what the sites checked and coarsened", _disclosure_section(report, rules_info)),
         ("software", "Software and methods", _software_section(report, software_versions())),
+    ])
+
+
+def _comparison_section(comparison: "ModelComparison") -> str:
+    c, level = comparison, f"{1 - comparison.alpha:.0%}"
+    rows = [[f"AUC {c.labels[0]} - AUC {c.labels[1]}", c.auc_difference, *c.ci, c.pvalue,
+             "DeLong's paired test" + (" with both histograms' noise variance" if c.noise_variance else "")],
+            [f"Brier {c.labels[0]} - Brier {c.labels[1]}", c.brier_difference, *c.brier_ci, c.brier_pvalue,
+             "paired t on the squared errors"]]
+    models = [[label, *row] for label, row in zip(c.to_frame().index, c.to_frame().to_numpy().tolist())]
+    return (f"<p>{_e(c.labels[0])} and {_e(c.labels[1])} on the same {c.n} records ({c.n_positive} positives): "
+            "each site returned both models' placement sums and their cross products, and both models' squared "
+            "errors.</p>"
+            + _table(["difference", "estimate", f"{level} lower", f"{level} upper", "p-value", "method"], rows)
+            + _table(["model", "AUC", "Brier", "calibration intercept", "calibration slope", "CITL"], models)
+            + '<div class="figs">' + _comparison_figure(c) + "</div>")
+
+
+def _comparison_figure(c: "ModelComparison") -> str:
+    fig, axes = plots._pyplot().subplots(1, 2, figsize=(10.4, 4.6))
+    caption = "Left: both models' ROC curves from the sites' histograms. Right: their logistic calibration lines."
+    return _rendered(fig, lambda: c.plot(ax=axes), caption, "comparison")
+
+
+def render_models_report(reports: dict[str, "ValidationReport"], comparison: "ModelComparison | None" = None, *,
+                         sites_info: dict[str, dict[str, Any]] | None = None,
+                         rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
+                         title: str = "Federated validation of several models", notes: Sequence[str] = ()) -> str:
+    """Several models validated on the same sites, side by side, in one HTML page: the set-up, a
+    table of every model's main statistics, the paired comparison of two of them (if given), then
+    each model's discrimination, calibration, privacy spent and disclosure control."""
+    sites_info, rules_info, data_info = sites_info or {}, rules_info or {}, data_info or {}
+    first = next(iter(reports.values()))
+    overview = [[label, r.n, r.discrimination.auc, *r.discrimination.ci, r.brier.brier, r.logistic.intercept,
+                 r.logistic.slope, r.mode] for label, r in reports.items()]
+    level = first.discrimination.level
+    sections = [
+        ("setup", "Study set-up", _setup_section(first, sites_info, rules_info, data_info)),
+        ("models", "The models", _table(["model", "n", "AUC", f"{level} lower", f"{level} upper", "Brier",
+                                         "calibration intercept", "calibration slope", "disclosure checks"],
+                                        overview)),
     ]
-    body = "".join(f'<section id="{sid}"><h2>{_e(head)}</h2>{content}</section>' for sid, head, content in sections)
-    extra = "".join(f"<p>{_e(n)}</p>" for n in notes)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
-            f"<style>{_CSS}</style></head><body><main>"
-            f"<h1>{_e(title)}</h1><p class=\"sub\">Generated {stamp} by dsfed. No record left any site: every "
-            f"number below is an aggregate that passed the sites' disclosure rules.</p>"
-            f"{extra}{body}</main></body></html>\n")
+    if comparison is not None:
+        sections.append(("comparison", f"Model comparison: {comparison.labels[0]} vs {comparison.labels[1]}",
+                         _comparison_section(comparison)))
+    for i, (label, r) in enumerate(reports.items(), 1):
+        sections += [
+            (f"model{i}-discrimination", f"{label}: discrimination", _discrimination_section(r, None, None)),
+            (f"model{i}-calibration", f"{label}: calibration", _calibration_section(r)),
+            (f"model{i}-privacy", f"{label}: privacy spent", _privacy_section(r, rules_info)),
+            (f"model{i}-disclosure", f"{label}: disclosure control", _disclosure_section(r, rules_info)),
+        ]
+    sections.append(("software", "Software and methods", _software_section(first, software_versions())))
+    return _page(title, notes, sections)
 
 
 def write_report(report: "ValidationReport", path: str | Path, *, sites_info: dict[str, dict[str, Any]] | None = None,
@@ -425,6 +481,17 @@ def write_report(report: "ValidationReport", path: str | Path, *, sites_info: di
                                   title=title, roc_overlay=roc_overlay, pr_curve=pr_curve, curves=curves,
                                   notes=notes),
                     encoding="utf-8")
+    return path
+
+
+def write_models_report(reports: dict[str, "ValidationReport"], path: str | Path,
+                        comparison: "ModelComparison | None" = None, **page: Any) -> Path:
+    """Write several models' validation reports (by label) and their paired comparison side by side
+    to ``path`` as one self-contained HTML file (:func:`render_models_report`; ``page``: its
+    ``sites_info``, ``rules_info``, ``data_info``, ``title``, ``notes``) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_models_report(reports, comparison, **page), encoding="utf-8")
     return path
 
 

@@ -23,6 +23,7 @@ from dsfed_client.errors import FederatedCallError
 from dsfed_server.launch import LocalSites
 from dsfed_client.session import LoginBuilder
 from dsfed_server import audit
+from dsfed_server.demo_models import seed000_workflow
 from dsfed_server.provision import provision
 
 SITES = ("site1", "site2", "site3", "site4", "site5")
@@ -43,6 +44,8 @@ class Report:
     def __init__(self) -> None:
         self.results: dict[str, Any] = {}
         self.validation: tuple[Any, dict[str, Any]] | None = None  # (ValidationReport, study info) for the HTML
+        self.models: dict[str, Any] = {}  # ValidationReport by model label (seed 000's workflow)
+        self.comparison: Any = None  # ModelComparison of the last two models
 
     def section(self, title: str) -> None:
         print(f"\n== {title}")
@@ -92,6 +95,7 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
             with builder.login() as session:
                 _analysis(session, report)
                 _validation(session, report, fixtures)
+                seed000_workflow(session, report, fixtures, rules, run_dir)
         report.section("Audit logs (one per site, hash-chained)")
         chains = {}
         for name, site in sites.items():
@@ -104,15 +108,19 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
             json_path.write_text(json.dumps(report.results, indent=2, default=float) + "\n")
             print(f"Results written to {json_path}")
         if report.validation is not None:
-            from dsfed_client.report import write_report  # noqa: PLC0415
+            from dsfed_client.report import write_models_report  # noqa: PLC0415
 
             html_path = report_path or (json_path.with_suffix(".html") if json_path
                                         else run_dir.parent / f"{run_dir.name}-report.html")
-            validation, study = report.validation
             ok = sum(c["ok"] for c in chains.values())
-            write_report(validation, html_path, **study, title="dsfed demo: a GBSG2 model validated across five sites",
-                         notes=[f"Five site servers on loopback, analyst session over HTTP; audit hash chains verified "
-                                f"at {ok} of {len(chains)} sites."])
+            write_models_report(report.models, html_path, report.comparison, **report.validation[1],
+                                title="dsfed demo: GBSG2 models validated across five sites",
+                                notes=["Seed 000's workflow: models fitted on the training split (a logistic "
+                                       "regression by the distributed GLM on a training site), approved by each "
+                                       "validation site's board by SHA-256, applied at the sites (predictDS) and "
+                                       "validated there beside the fixture's ranger score.",
+                                       f"Five site servers on loopback, analyst session over HTTP; audit hash chains "
+                                       f"verified at {ok} of {len(chains)} sites."])
             print(f"Validation report written to {html_path}")
         return 0 if all(c["ok"] for c in chains.values()) else 1
     finally:

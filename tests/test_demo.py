@@ -22,11 +22,11 @@ def demo(tmp_path_factory):
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout, json.loads(out.read_text())
+    return result.stdout, json.loads(out.read_text()), out.with_suffix(".html").read_text()
 
 
 def test_demo_runs_end_to_end(demo, gbsg2_pooled):
-    stdout, data = demo
+    stdout, data, _ = demo
     assert data["n"]["pooled"] == len(gbsg2_pooled)
     assert abs(data["mean_age"]["pooled"] - gbsg2_pooled["age"].mean()) < 1e-12
     refused = data["refused_table"]["refused"]  # per site: sites 2 and 4 hold a cell below q
@@ -53,7 +53,7 @@ def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_poo
     and the exact pooled AUC inside the noise-aware interval."""
     from rref import R_HOSLEM, R_PROC, r_reference
 
-    stdout, data = demo
+    stdout, data, _ = demo
     v, ref = data["validation"], data["validation_pooled"]
     y, p = gbsg2_pooled.y.to_numpy(), gbsg2_pooled.score.to_numpy()
     assert v["mode"] == "pooled"
@@ -84,8 +84,59 @@ def test_demo_secure_glm_equals_r(demo, gbsg2_pooled):
     """The demo's GLM as a pooled protocol (five site processes) equals R's glm on the pooled records."""
     from test_glm import r_glm
 
-    _, data = demo
+    _, data, _ = demo
     secure = data["secure_glm"]
     ref = r_glm(gbsg2_pooled[["y", "age", "tgrade", "horTh"]], secure["formula"], "binomial", "logit")
     assert list(secure["coefficients"].values()) == pytest.approx(list(ref["coef"]), rel=1e-7, abs=1e-9)
     assert secure["pooled"] and len(secure["sites"]) == 5
+
+
+GBSG2_FRAME = ("d <- data.frame(y = y, horTh = factor(horTh, levels = c('no', 'yes')), age = age, "
+               "menostat = factor(menostat, levels = c('Pre', 'Post')), tsize = tsize, "
+               "tgrade = factor(tgrade, levels = c('I', 'II', 'III')), pnodes = pnodes, progrec = progrec, "
+               "estrec = estrec); ")  # factor levels in the data dictionary's order, as the sites code them
+COLUMNS = ("y", "horTh", "age", "menostat", "tsize", "tgrade", "pnodes", "progrec", "estrec")
+
+
+def gbsg2_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {c: frame[c].to_numpy() for c in COLUMNS}
+
+
+def test_demo_runs_seed_000s_workflow(demo, gbsg2_pooled):
+    """The demo fits the logistic model on the training site (R's glm on the training split), applies
+    the approved model file at the five sites and validates it beside the fixture's score: the
+    Brier score and calibration of the site-computed predictions equal R's on the predictions R
+    computes from the same file on the pooled records, the paired Brier difference equals R's
+    t.test, and the HTML report holds the two-model comparison."""
+    from dsfed_core.models import parse_glm
+    from rref import r_eval
+
+    stdout, data, _ = demo
+    fit = data["logistic_fit"]
+    train = pd.read_csv(ROOT / "opal_fixtures" / "training" / "GBSG2" / "train.csv").dropna(subset=["y"])
+    r_coef = r_eval(GBSG2_FRAME + f"coef(glm({fit['formula']}, family = binomial, data = d))", **gbsg2_columns(train))
+    np.testing.assert_allclose(list(fit["coefficients"].values()), r_coef, rtol=1e-8)
+    assert fit["max_difference_to_approved"] < 1e-8
+    model = parse_glm((ROOT / "opal_fixtures" / "models" / "gbsg2-logit.json").read_bytes())
+    assert model.sha256 == fit["sha256"]
+    p = r_eval(GBSG2_FRAME + f"X <- model.matrix({model.formula}, d); "
+               "as.numeric(plogis(X[, names] %*% setNames(beta, names)))", **gbsg2_columns(gbsg2_pooled),
+               beta=np.array(list(model.coefficients.values())), names=np.array(list(model.coefficients)))
+    y = gbsg2_pooled.y.to_numpy(dtype=float)
+    logistic = data["models"]["logistic (ds_glm)"]
+    assert logistic["brier"]["brier"] == pytest.approx(np.mean((y - p) ** 2), rel=1e-10)
+    intercept, slope = r_eval("coef(glm(y ~ qlogis(p), family = binomial))", y=y, p=p)
+    assert (logistic["logistic"]["intercept"], logistic["logistic"]["slope"]) == pytest.approx((intercept, slope),
+                                                                                             rel=1e-7)
+    comparison = data["model_comparison"]
+    ranger = gbsg2_pooled.score.to_numpy(dtype=float)
+    lo, hi = r_eval("t.test((y - a)^2, (y - b)^2, paired = TRUE)$conf.int", y=y, a=ranger, b=p)
+    assert (comparison["brier_ci_lower"], comparison["brier_ci_upper"]) == pytest.approx((lo, hi), rel=1e-8)
+    auc_gap = r_eval("pROC::auc(y, a, direction = '<', quiet = TRUE) - pROC::auc(y, b, direction = '<', quiet = TRUE)",
+                     y=y, a=ranger, b=p)[0]
+    assert comparison["ci_lower"] < auc_gap < comparison["ci_upper"]
+    assert "paired comparison" in stdout
+    html = demo[2]
+    for section in ("comparison", "model1-discrimination", "model2-calibration"):
+        assert f'<section id="{section}">' in html
+    assert 'data-plot="comparison"' in html and "logistic (ds_glm)" in html

@@ -106,3 +106,25 @@ def test_paired_comparison_refuses_records_missing_a_score(tmp_path):
         assert missing > 0
         with pytest.raises(ValueError, match="same records for both"):
             ds_compare_models(session, "D$y", "D$score", "D$score_b", levels=4)
+
+
+def test_two_models_in_one_report(paired_sites, tmp_path):
+    """validate() of each model and their comparison side by side in one page: each number on the
+    page is the result's own, and every section and plot is there."""
+    from dsfed_client.analyses.suite import validate
+    from dsfed_client.report import collect_study_info, write_models_report
+
+    session, _, pooled = paired_sites
+    reports = {label: validate(session, "D$y", score, secure=True) for label, score in
+               (("model A", "D$score"), ("model B", "D$score_b"))}
+    comparison = ds_compare_models(session, "D$y", "D$score", "D$score_b", labels=("model A", "model B"),
+                                   histograms=tuple(r.discrimination.result.histograms for r in reports.values()))
+    y, a, b = (pooled[c].to_numpy(dtype=float) for c in ("y", "score", "score_b"))
+    ref = r_reference("paired_ref", R_PAIRED, y=y, a=a, b=b)
+    assert (comparison.brier_a, comparison.brier_b) == pytest.approx((ref[6], ref[7]), rel=1e-12)
+    study = collect_study_info(session, "D$y", table="P.t", score="D$score")
+    text = write_models_report(reports, tmp_path / "models.html", comparison, **study).read_text()
+    for section in ("setup", "models", "comparison", "model1-discrimination", "model2-calibration", "software"):
+        assert f'<section id="{section}">' in text
+    assert 'data-plot="comparison"' in text and text.count('data-plot="roc"') == 2
+    assert f"{comparison.brier_difference:.4f}"[:6] in text and "DeLong&#x27;s paired test" in text

@@ -168,11 +168,14 @@ class ModelComparison(Results):
 @validate_params({"alpha": ALPHA, "levels": [Interval(int, 0, 16), None]})
 def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score_b: str, *,
                       labels: tuple[str, str] | None = None, alpha: float = 0.05, levels: int | None = None,
+                      histograms: tuple[ScoreHistograms, ScoreHistograms] | None = None,
                       secure: bool | None = False, **histogram_options: Any) -> ModelComparison:
     """Compare two models' predictions ``score_a`` and ``score_b`` of the same records.
 
     1. each model's global CDFs from :func:`ds_score_histograms` (``levels=None``: depth by
-       :func:`auc_levels`; ``histogram_options`` as for :func:`ds_hist_auc`);
+       :func:`auc_levels`; ``histogram_options`` as for :func:`ds_hist_auc`), or the two models'
+       ``histograms`` of an earlier analysis (e.g. each :func:`~dsfed_client.analyses.suite.validate`'s
+       ``discrimination.result.histograms``), which spends no further privacy budget;
     2. each site returns both models' placement sums and their cross products
        (``pairedPlacementDS``): :func:`paired_delong` gives the AUCs and the variance of
        their difference, to which both histograms' noise variances are added;
@@ -188,10 +191,11 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
     labels = labels or (score_a, score_b)
     histogram_options.setdefault("totals", "exact")
     agg = session.aggregation(secure)
-    if levels is None:
+    if histograms is None and levels is None:
         levels = auc_levels(agg.count(truth), agg.noisy_parts)
-    hists = tuple(ds_score_histograms(session, truth, s, levels=levels, secure=agg.pooled, **histogram_options)
-                  for s in (score_a, score_b))
+    hists = histograms or tuple(
+        ds_score_histograms(session, truth, s, levels=levels, secure=agg.pooled, **histogram_options)
+        for s in (score_a, score_b))
     with ExitStack() as stack:
         ref_a, ref_b = (stack.enter_context(reference_symbol(session, h)) for h in hists)
         total = agg.sum("pairedPlacementDS", Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)

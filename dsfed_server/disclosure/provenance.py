@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 DERIVED = "dsfed.derived"  # frame attribute: {column: (source column, transform name)}
 # vector attribute: (model name, declared range) of the predictions of a model the site's board approved
 MODEL_OUTPUT = "dsfed.model_output"
+MODEL_COLUMN = "dsfed.model_column"  # vector attribute: the ModelColumn a model's predictions come from
 PUBLIC_DESIGN = "dsfed.public_design"  # frame attribute: its covariates are known to the analyst (thresholds)
 # monotone increasing transforms a derived column may apply, and their inverse (cut values back to the source)
 TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -70,6 +71,19 @@ class RootColumn:
         return TRANSFORMS[self.transform]
 
 
+@dataclass(frozen=True)
+class ModelColumn:
+    """A model's predictions for every record of a site table (``predictDS``): a column the table
+    does not store but the site computes alike for any subset, so its cuts are kept under one
+    history per (table, model), by any analyst, as a stored column's are. ``column`` names it by
+    the model's digest and output type; ``values`` hold one prediction per table record (NaN where
+    an input is missing); ``declared`` is the output's range where the model declares one."""
+
+    column: str
+    values: np.ndarray
+    declared: tuple[float, float] | None = None
+
+
 def ordering_key(p: np.ndarray) -> str:
     """A vector without provenance: identified by its records' order by value (ties by position), so a
     monotone transform of it has the same history."""
@@ -82,6 +96,10 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
     rows = vector.attrs.get(ROWS)
     if not isinstance(rows, Rows) or rows.index.size != len(vector) or vector.name is None:
         return None
+    model = vector.attrs.get(MODEL_COLUMN)
+    if isinstance(model, ModelColumn):
+        return _root(rows, model.column, model.values, vector.to_numpy(dtype=float, na_value=np.nan), "identity",
+                     model.declared, False)
     derived = vector.attrs.get(DERIVED, {}).get(vector.name)
     source, transform = derived if derived else (vector.name, "identity")
     try:
@@ -90,17 +108,23 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
         return None  # a table derived without provenance: its own ordering is the only history
     if source not in frame.columns or not pd.api.types.is_numeric_dtype(frame[source]):
         return None
-    column = frame[source].to_numpy(dtype=float)
-    values = TRANSFORMS[transform](vector.to_numpy(dtype=float, na_value=np.nan))
+    variable = catalog.variable(rows.lineage, source)
+    integer = transform == "identity" and variable is not None and variable.value_type == "integer"
+    return _root(rows, source, frame[source].to_numpy(dtype=float),
+                 TRANSFORMS[transform](vector.to_numpy(dtype=float, na_value=np.nan)), transform,
+                 _declared(catalog, rows.lineage, source, transform), integer)
+
+
+def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, transform: str,
+          declared: tuple[float, float] | None, integer: bool) -> RootColumn | None:
+    """The root column ``source`` of ``rows.lineage`` with every record's ``column`` value, if the
+    vector's ``values`` (in the column's units) are the column's at ``rows``; None otherwise."""
     if rows.index.size and (rows.index.max() >= column.size
                             or not np.allclose(column[rows.index], values, rtol=1e-12, atol=0, equal_nan=True)):
         return None
     whole = transform == "identity" and rows.index.size == column.size and np.array_equal(rows.index,
                                                                                         np.arange(column.size))
-    variable = catalog.variable(rows.lineage, source)
-    integer = transform == "identity" and variable is not None and variable.value_type == "integer"
-    return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, transform,
-                      _declared(catalog, rows.lineage, source, transform), integer)
+    return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, transform, declared, integer)
 
 
 def _declared(catalog: "Catalog", table: str, column: str, transform: str) -> tuple[float, float] | None:

@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_core.models import GLMModel
 from dsfed_core.parser import parse_formula
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
-from dsfed_server.disclosure.provenance import MODEL_OUTPUT
+from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
 from dsfed_server.modelframe import design_matrix
 from dsfed_server.models import approved
@@ -52,9 +53,33 @@ def check_outputs(guard: Guard, values: np.ndarray, name: str) -> None:
     checks=("models.approved", "models.analyst_glm", "disclosure.q_threshold"),
 )
 def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
-    """The model's predictions for every record of ``data`` (missing where an input is missing)."""
+    """The model's predictions for every record of ``data`` (missing where an input is missing).
+
+    The predictions keep the records' provenance: the site computes the model for every record of
+    the table ``data`` comes from (:class:`~dsfed_server.disclosure.provenance.ModelColumn`), so
+    cuts on them are checked under one history per (table, model), for any subset and analyst, and
+    the sites of a pooled release decide them alike."""
     name, sha256, by_board = approved(ctx.guard, model)
     glm = ctx.service.models.get(sha256, name)
+    values = _apply(glm, name, data, type)
+    check_outputs(ctx.guard, values, name)
+    out = pd.Series(values, index=data.index, name=f"{name}.{type}")
+    declared = (0.0, 1.0) if by_board and type == "response" and glm.family == "binomial" else None
+    if declared is not None:
+        out.attrs[MODEL_OUTPUT] = (name, declared)  # a probability from a model the board approved
+    rows = data.attrs.get(ROWS)
+    if isinstance(rows, Rows) and rows.index.size == len(data):
+        out.attrs[ROWS] = rows
+        table = ctx.service.catalog.frame(rows.lineage)
+        everyone = values if len(table) == len(data) and np.array_equal(rows.index, np.arange(len(table))) \
+            else _apply(glm, name, table, type)
+        out.attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", everyone, declared)
+    return out
+
+
+def _apply(glm: GLMModel, name: str, data: pd.DataFrame, type: str) -> np.ndarray:
+    """:math:`g^{-1}(X\\beta)` (``"response"``) or :math:`X\\beta` (``"link"``) for every record of
+    ``data``, missing where an input is; refused when the table's design columns are not the model's."""
     try:
         X, columns, complete = design_matrix(parse_formula(glm.formula), data)
     except NotFound as exc:
@@ -69,11 +94,4 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     eta = X @ np.array([glm.coefficients[c] for c in columns])
     values = np.full(len(data), np.nan)
     values[complete] = eta if type == "link" else family(glm.family, glm.link).linkinv(eta)
-    check_outputs(ctx.guard, values, name)
-    out = pd.Series(values, index=data.index, name=f"{name}.{type}")
-    rows = data.attrs.get(ROWS)
-    if isinstance(rows, Rows) and rows.index.size == len(data):
-        out.attrs[ROWS] = rows
-    if by_board and type == "response" and glm.family == "binomial":
-        out.attrs[MODEL_OUTPUT] = (name, (0.0, 1.0))  # a probability from a model the board approved
-    return out
+    return values
