@@ -55,10 +55,13 @@ def check_outputs(guard: Guard, values: np.ndarray, name: str) -> None:
 def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
     """The model's predictions for every record of ``data`` (missing where an input is missing).
 
-    The predictions keep the records' provenance: the site computes the model for every record of
-    the table ``data`` comes from (:class:`~dsfed_server.disclosure.provenance.ModelColumn`), so
-    cuts on them are checked under one history per (table, model), for any subset and analyst, and
-    the sites of a pooled release decide them alike."""
+    The predictions of a model the board approved keep the records' provenance: the site computes
+    the model for every record of the table ``data`` comes from
+    (:class:`~dsfed_server.disclosure.provenance.ModelColumn`), so cuts on them are checked under one
+    history per (table, model), for any subset and analyst, and the sites of a pooled release decide
+    them alike. An analyst's own GLM (``models.analyst_glm``) gets none: its cuts are kept under its
+    predictions' ordering, which every monotone variant of it shares, so new coefficients do not
+    open a fresh history (its binned releases are then decided per site)."""
     name, sha256, by_board = approved(ctx.guard, model)
     glm = ctx.service.models.get(sha256, name)
     values = _apply(glm, name, data, type)
@@ -70,6 +73,7 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     rows = data.attrs.get(ROWS)
     if isinstance(rows, Rows) and rows.index.size == len(data):
         out.attrs[ROWS] = rows
+    if isinstance(rows, Rows) and rows.index.size == len(data) and by_board:
         table = ctx.service.catalog.frame(rows.lineage)
         everyone = values if len(table) == len(data) and np.array_equal(rows.index, np.arange(len(table))) \
             else _apply(glm, name, table, type)
