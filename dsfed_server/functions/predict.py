@@ -13,10 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse_formula
 from dsfed_server.context import CallContext
-from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import MODEL_OUTPUT
 from dsfed_server.families import family
@@ -25,19 +24,6 @@ from dsfed_server.models import approved
 from dsfed_server.registry import P, Param, register
 
 TYPES = ("response", "link")
-
-
-def check_outputs(guard: Guard, values: np.ndarray, name: str) -> None:
-    """Refuse predictions that take at most n/q distinct values (a tree's leaves, a factor's levels)
-    when one of them is held by fewer than q records: such a model singles those records out."""
-    present = values[~np.isnan(values)]
-    q = guard.q
-    distinct, counts = np.unique(present, return_counts=True)
-    if distinct.size <= present.size // q and np.any(counts < q):
-        raise DisclosureRefusal(
-            f"model {name!r} gives {distinct.size} distinct predictions here, {int(np.sum(counts < q))} of them "
-            f"held by fewer than {q} records", rule="disclosure.q_threshold",
-            hint="a model whose outputs single out records is not applied; ask the board about the model")
 
 
 @register(
@@ -69,7 +55,8 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     eta = X @ np.array([glm.coefficients[c] for c in columns])
     values = np.full(len(data), np.nan)
     values[complete] = eta if type == "link" else family(glm.family, glm.link).linkinv(eta)
-    check_outputs(ctx.guard, values, name)
+    ctx.guard.distinct_values(values, f"model {name!r}", "predictions",
+                              "a model whose outputs single out records is not applied; ask the board about the model")
     out = pd.Series(values, index=data.index, name=f"{name}.{type}")
     rows = data.attrs.get(ROWS)
     if isinstance(rows, Rows) and rows.index.size == len(data):
