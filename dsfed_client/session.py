@@ -321,6 +321,14 @@ class FederatedSession:
         function = expr.split("(", 1)[0].strip() if "(" in expr else "$"
         return self._handle(symbol, self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr}))
 
+    def derive(self, symbol: str, expression: str) -> Ref:
+        """A new column computed at every site from columns and numbers, kept there as ``symbol``:
+        ``derive("lnodes", "log(D$pnodes + 1)")`` (the sites' ``deriveDS``: ``+ - * / ^``, ``log``,
+        ``exp``, ``sqrt``, ``abs``, ``pmin``, ``pmax``, ``ifelse`` on comparisons; each comparison a cut
+        the sites check, docs/analyst.md "Derived variables"); its handle."""
+        return self._handle(symbol, self._in_session("deriveDS", "POST", "/assign",
+                                                     {"symbol": symbol, "expr": expression}))
+
     def assign_table(self, symbol: str, table: str, variables: list[str] | None = None) -> Ref:
         """Load ``project.table`` (optionally some variables) as ``symbol`` at every site; its handle."""
         body = {"symbol": symbol, "table": table, "variables": variables}

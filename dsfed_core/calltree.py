@@ -166,6 +166,68 @@ class Arg:
         return f"{self.name}={self.value.to_text()}" if self.name else self.value.to_text()
 
 
+# the operators and functions of an arithmetic expression (:class:`Arith`), by R's precedence
+ARITH_BINARY = ("|", "&", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "^")
+ARITH_UNARY = ("neg", "!", "(")  # unary minus, logical not, parentheses (kept: R's names keep them)
+ARITH_FUNCTIONS = ("log", "exp", "sqrt", "abs", "pmin", "pmax", "ifelse")
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+def r_number(value: float) -> str:
+    """A number as R's ``deparse`` writes it (15 significant digits; scientific notation when it is
+    shorter, as ``1e+05``), so that design column names match R's ``model.matrix``.
+
+    >>> [r_number(v) for v in (2, 0.5, 100000, 123456, 1e-4, 0.001, -1.5)]
+    ['2', '0.5', '1e+05', '123456', '1e-04', '0.001', '-1.5']
+    """
+    v = float(value)
+    if v == 0 or not math.isfinite(v):
+        return {0.0: "0", math.inf: "Inf", -math.inf: "-Inf"}.get(v, "NaN")
+    mantissa, exponent = f"{v:.14e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    power = int(exponent)
+    scientific = f"{mantissa}e{'+' if power >= 0 else '-'}{abs(power):02d}"
+    digits = len(mantissa.lstrip("-").replace(".", ""))
+    fixed = f"{v:.{max(0, digits - 1 - power)}f}"
+    return fixed if len(fixed) <= len(scientific) else scientific
+
+
+@dataclass(frozen=True)
+class Arith:
+    """An arithmetic expression over columns and numbers: ``D$age * 2``, ``log(D$pnodes + 1)``,
+    ``ifelse(D$age > 50, 1, 0)`` (:func:`dsfed_core.parser.parse` with ``arithmetic=True``).
+
+    ``op`` is one of :data:`ARITH_BINARY` (two arguments), :data:`ARITH_UNARY` (one) or
+    :data:`ARITH_FUNCTIONS` (a call; ``log`` may name its ``base``). Nothing here is evaluated: the
+    site's own interpreter (``dsfed_server.arithmetic``) gives each operator its meaning. ``to_text``
+    writes it as R's ``deparse`` does, so a term of a model formula is named as R names it."""
+
+    op: str
+    args: tuple[Arg, ...]
+
+    def to_text(self) -> str:
+        parts = [_operand_text(a.value) if a.name is None else f"{a.name} = {_operand_text(a.value)}"
+                 for a in self.args]
+        if self.op in ARITH_FUNCTIONS:
+            return f"{self.op}(" + ", ".join(parts) + ")"
+        if self.op == "neg":
+            return f"-{parts[0]}"
+        if self.op == "!":
+            return f"!{parts[0]}"
+        if self.op == "(":
+            return f"({parts[0]})"
+        spaced = self.op not in ("/", "^")
+        return f"{parts[0]} {self.op} {parts[1]}" if spaced else f"{parts[0]}{self.op}{parts[1]}"
+
+    def leaves(self) -> Iterator["Node"]:
+        """The columns, symbols and numbers the expression reads, in order."""
+        for arg in self.args:
+            if isinstance(arg.value, Arith):
+                yield from arg.value.leaves()
+            else:
+                yield arg.value
+
+
 @dataclass(frozen=True)
 class Call:
     function: str
@@ -175,7 +237,16 @@ class Call:
         return f"{self.function}(" + ", ".join(a.to_text() for a in self.args) + ")"
 
 
-Node = Union[Literal, Symbol, Column, Vector, NumericVector, Formula, Call]
+Node = Union[Literal, Symbol, Column, Vector, NumericVector, Formula, Call, Arith]
+
+
+def _operand_text(node: Node) -> str:
+    """An operand of an expression as R deparses it (numbers as :func:`r_number`, missing as NA)."""
+    if isinstance(node, Literal) and node.value is None:
+        return "NA"
+    if isinstance(node, Literal) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return r_number(node.value)
+    return node.to_text()
 
 
 def depth(node: Node) -> int:
@@ -190,7 +261,7 @@ def depth(node: Node) -> int:
 # --- structured JSON form -------------------------------------------------------------
 #
 #   {"lit": 1.5} | {"sym": "D"} | {"col": ["D", "age"]} | {"vec": [1, 2, 3]}
-#   {"formula": "y ~ x1 + x2"} | {"call": "meanDS", "args": [node, ...], "kwargs": {"name": node}}
+#   {"formula": "y ~ x1 + x2"} | {"expr": "log(D$pnodes + 1)"} | {"call": "meanDS", "args": [node, ...], "kwargs": {"name": node}}
 #   {"f64": "<base64 of little-endian float64 values>"}  (a long vector of numbers, read as raw numbers)
 
 
@@ -206,6 +277,8 @@ _LEAF_SCHEMAS: list[dict[str, Any]] = [
     {"type": "object", "properties": {"f64": {"type": "string", "format": "byte"}}, "required": ["f64"],
      "additionalProperties": False},
     {"type": "object", "properties": {"formula": {"type": "string"}}, "required": ["formula"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"],
      "additionalProperties": False},
 ]
 
@@ -238,6 +311,8 @@ def to_json(node: Node) -> dict[str, Any]:
         return {"vec": node.values}
     if isinstance(node, Formula):
         return {"formula": node.to_text()}
+    if isinstance(node, Arith):
+        return {"expr": node.to_text()}
     positional = [to_json(a.value) for a in node.args if a.name is None]
     named = {a.name: to_json(a.value) for a in node.args if a.name is not None}
     return {"call": node.function, "args": positional, "kwargs": named}
@@ -270,7 +345,12 @@ def _names(node: Node) -> Iterator[str]:
     elif isinstance(node, Column):
         yield from (node.table, node.column)
     elif isinstance(node, Formula):
-        yield from (part for variable in node.variables for part in variable.split("$"))
+        from dsfed_core.parser import tokenize
+
+        yield from (t.text for variable in node.variables for t in tokenize(variable) if t.kind == "NAME")
+    elif isinstance(node, Arith):
+        for leaf in node.leaves():
+            yield from _names(leaf)
     elif isinstance(node, Call):
         yield node.function
         for arg in node.args:
@@ -343,6 +423,10 @@ def _read(obj: Any, limits: Limits, _level: int) -> Node:
         from dsfed_core.parser import parse_formula
 
         return parse_formula(obj["formula"], limits)
+    if set(obj) == {"expr"} and isinstance(obj["expr"], str):
+        from dsfed_core.parser import parse_expression
+
+        return parse_expression(obj["expr"], limits)
     if "call" in obj and set(obj) <= {"call", "args", "kwargs"}:
         name = obj["call"]
         args = obj.get("args", [])

@@ -27,7 +27,10 @@ import re
 from dataclasses import dataclass
 
 from dsfed_core.calltree import (
+    ARITH_FUNCTIONS,
+    COMPARISONS,
     Arg,
+    Arith,
     Call,
     Column,
     Formula,
@@ -46,17 +49,17 @@ _NAME = re.compile(r"(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*")
 _NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?L?")
 _PUNCT = {"(", ")", ",", "$", "~", "+", "-", "*", ":", "="}
 _RESERVED = {"function", "if", "else", "for", "while", "repeat", "break", "next", "return", "Inf", "NaN"}
-_NO_ARITHMETIC = ("'/' and '^' are not allowed, in a model formula neither: its terms are variables joined by "
-                  "+, -, * and : (no I(), powers or ratios); use a column the table holds")
+_NO_ARITHMETIC = ("'/' and '^' are only read in an expression: in a model formula inside I() (y ~ I(age^2)), or "
+                  "in deriveDS and an assign text (D$age^2); a formula's terms are variables, factor(), I() and "
+                  "log() joined by +, -, * and :")
+_COMPARISON = ("comparison operators are not allowed here (only in an expression of deriveDS or an assign "
+               "text); pass the operator as a string argument")
+_LOGICAL = "logical operators are not allowed here (only in an expression of deriveDS or an assign text)"
 _FORBIDDEN = [
     ("<<-", "assignment is not allowed; use the assign endpoint with a symbol name"),
     ("->>", "assignment is not allowed"),
     ("<-", "assignment is not allowed; use the assign endpoint with a symbol name"),
     ("->", "assignment is not allowed"),
-    ("==", "comparison operators are not allowed; pass the operator as a string argument"),
-    ("!=", "comparison operators are not allowed; pass the operator as a string argument"),
-    ("<=", "comparison operators are not allowed; pass the operator as a string argument"),
-    (">=", "comparison operators are not allowed; pass the operator as a string argument"),
     ("::", "namespace access (::) is not allowed; call registered functions by name"),
     ("[", "indexing with [ ] is not allowed"),
     ("]", "indexing with [ ] is not allowed"),
@@ -65,16 +68,18 @@ _FORBIDDEN = [
     ("}", "braces are not allowed"),
     (";", "only one call per request is allowed (no ';')"),
     ("%", "%-operators are not allowed"),
-    ("<", "comparison operators are not allowed; pass the operator as a string argument"),
-    (">", "comparison operators are not allowed; pass the operator as a string argument"),
-    ("!", "logical operators are not allowed"),
-    ("&", "logical operators are not allowed"),
-    ("|", "logical operators are not allowed"),
-    ("/", _NO_ARITHMETIC),
-    ("^", _NO_ARITHMETIC),
+    ("&&", "'&&' and '||' are not allowed; use '&' and '|'"),
+    ("||", "'&&' and '||' are not allowed; use '&' and '|'"),
     ("@", "slot access (@) is not allowed"),
     ("?", "help (?) is not allowed"),
     ("\\", "lambda functions are not allowed"),
+]
+# operators read only inside an arithmetic expression (deriveDS, an assign text as ds.make sends it, a
+# formula's I()); anywhere else the parser refuses them with the reason given here
+_OPERATORS = [
+    ("==", _COMPARISON), ("!=", _COMPARISON), ("<=", _COMPARISON), (">=", _COMPARISON),
+    ("<", _COMPARISON), (">", _COMPARISON), ("!", _LOGICAL), ("&", _LOGICAL), ("|", _LOGICAL),
+    ("/", _NO_ARITHMETIC), ("^", _NO_ARITHMETIC),
 ]
 
 
@@ -140,6 +145,11 @@ def tokenize(text: str) -> list[Token]:
         for op, why in _FORBIDDEN:
             if text.startswith(op, i):
                 raise _error(text, i, why)
+        operator = next(((op, why) for op, why in _OPERATORS if text.startswith(op, i)), None)
+        if operator is not None:
+            tokens.append(Token("OP", operator[0], i, operator[1]))
+            i += len(operator[0])
+            continue
         if ch in _PUNCT:
             tokens.append(Token("PUNCT", ch, i))
             i += 1
@@ -150,7 +160,7 @@ def tokenize(text: str) -> list[Token]:
 
 
 class _Parser:
-    def __init__(self, text: str, limits: Limits) -> None:
+    def __init__(self, text: str, limits: Limits, arithmetic: bool = False) -> None:
         if len(text) > limits.max_length * 8:
             raise CallError(
                 f"call text of {len(text)} characters is too long (limit {limits.max_length * 8}, "
@@ -161,15 +171,27 @@ class _Parser:
         self.limits = limits
         self.tokens = tokenize(text)
         self.i = 0
+        self.arithmetic = arithmetic  # the root may be an arithmetic expression (an assign text)
 
     # helpers
     def peek(self, offset: int = 0) -> Token:
         return self.tokens[min(self.i + offset, len(self.tokens) - 1)]
 
     def next(self) -> Token:
+        """The next token of the call grammar: an operator of expressions is refused here, with its reason."""
+        tok = self.take()
+        if tok.kind == "OP":
+            raise self.fail(tok, str(tok.value))
+        return tok
+
+    def take(self) -> Token:
         tok = self.tokens[self.i]
         self.i += 1
         return tok
+
+    def at_op(self, *ops: str) -> bool:
+        tok = self.peek()
+        return tok.kind in ("OP", "PUNCT") and tok.text in ops
 
     def at(self, text: str) -> bool:
         tok = self.peek()
@@ -187,8 +209,12 @@ class _Parser:
 
     # grammar
     def parse_root(self) -> Node:
-        node = self.expr(level=0)
+        first, second = self.peek(), self.peek(1)
+        a_call = first.kind == "NAME" and second.kind == "PUNCT" and second.text == "(" and first.text not in ARITH_FUNCTIONS
+        node = self.arith(level=0) if self.arithmetic and not a_call else self.expr(level=0)
         tok = self.peek()
+        if tok.kind == "OP":
+            raise self.fail(tok, str(tok.value))
         if tok.kind != "END":
             if tok.kind == "PUNCT" and tok.text == "=":
                 raise self.fail(tok, "assignment is not allowed; use the assign endpoint with a symbol name")
@@ -239,17 +265,21 @@ class _Parser:
         if self.at("("):
             return self.call(word, level)
         if self.at("$"):
-            self.next()
-            col = self.next()
-            if col.kind not in ("NAME", "STRING"):
-                raise self.fail(col, "expected a column name after '$'")
-            name = col.text if col.kind == "NAME" else str(col.value)
-            if self.at("$"):
-                raise self.fail(self.peek(), "only one level of '$' access (table$column) is allowed")
-            if self.at("("):
-                raise self.fail(self.peek(), "calling a column is not allowed")
-            return Column(word, name)
+            return self.column(word)
         return Symbol(word)
+
+    def column(self, table: str) -> Column:
+        """``table$column``, the '$' next."""
+        self.expect("$")
+        col = self.next()
+        if col.kind not in ("NAME", "STRING"):
+            raise self.fail(col, "expected a column name after '$'")
+        name = col.text if col.kind == "NAME" else str(col.value)
+        if self.at("$"):
+            raise self.fail(self.peek(), "only one level of '$' access (table$column) is allowed")
+        if self.at("("):
+            raise self.fail(self.peek(), "calling a column is not allowed")
+        return Column(table, name)
 
     def call(self, name: str, level: int) -> Node:
         open_tok = self.expect("(")
@@ -286,6 +316,115 @@ class _Parser:
         vec = Vector(tuple(items))
         check_vector(vec)
         return vec
+
+
+    # arithmetic expressions (deriveDS, an assign text as ds.make sends it, a formula's I()), by R's
+    # precedence from the lowest: |, &, !, comparison, + -, * /, unary minus, ^ (right to left).
+    # Calls, parentheses, unary operators and exponents count towards parser.max_depth; chains of
+    # binary operators are bounded by the length of the call text.
+    def deeper(self, level: int, tok: Token) -> int:
+        if level > self.limits.max_depth:
+            raise _error(self.text, tok.pos, f"nested deeper than {self.limits.max_depth} levels",
+                         rule="parser.max_depth")
+        return level
+
+    def _chain(self, ops: tuple[str, ...], operand, level: int) -> Node:
+        node = operand(level)
+        while self.at_op(*ops):
+            op = self.take().text
+            node = Arith(op, (Arg(None, node), Arg(None, operand(level))))
+        return node
+
+    def arith(self, level: int) -> Node:
+        return self._chain(("|",), self.arith_and, level)
+
+    def arith_and(self, level: int) -> Node:
+        return self._chain(("&",), self.arith_not, level)
+
+    def arith_not(self, level: int) -> Node:
+        if self.at_op("!"):
+            level = self.deeper(level + 1, self.take())
+            return Arith("!", (Arg(None, self.arith_not(level)),))
+        return self.arith_compare(level)
+
+    def arith_compare(self, level: int) -> Node:
+        node = self.arith_sum(level)
+        if self.at_op(*COMPARISONS):
+            op = self.take().text
+            node = Arith(op, (Arg(None, node), Arg(None, self.arith_sum(level))))
+            if self.at_op(*COMPARISONS):
+                raise self.fail(self.peek(), "comparisons do not chain (a < b < c); combine them with &")
+        return node
+
+    def arith_sum(self, level: int) -> Node:
+        return self._chain(("+", "-"), self.arith_product, level)
+
+    def arith_product(self, level: int) -> Node:
+        return self._chain(("*", "/"), self.arith_unary, level)
+
+    def arith_unary(self, level: int) -> Node:
+        if self.at_op("-"):
+            level = self.deeper(level + 1, self.take())
+            return Arith("neg", (Arg(None, self.arith_unary(level)),))
+        if self.at_op("+", "!"):
+            raise self.fail(self.peek(), f"unary '{self.peek().text}' is not allowed here")
+        return self.arith_power(level)
+
+    def arith_power(self, level: int) -> Node:
+        base = self.arith_atom(level)
+        if self.at_op("^"):
+            level = self.deeper(level + 1, self.take())
+            return Arith("^", (Arg(None, base), Arg(None, self.arith_unary(level))))
+        return base
+
+    def arith_atom(self, level: int) -> Node:
+        tok = self.take()
+        if tok.kind == "NUMBER":
+            return Literal(tok.value)  # type: ignore[arg-type]
+        if tok.kind == "STRING":
+            raise self.fail(tok, "strings are not allowed in an expression (it reads columns and numbers)")
+        if tok.kind == "PUNCT" and tok.text == "(":
+            inner = self.arith(self.deeper(level + 1, tok))
+            self.expect(")")
+            return Arith("(", (Arg(None, inner),))
+        if tok.kind != "NAME":
+            found = repr(tok.text) if tok.kind != "END" else "the end"
+            raise self.fail(tok, f"expected a column or a number, found {found}")
+        word = tok.text
+        if word in ("TRUE", "FALSE", "NULL"):
+            raise self.fail(tok, f"{word} is not a number: an expression reads columns and numbers (NA: missing)")
+        if word == "NA":
+            return Literal(None)
+        if self.at("("):
+            if word not in ARITH_FUNCTIONS:
+                raise self.fail(tok, f"function {word!r} cannot be called in an expression; it may call "
+                                     f"{', '.join(ARITH_FUNCTIONS)}")
+            return self.arith_call(word, level)
+        if self.at("$"):
+            return self.column(word)
+        return Symbol(word)
+
+    def arith_call(self, name: str, level: int) -> Arith:
+        open_tok = self.expect("(")
+        level = self.deeper(level + 1, open_tok)
+        args: list[Arg] = []
+        while not self.at(")"):
+            if args:
+                self.expect(",")
+            arg_name = None
+            if self.peek().kind == "NAME" and self.peek(1).kind == "PUNCT" and self.peek(1).text == "=":
+                named = self.next()
+                if not (name == "log" and named.text == "base"):
+                    raise self.fail(named, f"argument {named.text!r} is not taken in an expression (only log's base)")
+                self.next()  # '='
+                arg_name = named.text
+            args.append(Arg(arg_name, self.arith(level)))
+        self.expect(")")
+        arity = {"log": (1, 2), "ifelse": (3, 3), "pmin": (2, 64), "pmax": (2, 64)}.get(name, (1, 1))
+        if not arity[0] <= len(args) <= arity[1]:
+            takes = arity[0] if arity[0] == arity[1] else f"{arity[0]} or more" if arity[1] > 2 else "1 or 2"
+            raise self.fail(open_tok, f"{name}() takes {takes} argument(s), got {len(args)}")
+        return Arith(name, tuple(args))
 
     # formulas
     def formula(self, response: Node | None) -> Formula:
@@ -336,22 +475,69 @@ class _Parser:
             found = repr(tok.text) if tok.kind != "END" else "the end"
             raise self.fail(tok, f"expected a variable name in the formula, found {found}")
         if self.at("("):
-            raise self.fail(self.peek(), "function calls inside a formula are not allowed (no I(), log() or poly()): "
-                                         "its terms are variables joined by +, -, * and :; use a column the table holds")
+            return self.formula_transform(tok)
         if self.at("$"):
-            self.next()
-            col = self.next()
-            if col.kind != "NAME":
-                raise self.fail(col, "expected a column name after '$'")
-            return f"{tok.text}${col.text}"
+            return self.column(tok.text).to_text()
         return tok.text
 
+    def formula_transform(self, tok: Token) -> str:
+        """``factor(x)``, ``I(expr)`` or ``log(expr)`` (also ``exp``, ``sqrt``) as a term of a formula,
+        named as R's ``model.matrix`` names it (``factor(tgrade)``, ``I(age^2)``, ``log(pnodes + 1)``)."""
+        if tok.text == "factor":
+            self.expect("(")
+            inner = self.next()
+            if inner.kind != "NAME":
+                raise self.fail(inner, "factor() in a formula takes a variable name")
+            name = self.column(inner.text).to_text() if self.at("$") else inner.text
+            self.expect(")")
+            return f"factor({name})"
+        if tok.text == "I":
+            self.expect("(")
+            node: Node = self.arith(1)
+            self.expect(")")
+            text = f"I({node.to_text()})"
+        elif tok.text in ("log", "exp", "sqrt"):
+            node = self.arith_call(tok.text, 0)
+            text = node.to_text()
+        else:
+            raise self.fail(tok, f"function {tok.text!r} is not taken in a formula: its terms are variables, "
+                                 "factor(x), I(expr) and log(), exp() or sqrt() of an expression, joined by "
+                                 "+, -, * and :")
+        _formula_arithmetic(node, self.text)
+        return text
 
-def parse(text: str, limits: Limits) -> Node:
-    """Parse call text into a call tree, or raise :class:`CallError` saying why not."""
+
+_CUTTING = {*COMPARISONS, "&", "|", "!", "ifelse", "pmin", "pmax", "abs"}
+
+
+def _formula_arithmetic(node: Node, text: str) -> None:
+    """A formula's expressions hold arithmetic only: a comparison, ifelse, pmin, pmax or abs cuts a
+    column at a value the analyst chose, which the site checks as a cut only in deriveDS."""
+    if isinstance(node, Arith):
+        if node.op in _CUTTING:
+            raise CallError(f"cannot parse {text!r}: {node.op} in a model formula cuts a column at a value of the "
+                            "analyst's choosing; make that variable with deriveDS (the site checks its cuts) and "
+                            "use the new column in the formula", rule="disclosure.cut_history")
+        for arg in node.args:
+            _formula_arithmetic(arg.value, text)
+
+
+def parse(text: str, limits: Limits, *, arithmetic: bool = False) -> Node:
+    """Parse call text into a call tree, or raise :class:`CallError` saying why not. With
+    ``arithmetic`` (an assign text, as dsBaseClient's ``ds.make`` sends ``D$age * 2``), the text may
+    be an arithmetic expression (:class:`~dsfed_core.calltree.Arith`) instead of a call."""
     if not isinstance(text, str) or not text.strip():
         raise CallError("empty call text")
-    return check_limits(_Parser(text, limits).parse_root(), limits)
+    return check_limits(_Parser(text, limits, arithmetic).parse_root(), limits)
+
+
+def parse_expression(text: str, limits: Limits) -> Node:
+    """Parse text that must be an arithmetic expression over columns and numbers (``log(D$x + 1)``)."""
+    node = parse(text, limits, arithmetic=True)
+    if not isinstance(node, (Arith, Column, Symbol)):
+        raise CallError(f"{text[:60]!r} is not an arithmetic expression over columns and numbers",
+                        hint="e.g. log(D$pnodes + 1) or ifelse(D$age > 50, 1, 0)")
+    return node
 
 
 def parse_formula(text: str, limits: Limits | None = None) -> Formula:

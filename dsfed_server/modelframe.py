@@ -3,7 +3,12 @@
 Numeric and integer variables enter as they are; a factor (or text) variable
 enters as treatment-coded dummies for every level but the first, named like
 R (``tgradeII``); ``a:b`` is the product of the columns of ``a`` and ``b``.
-Rows with a missing value in any variable used are left out (R's ``na.omit``).
+``factor(x)`` makes ``x`` a factor (levels in increasing order, named as R writes them:
+``factor(pnodes)2``); ``I(expr)`` and ``log(expr)`` (also ``exp``, ``sqrt``) are computed by the
+site's interpreter of arithmetic (:mod:`dsfed_server.arithmetic`), named as R deparses them
+(``I(age^2)``, ``log(pnodes + 1)``). Rows with a missing value in any variable used are left out
+(R's ``na.omit``); a transform R gives as NaN or -Inf there (``log(0)``) is missing too (R's
+``glm`` would stop on it).
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from dsfed_core.calltree import Formula
+from dsfed_core.calltree import Column, Formula, Limits, Symbol, r_number
 from dsfed_core.errors import CallError, NotFound
+from dsfed_core.parser import parse_expression
+from dsfed_server.arithmetic import evaluate
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,33 @@ class ModelFrame:
 
 
 def _column(table: pd.DataFrame, name: str) -> pd.Series:
+    if "(" in name:
+        return _computed(table, name)
     column = name.split("$", 1)[1] if "$" in name else name
     if column not in table.columns:
         raise NotFound(f"the data have no variable {column!r}", hint=f"variables: {', '.join(table.columns)}")
     return table[column]
+
+
+def _computed(table: pd.DataFrame, name: str) -> pd.Series:
+    """A formula's ``factor(x)``, ``I(expr)`` or ``log(expr)``, from the table's columns (the parser
+    admitted arithmetic only: no comparison, so no cut)."""
+    if name.startswith("factor("):
+        series = _column(table, name[len("factor("):-1])
+        cat = series.astype("category")
+        if pd.api.types.is_numeric_dtype(cat.cat.categories.dtype):
+            cat = cat.cat.rename_categories([r_number(v) for v in cat.cat.categories])
+        return cat
+    inner = name[2:-1] if name.startswith("I(") else name
+    node = parse_expression(inner, Limits(len(inner) + 1, len(inner) + 1, len(inner) + 1))
+
+    def read(leaf: Column | Symbol) -> np.ndarray:
+        series = _column(table, leaf.column if isinstance(leaf, Column) else leaf.name)
+        if _is_factor(series):
+            raise CallError(f"{name}: {leaf.to_text()} is a factor, not a number")
+        return series.to_numpy(dtype=float, na_value=np.nan)
+
+    return pd.Series(evaluate(node, read, len(table)).values, index=table.index, name=name)
 
 
 def _is_factor(series: pd.Series) -> bool:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
 import numpy as np
 
-from dsfed_core.calltree import NUMBER_LIMIT, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
+from dsfed_core.calltree import NUMBER_LIMIT, Arith, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
 from dsfed_server.disclosure.rules import rule_keys
 from dsfed_core.errors import CallError
 
@@ -43,6 +43,7 @@ class P(Enum):
     NUMBERS = "numbers"  # c(...) of numbers, one number, or "1,2,3"
     STRINGS = "strings"  # c(...) of strings or one string
     FORMULA = "formula"  # y ~ x1 + x2, unquoted or as a string
+    EXPRESSION = "expression"  # arithmetic over columns and numbers (log(D$x + 1)), unquoted or as a string
     NAME = "name"  # a column or table name, bare or quoted, not resolved
     SCALAR = "scalar"  # one number, string or boolean literal
 
@@ -297,6 +298,9 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
     """The value of argument ``node`` for ``param``, by the converter of the parameter's type."""
     if isinstance(node, Formula) and param.type is not P.FORMULA:
         raise CallError(f"argument {param.name!r} is a {param.type.value}, not a model formula")
+    if isinstance(node, Arith) and param.type is not P.EXPRESSION:
+        raise CallError(f"argument {param.name!r} is a {param.type.value}, not an arithmetic expression",
+                        hint="derive the column first (deriveDS, or an assign text such as D$age * 2)")
     return _CONVERTERS[param.type](param, node, ctx)
 
 
@@ -329,6 +333,18 @@ def _formula(param: Param, node: Node, ctx: "CallContext") -> Formula:
         node = parse_formula(node.value, ctx.limits)
     if not isinstance(node, Formula):
         raise CallError(f"argument {param.name!r} must be a model formula such as y ~ x1 + x2")
+    return node
+
+
+def _expression(param: Param, node: Node, ctx: "CallContext") -> Node:
+    """An arithmetic expression over columns and numbers, unquoted (an assign text) or as a string
+    (read within the site's limits); never evaluated here."""
+    if isinstance(node, Literal) and isinstance(node.value, str):
+        from dsfed_core.parser import parse_expression
+
+        node = parse_expression(node.value, ctx.limits)
+    if not isinstance(node, (Arith, Column, Symbol)):
+        raise CallError(f"argument {param.name!r} must be an arithmetic expression such as log(D$pnodes + 1)")
     return node
 
 
@@ -441,6 +457,7 @@ _CONVERTERS: dict[P, Callable[[Param, Node, "CallContext"], Any]] = {
     P.TABLE: _table,
     P.VECTOR: _vector,
     P.FORMULA: _formula,
+    P.EXPRESSION: _expression,
     P.NAME: _name,
     P.STRING: _string,
     P.SCALAR: _scalar,

@@ -27,7 +27,7 @@ from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
-from dsfed_core.calltree import Call, Column, Limits, Node, Symbol, from_json
+from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
@@ -353,13 +353,13 @@ class SiteService:
 
     # --- calls ------------------------------------------------------------------------
 
-    def _tree(self, request: CallRequest) -> Node:
+    def _tree(self, request: CallRequest, *, arithmetic: bool = False) -> Node:
         if (request.text is None) == (request.tree is None):
             given = "both" if request.text is not None else "neither"
             raise CallError(f"give the call as text (expr) or as a structured tree (call): {given} given",
                             hint='e.g. {"expr": "meanDS(D$age)"}')
         if request.text is not None:
-            return parse(request.text, self.limits)
+            return parse(request.text, self.limits, arithmetic=arithmetic)
         return from_json(request.tree, self.limits)
 
     @staticmethod
@@ -709,7 +709,10 @@ class SiteService:
             session = self.sessions.get(sid, user.name)
             check_symbol_name(symbol, self.limits.max_name_length)
             check_handles(session, request.handles)
-            node = self._tree(request)
+            node = self._tree(request, arithmetic=True)
+            if isinstance(node, Arith):  # an expression (ds.make's "D$age*2"): the site's deriveDS
+                node = Call("deriveDS", (Arg(None, node),))
+                function = record["function"] = "deriveDS"
             if isinstance(node, Call):
                 spec = self._spec(node.function, session)
                 if spec.kind != "assign":

@@ -162,13 +162,7 @@ class Guard:
         new[rows.index] = True
         with self.history.lock:
             if condition is not None:
-                decided = decide_local(condition, self.floor, self._cut_history(condition.history_key),
-                                       site_pick(self.secret, condition))
-                if any(d is not KEEP for d in decided):
-                    raise self._refuse(
-                        f"the subset's condition cuts the column within {self.q} records of a cut "
-                        "released before on it (by any analyst); comparing the two would single those records out",
-                        "disclosure.cut_history", "use a condition further from earlier cuts, or the full table")
+                self._check_condition(condition, "the subset's condition", "or the full table")
             earlier = self.history.row_sets(rows.lineage, rows.n_root)
             problem = row_set_problem(earlier, [new], self.rule("disclosure.subset_min_difference"))
             if problem:
@@ -178,6 +172,65 @@ class Guard:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "subset")
             self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
         return rows
+
+    def _check_condition(self, condition: Intervals, what: str, instead: str) -> None:
+        """Refuse a condition's cuts unless the gate keeps every one: each cell between them and the
+        cuts released before on the column (by any analyst) holds q records and the secret margin."""
+        decided = decide_local(condition, self.floor, self._cut_history(condition.history_key),
+                               site_pick(self.secret, condition))
+        if any(d is not KEEP for d in decided):
+            raise self._refuse(
+                f"{what} cuts the column within {self.q} records of another of its cuts or of a cut released "
+                "before on it (by any analyst); comparing the two would single those records out",
+                "disclosure.cut_history", f"use a condition further from earlier cuts, {instead}")
+
+    def derived_cuts(self, conditions: list[Intervals], row_sets: list[np.ndarray], rows: Rows | None) -> None:
+        """A derived column's cuts (``conditions``: one per column its comparisons, ``pmin``/``pmax``
+        and ``abs`` cut, :mod:`dsfed_server.arithmetic`) and row sets (the records where each
+        comparison holds, and each value of a column with few values; boolean over ``rows``) go
+        through the gate as a subset's do (:meth:`subset_rows`): every cut checked with the cuts
+        released before on its column, the row sets audited with every row set released before
+        from the table (``disclosure.subset_min_difference``); recorded only if all pass."""
+        lock = self.history.lock if self.history is not None else nullcontext()
+        with lock:
+            for condition in conditions:
+                self._check_condition(condition, "the expression's comparison (or pmin, pmax, abs)",
+                                      "or a column of the table")
+            members = []
+            if self._audits(rows) and row_sets:
+                for member in row_sets:
+                    full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
+                    full[rows.index[member]] = True  # type: ignore[union-attr]
+                    members.append(full)
+                earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+                problem = row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"))
+                if problem:
+                    raise self._refuse(problem, "disclosure.subset_min_difference",
+                                       "use cuts further from earlier ones, or a column of the table")
+            for condition in conditions:
+                self._record_cuts(condition.history_key, list(condition.root_cuts()), "derived")
+            self._record_row_sets(members, rows)
+
+    def distinct_values(self, values: np.ndarray, what: str, noun: str, hint: str) -> list[np.ndarray]:
+        """Refuse values (a model's predictions, a derived column) that take at most n/q distinct values
+        (a tree's leaves, a factor's levels, a 0/1 column) when one of them is held by fewer than q
+        records: such values single those records out. Returns, for values that few, the records of
+        each value (row sets for the release history), else nothing."""
+        present = ~np.isnan(values)
+        q = self.q
+        distinct, inverse, counts = np.unique(values[present], return_inverse=True, return_counts=True)
+        if distinct.size > present.sum() // q:
+            return []
+        if np.any(counts < q):
+            raise self._refuse(f"{what} gives {distinct.size} distinct {noun} here, {int(np.sum(counts < q))} of "
+                               f"them held by fewer than {q} records", "disclosure.q_threshold", hint)
+        positions = np.flatnonzero(present)
+        sets = []
+        for k in range(distinct.size):
+            member = np.zeros(values.size, dtype=bool)
+            member[positions[inverse.ravel() == k]] = True
+            sets.append(member)
+        return sets
 
     @property
     def _analyst(self) -> str:

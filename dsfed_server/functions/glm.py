@@ -115,6 +115,12 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
     limit = min(ctx.guard.rule("disclosure.glm_max_linear_predictor"), clamp)
 
     def declared(variable: str) -> tuple[float, float]:
+        if "(" in variable:
+            raise DisclosureRefusal(
+                f"{variable} is computed in the formula: it has no range declared in the data dictionary, so the "
+                "site cannot bound the linear predictor that coefficients from the analyst give",
+                rule="disclosure.glm_max_linear_predictor",
+                hint="fit the model pooled (the sites derive its coefficients)")
         column = variable.split("$", 1)[-1]
         root = ctx.root_column(data[column])
         bounds = root.declared if root is not None else None

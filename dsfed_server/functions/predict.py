@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_core.errors import CallError, NotFound
 from dsfed_core.models import GLMModel
 from dsfed_core.parser import parse_formula
 from dsfed_server.context import CallContext
-from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
@@ -26,19 +25,6 @@ from dsfed_server.models import approved
 from dsfed_server.registry import P, Param, register
 
 TYPES = ("response", "link")
-
-
-def check_outputs(guard: Guard, values: np.ndarray, name: str) -> None:
-    """Refuse predictions that take at most n/q distinct values (a tree's leaves, a factor's levels)
-    when one of them is held by fewer than q records: such a model singles those records out."""
-    present = values[~np.isnan(values)]
-    q = guard.q
-    distinct, counts = np.unique(present, return_counts=True)
-    if distinct.size <= present.size // q and np.any(counts < q):
-        raise DisclosureRefusal(
-            f"model {name!r} gives {distinct.size} distinct predictions here, {int(np.sum(counts < q))} of them "
-            f"held by fewer than {q} records", rule="disclosure.q_threshold",
-            hint="a model whose outputs single out records is not applied; ask the board about the model")
 
 
 @register(
@@ -65,7 +51,8 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     name, sha256, by_board = approved(ctx.guard, model)
     glm = ctx.service.models.get(sha256, name)
     values = _apply(glm, name, data, type)
-    check_outputs(ctx.guard, values, name)
+    ctx.guard.distinct_values(values, f"model {name!r}", "predictions",
+                              "a model whose outputs single out records is not applied; ask the board about the model")
     out = pd.Series(values, index=data.index, name=f"{name}.{type}")
     declared = (0.0, 1.0) if by_board and type == "response" and glm.family == "binomial" else None
     if declared is not None:

@@ -10,7 +10,7 @@ import pandas as pd
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows, mark_rows
-from dsfed_server.disclosure.gate import Intervals, condition_cuts
+from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.registry import P, Param, register
 
@@ -127,6 +127,12 @@ def _condition_subset(ctx: CallContext, x: pd.DataFrame, variable: str, op: str,
 def condition_cells(ctx: CallContext, column: pd.Series, op: str, value: float) -> Intervals:
     """The cells a numeric subset condition makes on its column: its cuts go into the column's cut
     history like a bin edge's (:meth:`Guard.subset_rows`)."""
+    return cut_cells(ctx, column, condition_cuts(op, value), "subset condition")
+
+
+def cut_cells(ctx: CallContext, column: pd.Series, cuts: tuple[Cut, ...], what: str) -> Intervals:
+    """The cells ``cuts`` (sorted) make on a numeric column's non-missing values, checked against the
+    cut history of the site table column it comes from."""
     values = column.to_numpy(dtype=float, na_value=np.nan)
-    return Intervals(values[~np.isnan(values)], condition_cuts(op, value), render=lambda released: None,
-                     what="subset condition", column=ctx.root_column(column))
+    return Intervals(values[~np.isnan(values)], cuts, render=lambda released: None, what=what,
+                     column=ctx.root_column(column))

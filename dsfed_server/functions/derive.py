@@ -1,0 +1,127 @@
+"""``deriveDS``: a new column computed at the site from columns and numbers (issue 16 point 6: a
+published score from covariates; issue 18 point 4: dsBaseClient's ``ds.make``/``ds.assign``).
+
+``deriveDS(log(D$pnodes + 1) * 0.5 + ifelse(D$age > 50, 0.3, 0))``, or the expression alone as an
+assign text (``datashield.assign(conns, "age2", "D$age*2")``, as ``ds.make`` sends it), which the
+site reads as this call. The expression is a call tree (:class:`~dsfed_core.calltree.Arith`,
+parsed by :mod:`dsfed_core.parser` within the site's limits) that the site's own interpreter
+(:mod:`dsfed_server.arithmetic`) evaluates over numpy; nothing is evaluated as code.
+
+What the site checks before the column exists (rule 2: the site controls every cut):
+
+- every comparison and every ``pmin``/``pmax``/``abs`` kink cuts one column at a value the analyst
+  chose: the cuts of each column go through the release gate as a subset condition's do
+  (:meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`): each cell between them and every
+  cut released before on the column holds q records and the secret margin
+  (``disclosure.cut_history``, ``disclosure.cut_margin``), and the records where each comparison
+  holds are a row set audited with every row set released before from the table
+  (``disclosure.subset_min_difference``): ``ifelse(D$age > 61.5, 1, 0)`` after
+  ``ifelse(D$age > 62.5, 1, 0)`` cannot isolate the one record aged 62;
+- a column with few distinct values (at most n/q) must hold q records on each
+  (:meth:`~dsfed_server.disclosure.checks.Guard.distinct_values`, as ``predictDS`` does for models),
+  and the records of each value are row sets audited likewise (a steep ``exp`` that saturates into
+  an exact 0/1 step is caught there).
+
+The new column keeps the records' positions in the table (row provenance), so subsets of it and
+every release from it are audited with the table's history. It is a new column: it has no range in
+the data dictionary, so releases that need a declared range (DP noise on scores, coefficients from
+the analyst in ``glmDS2``) refuse it, naming the rule.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+import pandas as pd
+
+from dsfed_core.calltree import Column, Node, Symbol
+from dsfed_core.errors import CallError
+from dsfed_server.arithmetic import Condition, Leaf, evaluate
+from dsfed_server.context import CallContext, r_class
+from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.gate import condition_cuts
+from dsfed_server.functions.tables import cut_cells
+from dsfed_server.registry import P, Param, register
+
+
+def _leaves(node: Node) -> list[Leaf]:
+    if isinstance(node, (Column, Symbol)):
+        return [node]
+    return list(dict.fromkeys(leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol))))  # type: ignore[union-attr]
+
+
+def _read(ctx: CallContext, leaves: list[Leaf]) -> dict[Leaf, pd.Series]:
+    """The columns the expression reads: numeric, of one table's records in the same order."""
+    columns: dict[Leaf, pd.Series] = {}
+    for leaf in leaves:
+        value = ctx.resolve(leaf)
+        if not isinstance(value, pd.Series):
+            raise CallError(f"{leaf.to_text()!r} is a {r_class(value)}, not a column; an expression reads columns "
+                            "(D$age) and numbers")
+        if isinstance(value.dtype, pd.CategoricalDtype) or not pd.api.types.is_numeric_dtype(value.dtype):
+            raise CallError(f"column {leaf.to_text()!r} is {r_class(value)}, not numeric; an expression computes "
+                            "with numbers")
+        columns[leaf] = value
+    first = next(iter(columns.values()))
+    if any(len(c) != len(first) for c in columns.values()):
+        raise CallError("the columns of an expression come from one table: these have different lengths")
+    return columns
+
+
+def _rows(columns: dict[Leaf, pd.Series]) -> Rows | None:
+    """The records' positions in the site table, shared by every column read (None: not known)."""
+    found = [c.attrs.get(ROWS) for c in columns.values()]
+    first = found[0]
+    if not isinstance(first, Rows):
+        return None
+    if not all(isinstance(r, Rows) and r.lineage == first.lineage and np.array_equal(r.index, first.index)
+               for r in found):
+        raise CallError("the columns of an expression come from one table (the same records in the same order)",
+                        hint="use columns of one table, e.g. D$age and D$pnodes")
+    return first
+
+
+@register(
+    "deriveDS",
+    "assign",
+    [Param("expression", P.EXPRESSION,
+           "arithmetic over columns and numbers: + - * / ^, log (base), exp, sqrt, abs, pmin, pmax and "
+           "ifelse on comparisons (< <= > >= == !=, & | !), e.g. log(D$pnodes + 1)")],
+    checks=GATE_RULES,
+)
+def derive(ctx: CallContext, expression: Node) -> pd.Series:
+    """A new numeric column computed from columns of one table and numbers (R's semantics: NA
+    propagates; what R gives as NaN, Inf or -Inf is stored as missing). Every comparison and
+    pmin/pmax/abs kink is a cut the release gate checks; a column with few values holds q
+    records on each. Also reached by an assign text that is an expression (``D$age * 2``)."""
+    leaves = _leaves(expression)
+    if not leaves:
+        raise CallError(f"{expression.to_text()[:80]!r} reads no column", hint="e.g. log(D$pnodes + 1)")
+    columns = _read(ctx, leaves)
+    n = len(next(iter(columns.values())))
+    evaluated = evaluate(expression, lambda leaf: columns[leaf].to_numpy(dtype=float, na_value=np.nan), n)
+    first = next(iter(columns.values()))
+    rows = _rows(columns)
+    guard = ctx.guard
+    levels = guard.distinct_values(evaluated.values, "the expression", "values",
+                                   "a column whose values single out records is not made; use wider cuts or more "
+                                   "records")
+    guard.derived_cuts(_cells(ctx, columns, evaluated.conditions), evaluated.row_sets + levels, rows)
+    out = pd.Series(evaluated.values, index=first.index, name=expression.to_text()[:200])
+    if rows is not None:
+        out.attrs[ROWS] = rows
+    return out
+
+
+def _cells(ctx: CallContext, columns: dict[Leaf, pd.Series], conditions: list[Condition]) -> list:
+    """One declaration of cells per column the expression cuts, with all its cuts."""
+    by_leaf: dict[Leaf, list[Condition]] = {}
+    for condition in conditions:
+        by_leaf.setdefault(condition.leaf, []).append(condition)
+    cells = []
+    for leaf, found in by_leaf.items():
+        cuts = tuple(sorted(set(chain.from_iterable(condition_cuts(c.op, c.value) for c in found))))
+        cells.append(cut_cells(ctx, columns[leaf], cuts, "expression's cuts"))
+    return cells
