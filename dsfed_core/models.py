@@ -1,4 +1,5 @@
-"""Prediction models that carry no code: a GLM given by its formula, family, link and coefficients.
+"""Prediction models that carry no code: a GLM given by its formula, family, link and coefficients,
+or an ONNX graph (read and run only by the site: :mod:`dsfed_server.onnx_model`).
 
 The analyst's client writes a model (from a ``ds_glm`` fit, or a published risk score written by
 hand); a site's governance board approves it by the SHA-256 of its canonical bytes; the site
@@ -9,6 +10,8 @@ spaces, numbers as Python's shortest round-trip repr.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import math
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 GLM_FORMAT = "dsfed.glm/1"
+# an ONNX file on the wire: {"format": ONNX_UPLOAD, "model": base64 of the file's bytes}; JSON like
+# every other request body, so both transports and the audit carry it unchanged
+ONNX_UPLOAD = "onnx/base64"
 FAMILIES = {"binomial": ("logit", "probit"), "poisson": ("log",), "gaussian": ("identity",)}
 MAX_COEFFICIENTS = 1000
 _KEYS = {"format", "formula", "family", "link", "coefficients"}
@@ -90,3 +96,27 @@ def parse_glm(data: bytes) -> GLMModel:
 def digest(data: bytes) -> str:
     """The SHA-256 a site approves a model file by: of its canonical form."""
     return parse_glm(data).sha256
+
+
+def onnx_upload(data: bytes) -> dict[str, str]:
+    """The upload body of an ONNX model file's bytes."""
+    return {"format": ONNX_UPLOAD, "model": base64.b64encode(data).decode("ascii")}
+
+
+def onnx_upload_bytes(max_bytes: int) -> int:
+    """The largest upload body that can carry an ONNX file of ``max_bytes`` bytes."""
+    return 4 * -(-max_bytes // 3) + len(json.dumps(onnx_upload(b""))) + 64
+
+
+def read_onnx_upload(document: Any) -> bytes | None:
+    """The ONNX file's bytes an upload body carries; None for a body that is no ONNX upload (a GLM
+    file); ModelError for an ONNX upload that is not exactly ``{"format", "model"}`` with base64."""
+    if not isinstance(document, dict) or document.get("format") != ONNX_UPLOAD:
+        return None
+    if set(document) != {"format", "model"} or not isinstance(document["model"], str):
+        raise ModelError(f"an ONNX upload is exactly {{'format': {ONNX_UPLOAD!r}, 'model': base64 text}}; "
+                         f"got keys {sorted(document)}")
+    try:
+        return base64.b64decode(document["model"], validate=True)
+    except binascii.Error as exc:
+        raise ModelError(f"the ONNX upload's model is not base64 ({exc})") from None

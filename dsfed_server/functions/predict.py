@@ -1,20 +1,27 @@
 """``predictDS``: an approved model's predictions for a table, kept at the site as a new vector.
 
-The model is a GLM given by numbers (:mod:`dsfed_core.models`), never code: the site builds the
+The model is never code. A GLM is given by numbers (:mod:`dsfed_core.models`): the site builds the
 design matrix of its formula from the table as R's ``model.matrix`` would (:mod:`dsfed_server.
 modelframe`), checks that the table gives exactly the design columns the model has coefficients
-for, and evaluates :math:`g^{-1}(X\\beta)` (``type="response"``) or :math:`X\\beta` (``"link"``).
-The predictions stay at the site like any symbol and every release from them is checked as any
-other; a model with few distinct outputs (at most n/q) must put at least q records on each.
+for, and evaluates :math:`g^{-1}(X\\beta)` (``type="response"``) or :math:`X\\beta` (``"link"``). An
+ONNX graph of standard operators (:mod:`dsfed_server.onnx_model`) reads the table's columns by name,
+checked against the data dictionary (:mod:`dsfed_server.onnx_inputs`), and onnxruntime gives the
+probability of the positive class (``"response"``) or its logit (``"link"``); a record missing an
+input gets a missing prediction. The predictions stay at the site like any symbol and every
+release from them is checked as any other; a model with few distinct outputs (at most n/q) must
+put at least q records on each.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_core.models import GLMModel, ModelError
 from dsfed_core.parser import parse_formula
+from dsfed_server.catalog import Variable
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
@@ -22,6 +29,8 @@ from dsfed_server.disclosure.provenance import MODEL_OUTPUT
 from dsfed_server.families import family
 from dsfed_server.modelframe import design_matrix
 from dsfed_server.models import approved
+from dsfed_server.onnx_inputs import table_inputs
+from dsfed_server.onnx_model import ONNXModel, probabilities
 from dsfed_server.registry import P, Param, register
 
 TYPES = ("response", "link")
@@ -46,15 +55,33 @@ def check_outputs(guard: Guard, values: np.ndarray, name: str) -> None:
     [
         Param("data", P.TABLE, "the table to predict for, e.g. D"),
         Param("model", P.STRING, "an approved model's name (the site's models.approved), or its SHA-256"),
-        Param("type", P.STRING, "'response' (e.g. probabilities) or 'link' (the linear predictor)",
+        Param("type", P.STRING, "'response' (e.g. probabilities) or 'link' (the linear predictor; for an "
+              "ONNX classifier the logit of its probability)",
               required=False, default="response", choices=TYPES),
     ],
-    checks=("models.approved", "models.analyst_glm", "disclosure.q_threshold"),
+    checks=("models.approved", "models.analyst_glm", "models.onnx", "disclosure.q_threshold"),
 )
 def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
     """The model's predictions for every record of ``data`` (missing where an input is missing)."""
     name, sha256, by_board = approved(ctx.guard, model)
-    glm = ctx.service.models.get(sha256, name)
+    stored = ctx.service.models.get(sha256, name)
+    if isinstance(stored, ONNXModel):
+        values = _onnx_predictions(ctx, stored, name, data, type, by_board)
+        probability = True
+    else:
+        values = _glm_predictions(stored, name, data, type)
+        probability = stored.family == "binomial"
+    check_outputs(ctx.guard, values, name)
+    out = pd.Series(values, index=data.index, name=f"{name}.{type}")
+    rows = data.attrs.get(ROWS)
+    if isinstance(rows, Rows) and rows.index.size == len(data):
+        out.attrs[ROWS] = rows
+    if by_board and type == "response" and probability:
+        out.attrs[MODEL_OUTPUT] = (name, (0.0, 1.0))  # a probability from a model the board approved
+    return out
+
+
+def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str) -> np.ndarray:
     try:
         X, columns, complete = design_matrix(parse_formula(glm.formula), data)
     except NotFound as exc:
@@ -69,11 +96,44 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     eta = X @ np.array([glm.coefficients[c] for c in columns])
     values = np.full(len(data), np.nan)
     values[complete] = eta if type == "link" else family(glm.family, glm.link).linkinv(eta)
-    check_outputs(ctx.guard, values, name)
-    out = pd.Series(values, index=data.index, name=f"{name}.{type}")
+    return values
+
+
+def _onnx_predictions(ctx: CallContext, model: ONNXModel, name: str, data: pd.DataFrame, type: str,
+                      by_board: bool) -> np.ndarray:
+    """P(positive class) (``"response"``) or its logit (``"link"``) by the ONNX graph, for the records
+    with every input (:func:`~dsfed_server.onnx_inputs.table_inputs`); missing for the others."""
+    if not ctx.guard.rule("models.onnx"):
+        raise DisclosureRefusal(f"model {name!r} is an ONNX graph, and this site applies no ONNX graphs",
+                                rule="models.onnx", hint="ask the site's governance board")
+    if not by_board:
+        raise DisclosureRefusal(f"model {name!r} is an ONNX graph, which this site applies only with its board's "
+                                "approval (models.analyst_glm covers GLM files only)", rule="models.approved",
+                                hint="ask the site's governance board to approve the model")
+    columns, complete = table_inputs(model, name, data, lambda column: _variable(ctx, data, column))
+    values = np.full(len(data), np.nan)
+    if complete.any():
+        try:
+            p = probabilities(model, columns)
+        except ModelError as exc:
+            raise CallError(f"model {name!r}: {exc}", rule="models.onnx",
+                            hint="tell the site's administrator and the model's author") from None
+        if not np.all((p >= 0) & (p <= 1)):
+            raise CallError(f"model {name!r} gives values outside [0, 1] as probabilities", rule="models.onnx",
+                            hint="the site reads output 'probabilities' column 1: a classifier's probabilities")
+        if type == "link" and np.any((p == 0) | (p == 1)):
+            raise CallError(f"model {name!r} gives probability 0 or 1 for some records, whose logit is infinite",
+                            hint='use type = "response" for this model')
+        values[complete] = special.logit(p) if type == "link" else p
+    return values
+
+
+def _variable(ctx: CallContext, data: pd.DataFrame, column: str) -> Variable | None:
+    """The data dictionary entry of ``column`` of the site table ``data`` comes from (None if none)."""
     rows = data.attrs.get(ROWS)
-    if isinstance(rows, Rows) and rows.index.size == len(data):
-        out.attrs[ROWS] = rows
-    if by_board and type == "response" and glm.family == "binomial":
-        out.attrs[MODEL_OUTPUT] = (name, (0.0, 1.0))  # a probability from a model the board approved
-    return out
+    if not isinstance(rows, Rows):
+        return None
+    try:
+        return ctx.service.catalog.variable(rows.lineage, column)
+    except NotFound:
+        return None
