@@ -128,13 +128,14 @@ def _read_onnx(data: bytes, limit: int, guard: Guard) -> ONNXModel:
     if not guard.rule("models.onnx"):
         raise DisclosureRefusal("this site applies no ONNX graphs, only GLM model files", rule="models.onnx",
                                 hint="send the model as a GLM file, or ask the site's governance board")
+    sha256 = hashlib.sha256(data).hexdigest()  # named in the refusal, so the audit record holds it
     try:
         return parse_onnx(data)
     except ForbiddenGraph as exc:
-        raise DisclosureRefusal(f"the ONNX model is outside what this site runs: {exc}", rule="models.onnx",
+        raise DisclosureRefusal(f"ONNX model {sha256} is outside what this site runs: {exc}", rule="models.onnx",
                                 hint="export with standard operators only (skl2onnx, zipmap=False)") from None
     except ModelError as exc:
-        raise CallError(f"not an ONNX model this site can apply: {exc}", rule="models.onnx",
+        raise CallError(f"ONNX model {sha256} is not one this site can apply: {exc}", rule="models.onnx",
                         hint="the site's contract for ONNX models is in docs/analyst.md") from None
 
 
