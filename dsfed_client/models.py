@@ -14,6 +14,7 @@ any score column.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -37,11 +38,7 @@ def upload_model(session: FederatedSession, model: GLMModel | bytes | str | os.P
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         model = parse_glm(path.read_bytes()) if path.suffix == ".json" else path.read_bytes()
-    if isinstance(model, bytes):
-        body = onnx_upload(model)
-    else:
-        body = {"format": "dsfed.glm/1", "formula": model.formula, "family": model.family, "link": model.link,
-                "coefficients": dict(model.coefficients)}
+    body = onnx_upload(model) if isinstance(model, bytes) else json.loads(model.canonical())
     return SiteResults("uploadModel", session.at_every_site("uploadModel", "POST", "/models", body))
 
 

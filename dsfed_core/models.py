@@ -15,8 +15,11 @@ import binascii
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from dsfed_core.errors import CallError
+from dsfed_core.parser import parse_formula
 
 GLM_FORMAT = "dsfed.glm/1"
 # an ONNX file on the wire: {"format": ONNX_UPLOAD, "model": base64 of the file's bytes}; JSON like
@@ -25,6 +28,7 @@ ONNX_UPLOAD = "onnx/base64"
 FAMILIES = {"binomial": ("logit", "probit"), "poisson": ("log",), "gaussian": ("identity",)}
 MAX_COEFFICIENTS = 1000
 _KEYS = {"format", "formula", "family", "link", "coefficients"}
+_OPTIONAL = {"units"}  # written only when not empty, so a GLM without units keeps its digest
 
 
 class ModelError(ValueError):
@@ -34,17 +38,22 @@ class ModelError(ValueError):
 @dataclass(frozen=True)
 class GLMModel:
     """:math:`g(E[y]) = x^T \\beta`: ``coefficients`` by design-column name as R's ``model.matrix``
-    names them (``(Intercept)``, ``age``, ``tgradeII``, ``age:tsize``)."""
+    names them (``(Intercept)``, ``age``, ``tgradeII``, ``age:tsize``). ``units``: optionally, the
+    unit of a variable the formula reads as the model expects it (``{"age": "years"}``); the site
+    refuses the model on a table whose data dictionary gives that variable another unit."""
 
     formula: str
     family: str
     link: str
     coefficients: Mapping[str, float]
+    units: Mapping[str, str] = field(default_factory=dict)
 
     def canonical(self) -> bytes:
-        """The bytes the digest is taken of."""
+        """The bytes the digest is taken of (``units`` only if any are declared)."""
         document = {"format": GLM_FORMAT, "formula": self.formula, "family": self.family, "link": self.link,
                     "coefficients": {k: float(v) for k, v in self.coefficients.items()}}
+        if self.units:
+            document["units"] = dict(self.units)
         return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
 
     @property
@@ -75,9 +84,10 @@ def parse_glm(data: bytes) -> GLMModel:
         document = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"not a JSON model file ({exc})") from None
-    if not isinstance(document, dict) or set(document) != _KEYS:
+    if not isinstance(document, dict) or not _KEYS <= set(document) <= _KEYS | _OPTIONAL:
         got = sorted(document) if isinstance(document, dict) else type(document).__name__
-        raise ModelError(f"a GLM model file holds exactly {sorted(_KEYS)}; got {got}")
+        raise ModelError(f"a GLM model file holds exactly {sorted(_KEYS)} (and optionally {sorted(_OPTIONAL)}); "
+                         f"got {got}")
     if document["format"] != GLM_FORMAT:
         raise ModelError(f"format must be {GLM_FORMAT!r}, got {document['format']!r}")
     family, link = _text(document, "family", 20), _text(document, "link", 20)
@@ -90,7 +100,22 @@ def parse_glm(data: bytes) -> GLMModel:
     for name, value in coefficients.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ModelError(f"coefficient {name!r} must be a finite number, got {value!r}")
-    return GLMModel(_text(document, "formula"), family, link, {k: float(v) for k, v in coefficients.items()})
+    formula = _text(document, "formula")
+    return GLMModel(formula, family, link, {k: float(v) for k, v in coefficients.items()},
+                    _units(document["units"], formula) if "units" in document else {})
+
+
+def _units(units: Any, formula: str) -> dict[str, str]:
+    """The ``units`` of a GLM file: a non-empty object naming variables of the formula, units as text."""
+    try:
+        variables = set(parse_formula(formula).variables)
+    except CallError as exc:
+        raise ModelError(f"formula {formula!r}: {exc.message}") from None
+    if not isinstance(units, dict) or not units or not all(
+            k in variables and isinstance(v, str) and 0 < len(v) <= 100 for k, v in units.items()):
+        raise ModelError(f"units must be an object giving variables of the formula ({', '.join(sorted(variables))}) "
+                         f"a unit each, got {units!r}")
+    return units
 
 
 def digest(data: bytes) -> str:

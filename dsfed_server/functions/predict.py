@@ -14,6 +14,8 @@ put at least q records on each.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 from scipy import special
@@ -69,7 +71,7 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
         values = _onnx_predictions(ctx, stored, name, data, type, by_board)
         probability = True
     else:
-        values = _glm_predictions(stored, name, data, type)
+        values = _glm_predictions(stored, name, data, type, lambda column: _variable(ctx, data, column))
         probability = stored.family == "binomial"
     check_outputs(ctx.guard, values, name)
     out = pd.Series(values, index=data.index, name=f"{name}.{type}")
@@ -81,7 +83,14 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     return out
 
 
-def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str) -> np.ndarray:
+def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str,
+                     variable: Callable[[str], Variable | None]) -> np.ndarray:
+    for column, unit in glm.units.items():
+        entry = variable(column)
+        if entry is None or entry.unit != unit:
+            has = "no data dictionary entry" if entry is None else f"unit {entry.unit or 'none'!r}"
+            raise CallError(f"model {name!r} reads column {column!r} in {unit!r}; this table's data dictionary "
+                            f"gives it {has}", hint="convert the model to the site's unit (its data dictionary)")
     try:
         X, columns, complete = design_matrix(parse_formula(glm.formula), data)
     except NotFound as exc:
