@@ -135,6 +135,8 @@ def _metadata(model: ModelProto, names: set[str]) -> tuple[dict[str, str], dict[
     units: dict[str, str] = {}
     categories: dict[str, tuple[str, ...]] = {}
     for entry in model.metadata_props:
+        if not isinstance(entry.key, str) or not isinstance(entry.value, str):  # protobuf's bytes: not UTF-8
+            raise ModelError(f"metadata {entry.key!r} is not UTF-8 text")
         if not entry.key.startswith("dsfed."):
             continue
         key = next((k for k in (UNIT_KEY, CATEGORIES_KEY) if entry.key.startswith(k)), None)
@@ -163,7 +165,7 @@ def _one_hot_categories(graph: GraphProto, name: str) -> Iterator[set[str]]:
         if node.op_type == "OneHotEncoder" and name in node.input:
             for attribute in node.attribute:
                 if attribute.name == "cats_strings":
-                    yield {s.decode("utf-8") for s in attribute.strings}
+                    yield {s.decode("utf-8", errors="replace") for s in attribute.strings}
 
 
 def _input(value: onnx.ValueInfoProto, units: dict[str, str], categories: dict[str, tuple[str, ...]],
@@ -229,7 +231,7 @@ def parse_onnx(data: bytes) -> ONNXModel:
     _walk(model.graph, operators)
     try:
         onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, UnicodeDecodeError) as exc:
         raise ModelError(f"the ONNX checker refuses the model: {str(exc).splitlines()[0]}") from None
     initializers = {t.name for t in model.graph.initializer}
     values = [v for v in model.graph.input if v.name not in initializers]
@@ -249,7 +251,7 @@ def probabilities(model: ONNXModel, columns: Mapping[str, np.ndarray]) -> np.nda
     per input, complete records only), run by onnxruntime on one thread; ModelError if it fails."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # its errors become the refusal's message, not server log lines
     feed = {}
     for spec in model.inputs:
         values = np.asarray(columns[spec.name]).astype(spec.dtype)
