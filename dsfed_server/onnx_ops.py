@@ -52,7 +52,7 @@ ALLOWED_OPERATORS: dict[str, frozenset[str]] = {
 }
 
 # operator-set versions (lowest, highest) whose semantics of the operators above were reviewed
-# (ONNX 1.16: opset 21, ONNX-ML 5); a later opset may change what an operator computes
+# (skl2onnx targets these); a later opset may change what an operator computes, so it is refused
 OPSETS: dict[str, tuple[int, int]] = {DEFAULT_DOMAIN: (7, 21), ML_DOMAIN: (1, 5)}
 
 
