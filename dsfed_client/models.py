@@ -1,8 +1,12 @@
-"""Bringing a model to the data: a GLM written as numbers, uploaded to the sites and applied there.
+"""Bringing a model to the data: a GLM written as numbers, or an ONNX graph, uploaded to the sites
+and applied there.
 
 A model fitted across the federation (:func:`~dsfed_client.analyses.glm.ds_glm`) or a published
 risk score becomes a :class:`~dsfed_core.models.GLMModel` (formula, family, link, coefficients:
-no code). Each site's governance board approves it by its SHA-256 (``dsfed models approve``);
+no code); a model fitted elsewhere (an sklearn pipeline) travels as an ONNX file, which the client
+sends as bytes without reading it (it needs neither ``onnx`` nor ``onnxruntime``: only the sites
+parse and run it). Each site's governance board approves a model by its SHA-256
+(``dsfed models approve``);
 the analyst uploads it (:func:`upload_model`) and each site applies it to its own records
 (:func:`ds_predict`, the site's ``predictDS``), where the predictions stay, to be validated as
 any score column.
@@ -10,10 +14,14 @@ any score column.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from dsfed_client.analyses.glm import GLMResults
 from dsfed_client.calls import Call, Ref
 from dsfed_client.session import FederatedSession, SiteResults
-from dsfed_core.models import GLMModel
+from dsfed_core.models import GLMModel, onnx_upload, parse_glm
 
 
 def glm_model(fit: GLMResults) -> GLMModel:
@@ -21,11 +29,16 @@ def glm_model(fit: GLMResults) -> GLMModel:
     return GLMModel(fit.formula, fit.family, fit.link, dict(zip(fit.names, map(float, fit.params))))
 
 
-def upload_model(session: FederatedSession, model: GLMModel) -> SiteResults:
+def upload_model(session: FederatedSession, model: GLMModel | bytes | str | os.PathLike[str]) -> SiteResults:
     """Send the model file to every site; each stores it if its rules approve its digest (or allow
-    GLMs of the analyst's own) and answers the digest and the approved name(s)."""
-    body = {"format": "dsfed.glm/1", "formula": model.formula, "family": model.family, "link": model.link,
-            "coefficients": dict(model.coefficients)}
+    GLMs of the analyst's own) and answers the digest and the approved name(s).
+
+    ``model``: a :class:`~dsfed_core.models.GLMModel`; a GLM model file's path (``.json``); or an
+    ONNX model, as the file's path or its bytes (digest: the SHA-256 of exactly these bytes)."""
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        model = parse_glm(path.read_bytes()) if path.suffix == ".json" else path.read_bytes()
+    body = onnx_upload(model) if isinstance(model, bytes) else json.loads(model.canonical())
     return SiteResults("uploadModel", session.at_every_site("uploadModel", "POST", "/models", body))
 
 

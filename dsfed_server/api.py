@@ -243,10 +243,12 @@ def create_app(service: SiteService) -> FastAPI:
         return {"result": service.aggregate(user, sid, body.request())}
 
     @app.post("/v1/models", openapi_extra={"requestBody": {"required": True, "content": {
-        "application/json": {"schema": {"type": "object", "description": "a GLM model file (dsfed_core/models.py)"}}}}})
+        "application/json": {"schema": {"type": "object", "description": "a GLM model file, or an ONNX file as "
+                                        '{"format": "onnx/base64", "model": BASE64} (dsfed_core/models.py)'}}}}})
     async def upload_model(request: Request, user: UserDep) -> dict[str, Any]:
-        """Upload a model file: stored by its SHA-256 if the site's rules approve it (models.approved,
-        or models.analyst_glm for a GLM of the analyst's own); predictDS then applies it."""
+        """Upload a model file (a GLM, or an ONNX graph): stored by its SHA-256 if the site's rules
+        approve it (models.approved, or models.analyst_glm for a GLM of the analyst's own; ONNX only
+        where models.onnx); the size is checked before the model is read; predictDS then applies it."""
         return await run_in_threadpool(service.upload_model, user, await request.body())
 
     @app.post("/v1/sessions/{sid}/cost")

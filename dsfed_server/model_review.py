@@ -1,6 +1,7 @@
 """Governance's view of a model file: ``dsfed models inspect FILE`` says what the model reads and
 computes and its digest, in words a board can review; ``dsfed models approve FILE --rules RULES``
-adds it to a rules file's ``models.approved`` (by that digest), keeping the file's comments."""
+adds it to a rules file's ``models.approved`` (by that digest), keeping the file's comments. A file
+named ``*.onnx`` is an ONNX graph (:mod:`dsfed_server.onnx_model`), any other a GLM file."""
 
 from __future__ import annotations
 
@@ -11,14 +12,51 @@ from pathlib import Path
 from dsfed_core.models import GLMModel, ModelError, parse_glm
 from dsfed_core.parser import parse_formula
 from dsfed_server.disclosure.rules import load_rules
+from dsfed_server.models import Model
+from dsfed_server.onnx_model import OUTPUT, POSITIVE, ONNXModel, OnnxInput, parse_onnx
 from dsfed_server.tomlfile import ConfigFileError
 
 _LINKS = {"logit": "the logistic function (a probability)", "probit": "the normal CDF (a probability)",
           "log": "the exponential (a rate)", "identity": "itself"}
 
 
-def describe(model: GLMModel, path: Path) -> str:
+def describe(model: Model, path: Path) -> str:
     """The review text of a model file."""
+    return _describe_onnx(model, path) if isinstance(model, ONNXModel) else _describe_glm(model, path)
+
+
+def _reads(spec: OnnxInput) -> str:
+    if spec.categories is not None:
+        return f"categorical, categories {', '.join(spec.categories)}"
+    kind = "whole number" if spec.element == "int64" else "number"
+    return f"{kind} ({spec.element}), unit {spec.unit if spec.unit is not None else 'not declared'}"
+
+
+def _describe_onnx(model: ONNXModel, path: Path) -> str:
+    width = max(len(spec.name) for spec in model.inputs) + 2
+    lines = [
+        f"Model file {path}",
+        f"  SHA-256 (what the rules file approves): {model.sha256}",
+        "    (of the file's bytes as they are: sha256sum gives the same)",
+        "  Kind: an ONNX graph of standard ONNX / ONNX-ML operators, run by onnxruntime (no code runs at the site)",
+        f"  Size: {len(model.data)} bytes; made by {model.producer or 'an unnamed tool'}; operator sets "
+        + ", ".join(f"{domain} {version}" for domain, version in sorted(model.opsets.items())),
+        *([f"  Description: {model.description}"] if model.description else []),
+        "  Reads the table's columns (each checked against the site's data dictionary; records missing one get "
+        "no prediction):",
+        *(f"    {spec.name:<{width}}{_reads(spec)}" for spec in model.inputs),
+        "  Outputs: " + "; ".join(f"{name} ({kind})" for name, kind in model.outputs),
+        f"  The site reads {OUTPUT}[:, {POSITIVE}]: the probability of the model's second class (y = 1 for a 0/1 "
+        "outcome)",
+        "  Operators (nodes of each kind):",
+        *(f"    {op:<40}{count}" for op, count in model.operators.items()),
+        "  What the site still checks when applying it: the table has every column with these types, categories",
+        "  and units, and a model with few distinct outputs puts at least q records on each (disclosure.q_threshold).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _describe_glm(model: GLMModel, path: Path) -> str:
     formula = parse_formula(model.formula)
     variables = [v for v in formula.variables if v != formula.response]
     lines = [
@@ -27,6 +65,8 @@ def describe(model: GLMModel, path: Path) -> str:
         "  Kind: a generalised linear model given by numbers only (no code runs at the site)",
         f"  Formula: {model.formula}  (family {model.family}, link {model.link})",
         f"  Reads the table's variables: {', '.join(variables) or 'none'}",
+        *([f"  Declares units (checked against the site's data dictionary): "
+           + ", ".join(f"{k} in {v}" for k, v in model.units.items())] if model.units else []),
         f"  Computes: x'b over {len(model.coefficients)} coefficients, then {_LINKS[model.link]}",
         "  Coefficients:",
         *(f"    {name:<24} {value: .6g}" for name, value in model.coefficients.items()),
@@ -54,7 +94,7 @@ def _entry(name: str, sha256: str, note: str) -> str:
     return f'    {{ name = "{name}", sha256 = "{sha256}", note = "{quoted}" }},'
 
 
-def approve(model: GLMModel, rules_path: Path, name: str, note: str) -> str:
+def approve(model: Model, rules_path: Path, name: str, note: str) -> str:
     """Add ``model`` to the rules file's approved models under ``name`` and return the new text's
     entry; refuses a name or digest already there. The file is checked as a site would before it is
     replaced."""
@@ -77,9 +117,9 @@ def approve(model: GLMModel, rules_path: Path, name: str, note: str) -> str:
     return entries[-1].strip()
 
 
-def _read(path: Path) -> GLMModel:
+def _read(path: Path) -> Model:
     try:
-        return parse_glm(path.read_bytes())
+        return parse_onnx(path.read_bytes()) if path.suffix == ".onnx" else parse_glm(path.read_bytes())
     except ModelError as exc:
         raise ValueError(f"{path}: not a model a site can apply: {exc}") from None
 
@@ -107,7 +147,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     models = sub.add_parser("models", help="review and approve prediction models").add_subparsers(
         dest="action", required=True)
     p = models.add_parser("inspect", help="what a model file reads and computes, and its SHA-256")
-    p.add_argument("file", type=Path, help="a model file (JSON: format, formula, family, link, coefficients)")
+    p.add_argument("file", type=Path, help="a model file: a GLM (JSON: format, formula, family, link, coefficients) "
+                                                  "or an ONNX graph (*.onnx)")
     p.set_defaults(func=cmd_inspect)
     p = models.add_parser("approve", help="add a model to a rules file's models.approved, by its SHA-256")
     p.add_argument("file", type=Path, help="the model file")

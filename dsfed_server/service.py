@@ -45,6 +45,7 @@ from dsfed_core.errors import (
 )
 from dsfed_core.parser import parse
 from dsfed_server.models import ModelStore, read_upload
+from dsfed_server.onnx_model import ONNXModel
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
 from dsfed_server.rvalues import opal_json
 from dsfed_server.tomlfile import ConfigFileError, locate
@@ -778,8 +779,11 @@ class SiteService:
             record["call"] = f"sha256 {model.sha256} ({len(data)} bytes)"
             sha256 = self.models.put(model)
             names = [entry.name for entry in self.rules.models.approved if entry.sha256 == sha256]
-            return {"site": self.name, "sha256": sha256, "approved_as": names, "formula": model.formula,
-                    "family": model.family, "link": model.link, "inputs": model.inputs}
+            if isinstance(model, ONNXModel):
+                return {"site": self.name, "sha256": sha256, "approved_as": names, "format": "onnx",
+                        "inputs": [spec.name for spec in model.inputs], "outputs": [n for n, _ in model.outputs]}
+            return {"site": self.name, "sha256": sha256, "approved_as": names, "format": "glm",
+                    "formula": model.formula, "family": model.family, "link": model.link, "inputs": model.inputs}
 
     def cost(self, user: User, sid: str, request: CallRequest) -> dict[str, Any]:
         """What a call would charge the caller's privacy budget on each table it reads, and what the

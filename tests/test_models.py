@@ -247,3 +247,29 @@ def test_a_datashield_client_applies_an_approved_model_by_call_text(fitted, tmp_
     assert n == len(pooled)
     mean = sum(r["EstimatedMean"] * r["Nvalid"] for r in means.values()) / n
     assert mean == pytest.approx(_r_predictions(model, pooled).mean(), rel=1e-10)
+
+
+def test_a_glm_declaring_units_is_checked_against_the_data_dictionary(tmp_path):
+    """A GLM file may declare the units of the variables it reads (``units``, written only when
+    declared, so a GLM without units keeps its digest): applied where the data dictionary agrees
+    (the mean prediction is the pooled formula's), refused where it gives another unit."""
+    coefficients = {"(Intercept)": -1.0, "age": 0.02, "tsize": -0.01}
+    plain = GLMModel("y ~ age + tsize", "binomial", "logit", coefficients)
+    years = GLMModel("y ~ age + tsize", "binomial", "logit", coefficients, {"age": "years", "tsize": "mm"})
+    months = GLMModel("y ~ age + tsize", "binomial", "logit", coefficients, {"age": "months"})
+    assert b"units" not in plain.canonical() and json.loads(years.canonical())["units"] == {"age": "years",
+                                                                                            "tsize": "mm"}
+    rules = approving(tmp_path / "rules.toml", {}, analyst_glm="true")
+    provisioned, services = _gbsg2_sites(tmp_path / "sites", rules)
+    pooled = pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES])
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", TABLE)
+        upload_model(session, years)
+        upload_model(session, months)
+        ds_predict(session, "D", years.sha256, "pred")
+        expected = np.mean(1 / (1 + np.exp(-(-1.0 + 0.02 * pooled.age - 0.01 * pooled.tsize))))
+        assert session.mean("pred").mean == pytest.approx(expected, rel=1e-12)
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", months.sha256, "pred_months")
+    assert "reads column 'age' in 'months'; this table's data dictionary gives it unit 'years'" in str(exc.value)
+    assert _refusal(exc.value)[0] == {"bad_call"}

@@ -360,6 +360,15 @@ class Models(_Section):
         le=100_000_000,
         description="Largest model file an analyst may upload, in bytes.",
     )
+    onnx: bool = Field(
+        description=(
+            "Whether the site applies ONNX graphs (run by onnxruntime) as well as GLM files: only "
+            "the standard ONNX and ONNX-ML operators of dsfed_server/onnx_ops.py, no custom "
+            "operators, functions or external data, each graph input a table column whose type, "
+            "categories and unit match the data dictionary, and always with the board's approval. "
+            "false: GLM files only."
+        ),
+    )
     approved: tuple[ApprovedModel, ...] = Field(
         description=(
             "The models this site applies to its data (predictDS), by the SHA-256 of their canonical "

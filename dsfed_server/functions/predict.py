@@ -1,27 +1,37 @@
 """``predictDS``: an approved model's predictions for a table, kept at the site as a new vector.
 
-The model is a GLM given by numbers (:mod:`dsfed_core.models`), never code: the site builds the
+The model is never code. A GLM is given by numbers (:mod:`dsfed_core.models`): the site builds the
 design matrix of its formula from the table as R's ``model.matrix`` would (:mod:`dsfed_server.
 modelframe`), checks that the table gives exactly the design columns the model has coefficients
-for, and evaluates :math:`g^{-1}(X\\beta)` (``type="response"``) or :math:`X\\beta` (``"link"``).
-The predictions stay at the site like any symbol and every release from them is checked as any
-other; a model with few distinct outputs (at most n/q) must put at least q records on each.
+for, and evaluates :math:`g^{-1}(X\\beta)` (``type="response"``) or :math:`X\\beta` (``"link"``). An
+ONNX graph of standard operators (:mod:`dsfed_server.onnx_model`) reads the table's columns by name,
+checked against the data dictionary (:mod:`dsfed_server.onnx_inputs`), and onnxruntime gives the
+probability of the positive class (``"response"``) or its logit (``"link"``); a record missing an
+input gets a missing prediction. The predictions stay at the site like any symbol and every
+release from them is checked as any other; a model with few distinct outputs (at most n/q) must
+put at least q records on each.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
+from scipy import special
 
-from dsfed_core.errors import CallError, NotFound
-from dsfed_core.models import GLMModel
+from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_core.models import GLMModel, ModelError
 from dsfed_core.parser import parse_formula
+from dsfed_server.catalog import Variable
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
 from dsfed_server.modelframe import design_matrix
 from dsfed_server.models import approved
+from dsfed_server.onnx_inputs import table_inputs
+from dsfed_server.onnx_model import ONNXModel, probabilities
 from dsfed_server.registry import P, Param, register
 
 TYPES = ("response", "link")
@@ -33,10 +43,11 @@ TYPES = ("response", "link")
     [
         Param("data", P.TABLE, "the table to predict for, e.g. D"),
         Param("model", P.STRING, "an approved model's name (the site's models.approved), or its SHA-256"),
-        Param("type", P.STRING, "'response' (e.g. probabilities) or 'link' (the linear predictor)",
+        Param("type", P.STRING, "'response' (e.g. probabilities) or 'link' (the linear predictor; for an "
+              "ONNX classifier the logit of its probability)",
               required=False, default="response", choices=TYPES),
     ],
-    checks=("models.approved", "models.analyst_glm", "disclosure.q_threshold"),
+    checks=("models.approved", "models.analyst_glm", "models.onnx", "disclosure.q_threshold"),
 )
 def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
     """The model's predictions for every record of ``data`` (missing where an input is missing).
@@ -49,28 +60,43 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     predictions' ordering, which every monotone variant of it shares, so new coefficients do not
     open a fresh history (its binned releases are then decided per site)."""
     name, sha256, by_board = approved(ctx.guard, model)
-    glm = ctx.service.models.get(sha256, name)
-    values = _apply(glm, name, data, type)
+    stored = ctx.service.models.get(sha256, name)
+
+    def variable(column: str) -> Variable | None:
+        return _variable(ctx, data, column)
+
+    def apply(frame: pd.DataFrame) -> np.ndarray:
+        if isinstance(stored, ONNXModel):
+            return _onnx_predictions(ctx, stored, name, frame, type, by_board, variable)
+        return _glm_predictions(stored, name, frame, type, variable)
+
+    values = apply(data)
     ctx.guard.distinct_values(values, f"model {name!r}", "predictions",
                               "a model whose outputs single out records is not applied; ask the board about the model")
     out = pd.Series(values, index=data.index, name=f"{name}.{type}")
-    declared = (0.0, 1.0) if by_board and type == "response" and glm.family == "binomial" else None
+    probability = isinstance(stored, ONNXModel) or stored.family == "binomial"
+    declared = (0.0, 1.0) if by_board and type == "response" and probability else None
     if declared is not None:
         out.attrs[MODEL_OUTPUT] = (name, declared)  # a probability from a model the board approved
     rows = data.attrs.get(ROWS)
     if isinstance(rows, Rows) and rows.index.size == len(data):
         out.attrs[ROWS] = rows
-    if isinstance(rows, Rows) and rows.index.size == len(data) and by_board:
-        table = ctx.service.catalog.frame(rows.lineage)
-        everyone = values if len(table) == len(data) and np.array_equal(rows.index, np.arange(len(table))) \
-            else _apply(glm, name, table, type)
-        out.attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", everyone, declared)
+        if by_board:
+            table = ctx.service.catalog.frame(rows.lineage)
+            whole = len(table) == len(data) and np.array_equal(rows.index, np.arange(len(table)))
+            everyone = values if whole else apply(table)
+            out.attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", everyone, declared)
     return out
 
 
-def _apply(glm: GLMModel, name: str, data: pd.DataFrame, type: str) -> np.ndarray:
-    """:math:`g^{-1}(X\\beta)` (``"response"``) or :math:`X\\beta` (``"link"``) for every record of
-    ``data``, missing where an input is; refused when the table's design columns are not the model's."""
+def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str,
+                     variable: Callable[[str], Variable | None]) -> np.ndarray:
+    for column, unit in glm.units.items():
+        entry = variable(column)
+        if entry is None or entry.unit != unit:
+            has = "no data dictionary entry" if entry is None else f"unit {entry.unit or 'none'!r}"
+            raise CallError(f"model {name!r} reads column {column!r} in {unit!r}; this table's data dictionary "
+                            f"gives it {has}", hint="convert the model to the site's unit (its data dictionary)")
     try:
         X, columns, complete = design_matrix(parse_formula(glm.formula), data)
     except NotFound as exc:
@@ -86,3 +112,43 @@ def _apply(glm: GLMModel, name: str, data: pd.DataFrame, type: str) -> np.ndarra
     values = np.full(len(data), np.nan)
     values[complete] = eta if type == "link" else family(glm.family, glm.link).linkinv(eta)
     return values
+
+
+def _onnx_predictions(ctx: CallContext, model: ONNXModel, name: str, data: pd.DataFrame, type: str,
+                      by_board: bool, variable: Callable[[str], Variable | None]) -> np.ndarray:
+    """P(positive class) (``"response"``) or its logit (``"link"``) by the ONNX graph, for the records
+    with every input (:func:`~dsfed_server.onnx_inputs.table_inputs`); missing for the others."""
+    if not ctx.guard.rule("models.onnx"):
+        raise DisclosureRefusal(f"model {name!r} is an ONNX graph, and this site applies no ONNX graphs",
+                                rule="models.onnx", hint="ask the site's governance board")
+    if not by_board:
+        raise DisclosureRefusal(f"model {name!r} is an ONNX graph, which this site applies only with its board's "
+                                "approval (models.analyst_glm covers GLM files only)", rule="models.approved",
+                                hint="ask the site's governance board to approve the model")
+    columns, complete = table_inputs(model, name, data, variable)
+    values = np.full(len(data), np.nan)
+    if complete.any():
+        try:
+            p = probabilities(model, columns)
+        except ModelError as exc:
+            raise CallError(f"model {name!r}: {exc}", rule="models.onnx",
+                            hint="tell the site's administrator and the model's author") from None
+        if not np.all((p >= 0) & (p <= 1)):
+            raise CallError(f"model {name!r} gives values outside [0, 1] as probabilities", rule="models.onnx",
+                            hint="the site reads output 'probabilities' column 1: a classifier's probabilities")
+        if type == "link" and np.any((p == 0) | (p == 1)):
+            raise CallError(f"model {name!r} gives probability 0 or 1 for some records, whose logit is infinite",
+                            hint='use type = "response" for this model')
+        values[complete] = special.logit(p) if type == "link" else p
+    return values
+
+
+def _variable(ctx: CallContext, data: pd.DataFrame, column: str) -> Variable | None:
+    """The data dictionary entry of ``column`` of the site table ``data`` comes from (None if none)."""
+    rows = data.attrs.get(ROWS)
+    if not isinstance(rows, Rows):
+        return None
+    try:
+        return ctx.service.catalog.variable(rows.lineage, column)
+    except NotFound:
+        return None

@@ -1,0 +1,346 @@
+"""ONNX models brought to the data: an sklearn pipeline exported by skl2onnx, approved by each site's
+board by the SHA-256 of its bytes, uploaded, and run by onnxruntime at the sites (predictDS).
+
+References: sklearn's ``predict_proba`` of the same fitted pipeline (refitted here by the shipped
+script, opal_fixtures/scripts/fit_gbm_onnx.py) and onnxruntime's own output on the pooled validation
+frame (the predictions); pROC, rms' ``val.prob`` and the Brier formula on those predictions (the
+validation). Every refusal is an attempt on real site servers over loopback, and its audit record
+names the rule that refused it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pandas as pd
+import pytest
+from onnx import TensorProto, helper
+from skl2onnx import convert_sklearn
+from skl2onnx.common.data_types import FloatTensorType
+from sklearn.tree import DecisionTreeClassifier
+
+from conftest import FIXTURES, GBSG2_SITES, audit_records, http_builder
+from dsfed_client import DisclosureRefusal, FederatedCallError
+from dsfed_client.analyses.calibration import ds_brier, ds_logistic_calibration
+from dsfed_client.analyses.discrimination import ds_auc
+from dsfed_client.models import ds_predict, upload_model
+from dsfed_core.wire import decode_f64
+from dsfed_server.catalog import Variable, write_dictionary
+from dsfed_server.launch import LocalSites
+from dsfed_server.provision import provision
+from rref import R_PROC, R_VALPROB, r_reference
+from sitekit import ROOT
+
+NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
+GBM = FIXTURES / "models" / "gbsg2-gbm.onnx"
+SCRIPT = FIXTURES / "scripts" / "fit_gbm_onnx.py"
+TABLE = "GBSG2.validation"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("fit_gbm_onnx", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def approving(path: Path, models: dict[str, bytes], **changes: str) -> Path:
+    """The no-noise rules approving ``models`` (name -> ONNX bytes), with other [models] keys changed."""
+    text = NO_NOISE.read_text()
+    entries = ", ".join(f'{{ name = "{n}", sha256 = "{hashlib.sha256(b).hexdigest()}", note = "test" }}'
+                        for n, b in models.items())
+    text = text.replace("approved = []", f"approved = [{entries}]")
+    for key, value in changes.items():
+        assert text.count(f"\n{key} = ") == 1, key
+        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n# was: ", 1)
+    path.write_text(text)
+    return path
+
+
+def variant(data: bytes, *, unit: tuple[str, str] | None = None, categories: tuple[str, list[str]] | None = None,
+            note: str | None = None) -> bytes:
+    """The ONNX model ``data`` with one declared unit changed, one factor's categories renamed (in its
+    metadata and its one-hot encoder), or one more metadata entry: a different file."""
+    model = onnx.load_model_from_string(data)
+    for entry in model.metadata_props:
+        if unit and entry.key == f"dsfed.unit.{unit[0]}":
+            entry.value = unit[1]
+        if categories and entry.key == f"dsfed.categories.{categories[0]}":
+            entry.value = json.dumps(categories[1])
+    if categories:
+        for node in model.graph.node:
+            if node.op_type == "OneHotEncoder" and categories[0] in node.input:
+                (attribute,) = [a for a in node.attribute if a.name == "cats_strings"]
+                attribute.strings[:] = [c.encode() for c in categories[1]]
+    if note:
+        model.metadata_props.add(key="note", value=note)
+    return model.SerializeToString(deterministic=True)
+
+
+def _refusal(exc: FederatedCallError) -> tuple[set[str], set[str | None]]:
+    return {f.kind for f in exc.failures.values()}, {f.rule for f in exc.failures.values()}
+
+
+def _refused(provisioned, function: str) -> list[dict]:
+    return [r for r in audit_records(provisioned) if r["function"] == function and r["outcome"] != "ok"]
+
+
+@pytest.fixture(scope="module")
+def gbm():
+    """The shipped model's bytes, the pipeline the script fits (sklearn), and the pooled validation
+    frame with the site of each record."""
+    script = _script()
+    pipeline = script.fit(pd.read_csv(script.TRAIN))
+    frames = [pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv").assign(site=s) for s in GBSG2_SITES]
+    return GBM.read_bytes(), pipeline, pd.concat(frames, ignore_index=True), script.PREDICTORS
+
+
+@pytest.fixture(scope="module")
+def gbsg2(gbm, tmp_path_factory):
+    """The five GBSG2 sites, noise off, their board having approved the GBM and two variants of it
+    (a unit and the categories changed), as real site server processes on loopback."""
+    data = gbm[0]
+    run = tmp_path_factory.mktemp("onnx")
+    variants = {"gbm-months": variant(data, unit=("age", "months")),
+                "gbm-numbered": variant(data, categories=("tgrade", ["1", "2", "3"]))}
+    rules = approving(run / "rules.toml", {"gbsg2-gbm": data, **variants})
+    provisioned = provision(run, {s: (FIXTURES / s, rules) for s in GBSG2_SITES})
+    with LocalSites(provisioned.values(), run / "run") as sites:
+        yield provisioned, http_builder(provisioned, sites.urls), variants, run
+
+
+def _onnxruntime(data: bytes, frame: pd.DataFrame, predictors: list[str]) -> np.ndarray:
+    """onnxruntime's P(y = 1) of model ``data`` on ``frame`` (factors as text, numbers as float32)."""
+    feed = {c: (frame[[c]].astype(str).to_numpy(dtype=object) if pd.api.types.is_string_dtype(frame[c])
+                else frame[[c]].to_numpy(dtype=np.float32)) for c in predictors}
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return session.run(["probabilities"], feed)[0][:, 1].astype(float)
+
+
+def test_predictions_at_the_sites_are_sklearns_and_onnxruntimes(gbm, gbsg2):
+    """Noise off, each site's released scores of its own records (noisyScoresDS, per class, sorted)
+    are sklearn's predict_proba of the same pipeline on those records and onnxruntime's own output on
+    the pooled frame, to 1e-6 (onnxruntime sums the trees in float32, in an order that depends on the
+    batch); nearly every prediction is distinct, so the GBM passes check_outputs."""
+    data, pipeline, pooled, predictors = gbm
+    provisioned, builder, _, _ = gbsg2
+    sklearn_p = pipeline.predict_proba(pooled[predictors])[:, 1]
+    ort_p = _onnxruntime(data, pooled, predictors)
+    np.testing.assert_allclose(ort_p, sklearn_p, rtol=0, atol=1e-6)
+    with builder.login() as session:
+        session.assign_table("D", TABLE)
+        uploaded = upload_model(session, GBM)
+        assert {r["sha256"] for r in uploaded.values()} == {hashlib.sha256(data).hexdigest()}
+        assert all(r["approved_as"] == ["gbsg2-gbm"] and r["format"] == "onnx" for r in uploaded.values())
+        ds_predict(session, "D", "gbsg2-gbm", "pred")
+        released = session.aggregate("noisyScoresDS", "D$y", "pred")
+    for site in GBSG2_SITES:
+        mine = (pooled.site == site).to_numpy()
+        for cls, key in ((0, "negatives"), (1, "positives")):
+            records = mine & (pooled.y == cls).to_numpy()
+            scores = decode_f64(released[site][key])
+            np.testing.assert_allclose(scores, np.sort(sklearn_p[records]), rtol=0, atol=1e-6)
+            np.testing.assert_allclose(scores, np.sort(ort_p[records]), rtol=0, atol=1e-6)
+        site_p = np.concatenate([decode_f64(released[site][k]) for k in ("negatives", "positives")])
+        assert np.unique(site_p).size >= mine.sum() - 2  # far more than n/q: check_outputs does not apply
+
+
+def test_validation_of_site_predictions_is_R_on_the_same_predictions(gbm, gbsg2):
+    """Noise off: AUC (pROC), Brier score (formula, rms val.prob) and calibration intercept and slope
+    (val.prob) of the site-computed predictions equal R's on those very predictions (released per
+    class by noisyScoresDS, noise off), which are onnxruntime's on the pooled frame to 1e-6; the
+    "link" predictions are their logits."""
+    data, _, pooled, predictors = gbm
+    provisioned, builder, _, _ = gbsg2
+    with builder.login() as session:
+        session.assign_table("D", TABLE)
+        upload_model(session, data)
+        ds_predict(session, "D", "gbsg2-gbm", "gbm")
+        auc = ds_auc(session, "D$y", "gbm")
+        brier = ds_brier(session, "D$y", "gbm")
+        calibration = ds_logistic_calibration(session, "D$y", "gbm")
+        released = session.aggregate("noisyScoresDS", "D$y", "gbm")
+        ds_predict(session, "D", "gbsg2-gbm", "gbm_lp", type="link")
+        mean_lp = session.mean("gbm_lp").mean
+    negatives = np.concatenate([decode_f64(r["negatives"]) for r in released.values()])
+    positives = np.concatenate([decode_f64(r["positives"]) for r in released.values()])
+    p = np.concatenate([negatives, positives])
+    y = np.concatenate([np.zeros(negatives.size), np.ones(positives.size)])
+    order = np.lexsort((_onnxruntime(data, pooled, predictors), pooled.y))
+    np.testing.assert_allclose(np.sort(negatives), _onnxruntime(data, pooled, predictors)[order][:negatives.size],
+                               rtol=0, atol=1e-6)
+    auc_r, *_ = r_reference("proc_ref", R_PROC, y=y, p=p)
+    assert auc.auc == pytest.approx(auc_r, rel=1e-12)
+    assert brier.brier == pytest.approx(np.mean((y - p) ** 2), rel=1e-12)
+    valprob = r_reference("valprob_ref", R_VALPROB, y=y, p=p)
+    assert brier.brier == pytest.approx(valprob[0], rel=1e-10)
+    assert (calibration.intercept, calibration.slope) == pytest.approx((valprob[2], valprob[3]), rel=1e-7, abs=1e-9)
+    assert mean_lp == pytest.approx(np.mean(np.log(p / (1 - p))), rel=1e-9)
+
+
+def _custom_op_graphs() -> dict[str, bytes]:
+    """Three graphs a site must not run: an operator of a custom domain (imported, and not), and a
+    standard operator outside the allowlist (a random generator)."""
+    x = helper.make_tensor_value_info("age", TensorProto.FLOAT, [None, 1])
+    out = helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, 2])
+    evil = helper.make_node("Evil", ["age"], ["probabilities"], domain="com.evil", name="evil")
+    random = helper.make_node("RandomUniformLike", ["age"], ["probabilities"], name="dice")
+    graphs = {
+        "imported domain": helper.make_model(helper.make_graph([evil], "g", [x], [out]), opset_imports=[
+            helper.make_opsetid("", 17), helper.make_opsetid("com.evil", 1)]),
+        "node domain": helper.make_model(helper.make_graph([evil], "g", [x], [out]),
+                                         opset_imports=[helper.make_opsetid("", 17)]),
+        "random": helper.make_model(helper.make_graph([random], "g", [x], [out]),
+                                    opset_imports=[helper.make_opsetid("", 17)]),
+    }
+    return {name: model.SerializeToString() for name, model in graphs.items()}
+
+
+def test_unapproved_tampered_custom_and_mismatched_models_are_refused_and_audited(gbm, gbsg2):
+    data = gbm[0]
+    provisioned, builder, variants, run = gbsg2
+    other = variant(data, note="retrained")  # the same graph, another file: another digest
+    with builder.login() as session:
+        session.assign_table("D", TABLE)
+        with pytest.raises(FederatedCallError) as exc:
+            upload_model(session, other)
+        assert _refusal(exc.value) == ({"disclosure_refused"}, {"models.approved"})
+        assert hashlib.sha256(other).hexdigest() in str(exc.value)
+
+        for name, graph in _custom_op_graphs().items():
+            with pytest.raises(FederatedCallError) as exc:
+                upload_model(session, graph)
+            assert _refusal(exc.value) == ({"disclosure_refused"}, {"models.onnx"}), name
+            assert ("com.evil" in str(exc.value)) == (name != "random"), name
+        assert "'RandomUniformLike'" in str(exc.value) and "does not run" in str(exc.value)
+
+        upload_model(session, data)
+        sha256 = hashlib.sha256(data).hexdigest()
+        (stored,) = run.glob(f"site2-*/{sha256}.onnx")  # the site's models_dir (beside its ledger)
+        stored.write_bytes(variants["gbm-months"])  # the file under the approved digest, changed on disk
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", "gbsg2-gbm", "pred")
+        assert set(exc.value.failures) == {"site2"} and "does not match its digest" in str(exc.value)
+        assert isinstance(exc.value.failures["site2"], DisclosureRefusal)
+        assert exc.value.failures["site2"].rule == "models.approved"
+        stored.write_bytes(data)
+        ds_predict(session, "D", "gbsg2-gbm", "pred")  # restored: applied again
+
+        for name, column, says in (("gbm-months", "age", "declares unit 'months', the data dictionary 'years'"),
+                                   ("gbm-numbered", "tgrade", "expects categories ['1', '2', '3'], the data "
+                                                              "dictionary declares ['I', 'II', 'III']")):
+            upload_model(session, variants[name])
+            with pytest.raises(FederatedCallError) as exc:
+                ds_predict(session, "D", name, "pred")
+            assert _refusal(exc.value) == ({"bad_call"}, {"models.onnx"}), name
+            text = str(exc.value)
+            assert f"model {name!r} reads column {column!r}" in text and says in text and "site 'site1'" in text
+    uploads = [r["rule"] for r in _refused(provisioned["site1"], "uploadModel")]
+    assert uploads == ["models.approved", "models.onnx", "models.onnx", "models.onnx"]
+    refused = _refused(provisioned["site1"], "uploadModel")
+    assert [hashlib.sha256(g).hexdigest() in r["message"] for g, r in zip([other, *_custom_op_graphs().values()],
+                                                                       refused)] == [True] * 4
+    assert [r["rule"] for r in _refused(provisioned["site1"], "predictDS")] == ["models.onnx", "models.onnx"]
+    assert [r["rule"] for r in _refused(provisioned["site2"], "predictDS")][0] == "models.approved"
+
+
+def _tree(inputs: str) -> tuple[DecisionTreeClassifier, bytes]:
+    """A decision tree on x (100 training records in four bands of outcome rate 0.2 to 0.8), exported
+    reading the column ``inputs``: four leaves, four distinct probabilities."""
+    x = np.arange(100, dtype=float)
+    y = ((x % 5) < (x // 25 + 1)).astype(int)
+    tree = DecisionTreeClassifier(max_depth=2, random_state=0).fit(x[:, None], y)
+    model = convert_sklearn(tree, initial_types=[(inputs, FloatTensorType([None, 1]))],
+                            target_opset={"": 17, "ai.onnx.ml": 3}, options={id(tree): {"zipmap": False}})
+    return tree, model.SerializeToString()
+
+
+def _small_site(run: Path, tables: dict[str, pd.DataFrame], rules: Path):
+    """One site serving ``tables`` (project P; x decimal in years, y 0/1)."""
+    for name, frame in tables.items():
+        folder = run / "data" / "P"
+        folder.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(folder / f"{name}.csv", index=False)
+        write_dictionary(folder / f"{name}.dictionary.json", "P", name, [
+            Variable("x", "decimal", "years", "x", (), (0.0, 100.0)),
+            Variable("y", "integer", "", "y", ("0", "1"))])
+    return provision(run / "run", {"s": (run / "data", rules)})
+
+
+def test_a_tree_isolating_a_record_an_absent_column_and_an_oversized_model_are_refused(gbm, tmp_path):
+    """A real decision tree: on table t one of its four leaves holds one record (fewer than q = 5),
+    so predictDS is refused (disclosure.q_threshold); on table u every leaf holds five and one
+    record lacks x, which gets no prediction (the mean is sklearn's over the others). The same tree
+    reading ``bmi``, a column the tables lack, and a model over models.max_bytes are refused."""
+    tree, model = _tree("x")
+    _, reads_bmi = _tree("bmi")
+    leaves = tree.apply(np.arange(100, dtype=float)[:, None])
+    kinds = np.unique(leaves)
+    assert kinds.size == 4 and np.unique(tree.predict_proba(np.arange(100.0)[:, None])[:, 1]).size == 4
+    first = {leaf: np.flatnonzero(leaves == leaf).astype(float) for leaf in kinds}
+    isolating = np.concatenate([np.resize(first[k], 8) for k in kinds[:3]] + [first[kinds[3]][:1]])
+    spread = np.concatenate([np.resize(first[k], 5) for k in kinds])
+    t = pd.DataFrame({"x": isolating, "y": np.arange(isolating.size) % 2})
+    u = pd.DataFrame({"x": [*spread, np.nan], "y": np.arange(spread.size + 1) % 2})
+    rules = approving(tmp_path / "rules.toml", {"tree": model, "bmi-tree": reads_bmi}, max_bytes="5000")
+    provisioned = _small_site(tmp_path, {"t": t, "u": u}, rules)
+    with LocalSites(provisioned.values(), tmp_path / "run-sites") as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            with pytest.raises(FederatedCallError) as exc:
+                upload_model(session, gbm[0])
+            assert _refusal(exc.value) == ({"bad_call"}, {"models.max_bytes"}) and "at most 5000" in str(exc.value)
+            upload_model(session, model)
+            upload_model(session, reads_bmi)
+            session.assign_table("T", "P.t")
+            with pytest.raises(FederatedCallError) as exc:
+                ds_predict(session, "T", "tree", "pred")
+            assert _refusal(exc.value) == ({"disclosure_refused"}, {"disclosure.q_threshold"})
+            assert "4 distinct predictions here, 1 of them held by fewer than 5 records" in str(exc.value)
+            session.assign_table("U", "P.u")
+            with pytest.raises(FederatedCallError) as exc:
+                ds_predict(session, "U", "bmi-tree", "pred")
+            assert _refusal(exc.value) == ({"bad_call"}, {"models.onnx"})
+            assert "model 'bmi-tree' reads column 'bmi': the table lacks it" in str(exc.value)
+            ds_predict(session, "U", "tree", "pred")
+            mean = session.mean("pred")
+    assert (mean.n_valid, mean.n_missing) == (spread.size, 1)
+    assert mean.mean == pytest.approx(tree.predict_proba(spread[:, None])[:, 1].mean(), abs=1e-7)
+    assert [r["rule"] for r in _refused(provisioned["s"], "uploadModel")] == ["models.max_bytes"]
+    assert [r["rule"] for r in _refused(provisioned["s"], "predictDS")] == ["disclosure.q_threshold", "models.onnx"]
+
+
+def test_the_board_inspects_and_approves_the_shipped_onnx_model(tmp_path):
+    """``dsfed models inspect`` on the demo's GBM names its digest (sha256 of the file), every column
+    it reads with its type, categories or unit, its outputs and its operators with counts;
+    ``approve`` adds it to a rules file, and the demo sites' files hold exactly that entry."""
+    digest = hashlib.sha256(GBM.read_bytes()).hexdigest()
+
+    def dsfed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dsfed_client.cli", *args], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+
+    shown = dsfed("models", "inspect", str(GBM))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    for text in (digest, "27562 bytes" if GBM.stat().st_size == 27562 else f"{GBM.stat().st_size} bytes",
+                 "tgrade    categorical, categories I, II, III", "age       number (float), unit years",
+                 "ai.onnx.ml:TreeEnsembleClassifier       1", "ai.onnx.ml:OneHotEncoder                3",
+                 "probabilities[:, 1]", "ai.onnx 21"):
+        assert text in shown.stdout, text
+    rules = tmp_path / "rules.toml"
+    rules.write_text(NO_NOISE.read_text())
+    done = dsfed("models", "approve", str(GBM), "--rules", str(rules), "--name", "gbm", "--note", "demo GBM")
+    assert done.returncode == 0, done.stdout + done.stderr
+    from dsfed_server.disclosure.rules import load_rules
+    (entry,) = load_rules(rules).models.approved
+    assert (entry.name, entry.sha256) == ("gbm", digest)
+    for site in GBSG2_SITES:
+        shipped = {e.name: e.sha256 for e in load_rules(ROOT / "disclosure_rules" / f"{site}.toml").models.approved}
+        assert shipped["gbsg2-gbm"] == digest
