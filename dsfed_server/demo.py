@@ -116,9 +116,10 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
             write_models_report(report.models, html_path, report.comparison, **report.validation[1],
                                 title="dsfed demo: GBSG2 models validated across five sites",
                                 notes=["Seed 000's workflow: models fitted on the training split (a logistic "
-                                       "regression by the distributed GLM on a training site), approved by each "
-                                       "validation site's board by SHA-256, applied at the sites (predictDS) and "
-                                       "validated there beside the fixture's ranger score.",
+                                       "regression by the distributed GLM on a training site, and sklearn gradient "
+                                       "boosting exported to ONNX), approved by each validation site's board by "
+                                       "SHA-256, applied at the sites (predictDS) and validated there beside the "
+                                       "fixture's ranger score, the two new models compared on the same patients.",
                                        f"Five site servers on loopback, analyst session over HTTP; audit hash chains "
                                        f"verified at {ok} of {len(chains)} sites."])
             print(f"Validation report written to {html_path}")

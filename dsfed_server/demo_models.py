@@ -9,7 +9,7 @@ code (:mod:`dsfed_core.models`):
   written as a GLM model file (:func:`fit_logistic`; ``opal_fixtures/scripts/fit_glm.py`` wrote
   the shipped file ``opal_fixtures/models/gbsg2-logit.json`` the sites' rules approve);
 * an sklearn gradient-boosting model exported to ONNX (``opal_fixtures/scripts/fit_gbm_onnx.py``,
-  ``opal_fixtures/models/gbsg2-gbm.onnx``), when this install can read ONNX.
+  ``opal_fixtures/models/gbsg2-gbm.onnx``, approved by its SHA-256 too).
 
 The fixture's own score column (seed 000's ranger forest) stays the third model.
 """
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 TRAINING_TABLE = "GBSG2.train"
 FORMULA = "y ~ horTh + age + menostat + tsize + tgrade + pnodes + progrec + estrec"
 LOGIT_NAME, GBM_NAME = "gbsg2-logit", "gbsg2-gbm"
-RANGER = "ranger forest (fixture score)"
+RANGER, LOGIT, GBM = "ranger forest (fixture score)", "logistic (ds_glm)", "gradient boosting (ONNX)"
 
 
 def model_files(fixtures: Path) -> dict[str, Path]:
@@ -84,8 +84,13 @@ def seed000_workflow(session: FederatedSession, report: "Report", fixtures: Path
                                       "coefficients": dict(refit.coefficients), "max_difference_to_approved": gap}
     uploaded = upload_model(session, approved)
     print(f"   uploaded; approved at every site as {sorted({n for r in uploaded.values() for n in r['approved_as']})}")
-    predictions = {"logistic (ds_glm)": ds_predict(session, "D", LOGIT_NAME, "p_logit").name}
-    print("   predictDS(D, 'gbsg2-logit') at every site: the predictions stay there as p_logit")
+    upload_model(session, files[GBM_NAME])
+    print(f"   uploaded {files[GBM_NAME].name} (sklearn gradient boosting as an ONNX graph, approved as "
+          f"{GBM_NAME!r} by its SHA-256)")
+    predictions = {LOGIT: ds_predict(session, "D", LOGIT_NAME, "p_logit").name,
+                   GBM: ds_predict(session, "D", GBM_NAME, "p_gbm").name}
+    print("   predictDS(D, 'gbsg2-logit') and predictDS(D, 'gbsg2-gbm') at every site: the predictions stay "
+          "there as p_logit and p_gbm")
     reports = {RANGER: report.validation[0]} if report.validation else {}
     reports.update({label: validate(session, "D$y", score, secure=True) for label, score in predictions.items()})
     print(f"   {'model':<32}{'AUC':>8}{'95% CI':>18}{'Brier':>9}{'intercept':>11}{'slope':>8}")

@@ -128,15 +128,24 @@ def test_demo_runs_seed_000s_workflow(demo, gbsg2_pooled):
     intercept, slope = r_eval("coef(glm(y ~ qlogis(p), family = binomial))", y=y, p=p)
     assert (logistic["logistic"]["intercept"], logistic["logistic"]["slope"]) == pytest.approx((intercept, slope),
                                                                                              rel=1e-7)
+    # the ONNX model's predictions by onnxruntime itself on the pooled records (float32 inside)
+    import onnxruntime
+
+    graph = onnxruntime.InferenceSession(str(ROOT / "opal_fixtures" / "models" / "gbsg2-gbm.onnx"),
+                                         providers=["CPUExecutionProvider"])
+    feed = {i.name: (gbsg2_pooled[[i.name]].astype(str).to_numpy(dtype=object) if i.type == "tensor(string)"
+                     else gbsg2_pooled[[i.name]].to_numpy(dtype=np.float32)) for i in graph.get_inputs()}
+    gbm = graph.run(["probabilities"], feed)[0][:, 1].astype(float)
+    assert data["models"]["gradient boosting (ONNX)"]["brier"]["brier"] == pytest.approx(np.mean((y - gbm) ** 2),
+                                                                                         rel=1e-6)
     comparison = data["model_comparison"]
-    ranger = gbsg2_pooled.score.to_numpy(dtype=float)
-    lo, hi = r_eval("t.test((y - a)^2, (y - b)^2, paired = TRUE)$conf.int", y=y, a=ranger, b=p)
-    assert (comparison["brier_ci_lower"], comparison["brier_ci_upper"]) == pytest.approx((lo, hi), rel=1e-8)
+    lo, hi = r_eval("t.test((y - a)^2, (y - b)^2, paired = TRUE)$conf.int", y=y, a=p, b=gbm)
+    assert (comparison["brier_ci_lower"], comparison["brier_ci_upper"]) == pytest.approx((lo, hi), rel=1e-5)
     auc_gap = r_eval("pROC::auc(y, a, direction = '<', quiet = TRUE) - pROC::auc(y, b, direction = '<', quiet = TRUE)",
-                     y=y, a=ranger, b=p)[0]
+                     y=y, a=p, b=gbm)[0]
     assert comparison["ci_lower"] < auc_gap < comparison["ci_upper"]
     assert "paired comparison" in stdout
     html = demo[2]
     for section in ("comparison", "model1-discrimination", "model2-calibration"):
         assert f'<section id="{section}">' in html
-    assert 'data-plot="comparison"' in html and "logistic (ds_glm)" in html
+    assert 'data-plot="comparison"' in html and "logistic (ds_glm) vs gradient boosting (ONNX)" in html
