@@ -153,7 +153,7 @@ def plot_observed_expected(labels: Sequence[str], observed: np.ndarray, expected
 
 def plot_threshold_metrics(thresholds: np.ndarray, metrics: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *,
                            title: str = "Metrics at thresholds", ax: "Axes | None" = None) -> "Axes":
-    """Each metric (name -> values, lower, upper) against the threshold, its interval as a band."""
+    """Each metric (name -> values, lower, upper) against the threshold, its interval as a band (NaN: a gap)."""
     ax = new_axes(ax, figsize=(5.6, 4.2))
     for (name, (value, lower, upper)), color in zip(metrics.items(), ("tab:blue", "tab:orange", "tab:green")):
         ax.plot(thresholds, value, color=color, linewidth=1.6, marker="o" if thresholds.size <= 30 else "",
@@ -170,7 +170,7 @@ def plot_threshold_metrics(thresholds: np.ndarray, metrics: dict[str, tuple[np.n
 
 def plot_decision_curve(thresholds: np.ndarray, net_benefit: np.ndarray, prevalence: float, *,
                         grid: np.ndarray | None = None, ax: "Axes | None" = None) -> "Axes":
-    """Net benefit of the model at the released thresholds against treat-all
+    """Net benefit of the model at the thresholds (NaN: not released, the line breaks) against treat-all
     (:math:`\\pi - (1 - \\pi)\\,t/(1-t)`, over ``grid``) and treat-none (0), as decision curves are drawn."""
     ax = new_axes(ax, figsize=(5.6, 4.2))
     t = np.linspace(0.0, 0.99, 199) if grid is None else np.asarray(grid, dtype=float)

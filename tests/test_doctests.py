@@ -19,6 +19,8 @@ MODULES = [
     "dsfed_client.analyses.calibration",
     "dsfed_client.analyses.curves",
     "dsfed_client.analyses.recalibration",
+    "dsfed_client.analyses.thresholds",
+    "dsfed_client.analyses.decision",
     "dsfed_core.roc",
     "dsfed_core.calibration",
 ]

@@ -260,3 +260,52 @@ def test_bracketing_one_record_reads_nothing_beyond_q(tmp_path, split):
     below = np.array([released[t] for t in sorted(released)])
     cells = np.diff(np.concatenate([[0], below, [p.size]]))
     assert cells.min() >= 5, cells  # q of the default rules
+
+
+# --- presentation and errors ---------------------------------------------------------------------
+
+
+def test_results_present_and_plot_what_was_released(federation):
+    """summary, to_dict (JSON), repr and plot of the three results; the plots draw the released
+    values and break the line at a withheld threshold."""
+    import json
+
+    from dsfed_client.plots import _pyplot
+
+    session, y, p = federation
+    m = ds_threshold_metrics(session, "D$y", "D$score", [0.2, 0.5, 0.501, 0.8], secure=True)
+    assert m.withheld == (0.501,) and m.not_released == {"pooled": [0.501]}  # one record-width from 0.5
+    assert "not released: 0.501" in m.summary() and "n_withheld=1" in repr(m)
+    json.dumps(m.to_dict(), allow_nan=False)
+    ax = m.plot()
+    (line,) = [a for a in ax.get_lines() if a.get_gid() == "threshold-sensitivity"]
+    np.testing.assert_array_equal(line.get_xdata(), [0.2, 0.5, 0.501, 0.8])
+    np.testing.assert_allclose(line.get_ydata(), [*m.sensitivity[:2], np.nan, m.sensitivity[2]])
+    curve = ds_decision_curve(session, "D$y", "D$score", [0.1, 0.3, 0.5], secure=True)
+    assert "Thresholds released:" in curve.summary() and curve.to_dict()["n_thresholds"] == 3
+    ax = curve.plot()
+    (model,) = [a for a in ax.get_lines() if a.get_gid() == "dca-model"]
+    np.testing.assert_allclose(model.get_ydata(), curve.net_benefit)
+    youden = ds_youden_threshold(session, "D$y", "D$score", n_groups=5, secure=True)
+    assert list(youden.to_frame().columns) == ["tp", "fp", "tn", "fn", "sensitivity", "specificity", "youden_j"]
+    assert f"{youden.threshold:.6g}" in youden.summary()
+    assert [a for a in youden.plot().get_lines() if a.get_gid() == "youden-threshold"]
+    _pyplot().close("all")
+
+
+def test_bad_thresholds_are_clear_errors_before_and_at_the_sites(federation):
+    from dsfed_client import FederatedCallError, Ref
+    from dsfed_client.params import InvalidParameterError
+
+    session, _, _ = federation
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        ds_threshold_metrics(session, "D$y", "D$score", [0.0, 0.5])
+    with pytest.raises(InvalidParameterError, match="'ci' parameter"):
+        ds_threshold_metrics(session, "D$y", "D$score", [0.5], ci="wald")
+    with pytest.raises(InvalidParameterError, match="'strategy' parameter"):
+        ds_calibration_curve(session, "D$y", "D$score", strategy="kmeans")
+    with pytest.raises(InvalidParameterError, match="at most 100 with strategy='quantile'"):
+        ds_calibration_curve(session, "D$y", "D$score", n_bins=200, strategy="quantile")
+    with pytest.raises(FederatedCallError, match="strictly increasing numbers strictly between 0 and 1") as exc:
+        session.aggregate("thresholdBinsDS", Ref("D$y"), Ref("D$score"), [0.5, 0.2])
+    assert {e.kind for e in exc.value.failures.values()} == {"bad_call"}

@@ -23,7 +23,7 @@ def net_benefit(tp: np.ndarray, fp: np.ndarray, n: int, t: np.ndarray) -> np.nda
 
     100 patients, at t = 0.2 40 true and 20 false positives: 0.4 - 0.2 * 0.25 = 0.35:
 
-    >>> float(net_benefit(np.array([40]), np.array([20]), 100, np.array([0.2]))[0])
+    >>> round(float(net_benefit(np.array([40]), np.array([20]), 100, np.array([0.2]))[0]), 12)
     0.35
     """
     return tp / n - fp / n * t / (1 - t)
@@ -102,12 +102,14 @@ class DecisionCurve(Results):
         return (textwrap.fill(self.counts.withheld_note(), 100), self.counts.bins.note())
 
     def plot(self, ax: Any = None) -> Any:
-        """The model's net benefit at the released thresholds, treat-all and treat-none."""
+        """The model's net benefit at the released thresholds (the line broken where one was not
+        released), treat-all and treat-none."""
         from dsfed_client.plots import plot_decision_curve  # noqa: PLC0415
 
         requested = self.counts.requested
         grid = np.linspace(requested.min(), requested.max(), 200)
-        return plot_decision_curve(self.thresholds, self.net_benefit, self.prevalence, grid=grid, ax=ax)
+        return plot_decision_curve(requested, self.counts.on_requested(self.net_benefit), self.prevalence, grid=grid,
+                                   ax=ax)
 
 
 def ds_decision_curve(session: FederatedSession, truth: str, score: str,

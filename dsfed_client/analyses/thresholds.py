@@ -143,35 +143,18 @@ class ThresholdMetrics(Results):
             return "every requested threshold released"
         return f"not released: {', '.join(f'{t:g}' for t in self.withheld)}"
 
-    @property
-    def sensitivity(self) -> np.ndarray:
-        return _ratio(self.tp, self.tp + self.fn)
-
-    @property
-    def specificity(self) -> np.ndarray:
-        return _ratio(self.tn, self.tn + self.fp)
-
-    @property
-    def ppv(self) -> np.ndarray:
-        return _ratio(self.tp, self.tp + self.fp)
-
-    @property
-    def npv(self) -> np.ndarray:
-        return _ratio(self.tn, self.tn + self.fn)
-
-    @property
-    def accuracy(self) -> np.ndarray:
-        return _ratio(self.tp + self.tn, self.tp + self.tn + self.fp + self.fn)
-
-    @property
-    def f1(self) -> np.ndarray:
-        return _ratio(2 * self.tp, 2 * self.tp + self.fp + self.fn)
-
     def _fractions(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Each proportion as (successes, trials)."""
         tp, fp, tn, fn = self.tp, self.fp, self.tn, self.fn
         return {"sensitivity": (tp, tp + fn), "specificity": (tn, tn + fp), "ppv": (tp, tp + fp),
                 "npv": (tn, tn + fn), "accuracy": (tp + tn, tp + tn + fp + fn)}
+
+    sensitivity = property(lambda self: _ratio(*self._fractions()["sensitivity"]), doc="TP / (TP + FN)")
+    specificity = property(lambda self: _ratio(*self._fractions()["specificity"]), doc="TN / (TN + FP)")
+    ppv = property(lambda self: _ratio(*self._fractions()["ppv"]), doc="TP / (TP + FP)")
+    npv = property(lambda self: _ratio(*self._fractions()["npv"]), doc="TN / (TN + FN)")
+    accuracy = property(lambda self: _ratio(*self._fractions()["accuracy"]), doc="(TP + TN) / n")
+    f1 = property(lambda self: _ratio(2 * self.tp, 2 * self.tp + self.fp + self.fn), doc="2 TP / (2 TP + FP + FN)")
 
     def interval(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """The ``1 - alpha`` interval of one of :data:`PROPORTIONS` at every released threshold."""
@@ -205,13 +188,22 @@ class ThresholdMetrics(Results):
         return (f"{self.level} {self.ci_method} intervals", textwrap.fill(self.withheld_note(), 100),
                 self.bins.note())
 
+    def on_requested(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per released threshold) over the requested thresholds, NaN where not
+        released: a plot breaks its line there rather than draw across a withheld threshold."""
+        out = np.full(self.requested.size, np.nan)
+        out[np.isin(self.requested, self.thresholds)] = values
+        return out
+
     def plot(self, ax: Any = None) -> Any:
-        """Sensitivity and specificity against the threshold, with their intervals as bands."""
+        """Sensitivity and specificity against the threshold, with their intervals as bands (gaps
+        where a requested threshold was not released)."""
         from dsfed_client.plots import plot_threshold_metrics  # noqa: PLC0415
 
-        return plot_threshold_metrics(self.thresholds, {m: (getattr(self, m), *self.interval(m))
-                                                        for m in ("sensitivity", "specificity")},
-                                      title=f"Sensitivity and specificity ({self.level} {self.ci_method} CI)", ax=ax)
+        return plot_threshold_metrics(
+            self.requested, {m: tuple(self.on_requested(v) for v in (getattr(self, m), *self.interval(m)))
+                             for m in ("sensitivity", "specificity")},
+            title=f"Sensitivity and specificity ({self.level} {self.ci_method} CI)", ax=ax)
 
 
 def threshold_metrics(b: BinnedSums, asked: np.ndarray, rule: str, alpha: float, ci: str) -> ThresholdMetrics:
@@ -288,13 +280,16 @@ class YoudenThreshold(Results):
         return self.candidates.n_thresholds
 
     def _table(self) -> pd.DataFrame:
-        frame = self.candidates.to_frame()
+        """Per candidate the counts, sensitivity, specificity and J (every metric with its interval:
+        ``candidates.to_frame()``)."""
+        frame = self.candidates.to_frame()[["tp", "fp", "tn", "fn", "sensitivity", "specificity"]]
         frame["youden_j"] = frame["sensitivity"] + frame["specificity"] - 1
         return frame
 
     def plot(self, ax: Any = None) -> Any:
         """The candidates' sensitivity and specificity, the optimum marked."""
         ax = self.candidates.plot(ax=ax)
+        ax.set_title("Youden's threshold among the sites' quantile breaks")
         ax.axvline(self.threshold, color="black", linestyle="--", linewidth=1, gid="youden-threshold",
                    label=f"Youden {self.threshold:.3g} (J {self.youden_j:.3f})")
         ax.legend(fontsize=8)
