@@ -103,7 +103,7 @@ class CalibrationCurve(Results):
     mean_outcome: np.ndarray = hidden()
     bins: BinnedSums = hidden()
     strategy: str = stat("Bins", brief="", default="uniform")
-    exact_grouping: bool = stat("Quantile breaks exact", default=True)  # "quantile": R's type-7 breaks
+    exact_grouping: bool = stat("Quantile breaks exact", default=True)  # "quantile": split as R's type-7 breaks
 
     @derived("Bins released", brief="")
     def n_bins(self) -> int:
@@ -162,7 +162,9 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
     ``n_bins`` groups of R's type-7 quantiles of the pooled scores, ``(a, b]`` with the first
     closed -- scikit-learn's ``calibration_curve(strategy="quantile")``, whose edges are
     ``np.percentile`` (type 7) and whose bins are ``np.searchsorted`` on the inner edges -- with
-    the empty bins of tied edges left out. The breaks are data-dependent, so the sites derive them:
+    the empty bins of tied edges left out. A released break splits the records as R's quantile
+    does (it may lie elsewhere in the same gap between two scores). The breaks are data-dependent,
+    so the sites derive them:
     Hosmer-Lemeshow C's groups (:meth:`~dsfed_client.aggregation.Aggregation.risk_groups`: found
     by the sites on pooled counts under secure aggregation, exactly; per site, a count-only search
     that may leave a break undecided, ``exact_grouping``).

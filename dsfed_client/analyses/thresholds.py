@@ -271,7 +271,7 @@ class YoudenThreshold(Results):
     sensitivity: float = stat("Sensitivity", brief=".4f")
     specificity: float = stat("Specificity", brief=".4f")
     n_groups: int = stat("Quantile groups asked")
-    exact_grouping: bool = stat("Breaks are R's type-7 quantiles")
+    exact_grouping: bool = stat("Breaks split as R's type-7 quantiles")
     cells: str = stat("Groups")
     candidates: ThresholdMetrics = hidden()
 
@@ -301,9 +301,9 @@ def ds_youden_threshold(session: FederatedSession, truth: str, score: str, *, n_
                         alpha: float = 0.05, ci: str = "wilson", secure: bool | None = False) -> YoudenThreshold:
     """The threshold maximising Youden's :math:`J = \\mathrm{sens} + \\mathrm{spec} - 1` among
     candidates the sites derive: the inner breaks of ``n_groups`` quantile groups of the pooled
-    scores (R's ``quantile(p, seq(0, 1, 1/g), type = 7)``, found by the sites on pooled counts
-    under secure aggregation, or by the count-only search per site), whose group sums the release
-    gate passed. Ties: the lowest threshold.
+    scores (splitting the records as R's ``quantile(p, seq(0, 1, 1/g), type = 7)`` does; found by
+    the sites on pooled counts under secure aggregation, or by the count-only search per site),
+    whose group sums the release gate passed. Ties: the lowest threshold.
 
     How it differs from ``pROC::coords(roc, "best", best.method = "youden")``: pROC searches every
     midpoint between two distinct scores, i.e. it reads the data at record resolution, which no
