@@ -151,6 +151,43 @@ def plot_observed_expected(labels: Sequence[str], observed: np.ndarray, expected
     return ax
 
 
+def plot_threshold_metrics(thresholds: np.ndarray, metrics: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *,
+                           title: str = "Metrics at thresholds", ax: "Axes | None" = None) -> "Axes":
+    """Each metric (name -> values, lower, upper) against the threshold, its interval as a band (NaN: a gap)."""
+    ax = new_axes(ax, figsize=(5.6, 4.2))
+    for (name, (value, lower, upper)), color in zip(metrics.items(), ("tab:blue", "tab:orange", "tab:green")):
+        ax.plot(thresholds, value, color=color, linewidth=1.6, marker="o" if thresholds.size <= 30 else "",
+                markersize=3, label=name, gid=f"threshold-{name}")
+        ax.fill_between(thresholds, lower, upper, color=color, alpha=0.2, linewidth=0)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("threshold (released by the sites)")
+    ax.set_ylabel("proportion")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_decision_curve(thresholds: np.ndarray, net_benefit: np.ndarray, prevalence: float, *,
+                        grid: np.ndarray | None = None, ax: "Axes | None" = None) -> "Axes":
+    """Net benefit of the model at the thresholds (NaN: not released, the line breaks) against treat-all
+    (:math:`\\pi - (1 - \\pi)\\,t/(1-t)`, over ``grid``) and treat-none (0), as decision curves are drawn."""
+    ax = new_axes(ax, figsize=(5.6, 4.2))
+    t = np.linspace(0.0, 0.99, 199) if grid is None else np.asarray(grid, dtype=float)
+    ax.plot(t, prevalence - (1 - prevalence) * t / (1 - t), color="tab:grey", linewidth=1.2, label="treat all",
+            gid="dca-treat-all")
+    ax.axhline(0.0, color="black", linewidth=1, label="treat none", gid="dca-treat-none")
+    ax.plot(thresholds, net_benefit, color="tab:blue", linewidth=1.8, marker="." if thresholds.size <= 120 else "",
+            markersize=4, label="model", gid="dca-model")
+    ax.set_xlim(float(t.min()) if t.size else 0.0, float(t.max()) if t.size else 1.0)
+    ax.set_ylim(-0.05, max(prevalence, 0.01) * 1.1)
+    ax.set_xlabel("threshold probability")
+    ax.set_ylabel("net benefit")
+    ax.set_title("Decision curve")
+    ax.legend(fontsize=8)
+    return ax
+
+
 def plot_coefficients(names: Sequence[str], params: np.ndarray, ci: np.ndarray, *,
                       ax: "Axes | None" = None) -> "Axes":
     """A forest plot: each coefficient with its confidence interval."""

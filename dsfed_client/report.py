@@ -16,6 +16,7 @@ site as its function listing states them), the privacy loss the analysis
 spent, discrimination (empirical AUC and ROC-GLM with CIs, the ROC curve and,
 when given, a PR curve), calibration (Brier, Spiegelhalter, intercept, slope,
 calibration-in-the-large, Hosmer-Lemeshow C and H, ECE/MCE and the plots),
+decisions at thresholds (metrics with intervals, the decision curve),
 per-site panels of what the sites released (per-site checking only), how the
 sites checked what they released and what they coarsened, and the software and
 method versions. Nothing is fetched when the page is opened.
@@ -57,6 +58,9 @@ CALIBRATION_METHODS = (
      "count-only search per site) / fixed bins (hoslem.test)"),
     ("ECE, MCE", "seed 001 eq. 3.6 over the groups of H-L C"),
     ("Calibration intercept, slope, CITL", "distributed GLM of y ~ logit(p) and y ~ 1 + offset(logit(p))"),
+    ("Metrics at thresholds", "pROC::coords convention (positive when score >= threshold); Wilson or exact "
+     "intervals; thresholds are cuts the sites' release gate checks"),
+    ("Decision curve", "net benefit TP/n - FP/n t/(1-t) (Vickers & Elkin 2006) at the thresholds the sites released"),
 )
 
 _CSS = """
@@ -335,6 +339,26 @@ def _calibration_section(report: "ValidationReport") -> str:
                       "expected non-events"], hl_rows, left=1))
 
 
+def _thresholds_section(report: "ValidationReport") -> str:
+    m, dc = report.threshold_metrics, report.decision_curve
+    frame = m.to_frame()
+    rows = [[f"{t:g}", int(r.tp), int(r.fp), int(r.tn), int(r.fn),
+             *(f"{getattr(r, k):.3f} ({getattr(r, k + '_lower'):.3f}, {getattr(r, k + '_upper'):.3f})"
+               if not math.isnan(getattr(r, k)) else "-" for k in ("sensitivity", "specificity", "ppv", "npv")),
+             r.accuracy, r.f1] for t, r in zip(frame.index, frame.itertuples())]
+    released = (f"Released: {m.n_thresholds} of {m.requested.size} thresholds asked ({m.withheld_note()}); "
+                f"decision curve: {dc.n_thresholds} of {dc.counts.requested.size} ({dc.counts.bins.note()}).")
+    figs = [_figure(lambda ax: m.plot(ax=ax), f"Sensitivity and specificity at the released thresholds, "
+                    f"{m.level} {m.ci_method} intervals.", figsize=(5.6, 4.2), name="threshold-metrics"),
+            _figure(lambda ax: dc.plot(ax=ax), f"Net benefit of the model (at the thresholds the sites released), "
+                    f"treating all and treating none; prevalence {dc.prevalence:.3f}.", figsize=(5.6, 4.2),
+                    name="decision-curve")]
+    return (_table(["threshold", "TP", "FP", "TN", "FN", f"sensitivity ({m.level} CI)", f"specificity ({m.level} CI)",
+                    f"PPV ({m.level} CI)", f"NPV ({m.level} CI)", "accuracy", "F1"], rows)
+            + f'<p class="sub">A record is called positive when its score is at least the threshold. {_e(released)}</p>'
+            + '<div class="figs">' + "".join(figs) + "</div>")
+
+
 def _disclosure_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]]) -> str:
     qs = sorted({r.get("disclosure", {}).get("q_threshold") for r in rules_info.values()} - {None})
     q = f"q = {', '.join(map(str, qs))} at these sites" if qs else "the sites' q"
@@ -346,6 +370,9 @@ def _disclosure_section(report: "ValidationReport", rules_info: dict[str, dict[s
              f"Calibration curve: {_e(report.curve.bins.note())}.</p>"]
     for hl in (report.hl_c, report.hl_h):
         parts.append(f'<p class="{"ok" if hl.complete else "warn"}">Hosmer-Lemeshow {hl.kind}: {_e(hl.note())}.</p>')
+    for what, counts in (("Metrics at thresholds", report.threshold_metrics),
+                         ("Decision curve", report.decision_curve.counts)):
+        parts.append(f'<p class="{"warn" if counts.withheld else "ok"}">{what}: {_e(counts.withheld_note())}.</p>')
     parts.append(f"<p>Calibration intercept and slope: {report.logistic.n_excluded} records with p = 0 or 1 "
                  f"left out (as rms::val.prob does).</p>")
     return "".join(parts)
@@ -392,6 +419,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         ("privacy", "Privacy spent", _privacy_section(report, rules_info, curves)),
         ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
         ("calibration", "Calibration", _calibration_section(report)),
+        ("thresholds", "Decisions at thresholds", _thresholds_section(report)),
         ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
         ("disclosure", "Disclosure control: what the sites checked and coarsened", _disclosure_section(report, rules_info)),
         ("software", "Software and methods", _software_section(report, software_versions())),

@@ -109,3 +109,27 @@ def r_reference(function: str, source: str, **data: Any) -> np.ndarray:
     """Define ``source`` (R functions) and call ``function`` with the given arguments."""
     args = ", ".join(data)
     return r_eval(f"{source}\n{function}({args})", **data)
+
+R_COORDS = """
+# pROC's metrics at given thresholds (a record is positive when p >= t), one row per threshold:
+# tp, fp, tn, fn, sensitivity, specificity, ppv, npv, accuracy
+coords_ref <- function(y, p, t) {
+  r <- pROC::roc(y, p, levels = c(0, 1), direction = "<", quiet = TRUE)
+  m <- pROC::coords(r, x = t, input = "threshold", transpose = FALSE,
+                    ret = c("tp", "fp", "tn", "fn", "sensitivity", "specificity", "ppv", "npv", "accuracy"))
+  as.vector(t(as.matrix(m)))
+}
+"""
+
+R_BINOM_CI = """
+# per proportion k/n its interval: Wilson (prop.test without continuity correction) or exact
+# (binom.test, Clopper-Pearson); NA where n is 0
+binom_ci_ref <- function(k, n, alpha, exact) {
+  one <- function(k, n) {
+    if (n == 0) return(c(NA, NA))
+    if (exact == 1) return(as.vector(binom.test(k, n, conf.level = 1 - alpha)$conf.int))
+    as.vector(suppressWarnings(prop.test(k, n, correct = FALSE, conf.level = 1 - alpha))$conf.int)
+  }
+  as.vector(mapply(one, k, n))
+}
+"""

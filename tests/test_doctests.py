@@ -20,6 +20,8 @@ MODULES = [
     "dsfed_client.analyses.curves",
     "dsfed_client.analyses.recalibration",
     "dsfed_client.analyses.comparison",
+    "dsfed_client.analyses.thresholds",
+    "dsfed_client.analyses.decision",
     "dsfed_core.roc",
     "dsfed_core.calibration",
 ]

@@ -2,7 +2,7 @@
 
 ``hypothesis`` generates sequences of releases a hostile analyst could ask for against a small
 known table at default rules: cuts on a column (``groupSumsDS``, ``countBelowDS``, ``histogramDS``,
-``calibrationBinsDS``) with cut values placed between neighbouring records (where differencing
+``calibrationBinsDS``, ``thresholdBinsDS``) with cut values placed between neighbouring records (where differencing
 works), subsets by a numeric condition, a derived table (``calibrationFrameDS``'s logit of the
 score), GLM coefficients of any size, from two accounts. From the truth, every released cell and
 subset becomes a row set over the table's records; a record is isolated when its indicator lies
@@ -46,7 +46,7 @@ def _between(column: str) -> list[float]:
 CANDIDATES = {c: _between(c) for c in COLUMNS}
 cut_op = st.tuples(
     st.just("cut"),
-    st.sampled_from(("groupSumsDS", "countBelowDS", "histogramDS", "calibrationBinsDS")),
+    st.sampled_from(("groupSumsDS", "countBelowDS", "histogramDS", "calibrationBinsDS", "thresholdBinsDS")),
     st.sampled_from(COLUMNS),
     st.sampled_from(("D", "S", "C")),
     st.lists(st.integers(0, 10**6), min_size=1, max_size=4),
@@ -151,6 +151,13 @@ def _run(analysts: dict[str, Analyst], op: tuple, released: list[np.ndarray]) ->
                     return
                 bins = 2 + picks[0] % 40
                 result = who.session.aggregate("calibrationBinsDS", Ref(f"{table}$y"), target, bins)["a"]
+                released.extend(_cells(rows, x, result["edges"], inclusive=False))
+                return
+            if function == "thresholdBinsDS":  # decision thresholds: cells [a, b)
+                inner = [v for v in values if 0 < v < 1]
+                if name != "score" or not inner:
+                    return
+                result = who.session.aggregate("thresholdBinsDS", Ref(f"{table}$y"), target, inner)["a"]
                 released.extend(_cells(rows, x, result["edges"], inclusive=False))
                 return
             if function == "groupSumsDS":

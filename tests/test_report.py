@@ -24,8 +24,9 @@ from dsfed_server.provision import provision
 from sitekit import make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
-PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic")  # and "per-site" when checked per site
-SECTIONS = ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Per-site panels",
+PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic", "threshold-metrics",
+         "decision-curve")  # and "per-site" when checked per site
+SECTIONS = ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Decisions at thresholds", "Per-site panels",
             "Disclosure control: what the sites checked and coarsened", "Software and methods"]
 
 
@@ -76,6 +77,11 @@ def test_html_holds_the_numbers_and_inline_plots(written, frames):
     assert "Calibration curve: checked pooled over the sites; released as requested" in text
     assert "Hosmer-Lemeshow C: groups found and checked pooled over the sites" in text
     assert "q = 5 at these sites" in text and "No per-site results released" in text
+    m, dc = result.threshold_metrics, result.decision_curve  # the threshold section: counts, rates with CIs
+    for t, row in m.to_frame().iterrows():
+        assert f"<td class=\"l\">{t:g}</td><td class=\"\">{int(row.tp)}</td>" in text
+        assert f"{row.sensitivity:.3f} ({row.sensitivity_lower:.3f}, {row.sensitivity_upper:.3f})" in text
+    assert f"decision curve: {dc.n_thresholds} of 99" in text
     assert text.count("<svg") == len(PLOTS) and all(f'data-plot="{p}"' in text for p in PLOTS)
     # self-contained: no stylesheet, script or image fetched from anywhere
     assert not re.search(r"<(link|script|iframe)\b", text)

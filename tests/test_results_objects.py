@@ -189,7 +189,8 @@ def test_calibration_curve_presentation(paper, report):
     assert "coarsened=True" in repr(c)
     data = c.to_dict()
     json.dumps(data, allow_nan=False)
-    assert set(data) == {"table", "n_bins", "n_total", "pooled", "coarsened", "requested_edges", "not_released"}
+    assert set(data) == {"table", "n_bins", "n_total", "pooled", "coarsened", "requested_edges", "not_released",
+                         "strategy", "exact_grouping"}
     assert [row["n"] for row in data["table"]] == c.n.tolist() and data["n_bins"] == len(c.n)
     assert data["requested_edges"] == np.linspace(0, 1, 11).tolist() and data["not_released"]
     assert not report.curve.bins.was_coarsened and report.curve.bins.pooled  # pooled: as requested
@@ -262,7 +263,7 @@ def test_logistic_calibration_presentation(report):
 def test_validation_report_presentation(report, paper):
     data = report.to_dict()
     assert set(data) == {"mode", "mode_note", "discrimination", "brier", "curve", "hl_c", "hl_h", "errors",
-                         "logistic", "n", "alpha", "table"}
+                         "logistic", "threshold_metrics", "decision_curve", "n", "alpha", "table"}
     assert data["mode"] == "pooled" and paper.mode == "per-site" and paper.mode_note == "asked for per-site checking"
     json.dumps(data, allow_nan=False)
     d = report.discrimination

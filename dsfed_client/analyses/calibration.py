@@ -15,7 +15,7 @@ from scipy import special, stats
 from dsfed_client.aggregation import BinnedSums, RiskGroups
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref
-from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, Options, validate_params
+from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, InvalidParameterError, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.calibration import calibration_errors as errors_of_groups, hosmer_lemeshow
@@ -81,8 +81,9 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
 
 @result
 class CalibrationCurve(Results):
-    """Pooled calibration curve over equal-width bins; ``to_frame`` has one row per released bin
-    (``lower``, ``upper``, ``n``, ``mean_prediction``, ``mean_outcome``).
+    """Pooled calibration curve over equal-width bins (``strategy="uniform"``) or quantile groups
+    of the scores (``"quantile"``); ``to_frame`` has one row per released bin (``lower``,
+    ``upper``, ``n``, ``mean_prediction``, ``mean_outcome``).
 
     Each point is :math:`(\\sum_k c_{l,pf}^{(k)} / \\sum_k |I_l^{(k)}|,\\ \\sum_k c_{l,tf}^{(k)} / \\sum_k |I_l^{(k)}|)`
     over every site. A bin holding fewer than q records -- pooled over the sites under secure
@@ -101,6 +102,8 @@ class CalibrationCurve(Results):
     mean_prediction: np.ndarray = hidden()  # NaN for an empty bin
     mean_outcome: np.ndarray = hidden()
     bins: BinnedSums = hidden()
+    strategy: str = stat("Bins", brief="", default="uniform")
+    exact_grouping: bool = stat("Quantile breaks exact", default=True)  # "quantile": split as R's type-7 breaks
 
     @derived("Bins released", brief="")
     def n_bins(self) -> int:
@@ -136,7 +139,9 @@ class CalibrationCurve(Results):
                              "mean_prediction": self.mean_prediction, "mean_outcome": self.mean_outcome})
 
     def _notes(self) -> tuple[str, ...]:
-        return (self.bins.note(),)
+        inexact = () if self.exact_grouping else (
+            "quantile breaks inexact: the per-site count search left some undecided",)
+        return (self.bins.note(), *inexact)
 
     def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
         """Pooled points (sized by n), per-site curves (per-site release only), the diagonal, and a
@@ -147,26 +152,51 @@ class CalibrationCurve(Results):
                                 per_site=self.per_site if per_site else None, ax=ax)
 
 
-@validate_params({"n_bins": N_BINS})
+@validate_params({"n_bins": N_BINS, "strategy": [Options({"uniform", "quantile"})]})
 def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10,
-                         secure: bool | None = False) -> CalibrationCurve:
-    r"""Equal-width bins on [0, 1] (0 in the first, 1 in the last), each point the pooled means of
-    predictions and outcomes (seed 000, steps 1-4).
+                         strategy: str = "uniform", secure: bool | None = False) -> CalibrationCurve:
+    r"""Each point the pooled means of predictions and outcomes in a bin (seed 000, steps 1-4).
+
+    ``strategy="uniform"``: ``n_bins`` equal-width bins on [0, 1], ``[a, b)`` (0 in the first, 1
+    in the last), as seed 000. ``strategy="quantile"`` (``n_bins`` at most 100): the bins are the
+    ``n_bins`` groups of R's type-7 quantiles of the pooled scores, ``(a, b]`` with the first
+    closed -- scikit-learn's ``calibration_curve(strategy="quantile")``, whose edges are
+    ``np.percentile`` (type 7) and whose bins are ``np.searchsorted`` on the inner edges -- with
+    the empty bins of tied edges left out. A released break splits the records as R's quantile
+    does (it may lie elsewhere in the same gap between two scores). The breaks are data-dependent,
+    so the sites derive them:
+    Hosmer-Lemeshow C's groups (:meth:`~dsfed_client.aggregation.Aggregation.risk_groups`: found
+    by the sites on pooled counts under secure aggregation, exactly; per site, a count-only search
+    that may leave a break undecided, ``exact_grouping``).
 
     ``secure``: a pooled release (secure aggregation with pooled thresholds): the sites check the
     pooled bins, so a site's own share of a bin may hold fewer than q records and nothing is merged
-    unless the pooled bin is small; per-site curves are then not available.
+    unless the pooled bin is small; per-site curves are then not available. Either way a bin below
+    q is merged with the next by the sites' release gate (the result says so).
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4).
+    Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4); scikit-learn's
+    ``sklearn.calibration.calibration_curve``; the dissertation of seed 001, §4.4 (federated
+    quantile groups).
     """
-    requested = np.linspace(0, 1, n_bins + 1)
-    b = session.aggregation(secure).bins("calibrationBinsDS", requested, Ref(truth), Ref(score), n_bins)
+    agg = session.aggregation(secure)
+    exact = True
+    if strategy == "quantile":
+        if n_bins > N_GROUPS[0].right:
+            raise InvalidParameterError(f"The 'n_bins' parameter of ds_calibration_curve must be at most "
+                                        f"{N_GROUPS[0].right:g} with strategy='quantile'. Got {n_bins!r} instead.")
+        groups = agg.risk_groups(truth, score, n_bins)
+        if groups.bins is None:
+            raise ValueError(f"the sites released the quantile groups' statistics but not their bins "
+                             f"({groups.withheld}); ask per site (secure=False), or use strategy='uniform'")
+        b, exact = groups.bins, groups.exact
+    else:
+        b = agg.bins("calibrationBinsDS", np.linspace(0, 1, n_bins + 1), Ref(truth), Ref(score), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.where(b.n > 0, b.sum_p / b.n, np.nan)
         mean_y = np.where(b.n > 0, b.sum_y / b.n, np.nan)
-    return CalibrationCurve(b.edges, b.n.astype(int), mean_p, mean_y, b)
+    return CalibrationCurve(b.edges, b.n.astype(int), mean_p, mean_y, b, strategy, exact)
 
 
 @result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import pandas as pd
@@ -11,7 +12,9 @@ from dsfed_client.analyses.calibration import (
     ds_brier, ds_calibration_curve, ds_hosmer_lemeshow, ds_logistic_calibration,
 )
 from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
+from dsfed_client.analyses.decision import VALIDATE_GRID, DecisionCurve, ds_decision_curve
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
+from dsfed_client.analyses.thresholds import ThresholdMetrics, check_thresholds, ds_threshold_metrics
 from dsfed_client.aggregation import first_release
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, N_THRESHOLDS, PRIVACY, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
@@ -115,6 +118,8 @@ class ValidationReport(Results):
     hl_h: HosmerLemeshow = stat()
     errors: CalibrationErrors = stat()
     logistic: LogisticCalibration = stat()
+    threshold_metrics: ThresholdMetrics = stat()
+    decision_curve: DecisionCurve = stat()
     mode: str = stat(brief="", default="per-site")
     mode_note: str = stat(default="")
 
@@ -158,6 +163,11 @@ class ValidationReport(Results):
             ("ECE", self.errors.ece, nan, nan, nan, "groups of H-L C"),
             ("MCE", self.errors.mce, nan, nan, nan, "groups of H-L C"),
         ]
+        m = self.threshold_metrics
+        for metric in ("sensitivity", "specificity"):
+            lower, upper = m.interval(metric)
+            rows += [(f"{metric} at {t:g}", v, lo, hi, nan, f"score >= {t:g}, {m.ci_method} CI")
+                     for t, v, lo, hi in zip(m.thresholds, getattr(m, metric), lower, upper)]
         frame = pd.DataFrame([row[1:] for row in rows], index=pd.Index([row[0] for row in rows], name="statistic"),
                              columns=["estimate", "ci_lower", "ci_upper", "pvalue", "note"])
         frame.attrs["alpha"] = self.alpha
@@ -165,7 +175,10 @@ class ValidationReport(Results):
 
     def _notes(self) -> tuple[str, ...]:
         return (f"{self.discrimination.level} intervals", f"calibration curve: {self.curve.bins.note()}",
-                f"H-L C: {self.hl_c.note()}", f"H-L H: {self.hl_h.note()}")
+                f"H-L C: {self.hl_c.note()}", f"H-L H: {self.hl_h.note()}",
+                f"metrics at thresholds: {self.threshold_metrics.withheld_note()}",
+                f"decision curve: {self.decision_curve.n_thresholds} of {self.decision_curve.counts.requested.size} thresholds "
+                "released")
 
     def plot(self, ax: Any = None) -> Any:
         """ROC curve, calibration curve and the H-L C bars side by side. ``ax``: three Axes to draw on,
@@ -185,11 +198,16 @@ class ValidationReport(Results):
                   "sensitivity": PRIVACY})
 def validate(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05, n_bins: int = 10,
              n_groups: int = 10, n_thresholds: int = 99, method: Method = "histogram", secure: bool | None = None,
-             epsilon: float | None = None, delta: float | None = None,
-             sensitivity: float | None = None) -> ValidationReport:
+             epsilon: float | None = None, delta: float | None = None, sensitivity: float | None = None,
+             metric_thresholds: Sequence[float] = (0.5,),
+             decision_thresholds: Sequence[float] = tuple(VALIDATE_GRID)) -> ValidationReport:
     """The validation of a binary prediction model: AUC with CI and the ROC-GLM, Brier and
     Spiegelhalter, calibration curve, Hosmer-Lemeshow C and H, ECE/MCE, calibration intercept,
-    slope and in-the-large.
+    slope and in-the-large, metrics at ``metric_thresholds`` (default 0.5; Wilson intervals) and the
+    decision curve over ``decision_thresholds`` (default 0.05, ..., 0.95: each threshold a site
+    releases stays a cut in the score column's history for good, so the default asks few; pass
+    :data:`~dsfed_client.analyses.decision.DEFAULT_GRID` for 0.01, ..., 0.99): thresholds are cuts
+    the sites' release gate checks, and those it does not release are reported.
 
     ``secure=None`` (the default) uses pooled releases when every site offers them (secure
     aggregation, each site checking the pooled cells: exact at small sites) and falls back to
@@ -199,8 +217,8 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     the noise; ``method="paper"`` reproduces seed 000 (per-record noisy scores).
 
     ``alpha`` (every interval, at level ``1 - alpha``), ``n_bins`` (calibration curve),
-    ``n_groups`` (Hosmer-Lemeshow C and H, ECE/MCE) and ``n_thresholds`` (ROC-GLM) are checked
-    before any site is contacted.
+    ``n_groups`` (Hosmer-Lemeshow C and H, ECE/MCE), ``n_thresholds`` (ROC-GLM) and both
+    threshold lists are checked before any site is contacted.
 
     References
     ----------
@@ -208,6 +226,8 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     curve"; the dissertation of seed 001, §3.5-3.6 and eq. (3.6); Wu et al. (2012), seed 002;
     Xu & Cormode (2025), seed 003.
     """
+    check_thresholds(metric_thresholds)
+    check_thresholds(decision_thresholds)
     agg, brier = first_release(session, secure, lambda agg: ds_brier(session, truth, score, secure=agg.pooled))
     pooled = agg.pooled
     # the binned releases in this order: bins of the curve and of H-L H first (the same cuts)
@@ -223,6 +243,9 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
         discrimination = Discrimination.from_histogram(ds_hist_auc(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, secure=pooled, epsilon=epsilon,
             delta=delta))
+    # after the bins: a threshold at a bin edge is that edge's cut
+    at_thresholds = ds_threshold_metrics(session, truth, score, metric_thresholds, alpha=alpha, secure=pooled)
+    decision = ds_decision_curve(session, truth, score, decision_thresholds, secure=pooled)
     return ValidationReport(discrimination, brier, curve, hl_c, hl_h, calibration_errors(hl_c), logistic,
-                            agg.mode, agg.note)
+                            at_thresholds, decision, agg.mode, agg.note)
 

@@ -351,6 +351,42 @@ def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins:
                      what="calibration bins", column=ctx.root_column(score), rows=ctx.record_rows(truth, score))
 
 
+MAX_DECISION_THRESHOLDS = 1000  # thresholdBinsDS: thresholds per call
+
+
+@register(
+    "thresholdBinsDS",
+    "aggregate",
+    [_TRUTH, _SCORE,
+     Param("thresholds", P.NUMBERS, "increasing decision thresholds strictly between 0 and 1, e.g. c(0.2, 0.5)")],
+    checks=GATE_RULES,
+    cells=True,
+)
+def threshold_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, thresholds: list[float]) -> Intervals:
+    """Per cell between decision thresholds: the count, the sum of predictions and of outcomes,
+    for metrics at thresholds and decision curves (pROC's ``coords``; Vickers & Elkin 2006).
+
+    The cells are ``[0, t_1), [t_1, t_2), ..., [t_m, 1]``: a record is called positive at ``t``
+    when its score is at least ``t``, as ``pROC::roc(direction = "<")`` and the decision curve's
+    "treat if p >= t" do, and the same cuts as the calibration curve's bins
+    (:func:`calibration_cuts`), so a threshold at a bin edge is that edge. The analyst's
+    thresholds are cuts: the release gate keeps only those leaving 0 or at least q records (and
+    the site's secret margin) to every other cut released on the score's column, and merges the
+    cells of the others (the result lists them, ``dropped``/``moved``)."""
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    asked = np.asarray(thresholds, dtype=float)
+    if asked.size > MAX_DECISION_THRESHOLDS:
+        raise CallError(f"at most {MAX_DECISION_THRESHOLDS} thresholds per call (got {asked.size})",
+                        hint="ask for a coarser grid of thresholds")
+    if asked.size == 0 or not np.all(np.isfinite(asked)) or np.any(asked <= 0) or np.any(asked >= 1) \
+            or np.any(np.diff(asked) <= 0):
+        raise CallError("thresholds must be strictly increasing numbers strictly between 0 and 1",
+                        hint="e.g. c(0.1, 0.2, 0.5)")
+    return Intervals(p, cuts_from(asked, inclusive=False), binned_sums(0.0, 1.0),
+                     {"sum_p": p, "sum_y": y.astype(float)}, what="threshold cells", column=ctx.root_column(score),
+                     rows=ctx.record_rows(truth, score))
+
+
 @register(
     "countBelowDS",
     "aggregate",
