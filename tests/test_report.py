@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from chromium import Chromium
+from dsfed_client.analyses.decision import VALIDATE_GRID
 from dsfed_client.analyses.suite import validate
 from dsfed_client.report import collect_study_info, write_report
 from conftest import FIXTURES, GBSG2_SITES, ROOT, RULES, http_builder, inprocess_builder
@@ -81,7 +82,7 @@ def test_html_holds_the_numbers_and_inline_plots(written, frames):
     for t, row in m.to_frame().iterrows():
         assert f"<td class=\"l\">{t:g}</td><td class=\"\">{int(row.tp)}</td>" in text
         assert f"{row.sensitivity:.3f} ({row.sensitivity_lower:.3f}, {row.sensitivity_upper:.3f})" in text
-    assert f"decision curve: {dc.n_thresholds} of 99" in text
+    assert f"decision curve: {dc.n_thresholds} of {len(VALIDATE_GRID)}" in text
     assert text.count("<svg") == len(PLOTS) and all(f'data-plot="{p}"' in text for p in PLOTS)
     # self-contained: no stylesheet, script or image fetched from anywhere
     assert not re.search(r"<(link|script|iframe)\b", text)
