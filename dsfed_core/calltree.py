@@ -248,15 +248,16 @@ def to_json(node: Node) -> dict[str, Any]:
 
 def check_limits(node: Node, limits: Limits) -> Node:
     """Apply the rules file's ``[strings]`` limits to a call tree, however it arrived (parsed call
-    text or the structured JSON form): every name (function, argument, symbol, table, column, formula
-    variable) at most ``strings.max_name_length`` characters, every string at most
+    text or the structured JSON form): every name the analyst chooses (argument, symbol, table, column,
+    formula variable) at most ``strings.max_name_length`` characters (a function's name is not one: it
+    is looked up in the registry, and one that is not there is "not registered", however long), every string at most
     ``strings.max_length`` unless it only lists numbers. Both readers (:func:`from_json`,
     :func:`dsfed_core.parser.parse`) end here, and apply ``parser.max_depth`` as they read."""
     for name in _names(node):
         if len(name) > limits.max_name_length:
             shown = name if len(name) <= 40 else f"{name[:37]}..."
             raise CallError(f"name {shown!r} of {len(name)} characters exceeds the limit of {limits.max_name_length}",
-                            rule="strings.max_name_length", hint="names of symbols, tables, columns and functions are short")
+                            rule="strings.max_name_length", hint="names of symbols, tables and columns are short")
     for text in _strings(node):
         if len(text) > limits.max_length and not _NUMBER_LIST.fullmatch(text):
             raise CallError(f"string of {len(text)} characters exceeds the limit of {limits.max_length}",
@@ -272,7 +273,6 @@ def _names(node: Node) -> Iterator[str]:
     elif isinstance(node, Formula):
         yield from (part for variable in node.variables for part in variable.split("$"))
     elif isinstance(node, Call):
-        yield node.function
         for arg in node.args:
             if arg.name is not None:
                 yield arg.name

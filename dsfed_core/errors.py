@@ -170,6 +170,14 @@ class BackendUnavailable(SiteError):
     http_status = 503
 
 
+class NotSupported(SiteError):
+    """A request of a protocol dsfed speaks (Opal's ``/ws``) for something a dsfed site does not
+    serve (projects, taxonomies, resources, saved workspaces): HTTP 501, with what to use instead."""
+
+    kind = "not_supported"
+    http_status = 501
+
+
 class SiteUnavailable(SiteError):
     """The site could not be reached or did not answer in time (raised by the client)."""
 
