@@ -248,9 +248,10 @@ def to_json(node: Node) -> dict[str, Any]:
 
 def check_limits(node: Node, limits: Limits) -> Node:
     """Apply the rules file's ``[strings]`` limits to a call tree, however it arrived (parsed call
-    text or the structured JSON form): every name the analyst chooses (argument, symbol, table, column,
-    formula variable) at most ``strings.max_name_length`` characters (a function's name is not one: it
-    is looked up in the registry, and one that is not there is "not registered", however long), every string at most
+    text or the structured JSON form): every name the analyst chooses (symbol, table, column, formula
+    variable) at most ``strings.max_name_length`` characters (the names of a function and of its
+    arguments are not: they are looked up in the registry, where an unknown one is "not registered"
+    or an "unused argument", however long -- dsBase's own argument names run to 31 characters), every string at most
     ``strings.max_length`` unless it only lists numbers. Both readers (:func:`from_json`,
     :func:`dsfed_core.parser.parse`) end here, and apply ``parser.max_depth`` as they read."""
     for name in _names(node):
@@ -274,8 +275,6 @@ def _names(node: Node) -> Iterator[str]:
         yield from (part for variable in node.variables for part in variable.split("$"))
     elif isinstance(node, Call):
         for arg in node.args:
-            if arg.name is not None:
-                yield arg.name
             yield from _names(arg.value)
 
 

@@ -42,10 +42,16 @@ WS_FUNCTIONS_HINT = ("DSSession.methods() (Python datashield) or ds.listServersi
 UNSERVED = "docs/analyst.md, 'What /ws does not serve'"
 
 
-def error_response(exc: SiteError, service: SiteService) -> JSONResponse:
-    exc.at(site=service.name)
-    if exc.hint == LIST_FUNCTIONS_HINT:  # the native API's listing is out of a DataSHIELD user's reach
+def at_door(exc: SiteError) -> SiteError:
+    """The error as a DataSHIELD user reads it: a hint at the native API's function listing, which
+    an Opal client cannot reach, points to the client's own listing instead."""
+    if exc.hint == LIST_FUNCTIONS_HINT:
         exc.hint = WS_FUNCTIONS_HINT
+    return exc
+
+
+def error_response(exc: SiteError, service: SiteService) -> JSONResponse:
+    at_door(exc.at(site=service.name))
     return JSONResponse(dto.error(exc), status_code=exc.http_status, headers=auth_headers(exc))
 
 
@@ -133,7 +139,14 @@ def opal_router(service: SiteService) -> APIRouter:
             service.session_exists(user, sid)
             if symbol is not None:
                 check_symbol_name(symbol, service.limits.max_name_length)
-            command = commands.submit(user.name, sid, script, call, with_result=with_result)
+
+            def command_call() -> Any:
+                try:
+                    return call()
+                except SiteError as exc:
+                    raise at_door(exc) from None
+
+            command = commands.submit(user.name, sid, script, command_call, with_result=with_result)
             return PlainTextResponse(command.id)
         result = call()
         return JSONResponse(result) if with_result else PlainTextResponse("")
