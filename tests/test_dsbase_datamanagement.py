@@ -19,7 +19,7 @@ N = 40
 FRAME = pd.DataFrame({
     "x": np.round(RNG.normal(50, 10, N), 1),
     "y": np.where(np.arange(N) == 7, np.nan, np.round(RNG.normal(0, 1, N), 3)),  # one missing value
-    "k": RNG.choice([1, 2, 3], N, p=[0.4, 0.4, 0.2]).astype(int),
+    "k": np.array([1] * 16 + [2] * 14 + [3] * 10),
     "g": np.array(["a", "b"] * (N // 2)),
     "z": np.where(np.arange(N) < 10, np.nan, np.arange(N, dtype=float)),  # ten missing values
 })
@@ -152,3 +152,37 @@ def test_tapplyDS_assign_refuses_a_group_of_fewer_than_q(tmp_path):
             with pytest.raises(FederatedCallError) as exc:
                 s.assign_expr("TA", text) if "assign" in text else s.aggregate_expr(text)
             _refused(exc, "disclosure.q_threshold")
+
+
+def test_tableDS_two_way_equals_R_table_and_refuses_uncovering_levels(session):
+    k, g = FRAME["k"].to_numpy(), FRAME["g"].to_numpy()
+    got = _one(session.aggregate_expr('tableDS("D$k", "D$g", NULL, "1,2,3", "a,b", NULL, NULL, "no", NULL)'))
+    want = r_eval("as.vector(table(factor(k, levels = 1:3), factor(g, levels = c('a', 'b'))))", k=k, g=g)
+    assert got["counts"] == [int(v) for v in want] and got["dim"] == [3, 2] and got["names"] == ["rvar", "cvar"]
+    with pytest.raises(FederatedCallError) as exc:  # levels 1, 2 only: the records with k = 3 would become NA
+        session.aggregate_expr('tableDS("D$k", NULL, NULL, "1,2", NULL, NULL, NULL, "always", NULL)')
+    assert "leave out" in exc.value.failures["s"].message
+
+
+def test_tableDS_pooled_releases_what_sites_alone_refuse(tmp_path, gbsg2_pooled):
+    """Menopausal status by hormone therapy: sites 1 and 5 hold a cell of 4 and 3 records and refuse
+    the table alone; pooled over the five sites every cell holds at least q, and the pooled table
+    equals R's table() on the pooled records."""
+    from conftest import FIXTURES, GBSG2_SITES, RULES
+    from dsfed_client import Ref
+    from dsfed_server.provision import provision
+    from dsfed_server.service import SiteService
+
+    provisioned = provision(tmp_path, {s: (FIXTURES / s, RULES / f"{s}.toml") for s in GBSG2_SITES})
+    services = {n: SiteService.from_config_file(p.config) for n, p in provisioned.items()}
+    args = ("Pre,Post", "no,yes", None, None, "no", None)
+    with inprocess_builder(provisioned, services).login() as s:
+        s.assign_table("D", "GBSG2.validation")
+        with pytest.raises(FederatedCallError) as exc:
+            s.aggregate_expr('tableDS("D$menostat", "D$horTh", NULL, "Pre,Post", "no,yes", NULL, NULL, "no", NULL)')
+        assert {site for site, e in exc.value.failures.items() if e.rule == "disclosure.q_threshold"} == {
+            "site1", "site5"}
+        pooled = s.pooled("tableDS", Ref("D$menostat"), Ref("D$horTh"), None, *args)
+    want = r_eval("as.vector(table(factor(m, levels = c('Pre', 'Post')), factor(h, levels = c('no', 'yes'))))",
+                  m=gbsg2_pooled["menostat"].to_numpy(), h=gbsg2_pooled["horTh"].to_numpy())
+    assert pooled["pooled"] and pooled["counts"] == [int(v) for v in want]

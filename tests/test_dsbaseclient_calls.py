@@ -93,11 +93,11 @@ def test_asFactorDS2_then_testObjExistsDS(outcomes):
         assert _ran(outcomes["asFactor-exists"][site]) == {"test.obj.exists": True, "test.obj.class": "factor"}
 
 
-def test_ds_table_main_call_is_refused_as_not_registered(outcomes):
-    for site in GBSG2_SITES:
-        answer, error = outcomes["table-main"][site]
-        assert answer is None and "'tableDS' is not a registered function" in error, error
-        assert "DSSession.methods()" in error and "/v1" not in error
+def test_ds_table_main_call_equals_R_table(outcomes, gbsg2_frames):
+    for site, frame in gbsg2_frames.items():
+        want = r_eval(f"as.vector(table(factor(factor(x, levels = {DICTIONARY['menostat']}), levels = c('Post', 'Pre')), "
+                      "useNA = 'always'))", x=frame["menostat"].to_numpy())
+        assert _ran(outcomes["table-main"][site]) == [int(v) for v in want]
 
 
 def test_ds_dataFrame_calls(outcomes, gbsg2_frames):

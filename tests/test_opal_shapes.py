@@ -163,6 +163,8 @@ DSBASE_VALUES = {
         "X <- am[ok, 1]; list(Table_valid = TRUE, Mean_gp = tapply(X, g, mean), StDev_gp = sqrt(tapply(X, g, var)), "
         "N_gp = table(group), Nvalid = sum(ok), Nmissing = sum(!ok), Ntotal = nrow(am), "
         'Message = "All tables valid")',
+    'tableDS("D$menostat", NULL, NULL, "Post,Pre", NULL, NULL, NULL, "always", NULL)':
+        'rvar <- factor(menostat, levels = c("Post", "Pre")); table(rvar, useNA = "always")',
     'tapplyDS("D$score", "D$menostat", "sd")':
         'names <- list(paste0("D$menostat.", levels(menostat))); s <- tapply(score, list(menostat), sd); '
         "n <- tapply(score, list(menostat), length); dimnames(s) <- names; dimnames(n) <- names; list(SD = s, N = n)",

@@ -77,6 +77,19 @@ def _keep_rows(result: pd.Series, source: pd.Series) -> pd.Series:
     return result
 
 
+def covering_factor(ctx: CallContext, x: pd.Series, levels_text: str, what: str) -> pd.Categorical:
+    """``factor(x, levels = <the comma-separated levels>)``, refused unless the levels cover every value
+    ``x`` holds: levels that leave values out turn those records into NA, a cut the analyst chose."""
+    levels = list(dict.fromkeys(s.strip() for s in levels_text.split(",") if s.strip()))
+    ctx.guard.factor_levels(len(levels), len(x), what)
+    text = _as_text(x)
+    missing = sorted(set(text.dropna()) - set(levels))
+    if missing:
+        raise CallError(f"the levels ({what}) leave out {len(missing)} value(s) the variable holds",
+                        hint="give every level asFactorDS1 returned at every site (ds.asFactor and ds.table do)")
+    return pd.Categorical(text.astype(object).where(text.notna(), None), categories=levels)
+
+
 @register("asFactorDS1", "aggregate",
           [Param("input.var.name", P.VECTOR, "the variable to become a factor, e.g. \"D$tgrade\"")],
           checks=("disclosure.q_threshold", *_LEVELS))
@@ -118,15 +131,8 @@ def as_factor(ctx: CallContext, input_var_name: pd.Series, all_unique_levels_tra
     if fixed_dummy_vars:
         raise CallError("asFactorDS2: a matrix of dummy variables (fixed.dummy.vars = TRUE) is not offered",
                         hint="make the factor (fixed.dummy.vars = FALSE); model formulas make the dummies")
-    levels = list(dict.fromkeys(s.strip() for s in all_unique_levels_transmit.split(",") if s.strip()))
     x = input_var_name
-    ctx.guard.factor_levels(len(levels), len(x), "all.unique.levels.transmit")
-    text = _as_text(x)
-    missing = sorted(set(text.dropna()) - set(levels))
-    if missing:
-        raise CallError(f"asFactorDS2: the levels leave out {len(missing)} value(s) the variable holds",
-                        hint="give every level asFactorDS1 returned at every site (ds.asFactor does)")
-    factor = pd.Series(pd.Categorical(text.astype(object).where(text.notna(), None), categories=levels),
+    factor = pd.Series(covering_factor(ctx, x, all_unique_levels_transmit, "all.unique.levels.transmit"),
                        name=x.name)
     return _keep_rows(factor, x)
 

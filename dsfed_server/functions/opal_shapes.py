@@ -122,6 +122,12 @@ def mean_sd_by_group(native: dict[str, Any]) -> RList:
     })
 
 
+def table(native: dict[str, Any]) -> RArray:
+    """``tableDS``: R's ``table`` (an integer array with named dimnames, class ``table``)."""
+    return RArray(native["counts"], native["dim"], native["dimnames"], native["names"], r_class="table",
+                  type="integer")
+
+
 def tapply(native: dict[str, Any]) -> RList:
     """``tapplyDS``: ``list(<Mean|SD|Sum> = <array>, N = <array>)`` with dsBase's dimnames."""
     shape = {"dim": native["dim"], "dimnames": native["dimnames"]}
@@ -138,5 +144,6 @@ for _name, _adapter in {
     "glmDS2": glm_parts,
     "meanSdGpDS": mean_sd_by_group,
     "tapplyDS": tapply,
+    "tableDS": table,
 }.items():
     REGISTRY.set_opal_shape(_name, _adapter)
