@@ -217,9 +217,8 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
         isinstance(r, Rows) and r.lineage == first.lineage and np.array_equal(r.index, first.index) for r in rows)
     if same:
         mark_rows(frame, first)
-        sources = {label: (str(c.name), "identity") for label, c in zip(labels, columns) if c.name is not None}
-        frame.attrs[DERIVED] = {label: c.attrs.get(DERIVED, {}).get(src[0], src) for (label, src), c in
-                                zip(sources.items(), columns)}
+        frame.attrs[DERIVED] = {label: c.attrs.get(DERIVED, {}).get(c.name, (str(c.name), "identity"))
+                                for label, c in zip(labels, columns) if c.name is not None}
     return frame
 
 
