@@ -170,12 +170,12 @@ class BackendUnavailable(SiteError):
     http_status = 503
 
 
-class NotSupported(SiteError):
+class NotSupported(NotFound):
     """A request of a protocol dsfed speaks (Opal's ``/ws``) for something a dsfed site does not
-    serve (projects, taxonomies, resources, saved workspaces): HTTP 501, with what to use instead."""
+    serve (projects, taxonomies, resources, saved workspaces), with what to use instead: HTTP 404, as
+    Opal answers for what it does not have (a client error, which clients read as "not here")."""
 
     kind = "not_supported"
-    http_status = 501
 
 
 class SiteUnavailable(SiteError):

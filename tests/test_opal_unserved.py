@@ -65,7 +65,7 @@ def test_workspaces_list_is_empty_and_cannot_be_saved(session, site):
     sid = session.sessions()["s"].get_id()
     answer = requests.post(f"{url}/ws/datashield/session/{sid}/workspaces", params={"save": "w"}, auth=auth,
                            timeout=10)
-    body = _opal_error(answer, 501)
+    body = _opal_error(answer, 404)
     assert body["status"] == "not_supported" and "does not save workspaces" in body["arguments"][0]
     session.workspace_save("w")  # the client sends it without failing on errors: no crash, nothing saved
     assert session.workspaces() == {"s": []}
@@ -81,7 +81,7 @@ def test_workspaces_list_is_empty_and_cannot_be_saved(session, site):
 def test_unserved_listings_fail_with_opal_not_supported(session, call, what):
     with pytest.raises(HTTPError) as exc:
         call(session)
-    body = _opal_error(exc.value.error, 501)
+    body = _opal_error(exc.value.error, 404)
     assert body["status"] == "not_supported" and what in body["arguments"][0] and "see docs/analyst.md" in \
         body["error"]["hint"]
 
@@ -92,7 +92,7 @@ def test_resources_are_not_supported(session, site):
     assert conn.has_resource("P.r") is False  # Opal's client reads a non-200 as "no such resource"
     with pytest.raises(DSError):
         session.assign_resource("R", resource="P.r")
-    body = _opal_error(session.get_errors()["s"].get_error(), 501)
+    body = _opal_error(session.get_errors()["s"].get_error(), 404)
     assert "does not serve Opal resources" in body["arguments"][0]
     for path in ("/ws/project/P/resources", "/ws/project/P/resource/r"):
-        assert _opal_error(requests.get(url + path, auth=auth, timeout=10), 501)["status"] == "not_supported"
+        assert _opal_error(requests.get(url + path, auth=auth, timeout=10), 404)["status"] == "not_supported"
