@@ -323,15 +323,17 @@ def to_json(node: Node) -> dict[str, Any]:
 
 def check_limits(node: Node, limits: Limits) -> Node:
     """Apply the rules file's ``[strings]`` limits to a call tree, however it arrived (parsed call
-    text or the structured JSON form): every name (function, argument, symbol, table, column, formula
-    variable) at most ``strings.max_name_length`` characters, every string at most
+    text or the structured JSON form): every name the analyst chooses (symbol, table, column, formula
+    variable) at most ``strings.max_name_length`` characters (the names of a function and of its
+    arguments are not: they are looked up in the registry, where an unknown one is "not registered"
+    or an "unused argument", however long -- dsBase's own argument names run to 31 characters), every string at most
     ``strings.max_length`` unless it only lists numbers. Both readers (:func:`from_json`,
     :func:`dsfed_core.parser.parse`) end here, and apply ``parser.max_depth`` as they read."""
     for name in _names(node):
         if len(name) > limits.max_name_length:
             shown = name if len(name) <= 40 else f"{name[:37]}..."
             raise CallError(f"name {shown!r} of {len(name)} characters exceeds the limit of {limits.max_name_length}",
-                            rule="strings.max_name_length", hint="names of symbols, tables, columns and functions are short")
+                            rule="strings.max_name_length", hint="names of symbols, tables and columns are short")
     for text in _strings(node):
         if len(text) > limits.max_length and not _NUMBER_LIST.fullmatch(text):
             raise CallError(f"string of {len(text)} characters exceeds the limit of {limits.max_length}",
@@ -352,10 +354,7 @@ def _names(node: Node) -> Iterator[str]:
         for leaf in node.leaves():
             yield from _names(leaf)
     elif isinstance(node, Call):
-        yield node.function
         for arg in node.args:
-            if arg.name is not None:
-                yield arg.name
             yield from _names(arg.value)
 
 

@@ -170,6 +170,14 @@ class BackendUnavailable(SiteError):
     http_status = 503
 
 
+class NotSupported(NotFound):
+    """A request of a protocol dsfed speaks (Opal's ``/ws``) for something a dsfed site does not
+    serve (projects, taxonomies, resources, saved workspaces), with what to use instead: HTTP 404, as
+    Opal answers for what it does not have (a client error, which clients read as "not here")."""
+
+    kind = "not_supported"
+
+
 class SiteUnavailable(SiteError):
     """The site could not be reached or did not answer in time (raised by the client)."""
 

@@ -179,7 +179,9 @@ def create_app(service: SiteService) -> FastAPI:
         """What the HTTP layer refuses before a route runs, in the site's error shape."""
         err: SiteError
         if exc.status_code == 404:
-            err = NotFound(f"no route {request.url.path}", site=service.name, hint="see the site's API in docs/")
+            hint = ("this site serves the part of Opal's DataSHIELD API that docs/analyst.md lists"
+                    if request.url.path.startswith("/ws/") else "see the site's API in docs/")
+            err = NotFound(f"no route {request.url.path}", site=service.name, hint=hint)
         elif exc.status_code == 405:
             err = ProtocolError(f"{request.method} is not allowed on {request.url.path}", http_status=405,
                                 site=service.name)

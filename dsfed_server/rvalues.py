@@ -56,6 +56,21 @@ class RMatrix:
 
 
 @dataclass(frozen=True)
+class RArray:
+    """An array (``tapply``'s result, a ``table``): ``values`` in R's column-major order, ``dim``,
+    ``dimnames`` (per dimension, labels or None), the names of the dimnames (``table(group)`` names
+    its one ``group``) and an S3 class (``table``, which ``jsonlite::toJSON`` refuses). jsonlite
+    writes a 1-d array as an array (never unboxed), a 2-d one as rows."""
+
+    values: Sequence[Scalar]
+    dim: Sequence[int]
+    dimnames: Sequence[Sequence[str] | None] | None = None
+    dimnames_names: Sequence[str] | None = None
+    r_class: str | None = None
+    type: str | None = None
+
+
+@dataclass(frozen=True)
 class RDataFrame:
     """A data frame given by its columns (in order) and, optionally, character row names."""
 
@@ -115,8 +130,19 @@ def _data_frame(frame: RDataFrame) -> list[dict[str, Any]]:
     return rows
 
 
+def _array(array: RArray) -> list[Any]:
+    if len(array.dim) == 1:
+        return [_scalar(v) for v in array.values]
+    if len(array.dim) == 2:
+        n_rows, n_cols = array.dim
+        return [[_scalar(array.values[i + j * n_rows]) for j in range(n_cols)] for i in range(n_rows)]
+    raise ValueError("arrays of more than two dimensions are not encoded")
+
+
 def to_jsonlite(value: Any) -> Any:
     """The JSON value (plain Python) that ``jsonlite::toJSON`` gives for the R value ``value`` stands for."""
+    if isinstance(value, RArray):
+        return _array(value)
     if isinstance(value, RVector):
         return _vector(value.values)
     if isinstance(value, RMatrix):
@@ -153,6 +179,8 @@ def opal_json(value: Any) -> Any:
 
 def _has_class(value: Any) -> bool:
     """Whether ``value`` holds, at any depth, a list with an S3 class."""
+    if isinstance(value, RArray):
+        return value.r_class is not None
     if isinstance(value, RList):
         return value.r_class is not None or _has_class(value.items)
     if isinstance(value, Mapping):
@@ -171,6 +199,8 @@ def serialize_json(value: Any) -> dict[str, Any]:
     if isinstance(value, RVector):
         attributes = {} if value.names is None else {"names": _typed(list(value.names), "character")}
         return _typed(list(value.values), value.type, attributes)
+    if isinstance(value, RArray):
+        return _typed_array(value)
     if isinstance(value, RMatrix):
         columns = [v for column in zip(*value.rows) for v in column]
         attributes = {"dim": _typed([len(value.rows), len(value.rows[0]) if value.rows else 0], "integer")}
@@ -202,6 +232,19 @@ def _typed_list(items: Mapping[str, Any] | Sequence[Any], r_class: str | None) -
     if r_class is not None:
         attributes["class"] = _typed([r_class], "character")
     return {"type": "list", "attributes": attributes, "value": [serialize_json(v) for v in items]}
+
+
+def _typed_array(array: RArray) -> dict[str, Any]:
+    """An array: ``dim``, then ``dimnames`` (a list, named when its dimensions are), then ``class``."""
+    attributes: dict[str, Any] = {"dim": _typed(list(array.dim), "integer")}
+    if array.dimnames is not None:
+        names = ({} if array.dimnames_names is None
+                 else {"names": _typed(list(array.dimnames_names), "character")})
+        attributes["dimnames"] = {"type": "list", "attributes": names, "value": [
+            serialize_json(None if d is None else RVector(list(d), type="character")) for d in array.dimnames]}
+    if array.r_class is not None:
+        attributes["class"] = _typed([array.r_class], "character")
+    return _typed(list(array.values), array.type, attributes)
 
 
 def _typed_data_frame(frame: RDataFrame) -> dict[str, Any]:

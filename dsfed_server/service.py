@@ -141,6 +141,8 @@ def canonical_call(request: CallRequest) -> str:
 
 # the arguments by which a noisy function takes the privacy an analyst asks for (never less than the site's)
 PRIVACY_ARGUMENTS = ("epsilon", "delta", "sensitivity")
+# where the native API lists the functions a site enables (the /ws door points to its own listing)
+LIST_FUNCTIONS_HINT = "GET /v1/functions lists the functions this site enables"
 
 
 def _symbols(node: Node) -> set[str]:
@@ -378,9 +380,10 @@ class SiteService:
     def _spec(self, name: str, session: Session | None = None) -> FunctionSpec:
         spec = self.registry.get(name)
         if spec is None:
+            shown = name if len(name) <= 40 else f"{name[:37]}..."
             raise CallError(
-                f"{name!r} is not a registered function; nothing else can be called",
-                function=name, hint="GET /v1/functions lists the functions this site enables",
+                f"{shown!r} is not a registered function; nothing else can be called",
+                function=name, hint=LIST_FUNCTIONS_HINT,
             )
         profile = session.profile if session is not None else DEFAULT_PROFILE
         if name not in self._rules(session).functions.enabled:

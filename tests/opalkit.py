@@ -39,7 +39,8 @@ def ds_session(http, provisioned, *, assign: bool = True, **kwargs) -> Iterator[
 def opal_value(answer: Any) -> Any:
     """An Opal answer as plain values, the way a client written against Opal reads one: the typed
     form of ``jsonlite::serializeJSON`` (sent for results ``toJSON`` refuses) decoded, a named list as
-    a dict, a length-1 vector as its element, a matrix as its rows; the plain form as it is."""
+    a dict, a length-1 vector as its element, a 1-d array as its values, a matrix as its rows; the
+    plain form as it is."""
     if not (isinstance(answer, dict) and "type" in answer and set(answer) <= {"type", "attributes", "value"}):
         return answer
     attributes, value = answer.get("attributes", {}), answer.get("value")
@@ -48,6 +49,8 @@ def opal_value(answer: Any) -> Any:
     if answer["type"] == "list":
         items = [opal_value(v) for v in value]
         return dict(zip(attributes["names"]["value"], items)) if "names" in attributes else items
+    if "dim" in attributes and len(attributes["dim"]["value"]) == 1:  # a 1-d array (a table): its values
+        return value
     if "dim" in attributes:
         n_rows, n_cols = attributes["dim"]["value"]
         return [[value[i + j * n_rows] for j in range(n_cols)] for i in range(n_rows)]

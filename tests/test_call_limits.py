@@ -24,8 +24,6 @@ CASES = [  # (the rule, call text, the same call as a JSON tree)
     ("strings.max_name_length", f"meanDS({NAME})", {"call": "meanDS", "args": [{"sym": NAME}]}),
     ("strings.max_name_length", f"meanDS({NAME}$x)", {"call": "meanDS", "args": [{"col": [NAME, "x"]}]}),
     ("strings.max_name_length", f"meanDS(T${NAME})", {"call": "meanDS", "args": [{"col": ["T", NAME]}]}),
-    ("strings.max_name_length", f"meanDS({NAME} = T$x)", {"call": "meanDS", "kwargs": {NAME: {"col": ["T", "x"]}}}),
-    ("strings.max_name_length", f"{NAME}(T$x)", {"call": NAME, "args": [{"col": ["T", "x"]}]}),
     ("strings.max_length", f'meanDS("{STRING}")', {"call": "meanDS", "args": [{"lit": STRING}]}),
     ("strings.max_length", f'levelsDS(c("a", "{STRING}"))', {"call": "levelsDS", "args": [{"vec": ["a", STRING]}]}),
     ("strings.max_name_length", f'glmDS1({NAME} ~ x, "gaussian", NULL, NULL, T)',
@@ -68,3 +66,32 @@ def test_the_same_limit_refuses_text_and_tree_alike(site, rule, text, tree):
     refused = [r for r in audit_records(provisioned)[-8:] if r["kind"] == "aggregate" and r["outcome"] == "bad_call"]
     assert refused and refused[-1]["rule"] == rule
     assert not any(r["outcome"] == "not_found" for r in audit_records(provisioned))  # no lookup reached
+
+
+def test_a_long_unknown_argument_name_is_an_unused_argument(site):
+    """An argument's name is matched against the function's parameters, not measured."""
+    url, provisioned = site
+    cred = provisioned.credentials["analyst"]
+    text, tree = f"meanDS({NAME} = T$x)", {"call": "meanDS", "kwargs": {NAME: {"col": ["T", "x"]}}}
+    for response in _native(url, (cred.user, cred.password), [{"expr": text}, {"call": tree}]):
+        error = response.json()["error"]
+        assert response.status_code == 422 and error["rule"] is None and "unused argument" in error["message"]
+
+
+def test_a_long_unknown_function_name_is_not_registered_at_either_door(site):
+    """A function name is looked up in the registry, not measured: an unknown one over
+    ``strings.max_name_length`` is reported as not registered, at /v1 (text and tree) and at /ws,
+    where the hint names the DataSHIELD client's own listing of the functions."""
+    url, provisioned = site
+    cred = provisioned.credentials["analyst"]
+    auth = (cred.user, cred.password)
+    text, tree = f"{NAME}(T$x)", {"call": NAME, "args": [{"col": ["T", "x"]}]}
+    for response in _native(url, auth, [{"expr": text}, {"call": tree}]):
+        error = response.json()["error"]
+        assert response.status_code == 422 and error["rule"] is None, response.text
+        assert "is not a registered function" in error["message"] and "GET /v1/functions" in error["hint"]
+        assert NAME not in error["message"]  # the name is shown shortened
+    door = datashield_aggregate(url, auth, "P.t", text, symbol="T")
+    body = door.json()
+    assert door.status_code == 422 and "is not a registered function" in body["arguments"][0], door.text
+    assert "DSSession.methods()" in body["error"]["hint"] and "/v1" not in door.text

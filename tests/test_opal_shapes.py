@@ -146,6 +146,28 @@ DSBASE_VALUES = {
         "score.vect = t(X) %*% matrix(W * u), numsubs = length(y), "
         "dev = sum(f$dev.resids(y, mu, rep(1, length(y)))), Nvalid = length(y), Nmissing = 0L, "
         'Ntotal = length(y), disclosure.risk = 0, errorMessage2 = "No errors")',
+    'asFactorDS1("D$horTh")': "levels(factor(horTh))",
+    "numNaDS(D$age)": "length(which(is.na(age)))",
+    'testObjExistsDS("D")': "list(test.obj.exists = TRUE, test.obj.class = class(D))",
+    'testObjExistsDS("E")': "list(test.obj.exists = FALSE, test.obj.class = NULL)",
+    # the DataSHIELD session's environment holds D only
+    "lsDS(NULL, 1)": 'e <- new.env(); assign("D", D, e); '
+                     "list(environment.searched = environmentName(globalenv()), objects.found = ls(e))",
+    'lsDS("_:A:_D", 1)': 'e <- new.env(); assign("D", D, e); list(environment.searched = environmentName(globalenv()), '
+                         'objects.found = ls(e, pattern = utils::glob2rx("*D")), search.filter.final = "*D")',
+    'messageDS("D")': '"ALL OK: there are no studysideMessage(s) on this datasource"',
+    'exists("age", D)': 'exists("age", D)',
+    'dataFrameSubsetDS1("D", "D$age", "50", 6, NULL, NULL, FALSE)': '"Subsetting undertaken without problems"',
+    "meanSdGpDS(D$age, D$horTh)":
+        "am <- cbind(age, horTh); ok <- complete.cases(am); g <- as.factor(am[ok, 2]); group <- as.integer(g); "
+        "X <- am[ok, 1]; list(Table_valid = TRUE, Mean_gp = tapply(X, g, mean), StDev_gp = sqrt(tapply(X, g, var)), "
+        "N_gp = table(group), Nvalid = sum(ok), Nmissing = sum(!ok), Ntotal = nrow(am), "
+        'Message = "All tables valid")',
+    'tableDS("D$menostat", NULL, NULL, "Post,Pre", NULL, NULL, NULL, "always", NULL)':
+        'rvar <- factor(menostat, levels = c("Post", "Pre")); table(rvar, useNA = "always")',
+    'tapplyDS("D$score", "D$menostat", "sd")':
+        'names <- list(paste0("D$menostat.", levels(menostat))); s <- tapply(score, list(menostat), sd); '
+        "n <- tapply(score, list(menostat), length); dimnames(s) <- names; dimnames(n) <- names; list(SD = s, N = n)",
 }
 
 

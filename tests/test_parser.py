@@ -62,7 +62,7 @@ def test_accepted(text, tree):
         ("f(c(1, 'a'))", "mixes"),
         ("f(c(g(1)))", "literal"),
         ("f('" + "a" * 81 + "')", "exceeds the limit"),
-        ("a" * 21 + "(x)", "exceeds the limit"),
+        ("f(" + "a" * 21 + ")", "exceeds the limit"),
         ("f(g(h(i(j(1)))))", "nested deeper"),
         ("f('\\x41')", "escape"),
         ("", "empty"),

@@ -115,13 +115,17 @@ class Guard:
             )
 
     def pooled_minimum(self, deferred: str, n: float, q: int) -> None:
-        """A count deferred by :meth:`min_count` or :meth:`saturation`, summed over the sites of a
-        pooled release: at least ``q`` (the largest q of the sites), or as many records as this
-        site's ``glm_saturation`` needs for the model's parameters."""
+        """A count deferred by :meth:`min_count`, :meth:`saturation` or :meth:`factor_levels`, summed
+        over the sites of a pooled release: at least ``q`` (the largest q of the sites), as many
+        records as this site's ``glm_saturation`` needs for the model's parameters, or as its
+        ``factor_levels_density`` needs for the levels (bins)."""
         kind, what = deferred.split(":", 1)
         n = round(n)
         if kind == "saturation":
             self.saturation(int(what), n)
+        elif kind == "levels":
+            n_levels, what = what.split(":", 1)
+            self.factor_levels(int(n_levels), n, what + " pooled over the sites")
         elif not (kind == "count_or_zero" and n == 0) and n < q:
             raise self._refuse(f"{what}: fewer than the minimum of {q} pooled over the sites",
                                "disclosure.q_threshold", "use more records or more sites")
@@ -366,8 +370,12 @@ class Guard:
                 "disclosure.cut_history", "ask with within_bin = 'tied' (the dsfed client's default)")
 
     def factor_levels(self, n_levels: int, n: int, what: str) -> None:
-        """A factor has at most max_factor_levels levels and at most factor_levels_density * n."""
+        """A factor has at most max_factor_levels levels and at most factor_levels_density * n; in a
+        pooled release n is the pooled count (the cells released are the pooled ones)."""
         max_levels, density = self.rule("disclosure.max_factor_levels"), self.rule("disclosure.factor_levels_density")
+        if self.deferred is not None and n_levels <= max_levels:
+            self.deferred.append((f"levels:{n_levels}:{what}", int(n)))
+            return
         if n_levels > max_levels:
             raise self._refuse(
                 f"{what} has more levels than the site's maximum of {max_levels}",

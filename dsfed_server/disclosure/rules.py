@@ -147,8 +147,8 @@ class Disclosure(_Section):
         le=1,
         description=(
             "A factor may have at most this fraction of the records as levels "
-            "(DataSHIELD nfilter.levels.density). Protects against categories that "
-            "identify single records."
+            "(DataSHIELD nfilter.levels.density); in a pooled release, of the records pooled "
+            "over the sites. Protects against categories that identify single records."
         ),
     )
 

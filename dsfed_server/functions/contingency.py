@@ -17,6 +17,7 @@ from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.gate import Categories, Released
 from dsfed_core.errors import CallError
+from dsfed_server.functions.datamanagement import covering_factor
 from dsfed_server.registry import P, Param, register
 
 NA_LEVEL = "NA"
@@ -81,3 +82,76 @@ def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> Categories:
 
     return Categories(rx * len(cols) + cy, (len(rows), len(cols)), render, what="2-D table",
                       rows=ctx.record_rows(x.astype(object).fillna(""), y.astype(object).fillna("")))
+
+
+@register(
+    "tableDS",
+    "aggregate",
+    [
+        Param("rvar.transmit", P.VECTOR, "the rows' variable, e.g. \"D$menostat\""),
+        Param("cvar.transmit", P.VECTOR, "the columns' variable", required=False),
+        Param("stvar.transmit", P.VECTOR, "a third variable (not offered)", required=False),
+        Param("rvar.all.unique.levels.transmit", P.STRING, "rvar's levels, comma-separated (asFactorDS1's)"),
+        Param("cvar.all.unique.levels.transmit", P.STRING, "cvar's levels, comma-separated", required=False),
+        Param("stvar.all.unique.levels.transmit", P.STRING, "stvar's levels (not offered)", required=False),
+        Param("exclude.transmit", P.STRING, "levels to exclude (not offered)", required=False),
+        Param("useNA.transmit", P.STRING, "no, ifany or always: a level for missing values", required=False,
+              default="no", choices=("no", "ifany", "always")),
+        Param("force.nfilter.transmit", P.NUMBER, "a higher minimum cell count (not offered)", required=False),
+    ],
+    checks=("disclosure.max_factor_levels", "disclosure.factor_levels_density", *GATE_RULES),
+    cells=True,
+)
+def table_dsbase(ctx: CallContext, rvar_transmit: pd.Series, cvar_transmit: pd.Series | None,
+                 stvar_transmit: pd.Series | None, rvar_all_unique_levels_transmit: str,
+                 cvar_all_unique_levels_transmit: str | None, stvar_all_unique_levels_transmit: str | None,
+                 exclude_transmit: str | None, useNA_transmit: str, force_nfilter_transmit: float | None) -> Categories:
+    """R's ``table(rvar, cvar, useNA = useNA.transmit)`` over the levels ``ds.table`` gathered with
+    ``asFactorDS1`` (dsBase ``tableDS``, ``ds.table``'s main call): ``counts`` in R's column-major
+    order, ``dim``, ``dimnames`` (null for the missing-value level) and their ``names``
+    (``rvar``, ``cvar``); through the DataSHIELD door, dsBase's ``table``.
+
+    Refused, as dsBase does, when a non-empty cell holds fewer than q records -- the missing-value
+    cells included (dsBase checks the table without them) -- through the release gate, per site or
+    pooled over the sites; and, stricter than dsBase, when the levels leave out values a variable
+    holds (dsBase turns them into NA: an analyst-chosen cut). Three-way tables (``stvar``),
+    ``exclude`` and ``force.nfilter`` are not offered.
+    """
+    if stvar_transmit is not None or exclude_transmit is not None or force_nfilter_transmit is not None:
+        raise CallError("tableDS: a third variable (stvar), exclude and force.nfilter are not offered",
+                        hint="tabulate one or two variables; the site's q_threshold applies to every cell")
+    if cvar_transmit is not None and cvar_all_unique_levels_transmit is None:
+        raise CallError("tableDS: cvar.all.unique.levels.transmit is needed with cvar.transmit")
+    variables = [(rvar_transmit, rvar_all_unique_levels_transmit, "rvar")]
+    if cvar_transmit is not None:
+        if len(cvar_transmit) != len(rvar_transmit):
+            raise CallError("tableDS: rvar and cvar differ in length")
+        variables.append((cvar_transmit, cvar_all_unique_levels_transmit, "cvar"))
+    ctx.guard.min_count(len(rvar_transmit), "records")
+    factors = [covering_factor(ctx, x, levels, f"{name}.all.unique.levels.transmit") for x, levels, name in variables]
+    codes = [np.asarray(f.codes, dtype=np.int64) for f in factors]
+    missing = np.zeros(len(rvar_transmit), dtype=bool)
+    for c in codes:
+        missing |= c < 0
+    labels: list[list[str | None]] = [list(f.categories) for f in factors]
+    if useNA_transmit == "no":
+        keep = ~missing
+    else:
+        keep = np.ones(len(rvar_transmit), dtype=bool)
+        for i, c in enumerate(codes):
+            if useNA_transmit == "always" or (c < 0).any():
+                codes[i] = np.where(c < 0, len(labels[i]), c)
+                labels[i] = labels[i] + [None]
+    shape = tuple(len(levels) for levels in labels)
+    cells = codes[0][keep] if len(codes) == 1 else codes[0][keep] * shape[1] + codes[1][keep]
+    names = [name for _, _, name in variables]
+    vectors = [x for x, _, _ in variables]
+    rows = ctx.record_rows(*vectors) if useNA_transmit == "no" else ctx.record_rows(
+        *[x.astype(object).fillna("") for x in vectors])
+
+    def render(released: Released) -> dict[str, Any]:
+        counts = np.asarray(released.counts).reshape(shape)
+        return {"counts": counts.T.flatten().astype(int).tolist(), "dim": list(shape), "dimnames": labels,
+                "names": names, "pooled": released.pooled}
+
+    return Categories(cells, shape, render, what=f"{len(shape)}-D table", rows=rows)

@@ -357,10 +357,7 @@ def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
     return [c - 1 for c in index]
 
 
-@register(
-    "dataFrameSubsetDS2",
-    "assign",
-    [
+_SUBSET_PARAMS = [
         Param("df.name", P.TABLE, "the table to subset, e.g. \"D\""),
         Param("V1.name", P.STRING, "the vector compared, e.g. \"D$age\" (or \"ONES\" to keep every row)"),
         Param("V2.name", P.STRING, "what it is compared with: a number (\"50\"), a quoted string, or a vector"),
@@ -368,9 +365,11 @@ def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
         Param("keep.cols", P.NUMBERS, "column numbers to keep, e.g. \"1,3\"", required=False),
         Param("rm.cols", P.NUMBERS, "column numbers to drop, e.g. \"2\"", required=False),
         Param("keep.NAs", P.BOOLEAN, "keep rows where the comparison is NA", required=False, default=False),
-    ],
-    checks=("disclosure.subset_min", *GATE_RULES),
-)
+]
+SUBSET_DONE = "Subsetting undertaken without problems"
+
+
+@register("dataFrameSubsetDS2", "assign", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
 def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
                       Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
                       keep_NAs: bool) -> pd.DataFrame:
@@ -408,3 +407,16 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_
         drop = set(_columns(rm_cols, subset.shape[1], "rm.cols"))
         subset = subset.iloc[:, [j for j in range(subset.shape[1]) if j not in drop]]
     return mark_rows(subset.copy(), rows)
+
+
+@register("dataFrameSubsetDS1", "aggregate", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
+def data_frame_subset_check(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
+                            Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
+                            keep_NAs: bool) -> str:
+    """The checks of ``dataFrameSubsetDS2`` with the same arguments, its subset not kept (dsBase
+    ``dataFrameSubsetDS1``, the first call of ``ds.dataFrameSubset``): a subset the site refuses is
+    refused here with the rule's name, before the assign call; otherwise dsBase's
+    ``"Subsetting undertaken without problems"`` (dsBase's warning about a subset close to the
+    table's size never arises: such a subset is refused by ``subset_min``)."""
+    data_frame_subset(ctx, df_name, V1_name, V2_name, Boolean_operator_n, keep_cols, rm_cols, keep_NAs)
+    return SUBSET_DONE

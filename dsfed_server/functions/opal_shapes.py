@@ -13,7 +13,7 @@ from typing import Any
 
 from dsfed_server.functions.contingency import NA_LEVEL
 from dsfed_server.registry import REGISTRY
-from dsfed_server.rvalues import RDataFrame, RList, RMatrix, RVector
+from dsfed_server.rvalues import RArray, RDataFrame, RList, RMatrix, RVector
 
 VALID_TABLE = "valid Table"
 
@@ -107,6 +107,34 @@ def histogram(native: dict[str, Any]) -> RList:
                   "invalidcells": RVector([native["invalidcells"]], type="double")})
 
 
+def mean_sd_by_group(native: dict[str, Any]) -> RList:
+    """``meanSdGpDS``: 1-d arrays over the groups holding records, named by their level numbers;
+    ``N_gp`` a ``table`` (``table(group)``), which makes Opal's R server send the typed form."""
+    groups = native["groups"]
+    one_d = {"dim": [len(groups)], "dimnames": [groups]}
+    return RList({
+        "Table_valid": RVector([native["Table_valid"]], type="logical"),
+        "Mean_gp": RArray(native["Mean_gp"], type="double", **one_d),
+        "StDev_gp": RArray(native["StDev_gp"], type="double", **one_d),
+        "N_gp": RArray(native["N_gp"], dimnames_names=["group"], r_class="table", type="integer", **one_d),
+        **{key: RVector([native[key]], type="integer") for key in ("Nvalid", "Nmissing", "Ntotal")},
+        "Message": native["Message"],
+    })
+
+
+def table(native: dict[str, Any]) -> RArray:
+    """``tableDS``: R's ``table`` (an integer array with named dimnames, class ``table``)."""
+    return RArray(native["counts"], native["dim"], native["dimnames"], native["names"], r_class="table",
+                  type="integer")
+
+
+def tapply(native: dict[str, Any]) -> RList:
+    """``tapplyDS``: ``list(<Mean|SD|Sum> = <array>, N = <array>)`` with dsBase's dimnames."""
+    shape = {"dim": native["dim"], "dimnames": native["dimnames"]}
+    return RList({key: RArray(values, type="integer" if key == "N" else "double", **shape)
+                  for key, values in native.items() if key not in ("dim", "dimnames")})
+
+
 for _name, _adapter in {
     "histogramDS2": histogram,
     "quantileMeanDS": quantile_mean,
@@ -114,5 +142,8 @@ for _name, _adapter in {
     "table2DDS": table2d,
     "glmDS1": glm_check,
     "glmDS2": glm_parts,
+    "meanSdGpDS": mean_sd_by_group,
+    "tapplyDS": tapply,
+    "tableDS": table,
 }.items():
     REGISTRY.set_opal_shape(_name, _adapter)

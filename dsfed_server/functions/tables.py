@@ -12,6 +12,7 @@ from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows, mark_rows
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
+from dsfed_server.functions.datamanagement import complete_cases_of
 from dsfed_server.registry import P, Param, register
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -88,12 +89,15 @@ def subset_dsbase(ctx: CallContext, dt: pd.DataFrame, complt: bool, rs: list[flo
     (dsBase ``subsetDS`` in the form ``ds.subset(..., logicalOperator, threshold)`` sends it).
 
     The same guarded subset as ``subsetRowsDS``: refused (not filled with NA as in dsBase) when the
-    subset, or the rows it leaves out, is smaller than ``subset_min``. Rows or columns by position
-    (``rs``, ``cs``) are not offered.
+    subset, or the rows it leaves out, is smaller than ``subset_min``. Without a condition,
+    ``complt = TRUE`` keeps the complete cases (``ds.subset(x, completeCases = TRUE)``), through the
+    same guard. Rows or columns by position (``rs``, ``cs``) are not offered.
     """
     if rs is not None or cs is not None:
         raise CallError("subsetDS: rows and columns by position (rs, cs) are not offered; subset by a "
                         "condition (varname, lg, th)")
+    if complt and varname is None and lg is None and th is None:
+        return complete_cases_of(ctx, dt)
     if varname is None or lg is None or th is None:
         raise CallError("subsetDS needs varname, lg and th (the condition that selects the rows)")
     keep = dt.notna().all(axis=1).to_numpy() if complt else np.ones(len(dt), dtype=bool)

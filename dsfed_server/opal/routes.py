@@ -25,21 +25,33 @@ from starlette.concurrency import run_in_threadpool
 from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_core.errors import AuthError, CallError, NotEnabled, NotFound, SiteError
+from dsfed_core.errors import AuthError, CallError, NotEnabled, NotFound, NotSupported, SiteError
 from dsfed_server.opal import dto
 from dsfed_server.opal.commands import CommandStore
 from dsfed_server.openapi_doc import WS_ANSWER, WS_DONE, WS_SCRIPT, WS_SESSION, WS_SYMBOL
-from dsfed_server.service import CallRequest, SiteService
+from dsfed_server.service import LIST_FUNCTIONS_HINT, CallRequest, SiteService
 from dsfed_server.workspace import check_symbol_name
 
 
 MAX_WAIT_S = 300.0  # longest a ``wait=true`` poll holds the request
 _ANY_NAMES = re.compile(r'^name\.any\((.*)\)$', re.S)
 _QUOTED = re.compile(r'\s*"([^"\\]*)"\s*(?:,|$)')
+# where a DataSHIELD user finds the functions a site enables (GET /v1/functions is the native API's)
+WS_FUNCTIONS_HINT = ("DSSession.methods() (Python datashield) or ds.listServersideFunctions() (R) list "
+                     "the functions this site enables")
+UNSERVED = "docs/analyst.md, 'What /ws does not serve'"
+
+
+def at_door(exc: SiteError) -> SiteError:
+    """The error as a DataSHIELD user reads it: a hint at the native API's function listing, which
+    an Opal client cannot reach, points to the client's own listing instead."""
+    if exc.hint == LIST_FUNCTIONS_HINT:
+        exc.hint = WS_FUNCTIONS_HINT
+    return exc
 
 
 def error_response(exc: SiteError, service: SiteService) -> JSONResponse:
-    exc.at(site=service.name)
+    at_door(exc.at(site=service.name))
     return JSONResponse(dto.error(exc), status_code=exc.http_status, headers=auth_headers(exc))
 
 
@@ -127,7 +139,14 @@ def opal_router(service: SiteService) -> APIRouter:
             service.session_exists(user, sid)
             if symbol is not None:
                 check_symbol_name(symbol, service.limits.max_name_length)
-            command = commands.submit(user.name, sid, script, call, with_result=with_result)
+
+            def command_call() -> Any:
+                try:
+                    return call()
+                except SiteError as exc:
+                    raise at_door(exc) from None
+
+            command = commands.submit(user.name, sid, script, command_call, with_result=with_result)
             return PlainTextResponse(command.id)
         result = call()
         return JSONResponse(result) if with_result else PlainTextResponse("")
@@ -271,5 +290,51 @@ def opal_router(service: SiteService) -> APIRouter:
     def remove_command(sid: str, rid: str, user: OpalUser) -> Response:
         commands.remove(user.name, sid, rid)
         return Response(status_code=200)
+
+    # --- what dsfed does not serve, answered in Opal's own documents --------------------
+
+    @router.get("/service/r/workspaces")
+    def workspaces(user: OpalUser) -> list[dict[str, Any]]:
+        """Saved R workspaces: dsfed keeps none (a session's symbols end with it), so the list is empty."""
+        return []
+
+    @router.delete("/service/r/workspaces", response_class=Response, responses=WS_DONE)
+    def remove_workspace(user: OpalUser, name: str | None = None) -> Response:
+        raise NotFound(f"no workspace {name!r}: dsfed keeps no workspaces after a session", hint=UNSERVED)
+
+    @router.post("/datashield/session/{sid}/workspaces")
+    def save_workspace(sid: str, user: OpalUser, save: str | None = None) -> Response:
+        service.session_exists(user, sid)
+        raise NotSupported("dsfed does not save workspaces: a session's symbols end with the session",
+                           hint=f"assign the tables and symbols again in a new session; see {UNSERVED}")
+
+    @router.put("/datashield/session/{sid}/workspace/{name}")
+    def restore_workspace(sid: str, name: str, user: OpalUser) -> Response:
+        raise NotFound(f"no workspace {name!r}: dsfed keeps no workspaces after a session", hint=UNSERVED)
+
+    @router.get("/projects")
+    def projects(user: OpalUser) -> Response:
+        raise NotSupported("dsfed does not serve Opal projects (nor their resources)",
+                           hint=f"DSSession's table listing (GET /ws/datasources) names the tables; see {UNSERVED}")
+
+    @router.get("/system/conf/taxonomies")
+    def taxonomies(user: OpalUser) -> Response:
+        raise NotSupported("dsfed does not serve taxonomies; the data dictionary is in the table variables",
+                           hint=f"GET /ws/datasource/{{project}}/table/{{table}}/variables; see {UNSERVED}")
+
+    @router.get("/datasources/variables/_search")
+    def search_variables(user: OpalUser) -> Response:
+        raise NotSupported("dsfed does not search variables",
+                           hint=f"list a table's variables (GET /ws/datasource/{{project}}/table/{{table}}/variables); "
+                                f"see {UNSERVED}")
+
+    @router.get("/project/{project}/resources")
+    @router.get("/project/{project}/resource/{name}")
+    def resources(project: str, user: OpalUser, name: str | None = None) -> Response:
+        raise NotSupported("dsfed does not serve Opal resources", hint=f"assign a table instead; see {UNSERVED}")
+
+    @router.put("/datashield/session/{sid}/symbol/{symbol}/resource/{resource}")
+    def assign_resource(sid: str, symbol: str, resource: str, user: OpalUser) -> Response:
+        raise NotSupported("dsfed does not serve Opal resources", hint=f"assign a table instead; see {UNSERVED}")
 
     return router
