@@ -273,3 +273,25 @@ def test_a_glm_declaring_units_is_checked_against_the_data_dictionary(tmp_path):
             ds_predict(session, "D", months.sha256, "pred_months")
     assert "reads column 'age' in 'months'; this table's data dictionary gives it unit 'years'" in str(exc.value)
     assert _refusal(exc.value)[0] == {"bad_call"}
+
+
+def test_the_shipped_demo_models_are_the_ones_the_demo_sites_approve():
+    """``dsfed models inspect`` on the shipped GLM file names its digest (SHA-256 of the canonical
+    JSON, sorted keys, no spaces) and what it reads; each demo site's rules approve both shipped
+    files by their digests (the ONNX one: SHA-256 of the file's bytes)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from dsfed_server.disclosure.rules import load_rules
+
+    logit, gbm = ROOT / "opal_fixtures" / "models" / "gbsg2-logit.json", ROOT / "opal_fixtures" / "models" / "gbsg2-gbm.onnx"
+    canonical = json.dumps(json.loads(logit.read_text()), sort_keys=True, separators=(",", ":")).encode()
+    digests = {"gbsg2-logit": hashlib.sha256(canonical).hexdigest(), "gbsg2-gbm": hashlib.sha256(gbm.read_bytes()).hexdigest()}
+    shown = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "models", "inspect", str(logit)],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and digests["gbsg2-logit"] in shown.stdout
+    assert "horTh, age, menostat, tsize, tgrade, pnodes, progrec, estrec" in shown.stdout
+    for site in GBSG2_SITES:
+        approved = {e.name: e.sha256 for e in load_rules(ROOT / "disclosure_rules" / f"{site}.toml").models.approved}
+        assert approved == digests, site
