@@ -297,7 +297,10 @@ def test_gbsg2_over_http_equals_in_process(tmp_path):
                 curves = ds_roc_pr_curves(session, "D$y", "D$score", levels=5)
                 results.append((curves.roc_auc, curves.pr_auc, ds_hist_auc(session, "D$y", "D$score").auc))
     assert results[0] == results[1]
-    assert abs(results[0][0] - auc) < 0.05 and abs(results[0][2] - auc) < 0.03
+    # the sites' secrets, and so their noise, are fresh each run: over 20 runs of this body the curves'
+    # AUC had sd 0.019 about the pooled AUC - 0.005, the histogram AUC sd 0.006 about the pooled AUC
+    # - 0.015; the bounds sit about 4.5 sd out (before: 2.6 sd, failing about one run in a hundred)
+    assert abs(results[0][0] - auc) < 0.09 and abs(results[0][2] - auc) < 0.045
 
 
 # --- the analyst's pure functions --------------------------------------------------------------
