@@ -432,7 +432,8 @@ def _comparison_section(comparison: "ModelComparison") -> str:
              "DeLong's paired test" + (" with both histograms' noise variance" if c.noise_variance else "")],
             [f"Brier {c.labels[0]} - Brier {c.labels[1]}", c.brier_difference, *c.brier_ci, c.brier_pvalue,
              "paired t on the squared errors"]]
-    models = [[label, *row] for label, row in zip(c.to_frame().index, c.to_frame().to_numpy().tolist())]
+    table = c.to_frame()
+    models = [[label, *row] for label, row in zip(table.index, table.to_numpy().tolist())]
     return (f"<p>{_e(c.labels[0])} and {_e(c.labels[1])} on the same {c.n} records ({c.n_positive} positives): "
             "each site returned both models' placement sums and their cross products, and both models' squared "
             "errors.</p>"

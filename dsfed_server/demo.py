@@ -4,8 +4,11 @@ Starts one ``dsfed-server`` process per site from ``opal_fixtures/`` and
 ``disclosure_rules/`` with freshly generated credentials, logs in over HTTP,
 assigns the validation table, runs allowlisted aggregates (counts, means, a
 table, a histogram, quantiles by R if this machine has it, a subset), shows a
-disclosive request refused with the rule that refused it, closes the session,
-stops the sites (also on Ctrl-C) and verifies every site's audit chain.
+disclosive request refused with the rule that refused it, validates the fixture's
+score, runs seed 000's workflow (:mod:`dsfed_server.demo_models`: models fitted on a
+training site, approved, applied and validated at the five sites, compared paired),
+closes the session, stops the sites (also on Ctrl-C) and verifies every site's
+audit chain.
 """
 
 from __future__ import annotations

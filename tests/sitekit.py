@@ -33,6 +33,18 @@ def rules_variant(path: Path, **changes: object) -> Path:
     return path
 
 
+def approving(path: Path, models: dict[str, str], **changes: str) -> Path:
+    """The no-noise rules approving ``models`` (name -> SHA-256), with other [models] keys changed."""
+    text = (ROOT / "disclosure_rules" / "testing-no-noise.toml").read_text()
+    entries = ", ".join(f'{{ name = "{n}", sha256 = "{h}", note = "test" }}' for n, h in models.items())
+    text = text.replace("approved = []", f"approved = [{entries}]")
+    for key, value in changes.items():
+        assert text.count(f"\n{key} = ") == 1, key
+        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n# was: ", 1)
+    path.write_text(text)
+    return path
+
+
 def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", table: str = "t") -> None:
     folder = data_dir / project
     folder.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from dsfed_client.analyses.comparison import ModelComparison, ds_compare_models
+from dsfed_client.calls import Call
 from conftest import audit_records, inprocess_builder
 from rref import r_reference
 from sitekit import make_sites
@@ -97,15 +98,25 @@ def test_paired_comparison_refuses_records_missing_a_score(tmp_path):
     """A record scored by one model only would enter one model's reference but not the pairs: the
     comparison says so instead of comparing different records."""
     frames = two_model_frames()
-    for frame in frames.values():  # every positive in the second-lowest cell loses the second score
-        frame.loc[(frame["y"] == 1) & (frame["score"] == 3.5 / GRID), "score_b"] = np.nan
-    provisioned, services = make_sites(tmp_path, frames, rules=NO_NOISE)
+    for frame in frames.values():  # every record in the top cell (positives only) loses the second score
+        frame.loc[frame["score"] == 15.5 / GRID, "score_b"] = np.nan
+    rules = tmp_path / "rules.toml"  # the no-noise rules with dsBase's dataFrameDS, which the error suggests
+    rules.write_text(NO_NOISE.read_text().replace('    "pairedBrierDS",\n', '    "pairedBrierDS",\n    "dataFrameDS",\n'))
+    provisioned, services = make_sites(tmp_path, frames, rules=rules)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         missing = sum(int(f["score_b"].isna().sum()) for f in frames.values())
         assert missing > 0
-        with pytest.raises(ValueError, match="same records for both"):
+        with pytest.raises(ValueError, match="same records for both") as refused:
             ds_compare_models(session, "D$y", "D$score", "D$score_b", levels=4)
+        assert 'dataFrameDS("D$y,D$score,D$score_b", clnames = "y,a,b", completeCases = TRUE)' in str(refused.value)
+        # what the error says to do: compare on the complete records, as R does on the complete pairs
+        session.assign("T", Call("dataFrameDS", "D$y,D$score,D$score_b", clnames="y,a,b", completeCases=True))
+        result = ds_compare_models(session, "T$y", "T$a", "T$b", levels=4)
+    pooled = pd.concat(frames.values(), ignore_index=True).dropna()
+    y, a, b = (pooled[c].to_numpy(dtype=float) for c in ("y", "score", "score_b"))
+    ref = r_reference("paired_ref", R_PAIRED, y=y, a=a, b=b)
+    assert result.n == y.size and (result.auc_a, result.auc_b, result.z) == pytest.approx(tuple(ref[:3]), rel=1e-9)
 
 
 def test_two_models_in_one_report(paired_sites, tmp_path):

@@ -24,23 +24,11 @@ from dsfed_core.models import GLMModel
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from rref import R_PROC, R_VALPROB, r_eval, r_reference
-from sitekit import ROOT, make_sites
+from sitekit import ROOT, approving, make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 FORMULA = "y ~ age + tsize + tgrade + pnodes"
 TABLE = "GBSG2.validation"
-
-
-def approving(path, models: dict[str, str], **changes: str):
-    """The no-noise rules approving ``models`` (name -> sha256), with other [models] keys changed."""
-    text = NO_NOISE.read_text()
-    entries = ", ".join(f'{{ name = "{n}", sha256 = "{h}", note = "test" }}' for n, h in models.items())
-    text = text.replace("approved = []", f"approved = [{entries}]")
-    for key, value in changes.items():
-        assert text.count(f"\n{key} = ") == 1, key
-        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n# was: ", 1)
-    path.write_text(text)
-    return path
 
 
 def _gbsg2_sites(run, rules):

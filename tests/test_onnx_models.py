@@ -37,7 +37,7 @@ from dsfed_server.catalog import Variable, write_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 from rref import R_PROC, R_VALPROB, r_reference
-from sitekit import ROOT
+from sitekit import ROOT, approving
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 GBM = FIXTURES / "models" / "gbsg2-gbm.onnx"
@@ -52,17 +52,9 @@ def _script():
     return module
 
 
-def approving(path: Path, models: dict[str, bytes], **changes: str) -> Path:
-    """The no-noise rules approving ``models`` (name -> ONNX bytes), with other [models] keys changed."""
-    text = NO_NOISE.read_text()
-    entries = ", ".join(f'{{ name = "{n}", sha256 = "{hashlib.sha256(b).hexdigest()}", note = "test" }}'
-                        for n, b in models.items())
-    text = text.replace("approved = []", f"approved = [{entries}]")
-    for key, value in changes.items():
-        assert text.count(f"\n{key} = ") == 1, key
-        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n# was: ", 1)
-    path.write_text(text)
-    return path
+def approving_onnx(path: Path, models: dict[str, bytes], **changes: str) -> Path:
+    """The no-noise rules approving ``models`` (name -> ONNX bytes, approved by their SHA-256)."""
+    return approving(path, {n: hashlib.sha256(b).hexdigest() for n, b in models.items()}, **changes)
 
 
 def variant(data: bytes, *, unit: tuple[str, str] | None = None, categories: tuple[str, list[str]] | None = None,
@@ -111,7 +103,7 @@ def gbsg2(gbm, tmp_path_factory):
     run = tmp_path_factory.mktemp("onnx")
     variants = {"gbm-months": variant(data, unit=("age", "months")),
                 "gbm-numbered": variant(data, categories=("tgrade", ["1", "2", "3"]))}
-    rules = approving(run / "rules.toml", {"gbsg2-gbm": data, **variants})
+    rules = approving_onnx(run / "rules.toml", {"gbsg2-gbm": data, **variants})
     provisioned = provision(run, {s: (FIXTURES / s, rules) for s in GBSG2_SITES})
     with LocalSites(provisioned.values(), run / "run") as sites:
         yield provisioned, http_builder(provisioned, sites.urls), variants, run
@@ -290,7 +282,7 @@ def test_a_tree_isolating_a_record_an_absent_column_and_an_oversized_model_are_r
     spread = np.concatenate([np.resize(first[k], 5) for k in kinds])
     t = pd.DataFrame({"x": isolating, "y": np.arange(isolating.size) % 2})
     u = pd.DataFrame({"x": [*spread, np.nan], "y": np.arange(spread.size + 1) % 2})
-    rules = approving(tmp_path / "rules.toml", {"tree": model, "bmi-tree": reads_bmi}, max_bytes="5000")
+    rules = approving_onnx(tmp_path / "rules.toml", {"tree": model, "bmi-tree": reads_bmi}, max_bytes="5000")
     provisioned = _small_site(tmp_path, {"t": t, "u": u}, rules)
     with LocalSites(provisioned.values(), tmp_path / "run-sites") as sites:
         with http_builder(provisioned, sites.urls).login() as session:

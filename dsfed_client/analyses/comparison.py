@@ -184,13 +184,25 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
     4. each model's logistic calibration (:func:`ds_logistic_calibration`).
 
     ``secure=True`` makes every step a pooled release (secure aggregation): the sites derive the
-    references from the pooled histograms themselves. Both models must score the same records: a
-    record with one score missing is refused with a clear error (DeLong's paired test compares
-    the models on the same patients).
+    references from the pooled histograms themselves. Both models must score the same records
+    (DeLong's paired test compares the models on the same patients): the record counts of
+    ``pairedBrierDS`` and of each model's ``brierDS`` are compared first, before any cut is
+    released on the scores, and a record with one score missing gets a clear error saying how
+    to compare on the complete records.
     """
     labels = labels or (score_a, score_b)
     histogram_options.setdefault("totals", "exact")
     agg = session.aggregation(secure)
+    d = agg.sum("pairedBrierDS", Ref(truth), Ref(score_a), Ref(score_b))
+    n = int(round(d["n"]))
+    for label, score in zip(labels, (score_a, score_b)):  # before any cut is released on the scores
+        own = int(round(agg.sum("brierDS", Ref(truth), Ref(score))["n"]))
+        if own != n:
+            raise ValueError(
+                f"{label} scores {own} records with a known outcome, but only {n} have both models' scores: a "
+                "paired comparison needs the same records for both. Make a table of the complete records at the "
+                f"sites first, e.g. dataFrameDS(\"{truth},{score_a},{score_b}\", clnames = \"y,a,b\", "
+                "completeCases = TRUE) as T, and compare T$a and T$b on T$y")
     if histograms is None and levels is None:
         levels = auc_levels(agg.count(truth), agg.noisy_parts)
     hists = histograms or tuple(
@@ -199,16 +211,7 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
     with ExitStack() as stack:
         ref_a, ref_b = (stack.enter_context(reference_symbol(session, h)) for h in hists)
         total = agg.sum("pairedPlacementDS", Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)
-    complete = (round(total["n1_a"]), round(total["n0_a"]))
-    for label, hist in zip(labels, hists):
-        if (round(hist.n_positive), round(hist.n_negative)) != complete:
-            raise ValueError(
-                f"{label} has scores for {round(hist.n_positive)} positives and {round(hist.n_negative)} negatives, "
-                f"but only {complete[0]} and {complete[1]} have both models' scores: a paired comparison needs the "
-                "same records for both; compare on a table of the records complete in the outcome and both scores")
     auc_a, auc_b, variance = paired_delong(total)
-    d = agg.sum("pairedBrierDS", Ref(truth), Ref(score_a), Ref(score_b))
-    n = int(round(d["n"]))
     brier_a, brier_b = d["sum_sq_a"] / n, d["sum_sq_b"] / n
     brier_variance = (d["sumsq_d"] - n * (brier_a - brier_b) ** 2) / (n - 1) / n
     calibration = {label: ds_logistic_calibration(session, truth, score, alpha=alpha, secure=agg.pooled)
