@@ -201,6 +201,25 @@ def plot_coefficients(names: Sequence[str], params: np.ndarray, ci: np.ndarray, 
     return ax
 
 
+def plot_smooth_calibration(p: np.ndarray, calibrated: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                            knots: np.ndarray, *, title: str, ax: "Axes | None" = None) -> "Axes":
+    """A smooth calibration curve with its pointwise band, the diagonal, and the knots (as ticks on
+    the x axis, on the probability scale)."""
+    ax = new_axes(ax, figsize=(4.5, 4.5))
+    ax.plot([0, 1], [0, 1], linestyle=":", color="grey", linewidth=1, label="ideal")
+    ax.fill_between(p, lower, upper, color="tab:blue", alpha=0.2, linewidth=0, label="pointwise CI", gid="spline-band")
+    ax.plot(p, calibrated, color="tab:blue", linewidth=2, label="rcs(logit(p)) fit", gid="spline-curve")
+    ax.plot(knots, np.zeros_like(knots), linestyle="none", marker="|", markersize=12, color="black", label="knots")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_aspect("equal")
+    ax.set_xlabel("predicted probability")
+    ax.set_ylabel("observed (smoothed)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", fontsize=8)
+    return ax
+
+
 def figure_svg(fig: "Figure") -> str:
     """The figure as an inline ``<svg>`` element (no XML prolog), ready to paste into HTML."""
     buf = io.StringIO()

@@ -1,0 +1,290 @@
+"""Smooth (spline) calibration at the sites: the knots of a restricted cubic spline of logit(p) from
+pooled quantiles, its basis, and the calibration errors of the fitted curve (issue 16 point 3;
+Austin & Steyerberg 2019, "The Integrated Calibration Index (ICI) and related metrics").
+
+**Knots come from the sites (rule 3).** ``rms::rcs(qlogis(p), 4)`` puts its knots at the 5, 35, 65
+and 95 % type-7 quantiles of logit(p). A knot is a data-dependent parameter, and one of the
+analyst's choosing would be a differencing tool: the GLM's parts are sums of
+:math:`(x_i - t)_+^3` times outcomes, a piecewise cubic in :math:`t` whose breakpoints are the
+records' values, so a few fits at knots the analyst moves recover records; the GLM's saturation
+limit (parameters per record) does not stop that, since each fit has four parameters. So
+``rcsKnotsDS`` is a pooled protocol (:class:`OrderSearch`): the sites find, on pooled counts sealed
+from the analyst, the order statistics the quantiles need (as ``decileGroupsDS`` does); once each
+one's bracket holds a single distinct value, the pooled sum of logit(p) over the bracket divided by
+its pooled count *is* that value, exactly. Every site computes the knots from them and keeps them
+as a symbol whose definition says the sites derived it; ``rcsFrameDS`` builds the basis only from
+such a symbol. What leaves is the knots (and the 1 and 99 % quantiles bounding the curve):
+type-7 quantiles, as ``quantileMeanDS`` releases them, on at least ``quantile_min_multiple`` x q
+pooled records.
+
+**Coefficients come from the pooled fit.** ``splineErrorsDS`` evaluates the fitted curve at the
+records only at the maximum-likelihood coefficients of the pooled data: its first step pools the
+score vector :math:`U(\\beta)` and information :math:`I(\\beta)` and the sites go on only if the
+score statistic :math:`U^T I^{-1} U` is below :data:`SCORE_TOLERANCE` (the log-likelihood is
+strictly concave, so only coefficients within a hair of the distributed GLM's qualify: no steep
+curve of the analyst's making turns the errors into a record's indicator).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.quantiles import Bracket, narrow, probes
+from dsfed_core.splines import rcs_basis, rcs_probs, rcs_term_names, type7_order, type7_quantile
+from dsfed_server.context import CallContext
+from dsfed_server.disclosure.gate import Floor
+from dsfed_server.disclosure.mechanisms import content_digest
+from dsfed_server.disclosure.relay import PooledSteps
+from dsfed_server.functions.curves import SITE_DERIVED
+from dsfed_server.functions.validation import derived_rows, outcome_and_score
+from dsfed_server.registry import P, Param, SecureSum, register
+
+MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution is reached well before
+RCS_MIN_N = 100  # below, rcspline.eval puts the outer knots at the 5th smallest and largest value: one record each
+RANGE_PROBS = (0.01, 0.99)  # the curve is drawn, and Emax taken, between these quantiles of logit(p)
+SCORE_TOLERANCE = 1e-6  # U' I^-1 U at the coefficients: about twice the log-likelihood they miss the maximum by
+_CHECKS = ("disclosure.q_threshold", "disclosure.quantile_min_multiple")
+
+
+class OrderSearch:
+    """One site's side of a pooled search for order statistics (1-based ranks) of ``key`` in
+    [``lower``, ``upper``], ending with their exact values of ``value`` (a monotone function of the key).
+
+    Counts at probes narrow a bracket :math:`(a, b]` per rank (:mod:`dsfed_core.quantiles`) until it
+    holds one distinct key; then the pooled count and sum of ``value`` over the bracket give the
+    value. ``ranks(n)`` names the ranks once the pooled n is known; ``finish(n, values, ties, extra,
+    floor)`` makes the release (``ties``: the pooled count at each rank's value; ``extra``: the pooled
+    ``extra`` fields of the first step; ``floor``: the sites' shared floor, its q the largest)."""
+
+    def __init__(self, key: np.ndarray, value: np.ndarray, ranks: Callable[[int], list[int]],
+                 finish: Callable[[int, dict[int, float], dict[int, int], dict[str, np.ndarray], Floor],
+                                  dict[str, Any]],
+                 extra: dict[str, np.ndarray], lower: float = 0.0, upper: float = 1.0) -> None:
+        order = np.argsort(key, kind="stable")
+        self.key, self.value = key[order], value[order]
+        self.ranks, self.finish, self.extra = ranks, finish, extra
+        self.lower, self.upper = lower, upper
+        self.brackets: dict[int, Bracket] = {}
+        self.rounds, self.n = 0, 0
+        self.pooled_extra: dict[str, np.ndarray] = {}
+
+    def start(self) -> PooledSteps:
+        return self.counts(probes([], first=True, lower=self.lower, upper=self.upper))
+
+    def counts(self, thresholds: list[float]) -> PooledSteps:
+        below = np.searchsorted(self.key, np.asarray(thresholds, dtype=float), side="right").astype(float)
+        first = not self.rounds
+        fields = {"n": np.asarray(float(self.key.size)), **self.extra, "counts": below} if first else {"counts": below}
+        self.rounds += 1
+
+        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[None, PooledSteps]:
+            if first:
+                self.n = int(round(float(pooled["n"])))
+                self.pooled_extra = {name: pooled[name] for name in self.extra}
+                self.brackets = {j: Bracket.start(j, self.n, self.lower, self.upper) for j in self.ranks(self.n)}
+            known = {t: (int(round(c)),) * 2 for t, c in zip(thresholds, pooled["counts"])}
+            for bracket in self.brackets.values():
+                narrow(bracket, known)
+            following = probes(list(self.brackets.values()), first=False, lower=self.lower, upper=self.upper)
+            if following and self.rounds < MAX_ROUNDS:
+                return None, self.counts(following)
+            return None, self.bracket_sums()
+
+        return PooledSteps(fields, advance, frac_bits=40 if first and self.extra else 0)
+
+    def bracket_sums(self) -> PooledSteps:
+        """This site's count and sum of ``value`` in every rank's bracket."""
+        ranks = sorted(self.brackets)
+        if not all(self.brackets[j].settled for j in ranks):
+            raise CallError(f"the pooled search did not isolate the order statistics in {MAX_ROUNDS} rounds")
+        lo = np.searchsorted(self.key, [self.brackets[j].a for j in ranks], side="right")
+        hi = np.searchsorted(self.key, [self.brackets[j].b for j in ranks], side="right")
+        sums = np.array([self.value[a:b].sum() for a, b in zip(lo, hi)])
+
+        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
+            counts = np.rint(pooled["count"]).astype(int)
+            values = {j: float(s / c) for j, s, c in zip(ranks, pooled["sum"], counts)}
+            return self.finish(self.n, values, dict(zip(ranks, counts.tolist())), self.pooled_extra, floor), None
+
+        return PooledSteps({"count": (hi - lo).astype(float), "sum": sums}, advance, frac_bits=40)
+
+
+def _quantile_ranks(probs: tuple[float, ...]) -> Callable[[int], list[int]]:
+    """The order statistics R's type-7 quantiles at ``probs`` need (j and j + 1 each), and 1 and n."""
+    def ranks(n: int) -> list[int]:
+        needed = {1, n}
+        for prob in probs:
+            j, _ = type7_order(n, prob)
+            needed.update({j, min(j + 1, n)})
+        return sorted(needed)
+    return ranks
+
+
+def _enough(multiple: float, n: int, floor: Floor, what: str) -> None:
+    """Quantiles rest on at least ``quantile_min_multiple`` x q pooled values (q the sites' largest)."""
+    needed = math.ceil(multiple * floor.q)
+    if n < needed:
+        raise DisclosureRefusal(
+            f"{what}: quantiles of {n} pooled values; the sites release quantiles of at least {needed} "
+            f"({multiple:g} x q = {floor.q})", rule="disclosure.quantile_min_multiple",
+            hint="use more records")
+
+
+@register(
+    "rcsKnotsDS",
+    "aggregate",
+    [Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
+     Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
+     Param("nk", P.INTEGER, "number of knots (rms::rcs)", required=False, default=4, minimum=3, maximum=7)],
+    checks=_CHECKS + ("secure_aggregation.pooled_thresholds",),
+    pooled_only=True,
+)
+def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> PooledSteps:
+    """The knots of ``rms::rcs(qlogis(p), nk)`` on the pooled records with 0 < p < 1 (those
+    ``val.prob`` keeps), found by the sites (module docstring) and kept at every site as the symbol
+    the release names; released with the 1 and 99 % quantiles of logit(p) (``range``).
+
+    ``Hmisc::rcspline.eval``'s rules: type-7 quantiles at :func:`~dsfed_core.splines.rcs_probs`. Its
+    other branches are refused, saying so: fewer than 100 records (the outer knots would be the 5th
+    smallest and largest values, one record each); 5 % or more of the records tied at the lowest or
+    highest value (``fractied``: knots moved to the next values); knots that are not distinct."""
+    if not ctx.pooled:
+        raise CallError("rcsKnotsDS runs only as a pooled release over the sites (secure aggregation)",
+                        hint="fit the spline calibration with the pooled option (secure=True)")
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    finite = (p > 0) & (p < 1)
+    multiple = ctx.guard.rule("disclosure.quantile_min_multiple")
+    probs = rcs_probs(nk)
+    session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
+    name_length = ctx.limits.max_name_length
+
+    def finish(n: int, order: dict[int, float], ties: dict[int, int], extra: dict, floor: Floor) -> dict[str, Any]:
+        _enough(multiple, n, floor, "the knots")
+        if n < RCS_MIN_N:
+            raise DisclosureRefusal(
+                f"{n} pooled records with 0 < p < 1: below {RCS_MIN_N}, rms puts the outer knots at the 5th smallest "
+                "and largest logit(p), each one record's value", rule="disclosure.quantile_min_multiple",
+                hint="use more records")
+        for end, rank in (("lowest", 1), ("highest", n)):
+            if ties[rank] / n >= 0.05:
+                raise CallError(f"{ties[rank]} of {n} records tie at the {end} p: rms would move that knot "
+                                "(rcspline.eval's fractied rule), which these sites do not reproduce")
+        knots = [type7_quantile(order, n, prob) for prob in probs]
+        if len(set(knots)) < nk:
+            raise CallError(f"the {nk} knots at the {probs} quantiles of logit(p) are not distinct (tied scores)",
+                            hint="ask for fewer knots (nk)")
+        digest = content_digest(np.asarray(knots)).hex()
+        name = f"dsfed.knots.{digest}"[:name_length]
+        session.symbols[name] = pd.DataFrame({"knot": knots})
+        session.sources[name] = sources
+        session.definitions[name] = f"{SITE_DERIVED}{digest}"
+        return {"knots": knots, "range": [type7_quantile(order, n, prob) for prob in RANGE_PROBS], "n": n,
+                "nk": nk, "knots_symbol": name, "knots_digest": session.definitions[name], "pooled": True}
+
+    search = OrderSearch(p[finite], special.logit(p[finite]), _quantile_ranks(probs + RANGE_PROBS), finish, {})
+    return search.start()
+
+
+@register(
+    "rcsFrameDS",
+    "assign",
+    [Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
+     Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
+     Param("knots", P.TABLE, "the knots the sites derived (rcsKnotsDS's knots_symbol)")],
+    checks=("disclosure.q_threshold",),
+)
+def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.DataFrame) -> pd.DataFrame:
+    """A table ``(y, lp, lp1, ..., lp{nk-2})`` for ``glm(y ~ rms::rcs(qlogis(p), knots), binomial)`` by
+    the distributed GLM: ``lp`` = logit(p) and its restricted cubic spline basis
+    (:func:`~dsfed_core.splines.rcs_basis`) at the knots the sites derived; records with p = 0 or 1
+    left out (as ``val.prob``). Knots the analyst made are refused (module docstring)."""
+    if not ctx.session.derived_by_sites(knots, SITE_DERIVED) or "knot" not in knots.columns:
+        raise CallError("knots must be the symbol the sites derived (rcsKnotsDS's knots_symbol): knots of the "
+                        "analyst's choosing would move the spline's kinks between records",
+                        hint="run rcsKnotsDS pooled and pass the symbol its release names")
+    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    finite = (p > 0) & (p < 1)
+    lp = special.logit(p[finite])
+    t = knots["knot"].to_numpy(dtype=float)
+    frame = pd.DataFrame(np.column_stack([lp, rcs_basis(lp, t)]), columns=rcs_term_names(t.size))
+    frame.insert(0, "y", y[finite])
+    return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
+
+
+def _frame_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The outcome and design (intercept, lp, lp1, ...) of a table ``rcsFrameDS`` made."""
+    terms = [c for c in frame.columns if c == "lp" or (c.startswith("lp") and c[2:].isdigit())]
+    if "y" not in frame.columns or terms != rcs_term_names(len(terms) + 1):
+        raise CallError("the table must be one rcsFrameDS made (columns y, lp, lp1, ...)")
+    x = frame[terms].to_numpy(dtype=float)
+    return frame["y"].to_numpy(dtype=float), np.column_stack([np.ones(len(frame)), x])
+
+
+@register(
+    "splineErrorsDS",
+    "aggregate",
+    [Param("frame", P.TABLE, "the table rcsFrameDS made"),
+     Param("coefficients", P.NUMBERS, "the pooled fit's coefficients (intercept, lp, lp1, ...)")],
+    checks=_CHECKS + ("secure_aggregation.pooled_thresholds",),
+    pooled_only=True,
+)
+def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[float]) -> PooledSteps:
+    """ICI, E50 and E90 of the fitted calibration curve (Austin & Steyerberg 2019, eqs. for ICI and
+    :math:`E_{50}`, :math:`E_{90}`): with :math:`e_i = |\\hat c(p_i) - p_i|`,
+    :math:`\\hat c(p) = \\mathrm{expit}(\\beta^T x(\\mathrm{logit}\\,p))`, the pooled mean of :math:`e_i`
+    and its type-7 median and 90th percentile, exactly (:class:`OrderSearch`), after the sites have
+    checked on pooled sums that ``coefficients`` are the pooled maximum-likelihood fit (module docstring)."""
+    if not ctx.pooled:
+        raise CallError("splineErrorsDS runs only as a pooled release over the sites (secure aggregation)",
+                        hint="use the pooled option (secure=True)")
+    y, x = _frame_design(frame)
+    beta = np.asarray(coefficients, dtype=float)
+    if beta.size != x.shape[1] or not np.all(np.isfinite(beta)):
+        raise CallError(f"coefficients must be {x.shape[1]} finite numbers (intercept, lp, lp1, ...)")
+    ctx.guard.min_count(y.size, "complete records")
+    multiple = ctx.guard.rule("disclosure.quantile_min_multiple")
+    mu = special.expit(x @ beta)
+    error = np.abs(mu - special.expit(x[:, 1]))
+
+    def finish(n: int, order: dict[int, float], ties: dict[int, int], extra: dict, floor: Floor) -> dict[str, Any]:
+        _enough(multiple, n, floor, "the calibration errors")
+        return {"ici": float(extra["sum_error"]) / n, "e50": type7_quantile(order, n, 0.5),
+                "e90": type7_quantile(order, n, 0.9), "n": n, "pooled": True}
+
+    search = OrderSearch(error, error, _quantile_ranks((0.5, 0.9)), finish, {"sum_error": np.asarray(error.sum())})
+    fields = {"score": x.T @ (y - mu), "info": (x * (mu * (1 - mu))[:, None]).T @ x}
+
+    def checked(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[None, PooledSteps]:
+        u, info = pooled["score"], pooled["info"]
+        try:  # as a sum of squares: a pooled I rounded to fixed point must not make it negative
+            statistic = float(np.sum(np.linalg.solve(np.linalg.cholesky(info), u) ** 2))
+        except np.linalg.LinAlgError:  # I not positive definite: no maximum of the log-likelihood
+            statistic = np.inf
+        if not statistic < SCORE_TOLERANCE:
+            raise CallError(f"these coefficients are not the pooled fit of this table: the score statistic is "
+                            f"{statistic:.3g} (at most {SCORE_TOLERANCE:g})",
+                            hint="pass the coefficients of the distributed GLM fitted on this very table")
+        return None, search.start()
+
+    return PooledSteps(fields, checked, frac_bits=40)
+
+
+@register("calibrationLossDS", "aggregate", [Param("frame", P.TABLE, "the table rcsFrameDS made")],
+          checks=("disclosure.q_threshold",), secure_sum=SecureSum(("n", "n1", "loglik")))
+def calibration_loss(ctx: CallContext, frame: pd.DataFrame) -> dict[str, Any]:
+    """Sums for the log loss and Nagelkerke's R² of the predictions themselves (``val.prob``'s R2):
+    :math:`\\ell = \\sum_i y_i \\log p_i + (1 - y_i)\\log(1 - p_i) = \\sum_i y_i\\,\\mathrm{lp}_i -
+    \\log(1 + e^{\\mathrm{lp}_i})`, with the counts of records and events."""
+    y, x = _frame_design(frame)
+    lp = x[:, 1]
+    n1 = int(y.sum())
+    ctx.guard.min_count(y.size, "complete records")
+    ctx.guard.min_count(n1, "positives (truth = 1)")
+    ctx.guard.min_count(y.size - n1, "negatives (truth = 0)")
+    return {"n": int(y.size), "n1": n1, "loglik": float(np.sum(y * lp - np.logaddexp(0.0, lp)))}

@@ -1,0 +1,122 @@
+"""Smooth (spline) calibration over the five GBSG2 sites as real HTTP servers, noise off, against R
+on the pooled data: Hmisc's rcspline.eval knots, glm(y ~ rms::rcs(qlogis(p), 4), binomial), its
+predict(se.fit = TRUE), ICI/E50/E90/Emax computed from R's fitted curve the same way, val.prob's R2,
+and the log loss by its formula."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dsfed_client.analyses.smooth_calibration import ds_spline_calibration
+from dsfed_client.calls import Call, Ref
+from dsfed_client.errors import FederatedCallError
+from conftest import GBSG2_SITES, FIXTURES, http_builder, inprocess_builder
+from rref import r_reference
+from sitekit import make_sites, rules_variant
+
+RTOL = 1e-8
+N_GRID = 50
+
+R_SPLINE = """
+spline_ref <- function(y, p, ng) {
+  i <- p > 0 & p < 1; y <- y[i]; p <- p[i]; lp <- qlogis(p)
+  k <- Hmisc::rcspline.eval(lp, nk = 4, knots.only = TRUE)
+  fit <- glm(y ~ rms::rcs(qlogis(p), 4), family = binomial)    # rms's own knots
+  fitk <- glm(y ~ rms::rcs(lp, k), family = binomial)           # the same, with the knots as numbers
+  e <- abs(fitted(fit) - p)                                     # Austin & Steyerberg's errors
+  rng <- quantile(lp, c(0.01, 0.99), type = 7)
+  g <- seq(rng[1], rng[2], length.out = ng)
+  pr <- predict(fitk, newdata = data.frame(lp = g), se.fit = TRUE)
+  emax <- max(abs(plogis(pr$fit) - plogis(g)))                  # Emax on the released range
+  r2 <- suppressWarnings(rms::val.prob(p, y, pl = FALSE))[["R2"]]
+  c(k, coef(fit), as.vector(vcov(fit)), mean(e), quantile(e, c(0.5, 0.9), type = 7), emax, r2,
+    pr$fit, pr$se.fit, rng)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def pooled() -> pd.DataFrame:
+    return pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES],
+                     ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def spline(gbsg2_provisioned, gbsg2_http):
+    with http_builder(gbsg2_provisioned, gbsg2_http.urls).login() as session:
+        session.assign_table("D", "GBSG2.validation")
+        yield ds_spline_calibration(session, "D$y", "D$score", n_grid=N_GRID, secure=True)
+
+
+@pytest.fixture(scope="module")
+def reference(pooled) -> dict[str, np.ndarray]:
+    out = r_reference("spline_ref", R_SPLINE, y=pooled["y"].to_numpy(), p=pooled["score"].to_numpy(), ng=[N_GRID])
+    parts = np.split(out, np.cumsum([4, 4, 16, 1, 2, 1, 1, N_GRID, N_GRID]))
+    names = ("knots", "coef", "vcov", "ici", "e", "emax", "r2", "fit", "se", "range")
+    return dict(zip(names, parts))
+
+
+def test_knots_equal_rcspline_eval(spline, reference):
+    # exact: the sites pool the order statistics themselves (no bracket midpoint)
+    np.testing.assert_allclose(spline.knots, reference["knots"], rtol=RTOL, atol=0)
+    np.testing.assert_allclose(np.log(np.divide(spline.p_range, np.subtract(1, spline.p_range))),
+                               reference["range"], rtol=RTOL)
+
+
+def test_fit_equals_R_glm_on_rcs(spline, reference):
+    np.testing.assert_allclose(spline.fit.params, reference["coef"], rtol=RTOL)
+    np.testing.assert_allclose(spline.fit.cov_params(), reference["vcov"].reshape(4, 4), rtol=1e-6)
+
+
+def test_pointwise_band_equals_R_predict_se_fit(spline, reference):
+    eta, se = reference["fit"], reference["se"]
+    np.testing.assert_allclose(spline.calibrated, 1 / (1 + np.exp(-eta)), rtol=RTOL)
+    np.testing.assert_allclose(spline.lower, 1 / (1 + np.exp(-(eta - 1.959963984540054 * se))), rtol=1e-7)
+    np.testing.assert_allclose(spline.upper, 1 / (1 + np.exp(-(eta + 1.959963984540054 * se))), rtol=1e-7)
+
+
+def test_ici_e50_e90_emax_equal_R_from_its_fitted_curve(spline, reference):
+    assert spline.ici == pytest.approx(reference["ici"][0], rel=RTOL)
+    assert (spline.e50, spline.e90) == pytest.approx(tuple(reference["e"]), rel=RTOL)
+    assert spline.emax == pytest.approx(reference["emax"][0], rel=RTOL)
+
+
+def test_r2_equals_val_prob_and_log_loss_its_formula(spline, reference, pooled):
+    y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
+    keep = (p > 0) & (p < 1)
+    y, p = y[keep], p[keep]
+    assert spline.r2 == pytest.approx(reference["r2"][0], rel=RTOL)
+    assert spline.log_loss == pytest.approx(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)), rel=RTOL)
+    assert spline.n == y.size
+
+
+def test_analyst_knots_and_coefficients_are_refused(gbsg2_provisioned, gbsg2_http, spline):
+    """The attack: knots of the analyst's making (a table with a 'knot' column), and coefficients
+    other than the pooled fit (a steep curve). Both refused, naming what to do."""
+    with http_builder(gbsg2_provisioned, gbsg2_http.urls).login() as session:
+        session.assign_table("D", "GBSG2.validation")
+        session.assign("k", Call("referenceScoresDS", [-2.0, -1.9], [0.5, 0.6]))  # numbers the analyst chose
+        with pytest.raises(FederatedCallError, match="knots must be the symbol the sites derived"):
+            session.assign("f", Call("rcsFrameDS", Ref("D$y"), Ref("D$score"), Ref("k")))
+        knots = session.pooled("rcsKnotsDS", Ref("D$y"), Ref("D$score"))
+        frame = session.assign("f", Call("rcsFrameDS", Ref("D$y"), Ref("D$score"),
+                                         Ref(knots["knots_symbol"], knots["knots_digest"])))
+        fitted = np.asarray(spline.fit.params)
+        for beta in ([0.0, 200.0, 0.0, 0.0], [0.0, 20.0, 0.0, 0.0], fitted + [0.01, 0.0, 0.0, 0.0]):
+            with pytest.raises(FederatedCallError, match="not the pooled fit of this table"):
+                session.pooled("splineErrorsDS", frame, [float(b) for b in beta])
+        refit = session.pooled("splineErrorsDS", frame, [float(b) for b in spline.fit.params])
+        assert refit["ici"] == pytest.approx(spline.ici, rel=RTOL)
+
+
+def test_refused_where_the_rules_do_not_enable_it(tmp_path, pooled):
+    rules = rules_variant(tmp_path / "rules.toml", enabled='["assignTable", "secureKeyDS", "brierDS"]')
+    frames = {s: pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv")[["y", "score"]] for s in GBSG2_SITES}
+    provisioned, services = make_sites(tmp_path, frames, rules=rules)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError, match="rcsKnotsDS") as refused:
+            ds_spline_calibration(session, "D$y", "D$score", secure=True)
+    assert {e.rule for e in refused.value.failures.values()} == {"functions.enabled"}
