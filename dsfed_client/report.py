@@ -339,6 +339,21 @@ def _calibration_section(report: "ValidationReport") -> str:
                       "expected non-events"], hl_rows, left=1))
 
 
+def _smooth_section(report: "ValidationReport") -> str:
+    s = report.smooth
+    if s is None:
+        return f"<p>{_e(report.smooth_note)}</p>"
+    rows = [[name, value, note] for name, value, note in (
+        ("ICI", s.ici, "mean |c(p) - p| over the records"), ("E50", s.e50, "median |c(p) - p|"),
+        ("E90", s.e90, "90th percentile"), ("Emax", s.emax, "max on the 1-99 % range of p"),
+        ("Nagelkerke R2", s.r2, "val.prob's R2"), ("log loss", s.log_loss, f"n = {s.n}"))]
+    caption = (f"y ~ rcs(logit(p)), knots at p = {', '.join(f'{k:.3f}' for k in 1 / (1 + np.exp(-s.knots)))} "
+               f"(derived by the sites); band: pointwise {1 - s.alpha:.0%} CI.")
+    return (_table(["statistic", "estimate", "note"], rows)
+            + '<div class="figs">' + _figure(lambda ax: s.plot(ax=ax), caption, figsize=(4.4, 4.4), name="smooth")
+            + "</div>")
+
+
 def _thresholds_section(report: "ValidationReport") -> str:
     m, dc = report.threshold_metrics, report.decision_curve
     frame = m.to_frame()
@@ -419,6 +434,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         ("privacy", "Privacy spent", _privacy_section(report, rules_info, curves)),
         ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
         ("calibration", "Calibration", _calibration_section(report)),
+        ("smooth", "Smooth calibration", _smooth_section(report)),
         ("thresholds", "Decisions at thresholds", _thresholds_section(report)),
         ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
         ("disclosure", "Disclosure control: what the sites checked and coarsened", _disclosure_section(report, rules_info)),

@@ -41,7 +41,7 @@ def type7_order(n: int, prob: float) -> tuple[int, float]:
 def type7_quantile(order: dict[int, float], n: int, prob: float) -> float:
     """R's ``quantile(x, prob, type = 7)`` from the order statistics ``order`` (1-based) it needs.
 
-    >>> type7_quantile({2: 10.0, 3: 20.0}, 5, 0.3)
+    >>> round(type7_quantile({2: 10.0, 3: 20.0}, 5, 0.3), 12)
     12.0
     """
     j, w = type7_order(n, prob)

@@ -22,6 +22,8 @@ MODULES = [
     "dsfed_client.analyses.comparison",
     "dsfed_client.analyses.thresholds",
     "dsfed_client.analyses.decision",
+    "dsfed_client.analyses.smooth_calibration",
+    "dsfed_core.splines",
     "dsfed_core.roc",
     "dsfed_core.calibration",
 ]

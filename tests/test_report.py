@@ -25,9 +25,10 @@ from dsfed_server.provision import provision
 from sitekit import make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
-PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic", "threshold-metrics",
+PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic", "smooth", "threshold-metrics",
          "decision-curve")  # and "per-site" when checked per site
-SECTIONS = ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Decisions at thresholds", "Per-site panels",
+SECTIONS = ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Smooth calibration",
+            "Decisions at thresholds", "Per-site panels",
             "Disclosure control: what the sites checked and coarsened", "Software and methods"]
 
 
@@ -69,7 +70,8 @@ def test_html_holds_the_numbers_and_inline_plots(written, frames):
     d = result.discrimination
     for value in (d.auc, *d.ci, d.roc_glm_auc, *d.roc_glm_ci, result.brier.brier,
                   result.brier.spiegelhalter_z, result.logistic.intercept, result.logistic.slope, result.logistic.citl,
-                  result.hl_c.statistic, result.hl_h.statistic, result.errors.ece, result.errors.mce):
+                  result.hl_c.statistic, result.hl_h.statistic, result.errors.ece, result.errors.mce,
+                  result.smooth.ici, result.smooth.e90, result.smooth.r2):
         assert f">{value:.4f}<" in text, value
     for site, frame in frames.items():
         assert re.search(rf"<td class=\"l\">{site}</td><td class=\"\">{len(frame)}</td>", text), site
@@ -183,7 +185,9 @@ def test_report_takes_the_histogram_based_curves(frames, tmp_path):
         curves = ds_roc_pr_curves(session, "D$y", "D$score")
         study = collect_study_info(session, "D$y", table="P.t", score="D$score")
     text = write_report(result, tmp_path / "curves.html", **study, curves=curves).read_text()
-    assert text.count("<svg") == len(PLOTS) + 1 and 'data-plot="pr"' in text and 'data-plot="per-site"' in text
+    # per site: no pooled knots, so the smooth calibration is skipped and says why
+    assert text.count("<svg") == len(PLOTS) and 'data-plot="pr"' in text and 'data-plot="per-site"' in text
+    assert result.smooth is None and "smooth calibration skipped" in text
     assert "Every binned release was checked by each site on its own cells: asked for per-site checking" in text
     assert 'id="roc-overlay' in text and 'id="pr-curve' in text
     assert text.count("score histograms (ROC/PR curves)") == len(GBSG2_SITES)

@@ -19,6 +19,7 @@ from scipy import special, stats
 
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import ALPHA, Interval, validate_params
 from dsfed_client.results import Results, hidden, result, stat
 from dsfed_client.session import FederatedSession
@@ -144,6 +145,17 @@ def ds_spline_calibration(session: FederatedSession, truth: str, score: str, *, 
         log_loss=-loss["loglik"] / loss["n"], n=int(loss["n"]), knots=knots,
         p_range=(float(special.expit(lo)), float(special.expit(hi))), fit=fit, grid=grid, calibrated=calibrated,
         lower=lower, upper=upper, alpha=alpha)
+
+
+def spline_section(session: FederatedSession, truth: str, score: str, *, alpha: float,
+                   secure: bool | None) -> tuple[SplineCalibration | None, str]:
+    """:func:`ds_spline_calibration` for :func:`~dsfed_client.analyses.suite.validate`: the result, or
+    None and why the sites refused it (per-site checking offers no pooled knots; a rules file that
+    does not enable the functions; too few records)."""
+    try:
+        return ds_spline_calibration(session, truth, score, alpha=alpha, secure=secure), ""
+    except FederatedCallError as exc:
+        return None, f"smooth calibration skipped (it needs pooled releases of rcsKnotsDS and splineErrorsDS): {exc}"
 
 
 def _last(releases: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dsfed_client.analyses.calibration import (
 from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
 from dsfed_client.analyses.decision import VALIDATE_GRID, DecisionCurve, ds_decision_curve
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
+from dsfed_client.analyses.smooth_calibration import SplineCalibration, spline_section
 from dsfed_client.analyses.thresholds import ThresholdMetrics, check_thresholds, ds_threshold_metrics
 from dsfed_client.aggregation import first_release
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, N_THRESHOLDS, PRIVACY, Options, validate_params
@@ -122,6 +123,8 @@ class ValidationReport(Results):
     decision_curve: DecisionCurve = stat()
     mode: str = stat(brief="", default="per-site")
     mode_note: str = stat(default="")
+    smooth: SplineCalibration | None = hidden(default=None)  # None: skipped, smooth_note says why
+    smooth_note: str = stat(default="")
 
     @derived("n", brief="")
     def n(self) -> int:
@@ -235,6 +238,7 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     hl_h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
     hl_c = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=pooled)
     logistic = ds_logistic_calibration(session, truth, score, n_complete=brier.n, alpha=alpha, secure=pooled)
+    smooth, smooth_note = spline_section(session, truth, score, alpha=alpha, secure=pooled)
     if method == "paper":
         discrimination = Discrimination.from_paper(ds_roc_glm(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
@@ -247,5 +251,5 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     at_thresholds = ds_threshold_metrics(session, truth, score, metric_thresholds, alpha=alpha, secure=pooled)
     decision = ds_decision_curve(session, truth, score, decision_thresholds, secure=pooled)
     return ValidationReport(discrimination, brier, curve, hl_c, hl_h, calibration_errors(hl_c), logistic,
-                            at_thresholds, decision, agg.mode, agg.note)
+                            at_thresholds, decision, agg.mode, agg.note, smooth, smooth_note)
 
