@@ -439,15 +439,15 @@ class LogisticCalibration(Results):
 
     @derived("{level} CI of the intercept")
     def intercept_ci(self) -> ConfInt:
-        return ConfInt(*self.fit.conf_int(self.alpha)[0])
+        return ConfInt(*self.fit.conf_int(self.alpha).iloc[0])
 
     @derived("{level} CI of the slope")
     def slope_ci(self) -> ConfInt:
-        return ConfInt(*self.fit.conf_int(self.alpha)[1])
+        return ConfInt(*self.fit.conf_int(self.alpha).iloc[1])
 
     @derived("{level} CI of the calibration-in-the-large")
     def citl_ci(self) -> ConfInt:
-        return ConfInt(*self.citl_fit.conf_int(self.alpha)[0])
+        return ConfInt(*self.citl_fit.conf_int(self.alpha).iloc[0])
 
     def _table(self) -> pd.DataFrame:
         frame = pd.concat([self.fit.to_frame(self.alpha), self.citl_fit.to_frame(self.alpha).iloc[[0]]])
@@ -490,8 +490,9 @@ def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *
     """
     with session.temporary("calib") as name:
         frame = session.assign(name, Call("calibrationFrameDS", Ref(truth), Ref(score)))
-        fit = ds_glm(session, "y ~ lp", frame, secure=secure)
-        citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure)
+        fit = ds_glm(session, "y ~ lp", frame, secure=secure, null_model=False)
+        citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure, null_model=False)
     n_all = n_complete if n_complete is not None else ds_brier(session, truth, score, secure=secure).n
-    return LogisticCalibration(float(fit.params[0]), float(fit.params[1]), float(citl.params[0]), fit, citl,
+    return LogisticCalibration(float(fit.params.iloc[0]), float(fit.params.iloc[1]), float(citl.params.iloc[0]),
+                               fit, citl,
                                n_all - fit.nobs, alpha)
