@@ -8,6 +8,8 @@ References: R's ``coef``, ``confint.default``, ``logLik``, ``AIC``, ``deviance``
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -109,3 +111,32 @@ def test_null_deviance_is_not_made_up():
                      iterations=4, null_note="Null deviance not fitted: the model has no intercept")
     assert fit.null_deviance is None and "no intercept" in fit.summary()
     assert fit.params["x"] == 0.5 and fit.conf_int().loc["x", "upper"] == pytest.approx(0.5 + 1.959963984540054 * 0.2)
+
+
+def test_progress_counts_the_real_rounds_outside_a_terminal(sites, monkeypatch, capsys):
+    """Forced on (as in a log) the GLM's bar ends full at the round it converged in, not at n/25;
+    ``DSFED_PROGRESS=0`` prints nothing."""
+    session, _ = sites
+    monkeypatch.setenv("DSFED_PROGRESS", "1")
+    fit = ds_glm(session, NESTED, "D", secure=True, null_model=False)
+    err = capsys.readouterr().err
+    assert f"{NESTED}: converged" in err and f"{fit.iterations}/{fit.iterations}" in err and "/25" not in err
+    monkeypatch.setenv("DSFED_PROGRESS", "0")
+    ds_glm(session, NESTED, "D", secure=True, null_model=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_shows_in_a_jupyter_kernel(monkeypatch):
+    """In a Jupyter kernel (IPython's ZMQ shell) stderr is no terminal, and progress shows."""
+    import types
+
+    from dsfed_client import progress
+
+    class ZMQInteractiveShell:  # the class name IPython's kernel shell has
+        pass
+
+    monkeypatch.delenv("DSFED_PROGRESS", raising=False)
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert not progress.enabled()
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=ZMQInteractiveShell))
+    assert progress.enabled()
