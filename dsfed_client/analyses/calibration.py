@@ -148,8 +148,9 @@ class CalibrationCurve(Results):
         histogram of predictions below (from the bin counts)."""
         from dsfed_client.plots import plot_calibration  # noqa: PLC0415
 
+        dropped = sorted({v for values in self.not_released.values() for v in values})
         return plot_calibration(self.edges, self.n, self.mean_prediction, self.mean_outcome,
-                                per_site=self.per_site if per_site else None, ax=ax)
+                                per_site=self.per_site if per_site else None, ax=ax, not_released=dropped)
 
 
 @validate_params({"n_bins": N_BINS, "strategy": [Options({"uniform", "quantile"})]})
@@ -264,12 +265,14 @@ class HosmerLemeshow(Results):
 
     def plot(self, ax: Any = None) -> Any:
         """Observed against expected events per group, as bars (none where the sites withheld the
-        group table: the title says so); returns the Axes."""
+        group table); the title says "partial" when the groups are not the requested ones
+        (merged or withheld by the sites, or inexact edges). Returns the Axes."""
         from dsfed_client.plots import plot_observed_expected  # noqa: PLC0415
 
         return plot_observed_expected(
             self.group_labels(), self.table.observed_1.to_numpy(), self.table.expected_1.to_numpy(),
-            title=f"Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, df {self.df}, p = {self.pvalue:.3g}", ax=ax)
+            title=f"{'' if self.complete else 'partial '}Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, "
+                  f"df {self.df}, p = {self.pvalue:.3g}", ax=ax)
 
 
 _EMPTY_TABLE = pd.DataFrame({name: pd.Series(dtype=float) for name in
