@@ -26,7 +26,7 @@ from dsfed_core.models import GLMModel, onnx_upload, parse_glm
 
 def glm_model(fit: GLMResults) -> GLMModel:
     """The model of a distributed GLM fit: its formula, family, link and coefficients by name."""
-    return GLMModel(fit.formula, fit.family, fit.link, dict(zip(fit.names, map(float, fit.params))))
+    return fit.model()
 
 
 def upload_model(session: FederatedSession, model: GLMModel | bytes | str | os.PathLike[str]) -> SiteResults:

@@ -99,9 +99,13 @@ def plot_pr_curve(precision: Sequence[float], recall: Sequence[float], *, preval
 
 def plot_calibration(edges: np.ndarray, n: np.ndarray, mean_prediction: np.ndarray, mean_outcome: np.ndarray, *,
                      per_site: dict[str, Any] | None = None, ax: "Axes | None" = None,
-                     hist_ax: "Axes | None" = None) -> "Axes":
+                     hist_ax: "Axes | None" = None, not_released: Sequence[float] = ()) -> "Axes":
     """Pooled calibration points sized by n, per-site curves, the diagonal, and below it (on
-    ``hist_ax``, or an Axes split off ``ax``) a histogram of the predictions from the bins' counts."""
+    ``hist_ax``, or an Axes split off ``ax``) a histogram of the predictions from the bins' counts.
+
+    A bin with no released value gets no point (none on the diagonal, which would read as "well
+    calibrated here"); the requested edges the sites' release gate did not release
+    (``not_released``) are ticks on the x axis with a note, their bins merged with the next."""
     if hist_ax is not None:
         if ax is None:
             raise ValueError("hist_ax needs ax")
@@ -123,10 +127,16 @@ def plot_calibration(edges: np.ndarray, n: np.ndarray, mean_prediction: np.ndarr
     ax.plot(mean_prediction[has], mean_outcome[has], color="black", linewidth=1.5, label="_pooled-line")
     ax.scatter(mean_prediction[has], mean_outcome[has], s=12 + 60 * n[has] / max(n.max(), 1), color="black",
                zorder=3, label="pooled", gid="calibration-pooled")
+    dropped = np.unique(np.asarray(not_released, dtype=float))
+    if dropped.size:
+        ax.plot(dropped, np.zeros(dropped.size), linestyle="", marker="|", markersize=12, color="tab:red",
+                clip_on=False, label="edge not released", gid="calibration-edges-not-released")
+        ax.text(0.02, 0.95, f"{dropped.size} requested edge(s) not released: bins merged", transform=ax.transAxes,
+                fontsize=7, va="top", color="tab:red", gid="calibration-not-released-note")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("observed event rate")
-    ax.set_title("Calibration curve")
+    ax.set_title("Calibration curve" + (" (partial: bins merged)" if dropped.size else ""))
     ax.legend(loc="lower right", fontsize=7)
     ax.tick_params(labelbottom=False)
     hist.bar(edges[:-1], n, width=np.diff(edges), align="edge", color="tab:blue", alpha=0.6, edgecolor="white",

@@ -48,6 +48,7 @@ Std. error:                                              0.5
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple, TypeVar
 
@@ -229,6 +230,15 @@ class Results:
         """A text table: the labelled values, then the result's table and notes."""
         return render(self._title or type(self).__name__, self._rows(), table=self._table(), notes=self._notes(),
                       fmt=self._table_fmt)
+
+    def _repr_html_(self) -> str:
+        """The summary as HTML for notebooks (Jupyter calls it): the labelled values, then the table."""
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                       for k, v in self._rows())
+        table = self._table()
+        body = "" if table is None else table.to_html(float_format=lambda v: format(v, self._table_fmt), na_rep="-")
+        return (f"<div><strong>{html.escape(self._title or type(self).__name__)}</strong>"
+                f"<table>{rows}</table>{body}</div>")
 
     def __repr__(self) -> str:
         parts = []

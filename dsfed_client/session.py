@@ -17,7 +17,7 @@ from dsfed_client import aggregation, pooling
 from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Call, Ref, to_tree
 from dsfed_client.errors import FederatedCallError
-from dsfed_core.errors import SiteError
+from dsfed_core.errors import NotEnabled, SiteError
 from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
 from dsfed_client.transport import HttpTransport, Transport, encode
 
@@ -366,6 +366,23 @@ class FederatedSession:
 
     def functions(self) -> SiteResults:
         return SiteResults("listFunctions", self.at_every_site("listFunctions", "GET", "/functions"))
+
+    def require_enabled(self, *functions: str, before: str) -> None:
+        """Raise :class:`FederatedCallError` naming every site whose rules file does not enable one
+        of ``functions`` (rule ``functions.enabled``), before an analysis (``before``) spends rounds
+        and budget on releases it could not finish; reads only the sites' function listings."""
+        listing = self.functions()
+        failures: dict[str, SiteError] = {}
+        for site in self.sites:
+            missing = [f for f in functions if f not in {e["name"] for e in listing[site]["functions"]}]
+            if missing:
+                failures[site] = NotEnabled(
+                    f"{', '.join(missing)} not enabled at this site, and {before} needs it", site=site,
+                    function=missing[0], rule="functions.enabled",
+                    hint=f"ask the site's governance board to add {', '.join(missing)} to [functions] enabled "
+                         "in its rules file, or leave the site out of the session")
+        if failures:
+            raise FederatedCallError(functions[0], failures, len(self.sites))
 
     def budget(self) -> SiteResults:
         """Your privacy budget at every site: per table, what you have spent and what remains of

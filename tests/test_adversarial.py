@@ -489,14 +489,34 @@ def test_noise_sized_for_the_score_does_not_release_income(fed, door_kind):
 
 
 @pytest.mark.parametrize("door_kind", ["v1", "ws"])
-def test_isolating_recalibration_map_is_not_enabled(fed, door_kind):
-    """A step map with one jump below the highest score turns it into an indicator of the top record,
-    and ``brierDS`` on that reads its outcome. ``recalibrateDS`` is not enabled by default
-    (``functions.enabled``; see ``dsfed_server/functions/recalibration.py``)."""
-    top = float(np.sort(fed.frame.score.to_numpy())[-2])
+def test_isolating_recalibration_maps_are_refused_by_the_gate(fed, door_kind):
+    """A map with one jump between the two highest scores turns the score into an indicator of the
+    top record, and ``brierDS`` on that reads its outcome. ``recalibrateDS`` is enabled by default
+    (``dsfed_server/functions/recalibration.py``): a step map leaves two values, one held by one
+    record (refused, ``disclosure.q_threshold``); a PCHIP ramp through a knot there and a steep
+    logistic map centred there leave every record its own value, but the PCHIP rises between two
+    knots around one record (``disclosure.q_threshold``) and the logistic map's midpoint is a cut on
+    the score that the release gate does not pass (``disclosure.cut_history``). 0 of 3 attacks
+    get a vector, so ``brierDS`` finds none to read; a map whose cuts leave q records and the margin
+    on each side is applied."""
+    scores = np.sort(fed.frame.score.to_numpy())
+    between, top = (scores[-2] + scores[-1]) / 2, float(scores[-1])
+    centre = float(np.log(between / (1 - between)))
+    attacks = {  # map: the rule that refuses it
+        f'"step", NULL, c({_num(between)}, 1), c(0, 1)': "disclosure.q_threshold",
+        f'"pchip", NULL, c({_num(scores[0])}, {_num(between)}, {_num(top)}), c(0, 0.5, 1)': "disclosure.q_threshold",
+        f'"logistic", c({_num(-50 * centre)}, 50)': "disclosure.cut_history",
+    }
     with fed.door(door_kind, "analyst", fed.table()) as door:
-        refused = door.assign("R", f'recalibrateDS(D$score, "step", NULL, c({_num(top)}, 1), c(0, 1))')
-    assert isinstance(refused, Refused) and refused.rule == "functions.enabled"
+        made = [door.assign(f"R{i}", f"recalibrateDS(D$score, {m})") for i, m in enumerate(attacks)]
+        reads = [door.aggregate(f"brierDS(D$y, R{i})") for i in range(len(attacks))]
+        median = float(np.median(scores))
+        fine = door.assign("OK", f'recalibrateDS(D$score, "step", NULL, c({_num(median)}, 1), c(0.2, 0.7))')
+        mean = door.aggregate("meanDS(OK)")
+    assert [r.rule if isinstance(r, Refused) else None for r in made] == list(attacks.values())
+    assert all(isinstance(r, Refused) for r in reads)  # no vector R: nothing to read an outcome from
+    expected = np.mean(np.where(fed.frame.score.to_numpy() <= median, 0.2, 0.7))
+    assert fine is None and (mean["EstimatedMean"] if isinstance(mean, dict) else mean[0]) == pytest.approx(expected)
 
 
 # --- 4. the budget is the table's -------------------------------------------------------------------

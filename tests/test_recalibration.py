@@ -22,7 +22,7 @@ from dsfed_client.analyses.recalibration import (
     RecalibrationMap, ds_apply_recalibration, ds_calibration_measures, ds_isotonic_fit, ds_platt_fit, equal_count_breaks,
     ds_recalibrate,
 )
-from conftest import http_builder, inprocess_builder
+from conftest import audit_records, http_builder, inprocess_builder
 from dsfed_server.launch import LocalSites
 from rref import R_HOSLEM, R_VALPROB, r_eval, r_reference
 from sitekit import ROOT, make_sites
@@ -279,8 +279,7 @@ def test_recalibrate_refuses_non_finite_and_unknown_method(smooth):
 
 
 def test_recalibration_over_http(tmp_path):
-    """The maps travel as numbers over HTTP too (knots as raw float64) to real server processes.
-    (Real sites' rules files do not enable recalibrateDS: see dsfed_server/functions/recalibration.py.)"""
+    """The maps travel as numbers over HTTP too (knots as raw float64) to real server processes."""
     frames = dict(list(_overconfident(8).items())[:2])
     provisioned, _ = make_sites(tmp_path, frames, rules=NO_NOISE)
     with LocalSites(provisioned.values(), tmp_path / "run") as sites, \
@@ -292,29 +291,42 @@ def test_recalibration_over_http(tmp_path):
         assert iso.after.hl_c < iso.before.hl_c and iso.fit.n_total == iso.after.n == 2 * N_SITE
 
 
-# --- open disclosure issue ---------------------------------------------------------------------------
+# --- where it is enabled ---------------------------------------------------------------------------
 
 
-def test_recalibrate_is_enabled_only_in_the_test_profile():
-    """recalibrateDS is not offered by any real site's rules file.
-
-    Open: an analyst-chosen map (a step, or Platt with a huge slope) can make a
-    recalibrated vector that singles out a site's top record; brierDS on that
-    vector is then a weighted sum of outcomes with analyst-chosen weights and
-    releases the record's outcome. Until the release side guards sums of
-    analyst-transformed scores, the function stays in the noise-off test profile.
-    """
+def test_recalibrate_is_enabled_in_every_shipped_rules_file():
+    """recalibrateDS passes a map's knots through the release gate as deriveDS passes its
+    comparisons (dsfed_server/functions/recalibration.py; the isolating maps are refused in
+    tests/test_adversarial.py), so every shipped rules file enables both."""
     import tomllib
 
     rules_dir = Path(__file__).resolve().parents[1] / "disclosure_rules"
     for path in sorted(rules_dir.glob("*.toml")):
-        rules = tomllib.loads(path.read_text())
-        enabled = set(rules["functions"]["enabled"])
-        enabled |= {f for prof in rules.get("profiles", {}).values() for f in prof.get("enabled", [])}
-        if rules["privacy"]["mechanism"] == "none":
-            assert "recalibrateDS" in enabled, path.name  # the loudly flagged test profile
-        else:
-            assert "recalibrateDS" not in enabled, path.name
+        enabled = set(tomllib.loads(path.read_text())["functions"]["enabled"])
+        assert {"recalibrateDS", "deriveDS"} <= enabled, path.name
+
+
+def test_recalibrate_checks_every_site_enables_it_before_fitting(tmp_path):
+    """A site whose rules do not enable recalibrateDS stops ds_recalibrate before any release: the
+    error names the site and the rule, and no site logged a fitting call (nothing was spent)."""
+    text = NO_NOISE.read_text()
+    assert text.count('    "recalibrateDS",\n') == 1
+    without = tmp_path / "without.toml"
+    without.write_text(text.replace('    "recalibrateDS",\n', ""))
+    frames = dict(list(_overconfident(9).items())[:3])
+    provisioned, services = make_sites(tmp_path / "sites", frames, rules=NO_NOISE)
+    strict, strict_service = make_sites(tmp_path / "strict", {"site3": frames["site3"]}, rules=without)
+    provisioned["site3"], services["site3"] = strict["site3"], strict_service["site3"]
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        with pytest.raises(FederatedCallError) as exc:
+            ds_recalibrate(session, "D$y", "D$score", method="isotonic", into="p.iso")
+    assert set(exc.value.failures) == {"site3"}
+    failure = exc.value.failures["site3"]
+    assert failure.rule == "functions.enabled" and failure.site == "site3" and "recalibrateDS" in str(exc.value)
+    for site in provisioned.values():
+        functions = {r.get("function") for r in audit_records(site)}
+        assert not functions & {"countBelowDS", "groupSumsDS", "glmDS2", "brierDS", "recalibrateDS"}, functions
 
 
 def test_recalibration_plot_draws_the_applied_map(smooth):

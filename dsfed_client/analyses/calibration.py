@@ -148,8 +148,9 @@ class CalibrationCurve(Results):
         histogram of predictions below (from the bin counts)."""
         from dsfed_client.plots import plot_calibration  # noqa: PLC0415
 
+        dropped = sorted({v for values in self.not_released.values() for v in values})
         return plot_calibration(self.edges, self.n, self.mean_prediction, self.mean_outcome,
-                                per_site=self.per_site if per_site else None, ax=ax)
+                                per_site=self.per_site if per_site else None, ax=ax, not_released=dropped)
 
 
 @validate_params({"n_bins": N_BINS, "strategy": [Options({"uniform", "quantile"})]})
@@ -264,12 +265,14 @@ class HosmerLemeshow(Results):
 
     def plot(self, ax: Any = None) -> Any:
         """Observed against expected events per group, as bars (none where the sites withheld the
-        group table: the title says so); returns the Axes."""
+        group table); the title says "partial" when the groups are not the requested ones
+        (merged or withheld by the sites, or inexact edges). Returns the Axes."""
         from dsfed_client.plots import plot_observed_expected  # noqa: PLC0415
 
         return plot_observed_expected(
             self.group_labels(), self.table.observed_1.to_numpy(), self.table.expected_1.to_numpy(),
-            title=f"Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, df {self.df}, p = {self.pvalue:.3g}", ax=ax)
+            title=f"{'' if self.complete else 'partial '}Hosmer-Lemeshow {self.kind} = {self.statistic:.2f}, "
+                  f"df {self.df}, p = {self.pvalue:.3g}", ax=ax)
 
 
 _EMPTY_TABLE = pd.DataFrame({name: pd.Series(dtype=float) for name in
@@ -439,15 +442,15 @@ class LogisticCalibration(Results):
 
     @derived("{level} CI of the intercept")
     def intercept_ci(self) -> ConfInt:
-        return ConfInt(*self.fit.conf_int(self.alpha)[0])
+        return ConfInt(*self.fit.conf_int(self.alpha).iloc[0])
 
     @derived("{level} CI of the slope")
     def slope_ci(self) -> ConfInt:
-        return ConfInt(*self.fit.conf_int(self.alpha)[1])
+        return ConfInt(*self.fit.conf_int(self.alpha).iloc[1])
 
     @derived("{level} CI of the calibration-in-the-large")
     def citl_ci(self) -> ConfInt:
-        return ConfInt(*self.citl_fit.conf_int(self.alpha)[0])
+        return ConfInt(*self.citl_fit.conf_int(self.alpha).iloc[0])
 
     def _table(self) -> pd.DataFrame:
         frame = pd.concat([self.fit.to_frame(self.alpha), self.citl_fit.to_frame(self.alpha).iloc[[0]]])
@@ -490,8 +493,9 @@ def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *
     """
     with session.temporary("calib") as name:
         frame = session.assign(name, Call("calibrationFrameDS", Ref(truth), Ref(score)))
-        fit = ds_glm(session, "y ~ lp", frame, secure=secure)
-        citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure)
+        fit = ds_glm(session, "y ~ lp", frame, secure=secure, null_model=False)
+        citl = ds_glm(session, "y ~ 1", frame, offset="lp", secure=secure, null_model=False)
     n_all = n_complete if n_complete is not None else ds_brier(session, truth, score, secure=secure).n
-    return LogisticCalibration(float(fit.params[0]), float(fit.params[1]), float(citl.params[0]), fit, citl,
+    return LogisticCalibration(float(fit.params.iloc[0]), float(fit.params.iloc[1]), float(citl.params.iloc[0]),
+                               fit, citl,
                                n_all - fit.nobs, alpha)

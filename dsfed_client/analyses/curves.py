@@ -545,7 +545,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 warnings.simplefilter("ignore")
                 data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
                 glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
-                             secure=agg.pooled)
+                             secure=agg.pooled, null_model=False)
             a, b = (float(v) for v in glm.params)
             fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,

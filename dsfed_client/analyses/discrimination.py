@@ -362,7 +362,8 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
         with session.temporary("roc") as roc_data:
             data = session.assign(roc_data, Call("rocGlmDataDS", Ref(truth), Ref(score), ref.symbol, n_thresholds))
             bar.update(advance=1, description="ROC-GLM: probit fit")
-            fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=pooled)
+            fit = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w", secure=pooled,
+                         null_model=False)
         a, b = (float(v) for v in fit.params)
         auc_integral = float(integrate.quad(lambda t: stats.norm.cdf(a + b * stats.norm.ppf(t)), 0, 1,
                                             epsabs=1e-12, epsrel=1e-12)[0])

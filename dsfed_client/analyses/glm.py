@@ -16,7 +16,8 @@ fit on the pooled data: the same path, step by step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import html
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
@@ -29,6 +30,8 @@ from dsfed_client.params import ALPHA, Interval, Options, validate_params
 from dsfed_client.progress import progress
 from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
+from dsfed_core.models import GLMModel
+from dsfed_core.parser import parse_formula
 
 
 class ConvergenceError(RuntimeError):
@@ -36,15 +39,43 @@ class ConvergenceError(RuntimeError):
 
 
 @result
+class LRTest(Results):
+    """A likelihood-ratio test of a GLM against a nested one; unpacks as ``(statistic, pvalue)``.
+
+    :math:`G^2 = (D_0 - D_1) / \\phi` on :math:`df = p_1 - p_0` degrees of freedom, with
+    :math:`\\phi` the larger model's dispersion (1 for binomial and poisson), referred to
+    :math:`\\chi^2_{df}`: R's ``anova(m0, m1, test = "LRT")``.
+    """
+
+    _title: ClassVar[str] = "Likelihood-ratio test of nested distributed GLMs"
+
+    statistic: float = stat("LR statistic", brief=".6g")
+    pvalue: float = stat("P(>Chi)", ".4g", brief=".4g")
+    df_diff: int = stat("Df", brief="")
+    deviance_diff: float = stat("Deviance difference")
+    restricted: str = stat("Restricted model")
+    full: str = stat("Full model")
+
+    def __iter__(self) -> Iterator[float]:
+        return iter((self.statistic, self.pvalue))
+
+
+@result
 class GLMResults(Results):
     """A fitted distributed GLM, in the shape statsmodels' GLM results take: ``params``, ``bse``,
-    ``cov_params()``, ``conf_int(alpha)``, ``pvalues``, ``summary()``.
+    ``cov_params()``, ``conf_int(alpha)``, ``pvalues``, ``llf``, ``aic``, ``deviance``,
+    ``null_deviance``, ``summary()``, ``predict()``, ``lr_test()``.
+
+    ``params``, ``bse``, ``statistic`` and ``pvalues`` are pandas Series indexed by R's
+    ``model.matrix`` column names (``(Intercept)``, ``age``, ``tgradeII``); ``conf_int`` and
+    ``cov_params`` are DataFrames with the same labels. ``np.asarray(fit.params)`` and unpacking
+    (``a, b = fit.params``) give the plain values.
 
     References
     ----------
     Wu et al. (2012), seed 002 §2: Newton-Raphson on the summed site Hessians and gradients.
-    Schalk, Rehms et al. (2024), seed 000, "Distributed GLM". R's ``glm.fit`` (the path followed)
-    and ``summary.glm`` (z or t statistics).
+    Schalk, Rehms et al. (2024), seed 000, "Distributed GLM". R's ``glm.fit`` (the path followed),
+    ``summary.glm`` (z or t statistics), ``logLik.glm`` and the families' ``aic``.
     """
 
     _title: ClassVar[str] = "Distributed Generalized Linear Model Results"
@@ -53,7 +84,7 @@ class GLMResults(Results):
     family: str = stat("Family", brief="")
     link: str = stat("Link", brief="")
     names: tuple[str, ...] = hidden()
-    params: np.ndarray = hidden()
+    params: pd.Series = hidden()
     cov_params_: np.ndarray = hidden()
     deviance: float = stat("Deviance")
     dispersion: float = stat("Dispersion")
@@ -62,10 +93,19 @@ class GLMResults(Results):
     iterations: int = stat("Iterations (distributed IRLS)")
     sites: tuple[str, ...] = stat("Sites", default=())  # the sites the parts were summed over (only their sums)
     pooled: bool = stat("Counts checked pooled", default=False)  # pooled over the sites (True) or per site
+    null_deviance: float | None = stat("Null deviance", default=None)  # None: not fitted (see null_note)
+    weighted: bool = hidden(default=False)  # fitted with prior weights
+    null_note: str = hidden(default="")  # why the null deviance is missing, if it is
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, pd.Series):
+            object.__setattr__(self, "params", pd.Series(np.asarray(self.params, dtype=float),
+                                                         index=pd.Index(list(self.names), name="term")))
 
     @property
-    def bse(self) -> np.ndarray:
-        return np.sqrt(np.diag(self.cov_params_))
+    def bse(self) -> pd.Series:
+        """Standard errors :math:`\\sqrt{\\operatorname{diag}(\\phi I^{-1})}` by term."""
+        return pd.Series(np.sqrt(np.diag(self.cov_params_)), index=self.params.index)
 
     @property
     def uses_t(self) -> bool:
@@ -73,28 +113,53 @@ class GLMResults(Results):
         return self.family == "gaussian"
 
     @property
-    def statistic(self) -> np.ndarray:
+    def statistic(self) -> pd.Series:
         return self.params / self.bse
 
     @property
-    def pvalues(self) -> np.ndarray:
-        if self.uses_t:
-            return 2 * stats.t.sf(np.abs(self.statistic), self.df_resid)
-        return 2 * stats.norm.sf(np.abs(self.statistic))
+    def pvalues(self) -> pd.Series:
+        z = np.abs(self.statistic)
+        p = 2 * stats.t.sf(z, self.df_resid) if self.uses_t else 2 * stats.norm.sf(z)
+        return pd.Series(p, index=self.params.index)
 
     @derived()
     def coefficients(self) -> dict[str, float]:
         """The coefficients by term name."""
         return dict(zip(self.names, self.params.tolist()))
 
-    def cov_params(self) -> np.ndarray:
-        return self.cov_params_.copy()
+    @property
+    def df_model(self) -> int:
+        """The number of coefficients (the design has full rank, or the fit fails)."""
+        return len(self.names)
+
+    @derived("Log-likelihood")
+    def llf(self) -> float | None:
+        """R's ``logLik``: binomial (0/1 outcomes) :math:`-D/2`; gaussian without prior weights
+        :math:`-\\tfrac n2 (\\log(2\\pi D/n) + 1)`. None where it needs sums the fit does not
+        release (poisson: :math:`\\sum \\log y_i!`; gaussian with weights: :math:`\\sum \\log w_i`)."""
+        if self.family == "binomial":
+            return -self.deviance / 2
+        if self.family == "gaussian" and not self.weighted:
+            return -self.nobs / 2 * (np.log(2 * np.pi * self.deviance / self.nobs) + 1)
+        return None
+
+    @derived("AIC")
+    def aic(self) -> float | None:
+        """R's ``AIC``: :math:`-2\\ell + 2k`, :math:`k` the coefficients (and, for gaussian, the
+        dispersion)."""
+        llf = self.llf
+        return None if llf is None else -2 * llf + 2 * (self.df_model + (self.family == "gaussian"))
+
+    def cov_params(self) -> pd.DataFrame:
+        """:math:`\\phi (\\sum_k X_k^T W_k X_k)^{-1}` at the estimate, labelled by term."""
+        return pd.DataFrame(self.cov_params_.copy(), index=self.params.index, columns=self.params.index)
 
     @validate_params({"alpha": ALPHA})
-    def conf_int(self, alpha: float = 0.05) -> np.ndarray:
-        """Wald intervals :math:`\\hat\\beta \\pm z_{1-\\alpha/2}\\,\\mathrm{se}` (R's ``confint.default``)."""
+    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
+        """Wald intervals :math:`\\hat\\beta \\pm z_{1-\\alpha/2}\\,\\mathrm{se}` (R's ``confint.default``),
+        one row per term, columns ``lower`` and ``upper``."""
         q = stats.norm.ppf(1 - alpha / 2)
-        return np.column_stack([self.params - q * self.bse, self.params + q * self.bse])
+        return pd.DataFrame({"lower": self.params - q * self.bse, "upper": self.params + q * self.bse})
 
     @validate_params({"alpha": ALPHA})
     def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
@@ -104,8 +169,8 @@ class GLMResults(Results):
         label = "t" if self.uses_t else "z"
         frame = pd.DataFrame(
             {"coef": self.params, "std err": self.bse, label: self.statistic, f"P>|{label}|": self.pvalues,
-             "ci_lower": ci[:, 0], "ci_upper": ci[:, 1]},
-            index=pd.Index(list(self.names), name="term"),
+             "ci_lower": ci["lower"], "ci_upper": ci["upper"]},
+            index=self.params.index,
         )
         frame.attrs["alpha"] = alpha
         return frame
@@ -113,17 +178,64 @@ class GLMResults(Results):
     def _table(self) -> pd.DataFrame:
         return self.to_frame()
 
+    def _notes(self) -> tuple[str, ...]:
+        return (self.null_note,) if self.null_note else ()
+
     @validate_params({"alpha": ALPHA})
     def summary(self, alpha: float = 0.05) -> str:
         """A statsmodels-style text table: the fit's header, then one row per coefficient."""
         return render(self._title, self._rows(), table=self.to_frame(alpha), notes=(
-            f"{1 - alpha:.0%} Wald intervals; every iterate derived by the sites from summed parts",))
+            f"{1 - alpha:.0%} Wald intervals; every iterate derived by the sites from summed parts",
+            *self._notes()))
+
+    def lr_test(self, other: "GLMResults") -> LRTest:
+        """Likelihood-ratio test of this model against ``other``, one nested in the other (either
+        order): R's ``anova(m0, m1, test = "LRT")``.
+
+        Raises ValueError when the two are not nested fits of one family and link on the same
+        number of records (R refuses models fitted to different numbers of records too)."""
+        small, big = sorted((self, other), key=lambda f: f.df_model)
+        if (small.family, small.link) != (big.family, big.link):
+            raise ValueError(f"lr_test: the models differ in family/link ({small.family}/{small.link} vs "
+                             f"{big.family}/{big.link}); fit both with the same one")
+        if small.nobs != big.nobs:
+            raise ValueError(f"lr_test: the models were fitted on {small.nobs} and {big.nobs} records; fit both on "
+                             "the same records (e.g. complete cases of every variable, completeCasesDS)")
+        extra = set(small.names) - set(big.names)
+        if extra or small.df_model == big.df_model:
+            raise ValueError(f"lr_test: {small.formula!r} is not nested in {big.formula!r}"
+                             + (f" (terms {', '.join(sorted(extra))} are not in the larger model)" if extra else ""))
+        diff = small.deviance - big.deviance
+        statistic = diff / big.dispersion
+        df = big.df_model - small.df_model
+        return LRTest(statistic, float(stats.chi2.sf(statistic, df)), df, diff, small.formula, big.formula)
+
+    def model(self) -> GLMModel:
+        """The fitted model as a model file's content (formula, family, link, coefficients: no code)."""
+        return GLMModel(self.formula, self.family, self.link, dict(zip(self.names, map(float, self.params))))
+
+    def predict(self, session: FederatedSession, data: str | Ref, *, into: str | None = None,
+                type: str = "response") -> Ref:
+        """Apply the fitted model at every site to the table ``data`` as the new vector ``into`` (a
+        fresh name if None): uploads the model (:func:`~dsfed_client.models.upload_model`; a site
+        accepts it where ``models.analyst_glm`` allows a GLM of the analyst's own, or its board
+        approved the digest) and assigns ``predictDS(data, <digest>, type)``. ``type``:
+        ``"response"`` (:math:`g^{-1}(x^T\\hat\\beta)`) or ``"link"`` (:math:`x^T\\hat\\beta`), as R's
+        ``predict.glm``. Returns the vector's handle; nothing leaves the sites."""
+        from dsfed_client.models import ds_predict, upload_model  # noqa: PLC0415 (models imports this module)
+
+        model = self.model()
+        upload_model(session, model)
+        return ds_predict(session, data, model.sha256, into or session.new_symbol("pred"), type=type)
+
+    def _repr_html_(self) -> str:
+        return super()._repr_html_() + "".join(f"<p>{html.escape(n)}</p>" for n in self._notes())
 
     def plot(self, ax: Any = None, *, alpha: float = 0.05) -> Any:
         """A forest plot of the coefficients with their Wald intervals; returns the matplotlib Axes."""
         from dsfed_client.plots import plot_coefficients  # noqa: PLC0415
 
-        ax = plot_coefficients(self.names, self.params, self.conf_int(alpha), ax=ax)
+        ax = plot_coefficients(self.names, self.params.to_numpy(), self.conf_int(alpha).to_numpy(), ax=ax)
         ax.set_title(f"{self.formula} ({self.family}/{self.link})")
         return ax
 
@@ -169,6 +281,7 @@ def ds_glm(
     epsilon: float = 1e-8,
     maxit: int = 25,
     secure: bool | None = False,
+    null_model: bool = True,
 ) -> GLMResults:
     """Fit ``formula`` on the table symbol ``data`` at every site of ``session`` without pooling records.
 
@@ -196,6 +309,10 @@ def ds_glm(
     epsilon, maxit : float, int
         R's convergence rule (``glm.control``): stop when
         :math:`|D^{(t)} - D^{(t-1)}| / (|D^{(t)}| + 0.1) < \\epsilon`, at most ``maxit`` iterations.
+    null_model : bool
+        Also fit the intercept-only model (same weights and offset) for ``null_deviance``, as R's
+        ``glm`` reports it: a second distributed fit of a few rounds. Given only when both models
+        have the same records (no covariate missing), else ``null_note`` says why.
 
     Returns
     -------
@@ -218,6 +335,25 @@ def ds_glm(
         raise ValueError("gaussian models are fitted with the identity link only")
     table = data if isinstance(data, Ref) else Ref(data)
     agg = session.aggregation(secure)
+    fit = _fit(session, agg, formula, table, family, link, weights, offset, epsilon, maxit)
+    if not null_model:
+        return fit
+    parsed = parse_formula(formula)
+    if not parsed.intercept:
+        return replace(fit, null_note="Null deviance not fitted: the model has no intercept")
+    if fit.names == ("(Intercept)",):
+        return replace(fit, null_deviance=fit.deviance)
+    null = _fit(session, agg, f"{parsed.response} ~ 1", table, fit.family, fit.link, weights, offset, epsilon, maxit)
+    if null.nobs != fit.nobs:
+        return replace(fit, null_note=f"Null deviance not given: the intercept-only model has {null.nobs} records, "
+                                      f"the model {fit.nobs} (missing covariates); fit on complete cases for it")
+    return replace(fit, null_deviance=null.deviance)
+
+
+def _fit(session: FederatedSession, agg: Aggregation, formula: str, table: Ref, family: str, link: str | None,
+         weights: str | None, offset: str | None, epsilon: float, maxit: int) -> GLMResults:
+    """One distributed Fisher scoring run (R's ``glm.fit`` path and stopping rule); the progress
+    bar counts its rounds and ends at the round it converged in."""
     stream = _parts_stream(agg, Formula(formula), family, None, offset, weights, table, link=link)
     summed = next(stream)
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
@@ -229,6 +365,7 @@ def ds_glm(
             info, xwz, dev = summed.info, summed.xwz, summed.dev
             bar.advance()
             if abs(dev - dev_old) / (abs(dev) + 0.1) < epsilon:
+                bar.update(total=iteration, description=f"GLM {formula}: converged")
                 break
             dev_old = dev
         else:
@@ -242,4 +379,5 @@ def ds_glm(
         formula=formula, family=family, link=summed.link, names=names, params=beta,
         cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
         nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=agg.pooled,
+        weighted=weights is not None,
     )

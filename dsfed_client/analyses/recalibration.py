@@ -43,8 +43,8 @@ from the pooled fit; results carry the bins as released (``bins``) to say so.
 Disclosure. The bin sums are the ones ``groupSumsDS`` releases for Hosmer-Lemeshow (the release
 gate's q-rule); the bin breaks come from one censored ``countBelowDS`` query;
 the maps are computed from these aggregates only. Applying a map creates a site-side vector whose
-sums are then released by the validation functions: see ``dsfed_server/functions/recalibration.py``
-for why ``recalibrateDS`` is enabled only in the test profile for now.
+sums are then released by the validation functions; the site passes a map's knots through its
+release gate as cuts on the score first (``dsfed_server/functions/recalibration.py``).
 """
 
 from __future__ import annotations
@@ -474,10 +474,19 @@ def ds_recalibrate(session: FederatedSession, truth: str, score: str, *, method:
     ``secure``: how every release is checked (:meth:`FederatedSession.aggregation`; ``None``, the
     default: pooled where every site offers it).
 
+    Raises
+    ------
+    FederatedCallError
+        Before anything is fitted, naming every site whose rules do not enable ``recalibrateDS``
+        (rule ``functions.enabled``): the fit's releases (and budget) would be spent for a map no
+        site could apply.
+
     References
     ----------
     The dissertation of seed 001, chapter 4 (Algorithm 4.1) and §3.6.1.
     """
+    session.require_enabled("recalibrateDS", before="ds_recalibrate")
+
     def fit_map(agg: Aggregation) -> PlattFit | IsotonicFit:
         if method == "logistic":
             return ds_platt_fit(session, truth, score, secure=agg.pooled)

@@ -188,18 +188,20 @@ class Guard:
                 "before on it (by any analyst); comparing the two would single those records out",
                 "disclosure.cut_history", f"use a condition further from earlier cuts, {instead}")
 
-    def derived_cuts(self, conditions: list[Intervals], row_sets: list[np.ndarray], rows: Rows | None) -> None:
+    def derived_cuts(self, conditions: list[Intervals], row_sets: list[np.ndarray], rows: Rows | None, *,
+                     what: str = "the expression's comparison (or pmin, pmax, abs)",
+                     instead: str = "or a column of the table") -> None:
         """A derived column's cuts (``conditions``: one per column its comparisons, ``pmin``/``pmax``
         and ``abs`` cut, :mod:`dsfed_server.arithmetic`) and row sets (the records where each
         comparison holds, and each value of a column with few values; boolean over ``rows``) go
         through the gate as a subset's do (:meth:`subset_rows`): every cut checked with the cuts
         released before on its column, the row sets audited with every row set released before
-        from the table (``disclosure.subset_min_difference``); recorded only if all pass."""
+        from the table (``disclosure.subset_min_difference``); recorded only if all pass. ``what`` and
+        ``instead`` name the cuts and the alternative in a refusal (``recalibrateDS``: a map's knots)."""
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
             for condition in conditions:
-                self._check_condition(condition, "the expression's comparison (or pmin, pmax, abs)",
-                                      "or a column of the table")
+                self._check_condition(condition, what, instead)
             members = []
             if self._audits(rows) and row_sets:
                 for member in row_sets:

@@ -5,21 +5,37 @@ The analyst fits the map from aggregates (the distributed GLM for Platt scaling;
 disclosure-checked bin sums for isotonic regression) and sends it back to every site **as numbers
 only** -- two coefficients, or the knots of a monotone interpolant -- never as code. The site checks
 the numbers (finite, knots strictly increasing inside [0, 1], values in [0, 1] and non-decreasing)
-and stores the recalibrated probabilities as a new server-side vector. Nothing leaves the site, so
-no disclosure rule applies here; the recalibrated vector is then subject to the same rules as any
-score when it is validated (``brierDS``, ``groupSumsDS``, ...).
+and stores the recalibrated probabilities as a new server-side vector. Nothing leaves the site then;
+the recalibrated vector is subject to the same rules as any score when it is validated
+(``brierDS``, ``groupSumsDS``, ...).
 
-For governance -- an open disclosure issue: this is an analyst-parameterised transform of a
-record-level value. A step map with one jump just below a site's highest score (or a PCHIP with two
-close knots, or a steep logistic map) turns the score into a 0/1 indicator of the top record, and
-``brierDS`` on it releases that record's outcome: sum_p counts the records above the threshold (1)
-and sum_sq = sum_y + sum_p - 2 * (events among them). Only the site's total n is checked against q.
-Checks on the map alone (records per knot interval, slope bounds) either refuse legitimate maps or
-are evaded (near-flat maps, linear combinations with the raw-score sums); the protection belongs on
-the release side (a dominance rule for sums of transformed scores, or the differencing audit).
-Until then only the test profile (``testing-no-noise.toml``) enables ``recalibrateDS``; a site
-enables it by adding it to its ``[functions] enabled`` list, accepting this risk.
-``tests/test_adversarial.py`` runs the isolating map against the default rules (refused as not enabled).
+What the site checks before the vector exists (rule 2: the site controls every cut). A map is a
+monotone transform the analyst chose, so the places where it changes fast are cuts of the analyst's
+choosing on the score: a step map with one jump just below a site's highest score is an indicator
+of the top record, and ``brierDS`` on it would release that record's outcome. The site therefore
+treats a map as ``deriveDS`` treats ``ifelse(D$score > k, ...)`` (:func:`map_cuts`):
+
+- the knots of a step map where its value changes and the midpoint
+  :math:`\\operatorname{expit}(-a/b)` of a logistic map (where a steep one jumps) are cuts on the
+  score's column: they go through the release gate with every cut released before on that column,
+  by any analyst (:meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`:
+  ``disclosure.cut_history``, ``disclosure.cut_margin``, q records in every cell), and are refused
+  otherwise;
+- a PCHIP is continuous and flat outside its knots: every interval between two knots over which it
+  rises holds no record or at least q (``disclosure.q_threshold``, :func:`check_rises`), so two close
+  knots cannot ramp around one record; the isolating maps are refused so
+  (``tests/test_adversarial.py``);
+- a map that leaves few distinct values (at most n/q) must hold q records on each
+  (:meth:`~dsfed_server.disclosure.checks.Guard.distinct_values`), and the records of each value
+  are row sets audited with every row set released before from the table
+  (``disclosure.subset_min_difference``);
+- the vector keeps its records' positions in the table, so every later release from it is audited
+  with the table's history.
+
+What remains is what ``deriveDS`` (enabled by default) leaves too: between two cuts the gate passed,
+the map's values vary smoothly with the score, so sums of the recalibrated score carry more moments
+of the scores within cells of at least q records. ``recalibrateDS`` adds no transform ``deriveDS``
+cannot make, under the same checks, so the shipped rules files enable both.
 """
 
 from __future__ import annotations
@@ -27,9 +43,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scipy import special
+
+from dsfed_core.errors import CallError
 from dsfed_core.recalibration import METHODS, apply_map
 from dsfed_server.context import CallContext, numeric
-from dsfed_core.errors import CallError
+from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.gate import cuts_from
+from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
 
 MAX_KNOTS = 10000
@@ -74,6 +96,32 @@ def check_map(method: str, coefficients: np.ndarray | None, knots: np.ndarray | 
                         f"is below value {i + 1} ({values[i]!r})")
 
 
+def map_cuts(method: str, coefficients: np.ndarray | None, knots: np.ndarray | None,
+             values: np.ndarray | None) -> np.ndarray:
+    """Where a (checked) map jumps, as cuts on the score in (0, 1): a step map's knots where its value
+    changes, a logistic map's midpoint :math:`\\operatorname{expit}(-a/b)` (where a steep one
+    jumps; none for a constant map). A PCHIP is continuous: see :func:`check_rises`."""
+    if method == "logistic":
+        a, b = coefficients  # type: ignore[misc]
+        cuts = np.array([special.expit(-a / b)]) if b != 0 else np.array([])
+    elif method == "step":
+        cuts = knots[:-1][np.diff(values) != 0]  # type: ignore[index]
+    else:
+        cuts = np.array([])
+    return np.unique(cuts[(cuts > 0) & (cuts < 1)])
+
+
+def check_rises(ctx: CallContext, p: np.ndarray, knots: np.ndarray, values: np.ndarray) -> None:
+    """A PCHIP is flat outside its knots and rises only between knots whose values differ: each
+    such interval ``(k_i, k_{i+1}]`` must hold no record or at least q of this site's (two close
+    knots around one record with a rise between them would make its value a step of its own)."""
+    present = np.sort(p[~np.isnan(p)])
+    below = np.searchsorted(present, knots, side="right")
+    for i in np.flatnonzero(np.diff(values) > 0):
+        ctx.guard.min_count(int(below[i + 1] - below[i]), f"records between the map's knots {i + 1} and {i + 2}",
+                            allow_zero=True)
+
+
 def _array(x: object) -> np.ndarray | None:
     return None if x is None else np.asarray(x, dtype=float).ravel()
 
@@ -89,6 +137,7 @@ def _array(x: object) -> np.ndarray | None:
         Param("knots", P.NUMBERS, "pchip/step: strictly increasing knots in [0, 1]", required=False),
         Param("values", P.NUMBERS, "pchip/step: non-decreasing values in [0, 1], one per knot", required=False),
     ],
+    checks=GATE_RULES,
 )
 def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: list[float] | None,
                 knots: list[float] | None, values: list[float] | None) -> pd.Series:
@@ -99,7 +148,8 @@ def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: l
     map, a PCHIP through ``(knots, values)`` (§4.6, Algorithm 4.1). ``step``: the isotonic step
     function, ``values[s]`` on ``(knots[s-1], knots[s]]`` (eq. 3.9). Missing scores stay missing.
     The map is checked first: finite numbers, knots strictly increasing in [0, 1], values in
-    [0, 1] and non-decreasing; a bad map is refused with the reason.
+    [0, 1] and non-decreasing; a bad map is refused with the reason. Then the map's cuts and its
+    values go through the release gate as a derived column's do (module docstring).
     """
     coefficients_, knots_, values_ = _array(coefficients), _array(knots), _array(values)
     check_map(method, coefficients_, knots_, values_)
@@ -107,4 +157,17 @@ def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: l
     if np.any((p < 0) | (p > 1)):
         raise CallError("score must be a probability in [0, 1]")
     out = apply_map(p, method, coefficients_, knots_, values_)
-    return pd.Series(out, index=score.index, name=f"{score.name or 'score'}.recal", dtype=float)
+    rows = score.attrs.get(ROWS)
+    rows = rows if isinstance(rows, Rows) and rows.index.size == len(score) else None
+    hint = "use a map with fewer, wider steps (fewer bins), fitted on more records"
+    levels = ctx.guard.distinct_values(out, "the recalibration map", "values", hint)
+    if method == "pchip":
+        check_rises(ctx, p, knots_, values_)  # type: ignore[arg-type]
+    cells = cut_cells(ctx, score, cuts_from(map_cuts(method, coefficients_, knots_, values_), True),
+                      "recalibration map's knots")
+    ctx.guard.derived_cuts([cells], levels, rows, what="the recalibration map's knots (or a logistic map's "
+                           "midpoint)", instead=hint)
+    result = pd.Series(out, index=score.index, name=f"{score.name or 'score'}.recal", dtype=float)
+    if rows is not None:
+        result.attrs[ROWS] = rows
+    return result
