@@ -56,6 +56,7 @@ def _line_of(path: Path, needle: str) -> int:
         ({"glm_saturation": "1.5"}, "glm_saturation", "less than or equal to 1"),
         ({"subset_min": "5\nsubset_minimum = 3"}, "subset_minimum", "unknown key"),
         ({"enabled": '["meanDS", "evalDS"]'}, "enabled", "unknown function(s) evalDS"),
+        ({"enabled": '["meanDS", "varDS", "meanDS"]'}, "enabled", "listed more than once: meanDS"),
         ({"mechanism": '"none"'}, "mechanism", "no_noise_acknowledged"),
     ],
 )

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from dsfed_server.tomlfile import ConfigFileError, load_toml_model, locate
 
@@ -395,6 +395,20 @@ class Functions(_Section):
         ),
     )
 
+    @field_validator("enabled")
+    @classmethod
+    def _each_once(cls, enabled: tuple[str, ...]) -> tuple[str, ...]:
+        return _listed_once(enabled)
+
+
+def _listed_once(enabled: tuple[str, ...]) -> tuple[str, ...]:
+    """A function listed twice is a slip in the file (a merge, a copy): say which, so the board's
+    reading of the list is the list the site applies."""
+    twice = sorted({name for name in enabled if enabled.count(name) > 1})
+    if twice:
+        raise ValueError(f"listed more than once: {', '.join(twice)}; list each function once")
+    return enabled
+
 
 class Rules(_Section):
     """A validated rules file."""
@@ -484,6 +498,11 @@ class Profile(_Section):
         default_factory=BinsOverrides,
         description="[bins] keys this profile makes stricter (the others are the site's).",
     )
+
+    @field_validator("enabled")
+    @classmethod
+    def _each_once(cls, enabled: tuple[str, ...]) -> tuple[str, ...]:
+        return _listed_once(enabled)
 
 
 class RulesFile(Rules):
