@@ -75,3 +75,60 @@ def test_random_effects_refuse_what_cannot_be_pooled():
         random_effects([0.1, 0.2], [0.1, 0.1], prediction="t")
     with pytest.raises(ValueError, match="standard error finite and positive"):
         random_effects([0.1, 0.2, 0.3], [0.1, 0.0, 0.1])
+
+
+# --- per-site estimates on the GBSG2 sites over HTTP (noise off) -------------------------------
+
+R_SITE = """
+site_ref <- function(y, p) {
+  r <- pROC::roc(y, p, levels = c(0, 1), direction = "<", quiet = TRUE)
+  i <- p > 0 & p < 1
+  f <- glm(y[i] ~ qlogis(p[i]), family = binomial)
+  c(as.numeric(pROC::auc(r)), pROC::var(r, method = "delong"), coef(f)[2], sqrt(vcov(f)[2, 2]))
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gbsg2_no_noise(tmp_path_factory):
+    """The five GBSG2 sites' files under the no-noise profile, as real server processes on loopback."""
+    frames = {s: read_site_csv(s)[["y", "score"]] for s in GBSG2_SITES}
+    tmp = tmp_path_factory.mktemp("meta-gbsg2")
+    prov, _ = make_sites(tmp, frames, rules=NO_NOISE)
+    with LocalSites(prov.values(), tmp / "http") as local:
+        with http_builder(prov, local.urls).login() as session:
+            session.assign_table("D", "P.t")
+            yield session, frames
+
+
+def test_per_site_estimates_equal_R_and_pool_as_metafor(gbsg2_no_noise):
+    session, frames = gbsg2_no_noise
+    het = ds_heterogeneity(session, "D$y", "D$score", method="paper")
+    assert het.available and not het.note and not het.excluded
+    table = het.to_frame()
+    assert list(table.index) == list(GBSG2_SITES)
+    for site, frame in frames.items():
+        y, p = frame["y"].to_numpy(float), frame["score"].to_numpy(float)
+        auc, var, slope, slope_se = r_reference("site_ref", R_SITE, y=y, p=p)
+        row = table.loc[site]
+        assert row["auc"] == pytest.approx(auc, rel=1e-10)
+        assert row["auc_variance"] == pytest.approx(var, rel=1e-8)
+        assert row["auc_logit_se"] == pytest.approx(np.sqrt(var) / (auc * (1 - auc)), rel=1e-8)
+        assert row["slope"] == pytest.approx(slope, rel=1e-6)
+        assert row["slope_se"] == pytest.approx(slope_se, rel=1e-6)
+        o, e, n = y.sum(), p.sum(), y.size
+        assert (row["n"], row["events"]) == (n, o)
+        assert row["oe"] == pytest.approx(o / e, rel=1e-12)
+        assert row["log_oe_se"] == pytest.approx(np.sqrt((1 - o / n) / o), rel=1e-12)
+    # the pooled results are metafor's on the same per-site estimates, on the measures' scales
+    for m, yi in ((het.auc, np.log(table["auc"] / (1 - table["auc"]))), (het.slope, table["slope"]),
+                  (het.oe, np.log(table["oe"]))):
+        sei = table[{"AUC": "auc_logit_se", "calibration slope": "slope_se", "O/E": "log_oe_se"}[m.measure]]
+        # atol: where tau^2's REML estimate is 0 metafor halves its steps towards it (here to 2e-13)
+        np.testing.assert_allclose(as_row(m), rma(yi.to_numpy(), sei.to_numpy(), "REML")[:11], rtol=1e-7, atol=1e-8)
+    assert het.auc.estimate_back == pytest.approx(1 / (1 + np.exp(-het.auc.estimate)))
+    assert het.oe.ci_back == pytest.approx(tuple(np.exp(het.oe.ci)))
+    axes = het.plot()
+    assert len(axes) == 3 and [a.get_yticklabels()[0].get_text() for a in axes] == ["site1"] * 3
+    data = het.to_dict()
+    assert data["auc"]["tau2"] == het.auc.tau2 and len(data["table"]) == len(GBSG2_SITES)

@@ -63,24 +63,30 @@ def tau2_reml(y: np.ndarray, v: np.ndarray, *, tol: float = REML_TOLERANCE, maxi
     :math:`W = \\mathrm{diag}(1/(v_i + \\tau^2))` and :math:`P = W - W 1 (1^T W 1)^{-1} 1^T W`,
     :math:`\\tau^2 \\leftarrow \\tau^2 + (y^T P P y - \\mathrm{tr} P) / \\mathrm{tr}(P P)`, the step
     halved while it would leave :math:`\\tau^2 < 0`, from the DL estimate, until the change is below
-    ``tol``; truncated at 0.
+    ``tol``; truncated at 0 (0 at once where the score is not positive at 0, which metafor reaches
+    by halving steps towards it).
 
     Three equal variances: REML is the sample variance less v (here 1 - 0.1):
 
     >>> round(tau2_reml(np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.1, 0.1])), 8)
     0.9
     """
-    tau2 = tau2_dl(y, v)
-    for _ in range(maxit):
+    def scoring_step(tau2: float) -> float:
         w = 1.0 / (v + tau2)
         P = np.diag(w) - np.outer(w, w) / np.sum(w)
         PP = P @ P
-        step = (y @ PP @ y - np.trace(P)) / np.trace(PP)
+        return float((y @ PP @ y - np.trace(P)) / np.trace(PP))
+
+    if scoring_step(0.0) <= 0.0:  # the restricted likelihood falls from 0 on: the estimate is 0
+        return 0.0
+    tau2 = tau2_dl(y, v)
+    for _ in range(maxit):
+        step = scoring_step(tau2)
         while tau2 + step < 0.0:
             step /= 2.0
         tau2 += step
         if abs(step) < tol:
-            return max(0.0, float(tau2))
+            return max(0.0, tau2)
     raise RuntimeError(f"REML estimation of tau^2 did not converge in {maxit} Fisher-scoring steps; "
                        "use method='DL'")
 
