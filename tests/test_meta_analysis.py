@@ -19,8 +19,10 @@ import pytest
 
 from dsfed_client.analyses.heterogeneity import MIN_SITES, ds_heterogeneity
 from dsfed_client.analyses.meta import random_effects
+from dsfed_client.analyses.suite import validate
+from dsfed_client.report import render_report
 from dsfed_server.launch import LocalSites
-from conftest import GBSG2_SITES, http_builder, inprocess_builder, read_site_csv
+from conftest import GBSG2_SITES, audit_records, http_builder, inprocess_builder, read_site_csv
 from rref import R_PROC, r_eval, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 
@@ -132,3 +134,63 @@ def test_per_site_estimates_equal_R_and_pool_as_metafor(gbsg2_no_noise):
     assert len(axes) == 3 and [a.get_yticklabels()[0].get_text() for a in axes] == ["site1"] * 3
     data = het.to_dict()
     assert data["auc"]["tau2"] == het.auc.tau2 and len(data["table"]) == len(GBSG2_SITES)
+
+
+def test_validate_reports_heterogeneity_per_site_and_notes_it_when_pooled(gbsg2_no_noise):
+    session, _ = gbsg2_no_noise
+    per_site = validate(session, "D$y", "D$score", secure=False, method="paper")
+    assert per_site.mode == "per-site"
+    alone = ds_heterogeneity(session, "D$y", "D$score", method="paper")
+    pd.testing.assert_frame_equal(per_site.heterogeneity.to_frame(), alone.to_frame())
+    assert per_site.heterogeneity.auc.tau2 == alone.auc.tau2
+    page = render_report(per_site)
+    section = page[page.index('<section id="heterogeneity">'):]
+    section = section[:section.index("</section>")]
+    assert 'data-plot="forest"' in section and section.count('id="forest-pooled') == 3
+    assert f"{alone.oe.estimate_back:.4f}" in section
+    # pooled by default (every site offers secure aggregation): no per-site release, and the report says so
+    pooled = validate(session, "D$y", "D$score", method="paper")
+    assert pooled.mode == "pooled" and not pooled.heterogeneity.available
+    assert "released pooled results only" in pooled.heterogeneity.note
+    assert "No per-site estimates: not asked" in render_report(pooled)
+
+
+def small_frames(k: int) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(5)
+    frames = {}
+    for i in range(k):
+        y = rng.integers(0, 2, 120)
+        frames[f"s{i + 1}"] = pd.DataFrame({"y": y, "score": np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, 120),
+                                                                     0.01, 0.99)})
+    return frames
+
+
+def test_refused_per_site_releases_give_a_note_and_release_nothing(tmp_path):
+    """Sites whose rules release brierDS and the like only as secure sums (secure_aggregation.require)
+    refuse the per-site estimates: the result says so, naming the rule, and no site released any
+    per-site AUC, GLM or score after the refusal (their audit logs)."""
+    rules = rules_variant(tmp_path / "rules.toml", require="true")
+    prov, services = make_sites(tmp_path / "sites", small_frames(3), rules=rules)
+    with inprocess_builder(prov, services).login() as session:
+        session.assign_table("D", "P.t")
+        het = ds_heterogeneity(session, "D$y", "D$score")
+    assert not het.available and het.auc is het.slope is het.oe is None
+    assert "per-site estimates not released" in het.note and "secure_aggregation.require" in het.note
+    assert all(f"site '{s}'" in het.note for s in prov)
+    assert "no per-site estimates" in het.summary()
+    for site in prov:
+        records = audit_records(prov[site])
+        refused = [r for r in records if r["function"] == "brierDS"]
+        assert [(r["outcome"], r["rule"]) for r in refused] == [("refused", "secure_aggregation.require")]
+        assert not {"scoreHistogramDS", "noisyScoresDS", "glmDS2", "lengthDS"} & {r["function"] for r in records}
+
+
+def test_fewer_than_three_sites_give_a_note(tmp_path):
+    prov, services = make_sites(tmp_path, small_frames(2), rules=NO_NOISE)
+    with inprocess_builder(prov, services).login() as session:
+        session.assign_table("D", "P.t")
+        het = ds_heterogeneity(session, "D$y", "D$score")
+    assert not het.available and het.note == f"2 site(s): a random-effects meta-analysis across sites needs at " \
+                                              f"least {MIN_SITES}"
+    with pytest.raises(ValueError, match="no per-site estimates to plot"):
+        het.plot()

@@ -70,7 +70,7 @@ class Heterogeneity(Results):
     auc: MetaAnalysis | None = stat()
     slope: MetaAnalysis | None = stat()
     oe: MetaAnalysis | None = stat()
-    note: str = stat("Note", default="")
+    note: str = stat(default="")  # why there are no estimates
     excluded: dict[str, dict[str, str]] = stat(factory=dict)
     method: str = stat("AUC method", default="histogram")
     alpha: float = stat(default=0.05)
@@ -96,9 +96,13 @@ class Heterogeneity(Results):
             rows.append((f"{name}: tau^2, I^2, Q (p)", f"{m.tau2:.4g}, {m.i2:.3g}%, {m.q:.4g} ({m.q_pvalue:.3g})"))
         return rows
 
-    def _notes(self) -> tuple[str, ...]:
+    def left_out(self) -> tuple[str, ...]:
+        """One line per site left out of a measure's meta-analysis, with the reason."""
         return tuple(f"{measure}: {site} left out ({why})" for measure, sites in self.excluded.items()
                      for site, why in sites.items())
+
+    def _notes(self) -> tuple[str, ...]:
+        return ((f"no per-site estimates: {self.note}",) if self.note else ()) + self.left_out()
 
     def plot(self, ax: Any = None) -> Any:
         """A forest plot per pooled measure side by side; ``ax``: as many Axes, or None. Returns them."""
