@@ -22,6 +22,7 @@ MODULES = [
     "dsfed_client.analyses.comparison",
     "dsfed_client.analyses.thresholds",
     "dsfed_client.analyses.decision",
+    "dsfed_client.analyses.meta",
     "dsfed_core.roc",
     "dsfed_core.calibration",
 ]

@@ -55,7 +55,7 @@ def tau2_dl(y: np.ndarray, v: np.ndarray) -> float:
     w = 1.0 / v
     mu = np.sum(w * y) / np.sum(w)
     q = float(np.sum(w * (y - mu) ** 2))
-    return max(0.0, (q - (y.size - 1)) / (np.sum(w) - np.sum(w**2) / np.sum(w)))
+    return max(0.0, float((q - (y.size - 1)) / (np.sum(w) - np.sum(w**2) / np.sum(w))))
 
 
 def tau2_reml(y: np.ndarray, v: np.ndarray, *, tol: float = REML_TOLERANCE, maxit: int = REML_MAXIT) -> float:
@@ -86,7 +86,7 @@ def tau2_reml(y: np.ndarray, v: np.ndarray, *, tol: float = REML_TOLERANCE, maxi
             step /= 2.0
         tau2 += step
         if abs(step) < tol:
-            return max(0.0, tau2)
+            return max(0.0, float(tau2))
     raise RuntimeError(f"REML estimation of tau^2 did not converge in {maxit} Fisher-scoring steps; "
                        "use method='DL'")
 

@@ -256,7 +256,7 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     # after the bins: a threshold at a bin edge is that edge's cut
     at_thresholds = ds_threshold_metrics(session, truth, score, metric_thresholds, alpha=alpha, secure=pooled)
     decision = ds_decision_curve(session, truth, score, decision_thresholds, secure=pooled)
-    if heterogeneity or (heterogeneity is None and not pooled):
+    if heterogeneity or (heterogeneity is None and agg.per_site_parts):
         sites = ds_heterogeneity(session, truth, score, alpha=alpha, method=method, epsilon=epsilon, delta=delta,
                                  sensitivity=sensitivity)
     else:
