@@ -117,6 +117,9 @@ class Aggregation(ABC):
 
     pooled: ClassVar[bool]
     mode: ClassVar[str]
+    # whether the analyst sees each site's own parts, so that per-site estimates (heterogeneity across
+    # sites) add no new kind of release; validate() asks for them by default only then
+    per_site_parts: ClassVar[bool]
 
     def __init__(self, session: "FederatedSession", note: str = "") -> None:
         self.session = session
@@ -157,6 +160,7 @@ class PerSite(Aggregation):
 
     pooled = False
     mode = "per-site"
+    per_site_parts = True
 
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
         results = self.session.aggregate(function, *args, **kwargs)
@@ -218,6 +222,7 @@ class Pooled(Aggregation):
 
     pooled = True
     mode = "pooled"
+    per_site_parts = False
 
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
         release = self.session.pooled(function, *args, **kwargs)

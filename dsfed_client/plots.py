@@ -227,6 +227,27 @@ def plot_smooth_calibration(p: np.ndarray, calibrated: np.ndarray, lower: np.nda
     ax.set_ylabel("observed (smoothed)")
     ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
+def plot_forest(meta: Any, *, reference: float | None = None, ax: "Axes | None" = None) -> "Axes":
+    """A forest plot of a :class:`~dsfed_client.analyses.meta.MetaAnalysis` on the measure's own
+    scale: each site's estimate and interval (square sized by its random-effects weight), the pooled
+    estimate as a diamond over its CI, and the prediction interval as a bar beneath; ``reference``:
+    a dotted line at the value of no effect (an AUC of 0.5, a slope or O/E of 1)."""
+    ax = new_axes(ax, figsize=(5.0, 1.6 + 0.42 * meta.k))
+    est, ci = meta.back(meta.yi), meta.back(meta.site_intervals())
+    weights = 1.0 / (meta.sei**2 + meta.tau2)
+    y = np.arange(meta.k)[::-1] + 2.0
+    ax.hlines(y, ci[:, 0], ci[:, 1], color="tab:blue", linewidth=1.2, gid="forest-sites")
+    ax.scatter(est, y, s=30 + 170 * weights / weights.max(), marker="s", color="tab:blue", zorder=3)
+    lo, hi = meta.ci_back
+    ax.fill([lo, meta.estimate_back, hi, meta.estimate_back], [1.0, 1.25, 1.0, 0.75], color="tab:red",
+            gid="forest-pooled")
+    ax.hlines(0.2, *meta.pi_back, color="tab:red", linewidth=2.5, gid="forest-prediction")
+    if reference is not None:
+        ax.axvline(reference, color="grey", linestyle=":", linewidth=1)
+    ax.set_yticks([*y, 1.0, 0.2], [*meta.labels, "pooled (RE)", "prediction"])
+    ax.set_ylim(-0.4, meta.k + 2.6)
+    ax.set_xlabel(f"{meta.measure} ({meta.level} CI)")
+    ax.set_title(f"{meta.measure}: tau^2 {meta.tau2:.3g}, I^2 {meta.i2:.0f}%", fontsize=10)
     return ax
 
 

@@ -17,7 +17,9 @@ spent, discrimination (empirical AUC and ROC-GLM with CIs, the ROC curve and,
 when given, a PR curve), calibration (Brier, Spiegelhalter, intercept, slope,
 calibration-in-the-large, Hosmer-Lemeshow C and H, ECE/MCE and the plots),
 decisions at thresholds (metrics with intervals, the decision curve),
-per-site panels of what the sites released (per-site checking only), how the
+per-site panels of what the sites released (per-site checking only), heterogeneity
+across sites (per-site AUC, calibration slope and O/E, their random-effects meta-analysis and
+forest plots, where the sites release per-site estimates), how the
 sites checked what they released and what they coarsened, and the software and
 method versions. Nothing is fetched when the page is opened.
 :func:`collect_study_info` asks the sites only for their function listings and
@@ -213,6 +215,38 @@ def _per_site_figure(report: "ValidationReport") -> str:
 
 
 # --- sections -------------------------------------------------------------------------------
+
+
+def _heterogeneity_section(report: "ValidationReport") -> str:
+    """Per-site AUC, calibration slope and O/E, their random-effects meta-analyses and forest plots;
+    or the note saying why the sites released no per-site estimates."""
+    h = report.heterogeneity
+    if h is None or not h.available:
+        return f'<p class="warn">No per-site estimates: {_e(h.note if h is not None else "not asked")}</p>'
+    t = h.to_frame()
+    sites = [[s, r["n"], r["auc"], r["auc_ci_lower"], r["auc_ci_upper"], r["slope"], r["slope_se"], r["oe"]]
+             for s, r in t.iterrows()]
+    pooled = [[m.measure, m.k, m.estimate_back, *m.ci_back, *m.pi_back, m.tau2, m.i2, m.q, m.q_pvalue]
+              for m in h.analyses.values()]
+    left_out = "".join(f'<p class="warn">{_e(n)}</p>' for n in h.left_out())
+    figure = ""
+    if h.analyses:
+        k = len(h.analyses)
+        fig, axes = plots._pyplot().subplots(1, k, figsize=(4.6 * k, 1.8 + 0.42 * len(t)), squeeze=False,
+                                             layout="constrained")
+        figure = _rendered(fig, lambda: h.plot(ax=axes[0]), "Forest plots: each site's estimate and interval "
+                           "(square sized by its random-effects weight), the pooled estimate (diamond) and the "
+                           "prediction interval for a new site (bar).", "forest")
+    level = f"{1 - h.alpha:.0%}"
+    first = next(iter(h.analyses.values()), None)
+    how = (f"tau^2 by {first.method}; prediction interval with the {first.prediction} quantile" if first else "")
+    return ("<p>Each number below is a per-site release that the site checked by its own rules. Pooled by "
+            f"random-effects meta-analysis (AUC on the logit scale, O/E on the log scale; {_e(how)}).</p>"
+            + _table(["site", "n", "AUC", f"{level} lower", f"{level} upper", "calibration slope", "slope SE", "O/E"],
+                     sites)
+            + _table(["measure", "sites", "pooled", f"{level} lower", f"{level} upper", "PI lower", "PI upper",
+                      "tau^2", "I^2 (%)", "Q", "Q p-value"], pooled)
+            + left_out + f'<div class="figs">{figure}</div>')
 
 def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, Any]],
                    rules_info: dict[str, dict[str, Any]], data_info: dict[str, Any]) -> str:
@@ -437,6 +471,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         ("smooth", "Smooth calibration", _smooth_section(report)),
         ("thresholds", "Decisions at thresholds", _thresholds_section(report)),
         ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
+        ("heterogeneity", "Heterogeneity across sites", _heterogeneity_section(report)),
         ("disclosure", "Disclosure control: what the sites checked and coarsened", _disclosure_section(report, rules_info)),
         ("software", "Software and methods", _software_section(report, software_versions())),
     ])

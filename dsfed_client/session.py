@@ -110,6 +110,7 @@ class FederatedSession:
         # the sites' cut histories per table column (what they answered with): relayed with every
         # pooled release, so that all sites check the pooled cells against all of them
         self._cut_histories: dict[tuple[str, str], set[tuple[float, bool]]] = {}
+        self._view = False
         opened = self._all("openSession", lambda t: t.request("POST", "/sessions", function="openSession"),
                            raise_errors=False)
         failures = {s: r for s, r in opened.items() if isinstance(r, SiteError)}
@@ -145,6 +146,19 @@ class FederatedSession:
                              encoded=encoded)
 
         return self._all(function, action)
+
+    def site_view(self, site: str) -> "FederatedSession":
+        """This session at ``site`` alone, for analyses of that site's own records (per-site estimates):
+        the same site session and symbols, so handles stay valid. Every call through the view is a
+        per-site release that ``site`` checks by its own rules; a protocol of several steps (a GLM fit)
+        runs relayed in a round of the view's own. Closing the view closes nothing."""
+        if site not in self.transports:
+            raise ValueError(f"no site {site!r} in this session (sites: {', '.join(self.sites)})")
+        view = object.__new__(FederatedSession)
+        view.transports, view.session_ids = {site: self.transports[site]}, {site: self.session_ids[site]}
+        view._pool, view._secure_round, view._secure_step = self._pool, None, 0
+        view._cut_histories, view._view = self._cut_histories, True
+        return view
 
     # --- calls ----------------------------------------------------------------------
 
@@ -422,6 +436,8 @@ class FederatedSession:
 
     def close(self) -> None:
         """Close the session at every site that still answers; never raises."""
+        if self._view:  # a view of one site (site_view): the session it views stays open
+            return
         def action(t: Transport) -> Any:
             sid = self.session_ids.get(t.site)
             if sid:

@@ -24,6 +24,7 @@ MODULES = [
     "dsfed_client.analyses.decision",
     "dsfed_client.analyses.smooth_calibration",
     "dsfed_core.splines",
+    "dsfed_client.analyses.meta",
     "dsfed_core.roc",
     "dsfed_core.calibration",
 ]

@@ -28,7 +28,7 @@ NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 PLOTS = ("roc", "pr", "calibration", "hosmer-lemeshow", "logistic", "smooth", "threshold-metrics",
          "decision-curve")  # and "per-site" when checked per site
 SECTIONS = ["Study set-up", "Privacy spent", "Discrimination", "Calibration", "Smooth calibration",
-            "Decisions at thresholds", "Per-site panels",
+            "Decisions at thresholds", "Per-site panels", "Heterogeneity across sites",
             "Disclosure control: what the sites checked and coarsened", "Software and methods"]
 
 
@@ -186,8 +186,9 @@ def test_report_takes_the_histogram_based_curves(frames, tmp_path):
         study = collect_study_info(session, "D$y", table="P.t", score="D$score")
     text = write_report(result, tmp_path / "curves.html", **study, curves=curves).read_text()
     # per site: no pooled knots, so the smooth calibration is skipped and says why
-    assert text.count("<svg") == len(PLOTS) and 'data-plot="pr"' in text and 'data-plot="per-site"' in text
     assert result.smooth is None and "smooth calibration skipped" in text
+    assert text.count("<svg") == len(PLOTS) + 1 and 'data-plot="pr"' in text and 'data-plot="per-site"' in text
+    assert 'data-plot="forest"' in text and result.heterogeneity.available  # per site: heterogeneity too
     assert "Every binned release was checked by each site on its own cells: asked for per-site checking" in text
     assert 'id="roc-overlay' in text and 'id="pr-curve' in text
     assert text.count("score histograms (ROC/PR curves)") == len(GBSG2_SITES)

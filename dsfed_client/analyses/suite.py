@@ -13,6 +13,7 @@ from dsfed_client.analyses.calibration import (
 )
 from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
 from dsfed_client.analyses.decision import VALIDATE_GRID, DecisionCurve, ds_decision_curve
+from dsfed_client.analyses.heterogeneity import Heterogeneity, ds_heterogeneity, unavailable
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
 from dsfed_client.analyses.smooth_calibration import SplineCalibration, spline_section
 from dsfed_client.analyses.thresholds import ThresholdMetrics, check_thresholds, ds_threshold_metrics
@@ -125,6 +126,7 @@ class ValidationReport(Results):
     mode_note: str = stat(default="")
     smooth: SplineCalibration | None = hidden(default=None)  # None: skipped, smooth_note says why
     smooth_note: str = stat(default="")
+    heterogeneity: Heterogeneity | None = stat(default=None)  # per-site estimates and their meta-analysis
 
     @derived("n", brief="")
     def n(self) -> int:
@@ -181,7 +183,8 @@ class ValidationReport(Results):
                 f"H-L C: {self.hl_c.note()}", f"H-L H: {self.hl_h.note()}",
                 f"metrics at thresholds: {self.threshold_metrics.withheld_note()}",
                 f"decision curve: {self.decision_curve.n_thresholds} of {self.decision_curve.counts.requested.size} thresholds "
-                "released")
+                "released") + ((f"heterogeneity: {self.heterogeneity.note}",)
+                               if self.heterogeneity is not None and self.heterogeneity.note else ())
 
     def plot(self, ax: Any = None) -> Any:
         """ROC curve, calibration curve and the H-L C bars side by side. ``ax``: three Axes to draw on,
@@ -203,7 +206,8 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
              n_groups: int = 10, n_thresholds: int = 99, method: Method = "histogram", secure: bool | None = None,
              epsilon: float | None = None, delta: float | None = None, sensitivity: float | None = None,
              metric_thresholds: Sequence[float] = (0.5,),
-             decision_thresholds: Sequence[float] = tuple(VALIDATE_GRID)) -> ValidationReport:
+             decision_thresholds: Sequence[float] = tuple(VALIDATE_GRID),
+             heterogeneity: bool | None = None) -> ValidationReport:
     """The validation of a binary prediction model: AUC with CI and the ROC-GLM, Brier and
     Spiegelhalter, calibration curve, Hosmer-Lemeshow C and H, ECE/MCE, calibration intercept,
     slope and in-the-large, metrics at ``metric_thresholds`` (default 0.5; Wilson intervals) and the
@@ -218,6 +222,12 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     ``False`` asks per site. ``method="histogram"`` (the default) computes the AUC and the ROC-GLM
     from placement values against the sites' noisy histograms, with an interval that accounts for
     the noise; ``method="paper"`` reproduces seed 000 (per-record noisy scores).
+
+    ``heterogeneity``: each site's AUC, calibration slope and O/E and their random-effects
+    meta-analysis (:func:`~dsfed_client.analyses.heterogeneity.ds_heterogeneity`, per-site releases
+    each site checks by its rules); ``None`` (the default) asks for them when the validation ran per
+    site and otherwise notes that only pooled results were released; ``True`` asks either way,
+    ``False`` never.
 
     ``alpha`` (every interval, at level ``1 - alpha``), ``n_bins`` (calibration curve),
     ``n_groups`` (Hosmer-Lemeshow C and H, ECE/MCE), ``n_thresholds`` (ROC-GLM) and both
@@ -250,6 +260,14 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     # after the bins: a threshold at a bin edge is that edge's cut
     at_thresholds = ds_threshold_metrics(session, truth, score, metric_thresholds, alpha=alpha, secure=pooled)
     decision = ds_decision_curve(session, truth, score, decision_thresholds, secure=pooled)
+    if heterogeneity or (heterogeneity is None and agg.per_site_parts):
+        sites = ds_heterogeneity(session, truth, score, alpha=alpha, method=method, epsilon=epsilon, delta=delta,
+                                 sensitivity=sensitivity)
+    else:
+        sites = unavailable("not asked: " + ("heterogeneity=False" if heterogeneity is False else
+                            "the validation released pooled results only (secure aggregation); heterogeneity=True "
+                            "asks each site for its own estimates, where its rules allow per-site releases"),
+                            method=method, alpha=alpha)
     return ValidationReport(discrimination, brier, curve, hl_c, hl_h, calibration_errors(hl_c), logistic,
-                            at_thresholds, decision, agg.mode, agg.note, smooth, smooth_note)
+                            at_thresholds, decision, agg.mode, agg.note, smooth, smooth_note, sites)
 
