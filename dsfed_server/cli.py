@@ -136,12 +136,13 @@ def new_secret(args: argparse.Namespace) -> int:
 
 
 def identity(args: argparse.Namespace) -> int:
-    from dsfed_server.config import load_site_config, read_secret, resolve  # noqa: PLC0415
+    from dsfed_server.config import load_site_config, peer_line, read_secret, resolve  # noqa: PLC0415
     from dsfed_server.disclosure.secure_sum import public_identity  # noqa: PLC0415
 
     config, base = load_site_config(args.config)
     key = public_identity(read_secret(resolve(base, config.site.secret_file)))
-    print(f"# add to each peer's site config, under [federation] peers:\n{config.site.name} = \"{key}\"")
+    print(f"# site {config.site.name}'s identity key: paste the next line under [federation] in each peer's "
+          f"site config\n{peer_line(config.site.name, key)}")
     return 0
 
 
