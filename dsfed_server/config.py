@@ -7,6 +7,7 @@ Example (``dsfed-server init`` writes one)::
     data_dir = "../opal_fixtures/site1"        # relative paths are relative to this file
     rules = "../disclosure_rules/default.toml"
     audit_log = "site1-audit.jsonl"
+    access_log = "site1-access.log"            # one line per HTTP request; "-": standard error (optional)
     secret_file = "site1.secret"               # >= 32 random bytes, mode 600 (dsfed-server new-secret)
     ledger = "site1-ledger.sqlite"             # privacy budget spent per analyst x table (append-only)
     session_idle_timeout_s = 1800
@@ -62,6 +63,9 @@ class SiteSection(_Section):
     audit_log: str
     secret_file: str
     ledger: str = Field(description="SQLite file of the privacy-budget ledger (append-only spend records)")
+    access_log: str = Field("", description="one line per HTTP request (dsfed_server/access_log.py): a file, or "
+                                            "\"-\" for standard error (default: <site name>-access.log beside the "
+                                            "audit log)")
     models_dir: str = Field("", description="directory of uploaded prediction models, stored by their SHA-256 "
                                             "(default: <ledger file name>-models beside the ledger)")
     session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)

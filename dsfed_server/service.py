@@ -25,6 +25,7 @@ import pandas as pd
 
 from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
+from dsfed_server.access_log import STDERR, open_access_log
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
 from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol, from_json
@@ -202,7 +203,11 @@ class SiteService:
         self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
         self.catalog.validate_all()
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
-        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name, audit_key(self.secret))
+        audit_log = resolve(base_dir, config.site.audit_log)
+        self.audit = AuditLog(audit_log, self.name, audit_key(self.secret))
+        # written by the HTTP front door only (api.py), one line per request
+        access = config.site.access_log or str(audit_log.with_name(f"{self.name}-access.log"))
+        self.access_log = open_access_log(None if access == STDERR else resolve(base_dir, access))
         self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
