@@ -93,6 +93,9 @@ def init(args: argparse.Namespace) -> int:
     print(f"wrote {site.config}, {directory / 'rules.toml'} (the packaged defaults) and {directory / 'site.secret'}")
     for ref, dictionary in site.tables.items():
         print(f"table {ref}: data dictionary inferred in {dictionary}")
+        for column, why in site.identifiers[ref].items():
+            print(f"  {column}: marked \"identifier\": true ({why}): no function may read it; REVIEW, and set it "
+                  "to false if the column does not identify anyone")
     print("REVIEW before serving: each variable's type, unit, label and categories, and replace every "
           "'range' (written as the observed bounds) by what the field can hold; have the rules reviewed")
     print("credentials (shown once; only their hashes are in the config):")
