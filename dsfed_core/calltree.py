@@ -341,6 +341,18 @@ def check_limits(node: Node, limits: Limits) -> Node:
     return node
 
 
+_WORD = re.compile(r"[A-Za-z.][A-Za-z0-9._]*")
+
+
+def referenced_names(node: Node) -> Iterator[str]:
+    """Every name by which a call tree may reach data: its symbol, table and column names, formula
+    variables, and the names written in its strings (a formula, a column list or ``"D$age"`` given
+    as text, as dsBase's functions take them). Function and argument names are not among them."""
+    yield from _names(node)
+    for text in _strings(node):
+        yield from _WORD.findall(text)
+
+
 def _names(node: Node) -> Iterator[str]:
     if isinstance(node, Symbol):
         yield node.name

@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from dsfed_server import __version__
+from dsfed_server.access_log import AccessLogMiddleware, note_user
 from dsfed_server.audit import HEAD_HEADER
 from dsfed_server.auth import auth_headers, client_address
 from dsfed_core.calltree import call_schema
@@ -136,7 +137,9 @@ def _credentials(service: SiteService, request: Request) -> User:
 
 def current_user(request: Request) -> User:
     """The authenticated user of a request (a FastAPI dependency)."""
-    return _credentials(request.app.state.service, request)
+    user = _credentials(request.app.state.service, request)
+    note_user(request, user.name)
+    return user
 
 
 UserDep = Annotated[User, Depends(current_user)]
@@ -168,6 +171,8 @@ def create_app(service: SiteService) -> FastAPI:
         if response.status_code != 401 and request.url.path != "/v1/health":
             response.headers[HEAD_HEADER] = service.audit.head  # a copy of the audit chain's head, held elsewhere
         return response
+
+    app.add_middleware(AccessLogMiddleware, logger=service.access_log)  # outermost: sees every request
 
     @app.exception_handler(SiteError)
     async def site_error(request: Request, exc: SiteError) -> JSONResponse:

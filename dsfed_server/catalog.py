@@ -15,6 +15,11 @@ text with categories as an ordered-by-dictionary ``category``, other text as ``s
 as ``boolean`` from the spellings in :data:`BOOLEAN_SPELLINGS`. A value that does not fit its
 variable stops the site with ``file:column:row: value ...`` (row 1 is the first record).
 
+``identifier`` (dsfed's addition, optional, ``true`` or ``false``) marks a column that identifies
+records (a patient or sample id): no function may read it. The catalog serves tables without
+their identifier columns (:meth:`Catalog.frame`, the only way a function reaches a table), lists
+none of them to analysts, and a call naming one is refused (:mod:`dsfed_server.disclosure.identifiers`).
+
 ``range`` (dsfed's addition to Opal's dictionary, optional, numeric variables only) is what
 the site declares its values can be, independently of the records it holds: the bounds
 within which noisy releases clip a column (so the noise is sized for the declared range,
@@ -52,6 +57,7 @@ class Variable:
     label: str
     categories: tuple[str, ...]
     range: tuple[float, float] | None = None
+    identifier: bool = False  # identifies records: never served to a function (module docstring)
 
     @property
     def declared_range(self) -> tuple[float, float] | None:
@@ -74,6 +80,8 @@ class Variable:
         }
         if self.range is not None:
             out["range"] = list(self.range)
+        if self.identifier:
+            out["identifier"] = True
         return out
 
 
@@ -91,6 +99,13 @@ def _range(item: dict, path: Path) -> tuple[float, float] | None:
     return float(declared[0]), float(declared[1])
 
 
+def _identifier(item: dict, path: Path) -> bool:
+    declared = item.get("identifier", False)
+    if not isinstance(declared, bool):
+        raise CatalogError(f"{path}: variable {item['name']!r}: identifier must be true or false, got {declared!r}")
+    return declared
+
+
 @dataclass(frozen=True)
 class TableInfo:
     project: str
@@ -102,8 +117,13 @@ class TableInfo:
     def ref(self) -> str:
         return f"{self.project}.{self.table}"
 
+    @property
+    def identifiers(self) -> tuple[str, ...]:
+        return tuple(v.name for v in self.variables if v.identifier)
+
     def describe(self) -> dict:
-        return {"name": self.ref, "variables": [v.describe() for v in self.variables]}
+        """The table as analysts see it listed: its variables but its identifier columns."""
+        return {"name": self.ref, "variables": [v.describe() for v in self.variables if not v.identifier]}
 
 
 def read_dictionary(path: Path) -> tuple[Variable, ...]:
@@ -122,6 +142,7 @@ def read_dictionary(path: Path) -> tuple[Variable, ...]:
                     label=str(item.get("label", "")),
                     categories=tuple(str(c["name"]) for c in item.get("categories", [])),
                     range=_range(item, path),
+                    identifier=_identifier(item, path),
                 )
             )
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -142,6 +163,7 @@ def write_dictionary(path: Path, project: str, table: str, variables: list[Varia
                 "label": v.label,
                 "categories": [{"name": c, "label": c} for c in v.categories],
                 **({"range": list(v.range)} if v.range is not None else {}),
+                **({"identifier": True} if v.identifier else {}),
             }
             for v in variables
         ],
@@ -261,16 +283,23 @@ class ColumnSummary:
     n: int
     missing: int
     levels: dict[str, int]
+    identifier: bool = False
 
     def line(self) -> str:
+        if self.identifier:
+            return f"{self.name:<16} {self.value_type:<8} identifier: no function may read it"
         shown = ", ".join(f"{k} {c}" for k, c in self.levels.items())
         return f"{self.name:<16} {self.value_type:<8} n {self.n:<7} missing {self.missing:<7} {shown}".rstrip()
 
 
 def summarize(frame: pd.DataFrame, info: TableInfo) -> list[ColumnSummary]:
-    """One :class:`ColumnSummary` per variable of a loaded table (levels: categories and booleans)."""
+    """One :class:`ColumnSummary` per variable of a served table (levels: categories and booleans);
+    an identifier column, which the table is served without, is named as one."""
     out = []
     for v in info.variables:
+        if v.identifier:
+            out.append(ColumnSummary(v.name, v.value_type, len(frame), 0, {}, identifier=True))
+            continue
         col = frame[v.name]
         levels: dict[str, int] = {}
         if v.value_type == "boolean":
@@ -328,8 +357,17 @@ class Catalog:
                 f"no table {ref!r} here", hint=f"tables at this site: {', '.join(sorted(self._tables))}"
             ) from None
 
+    def identifiers(self) -> dict[str, list[str]]:
+        """Each identifier column's name, with the tables (project.table) that declare it."""
+        out: dict[str, list[str]] = {}
+        for info in self._tables.values():
+            for name in info.identifiers:
+                out.setdefault(name, []).append(info.ref)
+        return out
+
     def frame(self, ref: str) -> pd.DataFrame:
-        """The full table as a typed data frame (cached; callers must not modify it)."""
+        """The table as functions may read it: typed, checked against its dictionary, without its
+        identifier columns (cached; callers must not modify it)."""
         info = self.info(ref)
         with self._lock:
             if ref not in self._frames:
@@ -337,5 +375,5 @@ class Catalog:
                     raw = pd.read_parquet(info.path)
                 else:
                     raw = pd.read_csv(info.path, dtype=str, keep_default_na=False, na_values=[""])
-                self._frames[ref] = _typed(raw, info)
+                self._frames[ref] = _typed(raw, info).drop(columns=list(info.identifiers))
             return self._frames[ref]

@@ -93,6 +93,9 @@ def init(args: argparse.Namespace) -> int:
     print(f"wrote {site.config}, {directory / 'rules.toml'} (the packaged defaults) and {directory / 'site.secret'}")
     for ref, dictionary in site.tables.items():
         print(f"table {ref}: data dictionary inferred in {dictionary}")
+        for column, why in site.identifiers[ref].items():
+            print(f"  {column}: marked \"identifier\": true ({why}): no function may read it; REVIEW, and set it "
+                  "to false if the column does not identify anyone")
     print("REVIEW before serving: each variable's type, unit, label and categories, and replace every "
           "'range' (written as the observed bounds) by what the field can hold; have the rules reviewed")
     print("credentials (shown once; only their hashes are in the config):")
@@ -136,12 +139,13 @@ def new_secret(args: argparse.Namespace) -> int:
 
 
 def identity(args: argparse.Namespace) -> int:
-    from dsfed_server.config import load_site_config, read_secret, resolve  # noqa: PLC0415
+    from dsfed_server.config import load_site_config, peer_line, read_secret, resolve  # noqa: PLC0415
     from dsfed_server.disclosure.secure_sum import public_identity  # noqa: PLC0415
 
     config, base = load_site_config(args.config)
     key = public_identity(read_secret(resolve(base, config.site.secret_file)))
-    print(f"# add to each peer's site config, under [federation] peers:\n{config.site.name} = \"{key}\"")
+    print(f"# site {config.site.name}'s identity key: paste the next line under [federation] in each peer's "
+          f"site config\n{peer_line(config.site.name, key)}")
     return 0
 
 

@@ -7,6 +7,7 @@ Example (``dsfed-server init`` writes one)::
     data_dir = "../opal_fixtures/site1"        # relative paths are relative to this file
     rules = "../disclosure_rules/default.toml"
     audit_log = "site1-audit.jsonl"
+    access_log = "site1-access.log"            # one line per HTTP request; "-": standard error (optional)
     secret_file = "site1.secret"               # >= 32 random bytes, mode 600 (dsfed-server new-secret)
     ledger = "site1-ledger.sqlite"             # privacy budget spent per analyst x table (append-only)
     session_idle_timeout_s = 1800
@@ -33,19 +34,22 @@ Example (``dsfed-server init`` writes one)::
     token_hashes = []                          # sha256 of API tokens (dsfed-server hash-token)
 
     [federation]                               # optional: peers for secure aggregation
-    peers = { site2 = "<base64 Ed25519 key>" } # each site's 'dsfed-server identity CONFIG'
+    peers.site2 = "<base64 Ed25519 key>"       # the line 'dsfed-server identity CONFIG' prints at site2
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from dsfed_server.tomlfile import ConfigFileError, load_toml_model
+from dsfed_server.tomlfile import HIDDEN_VALUE, ConfigFileError, load_toml_model
 
 
 class _Section(BaseModel):
@@ -59,6 +63,9 @@ class SiteSection(_Section):
     audit_log: str
     secret_file: str
     ledger: str = Field(description="SQLite file of the privacy-budget ledger (append-only spend records)")
+    access_log: str = Field("", description="one line per HTTP request (dsfed_server/access_log.py): a file, or "
+                                            "\"-\" for standard error (default: <site name>-access.log beside the "
+                                            "audit log)")
     models_dir: str = Field("", description="directory of uploaded prediction models, stored by their SHA-256 "
                                             "(default: <ledger file name>-models beside the ledger)")
     session_idle_timeout_s: float = Field(gt=0, le=7 * 24 * 3600)
@@ -90,6 +97,28 @@ class LoginLimits(_Section):
     check_wait_s: float = Field(2.0, ge=0, le=10, description="how long a login waits for a check, then gets 429")
 
 
+_SCRYPT = re.compile(r"scrypt\$(\d+)\$(\d+)\$(\d+)\$([A-Za-z0-9+/]+={0,2})\$([A-Za-z0-9+/]+={0,2})")
+
+def _credential_error(what: str, command: str) -> PydanticCustomError:
+    return PydanticCustomError(HIDDEN_VALUE, f"{what} is not a hash made by '{command}' (its value is not "
+                                              f"shown here); run '{command}' and paste what it prints")
+
+
+def _scrypt_hash(value: str) -> bool:
+    """Whether ``value`` is a usable ``scrypt$N$r$p$salt$hash`` (:func:`dsfed_server.auth.hash_password`):
+    N a power of two above 1, r and p at least 1, salt and a 32-byte hash in base64."""
+    match = _SCRYPT.fullmatch(value)
+    if match is None:
+        return False
+    n, r, p = (int(match.group(i)) for i in (1, 2, 3))
+    try:
+        salt = base64.b64decode(match.group(4), validate=True)
+        digest = base64.b64decode(match.group(5), validate=True)
+    except ValueError:
+        return False
+    return n > 1 and n & (n - 1) == 0 and r >= 1 and p >= 1 and len(salt) >= 8 and len(digest) == 32
+
+
 class User(_Section):
     name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.@-]{0,63}$")
     role: Literal["analyst", "governance"]
@@ -99,8 +128,8 @@ class User(_Section):
     @field_validator("password_hash")
     @classmethod
     def _password_format(cls, value: str) -> str:
-        if value and not re.fullmatch(r"scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+", value):
-            raise ValueError("password_hash must come from 'dsfed-server hash-password'")
+        if value and not _scrypt_hash(value):
+            raise _credential_error("password_hash", "dsfed-server hash-password")
         return value
 
     @field_validator("token_hashes")
@@ -108,8 +137,15 @@ class User(_Section):
     def _token_format(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
             if not re.fullmatch(r"sha256\$[0-9a-f]{64}", item):
-                raise ValueError("token hashes must come from 'dsfed-server hash-token'")
+                raise _credential_error("an entry of token_hashes", "dsfed-server hash-token")
         return value
+
+    @model_validator(mode="after")
+    def _can_log_in(self) -> "User":
+        if not self.password_hash and not self.token_hashes:
+            raise ValueError("this user has neither a password_hash nor token_hashes; run 'dsfed-server "
+                             "hash-password' (or hash-token) and add what it prints")
+        return self
 
 
 class FederationSection(_Section):
@@ -135,6 +171,12 @@ class FederationSection(_Section):
         return peers
 
 
+def peer_line(name: str, key: str) -> str:
+    """One peer's entry as ``dsfed-server identity`` prints it: a TOML dotted key that adds ``name`` to
+    ``peers`` when pasted under ``[federation]`` (a name holding a dot is quoted, as TOML needs)."""
+    return f"peers.{name if '.' not in name else json.dumps(name)} = {json.dumps(key)}"
+
+
 class SiteConfig(_Section):
     site: SiteSection
     listen: ListenSection
@@ -146,11 +188,9 @@ class SiteConfig(_Section):
     @classmethod
     def _unique_users(cls, users: tuple[User, ...]) -> tuple[User, ...]:
         names = [u.name for u in users]
-        if len(set(names)) != len(names):
-            raise ValueError("user names must be unique")
-        for user in users:
-            if not user.password_hash and not user.token_hashes:
-                raise ValueError(f"user {user.name!r} has neither a password_hash nor token_hashes")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"user names must be unique; {', '.join(map(repr, twice))} appears more than once")
         return users
 
 

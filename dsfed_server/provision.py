@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsfed_server.auth import hash_password, hash_token, new_token
+from dsfed_server.config import peer_line
 from dsfed_server.disclosure.secure_sum import public_identity
 
 
@@ -73,7 +74,7 @@ def write_site_config(
     ]
     if peers:
         lines += ["", "[federation]", "# identity keys of the sites this site joins in secure sums (dsfed-server identity)",
-                  "peers = { " + ", ".join(f"{_toml_str(n)} = {_toml_str(k)}" for n, k in sorted(peers.items())) + " }"]
+                  *(peer_line(n, k) for n, k in sorted(peers.items()))]
     for c in credentials:
         lines += [
             "",

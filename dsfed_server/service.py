@@ -25,6 +25,7 @@ import pandas as pd
 
 from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server import rbridge
+from dsfed_server.access_log import STDERR, open_access_log
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
 from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol, from_json
@@ -39,6 +40,7 @@ from dsfed_server.disclosure.ledger import Ledger
 from dsfed_server.disclosure.scope import CallScope
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
 from dsfed_server.disclosure import gate, relay, secure_sum
+from dsfed_server.disclosure.identifiers import refuse_identifiers
 from dsfed_core.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
     StaleHandle, TooManyFailedLogins,
@@ -201,8 +203,13 @@ class SiteService:
         self.registry = registry
         self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
         self.catalog.validate_all()
+        self.identifiers = self.catalog.identifiers()  # columns no call may name (disclosure/identifiers.py)
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
-        self.audit = AuditLog(resolve(base_dir, config.site.audit_log), self.name, audit_key(self.secret))
+        audit_log = resolve(base_dir, config.site.audit_log)
+        self.audit = AuditLog(audit_log, self.name, audit_key(self.secret))
+        # written by the HTTP front door only (api.py), one line per request
+        access = config.site.access_log or str(audit_log.with_name(f"{self.name}-access.log"))
+        self.access_log = open_access_log(None if access == STDERR else resolve(base_dir, access))
         self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
@@ -362,8 +369,12 @@ class SiteService:
             raise CallError(f"give the call as text (expr) or as a structured tree (call): {given} given",
                             hint='e.g. {"expr": "meanDS(D$age)"}')
         if request.text is not None:
-            return parse(request.text, self.limits, arithmetic=arithmetic)
-        return from_json(request.tree, self.limits)
+            node = parse(request.text, self.limits, arithmetic=arithmetic)
+        else:
+            node = from_json(request.tree, self.limits)
+        if isinstance(node, Arith):  # an expression (ds.make's "D$age*2"): the site's deriveDS
+            node = Call("deriveDS", (Arg(None, node),))
+        return refuse_identifiers(node, self.identifiers)
 
     @staticmethod
     def _label(request: CallRequest) -> tuple[str, str]:
@@ -714,9 +725,8 @@ class SiteService:
             check_symbol_name(symbol, self.limits.max_name_length)
             check_handles(session, request.handles)
             node = self._tree(request, arithmetic=True)
-            if isinstance(node, Arith):  # an expression (ds.make's "D$age*2"): the site's deriveDS
-                node = Call("deriveDS", (Arg(None, node),))
-                function = record["function"] = "deriveDS"
+            if isinstance(node, Call):  # an expression (ds.make's "D$age*2") is deriveDS's call
+                function = record["function"] = node.function
             if isinstance(node, Call):
                 spec = self._spec(node.function, session)
                 if spec.kind != "assign":

@@ -10,14 +10,16 @@ Writes under ``DIR``::
 
 The inference is a draft: a declared ``range`` is a statement about what values *can* be, so the
 administrator replaces the observed bounds written here by the field's real limits, and checks
-every type, unit, label and category before the site serves anyone.
+every type, unit, label and category before the site serves anyone. A column that looks like a
+record identifier (:func:`identifier_reason`) is marked ``"identifier": true``, which no function
+may read; the administrator unmarks it if it is not one.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +33,28 @@ MAX_CATEGORIES = 20
 """A text column with at most this many distinct values is inferred as categorical."""
 
 _WORDS = {"True", "False", "TRUE", "FALSE", "true", "false", "yes", "no"}
+
+DISTINCT_MIN_RECORDS = 20
+"""A whole-number or text column whose values are all distinct, in at least this many records with
+none missing, is taken for an identifier (fewer records are distinct by chance too often)."""
+
+# id, ID, patient_id, id_number, record.id, uuid, mrn, ssn, ...; camelCase patientId / PatientID
+_ID_WORD = re.compile(r"(?:^|[_.\s-])(?:id|ids|identifier|uuid|guid|mrn|ssn|nhs)(?:$|[_.\s-])", re.IGNORECASE)
+_ID_CAMEL = re.compile(r"[a-z0-9](?:Id|ID)$")
+
+
+def identifier_reason(name: str, col: pd.Series, variable: Variable) -> str | None:
+    """Why the column ``name`` (as read from the CSV, text) looks like a record identifier, or None:
+    its name (``id``, ``patient_id``, ``patientId``, ``mrn``, ...), or every value distinct (a whole
+    number or text column of at least :data:`DISTINCT_MIN_RECORDS` records, none missing; decimal
+    measurements are distinct without identifying anyone by themselves)."""
+    if _ID_WORD.search(name) or _ID_CAMEL.search(name):
+        return "named like an identifier"
+    values = col.dropna()
+    distinct_kind = variable.value_type == "integer" or (variable.value_type == "text" and not variable.categories)
+    if distinct_kind and len(values) == len(col) >= DISTINCT_MIN_RECORDS and values.is_unique:
+        return f"all {len(col)} values distinct"
+    return None
 
 
 def packaged_rules() -> Path:
@@ -56,13 +80,22 @@ def _infer(name: str, col: pd.Series) -> Variable:
     return Variable(name, "text", "", name, ())
 
 
-def infer_variables(path: Path) -> list[Variable]:
+def infer_variables(path: Path) -> tuple[list[Variable], dict[str, str]]:
     """A draft dictionary of a CSV: ``boolean`` for the documented spellings (not 0/1 alone: a 0/1
     column is an ``integer`` with categories 0 and 1), ``integer``/``decimal`` for numbers with the
     observed whole-number bounds as ``range``, ``text`` with categories up to
-    :data:`MAX_CATEGORIES` distinct values, free text beyond."""
+    :data:`MAX_CATEGORIES` distinct values, free text beyond; a likely identifier marked as one.
+    Returns the variables and, for each column marked identifier, why."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    return [_infer(str(name), frame[name]) for name in frame.columns]
+    variables, flagged = [], {}
+    for name in map(str, frame.columns):
+        variable = _infer(name, frame[name])
+        reason = identifier_reason(name, frame[name], variable)
+        if reason is not None:
+            variable = replace(variable, identifier=True)
+            flagged[name] = reason
+        variables.append(variable)
+    return variables, flagged
 
 
 @dataclass(frozen=True)
@@ -70,6 +103,7 @@ class InitializedSite:
     config: Path
     credentials: list[Credential]
     tables: dict[str, Path]  # project.table -> dictionary file
+    identifiers: dict[str, dict[str, str]]  # project.table -> column marked identifier -> why
 
 
 def _table_name(path: Path) -> str:
@@ -82,7 +116,7 @@ def init_site(directory: Path, csvs: list[Path], *, name: str, project: str = "m
     """Write a new site under ``directory`` (which must not exist or be empty)."""
     if directory.exists() and any(directory.iterdir()):
         raise CatalogError(f"{directory}: not empty; dsfed-server init writes a new site into an empty directory")
-    tables = {}
+    tables, identifiers = {}, {}
     for csv in csvs:
         if not csv.is_file():
             raise CatalogError(f"{csv}: no such file")
@@ -91,7 +125,8 @@ def init_site(directory: Path, csvs: list[Path], *, name: str, project: str = "m
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(csv, folder / f"{table}.csv")
         dictionary = folder / f"{table}.dictionary.json"
-        write_dictionary(dictionary, project, table, infer_variables(csv))
+        variables, identifiers[f"{project}.{table}"] = infer_variables(csv)
+        write_dictionary(dictionary, project, table, variables)
         tables[f"{project}.{table}"] = dictionary
     shutil.copyfile(packaged_rules(), directory / "rules.toml")
     write_secret(directory / "site.secret")
@@ -100,4 +135,4 @@ def init_site(directory: Path, csvs: list[Path], *, name: str, project: str = "m
     write_site_config(config, name=name, data_dir=Path("data"), rules=Path("rules.toml"),
                       audit_log=Path(f"{name}-audit.jsonl"), secret_file=Path("site.secret"),
                       ledger=Path(f"{name}-ledger.sqlite"), credentials=credentials, port=port)
-    return InitializedSite(config, credentials, tables)
+    return InitializedSite(config, credentials, tables, identifiers)

@@ -19,6 +19,12 @@ M = TypeVar("M", bound=BaseModel)
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
+HIDDEN_VALUE = "hidden_value"
+"""The type of a validation error (``PydanticCustomError(HIDDEN_VALUE, message)``) whose value the
+message never shows: a credential's hash. Nor is a table or an array ever shown (it would show every
+user's hashes)."""
+
+
 class ConfigFileError(Exception):
     """A config or rules file that cannot be used; the message is ``file:line: reason``."""
 
@@ -35,7 +41,6 @@ def locate(text: str, loc: tuple[str | int, ...]) -> int:
     Tables (``[a.b]``) and arrays of tables (``[[users]]``) are followed; the
     line of the innermost key found is returned, else the table header, else 1.
     """
-    names = [p for p in loc if isinstance(p, str)]
     lines = text.splitlines()
     table: list[str] = []
     aot_count: dict[str, int] = {}
@@ -60,28 +65,44 @@ def locate(text: str, loc: tuple[str | int, ...]) -> int:
         if rest and isinstance(loc[depth], str) and _key_pattern(rest[0]).match(line):
             if depth + 1 > best_depth:
                 best, best_depth = number, depth + 1
-    del names
     return best
 
 
 def _match_depth(table: list[str], loc: tuple[str | int, ...]) -> int:
-    """How many leading parts of ``table`` equal the leading parts of ``loc``; -1 if they diverge."""
-    if len(table) > len(loc):
-        return -1
-    for i, part in enumerate(table):
+    """How many leading parts of ``table`` equal the leading parts of ``loc``; -1 if they diverge.
+    A table inside ``loc`` (``[[users]]`` for an error on all users) matches all of ``loc``."""
+    for i, part in enumerate(table[:len(loc)]):
         if str(loc[i]) != part:
             return -1
-    return len(table)
+    return min(len(table), len(loc))
 
 
-def _reason(error: dict) -> str:
-    loc = ".".join(str(p) for p in error["loc"])
+def _entry(data: object, loc: tuple[str | int, ...]) -> str:
+    """`` ([[users]] entry 'analyst')`` when ``loc`` goes through an array entry with a ``name``."""
+    named = ""
+    for i, part in enumerate(loc):
+        if isinstance(data, dict) and isinstance(part, str):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+            if isinstance(data, dict) and isinstance(data.get("name"), str):
+                named = f" ([[{'.'.join(map(str, loc[:i]))}]] entry {data['name'][:64]!r})"
+        else:
+            break
+    return named
+
+
+def _reason(error: dict, data: object) -> str:
+    loc = ".".join(str(p) for p in error["loc"]) + _entry(data, tuple(error["loc"]))
     kind = error["type"]
     if kind == "extra_forbidden":
         return f"unknown key {loc!r} (not part of this file's schema; check the spelling)"
     if kind == "missing":
         return f"missing key {loc!r}"
-    return f"{loc}: {error['msg']} (got {error.get('input')!r})"
+    value = error.get("input")
+    if kind == HIDDEN_VALUE or isinstance(value, (dict, list, tuple)):
+        return f"{loc}: {error['msg']}"
+    return f"{loc}: {error['msg']} (got {value!r})"
 
 
 def load_toml_model(path: str | Path, model: type[M]) -> M:
@@ -100,5 +121,5 @@ def load_toml_model(path: str | Path, model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        messages = [f"{path}:{locate(text, tuple(err['loc']))}: {_reason(err)}" for err in exc.errors()]
+        messages = [f"{path}:{locate(text, tuple(err['loc']))}: {_reason(err, data)}" for err in exc.errors()]
         raise ConfigFileError("\n".join(messages)) from None

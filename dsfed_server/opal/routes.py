@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
+from dsfed_server.access_log import note_user
 from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
@@ -86,6 +87,12 @@ class OpalRoute(APIRoute):
 
 def opal_user(request: Request) -> User:
     """The authenticated user of an Opal request (a FastAPI dependency)."""
+    user = _opal_credentials(request)
+    note_user(request, user.name)
+    return user
+
+
+def _opal_credentials(request: Request) -> User:
     service: SiteService = request.app.state.service
     token = request.headers.get("x-opal-auth", "").strip()
     if token:
