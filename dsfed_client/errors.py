@@ -22,3 +22,15 @@ class FederatedCallError(Exception):
             f"{len(failures)} of {n_sites} site(s) failed {function or 'the call'}; "
             f"no pooled result is returned:\n{lines}"
         )
+
+
+class BudgetWarning(UserWarning):
+    """A noisy call would use more than a site's ``budget.warn_share`` of the privacy budget that
+    remains on a table (the analyst's share or the table's): issued before the call is sent.
+
+    The call then runs. To stop before it instead, turn the warning into an error::
+
+        warnings.simplefilter("error", BudgetWarning)
+
+    and the call raises ``BudgetWarning`` before any site runs it (nothing is spent).
+    """

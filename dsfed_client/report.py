@@ -86,11 +86,12 @@ code{background:#eef1f5;padding:0 3px}
 
 def collect_study_info(session: "FederatedSession", truth: str, *, table: str | None = None,
                        score: str | None = None) -> dict[str, Any]:
-    """Site set-up for :func:`write_report`: per-site n of ``truth`` and the rules in force.
+    """Site set-up for :func:`write_report`: per-site n of ``truth``, the rules in force, and the
+    analyst's privacy budget at each site (spent and remaining, the ledger's figures).
 
-    Returns ``{"sites_info": ..., "rules_info": ..., "data_info": ...}`` to pass on as
-    keyword arguments. Uses the sites' function listings (``GET /functions``) and
-    ``lengthDS`` only: no new disclosure-relevant query.
+    Returns ``{"sites_info": ..., "rules_info": ..., "data_info": ..., "budget_info": ...}`` to pass
+    on as keyword arguments. Uses the sites' function listings (``GET /functions``), ``lengthDS``
+    and ``session.budget()`` (``GET /budget/mine``) only: no new disclosure-relevant query.
     """
     listing = session.functions()
     counts = session.length(truth)
@@ -98,8 +99,10 @@ def collect_study_info(session: "FederatedSession", truth: str, *, table: str | 
                       "noise_off": bool(listing[s].get("noise_off")),
                       "functions": len(listing[s].get("functions", []))} for s in session.sites}
     rules_info = {s: listing[s].get("rules", {}) for s in session.sites}
+    budget = session.budget()
     return {"sites_info": sites_info, "rules_info": rules_info,
-            "data_info": {"table": table, "truth": truth, "score": score}}
+            "data_info": {"table": table, "truth": truth, "score": score},
+            "budget_info": {s: budget[s] for s in session.sites}}
 
 
 def software_versions() -> dict[str, str]:
@@ -282,7 +285,12 @@ def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, A
     return "".join(out)
 
 
-def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]], curves: Any = None) -> str:
+def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]],
+                     budget_info: dict[str, dict[str, Any]] | None, curves: Any = None) -> str:
+    """What this analysis released with noise (each release's mechanism and its (epsilon, delta)), then
+    each site's ledger figures for the analyst: spent and remaining per table, as ``session.budget()``
+    (``GET /v1/budget/mine``) states them, the same figures as ``GET /v1/budget`` and ``dsfed audit
+    show`` (one statement, :func:`dsfed_server.disclosure.accountant.statement`)."""
     d = report.discrimination
     what = "noisy scores (AUC, ROC-GLM)" if d.method == "paper" else "score histograms (AUC, ROC-GLM)"
     releases = [(what, d.mechanism)]
@@ -290,18 +298,12 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
         releases.append(("score histograms (ROC/PR curves)", curves.histograms.mechanism))
     rows = []
     for s in rules_info or {k: None for k in d.mechanism if k != "pooled"}:
-        rules = rules_info.get(s, {})
-        budget, priv = rules.get("budget", {}), rules.get("privacy", {})
-        tb, eb, db = budget.get("epsilon_per_table"), budget.get("epsilon_per_analyst"), budget.get("delta_per_analyst")
-        total_eps = total_delta = 0.0
+        priv = rules_info.get(s, {}).get("privacy", {})
         for label, mechanisms in releases:
             mech = mechanisms.get(s) or mechanisms.get("pooled", {})
-            eps = mech.get("epsilon", priv.get("epsilon")) if mech.get("mechanism") != "none" else 0.0
-            delta = mech.get("delta", priv.get("delta")) if mech.get("mechanism") != "none" else 0.0
-            total_eps, total_delta = total_eps + (eps or 0.0), total_delta + (delta or 0.0)
-            rows.append([s, label, mech.get("mechanism", "-"), eps, delta, tb, eb, db])
-        if len(releases) > 1:
-            rows.append([s, "total (basic composition)", "", total_eps, total_delta, tb, eb, db])
+            off = mech.get("mechanism") == "none"
+            rows.append([s, label, mech.get("mechanism", "-"), 0.0 if off else mech.get("epsilon", priv.get("epsilon")),
+                         0.0 if off else mech.get("delta", priv.get("delta"))])
     first = ("Each site released its prediction scores once, with noise (the two classes are disjoint sets of "
              "records, so together they cost one (epsilon, delta))" if d.method == "paper" else
              "Each site released hierarchical histograms of its scores once, with noise, at its own (epsilon, "
@@ -309,12 +311,26 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
                          if "pooled" in d.mechanism else ""))
     note = (f"<p>{first}"
             + ("; the histogram-based curves are a second noisy release" if curves is not None else "")
-            + ". Every other statistic is a count or a sum over at least q records and spends no privacy budget. "
-            "The budget columns are each site's limits from its rules file: for the table, all analysts together, "
-            "and for one analyst; the site's ledger also counts the other noisy releases on the same table, by "
-            "anyone, and may compose them more tightly than the sum shown here.</p>")
-    return note + _table(["site", "release", "mechanism", "epsilon spent", "delta spent", "epsilon budget (table)",
-                          "epsilon budget (analyst)", "delta budget (analyst)"], rows)
+            + ". Every other statistic is a count or a sum over at least q records and spends no privacy budget.</p>")
+    released = _table(["site", "release", "mechanism", "epsilon of the release", "delta of the release"], rows)
+    return note + released + _budget_table(budget_info)
+
+
+def _budget_table(budget_info: dict[str, dict[str, Any]] | None) -> str:
+    """Each site's ledger figures for the analyst, per table (``session.budget()``)."""
+    if not budget_info:
+        return "<p>The sites' budget figures were not collected (collect_study_info gathers them).</p>"
+    rows = [[site, t["table"], t["spent"]["epsilon"], t["spent"]["delta"], t["spent"]["accountant"],
+             t["remaining"]["epsilon"], info["budget"]["epsilon"], t["queries"]]
+            for site, info in budget_info.items() for t in info["tables"]]
+    note = ("<p>Your privacy budget at each site, as its ledger states it (session.budget(); the figures the site's "
+            "governance reads at GET /v1/budget and in dsfed audit show): every noisy release you made on the table, "
+            "this analysis's and earlier ones, composed by the tighter of basic composition and Renyi DP at the "
+            "budget's delta; remaining = your share of the table's budget - spent.</p>")
+    if not rows:
+        return note + "<p>No privacy budget spent at any site.</p>"
+    return note + _table(["site", "table", "epsilon spent", "delta spent", "accountant", "epsilon remaining",
+                          "epsilon budget (analyst)", "noisy queries"], rows, cls="budget", left=2)
 
 
 def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Sequence[float], Sequence[float]] | None,
@@ -455,6 +471,7 @@ def _page(title: str, notes: Sequence[str], sections: Sequence[tuple[str, str, s
 
 def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str, Any]] | None = None,
                   rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
+                  budget_info: dict[str, dict[str, Any]] | None = None,
                   title: str = "Federated validation report", roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
                   pr_curve: dict[str, Any] | None = None, curves: Any = None, notes: Sequence[str] = ()) -> str:
     """The report as one HTML string (see :func:`write_report`)."""
@@ -465,7 +482,7 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
                                 "prevalence": curves.n_positive / (curves.n_positive + curves.n_negative)}
     return _page(title, notes, [
         ("setup", "Study set-up", _setup_section(report, sites_info, rules_info, data_info)),
-        ("privacy", "Privacy spent", _privacy_section(report, rules_info, curves)),
+        ("privacy", "Privacy spent", _privacy_section(report, rules_info, budget_info, curves)),
         ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
         ("calibration", "Calibration", _calibration_section(report)),
         ("smooth", "Smooth calibration", _smooth_section(report)),
@@ -500,6 +517,7 @@ def _comparison_figure(c: "ModelComparison") -> str:
 
 
 def render_models_report(reports: dict[str, "ValidationReport"], comparison: "ModelComparison | None" = None, *,
+                         budget_info: dict[str, dict[str, Any]] | None = None,
                          sites_info: dict[str, dict[str, Any]] | None = None,
                          rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
                          title: str = "Federated validation of several models", notes: Sequence[str] = ()) -> str:
@@ -524,7 +542,7 @@ def render_models_report(reports: dict[str, "ValidationReport"], comparison: "Mo
         sections += [
             (f"model{i}-discrimination", f"{label}: discrimination", _discrimination_section(r, None, None)),
             (f"model{i}-calibration", f"{label}: calibration", _calibration_section(r)),
-            (f"model{i}-privacy", f"{label}: privacy spent", _privacy_section(r, rules_info)),
+            (f"model{i}-privacy", f"{label}: privacy spent", _privacy_section(r, rules_info, budget_info)),
             (f"model{i}-disclosure", f"{label}: disclosure control", _disclosure_section(r, rules_info)),
         ]
     sections.append(("software", "Software and methods", _software_section(first, software_versions())))
@@ -533,6 +551,7 @@ def render_models_report(reports: dict[str, "ValidationReport"], comparison: "Mo
 
 def write_report(report: "ValidationReport", path: str | Path, *, sites_info: dict[str, dict[str, Any]] | None = None,
                  rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
+                 budget_info: dict[str, dict[str, Any]] | None = None,
                  title: str = "Federated validation report",
                  roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
                  pr_curve: dict[str, Any] | None = None, curves: Any = None, notes: Sequence[str] = ()) -> Path:
@@ -545,6 +564,9 @@ def write_report(report: "ValidationReport", path: str | Path, *, sites_info: di
     sites_info, rules_info, data_info : dict, optional
         Per-site ``{"n": ..., "profile": ...}``, per-site rules as the sites' function listings give
         them, and ``{"table", "truth", "score"}``; :func:`collect_study_info` returns all three.
+    budget_info : dict, optional
+        Per-site ``session.budget()`` answers (the ledger's spent and remaining per table), shown in
+        the privacy section; :func:`collect_study_info` returns it too.
     roc_overlay : (fpr, tpr), optional
         Another ROC curve drawn over the ROC-GLM (e.g. the histogram-based one).
     pr_curve : dict, optional
@@ -558,6 +580,7 @@ def write_report(report: "ValidationReport", path: str | Path, *, sites_info: di
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(report, sites_info=sites_info, rules_info=rules_info, data_info=data_info,
+                                  budget_info=budget_info,
                                   title=title, roc_overlay=roc_overlay, pr_curve=pr_curve, curves=curves,
                                   notes=notes),
                     encoding="utf-8")

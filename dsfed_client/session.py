@@ -7,7 +7,11 @@ every failing site, function and rule, and no pooled result is returned.
 
 from __future__ import annotations
 
+import copy
+
+import re
 import secrets
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 from dsfed_client import aggregation, pooling
 from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Call, Ref, to_tree
-from dsfed_client.errors import FederatedCallError
+from dsfed_client.errors import BudgetWarning, FederatedCallError
 from dsfed_core.errors import NotEnabled, SiteError
 from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
 from dsfed_client.transport import HttpTransport, Transport, encode
@@ -34,6 +38,37 @@ def call_body(value: Call | Ref) -> dict[str, Any]:
     """A request's call and the handles it reads (checked by the sites, see :class:`Ref`)."""
     handles = value.handles() if isinstance(value, Call) else {value.symbol: value.digest} if value.digest else {}
     return {"call": to_tree(value), **({"handles": handles} if handles else {})}
+
+
+def called_functions(body: dict[str, Any]) -> set[str]:
+    """The functions a request's call names, nested calls included (call tree, or the call text)."""
+    if isinstance(body.get("expr"), str):
+        return set(re.findall(r"([A-Za-z][\w.]*)\s*\(", body["expr"]))
+    names: set[str] = set()
+    stack = [body.get("call")]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict) and isinstance(node.get("call"), str):
+            names.add(node["call"])
+            stack += [*node.get("args", []), *node.get("kwargs", {}).values()]
+    return names
+
+
+def budget_warnings(function: str, site: str, preview: dict[str, Any]) -> list[str]:
+    """The warnings a site's cost preview calls for: one per table and budget of which the call would
+    use more than the site's ``budget.warn_share`` of what remains (the site flags them)."""
+    whose = {"analyst": "your share of the privacy budget", "table": "the privacy budget (all analysts together)"}
+    out = []
+    for entry in preview.get("tables", []):
+        for scope, use in entry.get("uses", {}).items():
+            if use.get("warn"):
+                share = (f"{use['share']:.0%} of it" if use["within"] else
+                         "more than remains: the site will refuse the call")
+                out.append(f"site {site!r}, function {function}: this call would use epsilon {use['epsilon']:.4g} of "
+                           f"the {use['remaining']:.4g} that remains of {whose[scope]} on table {entry['table']!r} "
+                           f"({share}; the site warns above {preview['warn_share']:.0%}, budget.warn_share). "
+                           "To stop before such a call: warnings.simplefilter('error', dsfed_client.BudgetWarning)")
+    return out
 
 
 def _fewer_bits(function: str, frac_bits: int, clipped: int) -> int:
@@ -92,17 +127,22 @@ class LoginBuilder:
         if any(t.site == site for t in self.transports):
             raise ValueError(f"site {site!r} added twice")
 
-    def login(self) -> "FederatedSession":
+    def login(self, *, warn_budget: bool = True) -> "FederatedSession":
+        """Open a session at every site; ``warn_budget``: preview each noisy call's cost and warn
+        first (:class:`~dsfed_client.errors.BudgetWarning`) when a site flags it."""
         if not self.transports:
             raise ValueError("no sites added")
-        return FederatedSession(list(self.transports))
+        return FederatedSession(list(self.transports), warn_budget=warn_budget)
 
 
 class FederatedSession:
     """An open session at every site; use as a context manager to close them all."""
 
-    def __init__(self, transports: list[Transport]) -> None:
+    def __init__(self, transports: list[Transport], *, warn_budget: bool = True) -> None:
         self.transports = {t.site: t for t in transports}
+        # preview every noisy call's cost and warn (BudgetWarning) when a site flags it
+        self.warn_budget = warn_budget
+        self._noisy: frozenset[str] | None = None  # the sites' noisy functions, listed at the first need
         self._pool = ThreadPoolExecutor(max_workers=len(transports), thread_name_prefix="dsfed-site")
         self.session_ids: dict[str, str] = {}
         self._secure_round: tuple[str, list[dict[str, Any]]] | None = None  # round id, roster
@@ -138,14 +178,17 @@ class FederatedSession:
             raise FederatedCallError(function, failures, len(self.transports))
         return results
 
-    def _in_session(self, function: str, method: str, suffix: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _in_session(self, function: str, method: str, suffix: str, body: dict[str, Any] | None = None, *,
+                    raise_errors: bool = True) -> dict[str, Any]:
+        if body is not None and suffix in ("/aggregate", "/assign"):
+            self._warn_before(function, body)
         encoded = None if body is None else encode(body)  # once for all sites
 
         def action(t: Transport) -> Any:
             return t.request(method, f"/sessions/{self.session_ids[t.site]}{suffix}", body, function=function,
                              encoded=encoded)
 
-        return self._all(function, action)
+        return self._all(function, action, raise_errors=raise_errors)
 
     def site_view(self, site: str) -> "FederatedSession":
         """This session at ``site`` alone, for analyses of that site's own records (per-site estimates):
@@ -154,10 +197,9 @@ class FederatedSession:
         runs relayed in a round of the view's own. Closing the view closes nothing."""
         if site not in self.transports:
             raise ValueError(f"no site {site!r} in this session (sites: {', '.join(self.sites)})")
-        view = object.__new__(FederatedSession)
+        view = copy.copy(self)  # shares the pool, the cut histories and the budget-warning settings
         view.transports, view.session_ids = {site: self.transports[site]}, {site: self.session_ids[site]}
-        view._pool, view._secure_round, view._secure_step = self._pool, None, 0
-        view._cut_histories, view._view = self._cut_histories, True
+        view._secure_round, view._secure_step, view._view = None, 0, True
         return view
 
     # --- calls ----------------------------------------------------------------------
@@ -174,6 +216,32 @@ class FederatedSession:
         costs nothing again, so the charge is at most this."""
         return SiteResults(function, self._in_session(function, "POST", "/cost",
                                                       call_body(Call(function, *args, **kwargs))))
+
+    def noisy_functions(self) -> frozenset[str]:
+        """The functions that release noise at some site of the session (their checks name
+        ``privacy.mechanism``), from the sites' function listings."""
+        if self._noisy is not None:
+            return self._noisy
+        listing = self._all("listFunctions", lambda t: t.request("GET", "/functions", function="listFunctions"),
+                            raise_errors=False)
+        noisy = frozenset(f["name"] for info in listing.values() if not isinstance(info, SiteError)
+                          for f in info["functions"] if "privacy.mechanism" in f["checks"])
+        if not any(isinstance(info, SiteError) for info in listing.values()):
+            self._noisy = noisy  # kept once every site has answered
+        return noisy
+
+    def _warn_before(self, function: str, body: dict[str, Any]) -> None:
+        """Before a noisy call: its cost preview at every site (``/cost``), and a :class:`BudgetWarning`
+        for each budget of which it would use more than the site's ``budget.warn_share`` of what
+        remains. A site that refuses the preview is left to refuse the call itself."""
+        if not self.warn_budget or not called_functions(body) & self.noisy_functions():
+            return
+        preview = {key: body[key] for key in ("call", "expr", "handles") if key in body}
+        answers = self._in_session(function, "POST", "/cost", preview, raise_errors=False)
+        for site, answer in answers.items():
+            if not isinstance(answer, SiteError):
+                for message in budget_warnings(function, site, answer):
+                    warnings.warn(message, BudgetWarning, stacklevel=4)
 
     def _round(self) -> tuple[str, list[dict[str, Any]]]:
         """This session's secure-aggregation round: its id and every site's signed key (the roster);

@@ -1,16 +1,11 @@
-"""What a site's governance board reads: its rules file explained, and its audit log summarised.
+"""What a site's governance board reads: its rules file explained (its audit log summarised is
+:mod:`dsfed_server.audit_summary`).
 
 The explanation of every rules-file key comes from one place, the pydantic
 ``Field`` descriptions of :mod:`dsfed_server.disclosure.rules`; this module only
 lays them out. Checking a rules file runs exactly the validation a site runs at
 start (:func:`~dsfed_server.disclosure.rules.load_rules` and
 :func:`~dsfed_server.service.check_enabled`).
-
-An audit log is read generically, record by record: calls are counted by
-analyst, function or outcome; refusals are listed with the rule that refused
-them; privacy spending is whatever numeric ``epsilon`` and ``delta`` a record
-carries, at its top level or inside a mapping under ``privacy``, ``spent`` or
-``privacy_spent``.
 """
 
 from __future__ import annotations
@@ -18,20 +13,15 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
 from dsfed_server.disclosure.rules import Profile, Rules, RulesFile, load_rules
 from dsfed_server.registry import REGISTRY, Registry
 
-GroupBy = Literal["analyst", "function", "outcome"]
-
 _WIDTH = 88
-_SPENDING_KEYS = ("privacy", "spent", "privacy_spent")
-_SPENT_QUANTITIES = ("epsilon", "delta")
 
 
 # --- rules files ------------------------------------------------------------------------
@@ -166,126 +156,3 @@ def explain_rules(path: str | Path, registry: Registry = REGISTRY) -> str:
             lines += ["", *_explain_section(f"profiles.{profile_name}.{section}", getattr(profile, section),
                                             profile_fields[section].description, site=getattr(rules, section))]
     return "\n".join(lines) + "\n"
-
-
-# --- audit logs -------------------------------------------------------------------------
-
-
-def read_audit(path: str | Path) -> list[dict[str, Any]]:
-    """The records of an audit log; a line that is not a JSON object raises ``ValueError`` (file:line)."""
-    records = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"{path}:{number}: not a JSON audit record") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}:{number}: not a JSON audit record")
-            records.append(record)
-    return records
-
-
-def _group(record: dict[str, Any], by: GroupBy) -> str:
-    key = {"analyst": "user", "function": "function", "outcome": "outcome"}[by]
-    value = record.get(key)
-    return "(unknown)" if value in (None, "") else str(value)
-
-
-def count_calls(records: list[dict[str, Any]], by: GroupBy) -> dict[str, Counter[str]]:
-    """For each analyst, function or outcome: how many calls ended in each outcome."""
-    counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for record in records:
-        counts[_group(record, by)][_group(record, "outcome")] += 1
-    return dict(sorted(counts.items()))
-
-
-def refusals(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The refused calls, in log order."""
-    return [r for r in records if r.get("outcome") == "refused"]
-
-
-def _spending(record: dict[str, Any]) -> Counter[str]:
-    """Numeric ``epsilon``/``delta`` of a record or of its nested spending mappings."""
-    spent: Counter[str] = Counter()
-    for quantity in _SPENT_QUANTITIES:
-        value = record.get(quantity)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            spent[quantity] += value
-    for key in _SPENDING_KEYS:
-        if isinstance(record.get(key), dict):
-            spent.update(_spending(record[key]))
-    return spent
-
-
-def privacy_spent(records: list[dict[str, Any]]) -> dict[tuple[str, str], Counter[str]]:
-    """Epsilon and delta recorded as spent, summed per (site, analyst); only pairs that spent any."""
-    totals: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    for record in records:
-        spent = _spending(record)
-        if any(spent.values()):
-            totals[(str(record.get("site", "(unknown)")), _group(record, "analyst"))].update(spent)
-    return dict(sorted(totals.items()))
-
-
-def _outcome_order(outcomes: set[str]) -> list[str]:
-    first = [o for o in ("ok", "refused") if o in outcomes]
-    return first + sorted(outcomes - set(first))
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A plain-text table: the first column left-aligned, the counts right-aligned."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(row: list[str]) -> str:
-        cells = [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))]
-        return "  " + "  ".join(cells)
-
-    return [line(header), *(line(row) for row in rows)]
-
-
-def summarize_audit(paths: list[Path], by: GroupBy = "function") -> str:
-    """A plain-language report on one or more audit logs: counts, refusals, privacy spent."""
-    records = [record for path in paths for record in read_audit(path)]
-    sites = sorted({str(r.get("site")) for r in records if r.get("site")})
-    times = sorted(str(r["time"]) for r in records if r.get("time"))
-    lines = [*textwrap.wrap(f"Audit log{'s' if len(paths) > 1 else ''}: {', '.join(map(str, paths))}", _WIDTH,
-                            subsequent_indent="  ", break_on_hyphens=False, break_long_words=False),
-             f"Sites: {', '.join(sites) or '(none recorded)'}",
-             f"{len(records)} calls recorded" + (f", from {times[0]} to {times[-1]}" if times else "")]
-
-    counts = count_calls(records, by)
-    outcomes = _outcome_order({o for c in counts.values() for o in c})
-    lines += ["", f"Calls by {by}:"]
-    if not counts:
-        lines.append("  (no calls)")
-    elif by == "outcome":
-        lines += _table(["outcome", "calls"], [[o, str(counts[o][o])] for o in outcomes])
-    else:
-        rows = [[group, str(sum(c.values())), *(str(c[o]) for o in outcomes)] for group, c in counts.items()]
-        lines += _table([by, "calls", *outcomes], rows)
-
-    refused = refusals(records)
-    lines += ["", f"Refused calls: {len(refused)}"]
-    for record in refused:
-        lines += textwrap.wrap(
-            f"{record.get('time', '?')} site {record.get('site', '?')}, analyst {_group(record, 'analyst')}, "
-            f"{record.get('function', '?')}: refused by rule {record.get('rule') or '(none recorded)'}"
-            f" -- {record.get('message', '')}", _WIDTH, initial_indent="  - ", subsequent_indent="    ")
-    by_rule = Counter(str(r.get("rule") or "(none recorded)") for r in refused)
-    if by_rule:
-        lines.append("  By rule: " + "; ".join(f"{rule}: {n}" for rule, n in sorted(by_rule.items())))
-
-    spent = privacy_spent(records)
-    lines += ["", "Privacy budget spent:",
-              *_wrap("(the epsilon and delta each call recorded, summed per site and analyst: basic "
-                     "composition, an upper bound on what the site's ledger charges)", 2)]
-    if not spent:
-        lines.append("  no privacy budget spent")
-    for (site, analyst), amounts in spent.items():
-        shown = ", ".join(f"{q} {amounts[q]:.6g}" for q in sorted(amounts))
-        lines.append(f"  site {site}, analyst {analyst}: {shown}")
-    return "\n".join(lines) + "\n"
-

@@ -35,7 +35,7 @@ from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard, HistoryBehind, enforce_contract
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.history import History
-from dsfed_server.disclosure.accountant import ZERO, Cap, Caps, Cost, guarantee, remaining_budget
+from dsfed_server.disclosure.accountant import ACCOUNTANT, ZERO, Caps, Cost, statement, use_of_remaining
 from dsfed_server.disclosure.ledger import Ledger
 from dsfed_server.disclosure.scope import CallScope
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
@@ -176,13 +176,6 @@ def definition(call: str, session: Session, scope: CallScope) -> str:
     sites agree on a definition only if their symbols were made by the same chain of calls."""
     parts = [call] + [f"{name}={session.definitions.get(name, '?')}" for name in sorted(scope.symbols)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
-
-
-def _spend_entry(cost: Cost, cap: Cap) -> dict[str, Any]:
-    """Spent (the ledger's RDP guarantee) and remaining against ``cap``, with the basic sum beside."""
-    spent = guarantee(cost, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
-    return {"spent": spent.as_dict(), "remaining": remaining_budget(spent, cap.epsilon, cap.delta),
-            "basic": {"epsilon": cost.epsilon, "delta": cost.delta}, "rho": cost.rho}
 
 
 class SiteService:
@@ -816,17 +809,18 @@ class SiteService:
             with session.lock:
                 charge = self._privacy_map(session, node)
                 tables = sorted(set().union(*(session.sources.get(name, frozenset()) for name in _symbols(node))))
-            caps = Caps.of(self.rules.budget)
+            caps, share = Caps.of(self.rules.budget), self.rules.budget.warn_share
 
             def entry(table: str) -> dict[str, Any]:
-                spent = guarantee(self.ledger.total(table, user.name), epsilon_budget=caps.analyst.epsilon,
-                                  delta_budget=caps.analyst.delta)
+                mine, everyone = self.ledger.total(table, user.name), self.ledger.total(table)
+                uses = {"analyst": use_of_remaining(mine, charge, caps.analyst, share),
+                        "table": use_of_remaining(everyone, charge, caps.table, share)}
                 return {"table": table, "charge": {"epsilon": charge.epsilon, "delta": charge.delta, "rho": charge.rho},
-                        "spent": spent.as_dict(),
-                        "remaining": remaining_budget(spent, caps.analyst.epsilon, caps.analyst.delta)}
+                        **statement(mine, caps.analyst), "uses": uses,
+                        "warn": any(u["warn"] for u in uses.values())}
 
-            return {"site": self.name, "function": node.function, "accountant": "rdp",
-                    "budget": {"epsilon": caps.analyst.epsilon, "delta": caps.analyst.delta},
+            return {"site": self.name, "function": node.function, "accountant": ACCOUNTANT,
+                    "budget": {"epsilon": caps.analyst.epsilon, "delta": caps.analyst.delta}, "warn_share": share,
                     "tables": [entry(table) for table in tables]}
 
     def _privacy_map(self, session: Session, call: Call) -> Cost:
@@ -851,16 +845,14 @@ class SiteService:
             self._require_role(user, "governance")
             caps = Caps.of(self.rules.budget)
             rows = self.ledger.listing()
-            entry = _spend_entry
             tables: dict[str, Cost] = {}
             for row in rows:
                 tables[row["table"]] = tables.get(row["table"], ZERO) + row["cost"]
             return {
-                "site": self.name, "accountant": "rdp",
-                "budget": {"per_table": {"epsilon": caps.table.epsilon, "delta": caps.table.delta},
-                           "per_analyst": {"epsilon": caps.analyst.epsilon, "delta": caps.analyst.delta}},
-                "tables": [{"table": t, **entry(cost, caps.table)} for t, cost in sorted(tables.items())],
-                "spending": [{"analyst": row["analyst"], "table": row["table"], **entry(row["cost"], caps.analyst),
+                "site": self.name, "accountant": ACCOUNTANT, "budget": caps.as_dict(),
+                "warn_share": self.rules.budget.warn_share,
+                "tables": [{"table": t, **statement(cost, caps.table)} for t, cost in sorted(tables.items())],
+                "spending": [{"analyst": row["analyst"], "table": row["table"], **statement(row["cost"], caps.analyst),
                               "queries": row["queries"], "releases": row["releases"], "last": row["last"]}
                              for row in rows],
             }
@@ -873,9 +865,9 @@ class SiteService:
         with self._audited(user, None, "listMyBudget", "metadata", ""):
             cap = Caps.of(self.rules.budget).analyst
             return {
-                "site": self.name, "analyst": user.name, "accountant": "rdp",
-                "budget": {"epsilon": cap.epsilon, "delta": cap.delta},
-                "tables": [{"table": row["table"], **_spend_entry(row["cost"], cap), "queries": row["queries"],
+                "site": self.name, "analyst": user.name, "accountant": ACCOUNTANT,
+                "budget": {"epsilon": cap.epsilon, "delta": cap.delta}, "warn_share": self.rules.budget.warn_share,
+                "tables": [{"table": row["table"], **statement(row["cost"], cap), "queries": row["queries"],
                             "releases": row["releases"], "last": row["last"]}
                            for row in self.ledger.listing() if row["analyst"] == user.name],
             }

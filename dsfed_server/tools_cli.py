@@ -78,10 +78,13 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
-    from dsfed_server.governance import summarize_audit  # noqa: PLC0415
+    from dsfed_server.audit_summary import Selection, parse_time, summarize_audit  # noqa: PLC0415
 
     try:
-        print(summarize_audit(args.logs, by=args.by), end="")
+        selection = Selection(analysts=tuple(args.analyst), outcomes=tuple(args.outcome),
+                              since=parse_time(args.since) if args.since else None,
+                              until=parse_time(args.until, end=True) if args.until else None)
+        print(summarize_audit(args.logs, by=args.by, selection=selection, fmt=args.format), end="")
     except (OSError, ValueError) as exc:
         return _unusable(exc)
     return 0
@@ -139,10 +142,20 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
 
     audit = sub.add_parser("audit", help="summarise or verify a site's audit log").add_subparsers(
         dest="action", required=True)
-    p = audit.add_parser("show", help="calls by analyst, function or outcome; refusals; privacy spent")
+    p = audit.add_parser("show", help="calls by analyst, function or outcome; refusals; privacy budget spent and "
+                                      "remaining, in the site ledger's accounting")
     p.add_argument("logs", type=Path, nargs="+", metavar="LOG", help="audit log(s) (JSON lines)")
     p.add_argument("--by", choices=("analyst", "function", "outcome"), default="function",
                    help="how to group the call counts (default: function)")
+    p.add_argument("--analyst", action="append", default=[], metavar="NAME",
+                   help="only this analyst's calls (repeat for several)")
+    p.add_argument("--outcome", action="append", default=[], metavar="OUTCOME",
+                   help="only calls with this outcome: ok, refused, ... (repeat for several)")
+    p.add_argument("--since", metavar="WHEN", help="only calls at or after this date or date-time (UTC unless stated)")
+    p.add_argument("--until", metavar="WHEN", help="only calls before this date-time, or up to the end of this date")
+    p.add_argument("--format", choices=("text", "json", "csv"), default="text",
+                   help="text (default); json: the whole summary; csv: the budget lines, one per site x table and "
+                        "per site x analyst x table")
     p.set_defaults(func=cmd_audit_show)
     p = audit.add_parser("verify", help="verify an audit log's keyed hash chain and its sealed head")
     p.add_argument("log", type=Path, help="audit log (JSON lines; its sealed head <log>.head beside it)")

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_server.audit import AuditLog, audit_key, head_path
+from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.disclosure.rules import RulesFile
 from sitekit import ROOT, make_sites, rules_variant
 
@@ -168,44 +169,54 @@ def test_audit_show_counts_calls_and_names_the_refusing_rule(audited_site: Path)
     result = dsfed("audit", "show", audited_site, "--by", "function")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "Sites: siteA" in out and "7 calls recorded" in out
+    assert "Sites: siteA" in out and "9 calls recorded" in out
     header = out.split("Calls by function:\n", 1)[1].splitlines()[0].split()
     assert header == ["function", "calls", "ok", "refused"]
     rows = _counts(out, "Calls by function:\n")
-    assert rows == {"assignTable": ["1", "1", "0"], "closeSession": ["1", "1", "0"], "meanDS": ["2", "2", "0"],
-                    "noisyScoresDS": ["1", "1", "0"], "openSession": ["1", "1", "0"], "table1DDS": ["1", "0", "1"]}
+    # the noisy call is previewed first (its cost, after the function listing that says it is noisy)
+    assert rows == {"assignTable": ["1", "1", "0"], "closeSession": ["1", "1", "0"], "listFunctions": ["1", "1", "0"],
+                    "meanDS": ["2", "2", "0"], "noisyScoresDS": ["2", "2", "0"], "openSession": ["1", "1", "0"],
+                    "table1DDS": ["1", "0", "1"]}
     assert "Refused calls: 1" in out
     refusal = _flat(out.split("Refused calls: 1", 1)[1])
     assert "table1DDS: refused by rule disclosure.q_threshold" in refusal and "analyst analyst" in refusal
 
 
-def test_audit_show_sums_the_privacy_spending_the_site_recorded(audited_site: Path):
-    records = [json.loads(line) for line in audited_site.read_text().splitlines()]
-    epsilon = sum(r["privacy"]["epsilon"] for r in records if "privacy" in r)
-    assert epsilon > 0  # the noisy release was charged
+def test_audit_show_states_the_spending_in_the_ledgers_accounting(audited_site: Path):
+    """One release of the analytic Gaussian (default rules: epsilon 1, delta 1e-5, sensitivity 0.2)
+    against the budget (5, 1e-4): spent is the smaller of basic composition (1.0) and RDP at delta
+    1e-4 (rho = sensitivity^2 / (2 sigma^2), CKS 2020 Prop. 12 on a dense grid of orders, written
+    out here), remaining = 5 - spent, for the table and for the analyst."""
+    sigma = analytic_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=0.2)
+    rho = 0.2**2 / (2 * sigma**2)
+    alphas = 1 + np.logspace(-3, 4, 200_000)
+    rdp = float((alphas * rho + np.log1p(-1 / alphas) - (np.log(1e-4) + np.log(alphas)) / (alphas - 1)).min())
+    spent = min(1.0, rdp)
     out = dsfed("audit", "show", audited_site).stdout
-    assert "site siteA, analyst analyst: delta " in out and f"epsilon {epsilon:.6g}" in out
-    assert "no privacy budget spent" not in out
+    lines = out.split("Privacy budget:", 1)[1].strip().splitlines()
+    rows = [line.split() for line in lines if line.strip().startswith("siteA")]
+    assert [r[:3] for r in rows] == [["siteA", "P.t", "(all"], ["siteA", "P.t", "analyst"]]
+    for row in rows:
+        eps, remaining = float(row[-6]), float(row[-3])
+        assert eps == pytest.approx(spent, rel=1e-4) and remaining == pytest.approx(5.0 - spent, rel=1e-4)
+        assert row[-4] == ("rdp" if rdp < 1.0 else "basic") and row[-1] == "1"
 
 
 def test_audit_show_by_outcome_and_by_analyst(audited_site: Path):
     by_outcome = _counts(dsfed("audit", "show", audited_site, "--by", "outcome").stdout, "Calls by outcome:\n")
-    assert by_outcome == {"ok": ["6"], "refused": ["1"]}
+    assert by_outcome == {"ok": ["8"], "refused": ["1"]}
     by_analyst = _counts(dsfed("audit", "show", audited_site, "--by", "analyst").stdout, "Calls by analyst:\n")
-    assert by_analyst == {"analyst": ["7", "6", "1"]}
+    assert by_analyst == {"analyst": ["9", "8", "1"]}
 
 
-def test_audit_show_reads_spending_fields_generically(tmp_path: Path):
-    """Whatever epsilon/delta a record carries (top level, or under privacy/spent) is summed."""
+def test_audit_show_refuses_charges_without_the_budget_they_were_charged_against(tmp_path: Path):
+    """A record with charges but no ``privacy.budget`` cannot be stated in the ledger's accounting
+    (RDP converts at the budget's delta): a clear error naming the site, exit status 2."""
     log = AuditLog(tmp_path / "audit.jsonl", "siteB", audit_key(b"k" * 32))
     common = dict(session="s", function="noisyScoresDS", kind="aggregate", call="", outcome="ok", rule=None, message="")
-    log.record(user="ana", **common, privacy={"epsilon": 0.5, "delta": 1e-5, "remaining": {"epsilon": 4.5}})
-    log.record(user="ana", **common, spent={"epsilon": 0.25, "delta": 1e-5})
-    log.record(user="bo", **common, epsilon=0.125)
-    log.record(user="cy", **common, privacy={"epsilon": 0.0, "delta": 0.0})  # a repeat: nothing spent
-    out = dsfed("audit", "show", log.path).stdout
-    assert "site siteB, analyst ana: delta 2e-05, epsilon 0.75" in out
-    assert "site siteB, analyst bo: epsilon 0.125" in out and "analyst cy" not in out
+    log.record(user="ana", **common, privacy={"charges": [{"table": "P.t", "epsilon": 0.5, "delta": 1e-5, "rho": 0.01}]})
+    result = dsfed("audit", "show", log.path)
+    assert result.returncode == 2 and "site siteB" in result.stderr and "privacy.budget" in result.stderr
     empty = tmp_path / "empty.jsonl"
     AuditLog(empty, "siteC", audit_key(b"k" * 32)).record(user="ana", **common)
     assert "no privacy budget spent" in dsfed("audit", "show", empty).stdout
@@ -214,18 +225,18 @@ def test_audit_show_reads_spending_fields_generically(tmp_path: Path):
 def test_audit_verify_intact_then_reports_an_edited_line(audited_site: Path, tmp_path: Path):
     secret = audited_site.with_name("siteA.secret")  # provision's layout: the secret beside the log
     result = dsfed("audit", "verify", audited_site, "--secret", secret)
-    assert result.returncode == 0 and "audit chain intact: 7 records" in result.stdout
+    assert result.returncode == 0 and "audit chain intact: 9 records" in result.stdout
     edited = tmp_path / "edited.jsonl"
     lines = audited_site.read_text().splitlines()
-    record = json.loads(lines[5])
+    record = json.loads(lines[7])
     assert record["outcome"] == "refused"
     record["outcome"] = "ok"  # hiding the refusal
-    lines[5] = json.dumps(record, sort_keys=True)
+    lines[7] = json.dumps(record, sort_keys=True)
     edited.write_text("\n".join(lines) + "\n")
     shutil.copy(head_path(audited_site), head_path(edited))
     result = dsfed("audit", "verify", edited, "--secret", secret)
     assert result.returncode == 1
-    assert result.stdout.startswith(f"{edited}: audit chain broken at line 6") and "record edited" in result.stdout
+    assert result.stdout.startswith(f"{edited}: audit chain broken at line 8") and "record edited" in result.stdout
 
 
 def test_rules_check_and_explain_warn_on_weak_settings(tmp_path: Path):

@@ -119,6 +119,30 @@ def remaining_budget(spent: Guarantee, epsilon_budget: float, delta_budget: floa
             "delta": max(0.0, delta_budget - spent.delta) if spent.accountant == "basic" else None}
 
 
+def statement(total: Cost, cap: "Cap") -> dict[str, Any]:
+    """The one statement of spending every figure shows (``GET /v1/budget``, ``/v1/budget/mine``,
+    a cost preview, ``dsfed audit show`` and the report through the analyst's budget): spent is
+    the ledger's :func:`guarantee` of ``total`` against ``cap``, remaining is ``cap`` minus it
+    (:func:`remaining_budget`), with the basic sums and the Renyi slope beside."""
+    spent = guarantee(total, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
+    return {"spent": spent.as_dict(), "remaining": remaining_budget(spent, cap.epsilon, cap.delta),
+            "basic": {"epsilon": total.epsilon, "delta": total.delta}, "rho": total.rho}
+
+
+def use_of_remaining(spent: Cost, charge: Cost, cap: "Cap", warn_share: float) -> dict[str, Any]:
+    """What ``charge`` would use of what remains of ``cap`` after ``spent``: the increase of the spent
+    epsilon (:func:`guarantee` before and after, so the same accounting as the ledger's), that
+    epsilon as a share of the remaining one (None when nothing remains), and ``warn`` when it is
+    more than ``warn_share`` of it (``budget.warn_share``); ``within`` is False when the ledger
+    would refuse the charge."""
+    before = guarantee(spent, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
+    after = guarantee(spent + charge, epsilon_budget=cap.epsilon, delta_budget=cap.delta)
+    remaining = remaining_budget(before, cap.epsilon, cap.delta)["epsilon"]
+    uses = max(0.0, after.epsilon - before.epsilon)
+    return {"epsilon": uses, "remaining": remaining, "share": uses / remaining if remaining > 0 else None,
+            "warn": uses > warn_share * remaining * (1 + _SLACK), "within": after.within}
+
+
 @dataclass(frozen=True)
 class Cap:
     """One budget: at most ``epsilon`` at ``delta`` for whom ``scope`` names, under ``rule``."""
@@ -150,3 +174,13 @@ class Caps:
     def of(cls, budget: Any) -> "Caps":
         return cls(Cap("table", budget.epsilon_per_table, budget.delta_per_table),
                    Cap("analyst", budget.epsilon_per_analyst, budget.delta_per_analyst))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Caps":
+        """The inverse of :meth:`as_dict` (the budget an audit record states)."""
+        return cls(*(Cap(scope, float(data[f"per_{scope}"]["epsilon"]), float(data[f"per_{scope}"]["delta"]))
+                     for scope in ("table", "analyst")))
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        return {"per_table": {"epsilon": self.table.epsilon, "delta": self.table.delta},
+                "per_analyst": {"epsilon": self.analyst.epsilon, "delta": self.analyst.delta}}

@@ -283,6 +283,17 @@ class Budget(_Section):
         lt=1,
         description="The part of delta_per_table one analyst may spend on one table (at most delta_per_table).",
     )
+    warn_share: float = Field(
+        gt=0,
+        le=1,
+        description=(
+            "Warn an analyst before a noisy call that would use more than this share of the epsilon "
+            "that remains of their budget, or of the table's, on a table it reads (the increase of the "
+            "spent epsilon in the ledger's accounting, against what remains). The site states it with "
+            "every cost preview and budget listing; the analyst's client previews each noisy call and "
+            "issues a BudgetWarning first. Protects the budget from being used up unawares."
+        ),
+    )
 
     @model_validator(mode="after")
     def _analyst_within_table(self) -> "Budget":

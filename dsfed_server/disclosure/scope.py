@@ -150,6 +150,8 @@ class CallScope:
             "epsilon": max(_per_table(self.spent, "epsilon").values(), default=0.0),
             "delta": max(_per_table(self.spent, "delta").values(), default=0.0),
             "charges": self.spent,
+            # the budgets in force: what the spending is stated against (dsfed audit show)
+            "budget": self.caps.as_dict(),
             "releases": len(self.pending),
             "repeated_releases": self.repeats,
         }
