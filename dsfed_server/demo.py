@@ -145,7 +145,7 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
 
     report.section("Validation of the prediction model (over HTTP; pooled releases checked by the sites)")
     before = session.transfer_stats()
-    v = validate(session, "D$y", "D$score")
+    v = validate(session, "D$y", "D$score", heterogeneity=True)
     after = session.transfer_stats()
     data = _pooled_fixture(fixtures)
     ref = pooled.suite(data["y"].to_numpy(), data["score"].to_numpy())
@@ -178,6 +178,7 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
             print(f"     [{row.lower:.1f}, {row.upper:.1f}): n {row.n:>3}  predicted {row.mean_prediction:.3f}"
                   f"  observed {row.mean_outcome:.6f}  (pooled {pooled_mean:.6f})")
     print(f"   H-L C groups (R's deciles): {v.hl_c.table['n'].tolist()}")
+    _smooth_and_sites(v)
     trips = {s: after[s]["requests"] - before[s]["requests"] for s in after}
     sent = {s: after[s]["bytes_sent"] - before[s]["bytes_sent"] for s in after}
     print(f"   round trips per site: {max(trips.values())}; bytes sent per site: "
@@ -188,6 +189,26 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
     from dsfed_client.report import collect_study_info  # noqa: PLC0415
 
     report.validation = (v, collect_study_info(session, "D$y", table=TABLE, score="D$score"))
+
+
+def _smooth_and_sites(v) -> None:  # type: ignore[no-untyped-def]
+    """The smooth calibration's summaries and the per-site meta-analysis, or why they are absent."""
+    if v.smooth is None:
+        print(f"   smooth calibration: {v.smooth_note}")
+    else:
+        s = v.smooth
+        print(f"   smooth calibration (rcs of logit(p), {len(s.knots)} site-derived knots): ICI {s.ici:.4f}, "
+              f"E50 {s.e50:.4f}, E90 {s.e90:.4f}, Emax {s.emax:.4f}; Nagelkerke R2 {s.r2:.4f}, log loss {s.log_loss:.4f}")
+    h = v.heterogeneity
+    if h is None or not h.available:
+        print(f"   heterogeneity across sites: {h.note if h is not None else 'not asked'}")
+        return
+    print(f"   heterogeneity across sites (random effects, {h.auc.method if h.auc else ''}):")
+    for label, meta in (("AUC", h.auc), ("calibration slope", h.slope), ("O/E", h.oe)):
+        if meta is not None:
+            print(f"     {label:<18} pooled {meta.estimate_back:.3f} ({meta.ci_back[0]:.3f}-"
+                  f"{meta.ci_back[1]:.3f}); tau^2 {meta.tau2:.4f}, I^2 {meta.i2:.1f}%, prediction interval "
+                  f"{meta.pi_back[0]:.3f}-{meta.pi_back[1]:.3f}")
 
 
 def _hl_note(hl) -> str:  # type: ignore[no-untyped-def]
