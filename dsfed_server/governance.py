@@ -42,7 +42,7 @@ def weak_settings(rules: Rules) -> list[str]:
     warnings = []
     if rules.disclosure.q_threshold < 3:
         warnings.append(f"disclosure.q_threshold = {rules.disclosure.q_threshold}: a released count may rest on "
-                        "one or two records (DataSHIELD's default nfilter.tab is 3; seed 000 uses 5)")
+                        "one or two records (DataSHIELD's default nfilter.tab is 3; the ROC-GLM paper's analysis uses 5)")
     if not rules.noise_off and rules.privacy.epsilon > 10:
         warnings.append(f"privacy.epsilon = {rules.privacy.epsilon:g}: above 10 per query the noise protects "
                         "little (e^10 = 22026 is the factor by which one record may change any outcome's odds)")
@@ -76,10 +76,21 @@ def _value(value: Any) -> str:
     return repr(value)
 
 
+# a parenthesis (one level of nesting inside) that cites a seed paper: "(seed 000 eqs. 1-2; DeLong 1988)"
+_CITATION = re.compile(r"\s*\((?:[^()]|\([^()]*\))*\bseeds? \d{3}\b(?:[^()]|\([^()]*\))*\)")
+# the few technical words a function list cannot avoid, said once in plain words
+GLOSSARY = (
+    "placement value: for one record, the share of the other class's scores that its own score "
+    "exceeds; the AUC is their mean (DeLong 1988)",
+    "ROC-GLM: the ROC curve fitted as a regression on those placement values",
+)
+
+
 def _summary(doc: str) -> str:
     """A function's doc up to its first full stop before a capital letter, or its first formula."""
     paragraph = " ".join(doc.split("\n\n", 1)[0].split())
     paragraph = re.split(r"\.\s+(?=[A-Z])|:math:", paragraph, maxsplit=1)[0]
+    paragraph = _CITATION.sub("", paragraph)  # a board reads what a function does, not which paper it follows
     return re.sub(r":\w+:`([^`]*)`", r"\1", paragraph).replace("``", "").rstrip(".,:; ")
 
 
@@ -108,7 +119,10 @@ def _explain_section(name: str, section: BaseModel, description: str | None,
 
 def _explain_functions(enabled: tuple[str, ...], registry: Registry, indent: int) -> list[str]:
     pad = " " * indent
-    lines = [f"{pad}Allowed:"]
+    lines = [f"{pad}Words used below:"]
+    for entry in GLOSSARY:
+        lines += textwrap.wrap(entry, _WIDTH, initial_indent=f"{pad}  - ", subsequent_indent=f"{pad}    ")
+    lines.append(f"{pad}Allowed:")
     for name in enabled:
         spec = registry.get(name)
         summary = f"{spec.kind}: {_summary(spec.doc)}" if spec else "not a registry function"

@@ -5,6 +5,7 @@ summarises the audit log a real site wrote, ``audit verify`` catches an edited l
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,9 @@ def test_rules_explain_covers_every_key_of_the_file(path: Path):
             assert f"{key[-1]} = {shown}" in out, f"{'.'.join(key)}: its value is not printed"
     for function in data["functions"]["enabled"]:
         assert f"- {function} (" in out
+    # written for a board, not for us: no paper shorthand; the technical words it uses are explained
+    assert not re.search(r"\bseeds?[ -]\d{3}", out), re.search(r".{60}\bseeds?[ -]\d{3}.{20}", out)
+    assert "placement value: for one record, the share of the other class's scores" in out
 
 
 def test_rules_explain_of_a_profile_shows_what_it_tightens_and_refuses():

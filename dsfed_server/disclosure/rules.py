@@ -35,7 +35,7 @@ class Disclosure(_Section):
         le=1000,
         description=(
             "Minimum number of records behind any aggregate, and minimum count of every "
-            "non-zero cell of a table (DataSHIELD nfilter.tab; seed-000 paper uses 5). "
+            "non-zero cell of a table (DataSHIELD nfilter.tab; the ROC-GLM paper's analysis uses 5). "
             "Protects against singling out a person from a small count or mean."
         ),
     )

@@ -140,7 +140,7 @@ def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, flo
 )
 def reference_scores(ctx: CallContext, negatives: list[float], positives: list[float]) -> pd.DataFrame:
     """Store the pooled (noisy) scores of all sites, as a table (score, class), for the placement
-    values of seed 000: the global survivor functions are built from it at the site."""
+    values (seed 000): the global survivor functions are built from it at the site."""
     if len(negatives) == 0 or len(positives) == 0:
         raise CallError("both negatives and positives must be given")
     parts = [np.asarray(v, dtype=float) for v in (negatives, positives)]
