@@ -17,16 +17,20 @@ from rref import r_reference
 from sitekit import make_sites, rules_variant
 
 RTOL = 1e-8
+Q = 5  # q_threshold of the GBSG2 sites' rules
 N_GRID = 50
 
 R_SPLINE = """
-spline_ref <- function(y, p, ng) {
-  i <- p > 0 & p < 1; y <- y[i]; p <- p[i]; lp <- qlogis(p)
+spline_ref <- function(y, p, ng, q) {
+  col <- p; i <- p > 0 & p < 1; y <- y[i]; p <- p[i]; lp <- qlogis(p)
   k <- Hmisc::rcspline.eval(lp, nk = 4, knots.only = TRUE)
   fit <- glm(y ~ rms::rcs(qlogis(p), 4), family = binomial)    # rms's own knots
   fitk <- glm(y ~ rms::rcs(lp, k), family = binomial)           # the same, with the knots as numbers
   e <- abs(fitted(fit) - p)                                     # Austin & Steyerberg's errors
   rng <- quantile(lp, c(0.01, 0.99), type = 7)
+  cells <- function(a, b) sum(col > plogis(a) & col <= plogis(b))  # the score column's records between two cuts
+  if (cells(-Inf, rng[1]) < q || cells(rng[1], k[1]) < q) rng[1] <- k[1]      # the gate's rule: else the
+  if (cells(k[4], rng[2]) < q || cells(rng[2], Inf) < q) rng[2] <- k[4]       # outer knot bounds the range
   g <- seq(rng[1], rng[2], length.out = ng)
   pr <- predict(fitk, newdata = data.frame(lp = g), se.fit = TRUE)
   emax <- max(abs(plogis(pr$fit) - plogis(g)))                  # Emax on the released range
@@ -52,7 +56,8 @@ def spline(gbsg2_provisioned, gbsg2_http):
 
 @pytest.fixture(scope="module")
 def reference(pooled) -> dict[str, np.ndarray]:
-    out = r_reference("spline_ref", R_SPLINE, y=pooled["y"].to_numpy(), p=pooled["score"].to_numpy(), ng=[N_GRID])
+    out = r_reference("spline_ref", R_SPLINE, y=pooled["y"].to_numpy(), p=pooled["score"].to_numpy(), ng=[N_GRID],
+                      q=[Q])
     parts = np.split(out, np.cumsum([4, 4, 16, 1, 2, 1, 1, N_GRID, N_GRID]))
     names = ("knots", "coef", "vcov", "ici", "e", "emax", "r2", "fit", "se", "range")
     return dict(zip(names, parts))
