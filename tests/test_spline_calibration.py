@@ -13,20 +13,26 @@ from dsfed_client.analyses.smooth_calibration import ds_spline_calibration
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from conftest import GBSG2_SITES, FIXTURES, http_builder, inprocess_builder
-from rref import r_reference
-from sitekit import make_sites, rules_variant
+from dsfed_client.analyses.thresholds import ds_threshold_metrics
+from dsfed_server.launch import LocalSites
+from rref import r_eval, r_reference
+from sitekit import ROOT, make_sites, rules_variant
 
 RTOL = 1e-8
+Q = 5  # q_threshold of the GBSG2 sites' rules
 N_GRID = 50
 
 R_SPLINE = """
-spline_ref <- function(y, p, ng) {
-  i <- p > 0 & p < 1; y <- y[i]; p <- p[i]; lp <- qlogis(p)
+spline_ref <- function(y, p, ng, q) {
+  col <- p; i <- p > 0 & p < 1; y <- y[i]; p <- p[i]; lp <- qlogis(p)
   k <- Hmisc::rcspline.eval(lp, nk = 4, knots.only = TRUE)
   fit <- glm(y ~ rms::rcs(qlogis(p), 4), family = binomial)    # rms's own knots
   fitk <- glm(y ~ rms::rcs(lp, k), family = binomial)           # the same, with the knots as numbers
   e <- abs(fitted(fit) - p)                                     # Austin & Steyerberg's errors
   rng <- quantile(lp, c(0.01, 0.99), type = 7)
+  cells <- function(a, b) sum(col > plogis(a) & col <= plogis(b))  # the score column's records between two cuts
+  if (cells(-Inf, rng[1]) < q || cells(rng[1], k[1]) < q) rng[1] <- k[1]      # the gate's rule: else the
+  if (cells(k[4], rng[2]) < q || cells(rng[2], Inf) < q) rng[2] <- k[4]       # outer knot bounds the range
   g <- seq(rng[1], rng[2], length.out = ng)
   pr <- predict(fitk, newdata = data.frame(lp = g), se.fit = TRUE)
   emax <- max(abs(plogis(pr$fit) - plogis(g)))                  # Emax on the released range
@@ -52,7 +58,8 @@ def spline(gbsg2_provisioned, gbsg2_http):
 
 @pytest.fixture(scope="module")
 def reference(pooled) -> dict[str, np.ndarray]:
-    out = r_reference("spline_ref", R_SPLINE, y=pooled["y"].to_numpy(), p=pooled["score"].to_numpy(), ng=[N_GRID])
+    out = r_reference("spline_ref", R_SPLINE, y=pooled["y"].to_numpy(), p=pooled["score"].to_numpy(), ng=[N_GRID],
+                      q=[Q])
     parts = np.split(out, np.cumsum([4, 4, 16, 1, 2, 1, 1, N_GRID, N_GRID]))
     names = ("knots", "coef", "vcov", "ici", "e", "emax", "r2", "fit", "se", "range")
     return dict(zip(names, parts))
@@ -120,3 +127,71 @@ def test_refused_where_the_rules_do_not_enable_it(tmp_path, pooled):
         with pytest.raises(FederatedCallError, match="rcsKnotsDS") as refused:
             ds_spline_calibration(session, "D$y", "D$score", secure=True)
     assert {e.rule for e in refused.value.failures.values()} == {"functions.enabled"}
+
+
+# --- the knots as cuts on the score column (release gate, with a cut history) -------------------
+
+
+def _gated_sites(tmp_path):
+    """Three sites of 200 distinct scores each as server processes, no noise, the cut history on."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rules = tmp_path / "rules.toml"
+    rules.write_text((ROOT / "disclosure_rules" / "testing-no-noise.toml").read_text()
+                     .replace("\ncut_history = false\n", "\ncut_history = true\n"))
+    rng = np.random.default_rng(31)
+    frames = {}
+    for k in range(3):
+        p = rng.uniform(0.05, 0.95, 200)
+        frames[f"s{k + 1}"] = pd.DataFrame({"y": (rng.uniform(size=p.size) < p).astype(int), "score": p})
+    provisioned, _ = make_sites(tmp_path, frames, rules=rules)
+    return provisioned, np.sort(pd.concat(frames.values())["score"].to_numpy())
+
+
+def _first_knot(p: np.ndarray) -> float:
+    """rcspline.eval's 5 % knot of logit(p), in R, on the pooled scores (the truth)."""
+    return float(r_eval("Hmisc::rcspline.eval(qlogis(p), nk = 4, knots.only = TRUE)[1]", p=p)[0])
+
+
+def test_released_knots_join_the_score_columns_cut_history(tmp_path):
+    """After a spline calibration, a threshold two records above the 5 % knot (a cell of 2 < q between
+    them) is withheld; on fresh sites, without the calibration, the same threshold is released."""
+    provisioned, p = _gated_sites(tmp_path)
+    knot = _first_knot(p)
+    above = p[p > 1 / (1 + np.exp(-knot))]
+    t = float((above[1] + above[2]) / 2)  # records between the knot's cut and t: 2
+    with LocalSites(provisioned.values(), tmp_path / "run") as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            session.assign_table("D", "P.t")
+            fresh = ds_threshold_metrics(session, "D$y", "D$score", [t], secure=True)
+            assert fresh.withheld == () and fresh.thresholds.tolist() == [t]  # the control: released
+    provisioned, p = _gated_sites(tmp_path / "again")
+    with LocalSites(provisioned.values(), tmp_path / "again" / "run") as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            session.assign_table("D", "P.t")
+            fit = ds_spline_calibration(session, "D$y", "D$score", secure=True)
+            assert fit.knots[0] == pytest.approx(knot, rel=RTOL)
+            after = ds_threshold_metrics(session, "D$y", "D$score", [t], secure=True)
+            assert after.withheld == (t,), "the knot's cut was not in the score column's history"
+
+
+def test_knots_beside_a_released_threshold_are_refused(tmp_path):
+    """The attack: a threshold c released first, chosen (here from the truth) so that fewer than q
+    records lie between c and the 5 % knot; the knots would then single those records out. Refused
+    by the gate (disclosure.cut_history): 0 records singled out, against the count the knots would
+    have isolated without the gate."""
+    provisioned, p = _gated_sites(tmp_path)
+    cut = 1 / (1 + np.exp(-_first_knot(p)))
+    below = p[p <= cut]
+    c = float((below[-3] + below[-4]) / 2)  # p >= c and p <= knot: 3 records
+    isolated = int(np.sum((p >= c) & (p <= cut)))
+    assert 0 < isolated < 5
+    with LocalSites(provisioned.values(), tmp_path / "run") as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            session.assign_table("D", "P.t")
+            first = ds_threshold_metrics(session, "D$y", "D$score", [c], secure=True)
+            assert first.thresholds.tolist() == [c]
+            with pytest.raises(FederatedCallError, match="rcsKnotsDS") as refused:
+                ds_spline_calibration(session, "D$y", "D$score", secure=True)
+    rules = {e.rule for e in refused.value.failures.values()}
+    assert rules == {"disclosure.cut_history"}, (
+        f"the knots would have isolated {isolated} records beside the threshold {c}; the sites answered {rules}")

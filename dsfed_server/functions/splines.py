@@ -17,6 +17,17 @@ such a symbol. What leaves is the knots (and the 1 and 99 % quantiles bounding t
 type-7 quantiles, as ``quantileMeanDS`` releases them, on at least ``quantile_min_multiple`` x q
 pooled records.
 
+**The knots are cuts (rule 2).** A knot :math:`t` (and a bound of the range) cuts the score column
+at :math:`\\mathrm{expit}(t)`: beside a cut released before on that column (an H-L break, a
+calibration bin, a threshold) it would single out the records between the two. So, once the search
+settles, one more pooled step counts the column's records between all cuts -- these with the
+column's cut history, as ``decileGroupsDS`` checks its breaks -- and the sites release the knots
+only if, pooled, every cell between cuts holds 0 or at least q records
+(:func:`~dsfed_server.disclosure.gate.fits_pooled`), and otherwise refuse
+(``disclosure.cut_history``). The 1 or 99 % quantile, a near-extreme record's value on a few
+hundred records, is released only where it fits too; else the range ends at the outer knot on that
+side (``range_withheld`` says so). The released cuts join the history.
+
 **Coefficients come from the pooled fit.** ``splineErrorsDS`` evaluates the fitted curve at the
 records only at the maximum-likelihood coefficients of the pooled data: its first step pools the
 score vector :math:`U(\\beta)` and information :math:`I(\\beta)` and the sites go on only if the
@@ -38,6 +49,8 @@ from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.quantiles import Bracket, narrow, probes
 from dsfed_core.splines import rcs_basis, rcs_probs, rcs_term_names, type7_order, type7_quantile
 from dsfed_server.context import CallContext
+from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
@@ -59,17 +72,20 @@ class OrderSearch:
     Counts at probes narrow a bracket :math:`(a, b]` per rank (:mod:`dsfed_core.quantiles`) until it
     holds one distinct key; then the pooled count and sum of ``value`` over the bracket give the
     value. ``ranks(n)`` names the ranks once the pooled n is known; ``finish(n, values, ties, extra,
-    floor)`` makes the release (``ties``: the pooled count at each rank's value; ``extra``: the pooled
-    ``extra`` fields of the first step; ``floor``: the sites' shared floor, its q the largest)."""
+    floor)`` makes the release, or the step that decides on it (``ties``: the pooled count at each
+    rank's value; ``extra``: the pooled ``extra`` fields of the first step; ``floor``: the sites'
+    shared floor, its q the largest). ``history_key``: the table column whose cut history the
+    protocol uses (its steps carry the key of the gate's draws)."""
 
     def __init__(self, key: np.ndarray, value: np.ndarray, ranks: Callable[[int], list[int]],
                  finish: Callable[[int, dict[int, float], dict[int, int], dict[str, np.ndarray], Floor],
-                                  dict[str, Any]],
-                 extra: dict[str, np.ndarray], lower: float = 0.0, upper: float = 1.0) -> None:
+                                  dict[str, Any] | PooledSteps],
+                 extra: dict[str, np.ndarray], lower: float = 0.0, upper: float = 1.0,
+                 history_key: tuple[str, str] | None = None) -> None:
         order = np.argsort(key, kind="stable")
         self.key, self.value = key[order], value[order]
         self.ranks, self.finish, self.extra = ranks, finish, extra
-        self.lower, self.upper = lower, upper
+        self.lower, self.upper, self.history_key = lower, upper, history_key
         self.brackets: dict[int, Bracket] = {}
         self.rounds, self.n = 0, 0
         self.pooled_extra: dict[str, np.ndarray] = {}
@@ -96,7 +112,7 @@ class OrderSearch:
                 return None, self.counts(following)
             return None, self.bracket_sums()
 
-        return PooledSteps(fields, advance, frac_bits=40 if first and self.extra else 0)
+        return PooledSteps(fields, advance, frac_bits=40 if first and self.extra else 0, history_key=self.history_key)
 
     def bracket_sums(self) -> PooledSteps:
         """This site's count and sum of ``value`` in every rank's bracket."""
@@ -107,12 +123,14 @@ class OrderSearch:
         hi = np.searchsorted(self.key, [self.brackets[j].b for j in ranks], side="right")
         sums = np.array([self.value[a:b].sum() for a, b in zip(lo, hi)])
 
-        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
+        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any] | None, PooledSteps | None]:
             counts = np.rint(pooled["count"]).astype(int)
             values = {j: float(s / c) for j, s, c in zip(ranks, pooled["sum"], counts)}
-            return self.finish(self.n, values, dict(zip(ranks, counts.tolist())), self.pooled_extra, floor), None
+            out = self.finish(self.n, values, dict(zip(ranks, counts.tolist())), self.pooled_extra, floor)
+            return (None, out) if isinstance(out, PooledSteps) else (out, None)
 
-        return PooledSteps({"count": (hi - lo).astype(float), "sum": sums}, advance, frac_bits=40)
+        return PooledSteps({"count": (hi - lo).astype(float), "sum": sums}, advance, frac_bits=40,
+                           history_key=self.history_key)
 
 
 def _quantile_ranks(probs: tuple[float, ...]) -> Callable[[int], list[int]]:
@@ -142,13 +160,14 @@ def _enough(multiple: float, n: int, floor: Floor, what: str) -> None:
     [Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
      Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
      Param("nk", P.INTEGER, "number of knots (rms::rcs)", required=False, default=4, minimum=3, maximum=7)],
-    checks=_CHECKS + ("secure_aggregation.pooled_thresholds",),
+    checks=_CHECKS + ("disclosure.cut_history", "secure_aggregation.pooled_thresholds"),
     pooled_only=True,
 )
 def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> PooledSteps:
     """The knots of ``rms::rcs(qlogis(p), nk)`` on the pooled records with 0 < p < 1 (those
     ``val.prob`` keeps), found by the sites (module docstring) and kept at every site as the symbol
-    the release names; released with the 1 and 99 % quantiles of logit(p) (``range``).
+    the release names; released with the 1 and 99 % quantiles of logit(p) (``range``) where the
+    release gate passes them as cuts on the score column (:func:`_gated_knots`).
 
     ``Hmisc::rcspline.eval``'s rules: type-7 quantiles at :func:`~dsfed_core.splines.rcs_probs`. Its
     other branches are refused, saying so: fewer than 100 records (the outer knots would be the 5th
@@ -163,8 +182,20 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
     probs = rcs_probs(nk)
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
     name_length = ctx.limits.max_name_length
+    cells = gate.Intervals(p, (), render=lambda released: None, column=ctx.root_column(score))
+    key = cells.history_key
+    history = ctx.guard.pooled_history(key)
 
-    def finish(n: int, order: dict[int, float], ties: dict[int, int], extra: dict, floor: Floor) -> dict[str, Any]:
+    def keep(knots: list[float]) -> dict[str, Any]:
+        """Every site keeps the knots as the symbol the release names."""
+        digest = content_digest(np.asarray(knots)).hex()
+        name = f"dsfed.knots.{digest}"[:name_length]
+        session.symbols[name] = pd.DataFrame({"knot": knots})
+        session.sources[name] = sources
+        session.definitions[name] = f"{SITE_DERIVED}{digest}"
+        return {"knots_symbol": name, "knots_digest": session.definitions[name]}
+
+    def finish(n: int, order: dict[int, float], ties: dict[int, int], extra: dict, floor: Floor) -> PooledSteps:
         _enough(multiple, n, floor, "the knots")
         if n < RCS_MIN_N:
             raise DisclosureRefusal(
@@ -179,16 +210,56 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
         if len(set(knots)) < nk:
             raise CallError(f"the {nk} knots at the {probs} quantiles of logit(p) are not distinct (tied scores)",
                             hint="ask for fewer knots (nk)")
-        digest = content_digest(np.asarray(knots)).hex()
-        name = f"dsfed.knots.{digest}"[:name_length]
-        session.symbols[name] = pd.DataFrame({"knot": knots})
-        session.sources[name] = sources
-        session.definitions[name] = f"{SITE_DERIVED}{digest}"
-        return {"knots": knots, "range": [type7_quantile(order, n, prob) for prob in RANGE_PROBS], "n": n,
-                "nk": nk, "knots_symbol": name, "knots_digest": session.definitions[name], "pooled": True}
+        bounds = [type7_quantile(order, n, prob) for prob in RANGE_PROBS]
+        return _gated_knots(cells, knots, bounds, history, ctx.guard,
+                            lambda released, reason: {"knots": knots, "range": released, "range_withheld": reason,
+                                                      "n": n, "nk": nk, **keep(knots), "pooled": True})
 
-    search = OrderSearch(p[finite], special.logit(p[finite]), _quantile_ranks(probs + RANGE_PROBS), finish, {})
+    search = OrderSearch(p[finite], special.logit(p[finite]), _quantile_ranks(probs + RANGE_PROBS), finish, {},
+                         history_key=key)
     return search.start()
+
+
+def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float], history: list[gate.Cut],
+                 guard: Guard, release: Callable[[list[float], str | None], dict[str, Any]]) -> PooledSteps:
+    """The release gate's step on the knots and the range's ``bounds`` (logit(p)): this site's counts
+    of the score column between all cuts -- each value :math:`t` as the cut :math:`p \\le
+    \\mathrm{expit}(t)` in the column's units, with the column's released ``history`` -- and, pooled,
+    :func:`gate.fits_pooled` on them, as ``DecileSearch.group_sums`` decides on the H-L table. The
+    knots must all fit (else a refusal); then each bound is released where it fits with the knots
+    and the history, else replaced by the outer knot on its side (the reason in ``release``'s
+    second argument). The released cuts join the history."""
+    def as_cuts(logits: list[float]) -> tuple[gate.Cut, ...]:
+        p_cuts = gate.cuts_from(sorted(set(special.expit(np.asarray(logits)).tolist())), inclusive=True)
+        return tuple(sorted(set(gate.Intervals(cells.x, p_cuts, render=cells.render, column=cells.column)
+                                .root_cuts())))
+
+    knot_cuts, bound_cuts = as_cuts(knots), [as_cuts([b])[0] for b in bounds]
+    refined = tuple(sorted(set(knot_cuts) | set(bound_cuts) | set(history)))
+    counts = np.bincount(gate.cell_index(cells.root_values(), refined), minlength=len(refined) + 1).astype(float)
+    key = cells.history_key
+
+    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
+        fits = gate.fits_pooled(knot_cuts, refined, history, pooled["refined"], floor, key).all()
+        if not fits or set(guard.released_cuts(key)) - set(history):
+            raise DisclosureRefusal(
+                f"the knots of logit(p), as cuts on the score column with the cuts released before on it, would "
+                f"single out fewer than {floor.q} records", rule="disclosure.cut_history",
+                hint="cuts released before on this score column (thresholds, calibration bins, H-L breaks) lie "
+                     "within q records of a knot; the sites do not release these knots for this column")
+        used = sorted(set(history) | set(knot_cuts))
+        ends = sorted(set(bound_cuts))
+        kept_ends = dict(zip(ends, gate.fits_pooled(ends, refined, used, pooled["refined"], floor, key)))
+        kept = [kept_ends[c] for c in bound_cuts]
+        released = [b if k else knot for b, k, knot in zip(bounds, kept, (knots[0], knots[-1]))]
+        guard.record_pooled(key, list(knot_cuts) + [c for c, k in zip(bound_cuts, kept) if k])
+        reason = None if all(kept) else (
+            f"the {' and '.join(f'{100 * p:g} %' for p, k in zip(RANGE_PROBS, kept) if not k)} quantile of logit(p) "
+            f"would single out fewer than {floor.q} records (with the knots and the cuts released before on the "
+            "score column): the range ends at the outer knot there")
+        return release(released, reason), None
+
+    return PooledSteps({"refined": counts}, advance, frac_bits=0, history_key=key)
 
 
 @register(
