@@ -34,7 +34,9 @@ class SplineCalibration(Results):
 
     ``emax`` departs from Austin & Steyerberg's maximum over the records (an extreme record's
     error): it is the maximum of :math:`|\\hat c(p) - p|` over the grid between the 1 and 99 % pooled
-    quantiles of logit(p) that the sites release (``p_range``).
+    quantiles of logit(p) that the sites release (``p_range``); a bound the release gate refuses (it
+    would single out fewer than q records beside a knot or an earlier cut) is the outer knot on its
+    side instead, and ``range_note`` says so.
 
     References
     ----------
@@ -54,16 +56,20 @@ class SplineCalibration(Results):
     log_loss: float = stat("Log loss", brief=".4f")
     n: int = stat("n used", brief="")
     knots: np.ndarray = hidden()
-    p_range: tuple[float, float] = stat("Range of p (1 and 99 % quantiles)")
+    p_range: tuple[float, float] = stat("Range of p (1 and 99 % quantiles, or the outer knots)")
     fit: GLMResults = hidden()
     grid: np.ndarray = hidden()
     calibrated: np.ndarray = hidden()
     lower: np.ndarray = hidden()
     upper: np.ndarray = hidden()
     alpha: float = stat(default=0.05)
+    range_note: str = stat(default="")  # why a bound of the range is an outer knot, if one is
 
     def _table(self) -> pd.DataFrame:
         return pd.DataFrame({"p": self.grid, "calibrated": self.calibrated, "lower": self.lower, "upper": self.upper})
+
+    def _notes(self) -> tuple[str, ...]:
+        return (self.range_note,) if self.range_note else ()
 
     def plot(self, ax: Any = None) -> Any:
         """The curve with its pointwise band against the diagonal; returns the Axes."""
@@ -144,7 +150,7 @@ def ds_spline_calibration(session: FederatedSession, truth: str, score: str, *, 
         emax=float(np.max(np.abs(calibrated - grid))), r2=nagelkerke_r2(loss["n"], loss["n1"], loss["loglik"]),
         log_loss=-loss["loglik"] / loss["n"], n=int(loss["n"]), knots=knots,
         p_range=(float(special.expit(lo)), float(special.expit(hi))), fit=fit, grid=grid, calibrated=calibrated,
-        lower=lower, upper=upper, alpha=alpha)
+        lower=lower, upper=upper, alpha=alpha, range_note=knots_release.get("range_withheld") or "")
 
 
 def spline_section(session: FederatedSession, truth: str, score: str, *, alpha: float,
