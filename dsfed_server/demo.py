@@ -199,6 +199,9 @@ def _smooth_and_sites(v) -> None:  # type: ignore[no-untyped-def]
         s = v.smooth
         print(f"   smooth calibration (rcs of logit(p), {len(s.knots)} site-derived knots): ICI {s.ici:.4f}, "
               f"E50 {s.e50:.4f}, E90 {s.e90:.4f}, Emax {s.emax:.4f}; Nagelkerke R2 {s.r2:.4f}, log loss {s.log_loss:.4f}")
+        for note in (s.knots_note, s.range_note):
+            if note:
+                print(f"     {note}")
     h = v.heterogeneity
     if h is None or not h.available:
         print(f"   heterogeneity across sites: {h.note if h is not None else 'not asked'}")

@@ -135,17 +135,23 @@ def test_refused_where_the_rules_do_not_enable_it(tmp_path, pooled):
 # --- the knots as cuts on the score column (release gate, with a cut history) -------------------
 
 
+def _frames() -> dict[str, pd.DataFrame]:
+    """Three sites' records: 200 distinct scores each, outcomes drawn from them."""
+    rng = np.random.default_rng(31)
+    frames = {}
+    for k in range(3):
+        p = rng.uniform(0.05, 0.95, 200)
+        frames[f"s{k + 1}"] = pd.DataFrame({"y": (rng.uniform(size=p.size) < p).astype(int), "score": p})
+    return frames
+
+
 def _gated_sites(tmp_path):
     """Three sites of 200 distinct scores each as server processes, no noise, the cut history on."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     rules = tmp_path / "rules.toml"
     rules.write_text((ROOT / "disclosure_rules" / "testing-no-noise.toml").read_text()
                      .replace("\ncut_history = false\n", "\ncut_history = true\n"))
-    rng = np.random.default_rng(31)
-    frames = {}
-    for k in range(3):
-        p = rng.uniform(0.05, 0.95, 200)
-        frames[f"s{k + 1}"] = pd.DataFrame({"y": (rng.uniform(size=p.size) < p).astype(int), "score": p})
+    frames = _frames()
     provisioned, _ = make_sites(tmp_path, frames, rules=rules)
     return provisioned, np.sort(pd.concat(frames.values())["score"].to_numpy())
 
@@ -177,13 +183,15 @@ def test_released_knots_join_the_score_columns_cut_history(tmp_path):
             assert after.withheld == (t,), "the knot's cut was not in the score column's history"
 
 
-def test_knots_beside_a_released_threshold_are_refused(tmp_path):
+def test_a_knot_beside_a_released_threshold_moves_onto_it(tmp_path):
     """The attack: a threshold c released first, chosen (here from the truth) so that fewer than q
-    records lie between c and the 5 % knot; the knots would then single those records out. Refused
-    by the gate (disclosure.cut_history): 0 records singled out, against the count the knots would
-    have isolated without the gate."""
+    records lie between c and the 5 % knot; the knot would then single those records out. The gate
+    moves the knot onto c, which is public already: the release holds no new cut beside c (0 records
+    singled out, against the count the true knot would have isolated), says so, and the fit is R's
+    glm on the spline at the knots released."""
     provisioned, p = _gated_sites(tmp_path)
-    cut = 1 / (1 + np.exp(-_first_knot(p)))
+    knot = _first_knot(p)
+    cut = 1 / (1 + np.exp(-knot))
     below = p[p <= cut]
     c = float((below[-3] + below[-4]) / 2)  # p >= c and p <= knot: 3 records
     isolated = int(np.sum((p >= c) & (p <= cut)))
@@ -193,8 +201,13 @@ def test_knots_beside_a_released_threshold_are_refused(tmp_path):
             session.assign_table("D", "P.t")
             first = ds_threshold_metrics(session, "D$y", "D$score", [c], secure=True)
             assert first.thresholds.tolist() == [c]
-            with pytest.raises(FederatedCallError, match="rcsKnotsDS") as refused:
-                ds_spline_calibration(session, "D$y", "D$score", secure=True)
-    rules = {e.rule for e in refused.value.failures.values()}
-    assert rules == {"disclosure.cut_history"}, (
-        f"the knots would have isolated {isolated} records beside the threshold {c}; the sites answered {rules}")
+            fit = ds_spline_calibration(session, "D$y", "D$score", secure=True)
+    released = 1 / (1 + np.exp(-fit.knots))
+    assert released[0] == pytest.approx(c, rel=1e-12), (
+        f"the knot beside {c} was released at {released[0]} (the true knot {cut} isolates {isolated} records)")
+    assert not np.any(np.isclose(fit.knots, knot, rtol=1e-9)) and "1 knot(s) moved" in fit.knots_note
+    frames = _frames()  # the records the sites hold
+    y = np.concatenate([f["y"].to_numpy(float) for f in frames.values()])
+    p_all = np.concatenate([f["score"].to_numpy(float) for f in frames.values()])
+    coef = r_eval("coef(glm(y ~ rms::rcs(qlogis(p), k), family = binomial))", y=y, p=p_all, k=fit.knots)
+    np.testing.assert_allclose(np.asarray(fit.fit.params, dtype=float), coef, rtol=1e-7)

@@ -64,12 +64,13 @@ class SplineCalibration(Results):
     upper: np.ndarray = hidden()
     alpha: float = stat(default=0.05)
     range_note: str = stat(default="")  # why a bound of the range is an outer knot, if one is
+    knots_note: str = stat(default="")  # which knots moved to cuts released before (not rms's), if any
 
     def _table(self) -> pd.DataFrame:
         return pd.DataFrame({"p": self.grid, "calibrated": self.calibrated, "lower": self.lower, "upper": self.upper})
 
     def _notes(self) -> tuple[str, ...]:
-        return (self.range_note,) if self.range_note else ()
+        return tuple(note for note in (self.knots_note, self.range_note) if note)
 
     def plot(self, ax: Any = None) -> Any:
         """The curve with its pointwise band against the diagonal; returns the Axes."""
@@ -150,7 +151,17 @@ def ds_spline_calibration(session: FederatedSession, truth: str, score: str, *, 
         emax=float(np.max(np.abs(calibrated - grid))), r2=nagelkerke_r2(loss["n"], loss["n1"], loss["loglik"]),
         log_loss=-loss["loglik"] / loss["n"], n=int(loss["n"]), knots=knots,
         p_range=(float(special.expit(lo)), float(special.expit(hi))), fit=fit, grid=grid, calibrated=calibrated,
-        lower=lower, upper=upper, alpha=alpha, range_note=knots_release.get("range_withheld") or "")
+        lower=lower, upper=upper, alpha=alpha, range_note=knots_release.get("range_withheld") or "",
+        knots_note=_moves_note(knots_release.get("knots_moved") or []))
+
+
+def _moves_note(moved: list[list[float]]) -> str:
+    """The knots the release gate moved to cuts released before on the score column, in words."""
+    if not moved:
+        return ""
+    moves = ", ".join(f"p = {special.expit(a):.4g} to {special.expit(b):.4g}" for a, b in moved)
+    return (f"{len(moved)} knot(s) moved to cuts released before on the score column ({moves}): at rms's quantile "
+            "they would single out fewer than q records beside such a cut; the fit is the spline at these knots")
 
 
 def spline_section(session: FederatedSession, truth: str, score: str, *, alpha: float,

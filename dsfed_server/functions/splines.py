@@ -212,8 +212,9 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
                             hint="ask for fewer knots (nk)")
         bounds = [type7_quantile(order, n, prob) for prob in RANGE_PROBS]
         return _gated_knots(cells, knots, bounds, history, ctx.guard,
-                            lambda released, reason: {"knots": knots, "range": released, "range_withheld": reason,
-                                                      "n": n, "nk": nk, **keep(knots), "pooled": True})
+                            lambda final, released, moved, reason: {
+                                "knots": final, "range": released, "range_withheld": reason, "knots_moved": moved,
+                                "n": n, "nk": nk, **keep(final), "pooled": True})
 
     search = OrderSearch(p[finite], special.logit(p[finite]), _quantile_ranks(probs + RANGE_PROBS), finish, {},
                          history_key=key)
@@ -221,14 +222,20 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
 
 
 def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float], history: list[gate.Cut],
-                 guard: Guard, release: Callable[[list[float], str | None], dict[str, Any]]) -> PooledSteps:
+                 guard: Guard, release: Callable[[list[float], list[float], list[list[float]], str | None],
+                                                 dict[str, Any]]) -> PooledSteps:
     """The release gate's step on the knots and the range's ``bounds`` (logit(p)): this site's counts
     of the score column between all cuts -- each value :math:`t` as the cut :math:`p \\le
     \\mathrm{expit}(t)` in the column's units, with the column's released ``history`` -- and, pooled,
-    :func:`gate.fits_pooled` on them, as ``DecileSearch.group_sums`` decides on the H-L table. The
-    knots must all fit (else a refusal); then each bound is released where it fits with the knots
-    and the history, else replaced by the outer knot on its side (the reason in ``release``'s
-    second argument). The released cuts join the history."""
+    :func:`gate.fits_pooled` on them, as ``DecileSearch.group_sums`` decides on the H-L table.
+
+    A knot the gate refuses moves to the nearest cut released before on the column
+    (:func:`_moved_knots`): that cut is public already, so the knot adds nothing, and the spline's
+    fit at it is as good a calibration curve (the knots are a convention, not an estimate); the
+    release lists the moves (``release``'s third argument). Knots that cannot so move (no earlier
+    cut, a transformed column, two knots on one cut) are refused. Then each bound is released where
+    it fits with the knots and the history, else replaced by the outer knot on its side (the reason
+    in ``release``'s last argument). The released cuts join the history."""
     def as_cuts(logits: list[float]) -> tuple[gate.Cut, ...]:
         p_cuts = gate.cuts_from(sorted(set(special.expit(np.asarray(logits)).tolist())), inclusive=True)
         return tuple(sorted(set(gate.Intervals(cells.x, p_cuts, render=cells.render, column=cells.column)
@@ -238,28 +245,59 @@ def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float],
     refined = tuple(sorted(set(knot_cuts) | set(bound_cuts) | set(history)))
     counts = np.bincount(gate.cell_index(cells.root_values(), refined), minlength=len(refined) + 1).astype(float)
     key = cells.history_key
+    identity = cells.column is None or getattr(cells.column, "transform", "identity") == "identity"
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
-        fits = gate.fits_pooled(knot_cuts, refined, history, pooled["refined"], floor, key).all()
-        if not fits or set(guard.released_cuts(key)) - set(history):
+        def fits(cuts: list[gate.Cut]) -> np.ndarray:
+            return gate.fits_pooled(cuts, refined, history, pooled["refined"], floor, key)
+
+        final, cuts, moved = _moved_knots(knots, list(knot_cuts), history, fits, movable=identity)
+        if final is None or set(guard.released_cuts(key)) - set(history):
             raise DisclosureRefusal(
                 f"the knots of logit(p), as cuts on the score column with the cuts released before on it, would "
                 f"single out fewer than {floor.q} records", rule="disclosure.cut_history",
                 hint="cuts released before on this score column (thresholds, calibration bins, H-L breaks) lie "
-                     "within q records of a knot; the sites do not release these knots for this column")
-        used = sorted(set(history) | set(knot_cuts))
+                     "within q records of a knot, and no earlier cut could take its place; the sites do not "
+                     "release these knots for this column")
+        new = [c for c in cuts if c not in history]
+        used = sorted(set(history) | set(new))
         ends = sorted(set(bound_cuts))
         kept_ends = dict(zip(ends, gate.fits_pooled(ends, refined, used, pooled["refined"], floor, key)))
         kept = [kept_ends[c] for c in bound_cuts]
-        released = [b if k else knot for b, k, knot in zip(bounds, kept, (knots[0], knots[-1]))]
-        guard.record_pooled(key, list(knot_cuts) + [c for c, k in zip(bound_cuts, kept) if k])
+        released = [b if k else knot for b, k, knot in zip(bounds, kept, (final[0], final[-1]))]
+        guard.record_pooled(key, new + [c for c, k in zip(bound_cuts, kept) if k])
         reason = None if all(kept) else (
             f"the {' and '.join(f'{100 * p:g} %' for p, k in zip(RANGE_PROBS, kept) if not k)} quantile of logit(p) "
             f"would single out fewer than {floor.q} records (with the knots and the cuts released before on the "
             "score column): the range ends at the outer knot there")
-        return release(released, reason), None
+        return release(final, released, moved, reason), None
 
     return PooledSteps({"refined": counts}, advance, frac_bits=0, history_key=key)
+
+
+def _moved_knots(knots: list[float], cuts: list[gate.Cut], history: list[gate.Cut],
+                 fits: Callable[[list[gate.Cut]], np.ndarray], *, movable: bool
+                 ) -> tuple[list[float] | None, list[gate.Cut], list[list[float]]]:
+    """The knots the gate keeps: each refused one (logit scale, with its cut ``cuts[i]`` on the
+    column) moved to the nearest cut of ``history`` strictly inside (0, 1), until every new knot fits
+    with the history and the moved ones; ``None`` where that fails (the knots must stay distinct).
+    Returns the knots, their cuts, and the moves ``[from, to]`` (logit scale)."""
+    knots, cuts, moved = list(knots), list(cuts), []
+    inside = [c for c in history if 0 < c.value < 1]
+    for _ in range(len(knots)):
+        new = [i for i, c in enumerate(cuts) if c not in history]
+        kept = fits([cuts[i] for i in new])
+        if kept.all():
+            return knots, cuts, moved
+        if not movable or not inside:
+            return None, cuts, moved
+        for i in (new[j] for j in np.flatnonzero(~kept)):
+            nearest = min(inside, key=lambda c: abs(c.value - cuts[i].value))
+            moved.append([knots[i], float(special.logit(nearest.value))])
+            knots[i], cuts[i] = moved[-1][1], nearest
+        if len(set(knots)) < len(knots) or knots != sorted(knots):
+            return None, cuts, moved
+    return None, cuts, moved
 
 
 @register(
