@@ -186,6 +186,10 @@ ATTACKS = {  # derived columns, the last two of which differ by the patient aged
     "scaled cut": ["ifelse(D$age > 61.5, D$y, 0)", "ifelse(2*D$age - 125 > 0, D$y, 0)"],
     "one expression": ["ifelse(D$age > 61.5 & D$age < 62.5, D$y, 0)", "0 * D$y"],
     "exp step": ["1/(1 + exp(-1e5*(D$age - 61.5)))", "1/(1 + exp(-1e5*(D$age - 62.5)))", "a0 * D$y", "a1 * D$y"],
+    # a value the expression makes missing leaves a record out, as a comparison would (D$age/1000
+    # makes every value distinct: no few-valued column for the q check to catch)
+    "division by zero": ["D$y + D$age/1000", "D$y + D$age/1000 + 0/(D$age - 62)"],
+    "sqrt domain": ["D$y + D$age/1000 + 0*sqrt(D$age - 61.5)", "D$y + D$age/1000 + 0*sqrt(D$age - 62.5)"],
 }
 
 
@@ -193,9 +197,11 @@ ATTACKS = {  # derived columns, the last two of which differ by the patient aged
 def test_two_derived_columns_bracketing_one_record_do_not_give_its_value(tmp_path, cut_history):
     """The attacker derives columns whose cuts bracket the one patient aged 62 and reads the
     difference of two sums (meanDS x Nvalid): that patient's outcome. With the site's cut history
-    every attack is refused (measured: 0 of 4 recover it); without a cut history (a test profile)
-    the attacks across two columns recover it (3 of 4; the one-expression attack is refused by the
-    q check on its own values: the value 1 is held by that one patient), so the test measures what the gate adds."""
+    every attack is refused (measured: 0 of 6 recover it; before the records an expression makes
+    missing were audited as a row set, the division-by-zero and sqrt attacks recovered it: 2 of 6);
+    without a cut history (a test profile) the attacks across two columns recover it (5 of 6; the
+    one-expression attack is refused by the q check on its own values: the value 1 is held by that
+    one patient), so the test measures what the gate adds."""
     recovered, refusals = 0, []
     for name, texts in ATTACKS.items():
         frame, provisioned, services = _attack_site(tmp_path / name.replace(" ", "_"), cut_history)
@@ -216,7 +222,7 @@ def test_two_derived_columns_bracketing_one_record_do_not_give_its_value(tmp_pat
         assert recovered == 0
         assert set(refusals) <= {"disclosure.cut_history", "disclosure.subset_min_difference", "disclosure.q_threshold"}
     else:
-        assert recovered == 3 and refusals == ["disclosure.q_threshold"]
+        assert recovered == 5 and refusals == ["disclosure.q_threshold"]
 
 
 # --- the unmodified DataSHIELD client -----------------------------------------------------------

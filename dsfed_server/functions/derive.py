@@ -108,11 +108,23 @@ def derive(ctx: CallContext, expression: Node) -> pd.Series:
     levels = guard.distinct_values(evaluated.values, "the expression", "values",
                                    "a column whose values single out records is not made; use wider cuts or more "
                                    "records")
-    guard.derived_cuts(_cells(ctx, columns, evaluated.conditions), evaluated.row_sets + levels, rows)
+    row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
+    guard.derived_cuts(_cells(ctx, columns, evaluated.conditions), row_sets, rows)
     out = pd.Series(evaluated.values, index=first.index, name=expression.to_text()[:200])
     if rows is not None:
         out.attrs[ROWS] = rows
     return out
+
+
+def _made_missing(columns: dict[Leaf, pd.Series], values: np.ndarray) -> list[np.ndarray]:
+    """Where the expression itself makes a value missing (a division by zero, ``log`` or ``sqrt``
+    outside its domain, an overflow) it cuts the records as a comparison does: ``0/(D$age - 62)``
+    leaves out the one patient aged 62, and the sums of the column and of ``D$age`` would difference
+    that patient out. The records it keeps are then a row set the gate audits (None made missing:
+    no row set)."""
+    inputs = np.logical_and.reduce([c.notna().to_numpy() for c in columns.values()])
+    made = inputs & np.isnan(values)
+    return [~made] if made.any() else []
 
 
 def _cells(ctx: CallContext, columns: dict[Leaf, pd.Series], conditions: list[Condition]) -> list:
