@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -290,3 +290,11 @@ def first_release(session: "FederatedSession", secure: bool | None,
             raise
         fallback = PerSite(session, f"a pooled release was refused: {exc}")
         return fallback, release(fallback)
+
+
+def last_release(releases: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The last release of a protocol of several steps (:meth:`Aggregation.steps`), run to its end."""
+    release: dict[str, Any] = {}
+    for release in releases:
+        pass
+    return release

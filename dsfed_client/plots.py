@@ -227,6 +227,9 @@ def plot_smooth_calibration(p: np.ndarray, calibrated: np.ndarray, lower: np.nda
     ax.set_ylabel("observed (smoothed)")
     ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
+    return ax
+
+
 def plot_forest(meta: Any, *, reference: float | None = None, ax: "Axes | None" = None) -> "Axes":
     """A forest plot of a :class:`~dsfed_client.analyses.meta.MetaAnalysis` on the measure's own
     scale: each site's estimate and interval (square sized by its random-effects weight), the pooled

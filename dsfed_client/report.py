@@ -287,10 +287,15 @@ def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, A
 
 def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str, Any]],
                      budget_info: dict[str, dict[str, Any]] | None, curves: Any = None) -> str:
-    """What this analysis released with noise (each release's mechanism and its (epsilon, delta)), then
-    each site's ledger figures for the analyst: spent and remaining per table, as ``session.budget()``
-    (``GET /v1/budget/mine``) states them, the same figures as ``GET /v1/budget`` and ``dsfed audit
-    show`` (one statement, :func:`dsfed_server.disclosure.accountant.statement`)."""
+    """What this analysis released with noise, then each site's ledger figures for the analyst:
+    spent and remaining per table, as ``session.budget()`` (``GET /v1/budget/mine``) states them, the
+    same figures as ``GET /v1/budget`` and ``dsfed audit show`` (one statement,
+    :func:`dsfed_server.disclosure.accountant.statement`)."""
+    return _releases(report, rules_info, curves) + _budget_table(budget_info)
+
+
+def _releases(report: "ValidationReport", rules_info: dict[str, dict[str, Any]], curves: Any = None) -> str:
+    """What this analysis released with noise: each release's mechanism and its (epsilon, delta)."""
     d = report.discrimination
     what = "noisy scores (AUC, ROC-GLM)" if d.method == "paper" else "score histograms (AUC, ROC-GLM)"
     releases = [(what, d.mechanism)]
@@ -312,8 +317,7 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
     note = (f"<p>{first}"
             + ("; the histogram-based curves are a second noisy release" if curves is not None else "")
             + ". Every other statistic is a count or a sum over at least q records and spends no privacy budget.</p>")
-    released = _table(["site", "release", "mechanism", "epsilon of the release", "delta of the release"], rows)
-    return note + released + _budget_table(budget_info)
+    return note + _table(["site", "release", "mechanism", "epsilon of the release", "delta of the release"], rows)
 
 
 def _budget_table(budget_info: dict[str, dict[str, Any]] | None) -> str:
@@ -523,7 +527,8 @@ def render_models_report(reports: dict[str, "ValidationReport"], comparison: "Mo
                          title: str = "Federated validation of several models", notes: Sequence[str] = ()) -> str:
     """Several models validated on the same sites, side by side, in one HTML page: the set-up, a
     table of every model's main statistics, the paired comparison of two of them (if given), then
-    each model's discrimination, calibration, privacy spent and disclosure control."""
+    each model's discrimination, calibration, noisy releases and disclosure control, then the sites'
+    budget figures once (they are the session's, not a model's)."""
     sites_info, rules_info, data_info = sites_info or {}, rules_info or {}, data_info or {}
     first = next(iter(reports.values()))
     overview = [[label, r.n, r.discrimination.auc, *r.discrimination.ci, r.brier.brier, r.logistic.intercept,
@@ -542,9 +547,10 @@ def render_models_report(reports: dict[str, "ValidationReport"], comparison: "Mo
         sections += [
             (f"model{i}-discrimination", f"{label}: discrimination", _discrimination_section(r, None, None)),
             (f"model{i}-calibration", f"{label}: calibration", _calibration_section(r)),
-            (f"model{i}-privacy", f"{label}: privacy spent", _privacy_section(r, rules_info, budget_info)),
+            (f"model{i}-privacy", f"{label}: privacy spent", _releases(r, rules_info)),
             (f"model{i}-disclosure", f"{label}: disclosure control", _disclosure_section(r, rules_info)),
         ]
+    sections.append(("budget", "Privacy budget at the sites (all models)", _budget_table(budget_info)))
     sections.append(("software", "Software and methods", _software_section(first, software_versions())))
     return _page(title, notes, sections)
 

@@ -232,13 +232,15 @@ class Results:
                       fmt=self._table_fmt)
 
     def _repr_html_(self) -> str:
-        """The summary as HTML for notebooks (Jupyter calls it): the labelled values, then the table."""
+        """The summary as HTML for notebooks (Jupyter calls it): the labelled values, the table, then
+        the notes (what the sites withheld or merged, as the text summary says it)."""
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
                        for k, v in self._rows())
         table = self._table()
         body = "" if table is None else table.to_html(float_format=lambda v: format(v, self._table_fmt), na_rep="-")
+        notes = "".join(f"<p>{html.escape(n)}</p>" for n in self._notes())
         return (f"<div><strong>{html.escape(self._title or type(self).__name__)}</strong>"
-                f"<table>{rows}</table>{body}</div>")
+                f"<table>{rows}</table>{body}{notes}</div>")
 
     def __repr__(self) -> str:
         parts = []

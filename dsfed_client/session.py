@@ -8,7 +8,6 @@ every failing site, function and rule, and no pooled result is returned.
 from __future__ import annotations
 
 import copy
-
 import re
 import secrets
 import warnings
@@ -318,10 +317,7 @@ class FederatedSession:
         a site that refuses names its rule. Values travel in fixed point with ``frac_bits`` fraction
         bits; if some did not fit, the call is asked again with 12 fewer.
         """
-        release: dict[str, Any] = {}
-        for release in self.pooled_steps(function, *args, frac_bits=frac_bits, **kwargs):
-            pass
-        return release
+        return aggregation.last_release(self.pooled_steps(function, *args, frac_bits=frac_bits, **kwargs))
 
     def pooled_steps(self, function: str, *args: Any, frac_bits: int = 40, relayed: bool = False, **kwargs: Any
                      ) -> Iterator[dict[str, Any]]:
@@ -398,9 +394,10 @@ class FederatedSession:
                              "assign it again at every site")
         return Ref(symbol, digests.pop())
 
-    def assign_expr(self, symbol: str, expr: str) -> Ref:
-        """Store the result of DataSHIELD call text as ``symbol``: ``assign_expr("age", "D$age")``; its handle."""
-        function = expr.split("(", 1)[0].strip() if "(" in expr else "$"
+    def assign_expr(self, symbol: str, expr: str, *, function: str | None = None) -> Ref:
+        """Store the result of DataSHIELD call text as ``symbol``: ``assign_expr("age", "D$age")``; its
+        handle. ``function`` names the call in errors (default: the text's function, ``$`` for a column)."""
+        function = function or (expr.split("(", 1)[0].strip() if "(" in expr else "$")
         return self._handle(symbol, self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr}))
 
     def derive(self, symbol: str, expression: str) -> Ref:
@@ -408,8 +405,7 @@ class FederatedSession:
         ``derive("lnodes", "log(D$pnodes + 1)")`` (the sites' ``deriveDS``: ``+ - * / ^``, ``log``,
         ``exp``, ``sqrt``, ``abs``, ``pmin``, ``pmax``, ``ifelse`` on comparisons; each comparison a cut
         the sites check, docs/analyst.md "Derived variables"); its handle."""
-        return self._handle(symbol, self._in_session("deriveDS", "POST", "/assign",
-                                                     {"symbol": symbol, "expr": expression}))
+        return self.assign_expr(symbol, expression, function="deriveDS")
 
     def assign_table(self, symbol: str, table: str, variables: list[str] | None = None) -> Ref:
         """Load ``project.table`` (optionally some variables) as ``symbol`` at every site; its handle."""
@@ -464,7 +460,7 @@ class FederatedSession:
                     hint=f"ask the site's governance board to add {', '.join(missing)} to [functions] enabled "
                          "in its rules file, or leave the site out of the session")
         if failures:
-            raise FederatedCallError(functions[0], failures, len(self.sites))
+            raise FederatedCallError(before, failures, len(self.sites))
 
     def budget(self) -> SiteResults:
         """Your privacy budget at every site: per table, what you have spent and what remains of

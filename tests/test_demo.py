@@ -153,3 +153,5 @@ def test_demo_runs_seed_000s_workflow(demo, gbsg2_pooled):
     for section in ("comparison", "model1-discrimination", "model2-calibration"):
         assert f'<section id="{section}">' in html
     assert 'data-plot="comparison"' in html and "logistic (ds_glm) vs gradient boosting (ONNX)" in html
+    # the session's budget figures once, not once per model
+    assert html.count("Your privacy budget at each site") == 1 and '<section id="budget">' in html

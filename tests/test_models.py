@@ -283,3 +283,29 @@ def test_the_shipped_demo_models_are_the_ones_the_demo_sites_approve():
     for site in GBSG2_SITES:
         approved = {e.name: e.sha256 for e in load_rules(ROOT / "disclosure_rules" / f"{site}.toml").models.approved}
         assert approved == digests, site
+
+
+def test_two_models_whose_few_outputs_differ_by_one_record_are_not_both_applied(tmp_path):
+    """The attack: two approved models with few outputs (one per group) whose groups differ in one
+    patient only; the pooled means of a column over each model's groups would difference that
+    patient out. Each model's output sets are row sets the gate audits with the table's earlier
+    ones: the second model is refused (disclosure.subset_min_difference) and its predictions are
+    never stored."""
+    g1 = np.array(["a"] * 30 + ["b"] * 30)
+    g2 = g1.copy()
+    g2[29] = "b"  # the patient in row 30 changes group
+    frame = pd.DataFrame({"y": np.tile([0, 1], 30), "g1": g1, "g2": g2})
+    first = GLMModel("y ~ g1", "binomial", "logit", {"(Intercept)": 0.0, "g1b": 1.0})
+    second = GLMModel("y ~ g2", "binomial", "logit", {"(Intercept)": 0.0, "g2b": 1.0})
+    rules = approving(tmp_path / "rules.toml", {"first": first.sha256, "second": second.sha256}, cut_history="true")
+    provisioned, services = make_sites(tmp_path, {"s": frame}, rules=rules)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        upload_model(session, first)
+        upload_model(session, second)
+        ds_predict(session, "D", "first", "p1")
+        with pytest.raises(FederatedCallError) as exc:
+            ds_predict(session, "D", "second", "p2")
+        assert _refusal(exc.value) == ({"disclosure_refused"}, {"disclosure.subset_min_difference"})
+        names = {entry["name"] for entry in session.symbols()["s"]}
+        assert "p1" in names and "p2" not in names

@@ -85,6 +85,13 @@ def test_pointwise_band_equals_R_predict_se_fit(spline, reference):
     np.testing.assert_allclose(spline.calibrated, 1 / (1 + np.exp(-eta)), rtol=RTOL)
     np.testing.assert_allclose(spline.lower, 1 / (1 + np.exp(-(eta - 1.959963984540054 * se))), rtol=1e-7)
     np.testing.assert_allclose(spline.upper, 1 / (1 + np.exp(-(eta + 1.959963984540054 * se))), rtol=1e-7)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = spline.plot()  # the band drawn is the one checked above
+    band = next(c for c in ax.collections if c.get_gid() == "spline-band")
+    top = band.get_paths()[0].vertices[:, 1]
+    assert np.isclose(top.max(), spline.upper.max()) and np.isclose(top.min(), spline.lower.min())
 
 
 def test_ici_e50_e90_emax_equal_R_from_its_fitted_curve(spline, reference):

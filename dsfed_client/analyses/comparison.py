@@ -214,7 +214,7 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
     auc_a, auc_b, variance = paired_delong(total)
     brier_a, brier_b = d["sum_sq_a"] / n, d["sum_sq_b"] / n
     brier_variance = (d["sumsq_d"] - n * (brier_a - brier_b) ** 2) / (n - 1) / n
-    calibration = {label: ds_logistic_calibration(session, truth, score, alpha=alpha, secure=agg.pooled)
+    calibration = {label: ds_logistic_calibration(session, truth, score, n_complete=n, alpha=alpha, secure=agg.pooled)
                    for label, score in zip(labels, (score_a, score_b))}
     return ModelComparison(
         tuple(labels), auc_a, auc_b, variance, noise_variance(hists[0]) + noise_variance(hists[1]),

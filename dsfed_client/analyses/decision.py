@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_client.analyses.thresholds import ThresholdMetrics, ds_threshold_metrics
-from dsfed_client.results import Results, derived, hidden, result, stat
+from dsfed_client.results import Results, derived, hidden, result
 from dsfed_client.session import FederatedSession
 
 DEFAULT_GRID = np.arange(1, 100) / 100  # 0.01, ..., 0.99; k/100 is the calibration bins' edge k/10 exactly

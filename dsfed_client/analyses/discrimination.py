@@ -90,6 +90,11 @@ def _auc_between(positives: np.ndarray, negatives: np.ndarray) -> float:
     return float(np.sum(less + 0.5 * ties) / (positives.size * negatives.size))
 
 
+def logit_se(auc: float, variance: float) -> float:
+    """The delta-method standard error of logit(AUC), :math:`\\sqrt{var}/(AUC(1-AUC))` (seed 000 eq. 3)."""
+    return float(np.sqrt(variance) / (auc * (1 - auc)))
+
+
 def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
     """Seed 000 eq. (3): :math:`\\mathrm{logit}(AUC) \\pm \\Phi^{-1}(1-\\alpha/2)\\sqrt{var}/(AUC(1-AUC))`,
     back-transformed, so the interval stays inside (0, 1).
@@ -97,7 +102,7 @@ def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
     >>> [round(v, 6) for v in logit_ci(0.8, 0.0025, 0.05)]  # expit(1.386294 -+ 1.959964 * 0.05 / 0.16)
     [0.684344, 0.880669]
     """
-    half = stats.norm.ppf(1 - alpha / 2) * np.sqrt(variance) / (auc * (1 - auc))
+    half = stats.norm.ppf(1 - alpha / 2) * logit_se(auc, variance)
     return float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
 
 

@@ -16,7 +16,6 @@ fit on the pooled data: the same path, step by step.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Iterator
 
@@ -227,9 +226,6 @@ class GLMResults(Results):
         model = self.model()
         upload_model(session, model)
         return ds_predict(session, data, model.sha256, into or session.new_symbol("pred"), type=type)
-
-    def _repr_html_(self) -> str:
-        return super()._repr_html_() + "".join(f"<p>{html.escape(n)}</p>" for n in self._notes())
 
     def plot(self, ax: Any = None, *, alpha: float = 0.05) -> Any:
         """A forest plot of the coefficients with their Wald intervals; returns the matplotlib Axes."""

@@ -34,7 +34,7 @@ import pandas as pd
 
 from dsfed_client.analyses.calibration import ds_logistic_calibration
 from dsfed_client.analyses.curves import auc_levels, ds_hist_auc
-from dsfed_client.analyses.discrimination import ds_auc, pooled_noisy_scores
+from dsfed_client.analyses.discrimination import ds_auc, logit_se, pooled_noisy_scores
 from dsfed_client.analyses.glm import ConvergenceError
 from dsfed_client.analyses.meta import SCALES, MetaAnalysis, random_effects
 from dsfed_client.calls import Ref
@@ -136,7 +136,7 @@ def _site_auc(view: FederatedSession, truth: str, score: str, method: str, alpha
                         epsilon=privacy["epsilon"], delta=privacy["delta"])
     ci = a.ci_logit
     return {"auc": a.auc, "auc_variance": a.total_variance, "auc_ci_lower": ci.lower, "auc_ci_upper": ci.upper,
-            "auc_logit_se": float(np.sqrt(a.total_variance) / (a.auc * (1 - a.auc))) if 0 < a.auc < 1 else np.nan}
+            "auc_logit_se": logit_se(a.auc, a.total_variance) if 0 < a.auc < 1 else np.nan}
 
 
 def _site_slope(view: FederatedSession, truth: str, score: str, n: int, alpha: float) -> dict[str, float]:

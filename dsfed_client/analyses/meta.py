@@ -36,7 +36,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
 from dsfed_client.params import ALPHA, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
@@ -95,7 +95,7 @@ TAU2: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"REML": tau2_reml,
 # scales the estimates are pooled on: name -> (to the scale, back to the measure's own)
 SCALES: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "identity": (lambda x: x, lambda x: x),
-    "logit": (lambda x: np.log(x / (1 - x)), lambda x: 1 / (1 + np.exp(-x))),
+    "logit": (special.logit, special.expit),
     "log": (np.log, np.exp),
 }
 

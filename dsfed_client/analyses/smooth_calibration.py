@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
+from dsfed_client.aggregation import last_release
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
@@ -133,14 +134,14 @@ def ds_spline_calibration(session: FederatedSession, truth: str, score: str, *, 
     Nagelkerke (1991), Biometrika 78:691-692; seed 000 and seed 002 (the distributed GLM).
     """
     agg = session.aggregation(secure)
-    knots_release = _last(agg.steps("rcsKnotsDS", Ref(truth), Ref(score), nk))
+    knots_release = last_release(agg.steps("rcsKnotsDS", Ref(truth), Ref(score), nk))
     knots = np.asarray(knots_release["knots"], dtype=float)
     handle = Ref(knots_release["knots_symbol"], knots_release["knots_digest"])
     terms = rcs_term_names(knots.size)
     with session.temporary("rcs") as name:
         frame = session.assign(name, Call("rcsFrameDS", Ref(truth), Ref(score), handle))
-        fit = ds_glm(session, "y ~ " + " + ".join(terms), frame, secure=secure)
-        errors = _last(agg.steps("splineErrorsDS", frame, [float(b) for b in fit.params]))
+        fit = ds_glm(session, "y ~ " + " + ".join(terms), frame, secure=secure, null_model=False)
+        errors = last_release(agg.steps("splineErrorsDS", frame, [float(b) for b in fit.params]))
         loss = agg.sum("calibrationLossDS", frame)
     lo, hi = knots_release["range"]
     lp = np.linspace(lo, hi, n_grid)
@@ -169,15 +170,10 @@ def spline_section(session: FederatedSession, truth: str, score: str, *, alpha: 
     """:func:`ds_spline_calibration` for :func:`~dsfed_client.analyses.suite.validate`: the result, or
     None and why the sites refused it (per-site checking offers no pooled knots; a rules file that
     does not enable the functions; too few records)."""
+    skipped = "smooth calibration skipped (it needs pooled releases of rcsKnotsDS and splineErrorsDS)"
+    if secure is False:  # the sites would refuse the pooled-only protocol: not asked
+        return None, f"{skipped}: the validation ran per site"
     try:
         return ds_spline_calibration(session, truth, score, alpha=alpha, secure=secure), ""
     except FederatedCallError as exc:
-        return None, f"smooth calibration skipped (it needs pooled releases of rcsKnotsDS and splineErrorsDS): {exc}"
-
-
-def _last(releases: Any) -> dict[str, Any]:
-    """The last release of a pooled protocol (the only one these protocols make)."""
-    release: dict[str, Any] = {}
-    for release in releases:
-        pass
-    return release
+        return None, f"{skipped}: {exc}"

@@ -25,6 +25,7 @@ from dsfed_core.models import GLMModel, ModelError
 from dsfed_core.parser import parse_formula
 from dsfed_server.catalog import Variable
 from dsfed_server.context import CallContext
+from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
@@ -47,7 +48,7 @@ TYPES = ("response", "link")
               "ONNX classifier the logit of its probability)",
               required=False, default="response", choices=TYPES),
     ],
-    checks=("models.approved", "models.analyst_glm", "models.onnx", "disclosure.q_threshold"),
+    checks=("models.approved", "models.analyst_glm", "models.onnx") + GATE_RULES,
 )
 def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
     """The model's predictions for every record of ``data`` (missing where an input is missing).
@@ -71,15 +72,19 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
         return _glm_predictions(stored, name, frame, type, variable)
 
     values = apply(data)
-    ctx.guard.distinct_values(values, f"model {name!r}", "predictions",
-                              "a model whose outputs single out records is not applied; ask the board about the model")
+    hint = "a model whose outputs single out records is not applied; ask the board about the model"
+    levels = ctx.guard.distinct_values(values, f"model {name!r}", "predictions", hint)
     out = pd.Series(values, index=data.index, name=f"{name}.{type}")
     probability = isinstance(stored, ONNXModel) or stored.family == "binomial"
     declared = (0.0, 1.0) if by_board and type == "response" and probability else None
     if declared is not None:
         out.attrs[MODEL_OUTPUT] = (name, declared)  # a probability from a model the board approved
     rows = data.attrs.get(ROWS)
-    if isinstance(rows, Rows) and rows.index.size == len(data):
+    rows = rows if isinstance(rows, Rows) and rows.index.size == len(data) else None
+    # a model with few outputs (a tree's leaves, a saturated GLM's 0/1) sorts the records into sets:
+    # audited with the table's released row sets, as deriveDS's few values are
+    ctx.guard.derived_cuts([], levels, rows, what=f"model {name!r}'s outputs", instead=hint)
+    if rows is not None:
         out.attrs[ROWS] = rows
         if by_board:
             table = ctx.service.catalog.frame(rows.lineage)
