@@ -79,6 +79,17 @@ class Session:
             self._memo.popitem(last=False)
         return value
 
+    def keep_derived(self, kind: str, digest: str, value: Any, prefix: str, sources: frozenset,
+                     max_name_length: int) -> str:
+        """Keep ``value``, which the sites derived from an authenticated pooled result, as the symbol
+        ``dsfed.<kind>.<digest>`` (cut to the site's longest name), defined as ``prefix`` + digest
+        (what :meth:`derived_by_sites` recognises) and read from ``sources``; its name."""
+        name = f"dsfed.{kind}.{digest}"[:max_name_length]
+        self.symbols[name] = value
+        self.sources[name] = sources
+        self.definitions[name] = f"{prefix}{digest}"
+        return name
+
     def derived_by_sites(self, value: Any, prefix: str) -> bool:
         """Whether ``value`` is, itself (not a copy or a subset of it), a symbol the sites derived from
         an authenticated pooled result (its definition starts with ``prefix``)."""

@@ -37,6 +37,8 @@ CALL_RULES = ("disclosure.combine_analyst_vectors",)
 # :meth:`Guard.subset_rows`): q, the secret margin, the cut history and the row-set audit
 GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut_history",
               "disclosure.subset_min_difference")
+# what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
+LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
 NOISE_RULES = ("privacy.mechanism", "privacy.epsilon", "privacy.delta", "privacy.score_l2_sensitivity",
                *BUDGET_RULES)

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 ROWS = "dsfed.rows"
+T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
 
 
@@ -67,7 +69,8 @@ def rows_of(frame: pd.DataFrame) -> Rows:
     return Rows("derived:" + digest.hexdigest()[:24], np.arange(len(frame)), len(frame))
 
 
-def mark_rows(frame: pd.DataFrame, rows: Rows) -> pd.DataFrame:
+def mark_rows(frame: T, rows: Rows) -> T:
+    """``frame`` (a table or a vector) marked with the site-table rows its records are."""
     frame.attrs[ROWS] = rows
     return frame
 

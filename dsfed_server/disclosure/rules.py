@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
 from dsfed_server.tomlfile import ConfigFileError, load_toml_model, locate
 
@@ -389,8 +389,21 @@ class Models(_Section):
     )
 
 
+def _listed_once(enabled: tuple[str, ...]) -> tuple[str, ...]:
+    """A function listed twice is a slip in the file (a merge, a copy): say which, so the board's
+    reading of the list is the list the site applies."""
+    twice = sorted({name for name in enabled if enabled.count(name) > 1})
+    if twice:
+        raise ValueError(f"listed more than once: {', '.join(twice)}; list each function once")
+    return enabled
+
+
+# a list of registry functions: each named once
+FunctionList = Annotated[tuple[str, ...], AfterValidator(_listed_once)]
+
+
 class Functions(_Section):
-    enabled: tuple[str, ...] = Field(
+    enabled: FunctionList = Field(
         description=(
             "The registry functions this site allows. Anything not listed is refused. "
             "Each function applies its own disclosure checks on top of the rules above."
@@ -406,19 +419,6 @@ class Functions(_Section):
         ),
     )
 
-    @field_validator("enabled")
-    @classmethod
-    def _each_once(cls, enabled: tuple[str, ...]) -> tuple[str, ...]:
-        return _listed_once(enabled)
-
-
-def _listed_once(enabled: tuple[str, ...]) -> tuple[str, ...]:
-    """A function listed twice is a slip in the file (a merge, a copy): say which, so the board's
-    reading of the list is the list the site applies."""
-    twice = sorted({name for name in enabled if enabled.count(name) > 1})
-    if twice:
-        raise ValueError(f"listed more than once: {', '.join(twice)}; list each function once")
-    return enabled
 
 
 class Rules(_Section):
@@ -498,7 +498,7 @@ _STRICTER: dict[tuple[str, str], str] = {
 class Profile(_Section):
     """A named profile: the functions it enables and the rules it tightens."""
 
-    enabled: tuple[str, ...] = Field(
+    enabled: FunctionList = Field(
         description="The registry functions a session opened with this profile may call.",
     )
     disclosure: DisclosureOverrides = Field(  # type: ignore[valid-type]
@@ -509,11 +509,6 @@ class Profile(_Section):
         default_factory=BinsOverrides,
         description="[bins] keys this profile makes stricter (the others are the site's).",
     )
-
-    @field_validator("enabled")
-    @classmethod
-    def _each_once(cls, enabled: tuple[str, ...]) -> tuple[str, ...]:
-        return _listed_once(enabled)
 
 
 class RulesFile(Rules):

@@ -211,10 +211,8 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
         kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], floor, key)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
-        name = f"dsfed.ref.{digest}"[:name_length]
-        session.symbols[name] = derived_reference(release, kept)
-        session.sources[name] = sources
-        session.definitions[name] = f"{SITE_DERIVED}{digest}"
+        name = session.keep_derived("ref", digest, derived_reference(release, kept), SITE_DERIVED, sources,
+                                    name_length)
         guard.record_pooled(key, [leaves[i] for i in np.flatnonzero(kept)])
         release["reference"], release["reference_digest"] = name, session.definitions[name]
         release["reference_knots_dropped"] = int(len(leaves) - kept.sum())

@@ -23,14 +23,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dsfed_core.calltree import r_number
 from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext, r_class
+from dsfed_server.disclosure.checks import LEVEL_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED
 from dsfed_server.registry import P, Param, register
 
 _SUBSET = ("disclosure.subset_min", "disclosure.subset_min_difference")
-_LEVELS = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 NO_MESSAGES = "ALL OK: there are no studysideMessage(s) on this datasource"
 
 
@@ -38,16 +39,13 @@ NO_MESSAGES = "ALL OK: there are no studysideMessage(s) on this datasource"
 
 
 def r_character(value: Any) -> str:
-    """R's ``as.character`` of one number or string: whole numbers without a decimal point, other
-    doubles to 15 significant digits (``0.333333333333333``)."""
+    """R's ``as.character`` of one number or string: as R writes a number (:func:`r_number`:
+    ``100000`` is ``1e+05``, a third ``0.333333333333333``), ``TRUE``/``FALSE``, a string as it is."""
     if isinstance(value, str):
         return value
     if isinstance(value, (bool, np.bool_)):
         return "TRUE" if value else "FALSE"
-    number = float(value)
-    if number.is_integer() and abs(number) < 1e15:
-        return str(int(number))
-    return format(number, ".15g")
+    return r_number(float(value))
 
 
 def _present_levels(x: pd.Series) -> list[str]:
@@ -92,7 +90,7 @@ def covering_factor(ctx: CallContext, x: pd.Series, levels_text: str, what: str)
 
 @register("asFactorDS1", "aggregate",
           [Param("input.var.name", P.VECTOR, "the variable to become a factor, e.g. \"D$tgrade\"")],
-          checks=("disclosure.q_threshold", *_LEVELS))
+          checks=("disclosure.q_threshold", *LEVEL_RULES))
 def as_factor_levels(ctx: CallContext, input_var_name: pd.Series) -> list[str]:
     """The levels ``factor(x)`` would have (dsBase ``asFactorDS1``, the first call of ``ds.asFactor``
     and ``ds.table``): a factor's levels that hold records, or the distinct values of a numeric or
@@ -118,7 +116,7 @@ def as_factor_levels(ctx: CallContext, input_var_name: pd.Series) -> list[str]:
     Param("fixed.dummy.vars", P.BOOLEAN, "TRUE: a matrix of dummy variables (not offered)", required=False,
           default=False),
     Param("baseline.level", P.NUMBER, "the dummy variables' baseline level (not offered)", required=False),
-], checks=_LEVELS)
+], checks=LEVEL_RULES)
 def as_factor(ctx: CallContext, input_var_name: pd.Series, all_unique_levels_transmit: str,
               fixed_dummy_vars: bool, baseline_level: float | None) -> pd.Series:
     """``factor(x, levels = <the levels>)`` (dsBase ``asFactorDS2``, as ``ds.asFactor`` sends it).
@@ -179,14 +177,12 @@ def _column_names(given: str | None, count: int, what: str) -> list[str]:
         raise CallError(f"{what} gives {len(names)} names for {count} columns")
     valid = [re.sub(r"[^A-Za-z0-9._]", ".", n) for n in names]
     valid = [n if re.match(r"^([A-Za-z]|\.(?![0-9]))", n) else f"X{n}" for n in valid]
-    seen: dict[str, int] = {}
-    out = []
+    out: list[str] = []
     for name in valid:
-        unique, k = name, seen.get(name, 0)
+        unique, k = name, 0
         while unique in out:
             k += 1
             unique = f"{name}.{k}"
-        seen[name] = k
         out.append(unique)
     return out
 
@@ -230,14 +226,9 @@ def complete_cases_of(ctx: CallContext, value: pd.DataFrame | pd.Series) -> Any:
         ctx.guard.subset(int(mask.sum()), int(mask.size))
         return value
     rows = ctx.guard.subset_rows(frame, mask)
-    if isinstance(value, pd.DataFrame):
-        kept = value.loc[mask].reset_index(drop=True)
-        kept.attrs = {k: v for k, v in value.attrs.items() if k != ROWS}
-        return mark_rows(kept, rows)
-    vector = value.loc[mask].reset_index(drop=True)
-    vector.attrs = {k: v for k, v in value.attrs.items() if k != ROWS}
-    vector.attrs[ROWS] = rows
-    return vector
+    kept = value.loc[mask].reset_index(drop=True)
+    kept.attrs = {k: v for k, v in value.attrs.items() if k != ROWS}
+    return mark_rows(kept, rows)
 
 
 @register("dataFrameDS", "assign", [

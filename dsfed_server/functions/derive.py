@@ -66,7 +66,9 @@ def _read(ctx: CallContext, leaves: list[Leaf]) -> dict[Leaf, pd.Series]:
         columns[leaf] = value
     first = next(iter(columns.values()))
     if any(len(c) != len(first) for c in columns.values()):
-        raise CallError("the columns of an expression come from one table: these have different lengths")
+        lengths = ", ".join(f"{leaf.to_text()} has {len(c)}" for leaf, c in columns.items())
+        raise CallError(f"the columns of an expression come from one table: {lengths} records",
+                        hint="use columns of one table, e.g. D$age and D$pnodes")
     return columns
 
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
-from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
 from dsfed_server.disclosure.differencing import mark_rows
 from dsfed_server.disclosure.gate import Cut, Intervals, Released
 from dsfed_core.errors import CallError
@@ -39,7 +39,6 @@ from dsfed_server.registry import P, Param, register
 
 _VALID = "VALID ANALYSIS"
 _Q = ("disclosure.q_threshold",)
-_LEVELS = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 
 
 # --- names, levels, validity -------------------------------------------------------------
@@ -56,7 +55,7 @@ def names(ctx: CallContext, x: Any) -> list[str]:
     return [str(c) for c in x.columns]
 
 
-@register("levelsDS", "aggregate", [Param("x", P.VECTOR, "a factor, e.g. D$tgrade")], checks=_LEVELS)
+@register("levelsDS", "aggregate", [Param("x", P.VECTOR, "a factor, e.g. D$tgrade")], checks=LEVEL_RULES)
 def levels(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """Levels of a factor (dsBase ``levelsDS``): ``Levels`` and ``ValidityMessage``.
 
@@ -195,7 +194,7 @@ def _equidistant(breaks: np.ndarray) -> bool:
         Param("max", P.NUMBER, "upper end of the breaks"),
         _METHOD, _K, _NOISE,
     ],
-    checks=("bins.small_bin_policy", *_LEVELS, *GATE_RULES),
+    checks=("bins.small_bin_policy", *LEVEL_RULES, *GATE_RULES),
     cells=True,
 )
 def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: float, max: float,

@@ -18,12 +18,11 @@ import pandas as pd
 
 from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext, numeric, r_class
-from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
 from dsfed_server.disclosure.gate import Categories
 from dsfed_server.registry import P, Param, register
 
-_LEVELS = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
-_CHECKS = (*_LEVELS, *GATE_RULES)
+_CHECKS = (*LEVEL_RULES, *GATE_RULES)
 VALID = "All tables valid"
 
 

@@ -189,23 +189,23 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
     def keep(knots: list[float]) -> dict[str, Any]:
         """Every site keeps the knots as the symbol the release names."""
         digest = content_digest(np.asarray(knots)).hex()
-        name = f"dsfed.knots.{digest}"[:name_length]
-        session.symbols[name] = pd.DataFrame({"knot": knots})
-        session.sources[name] = sources
-        session.definitions[name] = f"{SITE_DERIVED}{digest}"
+        name = session.keep_derived("knots", digest, pd.DataFrame({"knot": knots}), SITE_DERIVED, sources, name_length)
         return {"knots_symbol": name, "knots_digest": session.definitions[name]}
 
     def finish(n: int, order: dict[int, float], ties: dict[int, int], extra: dict, floor: Floor) -> PooledSteps:
         _enough(multiple, n, floor, "the knots")
         if n < RCS_MIN_N:
-            raise DisclosureRefusal(
-                f"{n} pooled records with 0 < p < 1: below {RCS_MIN_N}, rms puts the outer knots at the 5th smallest "
-                "and largest logit(p), each one record's value", rule="disclosure.quantile_min_multiple",
-                hint="use more records")
+            raise CallError(
+                f"{n} pooled records with 0 < p < 1: below {RCS_MIN_N} (rms's fixed rule, not a rules-file setting) "
+                "rms puts the outer knots at the 5th smallest and largest logit(p), each one record's value, "
+                "which these sites do not release",
+                hint="use the binned calibration curve (ds_calibration_curve) or a validation on more records")
         for end, rank in (("lowest", 1), ("highest", n)):
             if ties[rank] / n >= 0.05:
                 raise CallError(f"{ties[rank]} of {n} records tie at the {end} p: rms would move that knot "
-                                "(rcspline.eval's fractied rule), which these sites do not reproduce")
+                                "(rcspline.eval's fractied rule), which these sites do not reproduce",
+                                hint="use the binned calibration curve (ds_calibration_curve) for scores with "
+                                     "so many ties")
         knots = [type7_quantile(order, n, prob) for prob in probs]
         if len(set(knots)) < nk:
             raise CallError(f"the {nk} knots at the {probs} quantiles of logit(p) are not distinct (tied scores)",
@@ -245,7 +245,7 @@ def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float],
     refined = tuple(sorted(set(knot_cuts) | set(bound_cuts) | set(history)))
     counts = np.bincount(gate.cell_index(cells.root_values(), refined), minlength=len(refined) + 1).astype(float)
     key = cells.history_key
-    identity = cells.column is None or getattr(cells.column, "transform", "identity") == "identity"
+    identity = cells.column is None or cells.column.transform == "identity"
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
         def fits(cuts: list[gate.Cut]) -> np.ndarray:
