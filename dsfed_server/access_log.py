@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from datetime import datetime, timezone
 from logging.handlers import WatchedFileHandler
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
+
+from dsfed_server.timestamps import utc_now
 
 STDERR = "-"
 """``[site] access_log = "-"``: write the access log to standard error (the journal under systemd)."""
@@ -53,10 +54,11 @@ def note_user(request: Request, name: str) -> None:
 
 
 def _printable(raw: bytes, limit: int = 2000) -> str:
-    """A request path as received (percent-encoded ASCII); any other byte escaped, so that a line
-    cannot be broken or forged."""
-    text = raw[:limit].decode("ascii", "backslashreplace")
-    return "".join(c if " " < c < "\x7f" and c != '"' else f"\\x{ord(c):02x}" for c in text)
+    """A request path as received (percent-encoded ASCII); any other byte escaped as ``\\xNN``, the
+    quote and the backslash too, so that a line cannot be broken or forged (a raw ``\\x22`` logs
+    as ``\\x5cx22``, never as an escaped quote)."""
+    text = raw[:limit].decode("latin-1")
+    return "".join(c if " " < c < "\x7f" and c not in '"\\' else f"\\x{ord(c):02x}" for c in text)
 
 
 class AccessLogMiddleware:
@@ -91,6 +93,6 @@ class AccessLogMiddleware:
         address = f"{client[0]}:{client[1]}" if client else "-"
         user = (scope.get("state") or {}).get(_USER) or "-"
         path = _printable(scope.get("raw_path") or scope["path"].encode("utf-8"))
-        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        now = utc_now()
         self.logger.info('%s %s %s "%s %s" %d %.1fms', now, address, user, scope["method"], path, status,
                          seconds * 1000)

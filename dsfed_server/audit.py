@@ -30,9 +30,10 @@ import json
 import os
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from dsfed_server.timestamps import utc_now
 
 GENESIS = "0" * 64
 HEAD_HEADER = "X-Dsfed-Audit-Head"  # "<seq>:<mac>" of the last record, in every authenticated response
@@ -197,7 +198,7 @@ class AuditLog:
                 self._seq, self._prev = self._tail(fh, check_head=False)
             record = {
                 "seq": self._seq + 1,
-                "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                "time": utc_now(),
                 "site": self.site,
                 **fields,
                 "prev": self._prev,

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 
 from dsfed_server.disclosure.accountant import ACCOUNTANT, ZERO, Caps, Cost, statement
+from dsfed_server.governance import WIDTH, wrap
 
 GroupBy = Literal["analyst", "function", "outcome"]
 Format = Literal["text", "json", "csv"]
 
-_WIDTH = 88
 CSV_COLUMNS = ("site", "scope", "analyst", "table", "accountant", "spent_epsilon", "spent_delta",
                "remaining_epsilon", "remaining_delta", "budget_epsilon", "budget_delta", "basic_epsilon",
                "basic_delta", "rho", "queries", "releases")
@@ -248,11 +248,6 @@ def _csv(privacy: dict[str, Any]) -> str:
     return out.getvalue()
 
 
-def _wrap(text: str, indent: int) -> list[str]:
-    return textwrap.wrap(" ".join(text.split()), _WIDTH, break_on_hyphens=False, initial_indent=" " * indent,
-                         subsequent_indent=" " * indent)
-
-
 def _table(header: list[str], rows: list[list[str]], left: int = 1) -> list[str]:
     """A plain-text table: the first ``left`` columns left-aligned, the others right-aligned."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
@@ -278,7 +273,7 @@ def _selection_text(selection: dict[str, Any]) -> str | None:
 
 def _text(summary: dict[str, Any]) -> str:
     logs = summary["logs"]
-    lines = [*textwrap.wrap(f"Audit log{'s' if len(logs) > 1 else ''}: {', '.join(logs)}", _WIDTH,
+    lines = [*textwrap.wrap(f"Audit log{'s' if len(logs) > 1 else ''}: {', '.join(logs)}", WIDTH,
                             subsequent_indent="  ", break_on_hyphens=False, break_long_words=False),
              *filter(None, [_selection_text(summary["selection"])]),
              f"Sites: {', '.join(summary['sites']) or '(none recorded)'}",
@@ -301,7 +296,7 @@ def _text(summary: dict[str, Any]) -> str:
     for r in refused:
         lines += textwrap.wrap(
             f"{r['time'] or '?'} site {r['site'] or '?'}, analyst {r['analyst']}, {r['function'] or '?'}: refused "
-            f"by rule {r['rule'] or '(none recorded)'} -- {r['message']}", _WIDTH, initial_indent="  - ",
+            f"by rule {r['rule'] or '(none recorded)'} -- {r['message']}", WIDTH, initial_indent="  - ",
             subsequent_indent="    ")
     by_rule = Counter(str(r["rule"] or "(none recorded)") for r in refused)
     if by_rule:
@@ -311,7 +306,7 @@ def _text(summary: dict[str, Any]) -> str:
 
 def _budget_text(privacy: dict[str, Any]) -> list[str]:
     lines = ["Privacy budget:",
-             *_wrap("in the site ledger's accounting, as GET /v1/budget states it: the charges summed per table and "
+             *wrap("in the site ledger's accounting, as GET /v1/budget states it: the charges summed per table and "
                     "stated by the tighter of basic composition and Renyi DP at the budget's delta; remaining = "
                     "budget - spent.", 2)]
     rows = list(_budget_rows(privacy))
@@ -327,6 +322,6 @@ def _budget_text(privacy: dict[str, Any]) -> list[str]:
     lines += _table(["site", "table", "analyst", "spent epsilon", "delta", "accountant", "remaining epsilon",
                      "budget epsilon", "queries"], table, left=3)
     if any(r["remaining_epsilon"] is None for r in rows):
-        lines += _wrap("remaining is '-' where the selection does not hold every charge on that budget (a --since "
+        lines += wrap("remaining is '-' where the selection does not hold every charge on that budget (a --since "
                        "or --outcome filter; for a table's budget, an --analyst filter)", 2)
     return lines

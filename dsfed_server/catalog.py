@@ -80,8 +80,6 @@ class Variable:
         }
         if self.range is not None:
             out["range"] = list(self.range)
-        if self.identifier:
-            out["identifier"] = True
         return out
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.session import FederatedSession, LoginBuilder
 from dsfed_server.launch import LocalSites
-from dsfed_server.provision import provision
+from dsfed_server.provision import ProvisionedSite, provision
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsfed_server.demo import Report
@@ -39,11 +39,17 @@ def model_files(fixtures: Path) -> dict[str, Path]:
     return {LOGIT_NAME: fixtures / "models" / "gbsg2-logit.json", GBM_NAME: fixtures / "models" / "gbsg2-gbm.onnx"}
 
 
+def training_site(fixtures: Path, rules: Path, run_dir: Path) -> ProvisionedSite:
+    """The site serving the training split (site1's rules), provisioned under ``run_dir``."""
+    return provision(run_dir, {"training": (fixtures / "training", rules / "site1.toml")})["training"]
+
+
 @contextmanager
-def training_session(fixtures: Path, rules: Path, run_dir: Path) -> Iterator[FederatedSession]:
-    """A session on a site serving the training split (its own process, site1's rules), with the
-    training table assigned as ``T``."""
-    site = provision(run_dir, {"training": (fixtures / "training", rules / "site1.toml")})["training"]
+def training_session(fixtures: Path, rules: Path, run_dir: Path,
+                     site: ProvisionedSite | None = None) -> Iterator[FederatedSession]:
+    """A session on the site serving the training split (its own process; ``site``, else
+    :func:`training_site` provisioned under ``run_dir``), with the training table assigned as ``T``."""
+    site = site or training_site(fixtures, rules, run_dir)
     analyst = site.credentials["analyst"]
     with LocalSites([site], run_dir) as local:
         builder = LoginBuilder()
@@ -60,17 +66,19 @@ def fit_logistic(session: FederatedSession) -> GLMResults:
 
 
 def seed000_workflow(session: FederatedSession, report: "Report", fixtures: Path, rules: Path, run_dir: Path
-                     ) -> None:
+                     ) -> ProvisionedSite:
     """Fit the logistic model on the training site, check it is the file the validation sites
     approved, upload the approved models, apply them at the five validation sites, validate each
-    and compare two of them (pooled releases); the results go to ``report``."""
+    and compare two of them (pooled releases); the results go to ``report``. Returns the training
+    site (stopped by then), whose audit chain the demo verifies with the others'."""
     from dsfed_client.analyses.comparison import ds_compare_models  # noqa: PLC0415
     from dsfed_client.analyses.suite import validate  # noqa: PLC0415
     from dsfed_client.models import ds_predict, glm_model, upload_model  # noqa: PLC0415
     from dsfed_core.models import parse_glm  # noqa: PLC0415
 
     report.section("Seed 000's workflow: models fitted on the training split, applied and validated at the sites")
-    with training_session(fixtures, rules, run_dir / "training") as train:
+    training = training_site(fixtures, rules, run_dir / "training")
+    with training_session(fixtures, rules, run_dir / "training", training) as train:
         fit = fit_logistic(train)
     files = model_files(fixtures)
     approved = parse_glm(files[LOGIT_NAME].read_bytes())
@@ -98,7 +106,7 @@ def seed000_workflow(session: FederatedSession, report: "Report", fixtures: Path
         print(f"   {label:<32}{v.discrimination.auc:>8.3f}   {v.discrimination.ci.lower:.3f}-"
               f"{v.discrimination.ci.upper:.3f}{v.brier.brier:>9.4f}{v.logistic.intercept:>11.3f}"
               f"{v.logistic.slope:>8.3f}")
-    (label_a, a), (label_b, b) = list({RANGER: "D$score", **predictions}.items())[-2:]
+    (label_a, a), (label_b, b) = predictions.items()
     comparison = ds_compare_models(
         session, "D$y", a, b, labels=(label_a, label_b), secure=True,
         histograms=(reports[label_a].discrimination.result.histograms,
@@ -110,3 +118,4 @@ def seed000_workflow(session: FederatedSession, report: "Report", fixtures: Path
     report.results["models"] = {label: v.to_dict() for label, v in reports.items()}
     report.results["model_comparison"] = comparison.to_dict()
     report.models, report.comparison = reports, comparison
+    return training

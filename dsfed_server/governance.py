@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from dsfed_server.disclosure.rules import Profile, Rules, RulesFile, load_rules
 from dsfed_server.registry import REGISTRY, Registry
 
-_WIDTH = 88
+WIDTH = 88
 
 
 # --- rules files ------------------------------------------------------------------------
@@ -57,13 +57,15 @@ def summary(rules: RulesFile) -> list[str]:
     noise = ("no noise (a test file)" if rules.noise_off else
              f"noise with epsilon {rules.privacy.epsilon:g} and delta {rules.privacy.delta:g} per query, at most "
              f"epsilon {rules.budget.epsilon_per_table:g} per table for all analysts together")
-    return _wrap(f"In short: an analyst may run {len(rules.functions.enabled)} functions and sees only summaries "
+    return wrap(f"In short: an analyst may run {len(rules.functions.enabled)} functions and sees only summaries "
                  f"of at least {rules.disclosure.q_threshold} records; prediction scores leave the site only with "
                  f"{noise}; {len(rules.models.approved)} approved model(s); every call is in the audit log.", 0)
 
 
-def _wrap(text: str, indent: int) -> list[str]:
-    return textwrap.wrap(" ".join(text.split()), _WIDTH, break_on_hyphens=False, initial_indent=" " * indent,
+def wrap(text: str, indent: int) -> list[str]:
+    """``text`` with its whitespace collapsed, wrapped to :data:`WIDTH` columns and indented by
+    ``indent`` spaces (the layout of the governance and audit-summary reports)."""
+    return textwrap.wrap(" ".join(text.split()), WIDTH, break_on_hyphens=False, initial_indent=" " * indent,
                          subsequent_indent=" " * indent)
 
 
@@ -103,7 +105,7 @@ def _explain_section(name: str, section: BaseModel, description: str | None,
     """
     lines = [f"[{name}]"]
     if description:
-        lines += _wrap(description, 2)
+        lines += wrap(description, 2)
     for key, info in type(section).model_fields.items():
         value = getattr(section, key)
         if site is not None and value is None:
@@ -111,8 +113,8 @@ def _explain_section(name: str, section: BaseModel, description: str | None,
         shown = f"  {key} = {_value(value)}"
         if site is not None:
             shown += f"   (the site's own rules: {_value(getattr(site, key))})"
-        lines += [shown, *_wrap(info.description or "", 6)]
-    if site is not None and len(lines) == 1 + len(_wrap(description or "", 2)):
+        lines += [shown, *wrap(info.description or "", 6)]
+    if site is not None and len(lines) == 1 + len(wrap(description or "", 2)):
         lines.append("  (no key set: the site's own values apply)")
     return lines
 
@@ -121,18 +123,18 @@ def _explain_functions(enabled: tuple[str, ...], registry: Registry, indent: int
     pad = " " * indent
     lines = [f"{pad}Words used below:"]
     for entry in GLOSSARY:
-        lines += textwrap.wrap(entry, _WIDTH, initial_indent=f"{pad}  - ", subsequent_indent=f"{pad}    ")
+        lines += textwrap.wrap(entry, WIDTH, initial_indent=f"{pad}  - ", subsequent_indent=f"{pad}    ")
     lines.append(f"{pad}Allowed:")
     for name in enabled:
         spec = registry.get(name)
         summary = f"{spec.kind}: {_summary(spec.doc)}" if spec else "not a registry function"
-        lines += textwrap.wrap(f"{name} ({summary})", _WIDTH, initial_indent=f"{pad}  - ",
+        lines += textwrap.wrap(f"{name} ({summary})", WIDTH, initial_indent=f"{pad}  - ",
                                subsequent_indent=f"{pad}    ")
     refused = [name for name in registry.names() if name not in enabled]
     lines += textwrap.wrap(
         "Refused: every other call" + (f", including the registry functions {', '.join(refused)}." if refused
                                        else " (nothing outside the registry can ever run)."),
-        _WIDTH, initial_indent=pad, subsequent_indent=pad + "    ")
+        WIDTH, initial_indent=pad, subsequent_indent=pad + "    ")
     return lines
 
 
@@ -149,7 +151,7 @@ def explain_rules(path: str | Path, registry: Registry = REGISTRY) -> str:
     ]
     if rules.noise_off:
         lines += ["", "WARNING: differential-privacy noise is OFF at a site using this file.",
-                  *_wrap(f"Reason given: {rules.privacy.no_noise_acknowledged}", 2)]
+                  *wrap(f"Reason given: {rules.privacy.no_noise_acknowledged}", 2)]
     for name, info in Rules.model_fields.items():
         section = getattr(rules, name)
         lines += ["", *_explain_section(name, section, info.description)]
@@ -157,14 +159,14 @@ def explain_rules(path: str | Path, registry: Registry = REGISTRY) -> str:
             lines += _explain_functions(rules.functions.enabled, registry, 6)
 
     profiles = RulesFile.model_fields["profiles"]
-    lines += ["", "[profiles]", *_wrap(profiles.description or "", 2)]
+    lines += ["", "[profiles]", *wrap(profiles.description or "", 2)]
     if not rules.profiles:
         lines.append("  This file defines no named profile: every session follows the rules above.")
     profile_fields = Profile.model_fields
     for profile_name, profile in rules.profiles.items():
         lines += ["", f"[profiles.{profile_name}]",
                   f"  enabled = {_value(profile.enabled)}",
-                  *_wrap(profile_fields["enabled"].description or "", 6),
+                  *wrap(profile_fields["enabled"].description or "", 6),
                   *_explain_functions(profile.enabled, registry, 6)]
         for section in ("disclosure", "bins"):
             lines += ["", *_explain_section(f"profiles.{profile_name}.{section}", getattr(profile, section),

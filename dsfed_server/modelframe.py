@@ -64,12 +64,16 @@ def _computed(table: pd.DataFrame, name: str) -> pd.Series:
             cat = cat.cat.rename_categories([r_number(v) for v in cat.cat.categories])
         return cat
     inner = name[2:-1] if name.startswith("I(") else name
-    node = parse_expression(inner, Limits(len(inner) + 1, len(inner) + 1, len(inner) + 1))
+    # the term passed the site's limits when the formula was parsed: re-parsing it needs none
+    bound = len(inner) + 1
+    node = parse_expression(inner, Limits(max_length=bound, max_name_length=bound, max_depth=bound))
 
     def read(leaf: Column | Symbol) -> np.ndarray:
         series = _column(table, leaf.column if isinstance(leaf, Column) else leaf.name)
         if _is_factor(series):
-            raise CallError(f"{name}: {leaf.to_text()} is a factor, not a number")
+            raise CallError(f"{name}: {leaf.to_text()} is a factor, not a number",
+                            hint=f"compute {name} from numeric columns only, or enter {leaf.to_text()} as a "
+                                 f"factor term of its own (factor({leaf.to_text()}) or {leaf.to_text()})")
         return series.to_numpy(dtype=float, na_value=np.nan)
 
     return pd.Series(evaluate(node, read, len(table)).values, index=table.index, name=name)

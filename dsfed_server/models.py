@@ -38,7 +38,8 @@ def _parse(data: bytes, suffix: str) -> Model:
 
 
 class ModelStore:
-    """Model files under one directory, named by the SHA-256 of their canonical bytes."""
+    """Model files under one directory, each named by its model's SHA-256: a GLM's canonical bytes
+    (``<sha256>.json``), an ONNX file's bytes as uploaded (``<sha256>.onnx``)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -60,21 +61,27 @@ class ModelStore:
         """The stored model of digest ``sha256``, checked again against it (an ONNX file's bytes
         before they are parsed)."""
         suffix = next((s for s in SUFFIXES if self.path(sha256, s).exists()), None)
+        if suffix is None:
+            raise _not_uploaded(name, sha256)
         try:
-            data = self.path(sha256, suffix or ".json").read_bytes()
-        except FileNotFoundError:
-            raise NotFound(f"model {name!r} ({sha256[:12]}...) has not been uploaded to this site",
-                           hint="upload the model file first (session.upload_model)") from None
+            data = self.path(sha256, suffix).read_bytes()
+        except FileNotFoundError:  # removed since the check above
+            raise _not_uploaded(name, sha256) from None
         if suffix == ".onnx" and hashlib.sha256(data).hexdigest() != sha256:
             raise _changed(name, sha256)
         try:
-            model = _parse(data, suffix or ".json")
+            model = _parse(data, suffix)
         except ModelError as exc:
             raise CallError(f"the stored file of model {name!r} is not a valid model: {exc}", rule="models.approved",
                             hint="tell the site's administrator: the file under its digest was changed") from None
         if model.sha256 != sha256:
             raise _changed(name, sha256)
         return model
+
+
+def _not_uploaded(name: str, sha256: str) -> NotFound:
+    return NotFound(f"model {name!r} ({sha256[:12]}...) has not been uploaded to this site",
+                    hint="upload the model file first (dsfed_client.models.upload_model)")
 
 
 def _changed(name: str, sha256: str) -> DisclosureRefusal:
@@ -102,7 +109,9 @@ def read_upload(data: bytes, guard: Guard) -> Model:
     try:
         onnx_bytes = read_onnx_upload(document)
     except ModelError as exc:
-        raise CallError(f"not a model this site can apply: {exc}", rule="models.onnx") from None
+        raise CallError(f"not a model this site can apply: {exc}", rule="models.onnx",
+                        hint="send the .onnx file itself with dsfed_client.models.upload_model(session, path), "
+                             "which builds this body (dsfed_core.models.onnx_upload)") from None
     model = _read_onnx(onnx_bytes, limit, guard) if onnx_bytes is not None else _read_glm(data, limit)
     approved_digests = {entry.sha256 for entry in guard.rule("models.approved")}
     if model.sha256 not in approved_digests and (isinstance(model, ONNXModel) or not guard.rule("models.analyst_glm")):

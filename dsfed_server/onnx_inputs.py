@@ -28,12 +28,17 @@ def _refuse(model: str, column: str, problem: str, hint: str) -> CallError:
     return CallError(f"model {model!r} reads column {column!r}: {problem}", rule=RULE, hint=hint)
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
+
+
 def _check(spec: OnnxInput, variable: Variable, model: str) -> None:
     if spec.element == "string":
         if variable.value_type != "text" or not variable.categories:
-            raise _refuse(model, spec.name, f"the model reads text categories, the data dictionary declares a "
-                          f"{variable.value_type} variable{' without categories' * (variable.value_type == 'text')}",
-                          "the model's input must be a categorical column of this table")
+            declared = ("a text variable without categories" if variable.value_type == "text"
+                        else f"{_article(variable.value_type)} {variable.value_type} variable")
+            raise _refuse(model, spec.name, f"the model reads text categories, the data dictionary declares "
+                          f"{declared}", "the model's input must be a categorical column of this table")
         if set(spec.categories or ()) != set(variable.categories):
             raise _refuse(model, spec.name, f"the model expects categories {list(spec.categories or ())}, the data "
                           f"dictionary declares {list(variable.categories)}",
@@ -43,7 +48,8 @@ def _check(spec: OnnxInput, variable: Variable, model: str) -> None:
                                                                and variable.value_type != "integer"):
         wanted = "whole numbers" if spec.element == "int64" else "numbers"
         raise _refuse(model, spec.name, f"the model reads {wanted} ({spec.element}), the data dictionary declares "
-                      f"a {variable.value_type} variable", "the model's input must be a numeric column of this table")
+                      f"{_article(variable.value_type)} {variable.value_type} variable",
+                      "the model's input must be a numeric column of this table")
     if spec.unit is not None and spec.unit != variable.unit:
         raise _refuse(model, spec.name, f"the model declares unit {spec.unit!r}, the data dictionary "
                       f"{variable.unit or 'none'!r}", "convert the model to the site's unit (its data dictionary)")

@@ -718,9 +718,10 @@ class SiteService:
             check_symbol_name(symbol, self.limits.max_name_length)
             check_handles(session, request.handles)
             node = self._tree(request, arithmetic=True)
-            if isinstance(node, Call):  # an expression (ds.make's "D$age*2") is deriveDS's call
-                function = record["function"] = node.function
             if isinstance(node, Call):
+                # the audited function is the call's own (an expression such as ds.make's "D$age*2"
+                # parses to a deriveDS call, so the record names deriveDS, not the request's label)
+                function = record["function"] = node.function
                 spec = self._spec(node.function, session)
                 if spec.kind != "assign":
                     raise CallError(

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.store import connect, create
+from dsfed_server.timestamps import utc_now
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS released_cuts (
@@ -56,10 +56,6 @@ CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_d BEFORE DELETE ON subset_r
 """
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class History:
     """Released cuts per table column and subset row sets per table, in SQLite at ``path``."""
 
@@ -85,7 +81,7 @@ class History:
         finite = [c for c in cuts if np.isfinite(c.value)]
         if not finite:
             return
-        now = _now()
+        now = utc_now()
         with self._connect() as db:
             db.executemany("INSERT OR IGNORE INTO released_cuts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            [(table, column, c.value, int(c.inclusive), mode, analyst, function, now) for c in finite])
@@ -102,4 +98,4 @@ class History:
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:
             db.execute("INSERT OR IGNORE INTO subset_rows VALUES (?, ?, ?, ?, ?)",
-                       (table, int(rows.size), np.packbits(rows).tobytes(), analyst, _now()))
+                       (table, int(rows.size), np.packbits(rows).tobytes(), analyst, utc_now()))

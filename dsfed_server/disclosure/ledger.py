@@ -44,6 +44,7 @@ from typing import Any, Iterable
 
 from dsfed_server.disclosure.accountant import Cap, Caps, Cost, guarantee
 from dsfed_server.disclosure.store import connect, create
+from dsfed_server.timestamps import utc_now
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spend (
@@ -151,7 +152,7 @@ class Ledger:
         when one would overspend a budget (nothing is then recorded). Returns what was spent."""
         if not charges:
             return []
-        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        now = utc_now()
         spent = []
         with self._lock:
             db = self._connect()

@@ -15,16 +15,13 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
 from dsfed_core.errors import NotFound, SiteError
+from dsfed_server.timestamps import utc_now
 
 Status = Literal["PENDING", "IN_PROGRESS", "COMPLETED", "FAILED"]
 
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -37,7 +34,7 @@ class Command:
     script: str
     with_result: bool
     status: Status = "PENDING"
-    created: str = field(default_factory=_now)
+    created: str = field(default_factory=utc_now)
     started: str | None = None
     ended: str | None = None
     result: Any = None
@@ -105,7 +102,7 @@ class CommandStore:
                     self._queues.pop(session, None)
                     return
                 command, run = queue.popleft()
-                command.status, command.started = "IN_PROGRESS", _now()
+                command.status, command.started = "IN_PROGRESS", utc_now()
             try:
                 command.result = run()
                 command.status = "COMPLETED"
@@ -113,7 +110,7 @@ class CommandStore:
                 command.error, command.status = exc, "FAILED"
             except Exception as exc:  # the service turns its own failures into SiteError already
                 command.error, command.status = SiteError(f"command failed: {type(exc).__name__}"), "FAILED"
-            command.ended = _now()
+            command.ended = utc_now()
             command.done.set()
 
     def _prune(self, selects: Callable[[Command], bool], keep: int) -> None:
