@@ -205,3 +205,11 @@ def test_a_renamed_copy_shares_its_columns_cut_history(tmp_path):
         except FederatedCallError as exc:
             assert exc.failures["s"].rule in ("bins.small_bin_policy", "disclosure.q_threshold")
     assert first["counts"] == [21, 19] and recovered is None
+
+
+def test_numbers_become_text_as_R_writes_them():
+    """asFactorDS1's levels and asCharacterDS's values: R's as.character of each number."""
+    from dsfed_server.functions.datamanagement import r_character  # noqa: PLC0415
+
+    values = np.array([1 / 3, 100000, 1e-4, 2, 123456, 1e15, 0.1 + 0.2, -1.5, 0.5])
+    assert [r_character(v) for v in values] == list(r_eval("as.character(x)", x=values))
