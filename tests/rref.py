@@ -1,4 +1,5 @@
-"""Running R reference code through rpy2 (never skipped: R is part of the test set-up)."""
+"""Independent references: R code run through rpy2 (never skipped: R is part of the test set-up),
+and the privacy accounting written out from its paper."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from dsfed_server import rbridge
+from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 
 
 def r_eval(source: str, **data: Any) -> Any:
@@ -22,6 +24,28 @@ def r_eval(source: str, **data: Any) -> Any:
                 env[name] = ro.StrVector([str(v) for v in arr.tolist()])
         result = ro.r["eval"](ro.r["parse"](text=source), envir=env)
         return np.asarray(list(result))
+
+
+def rdp_epsilon_reference(noise_multiplier: float, k: int, delta: float) -> float:
+    """RDP epsilon of k Gaussian releases, written out independently of the ledger: RDP of order
+    alpha is alpha k / (2 z^2), converted with Canonne, Kamath & Steinke (2020, Prop. 12),
+    minimised over a dense grid of orders."""
+    alphas = 1 + np.logspace(-3, 4, 200_000)
+    rdp = alphas * k / (2 * noise_multiplier**2)
+    eps = rdp + np.log1p(-1 / alphas) - (np.log(delta) + np.log(alphas)) / (alphas - 1)
+    return float(max(0.0, eps.min()))
+
+
+def gaussian_spent_reference(k: int, *, epsilon: float, delta: float, sensitivity: float,
+                             budget_delta: float) -> tuple[float, float]:
+    """(epsilon, delta) spent by k releases of the analytic Gaussian calibrated to (epsilon, delta,
+    sensitivity): the tighter of basic composition (when k delta fits ``budget_delta``) and RDP
+    (:func:`rdp_epsilon_reference`) at ``budget_delta``."""
+    sigma = analytic_gaussian_sigma(epsilon=epsilon, delta=delta, sensitivity=sensitivity)
+    options = [(rdp_epsilon_reference(sigma / sensitivity, k, budget_delta), budget_delta)]
+    if k * delta <= budget_delta:
+        options.append((k * epsilon, k * delta))
+    return min(options)
 
 
 # --- R references for the validation estimators (written here, in R, from the methods'

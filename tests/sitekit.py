@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -21,11 +23,19 @@ from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RULES = ROOT / "disclosure_rules" / "default.toml"
+NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
+
+# One line of the access log as docs/deployment.md documents it: time (UTC), client address:port,
+# user or ``-``, "METHOD path", status, duration.
+ACCESS_LINE = re.compile(r'^(?P<time>\S+Z) (?P<address>\d+\.\d+\.\d+\.\d+):\d+ (?P<user>\S+) '
+                         r'"(?P<method>[A-Z]+) (?P<path>\S+)" (?P<status>\d{3}) (?P<ms>\d+\.\d)ms$')
 
 
-def rules_variant(path: Path, **changes: object) -> Path:
-    """Copy default.toml, replacing ``key = value`` lines (TOML-formatted values given as text)."""
-    text = (ROOT / "disclosure_rules" / "default.toml").read_text()
+def rules_variant(path: Path, *, base: Path = DEFAULT_RULES, **changes: object) -> Path:
+    """Copy ``base`` (default.toml unless given), replacing ``key = value`` lines (TOML-formatted
+    values given as text); a key that is not in ``base`` exactly once fails the test."""
+    text = base.read_text()
     for key, value in changes.items():
         text, n = re.subn(rf"(?ms)^{key} = (\[.*?\]|[^\n]*)$", f"{key} = {value}", text)
         assert n == 1, key
@@ -34,15 +44,24 @@ def rules_variant(path: Path, **changes: object) -> Path:
 
 
 def approving(path: Path, models: dict[str, str], **changes: str) -> Path:
-    """The no-noise rules approving ``models`` (name -> SHA-256), with other [models] keys changed."""
-    text = (ROOT / "disclosure_rules" / "testing-no-noise.toml").read_text()
+    """The no-noise rules approving ``models`` (name -> SHA-256), with other keys changed."""
     entries = ", ".join(f'{{ name = "{n}", sha256 = "{h}", note = "test" }}' for n, h in models.items())
-    text = text.replace("approved = []", f"approved = [{entries}]")
-    for key, value in changes.items():
-        assert text.count(f"\n{key} = ") == 1, key
-        text = text.replace(f"\n{key} = ", f"\n{key} = {value}\n# was: ", 1)
-    path.write_text(text)
-    return path
+    return rules_variant(path, base=NO_NOISE, approved=f"[{entries}]", **changes)
+
+
+def dsfed(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The analyst's command line (``dsfed``) run as a process from the repository root."""
+    return _run("dsfed_client.cli", args)
+
+
+def dsfed_server(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The site's command line (``dsfed-server``) run as a process from the repository root."""
+    return _run("dsfed_server.cli", args)
+
+
+def _run(module: str, args: tuple[str | Path, ...]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
 
 
 def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", table: str = "t") -> None:

@@ -4,25 +4,22 @@ written by a real server on loopback, and never a password, token, header, query
 from __future__ import annotations
 
 import base64
-import re
 from pathlib import Path
 
 import pandas as pd
 import requests
 
 from dsfed_server.launch import LocalSites
-from sitekit import make_sites, serve
-
-LINE = re.compile(r'^(\S+Z) 127\.0\.0\.1:\d+ (\S+) "([A-Z]+) (\S+)" (\d{3}) (\d+\.\d)ms$')
+from sitekit import ACCESS_LINE, make_sites, serve
 
 
 def _lines(path: Path) -> list[tuple[str, str, str, int]]:
-    """(user, method, path, status) of each line; every line must have the documented shape."""
+    """(user, method, path, status) of each line; every line must have the documented shape, from loopback."""
     out = []
     for line in path.read_text().splitlines():
-        match = LINE.match(line)
-        assert match, line
-        out.append((match.group(2), match.group(3), match.group(4), int(match.group(5))))
+        match = ACCESS_LINE.match(line)
+        assert match and match["address"] == "127.0.0.1", line
+        out.append((match["user"], match["method"], match["path"], int(match["status"])))
     return out
 
 
@@ -70,7 +67,8 @@ def test_access_log_to_standard_error(tmp_path: Path):
                                                        site.credentials["analyst"].password), timeout=10).ok
         sites.stop()
         output = sites.processes["s"].log_file.read_text()
-    lines = [line for line in output.splitlines() if LINE.match(line)]
-    assert [LINE.match(line).group(2, 3, 4, 5) for line in lines] == [("analyst", "GET", "/v1/tables", "200")]
+    matches = [m for m in map(ACCESS_LINE.match, output.splitlines()) if m]
+    assert [m.group("address", "user", "method", "path", "status") for m in matches] == [
+        ("127.0.0.1", "analyst", "GET", "/v1/tables", "200")]
     assert site.credentials["analyst"].password not in output
     assert not site.audit_log.with_name("s-access.log").exists()

@@ -23,6 +23,7 @@ from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from conftest import audit_records, http_builder, inprocess_builder
+from rref import gaussian_spent_reference
 from sitekit import rules_variant, write_table
 
 EPS, DELTA, SENS = 1.0, 1e-5, 0.1
@@ -51,24 +52,10 @@ def _sites(tmp_path, analyst_eps: float = BUDGET_EPS, **rules_changes):
     return provisioned, {"a": SiteService.from_config_file(provisioned["a"].config)}
 
 
-def _rdp_epsilon_reference(noise_multiplier: float, k: int, delta: float) -> float:
-    """RDP epsilon of k Gaussian releases, written out here independently of the ledger: RDP of
-    order alpha is alpha k / (2 z^2), converted with Canonne, Kamath & Steinke (2020, Prop. 12),
-    minimised over a dense grid of orders."""
-    alphas = 1 + np.logspace(-3, 4, 200_000)
-    rdp = alphas * k / (2 * noise_multiplier**2)
-    eps = rdp + np.log1p(-1 / alphas) - (np.log(delta) + np.log(alphas)) / (alphas - 1)
-    return float(max(0.0, eps.min()))
-
-
 def _independent_spent(k: int) -> tuple[float, float]:
-    """k releases of the analytic Gaussian (EPS, DELTA, SENS): the tighter of basic composition and
-    RDP (independent code, see above) at the budget's delta."""
-    sigma = analytic_gaussian_sigma(epsilon=EPS, delta=DELTA, sensitivity=SENS)
-    options = [(_rdp_epsilon_reference(sigma / SENS, k, BUDGET_DELTA), BUDGET_DELTA)]
-    if k * DELTA <= BUDGET_DELTA:
-        options.append((k * EPS, k * DELTA))
-    return min(options)
+    """k releases of the analytic Gaussian (EPS, DELTA, SENS) against the budget's delta, by the
+    independent reference (rref.gaussian_spent_reference)."""
+    return gaussian_spent_reference(k, epsilon=EPS, delta=DELTA, sensitivity=SENS, budget_delta=BUDGET_DELTA)
 
 
 def _query(session, j: int, table: str = "D"):

@@ -18,8 +18,6 @@ import csv
 import io
 import json
 import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -28,20 +26,15 @@ import pandas as pd
 import pytest
 import requests
 
-from conftest import FIXTURES, ROOT, http_builder, inprocess_builder
+from conftest import FIXTURES, http_builder, inprocess_builder
 from dsfed_client import BudgetWarning, FederatedCallError, Ref
 from dsfed_client.analyses.suite import validate
 from dsfed_client.report import collect_study_info, write_report
-from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.launch import LocalSites
-from sitekit import make_sites, rules_variant
+from rref import gaussian_spent_reference
+from sitekit import dsfed, make_sites, rules_variant
 
 SITES = ("site1", "site2", "site3")
-
-
-def dsfed(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsfed_client.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -185,16 +178,8 @@ N_SCORES = 8
 
 def _spent(k: int) -> float:
     """Epsilon spent by k analytic Gaussian releases (EPS, DELTA, SENS) against (BUDGET_EPS, BUDGET_DELTA):
-    the smaller of basic composition (when it fits the budget) and RDP at BUDGET_DELTA, written out here."""
-    if k == 0:
-        return 0.0
-    sigma = analytic_gaussian_sigma(epsilon=EPS, delta=DELTA, sensitivity=SENS)
-    alphas = 1 + np.logspace(-3, 4, 200_000)
-    rdp = alphas * k * SENS**2 / (2 * sigma**2)
-    eps = float((rdp + np.log1p(-1 / alphas) - (np.log(BUDGET_DELTA) + np.log(alphas)) / (alphas - 1)).min())
-    options = [e for e in (eps, k * EPS if k * DELTA <= BUDGET_DELTA else None) if e is not None]
-    fitting = [e for e in options if e <= BUDGET_EPS]
-    return min(fitting or options)
+    the smaller of basic composition (when it fits the budget) and RDP at BUDGET_DELTA (rref's reference)."""
+    return gaussian_spent_reference(k, epsilon=EPS, delta=DELTA, sensitivity=SENS, budget_delta=BUDGET_DELTA)[0]
 
 
 def test_a_noisy_call_warns_first_when_it_would_use_more_than_the_sites_share_of_what_remains(tmp_path):

@@ -30,7 +30,7 @@ R_DATA = "d <- data.frame(y = y, score = score, age = age, tsize = tsize, pnodes
 
 
 @pytest.fixture(scope="module")
-def sites(tmp_path_factory):
+def sites(tmp_path_factory, gbsg2_pooled):
     """The five GBSG2 sites, noise off, accepting a GLM of the analyst's own (for ``predict``)."""
     run = tmp_path_factory.mktemp("glm-results")
     rules = approving(run / "rules.toml", {}, analyst_glm="true")
@@ -38,8 +38,7 @@ def sites(tmp_path_factory):
     services = {n: SiteService.from_config_file(p.config) for n, p in provisioned.items()}
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", TABLE)
-        yield session, pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES],
-                                 ignore_index=True)
+        yield session, gbsg2_pooled
 
 
 def r_glm(pooled: pd.DataFrame, source: str) -> np.ndarray:
@@ -47,7 +46,6 @@ def r_glm(pooled: pd.DataFrame, source: str) -> np.ndarray:
                   pnodes=pooled.pnodes, tgrade=pooled.tgrade.astype(str))
 
 
-@pytest.mark.r
 @pytest.mark.parametrize("formula,family", [(FULL, "binomial"), (GAUSSIAN, "gaussian")])
 def test_named_results_equal_R_glm(sites, formula, family):
     session, pooled = sites
@@ -76,7 +74,6 @@ def test_named_results_equal_R_glm(sites, formula, family):
     assert "<table" in shown and "tgradeIII" in shown and "AIC" in shown
 
 
-@pytest.mark.r
 def test_lr_test_equals_R_anova(sites):
     session, pooled = sites
     full, nested = ds_glm(session, FULL, "D", secure=True), ds_glm(session, NESTED, "D", secure=True)
@@ -93,7 +90,6 @@ def test_lr_test_equals_R_anova(sites):
         full.lr_test(ds_glm(session, NESTED, "D", link="probit", secure=True))
 
 
-@pytest.mark.r
 @pytest.mark.parametrize("type", ["response", "link"])
 def test_predict_assigns_a_site_vector_whose_pooled_mean_is_R_predict(sites, type):
     session, pooled = sites

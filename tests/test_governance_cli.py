@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -20,16 +18,11 @@ from pydantic import BaseModel
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_server.audit import AuditLog, audit_key, head_path
-from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma
 from dsfed_server.disclosure.rules import RulesFile
-from sitekit import ROOT, make_sites, rules_variant
+from rref import gaussian_spent_reference
+from sitekit import ROOT, dsfed, make_sites, rules_variant
 
 RULE_FILES = sorted((ROOT / "disclosure_rules").glob("*.toml"))
-
-
-def dsfed(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsfed_client.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 def _flat(text: str) -> str:
@@ -190,12 +183,9 @@ def test_audit_show_states_the_spending_in_the_ledgers_accounting(audited_site: 
     """One release of the analytic Gaussian (default rules: epsilon 1, delta 1e-5, sensitivity 0.2)
     against the budget (5, 1e-4): spent is the smaller of basic composition (1.0) and RDP at delta
     1e-4 (rho = sensitivity^2 / (2 sigma^2), CKS 2020 Prop. 12 on a dense grid of orders, written
-    out here), remaining = 5 - spent, for the table and for the analyst."""
-    sigma = analytic_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=0.2)
-    rho = 0.2**2 / (2 * sigma**2)
-    alphas = 1 + np.logspace(-3, 4, 200_000)
-    rdp = float((alphas * rho + np.log1p(-1 / alphas) - (np.log(1e-4) + np.log(alphas)) / (alphas - 1)).min())
-    spent = min(1.0, rdp)
+    out in rref), remaining = 5 - spent, for the table and for the analyst."""
+    spent, spent_delta = gaussian_spent_reference(1, epsilon=1.0, delta=1e-5, sensitivity=0.2, budget_delta=1e-4)
+    accounting = "rdp" if spent_delta == 1e-4 else "basic"  # RDP spends the budget's delta, basic 1e-5
     out = dsfed("audit", "show", audited_site).stdout
     lines = out.split("Privacy budget:", 1)[1].strip().splitlines()
     rows = [line.split() for line in lines if line.strip().startswith("siteA")]
@@ -203,7 +193,7 @@ def test_audit_show_states_the_spending_in_the_ledgers_accounting(audited_site: 
     for row in rows:
         eps, remaining = float(row[-6]), float(row[-3])
         assert eps == pytest.approx(spent, rel=1e-4) and remaining == pytest.approx(5.0 - spent, rel=1e-4)
-        assert row[-4] == ("rdp" if rdp < 1.0 else "basic") and row[-1] == "1"
+        assert row[-4] == accounting and row[-1] == "1"
 
 
 def test_audit_show_by_outcome_and_by_analyst(audited_site: Path):

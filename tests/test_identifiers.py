@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,7 @@ from dsfed_server.catalog import read_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 from opalkit import ds_session
+from sitekit import dsfed_server
 
 SITES = ("site1", "site2")
 RULE = "dictionary.identifier"
@@ -128,16 +127,14 @@ def test_init_marks_likely_identifiers_for_review(tmp_path: Path):
     })
     csv = tmp_path / "patients.csv"
     frame.to_csv(csv, index=False)
-    made = subprocess.run([sys.executable, "-m", "dsfed_server.cli", "init", str(tmp_path / "h"), "--csv", str(csv)],
-                          capture_output=True, text=True, timeout=120)
+    made = dsfed_server("init", tmp_path / "h", "--csv", csv)
     assert made.returncode == 0, made.stderr
     flagged = {"patientId", "record", "sample_no"}
     assert set(re.findall(r"^  (\S+): marked \"identifier\": true", made.stdout, re.M)) == flagged
     variables = read_dictionary(tmp_path / "h" / "data" / "main" / "patients.dictionary.json")
     assert {v.name for v in variables if v.identifier} == flagged
 
-    checked = subprocess.run([sys.executable, "-m", "dsfed_server.cli", "check", str(tmp_path / "h" / "site.toml")],
-                             capture_output=True, text=True, timeout=120)
+    checked = dsfed_server("check", tmp_path / "h" / "site.toml")
     assert checked.returncode == 0, checked.stderr
     lines = {line.split()[0]: line for line in checked.stdout.splitlines() if line.startswith("  ")}
     assert all("identifier: no function may read it" in lines[name] for name in flagged)

@@ -23,10 +23,9 @@ from dsfed_client.analyses.suite import validate
 from dsfed_client.report import render_report
 from dsfed_server.launch import LocalSites
 from conftest import GBSG2_SITES, audit_records, http_builder, inprocess_builder, read_site_csv
-from rref import R_PROC, r_eval, r_reference
-from sitekit import ROOT, make_sites, rules_variant
+from rref import r_eval, r_reference
+from sitekit import NO_NOISE, make_sites, rules_variant
 
-NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 
 R_RMA = """
 f <- metafor::rma(yi, sei = sei, method = method, control = list(threshold = 1e-12, maxiter = 1000))

@@ -24,7 +24,7 @@ from dsfed_core.models import GLMModel
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from rref import R_PROC, R_VALPROB, r_eval, r_reference
-from sitekit import ROOT, approving, make_sites
+from sitekit import ROOT, approving, dsfed, make_sites
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 FORMULA = "y ~ age + tsize + tgrade + pnodes"
@@ -37,7 +37,7 @@ def _gbsg2_sites(run, rules):
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
+def fitted(tmp_path_factory, gbsg2_pooled):
     """The logistic model fitted across the five sites (the distributed GLM: R's glm on the pooled
     records), as a model file; and the five sites again, their board having approved it."""
     run = tmp_path_factory.mktemp("models")
@@ -46,9 +46,7 @@ def fitted(tmp_path_factory):
         model = glm_model(ds_glm(session, FORMULA, "D", secure=True))
     rules = approving(run / "rules.toml", {"gbsg2-logit": model.sha256})
     approved = _gbsg2_sites(run / "apply", rules)
-    pooled = pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES],
-                       ignore_index=True)
-    return model, approved, pooled, rules
+    return model, approved, gbsg2_pooled, rules
 
 
 def _r_predictions(model: GLMModel, pooled: pd.DataFrame) -> np.ndarray:
@@ -237,7 +235,7 @@ def test_a_datashield_client_applies_an_approved_model_by_call_text(fitted, tmp_
     assert mean == pytest.approx(_r_predictions(model, pooled).mean(), rel=1e-10)
 
 
-def test_a_glm_declaring_units_is_checked_against_the_data_dictionary(tmp_path):
+def test_a_glm_declaring_units_is_checked_against_the_data_dictionary(tmp_path, gbsg2_pooled):
     """A GLM file may declare the units of the variables it reads (``units``, written only when
     declared, so a GLM without units keeps its digest): applied where the data dictionary agrees
     (the mean prediction is the pooled formula's), refused where it gives another unit."""
@@ -249,7 +247,7 @@ def test_a_glm_declaring_units_is_checked_against_the_data_dictionary(tmp_path):
                                                                                             "tsize": "mm"}
     rules = approving(tmp_path / "rules.toml", {}, analyst_glm="true")
     provisioned, services = _gbsg2_sites(tmp_path / "sites", rules)
-    pooled = pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES])
+    pooled = gbsg2_pooled
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", TABLE)
         upload_model(session, years)
@@ -268,16 +266,13 @@ def test_the_shipped_demo_models_are_the_ones_the_demo_sites_approve():
     JSON, sorted keys, no spaces) and what it reads; each demo site's rules approve both shipped
     files by their digests (the ONNX one: SHA-256 of the file's bytes)."""
     import hashlib
-    import subprocess
-    import sys
 
     from dsfed_server.disclosure.rules import load_rules
 
     logit, gbm = ROOT / "opal_fixtures" / "models" / "gbsg2-logit.json", ROOT / "opal_fixtures" / "models" / "gbsg2-gbm.onnx"
     canonical = json.dumps(json.loads(logit.read_text()), sort_keys=True, separators=(",", ":")).encode()
     digests = {"gbsg2-logit": hashlib.sha256(canonical).hexdigest(), "gbsg2-gbm": hashlib.sha256(gbm.read_bytes()).hexdigest()}
-    shown = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "models", "inspect", str(logit)],
-                           capture_output=True, text=True, timeout=60)
+    shown = dsfed("models", "inspect", logit)
     assert shown.returncode == 0 and digests["gbsg2-logit"] in shown.stdout
     assert "horTh, age, menostat, tsize, tgrade, pnodes, progrec, estrec" in shown.stdout
     for site in GBSG2_SITES:

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 
-from dsfed_client.plots import plot_calibration, plot_observed_expected  # noqa: E402
+from dsfed_client.plots import plot_calibration  # noqa: E402
 
 
 def test_a_merged_bin_gets_no_point_and_its_edge_a_tick():

@@ -5,8 +5,6 @@ one line naming the file, the line, the user and the command to run, showing no 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,12 +13,7 @@ import pytest
 from dsfed_server.disclosure.secure_sum import parse_identity, public_identity
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
-from sitekit import ROOT, write_table
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsfed_server.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+from sitekit import ROOT, dsfed_server, write_table
 
 
 def _site(tmp_path: Path, name: str) -> ProvisionedSite:
@@ -38,14 +31,14 @@ def test_identity_output_pasted_under_federation_pins_the_peer(tmp_path: Path):
     a, b, c = (_site(tmp_path, name) for name in ("hospital.a", "b", "c"))
     printed = {}
     for site in (a, c):
-        result = _cli("identity", str(site.config))
+        result = dsfed_server("identity", str(site.config))
         assert result.returncode == 0, result.stderr
         printed[site.name] = result.stdout
     assert "[federation]" in printed["c"]  # the printed comment says where the line goes
 
     # the administrator of b adds the header and pastes both outputs as they are
     b.config.write_text(b.config.read_text() + "\n[federation]\n" + printed["hospital.a"] + printed["c"])
-    checked = _cli("check", str(b.config))
+    checked = dsfed_server("check", str(b.config))
     assert checked.returncode == 0, checked.stderr
 
     service = SiteService.from_config_file(b.config)
@@ -69,7 +62,7 @@ def _hashes(text: str) -> list[str]:
 
 def _refusal(path: Path, config: str) -> str:
     """``dsfed-server check``'s message on a config it refuses: one line, no hash of ``config`` in it."""
-    result = _cli("check", str(path))
+    result = dsfed_server("check", str(path))
     assert result.returncode == 2
     message = result.stderr.strip()
     assert "\n" not in message

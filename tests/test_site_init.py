@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -18,12 +16,7 @@ import pytest
 from dsfed_client import LoginBuilder
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import Credential, ProvisionedSite
-from sitekit import ROOT
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsfed_server.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+from sitekit import ROOT, dsfed_server
 
 
 @pytest.fixture
@@ -46,7 +39,7 @@ def patients(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
 def test_init_writes_a_site_that_starts_checks_and_answers(tmp_path: Path, patients):
     csv, frame = patients
     site_dir = tmp_path / "hospital"
-    made = _cli("init", str(site_dir), "--csv", str(csv), "--name", "hospital", "--port", "0")
+    made = dsfed_server("init", str(site_dir), "--csv", str(csv), "--name", "hospital", "--port", "0")
     assert made.returncode == 0, made.stderr
     assert "REVIEW" in made.stdout
     password = re.search(r"analyst \(analyst\): password (\S+)", made.stdout).group(1)
@@ -57,7 +50,7 @@ def test_init_writes_a_site_that_starts_checks_and_answers(tmp_path: Path, patie
     assert types == {"age": "integer", "bmi": "decimal", "smoker": "boolean", "sex": "text", "y": "integer"}
     assert tomllib.loads((site_dir / "site.toml").read_text())["site"]["name"] == "hospital"
 
-    checked = _cli("check", str(site_dir / "site.toml"))
+    checked = dsfed_server("check", str(site_dir / "site.toml"))
     assert checked.returncode == 0, checked.stderr
     smoker = next(line for line in checked.stdout.splitlines() if line.strip().startswith("smoker"))
     assert f"True {int(frame.smoker.sum())}, False {int((~frame.smoker).sum())}" in smoker
@@ -80,7 +73,7 @@ def test_init_refuses_a_directory_in_use(tmp_path: Path, patients):
     csv, _ = patients
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "site.toml").write_text("")
-    result = _cli("init", str(tmp_path / "used"), "--csv", str(csv))
+    result = dsfed_server("init", str(tmp_path / "used"), "--csv", str(csv))
     assert result.returncode == 2
     assert result.stderr.strip() == (f"dsfed-server: {tmp_path / 'used'}: not empty; dsfed-server init writes a "
                                      "new site into an empty directory")

@@ -12,11 +12,11 @@ import pytest
 from dsfed_client.analyses.smooth_calibration import ds_spline_calibration
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
-from conftest import GBSG2_SITES, FIXTURES, http_builder, inprocess_builder
+from conftest import http_builder, inprocess_builder
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.launch import LocalSites
 from rref import r_eval, r_reference
-from sitekit import ROOT, make_sites, rules_variant
+from sitekit import NO_NOISE, make_sites, rules_variant
 
 RTOL = 1e-8
 Q = 5  # q_threshold of the GBSG2 sites' rules
@@ -44,12 +44,6 @@ spline_ref <- function(y, p, ng, q) {
 
 
 @pytest.fixture(scope="module")
-def pooled() -> pd.DataFrame:
-    return pd.concat([pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv") for s in GBSG2_SITES],
-                     ignore_index=True)
-
-
-@pytest.fixture(scope="module")
 def spline(gbsg2_provisioned, gbsg2_http):
     with http_builder(gbsg2_provisioned, gbsg2_http.urls).login() as session:
         session.assign_table("D", "GBSG2.validation")
@@ -57,9 +51,9 @@ def spline(gbsg2_provisioned, gbsg2_http):
 
 
 @pytest.fixture(scope="module")
-def reference(pooled) -> dict[str, np.ndarray]:
-    out = r_reference("spline_ref", R_SPLINE, y=pooled["y"].to_numpy(), p=pooled["score"].to_numpy(), ng=[N_GRID],
-                      q=[Q])
+def reference(gbsg2_pooled) -> dict[str, np.ndarray]:
+    y, p = gbsg2_pooled["y"].to_numpy(), gbsg2_pooled["score"].to_numpy()
+    out = r_reference("spline_ref", R_SPLINE, y=y, p=p, ng=[N_GRID], q=[Q])
     parts = np.split(out, np.cumsum([4, 4, 16, 1, 2, 1, 1, N_GRID, N_GRID]))
     names = ("knots", "coef", "vcov", "ici", "e", "emax", "r2", "fit", "se", "range")
     return dict(zip(names, parts))
@@ -100,8 +94,8 @@ def test_ici_e50_e90_emax_equal_R_from_its_fitted_curve(spline, reference):
     assert spline.emax == pytest.approx(reference["emax"][0], rel=RTOL)
 
 
-def test_r2_equals_val_prob_and_log_loss_its_formula(spline, reference, pooled):
-    y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
+def test_r2_equals_val_prob_and_log_loss_its_formula(spline, reference, gbsg2_pooled):
+    y, p = gbsg2_pooled["y"].to_numpy(), gbsg2_pooled["score"].to_numpy()
     keep = (p > 0) & (p < 1)
     y, p = y[keep], p[keep]
     assert spline.r2 == pytest.approx(reference["r2"][0], rel=RTOL)
@@ -128,9 +122,9 @@ def test_analyst_knots_and_coefficients_are_refused(gbsg2_provisioned, gbsg2_htt
         assert refit["ici"] == pytest.approx(spline.ici, rel=RTOL)
 
 
-def test_refused_where_the_rules_do_not_enable_it(tmp_path, pooled):
+def test_refused_where_the_rules_do_not_enable_it(tmp_path, gbsg2_frames):
     rules = rules_variant(tmp_path / "rules.toml", enabled='["assignTable", "secureKeyDS", "brierDS"]')
-    frames = {s: pd.read_csv(FIXTURES / s / "GBSG2" / "validation.csv")[["y", "score"]] for s in GBSG2_SITES}
+    frames = {s: frame[["y", "score"]] for s, frame in gbsg2_frames.items()}
     provisioned, services = make_sites(tmp_path, frames, rules=rules)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
@@ -155,9 +149,7 @@ def _frames() -> dict[str, pd.DataFrame]:
 def _gated_sites(tmp_path):
     """Three sites of 200 distinct scores each as server processes, no noise, the cut history on."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    rules = tmp_path / "rules.toml"
-    rules.write_text((ROOT / "disclosure_rules" / "testing-no-noise.toml").read_text()
-                     .replace("\ncut_history = false\n", "\ncut_history = true\n"))
+    rules = rules_variant(tmp_path / "rules.toml", base=NO_NOISE, cut_history="true")
     frames = _frames()
     provisioned, _ = make_sites(tmp_path, frames, rules=rules)
     return provisioned, np.sort(pd.concat(frames.values())["score"].to_numpy())

@@ -18,9 +18,8 @@ from dsfed_client.analyses.decision import DEFAULT_GRID, ds_decision_curve
 from dsfed_client.analyses.thresholds import ds_threshold_metrics, ds_youden_threshold
 from dsfed_server.launch import LocalSites
 from rref import R_BINOM_CI, R_COORDS, r_eval, r_reference
-from sitekit import ROOT, make_sites, rules_variant
+from sitekit import NO_NOISE, make_sites, rules_variant
 
-NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
 COLUMNS = ["tp", "fp", "tn", "fn", "sensitivity", "specificity", "ppv", "npv", "accuracy"]
 MODES = pytest.mark.parametrize("secure", [True, False], ids=["pooled", "per-site"])
 
