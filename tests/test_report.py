@@ -169,7 +169,7 @@ def test_demo_writes_the_report(tmp_path):
     text = report.read_text()
     assert f">{data['validation']['discrimination']['auc']:.4f}<" in text
     assert f">{data['validation']['brier']['brier']:.4f}<" in text
-    assert "audit hash chains verified at 5 of 5 sites" in text
+    assert "audit hash chains verified at 6 of 6 sites (the training site&#x27;s included)" in text
 
 
 def test_report_takes_the_histogram_based_curves(frames, tmp_path):

@@ -165,15 +165,15 @@ def _moves_note(moved: list[list[float]]) -> str:
             "they would single out fewer than q records beside such a cut; the fit is the spline at these knots")
 
 
+SKIPPED = "smooth calibration skipped (it needs pooled releases of rcsKnotsDS and splineErrorsDS)"
+
+
 def spline_section(session: FederatedSession, truth: str, score: str, *, alpha: float,
                    secure: bool | None) -> tuple[SplineCalibration | None, str]:
     """:func:`ds_spline_calibration` for :func:`~dsfed_client.analyses.suite.validate`: the result, or
     None and why the sites refused it (per-site checking offers no pooled knots; a rules file that
     does not enable the functions; too few records)."""
-    skipped = "smooth calibration skipped (it needs pooled releases of rcsKnotsDS and splineErrorsDS)"
-    if secure is False:  # the sites would refuse the pooled-only protocol: not asked
-        return None, f"{skipped}: the validation ran per site"
     try:
         return ds_spline_calibration(session, truth, score, alpha=alpha, secure=secure), ""
     except FederatedCallError as exc:
-        return None, f"{skipped}: {exc}"
+        return None, f"{SKIPPED}: {exc}"

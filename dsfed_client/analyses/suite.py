@@ -15,7 +15,7 @@ from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
 from dsfed_client.analyses.decision import VALIDATE_GRID, DecisionCurve, ds_decision_curve
 from dsfed_client.analyses.heterogeneity import Heterogeneity, ds_heterogeneity, unavailable
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
-from dsfed_client.analyses.smooth_calibration import SplineCalibration, spline_section
+from dsfed_client.analyses.smooth_calibration import SKIPPED as SPLINE_SKIPPED, SplineCalibration, spline_section
 from dsfed_client.analyses.thresholds import ThresholdMetrics, check_thresholds, ds_threshold_metrics
 from dsfed_client.aggregation import first_release
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, N_THRESHOLDS, PRIVACY, Options, validate_params
@@ -248,7 +248,10 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     hl_h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
     hl_c = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=pooled)
     logistic = ds_logistic_calibration(session, truth, score, n_complete=brier.n, alpha=alpha, secure=pooled)
-    smooth, smooth_note = spline_section(session, truth, score, alpha=alpha, secure=pooled)
+    if agg.per_site_parts:  # the sites would refuse the pooled-only protocol: not asked
+        smooth, smooth_note = None, f"{SPLINE_SKIPPED}: the validation ran per site"
+    else:
+        smooth, smooth_note = spline_section(session, truth, score, alpha=alpha, secure=pooled)
     if method == "paper":
         discrimination = Discrimination.from_paper(ds_roc_glm(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
