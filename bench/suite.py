@@ -25,7 +25,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dsfed_client import LoginBuilder, pooled  # noqa: E402
+from dsfed_client import LoginBuilder  # noqa: E402
+from dsfed_server import pooled  # noqa: E402
 from dsfed_client.analyses.suite import validate  # noqa: E402
 from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server import rbridge  # noqa: E402

@@ -24,6 +24,8 @@ class SiteProcess:
         self.log_file = run_dir / f"{site.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self._spawned_wall = 0.0
+        self.ready_after: float | None = None  # seconds from spawn until the site answered (its ready file)
 
     def start(self) -> None:
         self.ready_file.unlink(missing_ok=True)
@@ -36,6 +38,7 @@ class SiteProcess:
              "--ready-file", str(self.ready_file)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
         )
+        self._spawned_wall = time.time()
         log.close()
 
     def wait_ready(self, deadline: float) -> None:
@@ -43,6 +46,7 @@ class SiteProcess:
         while time.monotonic() < deadline:
             if self.ready_file.exists():
                 self.url = json.loads(self.ready_file.read_text())["url"]
+                self.ready_after = self.ready_file.stat().st_mtime - self._spawned_wall
                 return
             if self.process.poll() is not None:
                 raise RuntimeError(
@@ -51,6 +55,15 @@ class SiteProcess:
                 )
             time.sleep(0.05)
         raise RuntimeError(f"site {self.site.name} did not start in time:\n{self.log_tail()}")
+
+    def peak_rss(self) -> int:
+        """The process's peak resident set size so far, in bytes (Linux: VmHWM), 0 once it has exited."""
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text() if self.process else ""
+        except OSError:
+            return 0
+        line = next((l for l in status.splitlines() if l.startswith("VmHWM:")), None)
+        return int(line.split()[1]) * 1024 if line else 0
 
     def log_tail(self, lines: int = 20) -> str:
         try:
