@@ -35,11 +35,15 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from dsfed_core.errors import NotFound
+
+if TYPE_CHECKING:
+    from dsfed_server.engines import Engine
 
 VALUE_TYPES = ("integer", "decimal", "text", "boolean")
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9._]*$")
@@ -108,7 +112,7 @@ def _identifier(item: dict, path: Path) -> bool:
 class TableInfo:
     project: str
     table: str
-    path: Path
+    source: str  # where the engine reads it: a file path, or database:project.table (for messages)
     variables: tuple[Variable, ...]
 
     @property
@@ -188,7 +192,7 @@ class _Column:
     record, the line after the header)."""
 
     def __init__(self, info: TableInfo, variable: Variable, col: pd.Series) -> None:
-        self.where = f"{info.path}:{variable.name}"
+        self.where = f"{info.source}:{variable.name}"
         self.col = col
 
     def refuse(self, bad: pd.Series, problem: str) -> CatalogError:
@@ -201,28 +205,31 @@ class _Column:
         return CatalogError(f"{self.where}:{position + 1}: value {value!r} {problem}{more}{hint}")
 
 
-def _check_columns(frame: pd.DataFrame, info: TableInfo) -> None:
+def _check_columns(columns: list[str], info: TableInfo) -> None:
     names = [v.name for v in info.variables]
-    if list(frame.columns) == names:
+    if columns == names:
         return
-    if sorted(frame.columns) == sorted(names):
+    if sorted(columns) == sorted(names):
         raise CatalogError(
-            f"{info.path}: the columns are those of the dictionary in a different order (file: {list(frame.columns)}; "
+            f"{info.source}: the columns are those of the dictionary in a different order (file: {columns}; "
             f"dictionary: {names}); reorder the file's columns or the dictionary's variables"
         )
-    extra = sorted(set(frame.columns) - set(names))
-    missing = sorted(set(names) - set(frame.columns))
+    extra = sorted(set(columns) - set(names))
+    missing = sorted(set(names) - set(columns))
     raise CatalogError(
-        f"{info.path}: columns do not match the dictionary (missing {missing}, undeclared {extra})"
+        f"{info.source}: columns do not match the dictionary (missing {missing}, undeclared {extra})"
     )
 
 
 def _numeric(column: _Column, v: Variable) -> pd.Series:
     col = column.col
-    values = pd.to_numeric(col, errors="coerce")
-    bad = values.isna() & col.notna() & (col.astype("string").str.strip() != "")
-    if bad.any():
-        raise column.refuse(bad, "is not a number")
+    if pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
+        values = col  # typed by the file or database: every value is a number
+    else:
+        values = pd.to_numeric(col, errors="coerce")
+        bad = values.isna() & col.notna() & (col.astype("string").str.strip() != "")
+        if bad.any():
+            raise column.refuse(bad, "is not a number")
     bounds = v.declared_range
     if bounds is not None:
         outside = ((values < bounds[0]) | (values > bounds[1])).fillna(False)
@@ -258,18 +265,17 @@ def _text(column: _Column, v: Variable) -> pd.Series | pd.Categorical:
     return pd.Categorical(text, categories=list(v.categories))
 
 
-def _typed(frame: pd.DataFrame, info: TableInfo) -> pd.DataFrame:
-    _check_columns(frame, info)
-    out = {}
-    for v in info.variables:
-        column = _Column(info, v, frame[v.name])
-        if v.value_type in ("integer", "decimal"):
-            out[v.name] = _numeric(column, v)
-        elif v.value_type == "boolean":
-            out[v.name] = _boolean(column)
-        else:
-            out[v.name] = _text(column, v)
-    return pd.DataFrame(out)
+def _typed(raw: pd.Series, info: TableInfo, v: Variable) -> pd.Series:
+    """Column ``v`` of table ``info`` as functions read it, from the engine's raw column; raises
+    :class:`CatalogError` naming the first value that does not fit the dictionary."""
+    column = _Column(info, v, raw.reset_index(drop=True))
+    if v.value_type in ("integer", "decimal"):
+        typed = _numeric(column, v)
+    elif v.value_type == "boolean":
+        typed = _boolean(column)
+    else:
+        typed = _text(column, v)
+    return pd.Series(typed, name=v.name, copy=False)
 
 
 @dataclass(frozen=True)
@@ -309,36 +315,58 @@ def summarize(frame: pd.DataFrame, info: TableInfo) -> list[ColumnSummary]:
 
 
 class Catalog:
-    """The projects and tables under one site's data directory, loaded once and shared read-only."""
+    """The projects and tables under one site's data directory, read through the site's engine
+    (:mod:`dsfed_server.engines`) one column at a time, and shared read-only.
 
-    def __init__(self, data_dir: str | Path) -> None:
+    A column is typed and checked against the dictionary the first time a call reads it, and kept;
+    a call reads only the columns it names (:meth:`frame`, :meth:`column`)."""
+
+    def __init__(self, data_dir: str | Path, engine: "Engine | None" = None) -> None:
+        from dsfed_server.engines.duckdb_engine import DuckDBEngine  # noqa: PLC0415
+
         self.data_dir = Path(data_dir)
         if not self.data_dir.is_dir():
             raise CatalogError(f"{self.data_dir}: data directory does not exist")
+        self.engine = engine if engine is not None else DuckDBEngine()
         self._tables: dict[str, TableInfo] = {}
-        self._frames: dict[str, pd.DataFrame] = {}
+        self._columns: dict[tuple[str, str], pd.Series] = {}
         self._lock = threading.Lock()
         for dictionary in sorted(self.data_dir.glob("*/*.dictionary.json")):
             project = dictionary.parent.name
             table = dictionary.name[: -len(".dictionary.json")]
-            data = next(
-                (p for p in (dictionary.with_name(table + ".parquet"), dictionary.with_name(table + ".csv")) if p.exists()),
-                None,
-            )
-            if data is None:
-                raise CatalogError(f"{dictionary}: no {table}.csv or {table}.parquet beside the dictionary")
             for name in (project, table):
                 if not _IDENT.match(name):
                     raise CatalogError(f"{dictionary}: {name!r} is not a valid project or table name")
-            info = TableInfo(project, table, data, read_dictionary(dictionary))
+            source = self.engine.source(project, table, dictionary.parent)
+            if source is None:
+                raise CatalogError(f"{dictionary}: no {table}.csv or {table}.parquet beside the dictionary"
+                                   if getattr(self.engine, "database", None) is None else
+                                   f"{dictionary}: the site's database has no table {project}.{table}")
+            info = TableInfo(project, table, source, read_dictionary(dictionary))
             self._tables[info.ref] = info
         if not self._tables:
             raise CatalogError(f"{self.data_dir}: no tables found (expected <project>/<table>.csv with a dictionary)")
 
     def validate_all(self) -> None:
-        """Load every table once; raises :class:`CatalogError` on the first mismatch."""
-        for ref in self._tables:
-            self.frame(ref)
+        """Check every table's columns and values against its dictionary (what the site does as it
+        starts); raises :class:`CatalogError` on the first mismatch. The engine counts the values
+        that break the dictionary; only a column it finds fault with is read, to name the row."""
+        for info in self._tables.values():
+            _check_columns(self.engine.column_names(info), info)
+            for name in self.engine.suspect_columns(info, info.variables):
+                self._read(info, [name])
+
+    def _read(self, info: TableInfo, names: list[str]) -> list[pd.Series]:
+        """Columns ``names`` of ``info``, typed and checked (each read from the engine once)."""
+        with self._lock:
+            missing = [n for n in names if (info.ref, n) not in self._columns]
+            if missing:
+                raw = self.engine.read(info, missing)
+                variables = {v.name: v for v in info.variables}
+                for name in missing:
+                    self._columns[(info.ref, name)] = _typed(raw[name], info, variables[name])
+                del raw
+            return [self._columns[(info.ref, n)] for n in names]
 
     def tables(self) -> list[TableInfo]:
         return list(self._tables.values())
@@ -363,15 +391,31 @@ class Catalog:
                 out.setdefault(name, []).append(info.ref)
         return out
 
-    def frame(self, ref: str) -> pd.DataFrame:
-        """The table as functions may read it: typed, checked against its dictionary, without its
-        identifier columns (cached; callers must not modify it)."""
-        info = self.info(ref)
-        with self._lock:
-            if ref not in self._frames:
-                if info.path.suffix == ".parquet":
-                    raw = pd.read_parquet(info.path)
-                else:
-                    raw = pd.read_csv(info.path, dtype=str, keep_default_na=False, na_values=[""])
-                self._frames[ref] = _typed(raw, info).drop(columns=list(info.identifiers))
-            return self._frames[ref]
+    def served(self, ref: str) -> list[str]:
+        """The columns of table ``ref`` functions may read: all but its identifier columns."""
+        return [v.name for v in self.info(ref).variables if not v.identifier]
+
+    def row_count(self, ref: str) -> int:
+        return self.engine.row_count(self.info(ref))
+
+    def column(self, ref: str, name: str) -> pd.Series:
+        """Column ``name`` of table ``ref``, typed and checked against its dictionary (kept; callers
+        must not modify it); an identifier column is never served."""
+        if name not in self.served(ref):
+            raise NotFound(f"table {ref!r} has no variable {name!r}", hint=f"variables: {', '.join(self.served(ref))}")
+        return self._read(self.info(ref), [name])[0]
+
+    def frame(self, ref: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """The table as functions may read it, or only ``columns`` of it (default: every column but
+        the identifier columns): typed, checked against its dictionary; the columns are shared
+        (pandas copy-on-write: a caller's change copies, the catalog's columns stay as read)."""
+        served = self.served(ref)
+        names = served if columns is None else list(dict.fromkeys(columns))
+        unknown = [n for n in names if n not in served]
+        if unknown:
+            raise NotFound(f"table {ref!r} has no variable(s) {', '.join(unknown)}",
+                           hint=f"variables: {', '.join(served)}")
+        return pd.DataFrame(dict(zip(names, self._read(self.info(ref), names))), copy=False)
+
+    def close(self) -> None:
+        self.engine.close()

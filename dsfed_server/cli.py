@@ -76,7 +76,7 @@ def check(args: argparse.Namespace) -> int:
 
     service = SiteService.from_config_file(args.config)
     for info in service.catalog.tables():
-        print(f"table {info.ref} ({info.path})")
+        print(f"table {info.ref} ({info.source})")
         for column in summarize(service.catalog.frame(info.ref), info):
             print(f"  {column.line()}")
     tables = ", ".join(t.ref for t in service.catalog.tables())

@@ -14,6 +14,12 @@ Example (``dsfed-server init`` writes one)::
     max_sessions_per_user = 8
     session_reclaim_after_s = 60               # at the limit, a session idle this long is reclaimed
 
+    [catalog]                                  # optional: the engine that reads the tables (default shown)
+    engine = "duckdb"                          # duckdb | postgresql | memory (dsfed_server/engines)
+    database = ""                              # duckdb: a database file instead of files beside the dictionaries
+    threads = 1                                # the engine's threads
+    memory_limit_mb = 1024                     # the engine's working memory (DuckDB spills beyond it)
+
     [listen]
     host = "127.0.0.1"
     port = 0                                   # 0: any free port (see --ready-file)
@@ -73,6 +79,18 @@ class SiteSection(_Section):
     session_reclaim_after_s: float = Field(
         60.0, gt=0, le=7 * 24 * 3600,
         description="at the session limit, a new session reclaims the account's session idle longest if idle this long")
+
+
+class CatalogSection(_Section):
+    """The engine under the catalog (:mod:`dsfed_server.engines`)."""
+
+    engine: Literal["duckdb", "postgresql", "memory"] = Field(
+        "duckdb", description="duckdb: Parquet/CSV files scanned in place or a DuckDB database file; postgresql: a "
+                              "database read with a read-only role; memory: every table read whole at start")
+    database: str = Field("", description="duckdb: a DuckDB database file holding the tables as project.table "
+                                          "(opened read-only); empty: the files beside the dictionaries")
+    threads: int = Field(1, ge=1, le=256, description="threads the engine may use")
+    memory_limit_mb: int = Field(1024, ge=64, le=1_048_576, description="the engine's working memory, in MiB")
 
 
 class ListenSection(_Section):
@@ -179,6 +197,7 @@ def peer_line(name: str, key: str) -> str:
 
 class SiteConfig(_Section):
     site: SiteSection
+    catalog: CatalogSection = Field(default_factory=CatalogSection)
     listen: ListenSection
     login: LoginLimits = Field(default_factory=LoginLimits)
     federation: FederationSection = Field(default_factory=FederationSection)

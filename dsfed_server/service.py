@@ -30,6 +30,7 @@ from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
 from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol, from_json
 from dsfed_server.catalog import Catalog
+from dsfed_server.engines import open_engine
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import Guard, HistoryBehind, enforce_contract
@@ -194,7 +195,7 @@ class SiteService:
         # each profile's effective rules; "default" is the file's top level
         self.profile_rules: dict[str, Rules] = {name: self.rules.profile(name) for name in self.rules.profile_names}
         self.registry = registry
-        self.catalog = Catalog(resolve(base_dir, config.site.data_dir))
+        self.catalog = Catalog(resolve(base_dir, config.site.data_dir), open_engine(config.catalog, base_dir))
         self.catalog.validate_all()
         self.identifiers = self.catalog.identifiers()  # columns no call may name (disclosure/identifiers.py)
         self.secret = read_secret(resolve(base_dir, config.site.secret_file))
@@ -555,7 +556,7 @@ class SiteService:
                 f"a pooled release needs every site of the round to check the pooled cells; {who} does not",
                 rule="secure_aggregation.pooled_thresholds",
                 hint="ask per site (without the pooled option), or ask the sites' governance to set pooled_thresholds")
-        frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
+        frac_bits = asked_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [pooled over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
         deferred: list[tuple[str, int]] = []
@@ -581,7 +582,7 @@ class SiteService:
                 return result
         elif isinstance(raw, relay.PooledSteps):
             fields, finish = raw.fields, raw.advance
-            frac_bits = raw.frac_bits if raw.frac_bits is not None else frac_bits
+            frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits
             history_key = raw.history_key
         else:
             result = jsonable(raw)
@@ -600,7 +601,7 @@ class SiteService:
         if isinstance(raw, gate.Intervals):
             meta.update(gate.dictionary_meta(raw.column))
         return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta,
-                          frozenset(scope.sources), history_key)
+                          frozenset(scope.sources), history_key, asked_bits=asked_bits)
 
     def _seal_relayed(self, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
                       scope: CallScope, record: dict) -> dict[str, Any]:
@@ -626,7 +627,7 @@ class SiteService:
         return self._seal(rnd, keys, step, spec.name, digest, raw.fields, raw.advance,
                           raw.frac_bits if raw.frac_bits is not None else frac_bits,
                           self._floor_meta(self._rules(session)), frozenset(scope.sources), raw.history_key,
-                          relayed=True)
+                          relayed=True, asked_bits=frac_bits)
 
     @staticmethod
     def _floor_meta(rules: Rules) -> dict[str, Any]:
@@ -636,8 +637,8 @@ class SiteService:
 
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
               fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],
-              sources: frozenset, history_key: tuple[str, str] | None = None, relayed: bool = False
-              ) -> dict[str, Any]:
+              sources: frozenset, history_key: tuple[str, str] | None = None, relayed: bool = False,
+              asked_bits: int | None = None) -> dict[str, Any]:
         """Encode ``fields`` in fixed point, mask them, seal them for every peer and keep them (with
         ``finish``, what the pooled vector becomes) until the analyst relays the others'. A step on a
         table column carries this site's share of the key of the gate's draws (:func:`gate.nonce`)."""
@@ -651,7 +652,7 @@ class SiteService:
         while len(rnd.pending) >= relay.MAX_PENDING:
             rnd.pending.pop(next(iter(rnd.pending)))
         rnd.pending[step] = relay.PendingStep(function, digest, masked, layout, frac_bits, meta, finish, sources,
-                                              history_key, relayed)
+                                              history_key, relayed, asked_bits)
         return {"pooled": {"round": rnd.round_id, "step": step, "site": self.name, "meta": meta,
                            "sealed": relay.seal(self.name, rnd, keys, step, digest, masked, meta)}}
 
@@ -699,10 +700,11 @@ class SiteService:
             return {"release": jsonable(release), **history}
         next_step = secure_sum.use_step(rnd, option.get("next_step"))
         digest = hashlib.sha256(pending.call + b"\0next").digest()  # the same at every site of the round
-        frac_bits = following.frac_bits if following.frac_bits is not None else pending.frac_bits
+        asked = pending.asked_bits if pending.asked_bits is not None else pending.frac_bits
+        frac_bits = following.frac_bits if following.frac_bits is not None else asked
         sealed = self._seal(rnd, keys, next_step, pending.function, digest, following.fields, following.advance,
                             frac_bits, pending.meta, pending.sources, following.history_key or pending.history_key,
-                            pending.relayed)
+                            pending.relayed, asked_bits=asked)
         return {"release": jsonable(release), "continue": sealed["pooled"], **history}
 
     def _history_answer(self, key: tuple[str, str]) -> dict[str, Any]:

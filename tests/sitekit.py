@@ -83,14 +83,15 @@ def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", tabl
 
 
 def make_sites(tmp: Path, frames: dict[str, pd.DataFrame], rules: Path | None = None,
-               idle_timeout_s: float = 1800, max_body_mb: int = 256
+               idle_timeout_s: float = 1800, max_body_mb: int = 256, catalog: dict[str, str | int] | None = None
                ) -> tuple[dict[str, ProvisionedSite], dict[str, SiteService]]:
     rules = rules or ROOT / "disclosure_rules" / "default.toml"
     spec = {}
     for name, frame in frames.items():
         write_table(tmp / "data" / name, frame)
         spec[name] = (tmp / "data" / name, rules)
-    provisioned = provision(tmp / "run", spec, idle_timeout_s=idle_timeout_s, max_body_mb=max_body_mb)
+    provisioned = provision(tmp / "run", spec, idle_timeout_s=idle_timeout_s, max_body_mb=max_body_mb,
+                            catalog=catalog)
     services = {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
     return provisioned, services
 

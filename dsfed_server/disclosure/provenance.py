@@ -103,14 +103,13 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
     derived = vector.attrs.get(DERIVED, {}).get(vector.name)
     source, transform = derived if derived else (vector.name, "identity")
     try:
-        frame = catalog.frame(rows.lineage)
+        variable = catalog.variable(rows.lineage, source)
     except SiteError:
         return None  # a table derived without provenance: its own ordering is the only history
-    if source not in frame.columns or not pd.api.types.is_numeric_dtype(frame[source]):
+    if variable is None or variable.identifier or variable.value_type not in ("integer", "decimal"):
         return None
-    variable = catalog.variable(rows.lineage, source)
-    integer = transform == "identity" and variable is not None and variable.value_type == "integer"
-    return _root(rows, source, frame[source].to_numpy(dtype=float),
+    integer = transform == "identity" and variable.value_type == "integer"
+    return _root(rows, source, catalog.column(rows.lineage, source).to_numpy(dtype=float, na_value=np.nan),
                  TRANSFORMS[transform](vector.to_numpy(dtype=float, na_value=np.nan)), transform,
                  _declared(catalog, rows.lineage, source, transform), integer)
 

@@ -87,7 +87,8 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     if rows is not None:
         out.attrs[ROWS] = rows
         if by_board:
-            table = ctx.service.catalog.frame(rows.lineage)
+            catalog = ctx.service.catalog
+            table = catalog.frame(rows.lineage, [c for c in data.columns if c in catalog.served(rows.lineage)])
             whole = len(table) == len(data) and np.array_equal(rows.index, np.arange(len(table)))
             everyone = values if whole else apply(table)
             out.attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", everyone, declared)

@@ -31,17 +31,9 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
 
     This is what Opal's ``PUT .../symbol/{name}/table/{project.table}`` does.
     """
-    frame = ctx.service.catalog.frame(table)
+    frame = ctx.service.catalog.frame(table, variables or None)
     ctx.note_source(table)  # provenance: the privacy ledger's table key
-    if variables:
-        unknown = [v for v in variables if v not in frame.columns]
-        if unknown:
-            raise NotFound(
-                f"table {table!r} has no variable(s) {', '.join(unknown)}",
-                hint=f"variables: {', '.join(frame.columns)}",
-            )
-        frame = frame[list(dict.fromkeys(variables))]
-    return mark_rows(frame.copy(), Rows(table, np.arange(len(frame)), len(frame)))
+    return mark_rows(frame, Rows(table, np.arange(len(frame)), len(frame)))
 
 
 @register(

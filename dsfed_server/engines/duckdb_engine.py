@@ -1,0 +1,98 @@
+"""DuckDB under the catalog: Parquet and CSV files scanned in place, or a DuckDB database file.
+
+Each table is a relation DuckDB reads on demand: ``read_parquet(file)``, ``read_csv(file)`` with every
+field as text (as the file holds it; the catalog types it), or ``"project"."table"`` in the database
+file, opened read-only. A read selects only the columns asked for; the dictionary checks run as one
+aggregate query inside DuckDB (:mod:`dsfed_server.engines.sql`).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+import pandas as pd
+
+from dsfed_server.engines.sql import ident, literal, violation_counts
+
+if TYPE_CHECKING:
+    from dsfed_server.catalog import TableInfo, Variable
+
+
+class DuckDBEngine:
+    """Tables from files beside their dictionaries, or from ``database`` (a DuckDB file)."""
+
+    def __init__(self, database: Path | None = None, threads: int = 1, memory_limit_mb: int = 1024) -> None:
+        self.database = database
+        config = {"threads": threads, "memory_limit": f"{memory_limit_mb}MB"}
+        if database is not None:
+            self._connection = duckdb.connect(str(database), read_only=True, config=config)
+        else:
+            self._connection = duckdb.connect(":memory:", config=config)
+        self._relations: dict[str, str] = {}
+        self._local = threading.local()
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._lock = threading.Lock()
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor (a DuckDB connection is shared across threads through cursors)."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            with self._lock:
+                cursor = self._local.cursor = self._connection.cursor()
+                self._cursors.append(cursor)
+        return cursor
+
+    def source(self, project: str, table: str, dictionary_dir: Path) -> str | None:
+        if self.database is not None:
+            found = self._connection.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+                [project, table]).fetchall()[0][0]
+            if not found:
+                return None
+            self._relations[f"{project}.{table}"] = f"{ident(project)}.{ident(table)}"
+            return f"{self.database}:{project}.{table}"
+        for suffix, reader in ((".parquet", "read_parquet({})"),
+                               (".csv", "read_csv({}, all_varchar = true, header = true)")):
+            path = dictionary_dir / f"{table}{suffix}"
+            if path.exists():
+                self._relations[f"{project}.{table}"] = reader.format(literal(str(path)))
+                return str(path)
+        return None
+
+    def _relation(self, info: "TableInfo") -> str:
+        return self._relations[info.ref]
+
+    def _types(self, info: "TableInfo") -> dict[str, str]:
+        rows = self._cursor().execute(f"DESCRIBE SELECT * FROM {self._relation(info)}").fetchall()
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def column_names(self, info: "TableInfo") -> list[str]:
+        return list(self._types(info))
+
+    def row_count(self, info: "TableInfo") -> int:
+        return int(self._cursor().execute(f"SELECT count(*) FROM {self._relation(info)}").fetchall()[0][0])
+
+    def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
+        from dsfed_server.catalog import BOOLEAN_SPELLINGS  # noqa: PLC0415
+
+        counts = violation_counts(variables, self._types(info), tuple(BOOLEAN_SPELLINGS),
+                                  lambda expr: f"TRY_CAST({expr} AS DOUBLE)")
+        if not counts:
+            return []
+        row = self._cursor().execute(
+            f"SELECT {', '.join(sql for _, sql in counts)} FROM {self._relation(info)}").fetchall()[0]
+        return [name for (name, _), bad in zip(counts, row) if bad]
+
+    def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
+        query = f"SELECT {', '.join(map(ident, columns))} FROM {self._relation(info)}"
+        arrow = self._cursor().sql(query).to_arrow_table()
+        return pd.DataFrame({name: arrow.column(i).to_pandas() for i, name in enumerate(columns)}, copy=False)
+
+    def close(self) -> None:
+        with self._lock:
+            for cursor in self._cursors:
+                cursor.close()
+            self._connection.close()

@@ -1,0 +1,58 @@
+"""The in-memory engine: each table's file read whole into pandas when the site starts.
+
+The first releases' path, kept as ``[catalog] engine = "memory"``: the reference the other engines
+are tested against (tests/test_engines.py). It holds every table in the site process, so it suits
+small tables only.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from dsfed_server.catalog import TableInfo, Variable
+
+
+class MemoryEngine:
+    """Tables read whole with pandas from the Parquet or CSV file beside their dictionary."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str, pd.DataFrame] = {}
+        self._paths: dict[str, Path] = {}
+        self._lock = threading.Lock()
+
+    def source(self, project: str, table: str, dictionary_dir: Path) -> str | None:
+        path = next((p for p in (dictionary_dir / f"{table}.parquet", dictionary_dir / f"{table}.csv") if p.exists()),
+                    None)
+        if path is not None:
+            self._paths[f"{project}.{table}"] = path
+        return None if path is None else str(path)
+
+    def _frame(self, info: "TableInfo") -> pd.DataFrame:
+        with self._lock:
+            if info.ref not in self._frames:
+                path = self._paths[info.ref]
+                self._frames[info.ref] = (pd.read_parquet(path) if path.suffix == ".parquet" else
+                                          pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""]))
+            return self._frames[info.ref]
+
+    def column_names(self, info: "TableInfo") -> list[str]:
+        return list(map(str, self._frame(info).columns))
+
+    def row_count(self, info: "TableInfo") -> int:
+        return len(self._frame(info))
+
+    def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
+        """Every column: the catalog checks them all in pandas, as the site starts."""
+        return [v.name for v in variables]
+
+    def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
+        return self._frame(info)[columns]
+
+    def close(self) -> None:
+        with self._lock:
+            self._frames.clear()
