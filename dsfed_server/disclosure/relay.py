@@ -64,7 +64,8 @@ class PooledSteps:
     and ``advance``: from a step's pooled vector and the sites' shared floor (:class:`gate.Floor`:
     the largest q and cut margin of the sites, keyed by the pooled nonce), what the sites
     release now (None: nothing) and this site's next step (None: the protocol is done).
-    ``frac_bits``: the fixed-point bits of this step's vector (None: those the analyst asked for)."""
+    ``frac_bits``: the fixed-point bits of this step's vector (None: those the analyst asked for, which
+    the analyst lowers and asks again when values did not fit)."""
 
     fields: dict[str, np.ndarray]
     advance: Callable[[dict[str, np.ndarray], "Floor"], tuple[dict[str, Any] | None, "PooledSteps | None"]]
@@ -89,6 +90,7 @@ class PendingStep:
     sources: frozenset = frozenset()
     history_key: tuple[str, str] | None = None  # its cut history goes back with the release
     relayed: bool = False  # a relayed protocol: checked per site when sealed, the sum released as it is
+    asked_bits: int | None = None  # the fraction bits the analyst asked for (a step's None means these)
 
 
 def _relay_key(shared: bytes, round_id: str, sender: str, receiver: str, step: int, call: bytes) -> bytes:

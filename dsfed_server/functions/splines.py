@@ -112,7 +112,7 @@ class OrderSearch:
                 return None, self.counts(following)
             return None, self.bracket_sums()
 
-        return PooledSteps(fields, advance, frac_bits=40 if first and self.extra else 0, history_key=self.history_key)
+        return PooledSteps(fields, advance, frac_bits=None if first and self.extra else 0, history_key=self.history_key)
 
     def bracket_sums(self) -> PooledSteps:
         """This site's count and sum of ``value`` in every rank's bracket."""
@@ -129,7 +129,7 @@ class OrderSearch:
             out = self.finish(self.n, values, dict(zip(ranks, counts.tolist())), self.pooled_extra, floor)
             return (None, out) if isinstance(out, PooledSteps) else (out, None)
 
-        return PooledSteps({"count": (hi - lo).astype(float), "sum": sums}, advance, frac_bits=40,
+        return PooledSteps({"count": (hi - lo).astype(float), "sum": sums}, advance, frac_bits=None,
                            history_key=self.history_key)
 
 
@@ -381,7 +381,7 @@ def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[floa
                             hint="pass the coefficients of the distributed GLM fitted on this very table")
         return None, search.start()
 
-    return PooledSteps(fields, checked, frac_bits=40)
+    return PooledSteps(fields, checked)
 
 
 @register("calibrationLossDS", "aggregate", [Param("frame", P.TABLE, "the table rcsFrameDS made")],
