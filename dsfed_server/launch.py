@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -18,8 +19,12 @@ _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class SiteProcess:
-    def __init__(self, site: ProvisionedSite, run_dir: Path) -> None:
+    """One site server process; ``address_space``: a limit on its virtual memory in bytes
+    (``RLIMIT_AS``: allocations beyond it fail), None for none."""
+
+    def __init__(self, site: ProvisionedSite, run_dir: Path, address_space: int | None = None) -> None:
         self.site = site
+        self.address_space = address_space
         self.ready_file = run_dir / f"{site.name}.ready.json"
         self.log_file = run_dir / f"{site.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -37,9 +42,13 @@ class SiteProcess:
             [sys.executable, "-m", "dsfed_server.cli", "run", str(self.site.config),
              "--ready-file", str(self.ready_file)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+            preexec_fn=None if self.address_space is None else self._limit,
         )
         self._spawned_wall = time.time()
         log.close()
+
+    def _limit(self) -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
 
     def wait_ready(self, deadline: float) -> None:
         assert self.process is not None
@@ -62,8 +71,14 @@ class SiteProcess:
             status = Path(f"/proc/{self.process.pid}/status").read_text() if self.process else ""
         except OSError:
             return 0
-        line = next((l for l in status.splitlines() if l.startswith("VmHWM:")), None)
-        return int(line.split()[1]) * 1024 if line else 0
+        return _status_bytes(status, "VmHWM")
+
+    def peak_address_space(self) -> int:
+        """The process's peak virtual memory so far, in bytes (Linux: VmPeak), 0 once it has exited."""
+        try:
+            return _status_bytes(Path(f"/proc/{self.process.pid}/status").read_text() if self.process else "", "VmPeak")
+        except OSError:
+            return 0
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -91,9 +106,11 @@ class SiteProcess:
 class LocalSites:
     """A context manager running one server process per site; stops them all on exit."""
 
-    def __init__(self, sites: Iterable[ProvisionedSite], run_dir: Path, *, start_timeout: float = 60.0) -> None:
+    def __init__(self, sites: Iterable[ProvisionedSite], run_dir: Path, *, start_timeout: float = 60.0,
+                 address_space: dict[str, int] | None = None) -> None:
         self.run_dir = run_dir
-        self.processes = {s.name: SiteProcess(s, run_dir) for s in sites}
+        limits = address_space or {}
+        self.processes = {s.name: SiteProcess(s, run_dir, limits.get(s.name)) for s in sites}
         self.start_timeout = start_timeout
 
     def __enter__(self) -> "LocalSites":
@@ -119,3 +136,9 @@ class LocalSites:
     @property
     def urls(self) -> dict[str, str]:
         return {name: p.url for name, p in self.processes.items()}
+
+
+def _status_bytes(status: str, field: str) -> int:
+    """A ``/proc/<pid>/status`` field given in kB, in bytes (0 if absent)."""
+    line = next((l for l in status.splitlines() if l.startswith(f"{field}:")), None)
+    return int(line.split()[1]) * 1024 if line else 0

@@ -559,7 +559,7 @@ def nonce(key: bytes, column: tuple[str, str]) -> np.ndarray:
     """This site's share of the pooled key of a column's margins and picks (:data:`NONCE`): only the
     sites see the sum of the shares. The same for every call on the column (a site pools a table
     with one set of peers only), so a cell asked for again draws the same margin."""
-    return seeded_rng(key, "gate nonce", *column).integers(0, 2 ** 20, size=8).astype(float)
+    return seeded_rng(key, "gate nonce", *column).integers(0, 2 ** 16, size=8).astype(float)
 
 
 def pooled_floor(metas: dict[str, dict[str, Any]], pooled: dict[str, np.ndarray]) -> Floor:
