@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL cluster for the tests of the postgresql engine (tests/test_postgresql.py).
 
-:func:`cluster` runs Debian's PostgreSQL server binaries (scripts/install-postgresql.sh) as the
-``postgres`` OS user (initdb refuses root): a data directory in a fresh temporary directory, a
+:func:`cluster` runs Debian's PostgreSQL server binaries (scripts/install-postgresql.sh), as the
+``postgres`` OS user when the tests run as root (initdb refuses root): a data directory in a fresh temporary directory, a
 server listening on 127.0.0.1 only at a free port picked at run time, its unix socket in the same
 directory, fsync off. The tests' superuser connects over the socket (trust, local only); every TCP
 login needs a password (scram-sha-256). The cluster is stopped and deleted at the end.
@@ -34,7 +34,7 @@ READER = "dsfed_reader"  # the read-only login role the sites use
 def _bindir() -> Path:
     """The newest installed PostgreSQL's server binaries; fails the test when there are none."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
-    if not found or shutil.which("runuser") is None:
+    if not found or (_as_root() and shutil.which("runuser") is None):
         pytest.fail("PostgreSQL's server binaries (/usr/lib/postgresql/<version>/bin/initdb) are not installed: "
                     "run scripts/install-postgresql.sh (or make test, which runs it)", pytrace=False)
     return Path(found[-1]).parent
@@ -89,9 +89,14 @@ class Cluster:
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
 
 
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
 def _run_as_postgres(*args: str | Path) -> None:
-    done = subprocess.run(["runuser", "-u", "postgres", "--", *map(str, args)], capture_output=True, text=True,
-                          timeout=120)
+    """A server binary, as the ``postgres`` OS user when the tests run as root (else as the tests' user)."""
+    prefix = ["runuser", "-u", "postgres", "--"] if _as_root() else []
+    done = subprocess.run([*prefix, *map(str, args)], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, args))} failed ({done.returncode}): {done.stdout}{done.stderr}")
 
@@ -102,8 +107,9 @@ def cluster() -> Iterator[Cluster]:
     stop and delete it at the end."""
     bindir = _bindir()
     directory = Path(tempfile.mkdtemp(prefix="dsfed-pg-"))
-    postgres = pwd.getpwnam("postgres")
-    os.chown(directory, postgres.pw_uid, postgres.pw_gid)
+    if _as_root():
+        postgres = pwd.getpwnam("postgres")
+        os.chown(directory, postgres.pw_uid, postgres.pw_gid)
     data, log = directory / "data", directory / "server.log"
     port = _free_port()
     started = False
