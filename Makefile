@@ -1,7 +1,7 @@
 # The two commands the README promises:
 #   make demo   -- five GBSG2 sites and a training site on loopback, an analyst session over HTTP
 #                  (R from Debian packages too: the demo's R-bridge call runs in R through rpy2)
-#   make test   -- the whole test suite, R cross-checks included
+#   make test   -- the whole test suite, R cross-checks and the PostgreSQL engine's tests included
 # Both install what they need on a fresh Debian machine.
 
 PYTHON ?= python3
@@ -10,7 +10,7 @@ BIN     = $(VENV)/bin
 # the analyst client alone (pip install dsfed: no site server), which tests/test_client_only.py runs
 CLIENT_VENV ?= .venv-client
 
-.PHONY: demo test venv client-venv r-deps browser-deps clean
+.PHONY: demo test venv client-venv r-deps browser-deps pg-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/apt-install.sh "Python virtualenvs" python3-venv
@@ -31,10 +31,13 @@ r-deps:
 browser-deps:
 	scripts/install-chromium.sh
 
+pg-deps:
+	scripts/install-postgresql.sh
+
 demo: r-deps venv
 	$(BIN)/dsfed demo
 
-test: r-deps browser-deps client-venv $(BIN)/python
+test: r-deps browser-deps pg-deps client-venv $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/python -m pytest
 

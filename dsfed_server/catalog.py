@@ -199,6 +199,7 @@ class _Column:
         """An error naming the first offending row and value; the NA hint when the value is R's NA."""
         position = int(np.flatnonzero(bad.to_numpy(dtype=bool))[0])
         value = self.col.iloc[position]
+        value = value.item() if isinstance(value, np.generic) else value  # 150, not np.int64(150)
         hint = f"; {_NA_HINT}" if value == "NA" else ""
         others = int(bad.sum()) - 1
         more = f" ({others} more row{'s' if others != 1 else ''} like it)" if others else ""

@@ -19,6 +19,9 @@ Example (``dsfed-server init`` writes one)::
     database = ""                              # duckdb: a database file instead of files beside the dictionaries
     threads = 1                                # the engine's threads
     memory_limit_mb = 1024                     # the engine's working memory (DuckDB spills beyond it)
+    # engine = "postgresql": the tables in a PostgreSQL database, read with a read-only role
+    # dsn = "host=127.0.0.1 port=5432 dbname=hospital user=dsfed_reader"   # libpq, without the password
+    # password_file = "site1.pgpass"          # the role's password, mode 600 (optional: else ~/.pgpass)
 
     [listen]
     host = "127.0.0.1"
@@ -91,6 +94,30 @@ class CatalogSection(_Section):
                                           "(opened read-only); empty: the files beside the dictionaries")
     threads: int = Field(1, ge=1, le=256, description="threads the engine may use")
     memory_limit_mb: int = Field(1024, ge=64, le=1_048_576, description="the engine's working memory, in MiB")
+    dsn: str = Field("", description="postgresql: a libpq connection string without the password, e.g. "
+                                     "\"host=127.0.0.1 port=5432 dbname=hospital user=dsfed_reader\"")
+    password_file: str = Field("", description="postgresql: a file holding the role's password, readable by its "
+                                               "owner only (empty: libpq's own means, ~/.pgpass or peer)")
+
+    @model_validator(mode="after")
+    def _engine_settings(self) -> "CatalogSection":
+        postgresql = self.engine == "postgresql"
+        if postgresql and not self.dsn:
+            raise ValueError('engine = "postgresql" needs dsn, a libpq connection string such as '
+                             '"host=127.0.0.1 port=5432 dbname=hospital user=dsfed_reader"')
+        if not postgresql and (self.dsn or self.password_file):
+            raise ValueError('dsn and password_file are for engine = "postgresql"')
+        if postgresql:
+            from psycopg import ProgrammingError  # noqa: PLC0415
+            from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
+            try:
+                keys = conninfo_to_dict(self.dsn)
+            except ProgrammingError as exc:
+                raise ValueError(f"dsn is not a libpq connection string: {exc}") from None
+            if "password" in keys:
+                raise ValueError("dsn holds a password: put it in password_file (mode 600) instead")
+        return self
 
 
 class ListenSection(_Section):
@@ -231,6 +258,22 @@ def read_secret(path: Path) -> bytes:
     if mode & 0o077:
         raise ConfigFileError(f"{path}:0: the site secret is readable by others; run chmod 600 {path}")
     return data
+
+
+def read_password(path: Path) -> str:
+    """A database role's password (``[catalog] password_file``): the file's first line; refuses a
+    missing, empty or group/world-readable file, as the site secret."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"{path}:0: cannot read the database password: {exc}") from None
+    password = text.splitlines()[0] if text.strip() else ""
+    if not password:
+        raise ConfigFileError(f"{path}:0: the database password file is empty")
+    if mode & 0o077:
+        raise ConfigFileError(f"{path}:0: the database password file is readable by others; run chmod 600 {path}")
+    return password
 
 
 def resolve(base: Path, value: str) -> Path:

@@ -12,6 +12,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from dsfed_server.auth import hash_password, hash_token, new_token
 from dsfed_server.config import peer_line
@@ -111,10 +112,11 @@ def provision(
     users: tuple[tuple[str, str], ...] = DEFAULT_USERS,
     idle_timeout_s: float = 1800,
     max_body_mb: int = 256,
-    catalog: dict[str, str | int] | None = None,
+    catalog: dict[str, str | int] | Callable[[str], dict[str, str | int]] | None = None,
 ) -> dict[str, ProvisionedSite]:
     """One config per site under ``run_dir``: ``sites`` maps name -> (data_dir, rules file);
-    ``catalog``: the ``[catalog]`` section (the engine; default: none, DuckDB over the files).
+    ``catalog``: the ``[catalog]`` section (the engine; default: none, DuckDB over the files), or a
+    function of the site's name giving it (each site its own database).
 
     Every site gets the same user names with the same fresh passwords and tokens
     (as an analyst would have one account per site), and pins the other sites'
@@ -134,7 +136,8 @@ def provision(
         write_site_config(
             config, name=name, data_dir=data_dir.resolve(), rules=rules.resolve(), audit_log=audit_log,
             secret_file=secret_file, credentials=credentials, idle_timeout_s=idle_timeout_s,
-            max_body_mb=max_body_mb, peers={k: v for k, v in identities.items() if k != name}, catalog=catalog,
+            max_body_mb=max_body_mb, peers={k: v for k, v in identities.items() if k != name},
+            catalog=catalog(name) if callable(catalog) else catalog,
         )
         out[name] = ProvisionedSite(name, config, audit_log, {c.user: c for c in credentials}, secret_file)
     return out

@@ -5,7 +5,8 @@
   The site starts by checking each table's schema against its dictionary and its values in SQL
   inside the engine (ranges, whole numbers, categories, boolean spellings): no row is loaded into
   the site process to start it.
-- ``postgresql``: the same over a PostgreSQL database the site reads with a read-only role.
+- ``postgresql``: tables of a PostgreSQL database (schema = project), read with a role that can only
+  read (:mod:`dsfed_server.engines.postgresql`); the dictionaries stay files under the data directory.
 - ``memory``: every table read whole into pandas when the site starts (the first releases' path,
   kept as the reference the other engines are tested against).
 
@@ -52,12 +53,17 @@ class Engine(Protocol):
 
 def open_engine(section: "CatalogSection", base_dir: Path) -> Engine:
     """The engine a site config's ``[catalog]`` names (relative paths from the config's directory)."""
-    from dsfed_server.config import resolve  # noqa: PLC0415
+    from dsfed_server.config import read_password, resolve  # noqa: PLC0415
 
     if section.engine == "memory":
         from dsfed_server.engines.memory import MemoryEngine  # noqa: PLC0415
 
         return MemoryEngine()
+    if section.engine == "postgresql":
+        from dsfed_server.engines.postgresql import PostgreSQLEngine  # noqa: PLC0415
+
+        password = read_password(resolve(base_dir, section.password_file)) if section.password_file else None
+        return PostgreSQLEngine(section.dsn, password)
     from dsfed_server.engines.duckdb_engine import DuckDBEngine  # noqa: PLC0415
 
     database = resolve(base_dir, section.database) if section.database else None

@@ -1,0 +1,233 @@
+"""The postgresql engine (dsfed_server/engines/postgresql.py) against a throwaway PostgreSQL cluster
+(tests/pgkit.py; scripts/install-postgresql.sh installs the server).
+
+Reference: the same GBSG2 sites served by the in-memory engine (the first releases' path, pandas
+over the CSV files): the full validation gives the same report, field by field. Site 3's table holds
+every column as text (a staging table), so the SQL checks' text-to-number path is exercised too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+import psycopg
+import pytest
+
+from conftest import ROOT, inprocess_builder
+from dsfed_client.analyses.suite import validate
+from dsfed_server.catalog import CatalogError
+from dsfed_server.provision import ProvisionedSite, provision
+from dsfed_server.service import SiteService
+from dsfed_server.tomlfile import ConfigFileError
+from pgkit import READER, Cluster, cluster
+from sitekit import NO_NOISE, make_sites, write_table
+
+TEXT_SITE = "site3"  # its table holds every column as text
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Cluster]:
+    with cluster() as running:
+        yield running
+
+
+def column_types(frame: pd.DataFrame, as_text: bool = False) -> dict[str, str]:
+    """PostgreSQL column types for ``frame``'s columns (all text when ``as_text``)."""
+    def kind(col: pd.Series) -> str:
+        if as_text or not pd.api.types.is_numeric_dtype(col):
+            return "text"
+        return "bigint" if pd.api.types.is_integer_dtype(col) else "double precision"
+    return {name: kind(col) for name, col in frame.items()}
+
+
+def password_file(directory: Path, password: str = "reader-password") -> Path:
+    path = directory / "reader.password"
+    path.write_text(password + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def database(tmp: Path, site: str) -> str:
+    """The database of ``site`` among the sites :func:`pg_sites` makes under ``tmp``."""
+    return f"{tmp.name}_{site}".lower().replace("-", "_")
+
+
+def pg_sites(pg: Cluster, tmp: Path, frames: dict[str, pd.DataFrame], *, text_sites: tuple[str, ...] = (),
+             stored: dict[str, pd.DataFrame] | None = None, user: str = READER,
+             password: str = "reader-password") -> dict[str, ProvisionedSite]:
+    """Sites whose table P.t is ``frames[site]`` (or ``stored[site]``) in database :func:`database`:
+    the dictionaries as sitekit.write_table writes them from ``frames`` (and no data file beside
+    them), no-noise rules."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    secret = password_file(tmp, password)
+    spec, databases = {}, {}
+    for name, frame in frames.items():
+        data = tmp / "data" / name
+        write_table(data, frame)
+        (data / "P" / "t.csv").unlink()
+        databases[name] = database(tmp, name)
+        pg.create_database(databases[name])
+        pg.load(databases[name], "P", "t", (stored or {}).get(name, frame),
+                column_types(frame, as_text=name in text_sites))
+        spec[name] = (data, NO_NOISE)
+    return provision(tmp / "run", spec, catalog=lambda site: {
+        "engine": "postgresql", "dsn": pg.dsn(databases[site], user), "password_file": str(secret)})
+
+
+def flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A report's ``to_dict()`` as ``path -> leaf``."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}.{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}[{i}]").items()}
+    return {prefix: value}
+
+
+def assert_same_report(got: dict[str, Any], want: dict[str, Any]) -> int:
+    """Every field equal, numbers to 1e-12 (relative, or absolute near zero); returns the numbers compared."""
+    got, want = flat(got), flat(want)
+    assert sorted(got) == sorted(want)
+    numbers = 0
+    for key, expected in want.items():
+        actual = got[key]
+        if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+            numbers += 1
+            assert isinstance(actual, (int, float)), key
+            if math.isnan(expected):
+                assert math.isnan(actual), key
+            else:
+                assert actual == pytest.approx(expected, rel=1e-12, abs=1e-12), key
+        else:
+            assert actual == expected, key
+    return numbers
+
+
+def test_validation_over_postgresql_equals_memory_engine(pg, gbsg2_frames, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pgval")
+    provisioned = pg_sites(pg, tmp / "pg", gbsg2_frames, text_sites=(TEXT_SITE,))
+    services = {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
+    for service in services.values():  # the checks ran in SQL, and found nothing to read at start
+        info = service.catalog.info("P.t")
+        assert type(service.catalog.engine).__name__ == "PostgreSQLEngine"
+        assert service.catalog.engine.suspect_columns(info, info.variables) == []
+    mem_provisioned, mem_services = make_sites(tmp / "mem", gbsg2_frames, rules=NO_NOISE, catalog={"engine": "memory"})
+    for name, service in services.items():  # every column served the same, typed by the same dictionary
+        pd.testing.assert_frame_equal(service.catalog.frame("P.t"), mem_services[name].catalog.frame("P.t"))
+    reports = {}
+    for label, (prov, serv) in {"pg": (provisioned, services), "mem": (mem_provisioned, mem_services)}.items():
+        with inprocess_builder(prov, serv).login() as session:
+            session.assign_table("D", "P.t")
+            reports[label] = validate(session, "D$y", "D$score").to_dict()
+    for service in (*services.values(), *mem_services.values()):
+        service.catalog.close()
+    compared = assert_same_report(reports["pg"], reports["mem"])
+    assert compared > 20
+
+
+@pytest.mark.parametrize("as_text", [False, True], ids=["typed", "text"])
+def test_value_outside_its_range_stops_the_site_naming_table_column_row(pg, gbsg2_frames, tmp_path, as_text):
+    clean = gbsg2_frames["site1"]
+    stored = clean.copy()
+    stored.loc[6, "age"] = 150  # the 7th record, beyond the range the dictionary declares (from the clean frame)
+    provisioned = pg_sites(pg, tmp_path, {"site1": clean}, stored={"site1": stored},
+                           text_sites=("site1",) if as_text else ())
+    with pytest.raises(CatalogError) as refused:
+        SiteService.from_config_file(provisioned["site1"].config)
+    message = str(refused.value)
+    assert f"/{database(tmp_path, 'site1')}:P.t:age:7: value " in message, message
+    low, high = clean.age.min(), clean.age.max()  # the range write_table declares
+    shown = repr("150" if as_text else 150)  # as the column holds it: text, or a number
+    assert f"value {shown} is outside the declared range [{low}, {high}]" in message, message
+
+
+WRITE_GRANTS = {
+    "insert": ('GRANT INSERT ON "P"."t" TO {role}', "can write table"),
+    "update-one-column": ('GRANT UPDATE (age) ON "P"."t" TO {role}', "can write table"),
+    "truncate": ('GRANT TRUNCATE ON "P"."t" TO {role}', "can write table"),
+    "create-in-schema": ('GRANT CREATE ON SCHEMA "P" TO {role}', "can create tables in the schema"),
+    "member-of-a-writer": ("CREATE ROLE {role}_etl NOLOGIN; GRANT DELETE ON \"P\".\"t\" TO {role}_etl; "
+                           "GRANT {role}_etl TO {role}; ALTER ROLE {role} NOINHERIT", "can write table"),
+    "superuser": ("ALTER ROLE {role} SUPERUSER", "is (or may become) a superuser"),
+}
+
+
+@pytest.mark.parametrize("value, problem", [("abc", "is not a number"), ("1e99999", "is outside the declared range"),
+                                            ("40.5", "is not a whole number"), ("  41 ", None)])
+def test_text_that_is_no_whole_number_in_range_stops_the_site(pg, gbsg2_frames, tmp_path, value, problem):
+    """An integer variable held as text: the SQL check (a regex, then numeric) finds what pandas refuses."""
+    clean = gbsg2_frames["site1"]
+    stored = clean.astype({"age": str})
+    stored.loc[6, "age"] = value
+    provisioned = pg_sites(pg, tmp_path, {"site1": clean}, stored={"site1": stored}, text_sites=("site1",))
+    if problem is None:  # surrounding spaces: a number, as in a CSV file
+        service = SiteService.from_config_file(provisioned["site1"].config)
+        assert service.catalog.column("P.t", "age").iloc[6] == 41
+        service.catalog.close()
+        return
+    with pytest.raises(CatalogError, match=f":P.t:age:7: value {value!r} {problem}"):
+        SiteService.from_config_file(provisioned["site1"].config)
+
+
+@pytest.mark.parametrize("grant", list(WRITE_GRANTS))
+def test_a_role_that_can_write_is_refused_at_start(pg, gbsg2_frames, tmp_path, grant):
+    role = f"writer_{grant.replace('-', '_')}"
+    pg.create_role(role, "writer-password")
+    provisioned = pg_sites(pg, tmp_path, {"site1": gbsg2_frames["site1"]}, user=role, password="writer-password")
+    statements, refusal = WRITE_GRANTS[grant]
+    with pg.superuser(database(tmp_path, "site1")) as db:
+        db.execute(f'GRANT CONNECT ON DATABASE {database(tmp_path, "site1")} TO {role}')
+        db.execute(f'GRANT USAGE ON SCHEMA "P" TO {role}')
+        db.execute(f'GRANT SELECT ON "P"."t" TO {role}')
+        for statement in statements.format(role=role).split("; "):
+            db.execute(statement)
+    with pytest.raises(CatalogError) as refused:
+        SiteService.from_config_file(provisioned["site1"].config)
+    message = str(refused.value)
+    assert f"role {role!r} {refusal}" in message and "dsfed reads with a role that can only read" in message, message
+    assert f"dbname={database(tmp_path, 'site1')}" in message  # which database (the dsn, without a password)
+
+
+def test_the_sites_connection_cannot_write_even_when_granted(pg, gbsg2_frames, tmp_path):
+    """The reader role starts the site; then the database's owner grants it INSERT by mistake: an
+    INSERT through the engine's own connection still fails (default_transaction_read_only)."""
+    provisioned = pg_sites(pg, tmp_path, {"site1": gbsg2_frames["site1"]})
+    service = SiteService.from_config_file(provisioned["site1"].config)
+    dbname = database(tmp_path, "site1")
+    with pg.superuser(dbname) as db:
+        db.execute(f'GRANT INSERT ON "P"."t" TO {READER}')
+        try:
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                service.catalog.engine._connection.execute('INSERT INTO "P"."t" (age) VALUES (50)')
+        finally:
+            db.execute(f'REVOKE INSERT ON "P"."t" FROM {READER}')
+        assert db.execute('SELECT count(*) FROM "P"."t"').fetchone()[0] == len(gbsg2_frames["site1"])
+    assert service.catalog.row_count("P.t") == len(gbsg2_frames["site1"])
+    service.catalog.close()
+
+
+def test_a_password_file_others_can_read_is_refused(pg, gbsg2_frames, tmp_path):
+    provisioned = pg_sites(pg, tmp_path, {"site1": gbsg2_frames["site1"]})
+    os.chmod(tmp_path / "reader.password", 0o640)
+    with pytest.raises(ConfigFileError, match="the database password file is readable by others; run chmod 600"):
+        SiteService.from_config_file(provisioned["site1"].config)
+
+
+def test_the_documented_role_starts_a_site(pg, gbsg2_frames, tmp_path):
+    """docs/deployment.md's read-only role, made by its SQL (names swapped for the test's), serves the table."""
+    doc = (ROOT / "docs" / "deployment.md").read_text()
+    sql = next(b for b in re.findall(r"```sql\n(.*?)```", doc, re.S) if "CREATE ROLE dsfed_reader" in b)
+    provisioned = pg_sites(pg, tmp_path, {"site1": gbsg2_frames["site1"]}, user="doc_reader", password="change-me")
+    dbname = database(tmp_path, "site1")
+    sql = (sql.replace("dsfed_reader", "doc_reader").replace("DATABASE hospital", f"DATABASE {dbname}")
+           .replace('"GBSG2"', '"P"').replace('"validation"', '"t"'))
+    with pg.superuser(dbname) as db:
+        for statement in filter(None, (s.strip() for s in re.sub(r"--[^\n]*", "", sql).split(";"))):
+            db.execute(statement)
+    service = SiteService.from_config_file(provisioned["site1"].config)
+    assert service.catalog.frame("P.t", ["age"]).age.tolist() == gbsg2_frames["site1"].age.tolist()
+    service.catalog.close()
