@@ -273,7 +273,11 @@ def main() -> int:
                     if not ok:
                         print(f"{k:>3} {mode:>9}  skipped: {k} site processes would not fit ({why})", flush=True)
                         continue
-                r = run_k(k, mode, args.n, Path(tmp), args.repeat)
+                try:
+                    r = run_k(k, mode, args.n, Path(tmp), args.repeat)
+                except Exception as exc:  # one K failing says why and the others still run
+                    print(f"{k:>3} {mode:>9}  failed: {type(exc).__name__}: {exc}", flush=True)
+                    continue
                 memory = (f"start-up {r['startup_s']:.1f} s, peak site RSS {r['rss_peak_mb']:.0f} MB"
                           if mode == "http" else f"process RSS +{r['rss_growth_mb']:.0f} MB")
                 print(f"{k:>3} {mode:>9} {r['n_per_site']:>8,} {r['wall_s']:>7.2f} {r['trips']:>6} "
