@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -9,9 +10,10 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
+import pytest
 import pandas as pd
 import requests
 import uvicorn
@@ -124,3 +126,31 @@ def datashield_aggregate(url: str, auth: tuple[str, str], table: str, text: str,
                            headers={"Content-Type": "application/x-rscript", "Accept": "application/json"})
     requests.delete(f"{ws}/{opened}", auth=auth, timeout=10)
     return answer
+
+
+def flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A report's ``to_dict()`` as ``path -> leaf``."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}.{key}").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}[{i}]").items()}
+    return {prefix: value}
+
+
+def assert_same_report(got: dict[str, Any], want: dict[str, Any]) -> int:
+    """Every field equal, numbers to 1e-12 (relative, or absolute near zero); returns the numbers compared."""
+    got, want = flat(got), flat(want)
+    assert sorted(got) == sorted(want)
+    numbers = 0
+    for key, expected in want.items():
+        actual = got[key]
+        if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+            numbers += 1
+            assert isinstance(actual, (int, float)), key
+            if math.isnan(expected):
+                assert math.isnan(actual), key
+            else:
+                assert actual == pytest.approx(expected, rel=1e-12, abs=1e-12), key
+        else:
+            assert actual == expected, key
+    return numbers

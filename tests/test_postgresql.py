@@ -8,11 +8,10 @@ every column as text (a staging table), so the SQL checks' text-to-number path i
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pandas as pd
 import psycopg
@@ -25,7 +24,7 @@ from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 from dsfed_server.tomlfile import ConfigFileError
 from pgkit import READER, Cluster, cluster
-from sitekit import NO_NOISE, make_sites, write_table
+from sitekit import NO_NOISE, assert_same_report, make_sites, write_table
 
 TEXT_SITE = "site3"  # its table holds every column as text
 
@@ -77,34 +76,6 @@ def pg_sites(pg: Cluster, tmp: Path, frames: dict[str, pd.DataFrame], *, text_si
         spec[name] = (data, NO_NOISE)
     return provision(tmp / "run", spec, catalog=lambda site: {
         "engine": "postgresql", "dsn": pg.dsn(databases[site], user), "password_file": str(secret)})
-
-
-def flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A report's ``to_dict()`` as ``path -> leaf``."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}.{key}").items()}
-    if isinstance(value, (list, tuple)):
-        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}[{i}]").items()}
-    return {prefix: value}
-
-
-def assert_same_report(got: dict[str, Any], want: dict[str, Any]) -> int:
-    """Every field equal, numbers to 1e-12 (relative, or absolute near zero); returns the numbers compared."""
-    got, want = flat(got), flat(want)
-    assert sorted(got) == sorted(want)
-    numbers = 0
-    for key, expected in want.items():
-        actual = got[key]
-        if isinstance(expected, (int, float)) and not isinstance(expected, bool):
-            numbers += 1
-            assert isinstance(actual, (int, float)), key
-            if math.isnan(expected):
-                assert math.isnan(actual), key
-            else:
-                assert actual == pytest.approx(expected, rel=1e-12, abs=1e-12), key
-        else:
-            assert actual == expected, key
-    return numbers
 
 
 def test_validation_over_postgresql_equals_memory_engine(pg, gbsg2_frames, tmp_path_factory):

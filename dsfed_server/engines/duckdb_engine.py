@@ -20,6 +20,8 @@ from dsfed_server.engines.sql import ident, literal, violation_counts
 if TYPE_CHECKING:
     from dsfed_server.catalog import TableInfo, Variable
 
+CHECK_COLUMNS = 8  # columns checked per scan: a scan holds a row group of each column it reads
+
 
 class DuckDBEngine:
     """Tables from files beside their dictionaries, or from ``database`` (a DuckDB file)."""
@@ -80,11 +82,13 @@ class DuckDBEngine:
 
         counts = violation_counts(variables, self._types(info), tuple(BOOLEAN_SPELLINGS),
                                   lambda expr: f"TRY_CAST({expr} AS DOUBLE)")
-        if not counts:
-            return []
-        row = self._cursor().execute(
-            f"SELECT {', '.join(sql for _, sql in counts)} FROM {self._relation(info)}").fetchall()[0]
-        return [name for (name, _), bad in zip(counts, row) if bad]
+        suspects = []
+        for at in range(0, len(counts), CHECK_COLUMNS):  # a few columns per scan: bounded working memory
+            chunk = counts[at:at + CHECK_COLUMNS]
+            row = self._cursor().execute(
+                f"SELECT {', '.join(sql for _, sql in chunk)} FROM {self._relation(info)}").fetchall()[0]
+            suspects += [name for (name, _), bad in zip(chunk, row) if bad]
+        return suspects
 
     def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
         query = f"SELECT {', '.join(map(ident, columns))} FROM {self._relation(info)}"

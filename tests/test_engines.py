@@ -1,0 +1,139 @@
+"""The engines under the catalog serve the same tables (dsfed_server/engines): the validation over
+DuckDB, reading CSV files, Parquet files or a DuckDB database file, equals the in-memory engine's
+(noise off; tests/test_postgresql.py does the same for PostgreSQL). A site whose table does not fit
+an address-space limit the in-memory engine exceeds completes the validation through DuckDB, which
+reads only the columns the analysis names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import http_builder, inprocess_builder
+from dsfed_client.analyses.suite import validate
+from dsfed_server.catalog import CatalogError, Variable, write_dictionary
+from dsfed_server.launch import LocalSites
+from dsfed_server.pooled import suite
+from dsfed_server.provision import ProvisionedSite, provision
+from dsfed_server.service import SiteService
+from sitekit import NO_NOISE, assert_same_report, write_table
+
+
+def _sites(tmp: Path, frames: dict[str, pd.DataFrame], layout: str, engine: str):
+    """The sites of ``frames`` with their table ``P.t`` as CSV, Parquet or a DuckDB database file."""
+    spec, catalogs = {}, {}
+    for name, frame in frames.items():
+        data = tmp / "data" / name
+        write_table(data, frame)
+        csv = data / "P" / "t.csv"
+        catalogs[name] = {"engine": engine}
+        if layout == "parquet":
+            pd.read_csv(csv).to_parquet(csv.with_suffix(".parquet"), index=False)
+            csv.unlink()
+        elif layout == "database":
+            database = tmp / f"{name}.duckdb"
+            with duckdb.connect(str(database)) as con:  # typed columns, as a database holds them
+                con.register("frame", frame)
+                con.execute("CREATE SCHEMA P")
+                con.execute("CREATE TABLE P.t AS SELECT * FROM frame")
+            csv.unlink()
+            catalogs[name]["database"] = str(database)
+        spec[name] = (data, NO_NOISE)
+    provisioned = provision(tmp / "run", spec, catalog=lambda name: catalogs[name])
+    return provisioned, {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
+
+
+def _report(provisioned, services) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """The validation's report over the sites, and each site's table as its catalog serves it."""
+    tables = {name: service.catalog.frame("P.t") for name, service in services.items()}
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        report = validate(session, "D$y", "D$score").to_dict()
+    for service in services.values():
+        service.catalog.close()
+    return report, tables
+
+
+@pytest.fixture(scope="module")
+def in_memory(gbsg2_frames, tmp_path_factory) -> tuple[dict, dict[str, pd.DataFrame]]:
+    return _report(*_sites(tmp_path_factory.mktemp("memory"), gbsg2_frames, "csv", "memory"))
+
+
+@pytest.mark.parametrize("layout", ["csv", "parquet", "database"])
+def test_validation_over_duckdb_equals_the_memory_engine(layout, gbsg2_frames, in_memory, tmp_path):
+    provisioned, services = _sites(tmp_path, gbsg2_frames, layout, "duckdb")
+    for service in services.values():  # the start-up check ran in SQL and found nothing to read
+        assert type(service.catalog.engine).__name__ == "DuckDBEngine"
+        info = service.catalog.info("P.t")
+        assert service.catalog.engine.suspect_columns(info, info.variables) == []
+    report, tables = _report(provisioned, services)
+    want_report, want_tables = in_memory
+    for name, table in tables.items():  # every column served as the memory engine serves it
+        pd.testing.assert_frame_equal(table, want_tables[name])
+    assert assert_same_report(report, want_report) > 20
+
+
+def test_a_parquet_value_outside_its_range_stops_the_site(tmp_path):
+    """The start-up check runs in SQL over the Parquet file; the offending record is named."""
+    frame = pd.DataFrame({"y": [0, 1] * 10, "score": np.linspace(0.1, 0.9, 20)})
+    provisioned, _ = _sites(tmp_path, {"s1": frame}, "parquet", "duckdb")
+    path = tmp_path / "data" / "s1" / "P" / "t.parquet"
+    broken = frame.copy()
+    broken.loc[6, "score"] = 1.5  # the dictionary declares [0, 1]
+    broken.to_parquet(path, index=False)
+    with pytest.raises(CatalogError, match=rf"{path}:score:7: value 1\.5 is outside the declared range \[0, 1\]"):
+        SiteService.from_config_file(provisioned["s1"].config)
+
+
+# --- bounded memory ---------------------------------------------------------------------------
+
+N_BIG = 1_000_000
+WIDE = 150  # columns the validation does not read: 1.2 GB the in-memory engine loads, DuckDB only checks in SQL
+LIMIT = 3_200 * 2**20  # the big site's address space (RLIMIT_AS); MALLOC_ARENA_MAX=2 keeps glibc's arenas few
+
+
+def _wide_sites(tmp: Path, engine: str) -> dict[str, ProvisionedSite]:
+    """Three sites as Parquet files; the first holds N_BIG records and WIDE columns besides y and score."""
+    rng = np.random.default_rng(17)
+    spec = {}
+    for k, n in enumerate((N_BIG, 3000, 3000)):
+        p = rng.uniform(0.02, 0.98, n)
+        frame = pd.DataFrame({"y": (rng.uniform(size=n) < p).astype(int), "score": p,
+                              **{f"v{j}": rng.uniform(-1, 1, n) for j in range(WIDE if k == 0 else 2)}})
+        folder = tmp / "data" / f"s{k + 1}" / "P"
+        folder.mkdir(parents=True)
+        frame.to_parquet(folder / "t.parquet", index=False)
+        write_dictionary(folder / "t.dictionary.json", "P", "t", [
+            Variable("y", "integer", "", "outcome", ("0", "1")),
+            Variable("score", "decimal", "", "predicted probability", (), (0.0, 1.0)),
+            *(Variable(name, "decimal", "", name, (), (-1.0, 1.0)) for name in frame.columns[2:])])
+        spec[f"s{k + 1}"] = (folder.parent, NO_NOISE)
+    return provision(tmp / "run", spec, catalog={"engine": engine})
+
+
+def test_a_table_beyond_the_memory_limit_completes_the_validation(tmp_path, monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    # the control: under the same limit, the in-memory engine cannot even start the site
+    in_memory = _wide_sites(tmp_path / "memory", "memory")
+    with pytest.raises(RuntimeError, match="site s1 exited"):
+        with LocalSites(in_memory.values(), tmp_path / "memory" / "proc", start_timeout=300,
+                        address_space={"s1": LIMIT}):
+            pass
+    provisioned = _wide_sites(tmp_path / "duckdb", "duckdb")
+    with LocalSites(provisioned.values(), tmp_path / "duckdb" / "proc", start_timeout=300,
+                    address_space={"s1": LIMIT}) as sites:
+        with http_builder(provisioned, sites.urls).login() as session:
+            session.assign_table("D", "P.t", variables=["y", "score"])
+            report = validate(session, "D$y", "D$score")
+        assert 0 < sites.processes["s1"].peak_address_space() <= LIMIT
+    pooled = pd.concat([pd.read_parquet(tmp_path / "duckdb" / "data" / s / "P" / "t.parquet", columns=["y", "score"])
+                        for s in ("s1", "s2", "s3")])
+    reference = suite(pooled["y"].to_numpy(dtype=float), pooled["score"].to_numpy(dtype=float))
+    # the AUC from placement values against the sites' histograms: records sharing a leaf count half
+    # (1e6 distinct scores share leaves), so equal to the empirical AUC to the leaves' resolution only
+    assert report.discrimination.auc == pytest.approx(reference["auc"], abs=1e-6)
+    assert report.brier.brier == pytest.approx(reference["brier"], rel=1e-9)
