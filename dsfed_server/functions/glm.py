@@ -251,13 +251,11 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
     }
 
 
-def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int = 64, headroom: int = 12) -> int:
+def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int = 16, headroom: int = 8) -> int:
     """Fixed-point bits for the next step: as many as the 64-bit range allows for sums of the size
-    the pooled parts have (derived alike at every site), ``headroom`` bits to spare (the next
-    iterate's parts may grow that much), 0 to 40: large sums keep their relative precision with
-    fewer fraction bits (a weighted ROC-GLM over 1e6 records sums to about 1e10)."""
+    the pooled parts have (derived alike at every site), ``headroom`` bits to spare, 24 to 40."""
     size = max(float(np.abs(info).max()), float(np.abs(xwz).max()), abs(dev), 1.0)
-    return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 0, 40))
+    return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
 
 
 def irls_steps(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> PooledSteps:
