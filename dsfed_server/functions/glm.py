@@ -251,6 +251,9 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
     }
 
 
+FIRST_HEADROOM = 24  # bits to spare for the parts of the first iterate after the start
+
+
 def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int = 16, headroom: int = 8) -> int:
     """Fixed-point bits for the next step: as many as the 64-bit range allows for sums of the size
     the pooled parts have (derived alike at every site), ``headroom`` bits to spare, 24 to 40."""
@@ -278,7 +281,12 @@ def irls_steps(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> PooledSt
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, or collinear covariates)") from None
         step = irls_steps(fam, mf, following)
-        step.frac_bits = pooled_frac_bits(pooled["info.matrix"], pooled["xwz"], float(pooled["dev"]))
+        # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
+        # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
+        # an identity-link gaussian model's X'WX and X'Wz do not depend on beta at all
+        grows = beta is None and not (fam.name == "gaussian" and fam.link == "identity")
+        step.frac_bits = pooled_frac_bits(pooled["info.matrix"], pooled["xwz"], float(pooled["dev"]),
+                                          headroom=FIRST_HEADROOM if grows else 8)
         return release, step
 
     return PooledSteps(fields, advance, frac_bits=24 if beta is None else None)
