@@ -30,7 +30,6 @@ is shown.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -54,6 +53,7 @@ from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server.provision import ProvisionedSite, provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402
+from suite import append_json  # noqa: E402  (bench/suite.py, beside this file)
 
 MB = 1024 * 1024
 RULES = ROOT / "disclosure_rules" / "site1.toml"
@@ -283,9 +283,7 @@ def main() -> int:
                 print(f"{k:>3} {mode:>9} {r['n_per_site']:>8,} {r['wall_s']:>7.2f} {r['trips']:>6} "
                       f"{r['ms_per_trip']:>8.1f} {r['site_ms']:>8.1f} {r['transport_ms']:>9.1f} "
                       f"{r['client_ms']:>9.1f} {r['auc']:>7.4f} {r['suite_mode']:>7}  {r['slowest']}; {memory}", flush=True)
-                if args.json is not None:
-                    with open(args.json, "a", encoding="utf-8") as fh:
-                        fh.write(json.dumps({**r, "machine": platform.node(), "cores": os.cpu_count()}) + "\n")
+                append_json(args.json, r)
     return 0
 
 

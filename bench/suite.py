@@ -18,8 +18,7 @@ runs each once (big n). ``--skip-r`` skips pooled R (shown as ``-``). ``--json F
 one JSON object per n to FILE.
 
 ``--engine`` writes ``[catalog] engine = "<engine>"`` into each site's config file; without
-the option the config has no [catalog] section and the site uses its default (a site whose
-config schema does not know the section yet refuses to start with it).
+the option the config has no [catalog] section and the site uses its default (duckdb).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from dsfed_server import pooled  # noqa: E402
 from dsfed_client.analyses.suite import validate  # noqa: E402
 from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server import rbridge  # noqa: E402
-from dsfed_server.provision import ProvisionedSite, provision  # noqa: E402
+from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402
 
 R_SUITE = """
@@ -77,12 +76,6 @@ def http_builder(provisioned: dict, urls: dict[str, str]) -> LoginBuilder:
     return builder
 
 
-def with_engine(site: ProvisionedSite, engine: str) -> None:
-    """Append the ``[catalog]`` section choosing the table engine to a provisioned site's config."""
-    with open(site.config, "a", encoding="utf-8") as fh:
-        fh.write(f'\n[catalog]\nengine = "{engine}"\n')
-
-
 MB = 1024 * 1024
 
 
@@ -92,10 +85,8 @@ def run(n_total: int, workdir: Path, repeat: int, *, variables: list[str] | None
     n_per_site = n_total // 5
     write_sites(sites_dir, n_sites=5, n_per_site=n_per_site, design="binormal", seed=7, fmt="parquet")
     rules = ROOT / "disclosure_rules" / "site1.toml"
-    provisioned = provision(workdir / f"run{n_total}", {f"site{k}": (sites_dir / f"site{k}", rules) for k in range(1, 6)})
-    if engine is not None:
-        for site in provisioned.values():
-            with_engine(site, engine)
+    provisioned = provision(workdir / f"run{n_total}", {f"site{k}": (sites_dir / f"site{k}", rules) for k in range(1, 6)},
+                            catalog={"engine": engine} if engine is not None else None)
     frames = [pd.read_parquet(sites_dir / f"site{k}" / "SYNTH" / "validation.parquet", columns=["y", "score"])
               for k in range(1, 6)]
     data = pd.concat(frames, ignore_index=True)
@@ -140,6 +131,13 @@ def run(n_total: int, workdir: Path, repeat: int, *, variables: list[str] | None
     }
 
 
+def append_json(path: str | None, record: dict) -> None:
+    """Append ``record``, with the machine's name and cores, as one JSON line to ``path`` (None: don't)."""
+    if path is not None:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({**record, "machine": platform.node(), "cores": os.cpu_count()}) + "\n")
+
+
 def _fixed(value: float | None, width: int, digits: int = 2) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
@@ -174,9 +172,7 @@ def main() -> int:
                   f"{r['bytes_received_per_site']:>11,} {r['auc_dsfed']:>10.4f} {r['auc_pooled']:>10.4f} "
                   f"{r['startup_s']:>8.2f} {r['rss_start_mb']:>8.0f} {r['rss_peak_mb']:>8.0f} "
                   f"{r['data_read_per_site']:>13,}", flush=True)
-            if args.json is not None:
-                with open(args.json, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({**r, "machine": platform.node(), "cores": os.cpu_count()}) + "\n")
+            append_json(args.json, r)
     return 0
 
 

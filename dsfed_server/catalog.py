@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import NotFound
+from dsfed_core.errors import BackendUnavailable, NotFound
 
 if TYPE_CHECKING:
     from dsfed_server.engines import Engine
@@ -340,9 +340,7 @@ class Catalog:
                     raise CatalogError(f"{dictionary}: {name!r} is not a valid project or table name")
             source = self.engine.source(project, table, dictionary.parent)
             if source is None:
-                raise CatalogError(f"{dictionary}: no {table}.csv or {table}.parquet beside the dictionary"
-                                   if getattr(self.engine, "database", None) is None else
-                                   f"{dictionary}: the site's database has no table {project}.{table}")
+                raise CatalogError(f"{dictionary}: {self.engine.absent(project, table)}")
             info = TableInfo(project, table, source, read_dictionary(dictionary))
             self._tables[info.ref] = info
         if not self._tables:
@@ -356,6 +354,18 @@ class Catalog:
             _check_columns(self.engine.column_names(info), info)
             for name in self.engine.suspect_columns(info, info.variables):
                 self._read(info, [name])
+
+    def _served(self, info: TableInfo, names: list[str]) -> list[pd.Series]:
+        """Columns ``names`` of ``info`` for a call: data that stopped agreeing with its dictionary
+        after the site started (a file replaced in place, a database changed) refuses the call."""
+        try:
+            return self._read(info, names)
+        except CatalogError as exc:
+            raise BackendUnavailable(
+                f"table {info.ref} at this site does not agree with its data dictionary (changed since the site "
+                f"started?): {exc}",
+                hint="nothing was read; the site administrator corrects the data, runs 'dsfed-server check CONFIG' "
+                     "and restarts the site") from None
 
     def _read(self, info: TableInfo, names: list[str]) -> list[pd.Series]:
         """Columns ``names`` of ``info``, typed and checked (each read from the engine once)."""
@@ -404,7 +414,7 @@ class Catalog:
         must not modify it); an identifier column is never served."""
         if name not in self.served(ref):
             raise NotFound(f"table {ref!r} has no variable {name!r}", hint=f"variables: {', '.join(self.served(ref))}")
-        return self._read(self.info(ref), [name])[0]
+        return self._served(self.info(ref), [name])[0]
 
     def frame(self, ref: str, columns: list[str] | None = None) -> pd.DataFrame:
         """The table as functions may read it, or only ``columns`` of it (default: every column but
@@ -416,7 +426,7 @@ class Catalog:
         if unknown:
             raise NotFound(f"table {ref!r} has no variable(s) {', '.join(unknown)}",
                            hint=f"variables: {', '.join(served)}")
-        return pd.DataFrame(dict(zip(names, self._read(self.info(ref), names))), copy=False)
+        return pd.DataFrame(dict(zip(names, self._served(self.info(ref), names))), copy=False)
 
     def close(self) -> None:
         self.engine.close()

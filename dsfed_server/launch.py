@@ -67,18 +67,20 @@ class SiteProcess:
 
     def peak_rss(self) -> int:
         """The process's peak resident set size so far, in bytes (Linux: VmHWM), 0 once it has exited."""
+        return self._status_bytes("VmHWM")
+
+    def peak_address_space(self) -> int:
+        """The process's peak virtual memory so far, in bytes (Linux: VmPeak), 0 once it has exited."""
+        return self._status_bytes("VmPeak")
+
+    def _status_bytes(self, field: str) -> int:
+        """A ``/proc/<pid>/status`` field given in kB, in bytes (0 if absent or the process has exited)."""
         try:
             status = Path(f"/proc/{self.process.pid}/status").read_text() if self.process else ""
         except OSError:
             return 0
-        return _status_bytes(status, "VmHWM")
-
-    def peak_address_space(self) -> int:
-        """The process's peak virtual memory so far, in bytes (Linux: VmPeak), 0 once it has exited."""
-        try:
-            return _status_bytes(Path(f"/proc/{self.process.pid}/status").read_text() if self.process else "", "VmPeak")
-        except OSError:
-            return 0
+        line = next((l for l in status.splitlines() if l.startswith(f"{field}:")), None)
+        return int(line.split()[1]) * 1024 if line else 0
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -137,8 +139,3 @@ class LocalSites:
     def urls(self) -> dict[str, str]:
         return {name: p.url for name, p in self.processes.items()}
 
-
-def _status_bytes(status: str, field: str) -> int:
-    """A ``/proc/<pid>/status`` field given in kB, in bytes (0 if absent)."""
-    line = next((l for l in status.splitlines() if l.startswith(f"{field}:")), None)
-    return int(line.split()[1]) * 1024 if line else 0

@@ -6,6 +6,7 @@ reads only the columns the analysis names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import http_builder, inprocess_builder
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.analyses.suite import validate
 from dsfed_server.catalog import CatalogError, Variable, write_dictionary
 from dsfed_server.launch import LocalSites
@@ -90,6 +92,45 @@ def test_a_parquet_value_outside_its_range_stops_the_site(tmp_path):
         SiteService.from_config_file(provisioned["s1"].config)
 
 
+def _csv_site(tmp: Path):
+    """One DuckDB site over a CSV file of 20 records (y, score): its config, service and file."""
+    frame = pd.DataFrame({"y": [0, 1] * 10, "score": np.linspace(0.1, 0.9, 20)})
+    provisioned, services = _sites(tmp, {"s1": frame}, "csv", "duckdb")
+    return provisioned, services, tmp / "data" / "s1" / "P" / "t.csv"
+
+
+def _replace_record(path: Path, record: int, line: str) -> None:
+    """Record ``record`` (1 = the line after the header) of a CSV file replaced by ``line``."""
+    lines = path.read_text().splitlines()
+    lines[record] = line
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_nan_in_a_csv_number_column_stops_the_site(tmp_path):
+    """DuckDB would cast the text 'nan' to a number; the start-up check counts it as none, as the
+    catalog's typing (and the in-memory engine) do."""
+    provisioned, _, path = _csv_site(tmp_path)
+    _replace_record(path, 4, "1,nan")
+    with pytest.raises(CatalogError, match=rf"{path}:score:4: value 'nan' is not a number"):
+        SiteService.from_config_file(provisioned["s1"].config)
+
+
+def test_data_changed_after_start_refuses_the_call_saying_what_to_do(tmp_path):
+    """A file replaced in place while the site runs: the first call reading the changed column is
+    refused, naming the table, file, column and record, and what the site administrator does."""
+    provisioned, services, path = _csv_site(tmp_path)
+    _replace_record(path, 3, "1,high")
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("Y", "P.t", variables=["y"])  # an unchanged column is still served
+        with pytest.raises(FederatedCallError) as refused:
+            session.assign_table("D", "P.t", variables=["score"])
+    failure = refused.value.failures["s1"]
+    assert failure.kind == "backend_unavailable"
+    assert "table P.t at this site does not agree with its data dictionary" in failure.message
+    assert f"{path}:score:3: value 'high' is not a number" in failure.message
+    assert "dsfed-server check" in failure.hint and "restarts the site" in failure.hint
+
+
 # --- bounded memory ---------------------------------------------------------------------------
 
 N_BIG = 1_000_000
@@ -131,7 +172,10 @@ def test_a_table_beyond_the_memory_limit_completes_the_validation(tmp_path, monk
         with http_builder(provisioned, sites.urls).login() as session:
             session.assign_table("D", "P.t", variables=["y", "score"])
             report = validate(session, "D$y", "D$score")
-        assert 0 < sites.processes["s1"].peak_address_space() <= LIMIT
+        big = sites.processes["s1"]
+        limits = Path(f"/proc/{big.process.pid}/limits").read_text()
+        assert re.search(rf"Max address space\s+{LIMIT}\s+{LIMIT}\s+bytes", limits), limits  # the limit held
+        assert 0 < big.peak_address_space() <= LIMIT
     pooled = pd.concat([pd.read_parquet(tmp_path / "duckdb" / "data" / s / "P" / "t.parquet", columns=["y", "score"])
                         for s in ("s1", "s2", "s3")])
     reference = suite(pooled["y"].to_numpy(dtype=float), pooled["score"].to_numpy(dtype=float))

@@ -34,6 +34,9 @@ class Engine(Protocol):
         """Where the engine finds table ``project.table`` (a file path or a database name, for
         messages); None when it holds no such table."""
 
+    def absent(self, project: str, table: str) -> str:
+        """What to tell the site administrator when :meth:`source` found no table ``project.table``."""
+
     def column_names(self, info: "TableInfo") -> list[str]:
         """The table's columns, in order, without reading rows."""
 

@@ -20,6 +20,12 @@ from dsfed_server.engines.sql import ident, literal, violation_counts
 if TYPE_CHECKING:
     from dsfed_server.catalog import TableInfo, Variable
 
+def _to_number(expr: str) -> str:
+    """SQL: text ``expr`` as a finite number, NULL when it is none (``nan`` and ``inf`` are no
+    numbers in a data file, as for the catalog's pandas typing)."""
+    return f"(CASE WHEN isfinite(TRY_CAST({expr} AS DOUBLE)) THEN TRY_CAST({expr} AS DOUBLE) END)"
+
+
 CHECK_COLUMNS = 8  # columns checked per scan: a scan holds a row group of each column it reads
 
 
@@ -64,6 +70,11 @@ class DuckDBEngine:
                 return str(path)
         return None
 
+    def absent(self, project: str, table: str) -> str:
+        if self.database is not None:
+            return f"the database {self.database} has no table {project}.{table}"
+        return f"no {table}.csv or {table}.parquet beside the dictionary"
+
     def _relation(self, info: "TableInfo") -> str:
         return self._relations[info.ref]
 
@@ -78,10 +89,7 @@ class DuckDBEngine:
         return int(self._cursor().execute(f"SELECT count(*) FROM {self._relation(info)}").fetchall()[0][0])
 
     def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
-        from dsfed_server.catalog import BOOLEAN_SPELLINGS  # noqa: PLC0415
-
-        counts = violation_counts(variables, self._types(info), tuple(BOOLEAN_SPELLINGS),
-                                  lambda expr: f"TRY_CAST({expr} AS DOUBLE)")
+        counts = violation_counts(variables, self._types(info), _to_number)
         suspects = []
         for at in range(0, len(counts), CHECK_COLUMNS):  # a few columns per scan: bounded working memory
             chunk = counts[at:at + CHECK_COLUMNS]
@@ -92,7 +100,12 @@ class DuckDBEngine:
 
     def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
         query = f"SELECT {', '.join(map(ident, columns))} FROM {self._relation(info)}"
-        arrow = self._cursor().sql(query).to_arrow_table()
+        try:
+            arrow = self._cursor().sql(query).to_arrow_table()
+        except duckdb.Error as exc:
+            from dsfed_server.catalog import CatalogError  # noqa: PLC0415  (the catalog imports the engines)
+
+            raise CatalogError(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
         return pd.DataFrame({name: arrow.column(i).to_pandas() for i, name in enumerate(columns)}, copy=False)
 
     def close(self) -> None:

@@ -32,6 +32,9 @@ class MemoryEngine:
             self._paths[f"{project}.{table}"] = path
         return None if path is None else str(path)
 
+    def absent(self, project: str, table: str) -> str:
+        return f"no {table}.csv or {table}.parquet beside the dictionary"
+
     def _frame(self, info: "TableInfo") -> pd.DataFrame:
         with self._lock:
             if info.ref not in self._frames:

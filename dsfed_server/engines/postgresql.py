@@ -102,7 +102,6 @@ class PostgreSQLEngine:
         self._tables: dict[str, str] = {}  # project.table -> its oid
         self._connection = self._connect()
         info = self._connection.info
-        self.database = info.dbname  # for the catalog's message about a missing table
         self._where = f"postgresql://{info.host}:{info.port}/{info.dbname}"
         if self._one(f"SELECT coalesce(bool_or(rolsuper), false) FROM pg_roles r WHERE {_ROLES}"):
             raise self._error(f"role {info.user!r} is (or may become) a superuser: dsfed reads with a role that "
@@ -121,12 +120,16 @@ class PostgreSQLEngine:
             raise self._error(f"cannot connect to PostgreSQL: {str(exc).strip()}; check the dsn, the "
                               f"password_file and that the server is running") from None
 
+    def _live(self) -> psycopg.Connection:
+        """The connection, opened again if it broke (call with the lock held)."""
+        if self._connection.closed or self._connection.broken:
+            self._connection = self._connect()
+        return self._connection
+
     def _execute(self, query: str, params: tuple = ()) -> list[tuple]:
-        """The rows of ``query`` (a broken connection is opened again first)."""
+        """The rows of ``query``."""
         with self._lock:
-            if self._connection.closed or self._connection.broken:
-                self._connection = self._connect()
-            return self._connection.execute(query, params).fetchall()
+            return self._live().execute(query, params).fetchall()
 
     def _one(self, query: str, params: tuple = ()) -> object:
         return self._execute(query, params)[0][0]
@@ -162,6 +165,9 @@ class PostgreSQLEngine:
         self._tables[f"{project}.{table}"] = name
         return where
 
+    def absent(self, project: str, table: str) -> str:
+        return f"the database {self._where} has no table {project}.{table}"
+
     def _types(self, info: "TableInfo") -> dict[str, str]:
         rows = self._execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
@@ -176,14 +182,12 @@ class PostgreSQLEngine:
         return int(self._one(f"SELECT count(*) FROM {self._tables[info.ref]}"))  # type: ignore[call-overload]
 
     def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
-        from dsfed_server.catalog import BOOLEAN_SPELLINGS  # noqa: PLC0415
-
         types = self._types(info)
         numeric_types = tuple(_ARROW_TYPES)
         unreadable = [v.name for v in variables if v.value_type in ("integer", "decimal")
                       and not types[v.name].startswith(numeric_types + ("text", "character"))]
         checked = tuple(v for v in variables if v.name not in unreadable)
-        counts = violation_counts(checked, types, tuple(BOOLEAN_SPELLINGS), _to_number)
+        counts = violation_counts(checked, types, _to_number)
         if not counts:
             return unreadable
         row = self._execute(f"SELECT {', '.join(sql for _, sql in counts)} FROM {self._tables[info.ref]}")[0]
@@ -196,13 +200,13 @@ class PostgreSQLEngine:
         options = pacsv.ConvertOptions(
             column_types={c: _arrow_type(types[c]) for c in columns}, true_values=["t"], false_values=["f"],
             null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False)
-        with self._lock:
-            if self._connection.closed or self._connection.broken:
-                self._connection = self._connect()
-            with self._connection.cursor() as cursor, cursor.copy(query) as copy:
+        try:
+            with self._lock, self._live().cursor() as cursor, cursor.copy(query) as copy:
                 stream = io.BufferedReader(_CopyStream(iter(copy)), buffer_size=1 << 20)
                 arrow = pacsv.read_csv(stream, read_options=pacsv.ReadOptions(column_names=columns),
                                        convert_options=options)
+        except (psycopg.Error, pa.ArrowInvalid) as exc:
+            raise self._error(f"cannot read {', '.join(columns)} of {info.ref}: {str(exc).strip()}") from None
         return pd.DataFrame({name: arrow.column(i).to_pandas() for i, name in enumerate(columns)}, copy=False)
 
     def close(self) -> None:

@@ -26,11 +26,14 @@ def literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def violation_counts(variables: "tuple[Variable, ...]", types: dict[str, str], spellings: tuple[str, ...],
+def violation_counts(variables: "tuple[Variable, ...]", types: dict[str, str],
                      to_double: Callable[[str], str]) -> list[tuple[str, str]]:
     """``(variable, SQL aggregate)`` pairs: each aggregate counts the records of that variable that
     break its dictionary entry. ``types`` maps a column to its engine type (upper case);
-    ``to_double(expr)`` is the engine's cast of text to a double that yields NULL when it fails."""
+    ``to_double(expr)`` is the engine's cast of text to a number that yields NULL when it fails."""
+    from dsfed_server.catalog import BOOLEAN_SPELLINGS  # noqa: PLC0415  (the catalog imports the engines)
+
+    spellings = tuple(BOOLEAN_SPELLINGS)
     out = []
     for v in variables:
         column = ident(v.name)
