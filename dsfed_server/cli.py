@@ -52,9 +52,11 @@ def _bind(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
+    from dsfed_server.allocation import bound_allocations  # noqa: PLC0415
     from dsfed_server.api import create_app  # noqa: PLC0415
     from dsfed_server.service import SiteService  # noqa: PLC0415
 
+    bound_allocations()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     service = SiteService.from_config_file(args.config)
     listen = service.config.listen

@@ -10,6 +10,7 @@ from dsfed_client import FederatedCallError
 from dsfed_client.analyses import ds_glm
 from conftest import inprocess_builder
 from rref import r_eval
+from dsfed_server.rowbatches import BATCH_ROWS
 from sitekit import make_sites
 
 FACTORS = {"horTh": ["no", "yes"], "menostat": ["Pre", "Post"], "tgrade": ["I", "II", "III"]}
@@ -95,6 +96,30 @@ def test_weights_and_offset_equal_R(tmp_path, gbsg2_frames, formula, family, lin
     np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-8)
     assert fit.deviance == pytest.approx(ref["deviance"], rel=1e-8)
+
+
+def test_sites_larger_than_a_row_batch_equal_R(tmp_path):
+    """A site sums its parts over batches of BATCH_ROWS rows (dsfed_server/rowbatches.py): three sites of
+    2.3 batches each, with weights and an offset, give R's glm on the pooled records."""
+    rng = np.random.default_rng(29)
+    n = BATCH_ROWS * 2 + 20_000
+    frames = {}
+    for site in ("a", "b", "c"):
+        x1, x2 = rng.normal(size=n), rng.uniform(0, 3, n)
+        offset = np.round(rng.normal(0, 0.3, n), 4)
+        y = rng.binomial(1, 1 / (1 + np.exp(-(-0.5 + 0.8 * x1 - 0.4 * x2 + offset))))
+        frames[site] = pd.DataFrame({"y": y, "x1": np.round(x1, 6), "x2": np.round(x2, 6), "o": offset,
+                                     "w": rng.integers(1, 4, n)})
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    ref = r_glm(pooled, "y ~ x1 + x2", "binomial", "logit", weights="w", offset="o")
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("T", "P.t")
+        fit = ds_glm(session, "y ~ x1 + x2", "T", family="binomial", weights="w", offset="o", secure=True)
+    np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-8)
+    np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-8)
+    assert fit.deviance == pytest.approx(ref["deviance"], rel=1e-8)
+    assert fit.iterations == ref["iter"]
 
 
 def test_glm_disclosure_rules(tmp_path):

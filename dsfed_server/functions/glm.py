@@ -33,6 +33,7 @@ from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
+from dsfed_server.rowbatches import row_batches
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
@@ -220,32 +221,41 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
 
 
 def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any]:
-    """R's ``glm.fit`` quantities at ``beta`` (or, for None, at the family's ``mustart``)."""
-    if beta is None:
-        mu = fam.mustart(mf.y, mf.weights)
-        eta = fam.linkfun(mu)
-        mu = fam.linkinv(eta)
-    else:
-        eta = mf.X @ beta + mf.offset
-        mu = fam.linkinv(eta)
-    mu_eta = fam.mu_eta(eta)
-    variance = fam.variance(mu)
-    good = (mf.weights > 0) & (mu_eta != 0)
-    w = np.where(good, mf.weights * mu_eta**2 / np.where(good, variance, 1.0), 0.0)
-    resid = (mf.y - mu) / mu_eta
-    z = eta - mf.offset + resid
-    xw = mf.X * w[:, None]
-    dev = float(np.sum(fam.dev_resids(mf.y, mu, mf.weights)))
+    """R's ``glm.fit`` quantities at ``beta`` (or, for None, at the family's ``mustart``), summed
+    over rows in batches of :data:`~dsfed_server.rowbatches.BATCH_ROWS` (the working vectors of a
+    batch are all the memory a call adds to the model frame)."""
+    p = len(mf.names)
+    info, score, xwz, dev = np.zeros((p, p)), np.zeros(p), np.zeros(p), 0.0
+    for rows in row_batches(mf.n):
+        X, y, weights, offset = mf.X[rows], mf.y[rows], mf.weights[rows], mf.offset[rows]
+        if beta is None:
+            mu = fam.mustart(y, weights)
+            eta = fam.linkfun(mu)
+            mu = fam.linkinv(eta)
+        else:
+            eta = X @ beta + offset
+            mu = fam.linkinv(eta)
+        mu_eta = fam.mu_eta(eta)
+        variance = fam.variance(mu)
+        good = (weights > 0) & (mu_eta != 0)
+        w = np.where(good, weights * mu_eta**2 / np.where(good, variance, 1.0), 0.0)
+        resid = (y - mu) / mu_eta
+        z = eta - offset + resid
+        xw = X * w[:, None]
+        info += xw.T @ X
+        score += xw.T @ resid
+        xwz += xw.T @ z
+        dev += float(np.sum(fam.dev_resids(y, mu, weights)))
     if not np.isfinite(dev):
         raise CallError("the deviance is not finite at these coefficients; try other starting values")
     return {
-        "info.matrix": (xw.T @ mf.X).tolist(),
-        "score.vect": (xw.T @ resid).tolist(),
-        "xwz": (xw.T @ z).tolist(),
+        "info.matrix": info.tolist(),
+        "score.vect": score.tolist(),
+        "xwz": xwz.tolist(),
         "dev": dev,
         "numsubs": mf.n,
         "Nvalid": mf.n,
-        "Npositive": int(np.sum(mf.weights > 0)),
+        "Npositive": int(np.count_nonzero(mf.weights > 0)),
         "Nmissing": mf.n_total - mf.n,
         "Ntotal": mf.n_total,
     }
