@@ -106,6 +106,8 @@ def _complete_rows(table: pd.DataFrame, names: list[str]) -> tuple[dict[str, pd.
     complete = np.ones(len(table), dtype=bool)
     for s in series.values():
         complete &= s.notna().to_numpy()
+    if complete.all():  # the columns as they are (no copy)
+        return {name: s.reset_index(drop=True) for name, s in series.items()}, complete
     return {name: s[complete].reset_index(drop=True) for name, s in series.items()}, complete
 
 
@@ -165,8 +167,9 @@ def model_frame(
     columns, products, factors, levels = _design(formula, rows, n)
     names = tuple(c[0] for c in columns)
     X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
-    w = rows[weights].to_numpy(dtype=float) if weights else np.ones(n)
+    # no weights or offset: a constant, read-only vector that takes no memory (numpy broadcasting)
+    w = rows[weights].to_numpy(dtype=float) if weights else np.broadcast_to(1.0, (n,))
     if weights and np.any(w < 0):
         raise CallError("weights must be non-negative")
-    o = rows[offset].to_numpy(dtype=float) if offset else np.zeros(n)
+    o = rows[offset].to_numpy(dtype=float) if offset else np.broadcast_to(0.0, (n,))
     return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table), factors, levels, tuple(products))

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 from dsfed_core.errors import CallError, Forbidden, NotFound
 
@@ -62,17 +62,23 @@ class Session:
     # secure-aggregation rounds: this site's X25519 key pair per round (never released)
     rounds: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def memo(self, key: Hashable, source: Any, build: Callable[[], Any], size: int = 8) -> Any:
+    def memo(self, key: tuple, source: Any, build: Callable[[], Any], size: int = 8, *,
+             one_per_kind: bool = False) -> Any:
         """A value derived from ``source`` (e.g. a model frame from a table), built once per session.
 
         Kept only while ``source`` is the very same object, so a reassigned symbol
         is never served a stale value (``source`` None: the key itself names the
-        content, e.g. by its digest); at most ``size`` values are kept.
+        content, e.g. by its digest); at most ``size`` values are kept, and with
+        ``one_per_kind`` only the latest of the values whose keys start alike (``key[0]``:
+        column-sized values such as model frames, one of which a fit in progress uses).
         """
         hit = self._memo.get(key)
         if hit is not None and hit[0] is source:
             self._memo.move_to_end(key)
             return hit[1]
+        if one_per_kind:
+            for older in [k for k in self._memo if k[0] == key[0]]:
+                del self._memo[older]
         value = build()
         self._memo[key] = (source, value)
         while len(self._memo) > size:

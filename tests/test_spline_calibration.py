@@ -15,6 +15,8 @@ from dsfed_client.errors import FederatedCallError
 from conftest import http_builder, inprocess_builder
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.launch import LocalSites
+from dsfed_server.rowbatches import BATCH_ROWS
+from dsfed_server.synthetic import binormal
 from rref import r_eval, r_reference
 from sitekit import NO_NOISE, make_sites, rules_variant
 
@@ -210,3 +212,31 @@ def test_a_knot_beside_a_released_threshold_moves_onto_it(tmp_path):
     p_all = np.concatenate([f["score"].to_numpy(float) for f in frames.values()])
     coef = r_eval("coef(glm(y ~ rms::rcs(qlogis(p), k), family = binomial))", y=y, p=p_all, k=fit.knots)
     np.testing.assert_allclose(np.asarray(fit.fit.params, dtype=float), coef, rtol=1e-7)
+
+
+R_SPLINE_LARGE = """
+lp <- qlogis(p)
+k <- Hmisc::rcspline.eval(lp, nk = 4, knots.only = TRUE)
+fit <- glm(y ~ rms::rcs(lp, k), family = binomial)
+e <- abs(fitted(fit) - p)
+c(k, coef(fit), mean(e), quantile(e, c(0.5, 0.9), type = 7))
+"""
+
+
+def test_sites_larger_than_a_row_batch_equal_R(tmp_path):
+    """The spline basis, the score check and the errors are computed a batch of BATCH_ROWS rows at a
+    time (dsfed_server/rowbatches.py): over three sites of 2.2 batches each, R's knots, fit and ICI,
+    E50, E90 on the pooled records."""
+    rng = np.random.default_rng(41)
+    n = BATCH_ROWS * 2 + 10_000
+    frames = {site: pd.DataFrame(binormal(n, rng, auc=0.75, prevalence=0.3)) for site in ("a", "b", "c")}
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    ref = r_eval(R_SPLINE_LARGE, y=pooled["y"].to_numpy(dtype=float), p=pooled["score"].to_numpy(dtype=float))
+    provisioned, services = make_sites(tmp_path, frames, rules=NO_NOISE)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        fit = ds_spline_calibration(session, "D$y", "D$score", secure=True)
+    np.testing.assert_allclose(fit.knots, ref[:4], rtol=RTOL)
+    np.testing.assert_allclose(fit.fit.params, ref[4:8], rtol=RTOL)
+    assert (fit.ici, fit.e50, fit.e90) == pytest.approx(tuple(ref[8:11]), rel=RTOL)
+    assert fit.n == 3 * n

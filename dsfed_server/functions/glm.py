@@ -44,9 +44,11 @@ _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npos
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
                    weights: str | None, offset: str | None) -> ModelFrame:
     """The model frame, built once per session and table object (Fisher scoring asks for the same
-    model again every iteration), and checked against the rules on every call."""
+    model again every iteration; the site keeps the latest model's only), and checked against the
+    rules on every call."""
     key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
-    mf = ctx.session.memo(key, data, lambda: model_frame(formula, data, weights=weights, offset=offset))
+    mf = ctx.session.memo(key, data, lambda: model_frame(formula, data, weights=weights, offset=offset),
+                          one_per_kind=True)
     check_frame(ctx.guard, mf, fam, formula)
     return mf
 

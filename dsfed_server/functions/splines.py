@@ -57,6 +57,7 @@ from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.functions.curves import SITE_DERIVED
 from dsfed_server.functions.validation import derived_rows, outcome_and_score
 from dsfed_server.registry import P, Param, SecureSum, register
+from dsfed_server.rowbatches import row_batches
 
 MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution is reached well before
 RCS_MIN_N = 100  # below, rcspline.eval puts the outer knots at the 5th smallest and largest value: one record each
@@ -319,20 +320,28 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
                         hint="run rcsKnotsDS pooled and pass the symbol its release names")
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     finite = (p > 0) & (p < 1)
-    lp = special.logit(p[finite])
     t = knots["knot"].to_numpy(dtype=float)
-    frame = pd.DataFrame(np.column_stack([lp, rcs_basis(lp, t)]), columns=rcs_term_names(t.size))
+    terms = np.empty((int(np.count_nonzero(finite)), t.size - 1))  # lp, lp1, ...: filled a batch at a time
+    terms[:, 0] = special.logit(p[finite])
+    for rows in row_batches(len(terms)):
+        terms[rows, 1:] = rcs_basis(terms[rows, 0], t)
+    frame = pd.DataFrame(terms, columns=rcs_term_names(t.size), copy=False)
     frame.insert(0, "y", y[finite])
     return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
 
 
-def _frame_design(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The outcome and design (intercept, lp, lp1, ...) of a table ``rcsFrameDS`` made."""
+def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The outcome and the spline terms (lp, lp1, ...) of a table ``rcsFrameDS`` made; the design
+    is these after an intercept column (:func:`_with_intercept`)."""
     terms = [c for c in frame.columns if c == "lp" or (c.startswith("lp") and c[2:].isdigit())]
     if "y" not in frame.columns or terms != rcs_term_names(len(terms) + 1):
         raise CallError("the table must be one rcsFrameDS made (columns y, lp, lp1, ...)")
-    x = frame[terms].to_numpy(dtype=float)
-    return frame["y"].to_numpy(dtype=float), np.column_stack([np.ones(len(frame)), x])
+    return frame["y"].to_numpy(dtype=float), frame[terms].to_numpy(dtype=float)
+
+
+def _with_intercept(terms: np.ndarray) -> np.ndarray:
+    """The design rows (intercept, lp, lp1, ...) of some rows' spline terms."""
+    return np.column_stack([np.ones(len(terms)), terms])
 
 
 @register(
@@ -352,14 +361,20 @@ def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[floa
     if not ctx.pooled:
         raise CallError("splineErrorsDS runs only as a pooled release over the sites (secure aggregation)",
                         hint="use the pooled option (secure=True)")
-    y, x = _frame_design(frame)
+    y, terms = _frame_columns(frame)
     beta = np.asarray(coefficients, dtype=float)
-    if beta.size != x.shape[1] or not np.all(np.isfinite(beta)):
-        raise CallError(f"coefficients must be {x.shape[1]} finite numbers (intercept, lp, lp1, ...)")
+    if beta.size != terms.shape[1] + 1 or not np.all(np.isfinite(beta)):
+        raise CallError(f"coefficients must be {terms.shape[1] + 1} finite numbers (intercept, lp, lp1, ...)")
     ctx.guard.min_count(y.size, "complete records")
     multiple = ctx.guard.rule("disclosure.quantile_min_multiple")
-    mu = special.expit(x @ beta)
-    error = np.abs(mu - special.expit(x[:, 1]))
+    error = np.empty(y.size)
+    score, info = np.zeros(beta.size), np.zeros((beta.size, beta.size))
+    for rows in row_batches(y.size):  # the search keeps the errors; the rest is a batch's
+        x = _with_intercept(terms[rows])
+        mu = special.expit(x @ beta)
+        error[rows] = np.abs(mu - special.expit(x[:, 1]))
+        score += x.T @ (y[rows] - mu)
+        info += (x * (mu * (1 - mu))[:, None]).T @ x
 
     def finish(n: int, order: dict[int, float], ties: dict[int, int], extra: dict, floor: Floor) -> dict[str, Any]:
         _enough(multiple, n, floor, "the calibration errors")
@@ -367,7 +382,7 @@ def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[floa
                 "e90": type7_quantile(order, n, 0.9), "n": n, "pooled": True}
 
     search = OrderSearch(error, error, _quantile_ranks((0.5, 0.9)), finish, {"sum_error": np.asarray(error.sum())})
-    fields = {"score": x.T @ (y - mu), "info": (x * (mu * (1 - mu))[:, None]).T @ x}
+    fields = {"score": score, "info": info}
 
     def checked(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[None, PooledSteps]:
         u, info = pooled["score"], pooled["info"]
@@ -390,8 +405,8 @@ def calibration_loss(ctx: CallContext, frame: pd.DataFrame) -> dict[str, Any]:
     """Sums for the log loss and Nagelkerke's R² of the predictions themselves (``val.prob``'s R2):
     :math:`\\ell = \\sum_i y_i \\log p_i + (1 - y_i)\\log(1 - p_i) = \\sum_i y_i\\,\\mathrm{lp}_i -
     \\log(1 + e^{\\mathrm{lp}_i})`, with the counts of records and events."""
-    y, x = _frame_design(frame)
-    lp = x[:, 1]
+    y, terms = _frame_columns(frame)
+    lp = terms[:, 0]
     n1 = int(y.sum())
     ctx.guard.min_count(y.size, "complete records")
     ctx.guard.min_count(n1, "positives (truth = 1)")

@@ -57,7 +57,8 @@ def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.
         keep &= ~np.isnan(p)
         if probability and (np.any(p < 0) or np.any(p > 1)):
             raise CallError(f"{name} must be a probability in [0, 1] here")
-    y, ps = y[keep], [p[keep] for p in ps]
+    if not keep.all():  # complete columns are served as they are, not copied
+        y, ps = y[keep], [p[keep] for p in ps]
     if not np.all((y == 0) | (y == 1)):
         raise CallError("truth must be coded 0/1")
     ctx.guard.min_count(y.size, "complete records")
