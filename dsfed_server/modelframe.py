@@ -27,8 +27,12 @@ from dsfed_server.arithmetic import evaluate
 
 @dataclass(frozen=True)
 class ModelFrame:
+    """A model's outcome, design columns (the intercept a constant broadcast vector; a float column
+    complete in every record a read-only view of the table's column, not a copy), weights and
+    offset; :meth:`design` stacks the design rows of a batch."""
+
     y: np.ndarray
-    X: np.ndarray
+    columns: tuple[np.ndarray, ...]
     names: tuple[str, ...]
     weights: np.ndarray
     offset: np.ndarray
@@ -43,6 +47,10 @@ class ModelFrame:
     @property
     def n(self) -> int:
         return int(self.y.size)
+
+    def design(self, rows: slice) -> np.ndarray:
+        """The design matrix's ``rows`` (R's ``model.matrix``), as a new array."""
+        return np.column_stack([c[rows] for c in self.columns])
 
 
 def _column(table: pd.DataFrame, name: str) -> pd.Series:
@@ -117,7 +125,7 @@ def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:
     columns: list[tuple[str, np.ndarray]] = []
     products: list[tuple[tuple[str, bool], ...]] = []
     if formula.intercept:
-        columns.append(("(Intercept)", np.ones(n)))
+        columns.append(("(Intercept)", np.broadcast_to(1.0, (n,))))
         products.append(())
     factors: dict[str, list[int]] = {}
     levels: dict[str, list[str]] = {}
@@ -166,10 +174,10 @@ def model_frame(
     n = int(complete.sum())
     columns, products, factors, levels = _design(formula, rows, n)
     names = tuple(c[0] for c in columns)
-    X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
     # no weights or offset: a constant, read-only vector that takes no memory (numpy broadcasting)
     w = rows[weights].to_numpy(dtype=float) if weights else np.broadcast_to(1.0, (n,))
     if weights and np.any(w < 0):
         raise CallError("weights must be non-negative")
     o = rows[offset].to_numpy(dtype=float) if offset else np.broadcast_to(0.0, (n,))
-    return ModelFrame(y_series.to_numpy(dtype=float), X, names, w, o, len(table), factors, levels, tuple(products))
+    return ModelFrame(y_series.to_numpy(dtype=float), tuple(c[1] for c in columns), names, w, o, len(table),
+                      factors, levels, tuple(products))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 import threading
+import weakref
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -68,19 +69,27 @@ class Session:
 
         Kept only while ``source`` is the very same object, so a reassigned symbol
         is never served a stale value (``source`` None: the key itself names the
-        content, e.g. by its digest); at most ``size`` values are kept, and with
-        ``one_per_kind`` only the latest of the values whose keys start alike (``key[0]``:
-        column-sized values such as model frames, one of which a fit in progress uses).
+        content, e.g. by its digest), and forgotten when ``source`` is freed (a removed or
+        reassigned symbol: the memo holds it by a weak reference); at most ``size`` values are
+        kept, and with ``one_per_kind`` only the latest of the values whose keys start alike
+        (``key[0]``: column-sized values such as model frames, one of which a fit in progress uses).
         """
         hit = self._memo.get(key)
-        if hit is not None and hit[0] is source:
+        if hit is not None and (hit[0] is None if source is None else hit[0] is not None and hit[0]() is source):
             self._memo.move_to_end(key)
             return hit[1]
         if one_per_kind:
             for older in [k for k in self._memo if k[0] == key[0]]:
                 del self._memo[older]
         value = build()
-        self._memo[key] = (source, value)
+        memo = self._memo
+
+        def forget(_: weakref.ref) -> None:
+            if key in memo and memo[key][0] is ref:
+                del memo[key]
+
+        ref = None if source is None else weakref.ref(source, forget)
+        self._memo[key] = (ref, value)
         while len(self._memo) > size:
             self._memo.popitem(last=False)
         return value

@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL cluster for the tests of the postgresql engine (tests/test_postgresql.py).
+"""A throwaway PostgreSQL cluster for the tests of the postgresql engine (tests/test_postgresql.py)
+and for ``bench/suite.py --engine postgresql``.
 
 :func:`cluster` runs Debian's PostgreSQL server binaries (scripts/install-postgresql.sh), as the
 ``postgres`` OS user when the tests run as root (initdb refuses root): a data directory in a fresh temporary directory, a
@@ -87,6 +88,23 @@ class Cluster:
 
     def dsn(self, dbname: str, user: str = READER) -> str:
         return f"host=127.0.0.1 port={self.port} dbname={dbname} user={user}"
+
+
+def column_types(frame: pd.DataFrame, as_text: bool = False) -> dict[str, str]:
+    """PostgreSQL column types for ``frame``'s columns (all text when ``as_text``)."""
+    def kind(col: pd.Series) -> str:
+        if as_text or not pd.api.types.is_numeric_dtype(col):
+            return "text"
+        return "bigint" if pd.api.types.is_integer_dtype(col) else "double precision"
+    return {name: kind(col) for name, col in frame.items()}
+
+
+def password_file(directory: Path, password: str = "reader-password") -> Path:
+    """``password`` in ``directory/reader.password``, readable by its owner only (as a site keeps it)."""
+    path = directory / "reader.password"
+    path.write_text(password + "\n")
+    os.chmod(path, 0o600)
+    return path
 
 
 def _as_root() -> bool:

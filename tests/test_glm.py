@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,6 +13,7 @@ from dsfed_client import FederatedCallError
 from dsfed_client.analyses import ds_glm
 from conftest import inprocess_builder
 from rref import r_eval
+from dsfed_server.modelframe import ModelFrame
 from dsfed_server.rowbatches import BATCH_ROWS
 from sitekit import make_sites
 
@@ -120,6 +124,23 @@ def test_sites_larger_than_a_row_batch_equal_R(tmp_path):
     np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-8)
     assert fit.deviance == pytest.approx(ref["deviance"], rel=1e-8)
     assert fit.iterations == ref["iter"]
+
+
+def test_a_removed_table_leaves_no_model_frame_behind(tmp_path, gbsg2_frames):
+    """After a pooled fit on a symbol that is then removed, no site holds the table or a model frame
+    of it: not the session's memo, not the step sealed after the last iterate (which the analyst
+    never opens). A site serving hospital-sized tables would otherwise keep a copy per fit."""
+    provisioned, services = make_sites(tmp_path, gbsg2_frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("T", "P.t")
+        fit = ds_glm(session, "y ~ score + age", "T", family="binomial", secure=True)
+        assert fit.pooled and fit.iterations > 1
+        held = [s for svc in services.values() for s in svc.sessions._sessions.values()]
+        tables = [weakref.ref(s.symbols["T"]) for s in held]
+        session.remove("T")
+        gc.collect()
+        assert [t() for t in tables] == [None] * len(held)
+        assert not [obj for obj in gc.get_objects() if isinstance(obj, ModelFrame)]
 
 
 def test_glm_disclosure_rules(tmp_path):

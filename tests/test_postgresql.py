@@ -23,7 +23,7 @@ from dsfed_server.catalog import CatalogError
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 from dsfed_server.tomlfile import ConfigFileError
-from pgkit import READER, Cluster, cluster
+from pgkit import READER, Cluster, cluster, column_types, password_file
 from sitekit import NO_NOISE, assert_same_report, make_sites, write_table
 
 TEXT_SITE = "site3"  # its table holds every column as text
@@ -33,22 +33,6 @@ TEXT_SITE = "site3"  # its table holds every column as text
 def pg() -> Iterator[Cluster]:
     with cluster() as running:
         yield running
-
-
-def column_types(frame: pd.DataFrame, as_text: bool = False) -> dict[str, str]:
-    """PostgreSQL column types for ``frame``'s columns (all text when ``as_text``)."""
-    def kind(col: pd.Series) -> str:
-        if as_text or not pd.api.types.is_numeric_dtype(col):
-            return "text"
-        return "bigint" if pd.api.types.is_integer_dtype(col) else "double precision"
-    return {name: kind(col) for name, col in frame.items()}
-
-
-def password_file(directory: Path, password: str = "reader-password") -> Path:
-    path = directory / "reader.password"
-    path.write_text(password + "\n")
-    os.chmod(path, 0o600)
-    return path
 
 
 def database(tmp: Path, site: str) -> str:

@@ -18,13 +18,15 @@ the linear predictor within ``glm_max_linear_predictor`` over the declared range
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from dsfed_core.calltree import Formula
 from dsfed_server.context import CallContext
+from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
@@ -41,14 +43,19 @@ _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_ma
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
 
 
+def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFrame,
+              weights: str | None, offset: str | None) -> ModelFrame:
+    """The model frame, built once per session and table object (Fisher scoring asks for the same
+    model again every iteration); the session keeps the latest model's only."""
+    key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
+    return session.memo(key, data, lambda: model_frame(formula, data, weights=weights, offset=offset),
+                        one_per_kind=True)
+
+
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
                    weights: str | None, offset: str | None) -> ModelFrame:
-    """The model frame, built once per session and table object (Fisher scoring asks for the same
-    model again every iteration; the site keeps the latest model's only), and checked against the
-    rules on every call."""
-    key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
-    mf = ctx.session.memo(key, data, lambda: model_frame(formula, data, weights=weights, offset=offset),
-                          one_per_kind=True)
+    """The model frame (:func:`_frame_of`), checked against the rules on every call."""
+    mf = _frame_of(ctx.session, formula, fam, data, weights, offset)
     check_frame(ctx.guard, mf, fam, formula)
     return mf
 
@@ -65,12 +72,12 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
     if problem:
         raise CallError(problem)
     for variable, columns in mf.factors.items():
-        dummies = mf.X[:, columns]
+        dummies = np.column_stack([mf.columns[j] for j in columns])
         counts = [mf.n - int(dummies.sum())] + [int(c) for c in dummies.sum(axis=0)]
         for level, count in zip(mf.levels[variable], counts):
             guard.min_count(count, f"factor {variable}: level {level}", allow_zero=True)
     factor_columns = {j for columns in mf.factors.values() for j in columns}
-    covariates = [(f"covariate {name}", mf.X[:, j]) for j, name in enumerate(mf.names)
+    covariates = [(f"covariate {name}", mf.columns[j]) for j, name in enumerate(mf.names)
                   if name != "(Intercept)" and j not in factor_columns]
     if fam.name == "binomial":
         guard.min_count(int(np.sum(mf.y == 1)), f"outcome {formula.response}: level 1")
@@ -209,7 +216,7 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     fam = make_family(family, link)
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
-        return irls_steps(fam, mf, None)
+        return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset), None)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
         if beta.size != len(mf.names):
@@ -229,7 +236,7 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
     p = len(mf.names)
     info, score, xwz, dev = np.zeros((p, p)), np.zeros(p), np.zeros(p), 0.0
     for rows in row_batches(mf.n):
-        X, y, weights, offset = mf.X[rows], mf.y[rows], mf.weights[rows], mf.offset[rows]
+        X, y, weights, offset = mf.design(rows), mf.y[rows], mf.weights[rows], mf.offset[rows]
         if beta is None:
             mu = fam.mustart(y, weights)
             eta = fam.linkfun(mu)
@@ -273,26 +280,47 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
     return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
 
 
-def irls_steps(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> PooledSteps:
+def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame,
+                weights: str | None, offset: str | None) -> Callable[[], ModelFrame]:
+    """The model frame of ``data`` on demand, holding ``data`` by a weak reference: a step the
+    analyst never opens (the last one sealed after the fit converged) keeps no table or model frame
+    alive once the symbol is removed or reassigned."""
+    table = weakref.ref(data)
+
+    def frame() -> ModelFrame:
+        data = table()
+        if data is None:
+            raise CallError("the table of this fit was removed or reassigned since its previous step",
+                            hint="fit the model again")
+        return _frame_of(session, formula, fam, data, weights, offset)
+
+    return frame
+
+
+def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None) -> PooledSteps:
     """The distributed Fisher scoring as a pooled protocol (rule 3: the iterates come from the sites).
 
     Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
     parts (what the analyst needs to follow the fit and to stop it: the deviance) and every site
     derives :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` itself (seed 002,
     Newton-Raphson on summed parts). No coefficient comes from the analyst, so none can saturate
-    the linear predictor into a step around a record."""
+    the linear predictor into a step around a record. ``frame`` gives the model frame
+    (:func:`_weak_frame`)."""
+    mf = frame()
     mine = parts(fam, mf, beta)
+    names = list(mf.names)
+    del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], PooledSteps]:
-        release = {"family": fam.name, "link": fam.link, "coef.names": list(mf.names), "pooled": True,
+        release = {"family": fam.name, "link": fam.link, "coef.names": names, "pooled": True,
                    **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()}}
         try:
             following = np.linalg.solve(pooled["info.matrix"], pooled["xwz"])
         except np.linalg.LinAlgError:
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, or collinear covariates)") from None
-        step = irls_steps(fam, mf, following)
+        step = irls_steps(fam, frame, following)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
         # an identity-link gaussian model's X'WX and X'Wz do not depend on beta at all
