@@ -1,6 +1,7 @@
 """Benchmark: the validation suite at a fixed total n spread over K = 2, 5, 10, 20, 50 sites,
 over HTTP (one loopback server process per site) and in-process (every site in this process).
 
+    .venv/bin/pip install -e '.[bench]'                                # psutil, once
     .venv/bin/python bench/sites_scaling.py                          # n = 1e6, K = 2..50, both modes
     .venv/bin/python bench/sites_scaling.py --n 100000 --http-max-k 10   # HTTP up to K = 10 only
     .venv/bin/python bench/sites_scaling.py --mode inprocess --k 2 5 10 20 50 --json scaling.jsonl

@@ -38,7 +38,6 @@ from dsfed_server.functions.validation import outcome_and_score
 from dsfed_server.registry import P, Param, register
 
 MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution is reached well before
-_COUNTS = 40  # fixed-point bits: counts are whole numbers, sums of predictions need the fraction
 
 
 class DecileSearch:
@@ -101,7 +100,9 @@ class DecileSearch:
                 self.guard.record_pooled(self.key, list(kept))
             return out, None
 
-        return PooledSteps(fields, advance, frac_bits=_COUNTS, history_key=self.key)
+        # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
+        # and a group of millions of records at a site needs fewer bits, which the analyst asks again with
+        return PooledSteps(fields, advance, frac_bits=None, history_key=self.key)
 
 
 def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
