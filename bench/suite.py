@@ -5,6 +5,8 @@
     .venv/bin/python bench/suite.py --n 10000  # one size
     .venv/bin/python bench/suite.py --n 10000000 --repeat 1 --skip-r --json bench.jsonl  # hospital-sized
     .venv/bin/python bench/suite.py --n 1000000 --engine memory   # the sites' [catalog] engine
+    .venv/bin/python bench/suite.py --n 10000000 --repeat 1 --skip-r --engine postgresql
+    .venv/bin/python bench/suite.py --n 100000000 --repeat 1 --skip-r   # 1e8: about 12 min, 15 GB
 
 Data: the binormal design of ``dsfed synth`` (AUC 0.8, prevalence 0.3), split evenly
 over five sites; the sites run the seed-000 privacy settings (epsilon 5, delta 0.01,
