@@ -106,11 +106,14 @@ class LoginBuilder:
     transports: list[Transport] = field(default_factory=list)
 
     def append(self, site: str, url: str, *, user: str | None = None, password: str | None = None,
-               token: str | None = None, read_timeout: float = 300.0) -> "LoginBuilder":
-        """A site reached over HTTP, with user and password or an API token."""
+               token: str | None = None, read_timeout: float = 300.0, connect_timeout: float = 30.0
+               ) -> "LoginBuilder":
+        """A site reached over HTTP, with user and password or an API token (the timeouts:
+        :class:`~dsfed_client.transport.HttpTransport`)."""
         self._check_new(site)
         self.transports.append(
-            HttpTransport(site, url, user=user, password=password, token=token, read_timeout=read_timeout)
+            HttpTransport(site, url, user=user, password=password, token=token, read_timeout=read_timeout,
+                          connect_timeout=connect_timeout)
         )
         return self
 

@@ -46,10 +46,13 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def _unreachable(exc: requests.ConnectionError) -> str:
+def _unreachable(exc: requests.ConnectionError, connect_timeout: float) -> str:
     """Why a connection failed, in words (urllib3's own text is long and gets cut mid-word)."""
     cause: BaseException | None = exc
     while cause is not None:
+        if isinstance(cause, TimeoutError):  # urllib3 sends the request under the connect timeout
+            return (f"the site took no request within {connect_timeout:g} s (connected, but it did not read the "
+                    "request: busy, or stalled)")
         if isinstance(cause, ConnectionRefusedError):
             return "connection refused (no server listens there)"
         if isinstance(cause, socket.gaierror):
@@ -58,7 +61,7 @@ def _unreachable(exc: requests.ConnectionError) -> str:
             return f"TLS failed ({cause.reason or 'handshake error'})"
         if isinstance(cause, (ConnectionResetError, BrokenPipeError)):
             return "the connection was closed by the other side"
-        linked = [getattr(cause, "reason", None), *cause.args[:1], cause.__cause__, cause.__context__]
+        linked = [getattr(cause, "reason", None), *cause.args[:2], cause.__cause__, cause.__context__]
         cause = next((c for c in linked if isinstance(c, BaseException)), None)
     return "the connection failed"
 
@@ -68,7 +71,10 @@ BUSY_WAIT_S = 2  # when it asks to wait at most this long (a throttled client wa
 
 
 class HttpTransport:
-    """HTTP(S) to a site server, with connection reuse and bounded waiting."""
+    """HTTP(S) to a site server, with connection reuse and bounded waiting: ``connect_timeout``
+    bounds connecting and handing the request over (urllib3 sends the request under the connect
+    timeout, so a site busy on other work for a few seconds must not count as unreachable: 30 s),
+    ``read_timeout`` the wait for the answer."""
 
     def __init__(
         self,
@@ -78,7 +84,7 @@ class HttpTransport:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
-        connect_timeout: float = 5.0,
+        connect_timeout: float = 30.0,
         read_timeout: float = 300.0,
     ) -> None:
         self.site = site
@@ -105,7 +111,7 @@ class HttpTransport:
             ) from None
         except requests.ConnectionError as exc:
             raise SiteUnavailable(
-                f"cannot reach {self.url}: {_unreachable(exc)}", site=self.site, function=function,
+                f"cannot reach {self.url}: {_unreachable(exc, self.timeout[0])}", site=self.site, function=function,
                 hint="check that the site server is running and the URL is right, or ask the site's administrator",
             ) from None
         self.stats.bytes_received += len(response.content)

@@ -1,6 +1,6 @@
 """What an analyst or an administrator reads when something is wrong: one line naming the site, the
 URL and what to do, for a site that is down, a site that restarted and a URL that is not a dsfed
-site (real processes and sockets on loopback)."""
+site, and a site that connects but does not read the request (real processes and sockets on loopback)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from dsfed_client import FederatedCallError, LoginBuilder, SiteUnavailable
+from dsfed_client.transport import HttpTransport
 from dsfed_core.errors import NotFound, SiteError
 from dsfed_server.cli import _bind
 from dsfed_server.launch import LocalSites
@@ -46,6 +47,24 @@ def test_site_down_is_one_line_with_url_and_what_to_do():
     assert _one_line(err) == (
         f"site 'site1', function openSession: cannot reach {url}: connection refused (no server listens there) "
         "-- check that the site server is running and the URL is right, or ask the site's administrator")
+
+
+def test_a_site_that_connects_but_reads_nothing_is_told_apart_from_one_down():
+    """A listening socket nobody reads (as a site busy beyond the connect timeout): the request's
+    64 MB body fills the socket buffers, sending stalls, and the error says so, with the timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)  # the kernel completes the connection; no process accepts or reads it
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        transport = HttpTransport("site1", url, connect_timeout=1, read_timeout=5)
+        started = time.monotonic()
+        with pytest.raises(SiteUnavailable) as caught:
+            transport.request("POST", "/sessions", encoded=b"0" * (64 << 20), function="assignTable")
+        assert time.monotonic() - started < 5
+    assert _one_line(caught.value) == (
+        f"site 'site1', function assignTable: cannot reach {url}: the site took no request within 1 s "
+        "(connected, but it did not read the request: busy, or stalled) -- check that the site server is "
+        "running and the URL is right, or ask the site's administrator")
 
 
 class _NotDsfed(http.server.BaseHTTPRequestHandler):
