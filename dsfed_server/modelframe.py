@@ -114,9 +114,8 @@ def _complete_rows(table: pd.DataFrame, names: list[str]) -> tuple[dict[str, pd.
     complete = np.ones(len(table), dtype=bool)
     for s in series.values():
         complete &= s.notna().to_numpy()
-    if complete.all():  # the columns as they are (no copy)
-        return {name: s.reset_index(drop=True) for name, s in series.items()}, complete
-    return {name: s[complete].reset_index(drop=True) for name, s in series.items()}, complete
+    kept = series if complete.all() else {name: s[complete] for name, s in series.items()}  # all: no copy
+    return {name: s.reset_index(drop=True) for name, s in kept.items()}, complete
 
 
 def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:

@@ -63,19 +63,18 @@ class Session:
     # secure-aggregation rounds: this site's X25519 key pair per round (never released)
     rounds: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def memo(self, key: tuple, source: Any, build: Callable[[], Any], size: int = 8, *,
+    def memo(self, key: tuple, source: object, build: Callable[[], Any], size: int = 8, *,
              one_per_kind: bool = False) -> Any:
         """A value derived from ``source`` (e.g. a model frame from a table), built once per session.
 
         Kept only while ``source`` is the very same object, so a reassigned symbol
-        is never served a stale value (``source`` None: the key itself names the
-        content, e.g. by its digest), and forgotten when ``source`` is freed (a removed or
+        is never served a stale value, and forgotten when ``source`` is freed (a removed or
         reassigned symbol: the memo holds it by a weak reference); at most ``size`` values are
         kept, and with ``one_per_kind`` only the latest of the values whose keys start alike
         (``key[0]``: column-sized values such as model frames, one of which a fit in progress uses).
         """
         hit = self._memo.get(key)
-        if hit is not None and (hit[0] is None if source is None else hit[0] is not None and hit[0]() is source):
+        if hit is not None and hit[0]() is source:
             self._memo.move_to_end(key)
             return hit[1]
         if one_per_kind:
@@ -88,7 +87,7 @@ class Session:
             if key in memo and memo[key][0] is ref:
                 del memo[key]
 
-        ref = None if source is None else weakref.ref(source, forget)
+        ref = weakref.ref(source, forget)
         self._memo[key] = (ref, value)
         while len(self._memo) > size:
             self._memo.popitem(last=False)

@@ -137,10 +137,12 @@ def test_a_removed_table_leaves_no_model_frame_behind(tmp_path, gbsg2_frames):
         assert fit.pooled and fit.iterations > 1
         held = [s for svc in services.values() for s in svc.sessions._sessions.values()]
         tables = [weakref.ref(s.symbols["T"]) for s in held]
+        frames = [weakref.ref(value) for s in held for key, (_, value) in s._memo.items() if key[0] == "glm"]
+        assert len(frames) == len(held) and all(isinstance(f(), ModelFrame) for f in frames)
         session.remove("T")
         gc.collect()
         assert [t() for t in tables] == [None] * len(held)
-        assert not [obj for obj in gc.get_objects() if isinstance(obj, ModelFrame)]
+        assert [f() for f in frames] == [None] * len(held)
 
 
 def test_glm_disclosure_rules(tmp_path):
