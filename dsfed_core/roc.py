@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 
 def binormal_auc(a: float, b: float) -> float:
@@ -13,4 +13,4 @@ def binormal_auc(a: float, b: float) -> float:
     >>> round(binormal_auc(1.0, 1.0), 6)  # Phi(1 / sqrt(2)) = Phi(0.707107)
     0.76025
     """
-    return float(stats.norm.cdf(a / np.sqrt(1.0 + b * b)))
+    return float(special.ndtr(a / np.sqrt(1.0 + b * b)))

@@ -226,7 +226,7 @@ class SiteService:
                 self.name, self.rules_path, self.rules.privacy.no_noise_acknowledged,
             )
         needs_r = [n for n in self.rules.functions.enabled if registry.get(n).backend == "R"]  # type: ignore[union-attr]
-        if needs_r and not rbridge.available():
+        if needs_r and not rbridge.installed():
             log.warning("site %s: R is not available; %s will be refused: %s",
                         self.name, ", ".join(needs_r), rbridge.unavailable_reason())
 
@@ -760,7 +760,7 @@ class SiteService:
             for name in self.profile_rules[profile].functions.enabled:
                 spec = self.registry.get(name)
                 info = spec.describe()  # type: ignore[union-attr]
-                info["available"] = spec.backend != "R" or rbridge.available()  # type: ignore[union-attr]
+                info["available"] = spec.backend != "R" or rbridge.installed()  # type: ignore[union-attr]
                 entries.append(info)
         rules = self.profile_rules[profile]
         # the thresholds in force, as governance reads them in the rules file (nothing secret)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special
 
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
@@ -288,7 +288,7 @@ def roc_glm_table(pv: np.ndarray, thresholds: int) -> pd.DataFrame:
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
     frame = pd.DataFrame({
         "u": np.tile([0, 1], thresholds).astype(np.int64),
-        "x": np.repeat(stats.norm.ppf(t), 2),
+        "x": np.repeat(special.ndtri(t), 2),
         "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
     })
     # x are the thresholds, which the analyst knows: a fit at its coefficients would be equations in the counts w
