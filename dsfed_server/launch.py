@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -16,6 +15,10 @@ from dsfed_server.provision import ProvisionedSite
 
 
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# sets the address-space limit in the child, then executes the site: a ``preexec_fn`` would run Python
+# between fork and exec, where a lock another thread of the parent held at the fork deadlocks it
+_LIMITED = ("import os, resource, sys; limit = int(sys.argv[1]); "
+            "resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); os.execv(sys.argv[2], sys.argv[2:])")
 
 
 class SiteProcess:
@@ -38,17 +41,14 @@ class SiteProcess:
         # One BLAS thread per site process: several sites on one machine would otherwise
         # oversubscribe the cores (each numpy matrix product spawning a thread per core).
         env = {**os.environ, **{k: os.environ.get(k, "1") for k in _BLAS_THREADS}}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dsfed_server.cli", "run", str(self.site.config),
-             "--ready-file", str(self.ready_file)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-            preexec_fn=None if self.address_space is None else self._limit,
-        )
+        command = [sys.executable, "-m", "dsfed_server.cli", "run", str(self.site.config),
+                   "--ready-file", str(self.ready_file)]
+        if self.address_space is not None:
+            command = [sys.executable, "-c", _LIMITED, str(self.address_space), *command]
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, env=env)
         self._spawned_wall = time.time()
         log.close()
-
-    def _limit(self) -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
 
     def wait_ready(self, deadline: float) -> None:
         assert self.process is not None
