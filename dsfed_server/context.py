@@ -51,12 +51,13 @@ class CallContext:
             return None
         for other in vectors[1:]:
             rows = other.attrs.get(ROWS)
-            if not (isinstance(rows, Rows) and rows.lineage == first.lineage and np.array_equal(rows.index, first.index)):
+            if not (isinstance(rows, Rows) and rows.lineage == first.lineage
+                    and (rows.index is first.index or np.array_equal(rows.index, first.index))):
                 return None
         complete = np.ones(len(vectors[0]), dtype=bool)
         for vector in vectors:
             complete &= vector.notna().to_numpy()
-        return Rows(first.lineage, first.index[complete], first.n_root)
+        return first if complete.all() else Rows(first.lineage, first.index[complete], first.n_root)
 
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""

@@ -32,6 +32,7 @@ otherwise gets a lineage keyed by its content (``calibrationFrameDS`` marks the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import TypeVar
@@ -59,6 +60,15 @@ class Rows:
         return self
 
 
+@functools.lru_cache(maxsize=8)
+def whole_table(lineage: str, n: int) -> Rows:
+    """The rows of a whole table of ``n`` records: positions 0 .. n - 1, one read-only array per table
+    shared by every session that assigns it (int32 below 2**31 records: 8 bytes per record less)."""
+    index = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    index.flags.writeable = False
+    return Rows(lineage, index, n)
+
+
 def rows_of(frame: pd.DataFrame) -> Rows:
     info = frame.attrs.get(ROWS)
     if isinstance(info, Rows) and info.index.size == len(frame):
@@ -66,7 +76,7 @@ def rows_of(frame: pd.DataFrame) -> Rows:
     digest = hashlib.sha256()
     digest.update(repr(list(map(str, frame.columns))).encode())
     digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
-    return Rows("derived:" + digest.hexdigest()[:24], np.arange(len(frame)), len(frame))
+    return whole_table("derived:" + digest.hexdigest()[:24], len(frame))
 
 
 def mark_rows(frame: T, rows: Rows) -> T:

@@ -22,6 +22,7 @@ from scipy import special
 
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_core.errors import SiteError
+from dsfed_server.rowbatches import row_batches
 
 if TYPE_CHECKING:
     from dsfed_server.catalog import Catalog
@@ -118,12 +119,24 @@ def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, trans
           declared: tuple[float, float] | None, integer: bool) -> RootColumn | None:
     """The root column ``source`` of ``rows.lineage`` with every record's ``column`` value, if the
     vector's ``values`` (in the column's units) are the column's at ``rows``; None otherwise."""
-    if rows.index.size and (rows.index.max() >= column.size
-                            or not np.allclose(column[rows.index], values, rtol=1e-12, atol=0, equal_nan=True)):
+    index = rows.index
+    if index.size and (index.max() >= column.size or not _agree(column, index, values)):
         return None
-    whole = transform == "identity" and rows.index.size == column.size and np.array_equal(rows.index,
-                                                                                        np.arange(column.size))
-    return RootColumn(rows.lineage, source, column[~np.isnan(column)], whole, transform, declared, integer)
+    whole = transform == "identity" and index.size == column.size and _all_positions(index)
+    missing = np.isnan(column)
+    return RootColumn(rows.lineage, source, column[~missing] if missing.any() else column, whole, transform,
+                      declared, integer)
+
+
+def _all_positions(index: np.ndarray) -> bool:
+    """Whether ``index`` is 0, 1, ..., n - 1 (compared a batch at a time: no array of its size)."""
+    return all(np.array_equal(index[rows], np.arange(rows.start, rows.stop)) for rows in row_batches(index.size))
+
+
+def _agree(column: np.ndarray, index: np.ndarray, values: np.ndarray) -> bool:
+    """Whether ``values`` are the column's at ``index`` (to 1e-12, relative), a batch at a time."""
+    return all(np.allclose(column[index[rows]], values[rows], rtol=1e-12, atol=0, equal_nan=True)
+               for rows in row_batches(index.size))
 
 
 def _declared(catalog: "Catalog", table: str, column: str, transform: str) -> tuple[float, float] | None:

@@ -86,7 +86,7 @@ def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Seri
                    for name in ("negatives", "positives")}}
 
     return Intervals(p, cuts_from(inner, inclusive=False), render,
-                     {"negatives": (y == 0).astype(float), "positives": (y == 1).astype(float)},
+                     {"negatives": y == 0, "positives": y == 1},
                      policy=ctx.guard.rule("bins.small_bin_policy"), what="score histogram",
                      column=ctx.root_column(score), rows=rows)
 

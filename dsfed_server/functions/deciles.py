@@ -45,9 +45,9 @@ class DecileSearch:
     the score column's cut history (relayed: every site's) with the column's values."""
 
     def __init__(self, y: np.ndarray, p: np.ndarray, g: int, guard: Guard, key: tuple[str, str],
-                 history: list[gate.Cut], column: np.ndarray) -> None:
+                 history: list[gate.Cut], column: np.ndarray, p_is_column: bool = False) -> None:
         self.y, self.p, self.g = y, p, g
-        self.x = np.sort(p)
+        self.x = column if p_is_column else np.sort(p)  # the column's sorted values are p's, sorted
         self.brackets: dict[int, Bracket] = {}
         self.rounds = 0
         self.n = 0
@@ -159,5 +159,6 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
     column = ctx.root_column(score)
     cells = gate.Intervals(p, (), render=lambda released: None, column=column)
     key = cells.history_key
-    search = DecileSearch(y.astype(float), p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root_values())
+    whole = column is not None and column.whole and p.size == column.values.size
+    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root_values(), whole)
     return search.counts(probes([], first=True, lower=0.0, upper=1.0))

@@ -55,7 +55,8 @@ from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.functions.curves import SITE_DERIVED
-from dsfed_server.functions.validation import derived_rows, outcome_and_score
+from dsfed_server.functions.validation import derived_rows, kept, outcome_and_score
+from dsfed_server.modelframe import integer_view
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 
@@ -68,7 +69,9 @@ _CHECKS = ("disclosure.q_threshold", "disclosure.quantile_min_multiple")
 
 class OrderSearch:
     """One site's side of a pooled search for order statistics (1-based ranks) of ``key`` in
-    [``lower``, ``upper``], ending with their exact values of ``value`` (a monotone function of the key).
+    [``lower``, ``upper``], ending with their exact values of ``value`` (a monotone increasing function
+    of the key, applied to a bracket's keys when its sum is needed; None: the key itself). ``key``
+    comes sorted (increasing) and is kept as it is: the search holds nothing else of record size.
 
     Counts at probes narrow a bracket :math:`(a, b]` per rank (:mod:`dsfed_core.quantiles`) until it
     holds one distinct key; then the pooled count and sum of ``value`` over the bracket give the
@@ -78,13 +81,13 @@ class OrderSearch:
     shared floor, its q the largest). ``history_key``: the table column whose cut history the
     protocol uses (its steps carry the key of the gate's draws)."""
 
-    def __init__(self, key: np.ndarray, value: np.ndarray, ranks: Callable[[int], list[int]],
+    def __init__(self, key: np.ndarray, value: Callable[[np.ndarray], np.ndarray] | None,
+                 ranks: Callable[[int], list[int]],
                  finish: Callable[[int, dict[int, float], dict[int, int], dict[str, np.ndarray], Floor],
                                   dict[str, Any] | PooledSteps],
                  extra: dict[str, np.ndarray], lower: float = 0.0, upper: float = 1.0,
                  history_key: tuple[str, str] | None = None) -> None:
-        order = np.argsort(key, kind="stable")
-        self.key, self.value = key[order], value[order]
+        self.key, self.value = key, value
         self.ranks, self.finish, self.extra = ranks, finish, extra
         self.lower, self.upper, self.history_key = lower, upper, history_key
         self.brackets: dict[int, Bracket] = {}
@@ -122,7 +125,8 @@ class OrderSearch:
             raise CallError(f"the pooled search did not isolate the order statistics in {MAX_ROUNDS} rounds")
         lo = np.searchsorted(self.key, [self.brackets[j].a for j in ranks], side="right")
         hi = np.searchsorted(self.key, [self.brackets[j].b for j in ranks], side="right")
-        sums = np.array([self.value[a:b].sum() for a, b in zip(lo, hi)])
+        value = self.value or (lambda keys: keys)
+        sums = np.array([value(self.key[a:b]).sum() for a, b in zip(lo, hi)])
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any] | None, PooledSteps | None]:
             counts = np.rint(pooled["count"]).astype(int)
@@ -217,7 +221,7 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
                                 "knots": final, "range": released, "range_withheld": reason, "knots_moved": moved,
                                 "n": n, "nk": nk, **keep(final), "pooled": True})
 
-    search = OrderSearch(p[finite], special.logit(p[finite]), _quantile_ranks(probs + RANGE_PROBS), finish, {},
+    search = OrderSearch(np.sort(kept(p, finite)), special.logit, _quantile_ranks(probs + RANGE_PROBS), finish, {},
                          history_key=key)
     return search.start()
 
@@ -320,28 +324,29 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
                         hint="run rcsKnotsDS pooled and pass the symbol its release names")
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     finite = (p > 0) & (p < 1)
+    y, p = kept(y, finite), kept(p, finite)
     t = knots["knot"].to_numpy(dtype=float)
-    terms = np.empty((int(np.count_nonzero(finite)), t.size - 1))  # lp, lp1, ...: filled a batch at a time
-    terms[:, 0] = special.logit(p[finite])
-    for rows in row_batches(len(terms)):
-        terms[rows, 1:] = rcs_basis(terms[rows, 0], t)
-    frame = pd.DataFrame(terms, columns=rcs_term_names(t.size), copy=False)
-    frame.insert(0, "y", y[finite])
+    terms = np.empty((t.size - 1, y.size))  # lp, lp1, ...: one column per row, filled a batch at a time
+    special.logit(p, out=terms[0])
+    for rows in row_batches(y.size):
+        terms[1:, rows] = rcs_basis(terms[0, rows], t).T
+    frame = pd.DataFrame({"y": y, **dict(zip(rcs_term_names(t.size), terms))}, copy=False)
     return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
 
 
-def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The outcome and the spline terms (lp, lp1, ...) of a table ``rcsFrameDS`` made; the design
-    is these after an intercept column (:func:`_with_intercept`)."""
+def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The outcome and the spline terms (lp, lp1, ...) of a table ``rcsFrameDS`` made, as its columns
+    (not copies); the design is the terms after an intercept column (:func:`_design_rows`)."""
     terms = [c for c in frame.columns if c == "lp" or (c.startswith("lp") and c[2:].isdigit())]
     if "y" not in frame.columns or terms != rcs_term_names(len(terms) + 1):
         raise CallError("the table must be one rcsFrameDS made (columns y, lp, lp1, ...)")
-    return frame["y"].to_numpy(dtype=float), frame[terms].to_numpy(dtype=float)
+    y = integer_view(frame["y"])
+    return (frame["y"].to_numpy(dtype=float) if y is None else y), tuple(frame[c].to_numpy(dtype=float) for c in terms)
 
 
-def _with_intercept(terms: np.ndarray) -> np.ndarray:
-    """The design rows (intercept, lp, lp1, ...) of some rows' spline terms."""
-    return np.column_stack([np.ones(len(terms)), terms])
+def _design_rows(terms: tuple[np.ndarray, ...], rows: slice) -> np.ndarray:
+    """The design rows (intercept, lp, lp1, ...) of a batch of records."""
+    return np.column_stack([np.ones(rows.stop - rows.start), *(t[rows] for t in terms)])
 
 
 @register(
@@ -363,14 +368,14 @@ def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[floa
                         hint="use the pooled option (secure=True)")
     y, terms = _frame_columns(frame)
     beta = np.asarray(coefficients, dtype=float)
-    if beta.size != terms.shape[1] + 1 or not np.all(np.isfinite(beta)):
-        raise CallError(f"coefficients must be {terms.shape[1] + 1} finite numbers (intercept, lp, lp1, ...)")
+    if beta.size != len(terms) + 1 or not np.all(np.isfinite(beta)):
+        raise CallError(f"coefficients must be {len(terms) + 1} finite numbers (intercept, lp, lp1, ...)")
     ctx.guard.min_count(y.size, "complete records")
     multiple = ctx.guard.rule("disclosure.quantile_min_multiple")
     error = np.empty(y.size)
     score, info = np.zeros(beta.size), np.zeros((beta.size, beta.size))
     for rows in row_batches(y.size):  # the search keeps the errors; the rest is a batch's
-        x = _with_intercept(terms[rows])
+        x = _design_rows(terms, rows)
         mu = special.expit(x @ beta)
         error[rows] = np.abs(mu - special.expit(x[:, 1]))
         score += x.T @ (y[rows] - mu)
@@ -381,7 +386,9 @@ def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[floa
         return {"ici": float(extra["sum_error"]) / n, "e50": type7_quantile(order, n, 0.5),
                 "e90": type7_quantile(order, n, 0.9), "n": n, "pooled": True}
 
-    search = OrderSearch(error, error, _quantile_ranks((0.5, 0.9)), finish, {"sum_error": np.asarray(error.sum())})
+    extra = {"sum_error": np.asarray(error.sum())}
+    error.sort()  # this call's own array: sorted in place for the search
+    search = OrderSearch(error, None, _quantile_ranks((0.5, 0.9)), finish, extra)
     fields = {"score": score, "info": info}
 
     def checked(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[None, PooledSteps]:
@@ -405,10 +412,10 @@ def calibration_loss(ctx: CallContext, frame: pd.DataFrame) -> dict[str, Any]:
     """Sums for the log loss and Nagelkerke's R² of the predictions themselves (``val.prob``'s R2):
     :math:`\\ell = \\sum_i y_i \\log p_i + (1 - y_i)\\log(1 - p_i) = \\sum_i y_i\\,\\mathrm{lp}_i -
     \\log(1 + e^{\\mathrm{lp}_i})`, with the counts of records and events."""
-    y, terms = _frame_columns(frame)
-    lp = terms[:, 0]
+    y, (lp, *_) = _frame_columns(frame)
     n1 = int(y.sum())
     ctx.guard.min_count(y.size, "complete records")
     ctx.guard.min_count(n1, "positives (truth = 1)")
     ctx.guard.min_count(y.size - n1, "negatives (truth = 0)")
-    return {"n": int(y.size), "n1": n1, "loglik": float(np.sum(y * lp - np.logaddexp(0.0, lp)))}
+    loglik = sum(float(np.sum(y[rows] * lp[rows] - np.logaddexp(0.0, lp[rows]))) for rows in row_batches(y.size))
+    return {"n": int(y.size), "n1": n1, "loglik": loglik}

@@ -9,7 +9,7 @@ import pandas as pd
 
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
-from dsfed_server.disclosure.differencing import Rows, mark_rows
+from dsfed_server.disclosure.differencing import mark_rows, whole_table
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
@@ -33,7 +33,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
     """
     frame = ctx.service.catalog.frame(table, variables or None)
     ctx.note_source(table)  # provenance: the privacy ledger's table key
-    return mark_rows(frame, Rows(table, np.arange(len(frame)), len(frame)))
+    return mark_rows(frame, whole_table(table, len(frame)))
 
 
 @register(

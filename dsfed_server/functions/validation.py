@@ -18,6 +18,7 @@ import pandas as pd
 from scipy import special
 
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.modelframe import integer_view
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
@@ -48,9 +49,10 @@ def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.
                        probability: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
     """The outcome and the scores (named by their parameter) of the records complete in all of
     them, checked: 0/1 outcome, and at least q records, positives and negatives."""
-    y = numeric(truth, "truth")
+    y = integer_view(truth) if isinstance(truth, pd.Series) else None  # a 0/1 column as stored, not copied
+    y = numeric(truth, "truth") if y is None else y
     ps = [numeric(score, name) for name, score in scores.items()]
-    keep = ~np.isnan(y)
+    keep = np.ones(y.size, dtype=bool) if y.dtype == np.int64 else ~np.isnan(y)
     for name, p in zip(scores, ps):
         if p.size != y.size:
             raise CallError(f"truth and {name} have different lengths ({y.size} and {p.size})")
@@ -65,7 +67,7 @@ def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.
     n1 = int(y.sum())
     ctx.guard.min_count(n1, "positives (truth = 1)")
     ctx.guard.min_count(y.size - n1, "negatives (truth = 0)")
-    return y.astype(np.int64), ps
+    return y.astype(np.int64, copy=False), ps
 
 
 @register(
@@ -348,7 +350,7 @@ def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins:
     (:mod:`dsfed_server.disclosure.gate`) merges a bin holding fewer than q records with the next
     (per site, or pooled over the sites under secure aggregation)."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
-    return Intervals(p, calibration_cuts(bins), binned_sums(0.0, 1.0), {"sum_p": p, "sum_y": y.astype(float)},
+    return Intervals(p, calibration_cuts(bins), binned_sums(0.0, 1.0), {"sum_p": p, "sum_y": y},
                      what="calibration bins", column=ctx.root_column(score), rows=ctx.record_rows(truth, score))
 
 
@@ -384,7 +386,7 @@ def threshold_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, thresho
         raise CallError("thresholds must be strictly increasing numbers strictly between 0 and 1",
                         hint="e.g. c(0.1, 0.2, 0.5)")
     return Intervals(p, cuts_from(asked, inclusive=False), binned_sums(0.0, 1.0),
-                     {"sum_p": p, "sum_y": y.astype(float)}, what="threshold cells", column=ctx.root_column(score),
+                     {"sum_p": p, "sum_y": y}, what="threshold cells", column=ctx.root_column(score),
                      rows=ctx.record_rows(truth, score))
 
 
@@ -439,7 +441,7 @@ def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: lis
     if p.min() < edges[0] or p.max() > edges[-1]:
         raise CallError("breaks must cover every score (first break <= min, last break >= max)")
     return Intervals(p, cuts_from(edges[1:-1], inclusive=True), binned_sums(float(edges[0]), float(edges[-1])),
-                     {"sum_p": p, "sum_y": y.astype(float)}, what="groups", column=ctx.root_column(score),
+                     {"sum_p": p, "sum_y": y}, what="groups", column=ctx.root_column(score),
                      rows=ctx.record_rows(truth, score))
 
 
@@ -450,20 +452,31 @@ def calibration_frame(ctx: CallContext, truth: pd.Series, score: pd.Series) -> p
     Records with p = 0 or 1 (infinite logit) are left out, as ``val.prob`` does."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     finite = (p > 0) & (p < 1)
-    frame = pd.DataFrame({"y": y[finite], "lp": np.log(p[finite] / (1 - p[finite]))})
+    y, p = kept(y, finite), kept(p, finite)
+    lp = np.subtract(1.0, p)  # log(p / (1 - p)) in one array
+    np.log(np.divide(p, lp, out=lp), out=lp)
+    frame = pd.DataFrame({"y": y, "lp": lp}, copy=False)
     return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
 
 
-def derived_rows(frame: pd.DataFrame, truth: pd.Series, score: pd.Series, kept: np.ndarray,
+def kept(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values[mask]``; ``values`` themselves, not a copy, when the mask keeps them all."""
+    return values if mask.all() else values[mask]
+
+
+def derived_rows(frame: pd.DataFrame, truth: pd.Series, score: pd.Series, kept_rows: np.ndarray,
                  columns: dict[str, tuple[object, str]]) -> pd.DataFrame:
-    """Mark a table derived from the complete (truth, score) pairs (``kept`` among them) with the site
-    table rows it holds and, per column, the table column and monotone transform it comes from, so
+    """Mark a table derived from the complete (truth, score) pairs (``kept_rows`` among them) with the
+    site table rows it holds and, per column, the table column and monotone transform it comes from, so
     that its cuts and subsets count in the table's release history (:mod:`~dsfed_server.disclosure.provenance`)."""
     rows_t, rows_s = truth.attrs.get(ROWS), score.attrs.get(ROWS)
     if not (isinstance(rows_t, Rows) and isinstance(rows_s, Rows) and rows_t.lineage == rows_s.lineage
-            and np.array_equal(rows_t.index, rows_s.index) and rows_s.index.size == len(score)):
+            and (rows_t.index is rows_s.index or np.array_equal(rows_t.index, rows_s.index))
+            and rows_s.index.size == len(score)):
         return frame
     complete = ~(truth.isna().to_numpy() | score.isna().to_numpy())
-    mark_rows(frame, Rows(rows_s.lineage, rows_s.index[complete][kept], rows_s.n_root))
+    held = rows_s if complete.all() and kept_rows.all() else Rows(rows_s.lineage, rows_s.index[complete][kept_rows],
+                                                                  rows_s.n_root)
+    mark_rows(frame, held)
     frame.attrs[DERIVED] = {name: source for name, source in columns.items() if isinstance(source[0], str)}
     return frame
