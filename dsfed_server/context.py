@@ -16,6 +16,7 @@ from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import RootColumn, root_column
+from dsfed_server.modelframe import integer_view
 from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
@@ -137,11 +138,13 @@ def r_class(value: Any) -> str:
     return type(value).__name__
 
 
-def numeric(values: pd.Series, what: str = "x") -> np.ndarray:
-    """A numeric vector as float64 with NaN for missing; refuses factors and text."""
+def numeric(values: pd.Series, what: str = "x", *, whole: bool = False) -> np.ndarray:
+    """A numeric vector as float64 with NaN for missing; refuses factors and text. ``whole``: a
+    whole-number column with no missing value as it is stored instead (:func:`integer_view`)."""
     if not isinstance(values, pd.Series):
         raise CallError(f"{what} must be a vector, got {r_class(values)}")
     cls = r_class(values)
     if cls not in ("integer", "numeric", "logical"):
         raise CallError(f"{what} must be numeric, got a {cls} vector")
-    return values.to_numpy(dtype=float, na_value=np.nan)
+    view = integer_view(values) if whole else None
+    return values.to_numpy(dtype=float, na_value=np.nan) if view is None else view

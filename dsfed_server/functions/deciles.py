@@ -159,6 +159,6 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
     column = ctx.root_column(score)
     cells = gate.Intervals(p, (), render=lambda released: None, column=column)
     key = cells.history_key
-    whole = column is not None and column.whole and p.size == column.values.size
-    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root_values(), whole)
+    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root_values(),
+                          p_is_column=column is not None and not cells.subset)
     return search.counts(probes([], first=True, lower=0.0, upper=1.0))

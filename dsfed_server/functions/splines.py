@@ -48,7 +48,7 @@ from scipy import special
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.quantiles import Bracket, narrow, probes
 from dsfed_core.splines import rcs_basis, rcs_probs, rcs_term_names, type7_order, type7_quantile
-from dsfed_server.context import CallContext
+from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
@@ -56,7 +56,6 @@ from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.functions.curves import SITE_DERIVED
 from dsfed_server.functions.validation import derived_rows, kept, outcome_and_score
-from dsfed_server.modelframe import integer_view
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 
@@ -340,8 +339,7 @@ def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, .
     terms = [c for c in frame.columns if c == "lp" or (c.startswith("lp") and c[2:].isdigit())]
     if "y" not in frame.columns or terms != rcs_term_names(len(terms) + 1):
         raise CallError("the table must be one rcsFrameDS made (columns y, lp, lp1, ...)")
-    y = integer_view(frame["y"])
-    return (frame["y"].to_numpy(dtype=float) if y is None else y), tuple(frame[c].to_numpy(dtype=float) for c in terms)
+    return numeric(frame["y"], "y", whole=True), tuple(frame[c].to_numpy(dtype=float) for c in terms)
 
 
 def _design_rows(terms: tuple[np.ndarray, ...], rows: slice) -> np.ndarray:

@@ -18,7 +18,6 @@ import pandas as pd
 from scipy import special
 
 from dsfed_server.context import CallContext, numeric
-from dsfed_server.modelframe import integer_view
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
@@ -49,8 +48,7 @@ def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.
                        probability: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
     """The outcome and the scores (named by their parameter) of the records complete in all of
     them, checked: 0/1 outcome, and at least q records, positives and negatives."""
-    y = integer_view(truth) if isinstance(truth, pd.Series) else None  # a 0/1 column as stored, not copied
-    y = numeric(truth, "truth") if y is None else y
+    y = numeric(truth, "truth", whole=True)  # a 0/1 column as stored, not copied
     ps = [numeric(score, name) for name, score in scores.items()]
     keep = np.ones(y.size, dtype=bool) if y.dtype == np.int64 else ~np.isnan(y)
     for name, p in zip(scores, ps):
