@@ -11,6 +11,7 @@ and the default knot quantiles of Table 2.3); Hyndman & Fan (1996), definition 7
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -61,16 +62,20 @@ def rcs_basis(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     array([[0.888889, 0.111111]])
     """
     x = np.asarray(x, dtype=float)
+    columns = [rcs_term(x, knots, j) for j in range(len(knots) - 2)]
+    return np.column_stack(columns) if columns else np.empty((x.size, 0))
+
+
+def rcs_term(x: np.ndarray, knots: np.ndarray | Sequence[float], j: int) -> np.ndarray:
+    """Column ``j`` (0-based) of :func:`rcs_basis`: :math:`s_{j+1}(x)`."""
+    x = np.asarray(x, dtype=float)
     t = np.asarray(knots, dtype=float)
-    k = t.size
     kd = (t[-1] - t[0]) ** (2 / 3)
 
     def cube(c: float) -> np.ndarray:
         return np.maximum((x - c) / kd, 0.0) ** 3
 
-    columns = [cube(t[j]) + ((t[-2] - t[j]) * cube(t[-1]) - (t[-1] - t[j]) * cube(t[-2])) / (t[-1] - t[-2])
-               for j in range(k - 2)]
-    return np.column_stack(columns) if columns else np.empty((x.size, 0))
+    return cube(t[j]) + ((t[-2] - t[j]) * cube(t[-1]) - (t[-1] - t[j]) * cube(t[-2])) / (t[-1] - t[-2])
 
 
 def rcs_design(lp: np.ndarray, knots: np.ndarray) -> np.ndarray:

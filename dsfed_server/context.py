@@ -16,7 +16,7 @@ from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import RootColumn, root_column
-from dsfed_server.modelframe import integer_view
+from dsfed_server.modelframe import COMPUTED, computed_column, integer_view
 from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
@@ -44,9 +44,10 @@ class CallContext:
         return self.service.name
 
     @staticmethod
-    def record_rows(*vectors: pd.Series) -> Rows | None:
+    def record_rows(*vectors: pd.Series, missing: bool = False) -> Rows | None:
         """Where the records with a value in every one of ``vectors`` (the same records, in the same
-        order) sit in the site table: for the release history's row sets; None when not known."""
+        order; ``missing``: all of them, a table counting missing values as a level) sit in the site
+        table: for the release history's row sets; None when not known."""
         first = vectors[0].attrs.get(ROWS)
         if not isinstance(first, Rows) or first.index.size != len(vectors[0]):
             return None
@@ -55,6 +56,8 @@ class CallContext:
             if not (isinstance(rows, Rows) and rows.lineage == first.lineage
                     and (rows.index is first.index or np.array_equal(rows.index, first.index))):
                 return None
+        if missing:
+            return first
         complete = np.ones(len(vectors[0]), dtype=bool)
         for vector in vectors:
             complete &= vector.notna().to_numpy()
@@ -99,6 +102,8 @@ class CallContext:
             table = self.session.get(node.table)
             if isinstance(table, pd.DataFrame) and node.column in table.columns:
                 return self._read(node.table, table[node.column])
+            if isinstance(table, pd.DataFrame) and node.column in table.attrs.get(COMPUTED, {}):
+                return self._read(node.table, computed_column(table, node.column))
             if not isinstance(table, pd.DataFrame):
                 raise CallError(f"{node.table!r} is not a table, so {node.to_text()!r} has no column")
             if node.column not in table.columns:

@@ -14,7 +14,7 @@ site's interpreter of arithmetic (:mod:`dsfed_server.arithmetic`), named as R de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,37 @@ from dsfed_core.calltree import Column, Formula, Limits, Symbol, r_number
 from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse_expression
 from dsfed_server.arithmetic import evaluate
+from dsfed_server.rowbatches import row_batches
+
+
+COMPUTED = "dsfed.computed"  # a table's attrs: {column: ComputedColumn}, columns it declares but does not store
+
+
+@dataclass(frozen=True, eq=False)
+class ComputedColumn:
+    """A column a table declares but does not store: ``function`` of its stored column ``source``,
+    evaluated on the rows a read needs (a spline basis term of ``lp``: 8 bytes a record not held)."""
+
+    source: str
+    function: Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class LazyColumn:
+    """A design column computed from ``values`` (a stored column's) a batch of rows at a time
+    (:meth:`ModelFrame.design`); ``np.asarray`` computes it whole, for a check or a prediction."""
+
+    values: np.ndarray
+    function: Callable[[np.ndarray], np.ndarray]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        return self.function(self.values[rows])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.empty(self.values.size, dtype=dtype or float)
+        for rows in row_batches(self.values.size):  # the function's working arrays are a batch's
+            whole[rows] = self[rows]
+        return whole
 
 
 @dataclass(frozen=True)
@@ -32,7 +63,7 @@ class ModelFrame:
     offset; :meth:`design` stacks the design rows of a batch."""
 
     y: np.ndarray  # float64, or int64 for a whole-number outcome
-    columns: tuple[np.ndarray, ...]
+    columns: tuple[np.ndarray | LazyColumn, ...]
     names: tuple[str, ...]
     weights: np.ndarray
     offset: np.ndarray
@@ -68,9 +99,31 @@ def _column(table: pd.DataFrame, name: str) -> pd.Series:
     if "(" in name:
         return _computed(table, name)
     column = name.split("$", 1)[1] if "$" in name else name
+    computed = table.attrs.get(COMPUTED, {})
+    if column in computed:
+        return computed_column(table, column)
     if column not in table.columns:
-        raise NotFound(f"the data have no variable {column!r}", hint=f"variables: {', '.join(table.columns)}")
+        raise NotFound(f"the data have no variable {column!r}",
+                       hint=f"variables: {', '.join([*map(str, table.columns), *computed])}")
     return table[column]
+
+
+def computed_column(table: pd.DataFrame, column: str) -> pd.Series:
+    """Column ``column`` that ``table`` computes (:data:`COMPUTED`), computed whole."""
+    computed = table.attrs[COMPUTED][column]
+    source = table[computed.source]
+    values = np.asarray(LazyColumn(source.to_numpy(dtype=float, na_value=np.nan), computed.function))
+    return pd.Series(values, index=source.index, name=column, copy=False)
+
+
+def _lazy(table: pd.DataFrame, formula: Formula, *, besides: tuple[str | None, ...] = ()
+          ) -> dict[str, ComputedColumn]:
+    """The formula's terms of one variable that ``table`` computes (:data:`COMPUTED`) and that nothing
+    else (``besides``: the response, weights, offset) reads: the design computes them as it reads them."""
+    computed = table.attrs.get(COMPUTED, {})
+    single = [t.variables[0] for t in formula.terms if len(t.variables) == 1]
+    return {name: computed[name.split("$")[-1]] for name in single
+            if "(" not in name and name.split("$")[-1] in computed and name not in besides}
 
 
 def _computed(table: pd.DataFrame, name: str) -> pd.Series:
@@ -102,8 +155,12 @@ def _is_factor(series: pd.Series) -> bool:
     return isinstance(series.dtype, pd.CategoricalDtype) or not pd.api.types.is_numeric_dtype(series.dtype)
 
 
-def _blocks(series: pd.Series, name: str) -> list[tuple[str, np.ndarray]]:
-    """The design columns of one variable: itself, or dummies for levels 2..k."""
+def _blocks(series: pd.Series, name: str, function: Callable[[np.ndarray], np.ndarray] | None
+            ) -> list[tuple[str, np.ndarray | LazyColumn]]:
+    """The design columns of one variable: itself, dummies for levels 2..k, or the column a table
+    computes from ``series`` (``function``), computed as it is read."""
+    if function is not None:
+        return [(name, LazyColumn(series.to_numpy(dtype=float, na_value=np.nan), function))]
     if _is_factor(series):
         cat = series if isinstance(series.dtype, pd.CategoricalDtype) else series.astype("category")
         levels = [str(c) for c in cat.cat.categories]
@@ -113,15 +170,18 @@ def _blocks(series: pd.Series, name: str) -> list[tuple[str, np.ndarray]]:
 
 
 class _Design(NamedTuple):
-    columns: list[tuple[str, np.ndarray]]
+    columns: list[tuple[str, np.ndarray | LazyColumn]]
     products: list[tuple[tuple[str, bool], ...]]
     factors: dict[str, list[int]]
     levels: dict[str, list[str]]
 
 
-def _complete_rows(table: pd.DataFrame, names: list[str]) -> tuple[dict[str, pd.Series], np.ndarray]:
-    """The named variables on the records complete in all of them (R's ``na.omit``), and which those are."""
-    series = {name: _column(table, name) for name in dict.fromkeys(names)}
+def _complete_rows(table: pd.DataFrame, names: list[str], lazy: dict[str, ComputedColumn]
+                   ) -> tuple[dict[str, pd.Series], np.ndarray]:
+    """The named variables on the records complete in all of them (R's ``na.omit``), and which those
+    are; a ``lazy`` variable as the stored column it is computed from (missing where that is)."""
+    series = {name: table[lazy[name].source] if name in lazy else _column(table, name)
+              for name in dict.fromkeys(names)}
     complete = np.ones(len(table), dtype=bool)
     for s in series.values():
         complete &= s.notna().to_numpy()
@@ -129,10 +189,11 @@ def _complete_rows(table: pd.DataFrame, names: list[str]) -> tuple[dict[str, pd.
     return {name: s.reset_index(drop=True) for name, s in kept.items()}, complete
 
 
-def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:
+def _design(formula: Formula, rows: dict[str, pd.Series], n: int, lazy: dict[str, ComputedColumn]) -> _Design:
     """The design columns of the formula's right-hand side over ``rows`` (complete cases), named
-    as R's ``model.matrix`` names them."""
-    columns: list[tuple[str, np.ndarray]] = []
+    as R's ``model.matrix`` names them; a ``lazy`` variable computed from its source's ``rows`` when
+    read (:class:`LazyColumn`)."""
+    columns: list[tuple[str, np.ndarray | LazyColumn]] = []
     products: list[tuple[tuple[str, bool], ...]] = []
     if formula.intercept:
         columns.append(("(Intercept)", np.broadcast_to(1.0, (n,))))
@@ -140,7 +201,7 @@ def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:
     factors: dict[str, list[int]] = {}
     levels: dict[str, list[str]] = {}
     for term in formula.terms:
-        parts = [_blocks(rows[v], v.split("$")[-1]) for v in term.variables]
+        parts = [_blocks(rows[v], v.split("$")[-1], lazy[v].function if v in lazy else None) for v in term.variables]
         if len(term.variables) == 1 and _is_factor(rows[term.variables[0]]):
             name = term.variables[0].split("$")[-1]
             factors[name] = list(range(len(columns), len(columns) + len(parts[0])))
@@ -149,7 +210,7 @@ def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:
             levels[name] = [str(c) for c in cat.cat.categories]
         combined = parts[0]
         for part in parts[1:]:
-            combined = [(f"{a}:{b}", x * z) for a, x in combined for b, z in part]
+            combined = [(f"{a}:{b}", np.asarray(x) * np.asarray(z)) for a, x in combined for b, z in part]
         columns.extend(combined)
         products.extend([tuple((v, _is_factor(rows[v])) for v in term.variables)] * len(combined))
     if not columns:
@@ -160,9 +221,10 @@ def _design(formula: Formula, rows: dict[str, pd.Series], n: int) -> _Design:
 def design_matrix(formula: Formula, table: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
     """The design matrix of the formula's right-hand side for the records of ``table`` complete
     in its variables (a prediction needs no response), its column names and which records those are."""
-    rows, complete = _complete_rows(table, [v for t in formula.terms for v in t.variables])
+    lazy = _lazy(table, formula)
+    rows, complete = _complete_rows(table, [v for t in formula.terms for v in t.variables], lazy)
     n = int(complete.sum())
-    columns = _design(formula, rows, n).columns
+    columns = _design(formula, rows, n, lazy).columns
     X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
     return X, tuple(c[0] for c in columns), complete
 
@@ -177,12 +239,13 @@ def model_frame(
     if formula.response is None:
         raise CallError("the model formula needs a response (y ~ ...)")
     used = [formula.response, *[v for t in formula.terms for v in t.variables]]
-    rows, complete = _complete_rows(table, used + [v for v in (weights, offset) if v])
+    lazy = _lazy(table, formula, besides=(formula.response, weights, offset))
+    rows, complete = _complete_rows(table, used + [v for v in (weights, offset) if v], lazy)
     y_series = rows[formula.response]
     if _is_factor(y_series):
         raise CallError(f"the response {formula.response!r} must be numeric (0/1 for binomial)")
     n = int(complete.sum())
-    columns, products, factors, levels = _design(formula, rows, n)
+    columns, products, factors, levels = _design(formula, rows, n, lazy)
     names = tuple(c[0] for c in columns)
     # no weights or offset: a constant, read-only vector that takes no memory (numpy broadcasting)
     w = rows[weights].to_numpy(dtype=float) if weights else np.broadcast_to(1.0, (n,))

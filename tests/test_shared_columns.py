@@ -15,6 +15,7 @@ from sitekit import NO_NOISE, make_sites
 
 from conftest import inprocess_builder
 from dsfed_client import Call, Ref
+from dsfed_client.aggregation import last_release
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_server.synthetic import binormal
 
@@ -53,3 +54,35 @@ def test_a_derived_table_adds_only_the_column_it_computes(site):
     y, p = site["frame"]["y"].to_numpy(dtype=float), site["frame"]["score"].to_numpy(dtype=float)
     reference = r_eval("coef(glm(y ~ qlogis(p), family = binomial))", y=y, p=p)
     np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
+
+
+@pytest.fixture(scope="module")
+def three_sites(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    rng = np.random.default_rng(12)
+    frames = {s: pd.DataFrame(binormal(N // 3, rng, auc=0.8, prevalence=0.3)) for s in ("a", "b", "c")}
+    provisioned, services = make_sites(tmp_path_factory.mktemp("spline"), frames, rules=NO_NOISE)
+    return {"provisioned": provisioned, "services": services, "frames": frames}
+
+
+def test_the_spline_table_stores_lp_and_computes_its_basis_when_read(three_sites):
+    """``rcsFrameDS`` keeps lp = logit(p) (8 bytes a record, over the three sites together) and
+    computes the basis terms lp1, lp2 when a call reads them: the GLM a batch at a time, ``S$lp1``
+    whole for the call. The fit and a basis column equal R's ``rms::rcs`` at the same knots."""
+    frames = three_sites["frames"]
+    with inprocess_builder(three_sites["provisioned"], three_sites["services"]).login() as session:
+        session.assign_table("D", "P.t", variables=["y", "score"])
+        knots = last_release(session.aggregation(True).steps("rcsKnotsDS", Ref("D$y"), Ref("D$score")))
+        handle = Ref(knots["knots_symbol"], knots["knots_digest"])
+        held, _ = _held_by(lambda: session.assign("S", Call("rcsFrameDS", Ref("D$y"), Ref("D$score"), handle)))
+        fit = ds_glm(session, "y ~ lp + lp1 + lp2", "S", secure=True, null_model=False)
+        means = session.aggregate("meanDS", Ref("S$lp2"))
+    # lp alone; with lp1 and lp2 stored the three sites would hold 3 x as much
+    assert 0.95 * FLOAT < held < 1.3 * FLOAT
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    k = np.asarray(knots["knots"])
+    reference = r_eval("coef(glm(y ~ rms::rcs(qlogis(p), k), family = binomial))",
+                       y=pooled["y"].to_numpy(dtype=float), p=pooled["score"].to_numpy(dtype=float), k=k)
+    np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
+    p_a = frames["a"]["score"].to_numpy(dtype=float)
+    mean_a = r_eval("mean(rms::rcs(qlogis(p), k)[, 3])", p=p_a, k=k)
+    assert means["a"]["EstimatedMean"] == pytest.approx(float(mean_a[0]), rel=1e-10)

@@ -57,6 +57,7 @@ from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.mechanisms import content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import TRANSFORMS, RootColumn, ordering_key
 from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_server.rowbatches import row_batches
 
 Policy = Literal["merge", "refuse"]
 
@@ -92,6 +93,22 @@ def cell_index(x: np.ndarray, cuts: Sequence[Cut]) -> np.ndarray:
     strict = np.array([c.value for c in cuts if not c.inclusive], dtype=float)
     inclusive = np.array([c.value for c in cuts if c.inclusive], dtype=float)
     return np.searchsorted(strict, x, "right") + np.searchsorted(inclusive, x, "left")
+
+
+def cell_sums(x: np.ndarray, cuts: Sequence[Cut], weights: dict[str, np.ndarray] | None = None
+              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per cell of ``cuts`` (:func:`cell_index`), the count of ``x``'s values and the sums of each of
+    ``weights`` (vectors aligned with ``x``: outcomes, predictions, class indicators), a batch of rows
+    at a time (:mod:`~dsfed_server.rowbatches`: no per-record index or float copy of a whole column)."""
+    size = len(cuts) + 1
+    counts = np.zeros(size)
+    sums = {name: np.zeros(size) for name in weights or {}}
+    for rows in row_batches(x.size):
+        idx = cell_index(x[rows], cuts)
+        counts += np.bincount(idx, minlength=size)
+        for name, v in (weights or {}).items():
+            sums[name] += np.bincount(idx, weights=v[rows], minlength=size)
+    return counts, sums
 
 
 @dataclass(frozen=True)
@@ -145,10 +162,15 @@ class Intervals:
         """Where this release's cuts are kept: the table column, or the values' own ordering."""
         return self.column.key if self.column is not None else ("(no table)", ordering_key(self.x))
 
+    @property
+    def root(self) -> np.ndarray:
+        """Every value of the column the cuts are checked in, in the column's units: the table
+        column's (all its records, as stored), or the values' own without provenance."""
+        return self.x if self.column is None else self.column.values
+
     def root_values(self) -> np.ndarray:
-        """Every value of the column the cuts are checked in (sorted), in the column's units: the
-        table column's (all its records), or the values' own without provenance."""
-        return np.sort(self.x if self.column is None else self.column.values)
+        """:attr:`root`, sorted (a copy)."""
+        return np.sort(self.root)
 
     @property
     def subset(self) -> bool:
@@ -515,14 +537,11 @@ def pooled_vector(cells: Cells, history: Sequence[Cut] = ()) -> tuple[PooledPlan
                         hint="bin the column itself")
     refined = tuple(sorted(set(cells.cuts) | set(history)))
     size = len(refined) + 1
-    idx = cell_index(cells.x, refined)
-    fields = {"counts": np.bincount(idx, minlength=size).astype(float)}
-    for name, v in cells.sums.items():
-        fields[f"sum:{name}"] = np.bincount(idx, weights=v, minlength=size)
+    counts, sums = cell_sums(cells.x, refined, cells.sums)
+    fields = {"counts": counts, **{f"sum:{name}": v for name, v in sums.items()}}
     own_space = cells.subset
     if own_space:
-        fields["column_counts"] = np.bincount(cell_index(cells.column.values, refined),  # type: ignore[union-attr]
-                                              minlength=size).astype(float)
+        fields["column_counts"] = cell_sums(cells.column.values, refined)[0]  # type: ignore[union-attr]
     return PooledPlan(refined, cells.cuts, tuple(history), (size,), own_space), {**fields, **totals}
 
 

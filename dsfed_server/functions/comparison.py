@@ -55,11 +55,12 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     the negatives, on the records complete in the outcome and both scores."""
     ctx.guard.placement_within_bin(within_bin)
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b})
-    a10, a01 = hist_placements(ctx, reference_a, y, pa, score_a, within_bin)
-    b10, b01 = hist_placements(ctx, reference_b, y, pb, score_b, within_bin)
-    sides = {"a": placement_sums_result(a10, a01), "b": placement_sums_result(b10, b01)}
+    pairs = list(zip(hist_placements(ctx, reference_a, y, pa, score_a, within_bin),
+                     hist_placements(ctx, reference_b, y, pb, score_b, within_bin)))
+    sides = {"a": placement_sums_result(a for a, _ in pairs), "b": placement_sums_result(b for _, b in pairs)}
     return {**{f"{k}_{side}": v for side, sums in sides.items() for k, v in sums.items()},
-            "cross_v10": float(np.dot(a10, b10)), "cross_v01": float(np.dot(a01, b01))}
+            "cross_v10": sum(float(np.dot(a[0], b[0])) for a, b in pairs),
+            "cross_v01": sum(float(np.dot(a[1], b[1])) for a, b in pairs)}
 
 
 @register(

@@ -58,7 +58,7 @@ def table1d(ctx: CallContext, x: pd.Series) -> Categories:
         return {"levels": labels, "counts": released.counts.tolist(), "total": int(released.counts.sum()),
                 "pooled": released.pooled}
 
-    return Categories(codes, (len(labels),), render, what="1-D table", rows=ctx.record_rows(x.astype(object).fillna("")))
+    return Categories(codes, (len(labels),), render, what="1-D table", rows=ctx.record_rows(x, missing=True))
 
 
 @register(
@@ -81,7 +81,7 @@ def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> Categories:
                 "pooled": released.pooled}
 
     return Categories(rx * len(cols) + cy, (len(rows), len(cols)), render, what="2-D table",
-                      rows=ctx.record_rows(x.astype(object).fillna(""), y.astype(object).fillna("")))
+                      rows=ctx.record_rows(x, y, missing=True))
 
 
 @register(
@@ -146,8 +146,7 @@ def table_dsbase(ctx: CallContext, rvar_transmit: pd.Series, cvar_transmit: pd.S
     cells = codes[0][keep] if len(codes) == 1 else codes[0][keep] * shape[1] + codes[1][keep]
     names = [name for _, _, name in variables]
     vectors = [x for x, _, _ in variables]
-    rows = ctx.record_rows(*vectors) if useNA_transmit == "no" else ctx.record_rows(
-        *[x.astype(object).fillna("") for x in vectors])
+    rows = ctx.record_rows(*vectors, missing=useNA_transmit != "no")
 
     def render(released: Released) -> dict[str, Any]:
         counts = np.asarray(released.counts).reshape(shape)

@@ -31,7 +31,7 @@ evaluate them at their own exact scores and release only sums over at least q re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -50,6 +50,7 @@ from dsfed_server.functions.validation import (
     PLACEMENT_SUMS, outcome_and_score, placement_sums_result, roc_glm_table,
 )
 from dsfed_server.registry import P, Param, SecureSum, register
+from dsfed_server.rowbatches import row_batches
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
@@ -61,15 +62,21 @@ _WITHIN = Param("within_bin", P.STRING, "'tied': every score of a bin counts as 
                 choices=("linear", "tied"))
 
 
-def level_counts(x: np.ndarray, lower: float, upper: float, levels: int, branching: int) -> list[np.ndarray]:
-    """Counts of ``x`` on every level 0..L of the hierarchy (level l: b**l equal bins)."""
+def level_counts(p: np.ndarray, y: np.ndarray, lower: float, upper: float, levels: int, branching: int
+                 ) -> dict[str, list[np.ndarray]]:
+    """Counts of the negatives' and the positives' scores ``p`` (``y`` 0 or 1) on every level 0..L of
+    the hierarchy (level l: b**l equal bins), a batch of rows at a time."""
     leaves = branching**levels
-    pos = (np.asarray(x, dtype=float) - lower) / (upper - lower) * leaves
-    leaf = np.clip(np.floor(pos), 0, leaves - 1).astype(np.int64)
-    counts = [np.bincount(leaf, minlength=leaves)]
-    for _ in range(levels):
-        counts.append(counts[-1].reshape(-1, branching).sum(axis=1))
-    return counts[::-1]
+    both = np.zeros(2 * leaves, dtype=np.int64)  # the negatives' leaves, then the positives'
+    for rows in row_batches(p.size):
+        leaf = np.clip(np.floor((p[rows] - lower) / (upper - lower) * leaves), 0, leaves - 1).astype(np.int64)
+        both += np.bincount(leaf + leaves * y[rows], minlength=2 * leaves)
+    out = {}
+    for name, counts in (("negatives", [both[:leaves]]), ("positives", [both[leaves:]])):
+        for _ in range(levels):
+            counts.append(counts[-1].reshape(-1, branching).sum(axis=1))
+        out[name] = counts[::-1]
+    return out
 
 
 def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Series, shape: dict[str, Any],
@@ -132,8 +139,7 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
     if branching**levels > MAX_LEAVES:
         raise CallError(f"branching^levels = {branching**levels} leaves; at most {MAX_LEAVES}")
     y, p = outcome_and_score(ctx, truth, score)
-    classes = {"negatives": level_counts(p[y == 0], lower, upper, levels, branching),
-               "positives": level_counts(p[y == 1], lower, upper, levels, branching)}
+    classes = level_counts(p, y, lower, upper, levels, branching)
     first = 0 if totals == "noisy" else 1
     if first > levels:
         raise CallError("totals = 'exact' needs at least one level below the root")
@@ -191,8 +197,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     refined = tuple(sorted(set(leaves) | set(history)))
     fields = {"negatives": np.concatenate(negatives), "positives": np.concatenate(positives),
               "variance": np.asarray(out["variance"]),
-              "refined": np.bincount(gate.cell_index(cells.root_values(), refined), minlength=len(refined) + 1)
-              .astype(float)}
+              "refined": gate.cell_sums(cells.root, refined)[0]}
     if "n_negative" in out:
         fields["n_negative"] = np.asarray(float(out["n_negative"]))
         fields["n_positive"] = np.asarray(float(out["n_positive"]))
@@ -309,16 +314,22 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     """
     ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
-    return placement_sums_result(*hist_placements(ctx, reference, y, p, score, within_bin))
+    return placement_sums_result(hist_placements(ctx, reference, y, p, score, within_bin))
 
 
 def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p: np.ndarray, score: pd.Series,
-                    within_bin: str) -> tuple[np.ndarray, np.ndarray]:
+                    within_bin: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """This site's placement values against the histogram CDFs of ``reference`` as the site evaluates
-    it (:func:`site_reference`): :math:`V_{10}` of the positives, :math:`V_{01}` of the negatives, in
-    record order."""
+    it (:func:`site_reference`, decided before the first batch): :math:`V_{10}` of the positives,
+    :math:`V_{01}` of the negatives, in record order, a batch of rows at a time."""
     reference = site_reference(ctx, reference, p, score)
-    return _cdf(reference, "neg", p[y == 1], within_bin), 1.0 - _cdf(reference, "pos", p[y == 0], within_bin)
+
+    def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for rows in row_batches(y.size):
+            yb, pb = y[rows], p[rows]
+            yield _cdf(reference, "neg", pb[yb == 1], within_bin), 1.0 - _cdf(reference, "pos", pb[yb == 0], within_bin)
+
+    return batches()
 
 
 @register(

@@ -42,12 +42,12 @@ MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution i
 
 class DecileSearch:
     """One site's side of the protocol: its sorted predictions, the searches on pooled counts, and
-    the score column's cut history (relayed: every site's) with the column's values."""
+    the score column's cut history (relayed: every site's) with the column's values (as stored)."""
 
     def __init__(self, y: np.ndarray, p: np.ndarray, g: int, guard: Guard, key: tuple[str, str],
-                 history: list[gate.Cut], column: np.ndarray, p_is_column: bool = False) -> None:
+                 history: list[gate.Cut], column: np.ndarray) -> None:
         self.y, self.p, self.g = y, p, g
-        self.x = column if p_is_column else np.sort(p)  # the column's sorted values are p's, sorted
+        self.x = np.sort(p)
         self.brackets: dict[int, Bracket] = {}
         self.rounds = 0
         self.n = 0
@@ -78,14 +78,9 @@ class DecileSearch:
         column's counts between all cuts (the breaks with the history's), to decide on the table."""
         groups = type7_groups(self.brackets, self.n, self.g, 0.0, 1.0)
         cuts = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
-        idx = gate.cell_index(self.p, cuts)
-        size = len(cuts) + 1
         refined = tuple(sorted(set(cuts) | set(self.history)))
-        fields = {"n": np.bincount(idx, minlength=size).astype(float),
-                  "sum_y": np.bincount(idx, weights=self.y, minlength=size),
-                  "sum_p": np.bincount(idx, weights=self.p, minlength=size),
-                  "refined": np.bincount(gate.cell_index(self.column, refined), minlength=len(refined) + 1)
-                  .astype(float)}
+        n, sums = gate.cell_sums(self.p, cuts, {"sum_y": self.y, "sum_p": self.p})
+        fields = {"n": n, **sums, "refined": gate.cell_sums(self.column, refined)[0]}
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
             q = floor.q
@@ -159,6 +154,5 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
     column = ctx.root_column(score)
     cells = gate.Intervals(p, (), render=lambda released: None, column=column)
     key = cells.history_key
-    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root_values(),
-                          p_is_column=column is not None and not cells.subset)
+    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root)
     return search.counts(probes([], first=True, lower=0.0, upper=1.0))

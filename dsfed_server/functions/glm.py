@@ -84,12 +84,13 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
         guard.min_count(int(np.sum(mf.y == 0)), f"outcome {formula.response}: level 0")
     else:
         covariates.insert(0, (f"outcome {formula.response}", mf.y))
-    for what, values in covariates:
+    for what, column in covariates:  # a computed column (modelframe.LazyColumn) is read a batch at a time
         if guard.deferred is not None:  # pooled: the two values a 0/1 variable takes, counted at every site
             for value in (0, 1):
-                guard.min_count(int(np.sum(values == value)), f"{what}: value {value}", allow_zero=True)
+                count = sum(int(np.count_nonzero(column[rows] == value)) for rows in row_batches(mf.n))
+                guard.min_count(count, f"{what}: value {value}", allow_zero=True)
             continue
-        levels, counts = np.unique(values, return_counts=True)
+        levels, counts = np.unique(np.asarray(column), return_counts=True)
         if levels.size == 2:
             guard.min_count(int(counts.min()), f"binary {what}: a level")
 

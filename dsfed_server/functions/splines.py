@@ -39,6 +39,7 @@ curve of the analyst's making turns the errors into a record's indicator).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -47,8 +48,9 @@ from scipy import special
 
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.quantiles import Bracket, narrow, probes
-from dsfed_core.splines import rcs_basis, rcs_probs, rcs_term_names, type7_order, type7_quantile
+from dsfed_core.splines import rcs_probs, rcs_term, rcs_term_names, type7_order, type7_quantile
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.modelframe import COMPUTED, ComputedColumn, LazyColumn
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
@@ -247,7 +249,7 @@ def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float],
 
     knot_cuts, bound_cuts = as_cuts(knots), [as_cuts([b])[0] for b in bounds]
     refined = tuple(sorted(set(knot_cuts) | set(bound_cuts) | set(history)))
-    counts = np.bincount(gate.cell_index(cells.root_values(), refined), minlength=len(refined) + 1).astype(float)
+    counts = gate.cell_sums(cells.root, refined)[0]
     key = cells.history_key
     identity = cells.column is None or cells.column.transform == "identity"
 
@@ -304,6 +306,19 @@ def _moved_knots(knots: list[float], cuts: list[gate.Cut], history: list[gate.Cu
     return None, cuts, moved
 
 
+@dataclass(frozen=True)
+class SplineTerm:
+    """Basis term ``j`` (0-based: ``lp{j+1}``) of ``rms::rcs`` at ``knots``, as a function of ``lp``
+    (:func:`~dsfed_core.splines.rcs_term`): ``rcsFrameDS``'s table computes it when read, 8 bytes a
+    record it does not keep."""
+
+    knots: tuple[float, ...]
+    j: int
+
+    def __call__(self, lp: np.ndarray) -> np.ndarray:
+        return rcs_term(lp, self.knots, self.j)
+
+
 @register(
     "rcsFrameDS",
     "assign",
@@ -316,7 +331,9 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
     """A table ``(y, lp, lp1, ..., lp{nk-2})`` for ``glm(y ~ rms::rcs(qlogis(p), knots), binomial)`` by
     the distributed GLM: ``lp`` = logit(p) and its restricted cubic spline basis
     (:func:`~dsfed_core.splines.rcs_basis`) at the knots the sites derived; records with p = 0 or 1
-    left out (as ``val.prob``). Knots the analyst made are refused (module docstring)."""
+    left out (as ``val.prob``). Knots the analyst made are refused (module docstring). The table
+    stores ``y`` (its parent's column) and ``lp``; ``lp1, ...`` are computed from ``lp`` as they are
+    read (:data:`~dsfed_server.modelframe.COMPUTED`: the GLM a batch of rows at a time)."""
     if not ctx.session.derived_by_sites(knots, SITE_DERIVED) or "knot" not in knots.columns:
         raise CallError("knots must be the symbol the sites derived (rcsKnotsDS's knots_symbol): knots of the "
                         "analyst's choosing would move the spline's kinks between records",
@@ -324,25 +341,26 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     finite = (p > 0) & (p < 1)
     y, p = kept(y, finite), kept(p, finite)
-    t = knots["knot"].to_numpy(dtype=float)
-    terms = np.empty((t.size - 1, y.size))  # lp, lp1, ...: one column per row, filled a batch at a time
-    special.logit(p, out=terms[0])
-    for rows in row_batches(y.size):
-        terms[1:, rows] = rcs_basis(terms[0, rows], t).T
-    frame = pd.DataFrame({"y": y, **dict(zip(rcs_term_names(t.size), terms))}, copy=False)
+    t = tuple(knots["knot"].to_numpy(dtype=float).tolist())
+    frame = pd.DataFrame({"y": y, "lp": special.logit(p)}, copy=False)
+    frame.attrs[COMPUTED] = {name: ComputedColumn("lp", SplineTerm(t, j))
+                             for j, name in enumerate(rcs_term_names(len(t))[1:])}
     return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
 
 
-def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray | LazyColumn, ...]]:
     """The outcome and the spline terms (lp, lp1, ...) of a table ``rcsFrameDS`` made, as its columns
     (not copies); the design is the terms after an intercept column (:func:`_design_rows`)."""
-    terms = [c for c in frame.columns if c == "lp" or (c.startswith("lp") and c[2:].isdigit())]
-    if "y" not in frame.columns or terms != rcs_term_names(len(terms) + 1):
-        raise CallError("the table must be one rcsFrameDS made (columns y, lp, lp1, ...)")
-    return numeric(frame["y"], "y", whole=True), tuple(frame[c].to_numpy(dtype=float) for c in terms)
+    computed = frame.attrs.get(COMPUTED, {})
+    terms = ["lp", *computed]
+    if ("y" not in frame.columns or "lp" not in frame.columns or terms != rcs_term_names(len(terms) + 1)
+            or not all(isinstance(c.function, SplineTerm) and c.source == "lp" for c in computed.values())):
+        raise CallError("the table must be one rcsFrameDS made (columns y, lp; lp1, ... computed from lp)")
+    lp = frame["lp"].to_numpy(dtype=float)
+    return numeric(frame["y"], "y", whole=True), (lp, *(LazyColumn(lp, c.function) for c in computed.values()))
 
 
-def _design_rows(terms: tuple[np.ndarray, ...], rows: slice) -> np.ndarray:
+def _design_rows(terms: tuple[np.ndarray | LazyColumn, ...], rows: slice) -> np.ndarray:
     """The design rows (intercept, lp, lp1, ...) of a batch of records."""
     return np.column_stack([np.ones(rows.stop - rows.start), *(t[rows] for t in terms)])
 

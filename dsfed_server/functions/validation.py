@@ -11,7 +11,7 @@ cuts the release gate passed (:mod:`dsfed_server.disclosure.gate`).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.quantiles import MAX_THRESHOLDS
 from dsfed_core.wire import encode_f64
 from dsfed_server.registry import P, Param, SecureSum, register
+from dsfed_server.rowbatches import row_batches
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
@@ -242,16 +243,21 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     root = ctx.root_column(score)
     v10 = reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 0.5, root)
     v01 = 1.0 - reference_cdf(ctx, reference, 1, p, np.sort(p[y == 0]), 0.5, root)
-    return placement_sums_result(v10, v01)
+    return placement_sums_result([(v10, v01)])
 
 
-def placement_sums_result(v10: np.ndarray, v01: np.ndarray) -> dict[str, Any]:
-    """What leaves the site of its placement values: counts, sums and sums of squares per class."""
-    return {
-        "n1": int(v10.size), "n0": int(v01.size),
-        "sum_v10": float(v10.sum()), "sumsq_v10": float(np.dot(v10, v10)),
-        "sum_v01": float(v01.sum()), "sumsq_v01": float(np.dot(v01, v01)),
-    }
+def placement_sums_result(batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """What leaves the site of its placement values (``batches`` of the positives' :math:`V_{10}` and
+    the negatives' :math:`V_{01}`): counts, sums and sums of squares per class."""
+    out = dict.fromkeys(("n1", "n0"), 0) | dict.fromkeys(("sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01"), 0.0)
+    for v10, v01 in batches:
+        out["n1"] += int(v10.size)
+        out["n0"] += int(v01.size)
+        out["sum_v10"] += float(v10.sum())
+        out["sumsq_v10"] += float(np.dot(v10, v10))
+        out["sum_v01"] += float(v01.sum())
+        out["sumsq_v01"] += float(np.dot(v01, v01))
+    return out
 
 
 @register(
@@ -305,13 +311,14 @@ def brier(ctx: CallContext, truth: pd.Series, score: pd.Series) -> dict[str, Any
     \\sqrt{\\sum (1 - 2p)^2 p (1 - p)}`.
     """
     y, p = outcome_and_score(ctx, truth, score, probability=True)
-    r = y - p
-    return {
-        "n": int(y.size), "sum_y": float(y.sum()), "sum_p": float(p.sum()),
-        "sum_sq": float(np.dot(r, r)),
-        "spiegelhalter_num": float(np.dot(r, 1 - 2 * p)),
-        "spiegelhalter_var": float(np.sum((1 - 2 * p) ** 2 * p * (1 - p))),
-    }
+    sum_sq = num = var = 0.0
+    for rows in row_batches(y.size):
+        r, s = y[rows] - p[rows], 1 - 2 * p[rows]
+        sum_sq += float(np.dot(r, r))
+        num += float(np.dot(r, s))
+        var += float(np.sum(s**2 * p[rows] * (1 - p[rows])))
+    return {"n": int(y.size), "sum_y": float(y.sum()), "sum_p": float(p.sum()), "sum_sq": sum_sq,
+            "spiegelhalter_num": num, "spiegelhalter_var": var}
 
 
 def calibration_cuts(n_bins: int) -> tuple[Cut, ...]:
