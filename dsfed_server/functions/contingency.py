@@ -33,12 +33,9 @@ def _levels(ctx: CallContext, x: pd.Series, what: str) -> tuple[list[str], np.nd
     else:
         if r_class(x) == "numeric":
             raise CallError(f"{what} is a continuous (numeric) vector; tabulate a factor or an integer vector")
-        present = x.dropna()
-        uniques = sorted(present.unique().tolist())
-        labels = [str(u) for u in uniques]
-        index = {u: i for i, u in enumerate(uniques)}
-        codes = np.array([index[v] if v in index else -1 for v in x.astype(object).where(x.notna(), None)],
-                         dtype=np.int64)
+        codes, uniques = pd.factorize(x, sort=True)  # missing: -1
+        labels = [str(u) for u in uniques.tolist()]
+        codes = codes.astype(np.int64, copy=False)
     ctx.guard.factor_levels(len(labels), len(x), what)
     if (codes < 0).any():
         codes = np.where(codes < 0, len(labels), codes)
