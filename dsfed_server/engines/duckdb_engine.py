@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 import duckdb
 import pandas as pd
 
+from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
+from dsfed_server.rowbatches import BATCH_ROWS
 
 if TYPE_CHECKING:
     from dsfed_server.catalog import TableInfo, Variable
@@ -101,12 +103,13 @@ class DuckDBEngine:
     def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
         query = f"SELECT {', '.join(map(ident, columns))} FROM {self._relation(info)}"
         try:
-            arrow = self._cursor().sql(query).to_arrow_table()
-        except duckdb.Error as exc:
+            n = self.row_count(info)
+            reader = self._cursor().sql(query).to_arrow_reader(BATCH_ROWS)
+            return columns_from_batches(reader.schema, reader, n)
+        except (duckdb.Error, ReadError) as exc:
             from dsfed_server.catalog import CatalogError  # noqa: PLC0415  (the catalog imports the engines)
 
             raise CatalogError(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
-        return pd.DataFrame({name: arrow.column(i).to_pandas() for i, name in enumerate(columns)}, copy=False)
 
     def close(self) -> None:
         with self._lock:

@@ -38,6 +38,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
 
 if TYPE_CHECKING:
@@ -201,13 +202,14 @@ class PostgreSQLEngine:
             column_types={c: _arrow_type(types[c]) for c in columns}, true_values=["t"], false_values=["f"],
             null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False)
         try:
+            n = self.row_count(info)
             with self._lock, self._live().cursor() as cursor, cursor.copy(query) as copy:
                 stream = io.BufferedReader(_CopyStream(iter(copy)), buffer_size=1 << 20)
-                arrow = pacsv.read_csv(stream, read_options=pacsv.ReadOptions(column_names=columns),
-                                       convert_options=options)
-        except (psycopg.Error, pa.ArrowInvalid) as exc:
+                reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(column_names=columns),
+                                        convert_options=options)
+                return columns_from_batches(reader.schema, reader, n)
+        except (psycopg.Error, pa.ArrowInvalid, ReadError) as exc:
             raise self._error(f"cannot read {', '.join(columns)} of {info.ref}: {str(exc).strip()}") from None
-        return pd.DataFrame({name: arrow.column(i).to_pandas() for i, name in enumerate(columns)}, copy=False)
 
     def close(self) -> None:
         with self._lock:
