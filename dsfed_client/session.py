@@ -70,6 +70,15 @@ def budget_warnings(function: str, site: str, preview: dict[str, Any]) -> list[s
     return out
 
 
+def addressed_to(site: str, sealed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What a pooled step relays to ``site``: every site's declaration (``meta``) and the vector it
+    sealed for ``site``, not those it sealed for the other sites (K - 1 vectors per site, not
+    K (K - 1): at 50 sites a histogram's relay was 150 MB a site)."""
+    return {sender: {"meta": answer["meta"],
+                     "sealed": {name: box for name, box in answer["sealed"].items() if name == site}}
+            for sender, answer in sealed.items()}
+
+
 def _fewer_bits(function: str, frac_bits: int, clipped: int) -> int:
     """The fraction bits to ask again with when ``clipped`` values did not fit the 64-bit range."""
     if frac_bits == 0:
@@ -181,14 +190,17 @@ class FederatedSession:
         return results
 
     def _in_session(self, function: str, method: str, suffix: str, body: dict[str, Any] | None = None, *,
-                    raise_errors: bool = True) -> dict[str, Any]:
+                    raise_errors: bool = True, per_site: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``body`` to every site, or each site its own (``per_site``: a relay, each site the vectors
+        sealed for it)."""
         if body is not None and suffix in ("/aggregate", "/assign"):
             self._warn_before(function, body)
         encoded = None if body is None else encode(body)  # once for all sites
 
         def action(t: Transport) -> Any:
-            return t.request(method, f"/sessions/{self.session_ids[t.site]}{suffix}", body, function=function,
-                             encoded=encoded)
+            own, own_encoded = (body, encoded) if per_site is None else (per_site[t.site], None)
+            return t.request(method, f"/sessions/{self.session_ids[t.site]}{suffix}", own, function=function,
+                             encoded=own_encoded)
 
         return self._all(function, action, raise_errors=raise_errors)
 
@@ -345,9 +357,10 @@ class FederatedSession:
                 continue
             sealed = {site: a["pooled"] for site, a in answers.items()}
             while True:
-                relay = {site: {"meta": a["meta"], "sealed": a["sealed"]} for site, a in sealed.items()}
-                body = {"round": round_id, "step": step, "roster": roster, "relay": relay, "next_step": self._step()}
-                answers = {s: r["result"] for s, r in self._in_session(function, "POST", "/pooled", body).items()}
+                body = {"round": round_id, "step": step, "roster": roster, "next_step": self._step()}
+                bodies = {site: {**body, "relay": addressed_to(site, sealed)} for site in sealed}
+                answers = {s: r["result"] for s, r in
+                           self._in_session(function, "POST", "/pooled", per_site=bodies).items()}
                 self._learn_histories(answers)
                 first = next(iter(answers.values()))
                 if "clipped" in first:

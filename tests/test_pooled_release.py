@@ -186,6 +186,33 @@ def test_the_analyst_cannot_read_the_sealed_counts(tmp_path):
     assert len(data) > 10_000 and stats.chisquare(counts).pvalue > 1e-4
 
 
+def test_each_site_is_relayed_only_the_vectors_sealed_for_it(tmp_path):
+    """The relay to a site carries every site's declaration and the one vector each peer sealed for
+    that site (K - 1 ciphertexts, not K (K - 1): at 50 sites the whole relay made a histogram's
+    request 150 MB a site and the sites were killed for memory); the pooled bins still equal the
+    pooled records' counts."""
+    frames, (prov, services) = _sites_with_a_rare_level(tmp_path)
+    relays: dict[str, dict] = {}
+    with inprocess_builder(prov, services).login() as s:
+        s.assign_table("D", "P.t")
+        for site, transport in s.transports.items():
+            send = transport.request
+
+            def request(method, path, body=None, *, _send=send, _site=site, **kwargs):
+                if path.endswith("/pooled"):
+                    relays[_site] = body["relay"]
+                return _send(method, path, body, **kwargs)
+
+            transport.request = request
+        bins = s.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 2)
+    assert set(relays) == set(prov) and len(prov) >= 3
+    for site, relay in relays.items():
+        assert set(relay) == set(prov)
+        assert all(set(entry["sealed"]) == ({site} if sender != site else set()) for sender, entry in relay.items())
+    scores = pd.concat(frames.values()).score.to_numpy()
+    assert bins["n"] == [int(np.sum(scores < 0.5)), int(np.sum(scores >= 0.5))] and not bins["coarsened"]
+
+
 def test_validate_on_a_million_binormal_records(tmp_path):
     """Five sites of 200,000 binormal records at the default rules (epsilon = 1, delta = 1e-5):
     validate() takes the pooled path, its AUC is within 0.005 of the exact pooled AUC, and the

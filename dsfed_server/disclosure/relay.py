@@ -12,8 +12,9 @@ derive the next round's parameters from an authenticated pooled result (rule 3):
    \\text{info} = (i, j, \\text{step}, c))`, *c* the digest binding the call and the symbols it
    read. The additional data carry (round, step, i, j) and what *i* declares about itself (its
    q-threshold): authenticated, not secret. The analyst receives only ciphertexts.
-2. **Open.** The analyst relays every site's ciphertexts to every site. Site *j* opens the one
-   addressed to it from each peer -- only *i* (or *j*) holds :math:`s_{ij}`, so a vector the
+2. **Open.** The analyst relays to every site *j* what each site declared and the ciphertext each
+   peer sealed for *j* (the others' are no use to *j*: a relay grows with K, not K squared). Site
+   *j* opens them -- only *i* (or *j*) holds :math:`s_{ij}`, so a vector the
    analyst forged, altered, replayed from another step, or made for another call does not open --
    and adds them to its own: :math:`\\sum_i y_i = \\sum_i x_i \\bmod 2^{64}`, the pooled vector.
    Every site computes the same pooled vector. A site sees the others' :math:`y_i` only, each
