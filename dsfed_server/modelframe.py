@@ -37,6 +37,9 @@ class ComputedColumn:
     source: str
     function: Callable[[np.ndarray], np.ndarray]
 
+    def __deepcopy__(self, memo: dict) -> "ComputedColumn":
+        return self  # immutable: pandas deep-copies attrs on every operation, so share, don't copy
+
 
 @dataclass(frozen=True, eq=False)
 class LazyColumn:
@@ -100,7 +103,7 @@ def _column(table: pd.DataFrame, name: str) -> pd.Series:
         return _computed(table, name)
     column = name.split("$", 1)[1] if "$" in name else name
     computed = table.attrs.get(COMPUTED, {})
-    if column in computed:
+    if column not in table.columns and column in computed:
         return computed_column(table, column)
     if column not in table.columns:
         raise NotFound(f"the data have no variable {column!r}",
@@ -109,11 +112,17 @@ def _column(table: pd.DataFrame, name: str) -> pd.Series:
 
 
 def computed_column(table: pd.DataFrame, column: str) -> pd.Series:
-    """Column ``column`` that ``table`` computes (:data:`COMPUTED`), computed whole."""
+    """Column ``column`` that ``table`` computes (:data:`COMPUTED`), computed whole, with the table's
+    attrs as a stored column has them (its records' positions and provenance: the release history)."""
     computed = table.attrs[COMPUTED][column]
+    if computed.source not in table.columns:
+        raise NotFound(f"column {column!r} is computed from {computed.source!r}, which this table no longer has",
+                       hint=f"keep {computed.source!r} in the table (rcsFrameDS's table computes lp1, ... from lp)")
     source = table[computed.source]
     values = np.asarray(LazyColumn(source.to_numpy(dtype=float, na_value=np.nan), computed.function))
-    return pd.Series(values, index=source.index, name=column, copy=False)
+    out = pd.Series(values, index=source.index, name=column, copy=False)
+    out.attrs = source.attrs
+    return out
 
 
 def _lazy(table: pd.DataFrame, formula: Formula, *, besides: tuple[str | None, ...] = ()
@@ -122,8 +131,9 @@ def _lazy(table: pd.DataFrame, formula: Formula, *, besides: tuple[str | None, .
     else (``besides``: the response, weights, offset) reads: the design computes them as it reads them."""
     computed = table.attrs.get(COMPUTED, {})
     single = [t.variables[0] for t in formula.terms if len(t.variables) == 1]
-    return {name: computed[name.split("$")[-1]] for name in single
-            if "(" not in name and name.split("$")[-1] in computed and name not in besides}
+    return {name: computed[name.split("$")[-1]] for name in single if "(" not in name and name not in besides
+            and name.split("$")[-1] in computed and name.split("$")[-1] not in table.columns
+            and computed[name.split("$")[-1]].source in table.columns}
 
 
 def _computed(table: pd.DataFrame, name: str) -> pd.Series:

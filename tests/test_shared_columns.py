@@ -86,3 +86,24 @@ def test_the_spline_table_stores_lp_and_computes_its_basis_when_read(three_sites
     p_a = frames["a"]["score"].to_numpy(dtype=float)
     mean_a = r_eval("mean(rms::rcs(qlogis(p), k)[, 3])", p=p_a, k=k)
     assert means["a"]["EstimatedMean"] == pytest.approx(float(mean_a[0]), rel=1e-10)
+
+
+def test_a_computed_column_carries_its_tables_history_as_a_stored_one():
+    """``S$lp1`` of a table that computes it has the table's attrs (its records' positions, its
+    columns' provenance), as ``S$lp`` has: the release history counts what is released from it."""
+    from dsfed_server.disclosure.differencing import ROWS, whole_table
+    from dsfed_server.functions.splines import SplineTerm
+    from dsfed_server.modelframe import COMPUTED, ComputedColumn, computed_column
+
+    lp = np.linspace(-3, 3, 7)
+    table = pd.DataFrame({"y": np.arange(7) % 2, "lp": lp})
+    table.attrs[ROWS] = whole_table("test-lineage", 7)
+    table.attrs[COMPUTED] = {"lp1": ComputedColumn("lp", SplineTerm((-2.0, 0.0, 1.0, 2.5), 0))}
+    lp1 = computed_column(table, "lp1")
+    assert lp1.attrs == table["lp"].attrs and lp1.attrs[ROWS] is table.attrs[ROWS]
+    expected = r_eval("rms::rcs(lp, c(-2, 0, 1, 2.5))[, 2]", lp=lp)  # rms's first non-linear term
+    np.testing.assert_allclose(lp1.to_numpy(), expected, rtol=1e-12)
+    # a subset that dropped lp keeps the declaration (pandas carries attrs): reading lp1 says why it cannot
+    from dsfed_core.errors import NotFound
+    with pytest.raises(NotFound, match="computed from 'lp', which this table no longer has"):
+        computed_column(table[["y"]], "lp1")

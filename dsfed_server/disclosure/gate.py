@@ -165,7 +165,7 @@ class Intervals:
     @property
     def root(self) -> np.ndarray:
         """Every value of the column the cuts are checked in, in the column's units: the table
-        column's (all its records, as stored), or the values' own without provenance."""
+        column's (its records with a value), or the values' own without provenance."""
         return self.x if self.column is None else self.column.values
 
     def root_values(self) -> np.ndarray:

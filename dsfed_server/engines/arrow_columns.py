@@ -27,8 +27,8 @@ class _Sink:
 
     def __init__(self, field: pa.Field, n: int) -> None:
         self.type = field.type
-        self.fixed = pa.types.is_integer(self.type) or pa.types.is_floating(self.type) or pa.types.is_boolean(self.type)
-        self.values = np.empty(n, dtype=self.type.to_pandas_dtype()) if self.fixed else None
+        fixed = pa.types.is_integer(self.type) or pa.types.is_floating(self.type) or pa.types.is_boolean(self.type)
+        self.values = np.empty(n, dtype=self.type.to_pandas_dtype()) if fixed else None  # None: kept as chunks
         self.missing: np.ndarray | None = None  # where an integer or boolean is null, once one is
         self.chunks: list[pa.Array] = []
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
@@ -106,7 +107,7 @@ class DuckDBEngine:
             n = self.row_count(info)
             reader = self._cursor().sql(query).to_arrow_reader(BATCH_ROWS)
             return columns_from_batches(reader.schema, reader, n)
-        except (duckdb.Error, ReadError) as exc:
+        except (duckdb.Error, pa.ArrowException, OSError, ReadError) as exc:
             from dsfed_server.catalog import CatalogError  # noqa: PLC0415  (the catalog imports the engines)
 
             raise CatalogError(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None

@@ -24,7 +24,7 @@ import pandas as pd
 
 from dsfed_server.context import CallContext
 from dsfed_server.functions.curves import _WITHIN, hist_placements
-from dsfed_server.functions.validation import outcome_and_scores, placement_sums_result
+from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
@@ -55,12 +55,16 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     the negatives, on the records complete in the outcome and both scores."""
     ctx.guard.placement_within_bin(within_bin)
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b})
-    pairs = list(zip(hist_placements(ctx, reference_a, y, pa, score_a, within_bin),
-                     hist_placements(ctx, reference_b, y, pb, score_b, within_bin)))
-    sides = {"a": placement_sums_result(a for a, _ in pairs), "b": placement_sums_result(b for _, b in pairs)}
-    return {**{f"{k}_{side}": v for side, sums in sides.items() for k, v in sums.items()},
-            "cross_v10": sum(float(np.dot(a[0], b[0])) for a, b in pairs),
-            "cross_v01": sum(float(np.dot(a[1], b[1])) for a, b in pairs)}
+    batches_a, batches_b = (hist_placements(ctx, reference_a, y, pa, score_a, within_bin),
+                            hist_placements(ctx, reference_b, y, pb, score_b, within_bin))
+    sides = {"a": PlacementSums(), "b": PlacementSums()}
+    cross = np.zeros(2)
+    for (a10, a01), (b10, b01) in zip(batches_a, batches_b):  # the same records' batches, in order
+        cross += (np.dot(a10, b10), np.dot(a01, b01))
+        sides["a"].add(a10, a01)
+        sides["b"].add(b10, b01)
+    return {**{f"{k}_{side}": v for side, s in sides.items() for k, v in s.sums.items()},
+            "cross_v10": float(cross[0]), "cross_v01": float(cross[1])}
 
 
 @register(

@@ -70,7 +70,7 @@ def level_counts(p: np.ndarray, y: np.ndarray, lower: float, upper: float, level
     both = np.zeros(2 * leaves, dtype=np.int64)  # the negatives' leaves, then the positives'
     for rows in row_batches(p.size):
         leaf = np.clip(np.floor((p[rows] - lower) / (upper - lower) * leaves), 0, leaves - 1).astype(np.int64)
-        both += np.bincount(leaf + leaves * y[rows], minlength=2 * leaves)
+        both += np.bincount(leaf + leaves * y[rows].astype(np.int64, copy=False), minlength=2 * leaves)
     out = {}
     for name, counts in (("negatives", [both[:leaves]]), ("positives", [both[leaves:]])):
         for _ in range(levels):

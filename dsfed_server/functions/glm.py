@@ -33,7 +33,7 @@ from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
-from dsfed_server.modelframe import ModelFrame, model_frame
+from dsfed_server.modelframe import COMPUTED, ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 
@@ -133,7 +133,7 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
                 rule="disclosure.glm_max_linear_predictor",
                 hint="fit the model pooled (the sites derive its coefficients)")
         column = variable.split("$", 1)[-1]
-        root = ctx.root_column(data[column])
+        root = None if column in data.attrs.get(COMPUTED, {}) else ctx.root_column(data[column])
         bounds = root.declared if root is not None else None
         if bounds is None:
             raise DisclosureRefusal(

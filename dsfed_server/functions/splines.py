@@ -333,7 +333,8 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
     (:func:`~dsfed_core.splines.rcs_basis`) at the knots the sites derived; records with p = 0 or 1
     left out (as ``val.prob``). Knots the analyst made are refused (module docstring). The table
     stores ``y`` (its parent's column) and ``lp``; ``lp1, ...`` are computed from ``lp`` as they are
-    read (:data:`~dsfed_server.modelframe.COMPUTED`: the GLM a batch of rows at a time)."""
+    read (:data:`~dsfed_server.modelframe.COMPUTED`: the GLM a batch of rows at a time; ``S$lp1``
+    whole), so the table's column names are ``y, lp``."""
     if not ctx.session.derived_by_sites(knots, SITE_DERIVED) or "knot" not in knots.columns:
         raise CallError("knots must be the symbol the sites derived (rcsKnotsDS's knots_symbol): knots of the "
                         "analyst's choosing would move the spline's kinks between records",
@@ -349,8 +350,10 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
 
 
 def _frame_columns(frame: pd.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray | LazyColumn, ...]]:
-    """The outcome and the spline terms (lp, lp1, ...) of a table ``rcsFrameDS`` made, as its columns
-    (not copies); the design is the terms after an intercept column (:func:`_design_rows`)."""
+    """The outcome and the spline terms (lp, lp1, ...) of a table ``rcsFrameDS`` made: its stored
+    columns (not copies), the basis terms computed a batch at a time as they are read
+    (:class:`~dsfed_server.modelframe.LazyColumn`); the design is the terms after an intercept
+    column (:func:`_design_rows`)."""
     computed = frame.attrs.get(COMPUTED, {})
     terms = ["lp", *computed]
     if ("y" not in frame.columns or "lp" not in frame.columns or terms != rcs_term_names(len(terms) + 1)

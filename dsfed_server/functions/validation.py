@@ -246,18 +246,30 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     return placement_sums_result([(v10, v01)])
 
 
-def placement_sums_result(batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """What leaves the site of its placement values (``batches`` of the positives' :math:`V_{10}` and
-    the negatives' :math:`V_{01}`): counts, sums and sums of squares per class."""
-    out = dict.fromkeys(("n1", "n0"), 0) | dict.fromkeys(("sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01"), 0.0)
-    for v10, v01 in batches:
+class PlacementSums:
+    """What leaves the site of its placement values: counts, sums and sums of squares per class,
+    added up a batch at a time (:meth:`add`: the positives' :math:`V_{10}`, the negatives' :math:`V_{01}`)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Any] = {"n1": 0, "n0": 0, "sum_v10": 0.0, "sumsq_v10": 0.0, "sum_v01": 0.0,
+                                     "sumsq_v01": 0.0}
+
+    def add(self, v10: np.ndarray, v01: np.ndarray) -> None:
+        out = self.sums
         out["n1"] += int(v10.size)
         out["n0"] += int(v01.size)
         out["sum_v10"] += float(v10.sum())
         out["sumsq_v10"] += float(np.dot(v10, v10))
         out["sum_v01"] += float(v01.sum())
         out["sumsq_v01"] += float(np.dot(v01, v01))
-    return out
+
+
+def placement_sums_result(batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """:class:`PlacementSums` of ``batches`` of (:math:`V_{10}`, :math:`V_{01}`)."""
+    sums = PlacementSums()
+    for v10, v01 in batches:
+        sums.add(v10, v01)
+    return sums.sums
 
 
 @register(
