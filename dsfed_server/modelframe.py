@@ -117,7 +117,7 @@ def computed_column(table: pd.DataFrame, column: str) -> pd.Series:
     computed = table.attrs[COMPUTED][column]
     if computed.source not in table.columns:
         raise NotFound(f"column {column!r} is computed from {computed.source!r}, which this table no longer has",
-                       hint=f"keep {computed.source!r} in the table (rcsFrameDS's table computes lp1, ... from lp)")
+                       hint=f"keep {computed.source!r} in the table: {column!r} is computed from it when read")
     source = table[computed.source]
     values = np.asarray(LazyColumn(source.to_numpy(dtype=float, na_value=np.nan), computed.function))
     out = pd.Series(values, index=source.index, name=column, copy=False)
@@ -130,10 +130,13 @@ def _lazy(table: pd.DataFrame, formula: Formula, *, besides: tuple[str | None, .
     """The formula's terms of one variable that ``table`` computes (:data:`COMPUTED`) and that nothing
     else (``besides``: the response, weights, offset) reads: the design computes them as it reads them."""
     computed = table.attrs.get(COMPUTED, {})
-    single = [t.variables[0] for t in formula.terms if len(t.variables) == 1]
-    return {name: computed[name.split("$")[-1]] for name in single if "(" not in name and name not in besides
-            and name.split("$")[-1] in computed and name.split("$")[-1] not in table.columns
-            and computed[name.split("$")[-1]].source in table.columns}
+    lazy = {}
+    for name in (t.variables[0] for t in formula.terms if len(t.variables) == 1):
+        column = computed.get(name.split("$")[-1])
+        if ("(" not in name and name not in besides and column is not None and column.source in table.columns
+                and name.split("$")[-1] not in table.columns):
+            lazy[name] = column
+    return lazy
 
 
 def _computed(table: pd.DataFrame, name: str) -> pd.Series:

@@ -63,10 +63,10 @@ def columns_from_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], n
     at = 0
     for batch in batches:
         if at + batch.num_rows > n:
-            raise ReadError(f"more than the {n} rows counted")
+            raise ReadError(f"more than the {n} rows counted just before: the table changed while it was read")
         for sink, chunk in zip(sinks, batch.columns):
             sink.add(chunk, at)
         at += batch.num_rows
     if at != n:
-        raise ReadError(f"{at} rows, not the {n} counted")
+        raise ReadError(f"{at} rows, not the {n} counted just before: the table changed while it was read")
     return pd.DataFrame({field.name: sink.series() for field, sink in zip(schema, sinks)}, copy=False)
