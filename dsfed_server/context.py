@@ -17,6 +17,7 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import RootColumn, root_column
 from dsfed_server.modelframe import COMPUTED, computed_column, integer_view
+from dsfed_server.rowsets import RowSet, subset_of
 from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
@@ -95,11 +96,25 @@ class CallContext:
             self.guard.check_analyst_data()
         return value
 
+    def subset(self, table: pd.DataFrame, mask: np.ndarray, rows: Rows,
+               columns: list[int] | None = None) -> RowSet | pd.DataFrame:
+        """Rows ``mask`` and columns ``columns`` (positions) of ``table``, which hold ``rows``, as
+        the workspace keeps them: positions in the table a symbol holds (:mod:`~dsfed_server.rowsets`)."""
+        return subset_of(self.session.symbols, table, mask, rows, columns)
+
     def resolve(self, node: Node) -> Any:
         if isinstance(node, Symbol):
-            return self._read(node.name, self.session.get(node.name))
+            value = self.session.get(node.name)
+            if isinstance(value, RowSet):
+                value = value.frame()
+            return self._read(node.name, value)
         if isinstance(node, Column):
             table = self.session.get(node.table)
+            if isinstance(table, RowSet):
+                if not table.reads(node.column):
+                    raise NotFound(f"table {node.table!r} has no column {node.column!r}",
+                                   hint=f"columns: {', '.join(map(str, table.labels))}")
+                table = table.frame(table.reads(node.column))
             if isinstance(table, pd.DataFrame) and node.column in table.columns:
                 return self._read(node.table, table[node.column])
             if isinstance(table, pd.DataFrame) and node.column in table.attrs.get(COMPUTED, {}):
@@ -127,6 +142,8 @@ class CallContext:
 
 def r_class(value: Any) -> str:
     """The R class name DataSHIELD clients expect for a workspace value."""
+    if isinstance(value, RowSet):
+        return "data.frame"
     if isinstance(value, pd.DataFrame):
         return "data.frame"
     if isinstance(value, pd.Series):

@@ -52,6 +52,7 @@ class Rows:
     lineage: str
     index: np.ndarray  # positions in the root table (never modified)
     n_root: int
+    whole: bool = False  # index is 0 .. n_root - 1: the root table itself, in order
 
     def __deepcopy__(self, memo: dict) -> "Rows":
         return self  # immutable: pandas deep-copies attrs on every operation, so share, don't copy
@@ -66,7 +67,7 @@ def whole_table(lineage: str, n: int) -> Rows:
     shared by every session that assigns it (int32 below 2**31 records: 8 bytes per record less)."""
     index = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
     index.flags.writeable = False
-    return Rows(lineage, index, n)
+    return Rows(lineage, index, n, whole=True)
 
 
 def rows_of(frame: pd.DataFrame) -> Rows:

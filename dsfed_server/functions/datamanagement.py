@@ -226,6 +226,8 @@ def complete_cases_of(ctx: CallContext, value: pd.DataFrame | pd.Series) -> Any:
         ctx.guard.subset(int(mask.sum()), int(mask.size))
         return value
     rows = ctx.guard.subset_rows(frame, mask)
+    if isinstance(value, pd.DataFrame):
+        return ctx.subset(value, mask, rows)
     kept = value.loc[mask].reset_index(drop=True)
     kept.attrs = {k: v for k, v in value.attrs.items() if k != ROWS}
     return mark_rows(kept, rows)

@@ -29,13 +29,13 @@ import pandas as pd
 from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
-from dsfed_server.disclosure.differencing import mark_rows
 from dsfed_server.disclosure.gate import Cut, Intervals, Released
 from dsfed_core.errors import CallError
 from dsfed_server.functions.histogram import bin_counts
 from dsfed_server.functions.tables import condition_cells
 from dsfed_core.parser import parse
 from dsfed_server.registry import P, Param, register
+from dsfed_server.rowsets import RowSet
 
 _VALID = "VALID ANALYSIS"
 _Q = ("disclosure.q_threshold",)
@@ -371,7 +371,7 @@ SUBSET_DONE = "Subsetting undertaken without problems"
 @register("dataFrameSubsetDS2", "assign", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
 def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
                       Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
-                      keep_NAs: bool) -> pd.DataFrame:
+                      keep_NAs: bool) -> pd.DataFrame | RowSet:
     """Rows of a table where ``V1 <op> V2`` holds, optionally some columns (dsBase ``dataFrameSubsetDS2``).
 
     Refused when the subset, or the rows it leaves out, would hold fewer than
@@ -398,14 +398,14 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_
         mask = result.fillna(keep_NAs).to_numpy(dtype=bool)
     numeric_literal = "ONES" not in (V1_name, V2_name) and not text and not isinstance(right, pd.Series)
     condition = condition_cells(ctx, left, symbol, float(right)) if numeric_literal else None
-    rows = ctx.guard.subset_rows(df_name, mask, condition)
-    subset = df_name.loc[mask].reset_index(drop=True)
+    n_cols = df_name.shape[1]
+    columns = None
     if keep_cols is not None:
-        subset = subset.iloc[:, _columns(keep_cols, subset.shape[1], "keep.cols")]
+        columns = _columns(keep_cols, n_cols, "keep.cols")
     elif rm_cols is not None:
-        drop = set(_columns(rm_cols, subset.shape[1], "rm.cols"))
-        subset = subset.iloc[:, [j for j in range(subset.shape[1]) if j not in drop]]
-    return mark_rows(subset.copy(), rows)
+        drop = set(_columns(rm_cols, n_cols, "rm.cols"))
+        columns = [j for j in range(n_cols) if j not in drop]
+    return ctx.subset(df_name, mask, ctx.guard.subset_rows(df_name, mask, condition), columns)
 
 
 @register("dataFrameSubsetDS1", "aggregate", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))

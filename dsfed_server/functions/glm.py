@@ -36,6 +36,7 @@ from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Fami
 from dsfed_server.modelframe import COMPUTED, ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
+from dsfed_server.rowsets import RowSet, kept_value
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
@@ -43,13 +44,19 @@ _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_ma
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
 
 
-def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFrame,
+def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
               weights: str | None, offset: str | None) -> ModelFrame:
-    """The model frame, built once per session and table object (Fisher scoring asks for the same
-    model again every iteration); the session keeps the latest model's only."""
+    """The model frame, built once per session and workspace value (a table, or the subset whose
+    table ``data`` is: Fisher scoring asks for the same model again every iteration); the session
+    keeps the latest model's only."""
     key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
-    return session.memo(key, data, lambda: model_frame(formula, data, weights=weights, offset=offset),
-                        one_per_kind=True)
+    source = kept_value(session.symbols, data)
+
+    def build() -> ModelFrame:
+        table = source.frame() if isinstance(source, RowSet) else source
+        return model_frame(formula, table, weights=weights, offset=offset)
+
+    return session.memo(key, source, build, one_per_kind=True)
 
 
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
@@ -283,10 +290,10 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
 
 def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame,
                 weights: str | None, offset: str | None) -> Callable[[], ModelFrame]:
-    """The model frame of ``data`` on demand, holding ``data`` by a weak reference: a step the
-    analyst never opens (the last one sealed after the fit converged) keeps no table or model frame
+    """The model frame of ``data`` on demand, holding the workspace value it is (the table, or the
+    subset whose table it is) by a weak reference: a step the analyst never opens (the last one sealed after the fit converged) keeps no table or model frame
     alive once the symbol is removed or reassigned."""
-    table = weakref.ref(data)
+    table = weakref.ref(kept_value(session.symbols, data))
 
     def frame() -> ModelFrame:
         data = table()

@@ -14,6 +14,7 @@ from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
 from dsfed_server.registry import P, Param, register
+from dsfed_server.rowsets import RowSet
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
@@ -47,7 +48,7 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
     ],
     checks=("disclosure.subset_min", *GATE_RULES),
 )
-def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object) -> pd.DataFrame:
+def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object) -> pd.DataFrame | RowSet:
     """Rows of table ``x`` where ``variable op value`` holds (rows with the variable missing are dropped).
 
     Refused when the subset, or the rows it leaves out, would be smaller than
@@ -76,7 +77,7 @@ _DSBASE_OPS = {1: ">", 2: ">=", 3: "<", 4: "<=", 5: "==", 6: "!="}
     checks=("disclosure.subset_min", *GATE_RULES),
 )
 def subset_dsbase(ctx: CallContext, dt: pd.DataFrame, complt: bool, rs: list[float] | None,
-                  cs: list[str] | None, lg: int | None, th: object, varname: str | None) -> pd.DataFrame:
+                  cs: list[str] | None, lg: int | None, th: object, varname: str | None) -> pd.DataFrame | RowSet:
     """Rows of table ``dt`` where ``varname <lg> th`` holds, of its complete cases if ``complt``
     (dsBase ``subsetDS`` in the form ``ds.subset(..., logicalOperator, threshold)`` sends it).
 
@@ -97,7 +98,7 @@ def subset_dsbase(ctx: CallContext, dt: pd.DataFrame, complt: bool, rs: list[flo
 
 
 def _condition_subset(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object,
-                      keep: np.ndarray) -> pd.DataFrame:
+                      keep: np.ndarray) -> pd.DataFrame | RowSet:
     """Rows of ``x`` among ``keep`` where ``variable op value`` holds, through the subset guard."""
     if variable not in x.columns:
         raise NotFound(f"table has no column {variable!r}", hint=f"columns: {', '.join(x.columns)}")
@@ -116,8 +117,7 @@ def _condition_subset(ctx: CallContext, x: pd.DataFrame, variable: str, op: str,
     mask = (np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool)
             & column.notna().to_numpy() & keep)
     condition = condition_cells(ctx, column, op, float(value)) if numeric_column else None
-    rows = ctx.guard.subset_rows(x, mask, condition)
-    return mark_rows(x.loc[mask].reset_index(drop=True), rows)
+    return ctx.subset(x, mask, ctx.guard.subset_rows(x, mask, condition))
 
 
 def condition_cells(ctx: CallContext, column: pd.Series, op: str, value: float) -> Intervals:

@@ -1,0 +1,77 @@
+"""A subset symbol holds the positions of its rows in the table it subsets, not a copy of its columns
+(``dsfed_server/rowsets.py``). Measured with tracemalloc (numpy reports its buffers to it) around real
+assign calls at one in-process site; the expected sizes are counted by hand from the subsets' sizes.
+What is read through a subset -- a fit, a mean, a subset of it -- equals R on the same rows of the
+site's data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from rref import r_eval
+from sitekit import make_sites
+from test_shared_columns import _held_by
+
+from conftest import inprocess_builder
+from dsfed_client import Call, Ref
+from dsfed_client.analyses.glm import ds_glm
+from dsfed_client.errors import FederatedCallError
+from dsfed_server.synthetic import binormal
+
+N = 400_000
+POSITION = 4  # bytes a kept record: an int32 position in the site table
+COPY = 8 + 8 + 8 + 8  # bytes a record of a copy of the table: y, x2 (int64), score, x1 (float64)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    frame = pd.DataFrame(binormal(N, np.random.default_rng(21), auc=0.8, prevalence=0.3))
+    provisioned, services = make_sites(tmp_path_factory.mktemp("rowsets"), {"site1": frame})
+    return {"provisioned": provisioned, "services": services, "frame": frame}
+
+
+def test_subsets_hold_row_positions_and_read_as_the_rows_they_name(site):
+    frame = site["frame"]
+    first = frame[frame["x1"] > 0]
+    second = first[first["score"] < 0.5]
+    third = second[second["x2"] == 1]
+    with inprocess_builder(site["provisioned"], site["services"]).login() as session:
+        session.assign_table("D", "P.t")
+        held_first, _ = _held_by(lambda: session.assign("S", Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5)))
+        # a subset of the subset: positions in D, not in a table built from S
+        held_second, _ = _held_by(lambda: session.assign("S2", Call("dataFrameSubsetDS2", "S", "S$score", "0.5", 3)))
+        session.assign("S3", Call("dataFrameSubsetDS2", "S2", "S2$x2", "1", 1, **{"keep.cols": [1, 2]}))
+        fit = ds_glm(session, "y ~ score + x1", "S2")
+        means = session.aggregate("meanDS", Ref("S3$score"))["site1"]
+        classes = session.aggregate("classDS", Ref("S3"))["site1"]
+        with pytest.raises(FederatedCallError, match="no column 'x1'.*columns: y, score"):
+            session.aggregate("meanDS", Ref("S3$x1"))
+    # the positions alone (a copy would hold 32 bytes a record: 8 x as much)
+    assert held_first < 1.1 * POSITION * len(first) + 65_536
+    assert held_second < 1.1 * POSITION * len(second) + 65_536
+    reference = r_eval("coef(glm(y ~ score + x1, family = binomial))", y=second["y"].to_numpy(dtype=float),
+                       score=second["score"].to_numpy(), x1=second["x1"].to_numpy())
+    np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
+    assert means["Nvalid"] == len(third)
+    assert means["EstimatedMean"] == pytest.approx(float(r_eval("mean(s)", s=third["score"].to_numpy())[0]), rel=1e-12)
+    assert classes == "data.frame"
+
+
+def test_complete_cases_of_a_table_hold_row_positions(tmp_path):
+    """``completeCasesDS`` of a table with missing values keeps the positions of its complete rows;
+    what is read through it is the complete rows (R's ``complete.cases``)."""
+    rng = np.random.default_rng(22)
+    frame = pd.DataFrame(binormal(100_000, rng, auc=0.75, prevalence=0.4))
+    frame.loc[rng.uniform(size=len(frame)) < 0.2, "x1"] = np.nan
+    provisioned, services = make_sites(tmp_path, {"site1": frame})
+    complete = frame[frame.notna().all(axis=1)]
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        held, _ = _held_by(lambda: session.assign("C", Call("completeCasesDS", "D")))
+        fit = ds_glm(session, "y ~ x1 + x2", "C")
+    assert held < 1.1 * POSITION * len(complete) + 65_536  # a copy: 32 bytes a record
+    reference = r_eval("coef(glm(y ~ x1 + x2, family = binomial))", y=complete["y"].to_numpy(dtype=float),
+                       x1=complete["x1"].to_numpy(), x2=complete["x2"].to_numpy(dtype=float))
+    np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
+
