@@ -75,3 +75,21 @@ def test_complete_cases_of_a_table_hold_row_positions(tmp_path):
                        x1=complete["x1"].to_numpy(), x2=complete["x2"].to_numpy(dtype=float))
     np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
 
+
+
+def test_a_table_combined_from_columns_shares_them(site):
+    """``dataFrameDS`` and ``cbindDS`` of a table's columns hold those columns, not copies; the
+    combined table reads as the columns it names (R's ``data.frame`` of them)."""
+    frame = site["frame"]
+    with inprocess_builder(site["provisioned"], site["services"]).login() as session:
+        session.assign_table("D", "P.t")
+        held, _ = _held_by(lambda: session.assign("T", Call("dataFrameDS", "D$x1,D$score,D$y", None, False, True,
+                                                               "D$x1,D$score,D$y", True, False)))
+        held_cbind, _ = _held_by(lambda: session.assign("B", Call("cbindDS", "D$score,D$x2", "score,x2")))
+        fit = ds_glm(session, "y ~ x1 + score", "T")
+        means = session.aggregate("meanDS", Ref("B$x2"))["site1"]
+    assert held < 65_536 and held_cbind < 65_536  # copies would hold 24 and 16 bytes a record
+    reference = r_eval("coef(glm(y ~ x1 + score, family = binomial))", y=frame["y"].to_numpy(dtype=float),
+                       x1=frame["x1"].to_numpy(), score=frame["score"].to_numpy())
+    np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
+    assert means["EstimatedMean"] == pytest.approx(float(frame["x2"].mean()), rel=1e-12)

@@ -188,14 +188,16 @@ def _column_names(given: str | None, count: int, what: str) -> list[str]:
 
 
 def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> pd.DataFrame:
-    """``data.frame(<the components>)`` with dsBase's column names. The new table keeps its rows'
-    positions in the site table when every component holds the same records in the same order,
-    and each column remembers the table column it copies (release history)."""
+    """``data.frame(<the components>)`` with dsBase's column names. The new table holds the
+    components' columns themselves, not copies (pandas' copy-on-write: a change to either would
+    copy first). It keeps its rows' positions in the site table when every component holds the
+    same records in the same order, and each column remembers the table column it is (release
+    history)."""
     columns: list[pd.Series] = []
     for name, value in _components(ctx, names, what):
         if isinstance(value, pd.DataFrame):
             for column in value.columns:
-                series = value[column].copy()
+                series = value[column]
                 series.attrs = dict(value.attrs)
                 columns.append(series)
         elif isinstance(value, pd.Series):
@@ -206,7 +208,7 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
     if len(lengths) > 1:
         raise CallError(f"the components of {what} have different numbers of rows ({sorted(lengths)})")
     labels = _column_names(colnames, len(columns), what)
-    frame = pd.DataFrame({label: c.reset_index(drop=True) for label, c in zip(labels, columns)})
+    frame = pd.DataFrame({label: c.reset_index(drop=True) for label, c in zip(labels, columns)}, copy=False)
     rows = [c.attrs.get(ROWS) for c in columns]
     first = rows[0]
     same = isinstance(first, Rows) and all(
