@@ -131,6 +131,22 @@ def test_data_changed_after_start_refuses_the_call_saying_what_to_do(tmp_path):
     assert "dsfed-server check" in failure.hint and "restarts the site" in failure.hint
 
 
+def test_a_csv_file_that_loses_records_after_a_read_refuses_the_next_read(tmp_path):
+    """The records are counted once, at the first read, and every column is read into arrays of
+    that many rows: a file that lost a record since (replaced in place) refuses the next column's
+    read, instead of serving a column a record shorter than the first (misaligned rows)."""
+    provisioned, services, path = _csv_site(tmp_path)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("Y", "P.t", variables=["y"])
+        path.write_text("\n".join(path.read_text().splitlines()[:-1]) + "\n")  # 19 records left
+        with pytest.raises(FederatedCallError) as refused:
+            session.assign_table("D", "P.t", variables=["score"])
+    failure = refused.value.failures["s1"]
+    assert failure.kind == "backend_unavailable"
+    assert "19 rows, not the 20 it had when first read: the table changed while the site served it" in failure.message
+    assert "restarts the site" in failure.hint
+
+
 # --- bounded memory ---------------------------------------------------------------------------
 
 N_BIG = 1_000_000

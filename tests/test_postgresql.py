@@ -19,6 +19,7 @@ import pytest
 
 from conftest import ROOT, inprocess_builder
 from dsfed_client.analyses.suite import validate
+from dsfed_client.errors import FederatedCallError
 from dsfed_server.catalog import CatalogError
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
@@ -162,6 +163,26 @@ def test_the_sites_connection_cannot_write_even_when_granted(pg, gbsg2_frames, t
             db.execute(f'REVOKE INSERT ON "P"."t" FROM {READER}')
         assert db.execute('SELECT count(*) FROM "P"."t"').fetchone()[0] == len(gbsg2_frames["site1"])
     assert service.catalog.row_count("P.t") == len(gbsg2_frames["site1"])
+    service.catalog.close()
+
+
+def test_a_table_that_loses_records_after_a_read_refuses_the_next_read(pg, gbsg2_frames, tmp_path):
+    """The records are counted once, in the first read's snapshot, and every column is read into
+    arrays of that many rows: after the owner deletes a record, the next column's read is refused
+    instead of serving a column a record shorter than the first (rows that no longer line up)."""
+    frame = gbsg2_frames["site1"]
+    provisioned = pg_sites(pg, tmp_path, {"site1": frame})
+    service = SiteService.from_config_file(provisioned["site1"].config)
+    with inprocess_builder(provisioned, {"site1": service}).login() as session:
+        session.assign_table("A", "P.t", variables=["age"])
+        with pg.superuser(database(tmp_path, "site1")) as db:
+            db.execute('DELETE FROM "P"."t" WHERE ctid = (SELECT min(ctid) FROM "P"."t")')
+        with pytest.raises(FederatedCallError) as refused:
+            session.assign_table("D", "P.t", variables=["pnodes"])
+    failure = refused.value.failures["site1"]
+    assert failure.kind == "backend_unavailable"
+    assert (f"{len(frame) - 1} rows, not the {len(frame)} it had when first read: the table changed while the "
+            "site served it") in failure.message
     service.catalog.close()
 
 

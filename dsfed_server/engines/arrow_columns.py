@@ -58,15 +58,16 @@ class _Sink:
 
 
 def columns_from_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], n: int) -> pd.DataFrame:
-    """The columns of ``batches`` (``n`` rows in all, as the engine counted them) as a frame."""
+    """The columns of ``batches`` (``n`` rows in all, as the engine counted them when it first read
+    the table) as a frame; other than ``n`` rows is a :class:`ReadError`."""
     sinks = [_Sink(field, n) for field in schema]
     at = 0
     for batch in batches:
         if at + batch.num_rows > n:
-            raise ReadError(f"more than the {n} rows counted just before: the table changed while it was read")
+            raise ReadError(f"more than the {n} rows it had when first read: the table changed while the site served it")
         for sink, chunk in zip(sinks, batch.columns):
             sink.add(chunk, at)
         at += batch.num_rows
     if at != n:
-        raise ReadError(f"{at} rows, not the {n} counted just before: the table changed while it was read")
+        raise ReadError(f"{at} rows, not the {n} it had when first read: the table changed while the site served it")
     return pd.DataFrame({field.name: sink.series() for field, sink in zip(schema, sinks)}, copy=False)

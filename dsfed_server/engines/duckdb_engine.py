@@ -43,6 +43,7 @@ class DuckDBEngine:
         else:
             self._connection = duckdb.connect(":memory:", config=config)
         self._relations: dict[str, str] = {}
+        self._counts: dict[str, int] = {}  # project.table -> its records, counted once
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._lock = threading.Lock()
@@ -89,7 +90,12 @@ class DuckDBEngine:
         return list(self._types(info))
 
     def row_count(self, info: "TableInfo") -> int:
-        return int(self._cursor().execute(f"SELECT count(*) FROM {self._relation(info)}").fetchall()[0][0])
+        """The table's records, counted when first asked (for a CSV file, a parse) and kept: a read of
+        other than that many rows is refused (the file changed while the site served it)."""
+        if info.ref not in self._counts:
+            self._counts[info.ref] = int(
+                self._cursor().execute(f"SELECT count(*) FROM {self._relation(info)}").fetchall()[0][0])
+        return self._counts[info.ref]
 
     def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
         counts = violation_counts(variables, self._types(info), _to_number)

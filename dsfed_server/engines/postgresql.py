@@ -21,7 +21,10 @@ changing the data (as with a data file replaced in place). Only ordinary tables 
 views are served (a view or a partitioned table has no single ctid order).
 
 A read streams ``COPY (SELECT columns ... ORDER BY ctid) TO STDOUT (FORMAT csv)`` into pyarrow's
-CSV reader, typed by the columns' PostgreSQL types: no Python object per row. The dictionary checks
+CSV reader, typed by the columns' PostgreSQL types: no Python object per row, into arrays sized
+by the table's count of records. That count is taken once, in the first read's snapshot (one
+REPEATABLE READ transaction), and kept: a later read of other than that many rows is refused as
+a table changed while the site served it. The dictionary checks
 run as one aggregate query (:mod:`dsfed_server.engines.sql`). One connection, one statement at a
 time (a lock): the catalog reads one set of columns at a time anyway.
 """
@@ -101,6 +104,7 @@ class PostgreSQLEngine:
         self._password = password
         self._lock = threading.Lock()
         self._tables: dict[str, str] = {}  # project.table -> its oid
+        self._counts: dict[str, int] = {}  # project.table -> its records, counted once
         self._connection = self._connect()
         info = self._connection.info
         self._where = f"postgresql://{info.host}:{info.port}/{info.dbname}"
@@ -180,7 +184,16 @@ class PostgreSQLEngine:
         return list(self._types(info))
 
     def row_count(self, info: "TableInfo") -> int:
-        return int(self._one(f"SELECT count(*) FROM {self._tables[info.ref]}"))  # type: ignore[call-overload]
+        with self._lock:
+            return self._count(self._live(), info)
+
+    def _count(self, connection: psycopg.Connection, info: "TableInfo") -> int:
+        """The table's records, counted when first asked and kept (call with the lock held): a read of
+        other than that many rows is refused (the table changed while the site served it)."""
+        if info.ref not in self._counts:
+            row = connection.execute(f"SELECT count(*) FROM {self._tables[info.ref]}").fetchone()
+            self._counts[info.ref] = int(row[0])  # type: ignore[index]
+        return self._counts[info.ref]
 
     def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
         types = self._types(info)
@@ -202,12 +215,16 @@ class PostgreSQLEngine:
             column_types={c: _arrow_type(types[c]) for c in columns}, true_values=["t"], false_values=["f"],
             null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False)
         try:
-            n = self.row_count(info)
-            with self._lock, self._live().cursor() as cursor, cursor.copy(query) as copy:
-                stream = io.BufferedReader(_CopyStream(iter(copy)), buffer_size=1 << 20)
-                reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(column_names=columns),
-                                        convert_options=options)
-                return columns_from_batches(reader.schema, reader, n)
+            with self._lock:
+                connection = self._live()
+                with connection.transaction():  # the first count and the rows: one snapshot
+                    connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    n = self._count(connection, info)
+                    with connection.cursor() as cursor, cursor.copy(query) as copy:
+                        stream = io.BufferedReader(_CopyStream(iter(copy)), buffer_size=1 << 20)
+                        reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(column_names=columns),
+                                                convert_options=options)
+                        return columns_from_batches(reader.schema, reader, n)
         except (psycopg.Error, pa.ArrowInvalid, ReadError) as exc:
             raise self._error(f"cannot read {', '.join(columns)} of {info.ref}: {str(exc).strip()}") from None
 
