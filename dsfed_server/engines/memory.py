@@ -12,9 +12,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
+import pyarrow as pa
 
 if TYPE_CHECKING:
     from dsfed_server.catalog import TableInfo, Variable
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A Parquet file read whole, by the calling thread alone. Under an address-space limit
+    (``LimitAS=``) with the site's allocators (:mod:`dsfed_server.allocation`), Arrow's reader and
+    read-ahead (``pre_buffer``) threads can fail an allocation and leave the read waiting forever:
+    measured, 3 of 4 reads of a too-large file hung that way; read by this thread alone, all 4
+    failed with Arrow's "malloc of size ... failed" (the site then stops, saying so)."""
+    return pd.read_parquet(path, use_threads=False, pre_buffer=False)
 
 
 class MemoryEngine:
@@ -39,8 +49,15 @@ class MemoryEngine:
         with self._lock:
             if info.ref not in self._frames:
                 path = self._paths[info.ref]
-                self._frames[info.ref] = (pd.read_parquet(path) if path.suffix == ".parquet" else
-                                          pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""]))
+                try:
+                    self._frames[info.ref] = (_read_parquet(path) if path.suffix == ".parquet" else
+                                              pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""]))
+                except (MemoryError, pa.ArrowMemoryError) as exc:
+                    from dsfed_server.catalog import CatalogError  # noqa: PLC0415  (the catalog imports the engines)
+
+                    raise CatalogError(f"{path}: the table does not fit in the memory this site may use ({exc}); "
+                                       f"engine = \"memory\" reads whole tables: use engine = \"duckdb\", which "
+                                       f"reads the columns a call names (docs/site-admin.md)") from None
             return self._frames[info.ref]
 
     def column_names(self, info: "TableInfo") -> list[str]:
