@@ -111,10 +111,10 @@ class CallContext:
         if isinstance(node, Column):
             table = self.session.get(node.table)
             if isinstance(table, RowSet):
-                if not table.reads(node.column):
+                if not table.reads(node.column) and node.column not in table.parent.attrs.get(COMPUTED, {}):
                     raise NotFound(f"table {node.table!r} has no column {node.column!r}",
                                    hint=f"columns: {', '.join(map(str, table.labels))}")
-                table = table.frame(table.reads(node.column))
+                table = table.frame(table.reads(node.column))  # a computed column's source dropped: says so
             if isinstance(table, pd.DataFrame) and node.column in table.columns:
                 return self._read(node.table, table[node.column])
             if isinstance(table, pd.DataFrame) and node.column in table.attrs.get(COMPUTED, {}):
@@ -128,7 +128,8 @@ class CallContext:
                 )
             return table[node.column]
         if isinstance(node, Call):
-            return self.service.run_nested(self.session, node)
+            value = self.service.run_nested(self.session, node)
+            return value.frame() if isinstance(value, RowSet) else value  # a subset made for this call
         raise CallError(f"expected a symbol, table$column or call, got {node.to_text()!r}")
 
     @staticmethod

@@ -5,12 +5,15 @@ A subset of a workspace table (``dataFrameSubsetDS2``, ``completeCasesDS``, ...)
 replaced, not changed), the positions of the kept rows in it (int32 below 2**31 rows: 4 bytes a
 kept record, and none more when the parent is a site table as assigned: the positions are then the
 records' own, which the release history's row set holds anyway) and the kept columns. A subset of
-1e7 records and ten columns holds 40 MB of positions instead of 800 MB of columns; a subset of a
-subset holds positions in the first parent.
+1e7 records and ten columns of a site table holds 40 MB of positions instead of 800 MB of columns
+(the table's columns are the catalog's, held anyway); a subset of a subset holds positions in the
+first parent. A subset keeps its parent alive, all its columns, after the parent's symbol is
+removed: a small subset of a large table the analyst derived costs that table.
 
 A call reads a subset as a table built from the parent when the call resolves the symbol
 (:meth:`RowSet.frame`; ``S$age`` builds that one column), for the call only: nothing
-column-sized is kept between calls.
+column-sized is kept between calls, and a call that names the subset (even ``dimDS``) holds its
+columns while it runs.
 """
 
 from __future__ import annotations
@@ -44,9 +47,6 @@ class RowSet:
         self.columns = columns
         self.rows = rows
         self._built: weakref.ref | None = None
-
-    def __len__(self) -> int:
-        return int(self.positions.size)
 
     @property
     def kept(self) -> tuple[int, ...]:

@@ -1,7 +1,8 @@
 """Analyst sessions and their workspaces of server-side symbols.
 
 Each session belongs to one user; only that user can use it. Symbols hold
-tables (pandas DataFrames) and vectors (pandas Series) and never leave the
+tables (pandas DataFrames, or subsets of them as row positions:
+:mod:`dsfed_server.rowsets`) and vectors (pandas Series) and never leave the
 site. Idle sessions expire after the site's configured timeout.
 """
 

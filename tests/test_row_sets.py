@@ -15,6 +15,7 @@ from test_shared_columns import _held_by
 
 from conftest import inprocess_builder
 from dsfed_client import Call, Ref
+from dsfed_client.aggregation import last_release
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.errors import FederatedCallError
 from dsfed_server.synthetic import binormal
@@ -48,8 +49,8 @@ def test_subsets_hold_row_positions_and_read_as_the_rows_they_name(site):
         with pytest.raises(FederatedCallError, match="no column 'x1'.*columns: y, score"):
             session.aggregate("meanDS", Ref("S3$x1"))
     # the positions alone (a copy would hold 32 bytes a record: 8 x as much)
-    assert held_first < 1.1 * POSITION * len(first) + 65_536
-    assert held_second < 1.1 * POSITION * len(second) + 65_536
+    assert held_first < 1.1 * POSITION * len(first) + 65_536 < COPY * len(first)
+    assert held_second < 1.1 * POSITION * len(second) + 65_536 < COPY * len(second)
     reference = r_eval("coef(glm(y ~ score + x1, family = binomial))", y=second["y"].to_numpy(dtype=float),
                        score=second["score"].to_numpy(), x1=second["x1"].to_numpy())
     np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
@@ -70,11 +71,10 @@ def test_complete_cases_of_a_table_hold_row_positions(tmp_path):
         session.assign_table("D", "P.t")
         held, _ = _held_by(lambda: session.assign("C", Call("completeCasesDS", "D")))
         fit = ds_glm(session, "y ~ x1 + x2", "C")
-    assert held < 1.1 * POSITION * len(complete) + 65_536  # a copy: 32 bytes a record
+    assert held < 1.1 * POSITION * len(complete) + 65_536 < COPY * len(complete)
     reference = r_eval("coef(glm(y ~ x1 + x2, family = binomial))", y=complete["y"].to_numpy(dtype=float),
                        x1=complete["x1"].to_numpy(), x2=complete["x2"].to_numpy(dtype=float))
     np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
-
 
 
 def test_a_table_combined_from_columns_shares_them(site):
@@ -93,3 +93,34 @@ def test_a_table_combined_from_columns_shares_them(site):
                        x1=frame["x1"].to_numpy(), score=frame["score"].to_numpy())
     np.testing.assert_allclose(fit.params, reference, rtol=1e-8)
     assert means["EstimatedMean"] == pytest.approx(float(frame["x2"].mean()), rel=1e-12)
+
+
+def test_a_subset_made_inside_another_call_is_read_as_its_rows(site):
+    """A subset call nested in another call (``dimDS(dataFrameSubsetDS2(...))``, ``completeCasesDS(
+    subsetRowsDS(...))``) is read as the table of its rows, as a subset symbol is."""
+    frame = site["frame"]
+    kept = frame[frame["x1"] > 0.5]
+    with inprocess_builder(site["provisioned"], site["services"]).login() as session:
+        session.assign_table("D", "P.t")
+        dims = session.aggregate("dimDS", Call("dataFrameSubsetDS2", "D", "D$x1", "0.5", 5))["site1"]
+        session.assign("C", Call("completeCasesDS", Call("subsetRowsDS", "D", "x1", ">", 0.5)))
+        means = session.aggregate("meanDS", Ref("C$score"))["site1"]
+    assert list(dims) == [len(kept), frame.shape[1]]
+    assert means["Nvalid"] == len(kept)
+    assert means["EstimatedMean"] == pytest.approx(float(kept["score"].mean()), rel=1e-12)
+
+
+def test_a_subset_that_drops_the_source_of_a_computed_column_says_so(tmp_path):
+    """``rcsFrameDS`` computes ``lp1`` from ``lp``; a subset keeping ``y`` only cannot read ``lp1``,
+    and the error says which column to keep (as for the table itself)."""
+    rng = np.random.default_rng(23)
+    frames = {s: pd.DataFrame(binormal(5000, rng, auc=0.8, prevalence=0.3)) for s in ("a", "b", "c")}
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t", variables=["y", "score"])
+        knots = last_release(session.aggregation(True).steps("rcsKnotsDS", Ref("D$y"), Ref("D$score")))
+        session.assign("S", Call("rcsFrameDS", Ref("D$y"), Ref("D$score"),
+                                 Ref(knots["knots_symbol"], knots["knots_digest"])))
+        session.assign("S2", Call("dataFrameSubsetDS2", "S", "S$lp", "0", 5, **{"keep.cols": [1]}))
+        with pytest.raises(FederatedCallError, match="'lp1' is computed from 'lp', which this table no longer has"):
+            session.aggregate("meanDS", Ref("S2$lp1"))

@@ -64,7 +64,8 @@ def columns_from_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], n
     at = 0
     for batch in batches:
         if at + batch.num_rows > n:
-            raise ReadError(f"more than the {n} rows it had when first read: the table changed while the site served it")
+            raise ReadError(f"more than the {n} rows it had when first read: the table changed while the site "
+                            "served it")
         for sink, chunk in zip(sinks, batch.columns):
             sink.add(chunk, at)
         at += batch.num_rows

@@ -291,8 +291,9 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
 def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame,
                 weights: str | None, offset: str | None) -> Callable[[], ModelFrame]:
     """The model frame of ``data`` on demand, holding the workspace value it is (the table, or the
-    subset whose table it is) by a weak reference: a step the analyst never opens (the last one sealed after the fit converged) keeps no table or model frame
-    alive once the symbol is removed or reassigned."""
+    subset whose table it is) by a weak reference: a step the analyst never opens (the last one
+    sealed after the fit converged) keeps no table or model frame alive once the symbol is removed
+    or reassigned."""
     table = weakref.ref(kept_value(session.symbols, data))
 
     def frame() -> ModelFrame:
