@@ -40,9 +40,12 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from dsfed_server.rowbatches import row_batches
+
 ROWS = "dsfed.rows"
 T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
+CODED_SETS = 16  # up to this many row sets, a record's atom is a 16-bit code (:func:`_atoms`)
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -98,15 +101,11 @@ def isolated_records(sets: list[np.ndarray]) -> np.ndarray:
     indicator is in the span (then its atom holds it alone)."""
     if not sets:
         return np.zeros(0, dtype=np.int64)
-    matrix = np.column_stack(sets).astype(bool)
-    packed = np.packbits(matrix, axis=1)
-    _, first, inverse, counts = np.unique(packed, axis=0, return_index=True, return_inverse=True,
-                                          return_counts=True)
-    inverse = inverse.ravel()
+    first, counts, incidence = _atoms(sets)
     single = counts == 1
     if not single.any():
         return np.zeros(0, dtype=np.int64)
-    atoms = matrix[first].astype(float) * np.sqrt(counts)[:, None]
+    atoms = incidence.astype(float) * np.sqrt(counts)[:, None]
     u, s, _ = np.linalg.svd(atoms, full_matrices=False)
     if s.size == 0 or s[0] == 0:
         return np.zeros(0, dtype=np.int64)
@@ -114,6 +113,36 @@ def isolated_records(sets: list[np.ndarray]) -> np.ndarray:
     leverage = np.einsum("ij,ij->i", basis, basis) / counts
     isolated_atoms = np.flatnonzero(single & (leverage > 1 - 1e-8))
     return np.sort(first[isolated_atoms])
+
+
+def _atoms(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The atoms of ``sets`` (records that belong to the same sets): each atom's first record
+    (position), its size and its incidence (atoms x sets, boolean).
+
+    Up to :data:`CODED_SETS` sets, a record's atom is a 16-bit code of the sets it belongs to: 2 bytes
+    a record, the atoms' sizes counted by ``np.bincount`` and their first records found a batch of
+    rows at a time. Beyond, the records' packed incidence rows are sorted (``np.unique`` over rows:
+    three arrays of 8 bytes a record)."""
+    if len(sets) > CODED_SETS:
+        matrix = np.column_stack(sets).astype(bool)
+        _, first, counts = np.unique(np.packbits(matrix, axis=1), axis=0, return_index=True, return_counts=True)
+        return first, counts, matrix[first]
+    code = np.zeros(sets[0].size, dtype=np.uint16)
+    for j, rows in enumerate(sets):
+        np.bitwise_or(code, np.uint16(1 << j), out=code, where=np.asarray(rows, dtype=bool))
+    counts = np.bincount(code, minlength=1 << len(sets))
+    values = np.flatnonzero(counts)
+    first = np.full(counts.size, -1, dtype=np.int64)
+    unseen = values.size
+    for rows in row_batches(code.size):
+        seen, at = np.unique(code[rows], return_index=True)
+        new = first[seen] < 0
+        first[seen[new]] = at[new] + rows.start
+        unseen -= int(np.count_nonzero(new))
+        if unseen == 0:
+            break
+    incidence = ((values[:, None] >> np.arange(len(sets))) & 1).astype(bool)
+    return first[values], counts[values], incidence
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int) -> str | None:

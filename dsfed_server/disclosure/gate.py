@@ -445,7 +445,9 @@ def decide_local(cells: Intervals, floor: Floor, history: Sequence[Cut], pick: P
     ``floor``: keyed by the site's secret; ``pick``: :func:`site_pick`. Requested cuts in
     ``exclude`` are dropped before anything is decided."""
     x = np.sort(cells.x)
-    root = cells.root_values()
+    # values of the whole column as it is (or without provenance) are the column's: sorted alike
+    same_values = cells.column is None or (not cells.subset and cells.column.transform == "identity")
+    root = x if same_values else cells.root_values()
     chosen = [i for i, c in enumerate(cells.cuts) if c not in exclude]
     root_cuts = cells.root_cuts()
     column = cells.column

@@ -130,5 +130,6 @@ def cut_cells(ctx: CallContext, column: pd.Series, cuts: tuple[Cut, ...], what: 
     """The cells ``cuts`` (sorted) make on a numeric column's non-missing values, checked against the
     cut history of the site table column it comes from."""
     values = column.to_numpy(dtype=float, na_value=np.nan)
-    return Intervals(values[~np.isnan(values)], cuts, render=lambda released: None, what=what,
+    present = ~np.isnan(values)
+    return Intervals(values if present.all() else values[present], cuts, render=lambda released: None, what=what,
                      column=ctx.root_column(column))

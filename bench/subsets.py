@@ -1,0 +1,97 @@
+"""What subsets and combined tables cost a site: bytes held after the call and peak bytes during it.
+
+One in-process site of ``--n`` records (binormal design: y, score, x1, x2 as Parquet, seed 000's
+rules of site1.toml), the analyst's calls measured with tracemalloc (numpy reports its buffers to
+it) from the moment before the call:
+
+- ``S <- dataFrameSubsetDS2(D, D$x1 > 0)``, ``S2 <- dataFrameSubsetDS2(S, S$score < 0.5)``: held
+  should be the kept records' positions (4 bytes each), against a copy of the subset's columns;
+- ``T <- dataFrameDS(D$x1, D$score, D$y)``: held should be nothing, against copies of its columns;
+- the peak above the start, against the bytes of the column the condition reads (issue 17's 3 x);
+- the same subset in pooled numpy (``frame[frame.x1 > 0]``) for time, in the same run.
+
+    .venv/bin/python bench/subsets.py --n 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dsfed_client import Call, LoginBuilder  # noqa: E402
+from dsfed_server.provision import provision  # noqa: E402
+from dsfed_server.service import SiteService  # noqa: E402
+from dsfed_server.synthetic import write_sites  # noqa: E402
+
+RULES = ROOT / "disclosure_rules" / "site1.toml"
+
+
+def measured(call: Callable[[], Any]) -> tuple[float, int, int]:
+    """Seconds, bytes held after ``call`` and its peak, both above what was held before it."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        start = time.perf_counter()
+        call()
+        seconds = time.perf_counter() - start
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return seconds, after - before, peak - before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=10_000_000, help="records at the site")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_sites(work / "data", n_sites=1, n_per_site=args.n, design="binormal", seed=7, fmt="parquet")
+        provisioned = provision(work / "run", {"site1": (work / "data" / "site1", RULES)})
+        service = SiteService.from_config_file(provisioned["site1"].config)
+        frame = pd.read_parquet(work / "data" / "site1" / "SYNTH" / "validation.parquet")
+        cred = provisioned["site1"].credentials["analyst"]
+        builder = LoginBuilder()
+        builder.append_inprocess(service, user=cred.user, password=cred.password)
+        with builder.login() as session:
+            session.assign_table("D", "SYNTH.validation")
+            session.aggregate("meanDS", "D$x1")  # the columns read before anything is measured
+            session.aggregate("meanDS", "D$score")
+            calls = {
+                "S <- subset of D (x1 > 0)": (Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5),
+                                               frame[frame["x1"] > 0]),
+                "S2 <- subset of S (score < 0.5)": (Call("dataFrameSubsetDS2", "S", "S$score", "0.5", 3),
+                                                     frame[(frame["x1"] > 0) & (frame["score"] < 0.5)]),
+                "T <- dataFrameDS(D$x1, D$score, D$y)": (
+                    Call("dataFrameDS", "D$x1,D$score,D$y", None, False, True, "D$x1,D$score,D$y", True, False),
+                    frame[["x1", "score", "y"]]),
+            }
+            start = time.perf_counter()
+            frame[frame["x1"] > 0]
+            numpy_s = time.perf_counter() - start
+            read = 8 * args.n  # the float64 column a condition reads
+            print(f"n = {args.n:,}; pooled numpy frame[frame.x1 > 0]: {numpy_s:.3f} s")
+            print(f"{'call':40} {'s':>6} {'rows':>11} {'held MB':>9} {'copy MB':>9} {'peak MB':>9} {'peak/read':>9}")
+            for (label, (call, expected)), symbol in zip(calls.items(), ("S", "S2", "T")):
+                seconds, held, peak = measured(lambda: session.assign(symbol, call))
+                copy = int(expected.memory_usage(index=False).sum())
+                print(f"{label:40} {seconds:6.2f} {len(expected):11,} {held / 1e6:9.1f} {copy / 1e6:9.1f} "
+                      f"{peak / 1e6:9.1f} {peak / read:9.2f}")
+        service.catalog.close()
+    print(f"(numpy {np.__version__}, pandas {pd.__version__}; peak/read: the call's peak above its start over "
+          f"the {read / 1e6:.0f} MB of the column it reads)")
+
+
+if __name__ == "__main__":
+    main()
