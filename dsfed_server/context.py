@@ -102,6 +102,15 @@ class CallContext:
         the workspace keeps them: positions in the table a symbol holds (:mod:`~dsfed_server.rowsets`)."""
         return subset_of(self.session.symbols, table, mask, rows, columns)
 
+    def site_subset(self, name: str) -> RowSet | None:
+        """Symbol ``name``'s subset of site data as it is held (its rows, not built: for a function
+        that reads only its rows and column names), read as :meth:`resolve` reads a symbol; None for
+        any other value, or a subset of values the analyst supplied (resolved and checked as tables)."""
+        value = self.session.get(name)
+        if not isinstance(value, RowSet) or not self.session.sources.get(name):
+            return None
+        return self._read(name, value)
+
     def resolve(self, node: Node) -> Any:
         if isinstance(node, Symbol):
             value = self.session.get(node.name)

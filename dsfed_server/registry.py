@@ -58,6 +58,9 @@ class Param:
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    # a table parameter whose function reads only the table's rows and column names (its columns
+    # through references such as "S$age"): a subset symbol is passed as its RowSet, not built
+    rows_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -312,7 +315,11 @@ def _workspace_value(param: Param, node: Node, ctx: "CallContext") -> Any:
 
 
 def _table(param: Param, node: Node, ctx: "CallContext") -> Any:
-    value = _workspace_value(param, node, ctx)
+    if isinstance(node, Literal) and isinstance(node.value, str):
+        node = ctx.parse_reference(node.value)
+    if param.rows_only and isinstance(node, Symbol) and (subset := ctx.site_subset(node.name)) is not None:
+        return subset
+    value = ctx.resolve(node)
     if not ctx.is_table(value):
         raise CallError(f"argument {param.name!r} must be a table (data frame), got {ctx.class_of(value)}")
     return value

@@ -48,6 +48,19 @@ class RowSet:
         self.rows = rows
         self._built: weakref.ref | None = None
 
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Rows and columns, as the built table's."""
+        return len(self), len(self.kept)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The built table's attrs (the parent's, with this subset's row set): read-only."""
+        return {**self.parent.attrs, ROWS: self.rows}
+
     @property
     def kept(self) -> tuple[int, ...]:
         """The positions of the kept columns in the parent."""

@@ -41,7 +41,8 @@ def test_subsets_hold_row_positions_and_read_as_the_rows_they_name(site):
         session.assign_table("D", "P.t")
         held_first, _ = _held_by(lambda: session.assign("S", Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5)))
         # a subset of the subset: positions in D, not in a table built from S
-        held_second, _ = _held_by(lambda: session.assign("S2", Call("dataFrameSubsetDS2", "S", "S$score", "0.5", 3)))
+        held_second, peak_second = _held_by(
+            lambda: session.assign("S2", Call("dataFrameSubsetDS2", "S", "S$score", "0.5", 3)))
         session.assign("S3", Call("dataFrameSubsetDS2", "S2", "S2$x2", "1", 1, **{"keep.cols": [1, 2]}))
         fit = ds_glm(session, "y ~ score + x1", "S2")
         means = session.aggregate("meanDS", Ref("S3$score"))["site1"]
@@ -51,6 +52,10 @@ def test_subsets_hold_row_positions_and_read_as_the_rows_they_name(site):
     # the positions alone (a copy would hold 32 bytes a record: 8 x as much)
     assert held_first < 1.1 * POSITION * len(first) + 65_536 < COPY * len(first)
     assert held_second < 1.1 * POSITION * len(second) + 65_536 < COPY * len(second)
+    # S's rows are not built into a table to subset it: the call reads S$score and the site column the
+    # condition's cut is checked in (a sorted copy of each), not S's four columns (32 bytes a record more)
+    read = 8 * len(first) + 8 * N
+    assert peak_second < 2 * read
     reference = r_eval("coef(glm(y ~ score + x1, family = binomial))", y=second["y"].to_numpy(dtype=float),
                        score=second["score"].to_numpy(), x1=second["x1"].to_numpy())
     np.testing.assert_allclose(fit.params, reference, rtol=1e-8)

@@ -357,7 +357,7 @@ def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
 
 
 _SUBSET_PARAMS = [
-        Param("df.name", P.TABLE, "the table to subset, e.g. \"D\""),
+        Param("df.name", P.TABLE, "the table to subset, e.g. \"D\"", rows_only=True),
         Param("V1.name", P.STRING, "the vector compared, e.g. \"D$age\" (or \"ONES\" to keep every row)"),
         Param("V2.name", P.STRING, "what it is compared with: a number (\"50\"), a quoted string, or a vector"),
         Param("Boolean.operator.n", P.INTEGER, "1 ==, 2 !=, 3 <, 4 <=, 5 >, 6 >=", choices=tuple(_OPERATORS)),
@@ -369,7 +369,7 @@ SUBSET_DONE = "Subsetting undertaken without problems"
 
 
 @register("dataFrameSubsetDS2", "assign", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
-def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
+def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name: str, V2_name: str,
                       Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
                       keep_NAs: bool) -> pd.DataFrame | RowSet:
     """Rows of a table where ``V1 <op> V2`` holds, optionally some columns (dsBase ``dataFrameSubsetDS2``).
@@ -409,7 +409,7 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_
 
 
 @register("dataFrameSubsetDS1", "aggregate", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
-def data_frame_subset_check(ctx: CallContext, df_name: pd.DataFrame, V1_name: str, V2_name: str,
+def data_frame_subset_check(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name: str, V2_name: str,
                             Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
                             keep_NAs: bool) -> str:
     """The checks of ``dataFrameSubsetDS2`` with the same arguments, its subset not kept (dsBase
