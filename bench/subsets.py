@@ -7,7 +7,8 @@ it) from the moment before the call:
 - ``S <- dataFrameSubsetDS2(D, D$x1 > 0)``, ``S2 <- dataFrameSubsetDS2(S, S$score < 0.5)``: held
   should be the kept records' positions (4 bytes each), against a copy of the subset's columns;
 - ``T <- dataFrameDS(D$x1, D$score, D$y)``: held should be nothing, against copies of its columns;
-- the peak above the start, against the bytes of the column the condition reads (issue 17's 3 x);
+- the peak above the start, against the bytes of the columns the call reads (issue 17's 3 x): a
+  condition's column as the call sees it and the site table column whose cut history checks it;
 - the same subset in pooled numpy (``frame[frame.x1 > 0]``) for time, in the same run.
 
     .venv/bin/python bench/subsets.py --n 10000000
@@ -68,29 +69,32 @@ def main() -> None:
             session.assign_table("D", "SYNTH.validation")
             session.aggregate("meanDS", "D$x1")  # the columns read before anything is measured
             session.aggregate("meanDS", "D$score")
+            first = frame[frame["x1"] > 0]
+            column = 8 * args.n  # a float64 column of the table
+            # call: (the call, what it makes in pandas, the bytes it reads: the condition's column as the
+            # call sees it, and the site table column whose cut history the condition is checked in)
             calls = {
-                "S <- subset of D (x1 > 0)": (Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5),
-                                               frame[frame["x1"] > 0]),
+                "S <- subset of D (x1 > 0)": (Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5), first, column),
                 "S2 <- subset of S (score < 0.5)": (Call("dataFrameSubsetDS2", "S", "S$score", "0.5", 3),
-                                                     frame[(frame["x1"] > 0) & (frame["score"] < 0.5)]),
+                                                     first[first["score"] < 0.5], 8 * len(first) + column),
                 "T <- dataFrameDS(D$x1, D$score, D$y)": (
                     Call("dataFrameDS", "D$x1,D$score,D$y", None, False, True, "D$x1,D$score,D$y", True, False),
-                    frame[["x1", "score", "y"]]),
+                    frame[["x1", "score", "y"]], 3 * column),
             }
             start = time.perf_counter()
             frame[frame["x1"] > 0]
             numpy_s = time.perf_counter() - start
-            read = 8 * args.n  # the float64 column a condition reads
             print(f"n = {args.n:,}; pooled numpy frame[frame.x1 > 0]: {numpy_s:.3f} s")
-            print(f"{'call':40} {'s':>6} {'rows':>11} {'held MB':>9} {'copy MB':>9} {'peak MB':>9} {'peak/read':>9}")
-            for (label, (call, expected)), symbol in zip(calls.items(), ("S", "S2", "T")):
+            print(f"{'call':40} {'s':>6} {'rows':>11} {'held MB':>9} {'copy MB':>9} {'read MB':>9} {'peak MB':>9} "
+                  f"{'peak/read':>9}")
+            for (label, (call, expected, read)), symbol in zip(calls.items(), ("S", "S2", "T")):
                 seconds, held, peak = measured(lambda: session.assign(symbol, call))
                 copy = int(expected.memory_usage(index=False).sum())
                 print(f"{label:40} {seconds:6.2f} {len(expected):11,} {held / 1e6:9.1f} {copy / 1e6:9.1f} "
-                      f"{peak / 1e6:9.1f} {peak / read:9.2f}")
+                      f"{read / 1e6:9.1f} {peak / 1e6:9.1f} {peak / read:9.2f}")
         service.catalog.close()
-    print(f"(numpy {np.__version__}, pandas {pd.__version__}; peak/read: the call's peak above its start over "
-          f"the {read / 1e6:.0f} MB of the column it reads)")
+    print(f"(numpy {np.__version__}, pandas {pd.__version__}; held: above the start, after the call; copy: the "
+          f"pandas table it makes; peak/read: the call's peak above its start over the bytes of the columns it reads)")
 
 
 if __name__ == "__main__":
