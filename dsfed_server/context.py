@@ -96,10 +96,11 @@ class CallContext:
             self.guard.check_analyst_data()
         return value
 
-    def subset(self, table: pd.DataFrame, mask: np.ndarray, rows: Rows,
+    def subset(self, table: pd.DataFrame | RowSet, mask: np.ndarray, rows: Rows,
                columns: list[int] | None = None) -> RowSet | pd.DataFrame:
-        """Rows ``mask`` and columns ``columns`` (positions) of ``table``, which hold ``rows``, as
-        the workspace keeps them: positions in the table a symbol holds (:mod:`~dsfed_server.rowsets`)."""
+        """Rows ``mask`` and columns ``columns`` (positions) of ``table`` (a table, or a subset as a
+        symbol holds it), which hold ``rows``, as the workspace keeps them: positions in the table a
+        symbol holds (:mod:`~dsfed_server.rowsets`)."""
         return subset_of(self.session.symbols, table, mask, rows, columns)
 
     def site_subset(self, name: str) -> RowSet | None:
@@ -152,9 +153,7 @@ class CallContext:
 
 def r_class(value: Any) -> str:
     """The R class name DataSHIELD clients expect for a workspace value."""
-    if isinstance(value, RowSet):
-        return "data.frame"
-    if isinstance(value, pd.DataFrame):
+    if isinstance(value, (pd.DataFrame, RowSet)):
         return "data.frame"
     if isinstance(value, pd.Series):
         dtype = value.dtype

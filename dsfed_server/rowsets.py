@@ -110,11 +110,12 @@ def kept_value(symbols: dict[str, Any], value: Any) -> Any:
     return next((v for v in symbols.values() if isinstance(v, RowSet) and v.built(value)), value)
 
 
-def subset_of(symbols: dict[str, Any], table: pd.DataFrame, mask: np.ndarray, rows: Rows,
+def subset_of(symbols: dict[str, Any], table: pd.DataFrame | RowSet, mask: np.ndarray, rows: Rows,
               columns: list[int] | None = None) -> RowSet | pd.DataFrame:
     """Rows ``mask`` and columns ``columns`` (positions; None: all) of ``table``, whose records are
     ``rows``: a :class:`RowSet` of the table a workspace symbol holds (or of its parent, for a
-    subset's built table); a copy of a table no symbol holds (one just built: nothing to share)."""
+    subset or a subset's built table); a copy of a table no symbol holds (one just built: nothing
+    to share)."""
     kept = kept_value(symbols, table)
     if isinstance(kept, RowSet):
         return kept.subset(mask, rows, columns)
