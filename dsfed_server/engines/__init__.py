@@ -27,6 +27,14 @@ if TYPE_CHECKING:
     from dsfed_server.config import CatalogSection
 
 
+def catalog_error(message: str) -> Exception:
+    """The catalog's error (:class:`~dsfed_server.catalog.CatalogError`) for an engine's ``message``:
+    imported when raised, as the catalog imports the engines."""
+    from dsfed_server.catalog import CatalogError  # noqa: PLC0415
+
+    return CatalogError(message)
+
+
 class Engine(Protocol):
     """What the catalog asks of the engine that holds a site's tables."""
 

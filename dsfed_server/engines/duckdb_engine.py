@@ -16,6 +16,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from dsfed_server.engines import catalog_error
 from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
 from dsfed_server.rowbatches import BATCH_ROWS
@@ -114,9 +115,7 @@ class DuckDBEngine:
             reader = self._cursor().sql(query).to_arrow_reader(BATCH_ROWS)
             return columns_from_batches(reader.schema, reader, n)
         except (duckdb.Error, pa.ArrowException, OSError, ReadError) as exc:
-            from dsfed_server.catalog import CatalogError  # noqa: PLC0415  (the catalog imports the engines)
-
-            raise CatalogError(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
+            raise catalog_error(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
 
     def close(self) -> None:
         with self._lock:

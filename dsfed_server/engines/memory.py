@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import pyarrow as pa
 
+from dsfed_server.engines import catalog_error
+
 if TYPE_CHECKING:
     from dsfed_server.catalog import TableInfo, Variable
 
@@ -53,9 +55,7 @@ class MemoryEngine:
                     self._frames[info.ref] = (_read_parquet(path) if path.suffix == ".parquet" else
                                               pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""]))
                 except (MemoryError, pa.ArrowMemoryError) as exc:
-                    from dsfed_server.catalog import CatalogError  # noqa: PLC0415  (the catalog imports the engines)
-
-                    raise CatalogError(f"{path}: the table does not fit in the memory this site may use ({exc}); "
+                    raise catalog_error(f"{path}: the table does not fit in the memory this site may use ({exc}); "
                                        f"engine = \"memory\" reads whole tables: use engine = \"duckdb\", which "
                                        f"reads the columns a call names (docs/site-admin.md)") from None
             return self._frames[info.ref]

@@ -41,6 +41,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from dsfed_server.engines import catalog_error
 from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
 
@@ -113,9 +114,7 @@ class PostgreSQLEngine:
                               f"can only read (docs/deployment.md, 'Data in PostgreSQL')")
 
     def _error(self, message: str) -> Exception:
-        from dsfed_server.catalog import CatalogError  # noqa: PLC0415
-
-        return CatalogError(f"[catalog] dsn {self.dsn!r}: {message}")
+        return catalog_error(f"[catalog] dsn {self.dsn!r}: {message}")
 
     def _connect(self) -> psycopg.Connection:
         try:

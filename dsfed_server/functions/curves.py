@@ -327,7 +327,8 @@ def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p:
     def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for rows in row_batches(y.size):
             yb, pb = y[rows], p[rows]
-            yield _cdf(reference, "neg", pb[yb == 1], within_bin), 1.0 - _cdf(reference, "pos", pb[yb == 0], within_bin)
+            yield (_cdf(reference, "neg", pb[yb == 1], within_bin),
+                   1.0 - _cdf(reference, "pos", pb[yb == 0], within_bin))
 
     return batches()
 

@@ -328,13 +328,12 @@ class SplineTerm:
     checks=("disclosure.q_threshold",),
 )
 def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.DataFrame) -> pd.DataFrame:
-    """A table ``(y, lp, lp1, ..., lp{nk-2})`` for ``glm(y ~ rms::rcs(qlogis(p), knots), binomial)`` by
-    the distributed GLM: ``lp`` = logit(p) and its restricted cubic spline basis
-    (:func:`~dsfed_core.splines.rcs_basis`) at the knots the sites derived; records with p = 0 or 1
-    left out (as ``val.prob``). Knots the analyst made are refused (module docstring). The table
-    stores ``y`` (its parent's column) and ``lp``; ``lp1, ...`` are computed from ``lp`` as they are
-    read (:data:`~dsfed_server.modelframe.COMPUTED`: the GLM a batch of rows at a time; ``S$lp1``
-    whole), so the table's column names are ``y, lp``."""
+    """A table for ``glm(y ~ rms::rcs(qlogis(p), knots), binomial)`` by the distributed GLM: columns
+    ``y`` (its parent's column) and ``lp`` = logit(p), and the spline basis terms ``lp1, ...,
+    lp{nk-2}`` of ``lp`` at the knots the sites derived (:func:`~dsfed_core.splines.rcs_term`),
+    computed from ``lp`` as they are read (:data:`~dsfed_server.modelframe.COMPUTED`: the GLM a batch
+    of rows at a time; ``S$lp1`` whole), so the table's column names are ``y, lp``. Records with
+    p = 0 or 1 are left out (as ``val.prob``). Knots the analyst made are refused (module docstring)."""
     if not ctx.session.derived_by_sites(knots, SITE_DERIVED) or "knot" not in knots.columns:
         raise CallError("knots must be the symbol the sites derived (rcsKnotsDS's knots_symbol): knots of the "
                         "analyst's choosing would move the spline's kinks between records",
