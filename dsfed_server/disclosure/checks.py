@@ -226,6 +226,11 @@ class Guard:
         each value (row sets for the release history), else nothing."""
         present = ~np.isnan(values)
         q = self.q
+        ordered = values[present]
+        ordered.sort()  # the count of distinct values from one sorted copy: the usual answer is "many"
+        if ordered.size and 1 + np.count_nonzero(ordered[1:] != ordered[:-1]) > ordered.size // q:
+            return []
+        del ordered
         distinct, inverse, counts = np.unique(values[present], return_inverse=True, return_counts=True)
         if distinct.size > present.sum() // q:
             return []
