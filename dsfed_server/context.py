@@ -16,9 +16,10 @@ from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import RootColumn, root_column
-from dsfed_server.modelframe import COMPUTED, computed_column, integer_view
+from dsfed_server.modelframe import integer_view
 from dsfed_server.rowsets import RowSet, subset_of
-from dsfed_core.errors import CallError, NotFound
+from dsfed_server.views import ColumnView, Held, read_value
+from dsfed_core.errors import CallError
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
 
@@ -112,34 +113,19 @@ class CallContext:
             return None
         return self._read(name, value)
 
+    def held(self, node: Symbol | Column) -> tuple[Held, Any]:
+        """What symbol ``node`` names (or whose column it names) as the workspace holds it, for a
+        value that keeps what it read (:mod:`~dsfed_server.views`), and what :meth:`resolve` reads."""
+        name = node.name if isinstance(node, Symbol) else node.table
+        held = Held(name, self.session.get(name), node.column if isinstance(node, Column) else None)
+        return held, self._read(name, held.read())
+
     def resolve(self, node: Node) -> Any:
-        if isinstance(node, Symbol):
-            value = self.session.get(node.name)
-            if isinstance(value, RowSet):
-                value = value.frame()
-            return self._read(node.name, value)
-        if isinstance(node, Column):
-            table = self.session.get(node.table)
-            if isinstance(table, RowSet):
-                if not table.reads(node.column) and node.column not in table.parent.attrs.get(COMPUTED, {}):
-                    raise NotFound(f"table {node.table!r} has no column {node.column!r}",
-                                   hint=f"columns: {', '.join(map(str, table.labels))}")
-                table = table.frame(table.reads(node.column))  # a computed column's source dropped: says so
-            if isinstance(table, pd.DataFrame) and node.column in table.columns:
-                return self._read(node.table, table[node.column])
-            if isinstance(table, pd.DataFrame) and node.column in table.attrs.get(COMPUTED, {}):
-                return self._read(node.table, computed_column(table, node.column))
-            if not isinstance(table, pd.DataFrame):
-                raise CallError(f"{node.table!r} is not a table, so {node.to_text()!r} has no column")
-            if node.column not in table.columns:
-                raise NotFound(
-                    f"table {node.table!r} has no column {node.column!r}",
-                    hint=f"columns: {', '.join(map(str, table.columns))}",
-                )
-            return table[node.column]
+        if isinstance(node, (Symbol, Column)):
+            return self.held(node)[1]
         if isinstance(node, Call):
             value = self.service.run_nested(self.session, node)
-            return value.frame() if isinstance(value, RowSet) else value  # a subset made for this call
+            return read_value(node.function, value)  # a subset or a view made for this call
         raise CallError(f"expected a symbol, table$column or call, got {node.to_text()!r}")
 
     @staticmethod
@@ -155,6 +141,8 @@ def r_class(value: Any) -> str:
     """The R class name DataSHIELD clients expect for a workspace value."""
     if isinstance(value, (pd.DataFrame, RowSet)):
         return "data.frame"
+    if isinstance(value, ColumnView):
+        return "numeric"
     if isinstance(value, pd.Series):
         dtype = value.dtype
         if isinstance(dtype, pd.CategoricalDtype):

@@ -231,15 +231,14 @@ def _design(formula: Formula, rows: dict[str, pd.Series], n: int, lazy: dict[str
     return _Design(columns, products, factors, levels)
 
 
-def design_matrix(formula: Formula, table: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
-    """The design matrix of the formula's right-hand side for the records of ``table`` complete
-    in its variables (a prediction needs no response), its column names and which records those are."""
+def design_columns(formula: Formula, table: pd.DataFrame
+                   ) -> tuple[list[tuple[str, np.ndarray | LazyColumn]], np.ndarray]:
+    """The design columns of the formula's right-hand side (R's ``model.matrix``), named, for the
+    records of ``table`` complete in its variables (a prediction needs no response), and which
+    records those are; to be read a batch of rows at a time, not stacked whole."""
     lazy = _lazy(table, formula)
     rows, complete = _complete_rows(table, [v for t in formula.terms for v in t.variables], lazy)
-    n = int(complete.sum())
-    columns = _design(formula, rows, n, lazy).columns
-    X = np.column_stack([c[1] for c in columns]) if n else np.zeros((0, len(columns)))
-    return X, tuple(c[0] for c in columns), complete
+    return _design(formula, rows, int(complete.sum()), lazy).columns, complete
 
 
 def model_frame(

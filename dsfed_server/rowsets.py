@@ -105,7 +105,7 @@ class RowSet:
         return self._built is not None and self._built() is value
 
 
-def kept_value(symbols: dict[str, Any], value: Any) -> Any:
+def kept_table(symbols: dict[str, Any], value: Any) -> Any:
     """What a workspace keeps for ``value``: the subset whose built table ``value`` is, or ``value``."""
     return next((v for v in symbols.values() if isinstance(v, RowSet) and v.built(value)), value)
 
@@ -116,7 +116,7 @@ def subset_of(symbols: dict[str, Any], table: pd.DataFrame | RowSet, mask: np.nd
     ``rows``: a :class:`RowSet` of the table a workspace symbol holds (or of its parent, for a
     subset or a subset's built table); a copy of a table no symbol holds (one just built: nothing
     to share)."""
-    kept = kept_value(symbols, table)
+    kept = kept_table(symbols, table)
     if isinstance(kept, RowSet):
         return kept.subset(mask, rows, columns)
     subset = RowSet(table, np.flatnonzero(mask), None if columns is None else tuple(columns), rows)

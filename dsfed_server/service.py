@@ -50,7 +50,7 @@ from dsfed_core.parser import parse
 from dsfed_server.models import ModelStore, read_upload
 from dsfed_server.onnx_model import ONNXModel
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
-from dsfed_server.rowsets import kept_value
+from dsfed_server.views import kept_value
 from dsfed_server.rvalues import opal_json
 from dsfed_server.tomlfile import ConfigFileError, locate
 from dsfed_server.workspace import Session, SessionStore, check_symbol_name
@@ -738,7 +738,7 @@ class SiteService:
                 value = self._invoke(session, node) if isinstance(node, Call) else ctx.resolve(node)
                 digest = definition(canonical_call(request), session, scope)
                 session.definitions[symbol] = digest
-                session.symbols[symbol] = kept_value(session.symbols, value)  # a subset: its row ids
+                session.symbols[symbol] = kept_value(session.symbols, value)  # a subset: its row ids; a view
                 session.sources[symbol] = frozenset(scope.sources)
                 cls = r_class(value)
         return {"symbol": symbol, "class": cls, "digest": digest}

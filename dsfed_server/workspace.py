@@ -2,8 +2,9 @@
 
 Each session belongs to one user; only that user can use it. Symbols hold
 tables (pandas DataFrames, or subsets of them as row positions:
-:mod:`dsfed_server.rowsets`) and vectors (pandas Series) and never leave the
-site. Idle sessions expire after the site's configured timeout.
+:mod:`dsfed_server.rowsets`) and vectors (pandas Series, or derived columns and
+predictions as how they are computed: :mod:`dsfed_server.views`) and never leave
+the site. Idle sessions expire after the site's configured timeout.
 """
 
 from __future__ import annotations

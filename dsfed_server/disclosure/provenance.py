@@ -72,17 +72,21 @@ class RootColumn:
         return TRANSFORMS[self.transform]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelColumn:
     """A model's predictions for every record of a site table (``predictDS``): a column the table
     does not store but the site computes alike for any subset, so its cuts are kept under one
     history per (table, model), by any analyst, as a stored column's are. ``column`` names it by
-    the model's digest and output type; ``values`` hold one prediction per table record (NaN where
-    an input is missing); ``declared`` is the output's range where the model declares one."""
+    the model's digest and output type; ``every`` computes one prediction per table record (NaN
+    where an input is missing) when a release reads them, None when the predictions are of the
+    whole table already; ``declared`` is the output's range where the model declares one."""
 
     column: str
-    values: np.ndarray
+    every: Callable[[], np.ndarray] | None
     declared: tuple[float, float] | None = None
+
+    def __deepcopy__(self, memo: dict) -> "ModelColumn":
+        return self  # immutable: pandas deep-copies attrs on every operation, so share, don't copy
 
 
 def ordering_key(p: np.ndarray) -> str:
@@ -99,7 +103,8 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
         return None
     model = vector.attrs.get(MODEL_COLUMN)
     if isinstance(model, ModelColumn):
-        return _root(rows, model.column, model.values, vector.to_numpy(dtype=float, na_value=np.nan), "identity",
+        values = vector.to_numpy(dtype=float, na_value=np.nan)
+        return _root(rows, model.column, values if model.every is None else model.every(), values, "identity",
                      model.declared, False)
     derived = vector.attrs.get(DERIVED, {}).get(vector.name)
     source, transform = derived if derived else (vector.name, "identity")

@@ -22,15 +22,19 @@ What the site checks before the column exists (rule 2: the site controls every c
   and the records of each value are row sets audited likewise (a steep ``exp`` that saturates into
   an exact 0/1 step is caught there).
 
-The new column keeps the records' positions in the table (row provenance), so subsets of it and
-every release from it are audited with the table's history. It is a new column: it has no range in
+The new column is kept as the expression over the columns it read, computed when a call reads it
+(:mod:`dsfed_server.views`: no 8 bytes a record held between calls). It keeps the records'
+positions in the table (row provenance), so subsets of it and every release from it are audited
+with the table's history. It is a new column: it has no range in
 the data dictionary, so releases that need a declared range (DP noise on scores, coefficients from
 the analyst in ``glmDS2``) refuse it, naming the rule.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import chain
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -44,6 +48,7 @@ from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.gate import condition_cuts
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
+from dsfed_server.views import ColumnView, Held
 
 
 def _leaves(node: Node) -> list[Leaf]:
@@ -52,11 +57,14 @@ def _leaves(node: Node) -> list[Leaf]:
     return list(dict.fromkeys(leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol))))  # type: ignore[union-attr]
 
 
-def _read(ctx: CallContext, leaves: list[Leaf]) -> dict[Leaf, pd.Series]:
-    """The columns the expression reads: numeric, of one table's records in the same order."""
+def _read(ctx: CallContext, leaves: list[Leaf]) -> tuple[tuple[Held, ...], dict[Leaf, pd.Series]]:
+    """What the expression reads as the workspace holds it (the view keeps it), and the columns it
+    reads: numeric, of one table's records in the same order."""
+    held: list[Held] = []
     columns: dict[Leaf, pd.Series] = {}
     for leaf in leaves:
-        value = ctx.resolve(leaf)
+        kept, value = ctx.held(leaf)
+        held.append(kept)
         if not isinstance(value, pd.Series):
             raise CallError(f"{leaf.to_text()!r} is a {r_class(value)}, not a column; an expression reads columns "
                             "(D$age) and numbers")
@@ -69,7 +77,7 @@ def _read(ctx: CallContext, leaves: list[Leaf]) -> dict[Leaf, pd.Series]:
         lengths = ", ".join(f"{leaf.to_text()} has {len(c)}" for leaf, c in columns.items())
         raise CallError(f"the columns of an expression come from one table: {lengths} records",
                         hint="use columns of one table, e.g. D$age and D$pnodes")
-    return columns
+    return tuple(held), columns
 
 
 def _rows(columns: dict[Leaf, pd.Series]) -> Rows | None:
@@ -93,17 +101,19 @@ def _rows(columns: dict[Leaf, pd.Series]) -> Rows | None:
            "ifelse on comparisons (< <= > >= == !=, & | !), e.g. log(D$pnodes + 1)")],
     checks=GATE_RULES,
 )
-def derive(ctx: CallContext, expression: Node) -> pd.Series:
+def derive(ctx: CallContext, expression: Node) -> ColumnView:
     """A new numeric column computed from columns of one table and numbers (R's semantics: NA
-    propagates; what R gives as NaN, Inf or -Inf is stored as missing). Every comparison and
-    pmin/pmax/abs kink is a cut the release gate checks; a column with few values holds q
-    records on each. Also reached by an assign text that is an expression (``D$age * 2``)."""
+    propagates; what R gives as NaN, Inf or -Inf is missing), kept as the expression over what it
+    reads and computed when read (:mod:`dsfed_server.views`). Every comparison and pmin/pmax/abs
+    kink is a cut the release gate checks; a column with few values holds q records on each. Also
+    reached by an assign text that is an expression (``D$age * 2``)."""
     leaves = _leaves(expression)
     if not leaves:
         raise CallError(f"{expression.to_text()[:80]!r} reads no column", hint="e.g. log(D$pnodes + 1)")
-    columns = _read(ctx, leaves)
+    held, columns = _read(ctx, leaves)
     n = len(next(iter(columns.values())))
-    evaluated = evaluate(expression, lambda leaf: columns[leaf].to_numpy(dtype=float, na_value=np.nan), n)
+    compute = partial(_values, expression, tuple(leaves), n)
+    evaluated = evaluate(expression, _numbers(columns), n)
     first = next(iter(columns.values()))
     rows = _rows(columns)
     guard = ctx.guard
@@ -112,10 +122,16 @@ def derive(ctx: CallContext, expression: Node) -> pd.Series:
                                    "records")
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
     guard.derived_cuts(_cells(ctx, columns, evaluated.conditions), row_sets, rows)
-    out = pd.Series(evaluated.values, index=first.index, name=expression.to_text()[:200])
-    if rows is not None:
-        out.attrs[ROWS] = rows
-    return out
+    return ColumnView(held, compute, first.index, expression.to_text()[:200], {} if rows is None else {ROWS: rows})
+
+
+def _numbers(columns: dict[Leaf, pd.Series]) -> Callable[[Leaf], np.ndarray]:
+    return lambda leaf: columns[leaf].to_numpy(dtype=float, na_value=np.nan)
+
+
+def _values(expression: Node, leaves: tuple[Leaf, ...], n: int, *columns: pd.Series) -> np.ndarray:
+    """The expression's values over ``columns``, what its ``leaves`` read now (a view's read)."""
+    return evaluate(expression, _numbers(dict(zip(leaves, columns))), n).values
 
 
 def _made_missing(columns: dict[Leaf, pd.Series], values: np.ndarray) -> list[np.ndarray]:

@@ -36,7 +36,7 @@ from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Fami
 from dsfed_server.modelframe import COMPUTED, ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
-from dsfed_server.rowsets import RowSet, kept_value
+from dsfed_server.rowsets import RowSet, kept_table
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
@@ -50,7 +50,7 @@ def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFram
     table ``data`` is: Fisher scoring asks for the same model again every iteration); the session
     keeps the latest model's only."""
     key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
-    source = kept_value(session.symbols, data)
+    source = kept_table(session.symbols, data)
 
     def build() -> ModelFrame:
         table = source.frame() if isinstance(source, RowSet) else source
@@ -294,7 +294,7 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
     subset whose table it is) by a weak reference: a step the analyst never opens (the last one
     sealed after the fit converged) keeps no table or model frame alive once the symbol is removed
     or reassigned."""
-    table = weakref.ref(kept_value(session.symbols, data))
+    table = weakref.ref(kept_table(session.symbols, data))
 
     def frame() -> ModelFrame:
         data = table()

@@ -7,14 +7,17 @@ for, and evaluates :math:`g^{-1}(X\\beta)` (``type="response"``) or :math:`X\\be
 ONNX graph of standard operators (:mod:`dsfed_server.onnx_model`) reads the table's columns by name,
 checked against the data dictionary (:mod:`dsfed_server.onnx_inputs`), and onnxruntime gives the
 probability of the positive class (``"response"``) or its logit (``"link"``); a record missing an
-input gets a missing prediction. The predictions stay at the site like any symbol and every
-release from them is checked as any other; a model with few distinct outputs (at most n/q) must
-put at least q records on each.
+input gets a missing prediction. The predictions stay at the site like any symbol (a GLM's kept as
+the model over the table and computed when a call reads them, :mod:`dsfed_server.views`; an ONNX
+graph's as values, computed once), and every release from them is checked as any other; a model
+with few distinct outputs (at most n/q) must put at least q records on each.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -23,17 +26,20 @@ from scipy import special
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_core.models import GLMModel, ModelError
 from dsfed_core.parser import parse_formula
-from dsfed_server.catalog import Variable
+from dsfed_server.catalog import Catalog, Variable
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
-from dsfed_server.modelframe import design_matrix
+from dsfed_server.modelframe import design_columns
 from dsfed_server.models import approved
 from dsfed_server.onnx_inputs import table_inputs
 from dsfed_server.onnx_model import ONNXModel, probabilities
 from dsfed_server.registry import P, Param, register
+from dsfed_server.rowbatches import row_batches
+from dsfed_server.rowsets import kept_table
+from dsfed_server.views import ColumnView, Held
 
 TYPES = ("response", "link")
 
@@ -50,8 +56,10 @@ TYPES = ("response", "link")
     ],
     checks=("models.approved", "models.analyst_glm", "models.onnx") + GATE_RULES,
 )
-def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.Series:
-    """The model's predictions for every record of ``data`` (missing where an input is missing).
+def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> ColumnView | pd.Series:
+    """The model's predictions for every record of ``data`` (missing where an input is missing): a
+    GLM's kept as the model over the table and computed when read (:mod:`dsfed_server.views`), an
+    ONNX graph's kept as values (a graph's run costs seconds a million records).
 
     The predictions of a model the board approved keep the records' provenance: the site computes
     the model for every record of the table ``data`` comes from
@@ -62,37 +70,69 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> pd.S
     open a fresh history (its binned releases are then decided per site)."""
     name, sha256, by_board = approved(ctx.guard, model)
     stored = ctx.service.models.get(sha256, name)
-
-    def variable(column: str) -> Variable | None:
-        return _variable(ctx, data, column)
-
-    def apply(frame: pd.DataFrame) -> np.ndarray:
-        if isinstance(stored, ONNXModel):
-            return _onnx_predictions(ctx, stored, name, frame, type, by_board, variable)
-        return _glm_predictions(stored, name, frame, type, variable)
-
-    values = apply(data)
+    if isinstance(stored, ONNXModel):
+        _check_onnx(ctx, name, by_board)
+    prediction = Prediction(stored, name, type, ctx.service.catalog)
+    values = prediction(data)
     hint = "a model whose outputs single out records is not applied; ask the board about the model"
     levels = ctx.guard.distinct_values(values, f"model {name!r}", "predictions", hint)
-    out = pd.Series(values, index=data.index, name=f"{name}.{type}")
     probability = isinstance(stored, ONNXModel) or stored.family == "binomial"
     declared = (0.0, 1.0) if by_board and type == "response" and probability else None
+    attrs: dict[str, Any] = {}
     if declared is not None:
-        out.attrs[MODEL_OUTPUT] = (name, declared)  # a probability from a model the board approved
+        attrs[MODEL_OUTPUT] = (name, declared)  # a probability from a model the board approved
     rows = data.attrs.get(ROWS)
     rows = rows if isinstance(rows, Rows) and rows.index.size == len(data) else None
     # a model with few outputs (a tree's leaves, a saturated GLM's 0/1) sorts the records into sets:
     # audited with the table's released row sets, as deriveDS's few values are
     ctx.guard.derived_cuts([], levels, rows, what=f"model {name!r}'s outputs", instead=hint)
     if rows is not None:
-        out.attrs[ROWS] = rows
+        attrs[ROWS] = rows
         if by_board:
-            catalog = ctx.service.catalog
-            table = catalog.frame(rows.lineage, [c for c in data.columns if c in catalog.served(rows.lineage)])
-            whole = len(table) == len(data) and np.array_equal(rows.index, np.arange(len(table)))
-            everyone = values if whole else apply(table)
-            out.attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", everyone, declared)
-    return out
+            served = ctx.service.catalog.served(rows.lineage)
+            whole = rows.whole or (rows.index.size == rows.n_root
+                                   and np.array_equal(rows.index, np.arange(rows.n_root)))
+            every = None if whole else partial(prediction.every_record, rows.lineage,
+                                               [c for c in data.columns if c in served])
+            if every is not None and not prediction.view:
+                every = partial(np.asarray, every())  # computed once, kept as the predictions are
+            attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", every, declared)
+    if not prediction.view:
+        out = pd.Series(values, index=data.index, name=f"{name}.{type}", copy=False)
+        out.attrs = attrs
+        return out
+    held = Held("data", kept_table(ctx.session.symbols, data))
+    return ColumnView((held,), prediction, data.index, f"{name}.{type}", attrs)
+
+
+@dataclass(frozen=True, eq=False)
+class Prediction:
+    """An approved ``model``'s predictions of ``type`` for a table's records (a view's computation),
+    its inputs read as ``catalog``'s data dictionary declares them."""
+
+    model: GLMModel | ONNXModel
+    name: str
+    type: str
+    catalog: Catalog
+
+    def __call__(self, data: pd.DataFrame) -> np.ndarray:
+        def variable(column: str) -> Variable | None:
+            return _variable(self.catalog, data, column)
+
+        if isinstance(self.model, ONNXModel):
+            return _onnx_predictions(self.model, self.name, data, self.type, variable)
+        return _glm_predictions(self.model, self.name, data, self.type, variable)
+
+    @property
+    def view(self) -> bool:
+        """Whether the predictions are kept as a view, computed when read: a GLM's (:math:`X\\beta`, a
+        fraction of a second a read at 1e7 records), not an ONNX graph's (seconds a million records
+        for 100 trees: kept as values, computed once)."""
+        return isinstance(self.model, GLMModel)
+
+    def every_record(self, lineage: str, columns: list[str]) -> np.ndarray:
+        """The predictions for every record of site table ``lineage``, from its ``columns``."""
+        return self(self.catalog.frame(lineage, columns))
 
 
 def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str,
@@ -104,9 +144,10 @@ def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str,
             raise CallError(f"model {name!r} reads column {column!r} in {unit!r}; this table's data dictionary "
                             f"gives it {has}", hint="convert the model to the site's unit (its data dictionary)")
     try:
-        X, columns, complete = design_matrix(parse_formula(glm.formula), data)
+        design, complete = design_columns(parse_formula(glm.formula), data)
     except NotFound as exc:
         raise CallError(f"model {name!r} reads what the table lacks: {exc.message}", hint=exc.hint) from None
+    columns = [c[0] for c in design]
     lacking = [c for c in columns if c not in glm.coefficients]
     unused = [c for c in glm.coefficients if c not in columns]
     if lacking or unused:
@@ -114,16 +155,21 @@ def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str,
                         f"{', '.join(lacking) or 'none'} the model has no coefficient for, and the model has "
                         f"coefficients for {', '.join(unused) or 'none'} the table does not give",
                         hint="the model's variables and factor levels must be the table's (docs/functions.md)")
-    eta = X @ np.array([glm.coefficients[c] for c in columns])
+    beta = np.array([glm.coefficients[c] for c in columns])
+    linkinv = family(glm.family, glm.link).linkinv
+    predicted = np.empty(int(complete.sum()))
+    for rows in row_batches(predicted.size):  # X beta a batch of rows at a time: no n x p design matrix
+        eta = np.column_stack([c[1][rows] for c in design]) @ beta
+        predicted[rows] = eta if type == "link" else linkinv(eta)
+    if complete.all():
+        return predicted
     values = np.full(len(data), np.nan)
-    values[complete] = eta if type == "link" else family(glm.family, glm.link).linkinv(eta)
+    values[complete] = predicted
     return values
 
 
-def _onnx_predictions(ctx: CallContext, model: ONNXModel, name: str, data: pd.DataFrame, type: str,
-                      by_board: bool, variable: Callable[[str], Variable | None]) -> np.ndarray:
-    """P(positive class) (``"response"``) or its logit (``"link"``) by the ONNX graph, for the records
-    with every input (:func:`~dsfed_server.onnx_inputs.table_inputs`); missing for the others."""
+def _check_onnx(ctx: CallContext, name: str, by_board: bool) -> None:
+    """Whether this site applies ONNX graph ``name`` (its rules, its board's approval)."""
     if not ctx.guard.rule("models.onnx"):
         raise DisclosureRefusal(f"model {name!r} is an ONNX graph, and this site applies no ONNX graphs",
                                 rule="models.onnx", hint="ask the site's governance board")
@@ -131,6 +177,12 @@ def _onnx_predictions(ctx: CallContext, model: ONNXModel, name: str, data: pd.Da
         raise DisclosureRefusal(f"model {name!r} is an ONNX graph, which this site applies only with its board's "
                                 "approval (models.analyst_glm covers GLM files only)", rule="models.approved",
                                 hint="ask the site's governance board to approve the model")
+
+
+def _onnx_predictions(model: ONNXModel, name: str, data: pd.DataFrame, type: str,
+                      variable: Callable[[str], Variable | None]) -> np.ndarray:
+    """P(positive class) (``"response"``) or its logit (``"link"``) by the ONNX graph, for the records
+    with every input (:func:`~dsfed_server.onnx_inputs.table_inputs`); missing for the others."""
     columns, complete = table_inputs(model, name, data, variable)
     values = np.full(len(data), np.nan)
     if complete.any():
@@ -149,12 +201,12 @@ def _onnx_predictions(ctx: CallContext, model: ONNXModel, name: str, data: pd.Da
     return values
 
 
-def _variable(ctx: CallContext, data: pd.DataFrame, column: str) -> Variable | None:
+def _variable(catalog: Catalog, data: pd.DataFrame, column: str) -> Variable | None:
     """The data dictionary entry of ``column`` of the site table ``data`` comes from (None if none)."""
     rows = data.attrs.get(ROWS)
     if not isinstance(rows, Rows):
         return None
     try:
-        return ctx.service.catalog.variable(rows.lineage, column)
+        return catalog.variable(rows.lineage, column)
     except NotFound:
         return None
