@@ -58,8 +58,9 @@ class Param:
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
-    # a table parameter whose function reads only the table's rows and column names (its columns
-    # through references such as "S$age"): a subset symbol is passed as its RowSet, not built
+    # a table parameter whose function builds only what it reads of the table (its rows and column
+    # names, its columns through references such as "S$age" or a model's formula): a subset symbol
+    # is passed as its RowSet, not built
     rows_only: bool = False
 
 

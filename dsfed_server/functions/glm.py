@@ -18,6 +18,7 @@ the linear predictor within ``glm_max_linear_predictor`` over the declared range
 
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Any, Callable
 
@@ -39,6 +40,7 @@ from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
+_NAME = re.compile(r"[A-Za-z.][A-Za-z0-9._]*")  # an R name, as a formula writes a variable
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
@@ -53,13 +55,28 @@ def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFram
     source = kept_table(session.symbols, data)
 
     def build() -> ModelFrame:
-        table = source.frame() if isinstance(source, RowSet) else source
-        return model_frame(formula, table, weights=weights, offset=offset)
+        return model_frame(formula, _model_table(source, formula, weights, offset), weights=weights, offset=offset)
 
     return session.memo(key, source, build, one_per_kind=True)
 
 
-def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame,
+def _model_table(data: pd.DataFrame | RowSet, formula: Formula, weights: str | None, offset: str | None
+                 ) -> pd.DataFrame:
+    """The table a model reads: ``data``, or of a subset held as its rows only the columns that the
+    formula, weights and offset name (a name in their text that is a column, or the column a
+    computed column is computed from), built for the call: a GLM of two covariates on a subset of
+    ten columns builds two. A variable the subset lacks builds it whole, for model_frame's error."""
+    if not isinstance(data, RowSet):
+        return data
+    variables = [formula.response, *[v for t in formula.terms for v in t.variables], weights, offset]
+    if any(v is not None and "(" not in v and not data.reads(v.split("$")[-1]) for v in variables):
+        return data.frame()
+    named = set(_NAME.findall(" ".join(v for v in [formula.to_text(), weights, offset] if v)))
+    wanted = {column for name in named for column in data.reads(name)}
+    return data.frame([c for c in data.labels if c in wanted])
+
+
+def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
                    weights: str | None, offset: str | None) -> ModelFrame:
     """The model frame (:func:`_frame_of`), checked against the rules on every call."""
     mf = _frame_of(ctx.session, formula, fam, data, weights, offset)
@@ -190,9 +207,10 @@ _OFFSET = Param("offset", P.NAME, "column of offsets", required=False)
 
 
 @register("glmDS1", "aggregate",
-          [_FORMULA, _FAMILY, _WEIGHTS, _OFFSET, Param("data", P.TABLE, "the table"), _LINK], checks=_CHECKS)
+          [_FORMULA, _FAMILY, _WEIGHTS, _OFFSET, Param("data", P.TABLE, "the table", rows_only=True), _LINK],
+          checks=_CHECKS)
 def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | None, offset: str | None,
-              data: pd.DataFrame, link: str | None) -> dict[str, Any]:
+              data: pd.DataFrame | RowSet, link: str | None) -> dict[str, Any]:
     """Check a model against the site's rules and return its dimensions and coefficient names."""
     mf = _checked_frame(ctx, formula, make_family(family, link), data, weights, offset)
     return {"dimX": [mf.n, len(mf.names)], "coef.names": list(mf.names), "errorMessage": "No errors"}
@@ -207,7 +225,7 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
         Param("beta.vect", P.NUMBERS, "current coefficients (omit for R's starting values)", required=False),
         _OFFSET,
         _WEIGHTS,
-        Param("dataName", P.TABLE, "the table"),
+        Param("dataName", P.TABLE, "the table", rows_only=True),
         _LINK,
     ],
     checks=_CHECKS + _COEFFICIENT_CHECKS,
@@ -215,7 +233,7 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
     relayable=True,
 )
 def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[float] | None,
-              offset: str | None, weights: str | None, dataName: pd.DataFrame, link: str | None
+              offset: str | None, weights: str | None, dataName: pd.DataFrame | RowSet, link: str | None
               ) -> dict[str, Any] | PooledSteps:
     """This site's IRLS parts at ``beta.vect``: information matrix, score, X'Wz and deviance.
 
@@ -231,7 +249,7 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
             raise CallError(f"beta.vect has {beta.size} values; the model has {len(mf.names)} coefficients")
         if not np.all(np.isfinite(beta)):
             raise CallError("beta.vect must be finite numbers")
-        check_coefficients(ctx, fam, mf, dataName, offset, beta)
+        check_coefficients(ctx, fam, mf, _model_table(dataName, formula, weights, offset), offset, beta)
     return {"family": fam.name, "link": fam.link, "coef.names": list(mf.names),
             **parts(fam, mf, beta),
             "disclosure.risk": 0, "errorMessage2": "No errors"}
@@ -288,7 +306,7 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
     return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
 
 
-def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame,
+def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
                 weights: str | None, offset: str | None) -> Callable[[], ModelFrame]:
     """The model frame of ``data`` on demand, holding the workspace value it is (the table, or the
     subset whose table it is) by a weak reference: a step the analyst never opens (the last one
