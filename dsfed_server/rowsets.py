@@ -87,6 +87,13 @@ class RowSet:
         computed = self.parent.attrs.get(COMPUTED, {}).get(column)
         return [computed.source] if computed is not None and computed.source in labels else []
 
+    def complete(self) -> np.ndarray:
+        """Which rows have a value in every kept column (R's ``complete.cases``), a column built at a time."""
+        mask = np.ones(len(self), dtype=bool)
+        for j in self.kept:
+            mask &= self.parent.iloc[:, j].take(self.positions).notna().to_numpy()
+        return mask
+
     def frame(self, only: list[Any] | None = None) -> pd.DataFrame:
         """The subset as a table (the parent's rows taken, indexed 0 .. n - 1, with the parent's
         attrs and this subset's row set); ``only``: just those of its columns (not kept for reuse)."""
@@ -103,6 +110,11 @@ class RowSet:
     def built(self, value: Any) -> bool:
         """Whether ``value`` is, itself, the table :meth:`frame` built last (and still in use)."""
         return self._built is not None and self._built() is value
+
+
+def column_names(table: pd.DataFrame | RowSet) -> list[Any]:
+    """A table's column names, or a subset's (without building it)."""
+    return table.labels if isinstance(table, RowSet) else list(table.columns)
 
 
 def kept_table(symbols: dict[str, Any], value: Any) -> Any:

@@ -152,3 +152,31 @@ def test_a_glm_on_a_subset_builds_only_the_columns_its_formula_names(tmp_path):
     reference = r_eval("coef(glm(y ~ score, family = binomial))", y=kept["y"].to_numpy(dtype=float),
                        score=kept["score"].to_numpy())
     np.testing.assert_allclose(fits[0].params, reference, rtol=1e-8)
+
+
+def test_calls_that_read_a_subsets_shape_or_one_column_do_not_build_it(site):
+    """``dimDS``, ``colnamesDS`` and ``exists(where = S)`` read a subset's rows and column names only;
+    ``subsetRowsDS`` and ``subsetDS`` of a subset read the condition's column (and, for complete
+    cases, one column at a time): none builds the subset's four columns (32 bytes a record). The
+    answers are the pandas subsets' own."""
+    frame = site["frame"]
+    first = frame[frame["x1"] > 0]
+    second = first[first["score"] > 0.3]
+    with inprocess_builder(site["provisioned"], site["services"]).login() as session:
+        session.assign_table("D", "P.t")
+        session.assign("S", Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5))
+        answers, peaks = [], []
+        for call in (lambda: session.aggregate("dimDS", Ref("S")), lambda: session.aggregate("colnamesDS", Ref("S")),
+                     lambda: session.aggregate("exists", "x2", Ref("S"))):
+            _, peak = _held_by(lambda: answers.append(call()["site1"]))
+            peaks.append(peak)
+        _, peak_rows = _held_by(lambda: session.assign("R", Call("subsetRowsDS", "S", "score", ">", 0.3)))
+        _, peak_dsbase = _held_by(lambda: session.assign("B", Call("subsetDS", "S", True, None, None, 1, 0.7, "score")))
+        means = [session.aggregate("meanDS", Ref(f"{t}$x2"))["site1"] for t in ("R", "B")]
+    assert answers == [[len(first), 4], ["y", "score", "x1", "x2"], True]
+    assert max(peaks) < 1_000_000 < 32 * len(first)
+    read = 8 * len(first) + 8 * N  # S$score, and the site column whose cut history checks the condition
+    assert peak_rows < 2 * read and peak_dsbase < 2 * read
+    third = first[first["score"] > 0.7]
+    assert [m["Nvalid"] for m in means] == [len(second), len(third)]
+    assert means[0]["EstimatedMean"] == pytest.approx(float(second["x2"].mean()), rel=1e-12)

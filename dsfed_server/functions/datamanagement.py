@@ -30,6 +30,7 @@ from dsfed_server.disclosure.checks import LEVEL_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED
 from dsfed_server.registry import P, Param, register
+from dsfed_server.rowsets import RowSet, column_names
 
 _SUBSET = ("disclosure.subset_min", "disclosure.subset_min_difference")
 NO_MESSAGES = "ALL OK: there are no studysideMessage(s) on this datasource"
@@ -220,15 +221,19 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
     return frame
 
 
-def complete_cases_of(ctx: CallContext, value: pd.DataFrame | pd.Series) -> Any:
-    """The complete cases of a table or vector (R's ``complete.cases``), through the subset guard."""
-    frame = value if isinstance(value, pd.DataFrame) else value.to_frame()
-    mask = frame.notna().all(axis=1).to_numpy()
+def complete_cases_of(ctx: CallContext, value: pd.DataFrame | RowSet | pd.Series) -> Any:
+    """The complete cases of a table, a subset or a vector (R's ``complete.cases``), through the subset guard."""
+    if isinstance(value, RowSet):
+        frame: Any = value
+        mask = value.complete()
+    else:
+        frame = value if isinstance(value, pd.DataFrame) else value.to_frame()
+        mask = frame.notna().all(axis=1).to_numpy()
     if mask.all():
         ctx.guard.subset(int(mask.sum()), int(mask.size))
         return value
     rows = ctx.guard.subset_rows(frame, mask)
-    if isinstance(value, pd.DataFrame):
+    if isinstance(value, (pd.DataFrame, RowSet)):
         return ctx.subset(value, mask, rows)
     kept = value.loc[mask].reset_index(drop=True)
     kept.attrs = {k: v for k, v in value.attrs.items() if k != ROWS}
@@ -339,11 +344,11 @@ def studyside_message(ctx: CallContext, message_obj_name: str) -> str:
 
 @register("exists", "aggregate", [
     Param("x", P.STRING, "a symbol name, or a column name with where"),
-    Param("where", P.TABLE, "a table whose columns are searched", required=False),
+    Param("where", P.TABLE, "a table whose columns are searched", required=False, rows_only=True),
 ])
-def exists(ctx: CallContext, x: str, where: pd.DataFrame | None) -> bool:
+def exists(ctx: CallContext, x: str, where: pd.DataFrame | RowSet | None) -> bool:
     """R's ``exists(x, where)`` as dsBaseClient's ``isDefined`` sends it: whether the session holds a
     symbol ``x``, or, given a table ``where``, whether the table has a column ``x``."""
     if where is not None:
-        return x in where.columns
+        return x in column_names(where)
     return x in ctx.session.symbols

@@ -15,6 +15,7 @@ import pandas as pd
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
+from dsfed_server.rowsets import RowSet, column_names
 
 _X = Param("x", P.OBJECT, "a symbol or table$column")
 _VALID = "VALID ANALYSIS"
@@ -34,17 +35,18 @@ def length(ctx: CallContext, x: Any) -> int:
     return int(x.shape[1]) if isinstance(x, pd.DataFrame) else n
 
 
-@register("dimDS", "aggregate", [Param("x", P.TABLE, "a table symbol")], checks=("disclosure.q_threshold",))
-def dim(ctx: CallContext, x: pd.DataFrame) -> list[int]:
+@register("dimDS", "aggregate", [Param("x", P.TABLE, "a table symbol", rows_only=True)],
+          checks=("disclosure.q_threshold",))
+def dim(ctx: CallContext, x: pd.DataFrame | RowSet) -> list[int]:
     """Rows and columns of a table, as R's ``dim``."""
     ctx.guard.min_count(len(x), "number of rows")
     return [int(x.shape[0]), int(x.shape[1])]
 
 
-@register("colnamesDS", "aggregate", [Param("x", P.TABLE, "a table symbol")])
-def colnames(ctx: CallContext, x: pd.DataFrame) -> list[str]:
+@register("colnamesDS", "aggregate", [Param("x", P.TABLE, "a table symbol", rows_only=True)])
+def colnames(ctx: CallContext, x: pd.DataFrame | RowSet) -> list[str]:
     """Column names of a table (metadata from the data dictionary; no record-level content)."""
-    return [str(c) for c in x.columns]
+    return [str(c) for c in column_names(x)]
 
 
 @register("classDS", "aggregate", [_X])

@@ -14,7 +14,8 @@ from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
 from dsfed_server.registry import P, Param, register
-from dsfed_server.rowsets import RowSet
+from dsfed_server.rowsets import RowSet, column_names
+from dsfed_server.views import read_value
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
@@ -41,14 +42,15 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
     "subsetRowsDS",
     "assign",
     [
-        Param("x", P.TABLE, "the table to subset"),
+        Param("x", P.TABLE, "the table to subset", rows_only=True),
         Param("variable", P.NAME, "the column the condition tests"),
         Param("op", P.STRING, "comparison", choices=tuple(_OPS)),
         Param("value", P.SCALAR, "the value compared with (a number, or a category as a string)"),
     ],
     checks=("disclosure.subset_min", *GATE_RULES),
 )
-def subset_rows(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object) -> pd.DataFrame | RowSet:
+def subset_rows(ctx: CallContext, x: pd.DataFrame | RowSet, variable: str, op: str, value: object
+                ) -> pd.DataFrame | RowSet:
     """Rows of table ``x`` where ``variable op value`` holds (rows with the variable missing are dropped).
 
     Refused when the subset, or the rows it leaves out, would be smaller than
@@ -66,7 +68,7 @@ _DSBASE_OPS = {1: ">", 2: ">=", 3: "<", 4: "<=", 5: "==", 6: "!="}
     "subsetDS",
     "assign",
     [
-        Param("dt", P.TABLE, "the table to subset, e.g. \"D\""),
+        Param("dt", P.TABLE, "the table to subset, e.g. \"D\"", rows_only=True),
         Param("complt", P.BOOLEAN, "keep complete cases only", required=False, default=False),
         Param("rs", P.NUMBERS, "row numbers (not offered: rows chosen by position)", required=False),
         Param("cs", P.STRINGS, "columns (not offered)", required=False),
@@ -76,7 +78,7 @@ _DSBASE_OPS = {1: ">", 2: ">=", 3: "<", 4: "<=", 5: "==", 6: "!="}
     ],
     checks=("disclosure.subset_min", *GATE_RULES),
 )
-def subset_dsbase(ctx: CallContext, dt: pd.DataFrame, complt: bool, rs: list[float] | None,
+def subset_dsbase(ctx: CallContext, dt: pd.DataFrame | RowSet, complt: bool, rs: list[float] | None,
                   cs: list[str] | None, lg: int | None, th: object, varname: str | None) -> pd.DataFrame | RowSet:
     """Rows of table ``dt`` where ``varname <lg> th`` holds, of its complete cases if ``complt``
     (dsBase ``subsetDS`` in the form ``ds.subset(..., logicalOperator, threshold)`` sends it).
@@ -93,16 +95,22 @@ def subset_dsbase(ctx: CallContext, dt: pd.DataFrame, complt: bool, rs: list[flo
         return complete_cases_of(ctx, dt)
     if varname is None or lg is None or th is None:
         raise CallError("subsetDS needs varname, lg and th (the condition that selects the rows)")
-    keep = dt.notna().all(axis=1).to_numpy() if complt else np.ones(len(dt), dtype=bool)
+    keep = _complete(dt) if complt else np.ones(len(dt), dtype=bool)
     return _condition_subset(ctx, dt, varname, _DSBASE_OPS[lg], th, keep)
 
 
-def _condition_subset(ctx: CallContext, x: pd.DataFrame, variable: str, op: str, value: object,
+def _complete(table: pd.DataFrame | RowSet) -> np.ndarray:
+    return table.complete() if isinstance(table, RowSet) else table.notna().all(axis=1).to_numpy()
+
+
+def _condition_subset(ctx: CallContext, x: pd.DataFrame | RowSet, variable: str, op: str, value: object,
                       keep: np.ndarray) -> pd.DataFrame | RowSet:
-    """Rows of ``x`` among ``keep`` where ``variable op value`` holds, through the subset guard."""
-    if variable not in x.columns:
-        raise NotFound(f"table has no column {variable!r}", hint=f"columns: {', '.join(x.columns)}")
-    column = x[variable]
+    """Rows of ``x`` (a table, or a subset held as its rows: only the condition's column is built)
+    among ``keep`` where ``variable op value`` holds, through the subset guard."""
+    names = column_names(x)
+    if variable not in names:
+        raise NotFound(f"table has no column {variable!r}", hint=f"columns: {', '.join(map(str, names))}")
+    column = read_value("x", x, variable)
     numeric_column = pd.api.types.is_numeric_dtype(column.dtype) and not isinstance(column.dtype, pd.CategoricalDtype)
     if numeric_column != (isinstance(value, (int, float)) and not isinstance(value, bool)):
         kind = "a number" if numeric_column else "a string (category or text)"
