@@ -2,14 +2,19 @@
 its indicator lies in the span of the released row sets (Chin & Ozsoyoglu 1982). Reference: the
 definition itself, by rank over the whole records x sets matrix (``rank([M, e_i]) == rank(M)``),
 on random set systems small enough for it, on both sides of the 16 sets up to which the atoms are
-coded in 16 bits; and a hand-made case."""
+coded in 16 bits, with the sets given as boolean arrays and packed as the release history keeps
+them; and a hand-made case, also beyond 16 sets and past the 61 doublings after which the atoms'
+labels are numbered again."""
 
 from __future__ import annotations
+
+import tracemalloc
 
 import numpy as np
 import pytest
 
-from dsfed_server.disclosure.differencing import CODED_SETS, isolated_records
+
+from dsfed_server.disclosure.differencing import CODED_SETS, isolated_records, row_set_problem
 
 
 def _in_span(matrix: np.ndarray) -> np.ndarray:
@@ -29,12 +34,15 @@ def test_a_subset_of_all_records_but_one_isolates_that_record():
     table = np.ones(n, dtype=bool)
     subset = table.copy()
     subset[150_001] = False
-    assert isolated_records([table, subset]).tolist() == [150_001]
+    assert isolated_records([table, subset], n).tolist() == [150_001]
     other = np.arange(n) % 3 == 0  # an unrelated set isolates nobody more
-    assert isolated_records([table, subset, other]).tolist() == [150_001]
+    assert isolated_records([table, subset, other], n).tolist() == [150_001]
+    # 70 more sets, packed (the labels doubled past 2**61 and numbered again): still that record
+    # alone; were the subset's bit shifted out of its label, the record would join the others' atom
+    assert isolated_records([table, np.packbits(subset), *[np.packbits(table)] * 70], n).tolist() == [150_001]
 
 
-@pytest.mark.parametrize("n_sets", [1, 3, 8, CODED_SETS, CODED_SETS + 1, 24])
+@pytest.mark.parametrize("n_sets", [1, 3, 8, CODED_SETS, CODED_SETS + 1, 24, 70])
 def test_isolated_records_are_those_in_the_span_of_the_sets(n_sets):
     rng = np.random.default_rng(n_sets)
     for trial in range(25):
@@ -42,4 +50,33 @@ def test_isolated_records_are_those_in_the_span_of_the_sets(n_sets):
         density = rng.uniform(0.05, 0.95, n_sets)
         sets = [np.ones(n, dtype=bool), *(rng.uniform(size=n) < d for d in density[1:])]
         expected = _in_span(np.column_stack(sets).astype(float))
-        np.testing.assert_array_equal(isolated_records(sets), expected, err_msg=f"trial {trial}")
+        np.testing.assert_array_equal(isolated_records(sets, n), expected, err_msg=f"trial {trial}")
+        packed = [np.packbits(rows) for rows in sets]
+        np.testing.assert_array_equal(isolated_records(packed, n), expected, err_msg=f"trial {trial}, packed")
+
+
+def test_the_audit_reads_a_long_history_one_packed_set_at_a_time():
+    """``row_set_problem`` against 100 earlier row sets (ten histograms of ten bins on one column, as
+    the release history keeps them: packed, 1 bit a record) works a set at a time: its peak stays
+    below 48 bytes a record, where a records x sets matrix of the sets alone is 100 (what the audit
+    built before, besides unpacking each set to a byte a record). The answer is the definition's:
+    a new interval cell one record away from an earlier edge isolates that record."""
+    n = 400_000
+    x = np.random.default_rng(6).uniform(size=n)
+    order = np.argsort(x)
+    earlier = []
+    for shift in range(10):
+        edges = np.linspace(0, 1, 11)[1:-1] + shift * 0.004
+        cell = np.digitize(x, edges)
+        earlier.extend(np.packbits(cell == k) for k in range(10))
+    lowest = 0.2 + 0.004  # the second histogram's first edge: the record just above it is isolated by
+    above = order[np.searchsorted(x[order], lowest)]  # a cell from the edge to just past it, as 1 record
+    new = (x <= x[above]) & (x > 0.2)  # a cell of the first histogram's edges and the record above: differs by 1
+    tracemalloc.start()
+    try:
+        problem = row_set_problem(earlier, [new], 5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * n < 100 * n
+    assert problem is not None and "single out a record" in problem

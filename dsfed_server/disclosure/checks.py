@@ -304,7 +304,8 @@ class Guard:
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         if row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference")) is None:
             return None
-        isolated = isolated_records([np.ones(rows.n_root, dtype=bool), *earlier, *row_sets])  # type: ignore[union-attr]
+        isolated = isolated_records([np.ones(rows.n_root, dtype=bool), *earlier, *row_sets],  # type: ignore[union-attr]
+                                    rows.n_root)  # type: ignore[union-attr]
         return int(isolated[0]) if isolated.size else -1
 
     def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:

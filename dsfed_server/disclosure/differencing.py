@@ -7,7 +7,7 @@ subtraction; or two overlapping subsets whose union is the table and whose inter
 one record (``age >= 50`` and ``age <= 50``) give it by inclusion-exclusion.
 
 So the site keeps, per table lineage and for all analysts together, the row sets (as 0/1
-indicator vectors over the table's rows) of every subset made from it and of every cell a binned
+indicator vectors over the table's rows, packed 1 bit a record) of every subset made from it and of every cell a binned
 release or a table released from it (in its release history, :mod:`dsfed_server.disclosure.history`,
 which survives restarts), and refuses a new subset, or a release whose cells (rule
 ``disclosure.subset_min_difference``; the release gate first tries dropping cuts)
@@ -89,10 +89,23 @@ def mark_rows(frame: T, rows: Rows) -> T:
     return frame
 
 
-def isolated_records(sets: list[np.ndarray]) -> np.ndarray:
+def bits(rows: np.ndarray, n: int) -> np.ndarray:
+    """Row set ``rows`` as ``n`` bytes of 0 or 1: a boolean array as it is (a view), or one packed by
+    ``np.packbits`` (as the release history keeps row sets: 1 bit a record) unpacked."""
+    return rows.view(np.uint8) if rows.dtype == bool else np.unpackbits(rows, count=n)
+
+
+def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Whether the records at ``positions`` belong to row set ``rows`` (boolean, or packed)."""
+    if rows.dtype == bool:
+        return rows[positions]
+    return ((rows[positions >> 3] >> (7 - (positions & 7))) & 1).astype(bool)
+
+
+def isolated_records(sets: list[np.ndarray], n: int) -> np.ndarray:
     """The records (positions) whose indicator :math:`e_i` lies in the linear span of the row sets
-    ``sets`` (boolean over the table's rows): for each, a combination of sums over the sets is that
-    record's value (Chin & Ozsoyoglu 1982).
+    ``sets`` (over the table's ``n`` rows, each boolean or packed, :func:`bits`): for each, a
+    combination of sums over the sets is that record's value (Chin & Ozsoyoglu 1982).
 
     The sets are constant on **atoms** (records that belong to the same sets), so the span is
     computed over atoms: with :math:`M` the atoms x sets incidence and :math:`c` the atoms' sizes,
@@ -101,7 +114,7 @@ def isolated_records(sets: list[np.ndarray]) -> np.ndarray:
     indicator is in the span (then its atom holds it alone)."""
     if not sets:
         return np.zeros(0, dtype=np.int64)
-    first, counts, incidence = _atoms(sets)
+    first, counts, incidence = _atoms(sets, n)
     single = counts == 1
     if not single.any():
         return np.zeros(0, dtype=np.int64)
@@ -115,21 +128,20 @@ def isolated_records(sets: list[np.ndarray]) -> np.ndarray:
     return np.sort(first[isolated_atoms])
 
 
-def _atoms(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The atoms of ``sets`` (records that belong to the same sets): each atom's first record
-    (position), its size and its incidence (atoms x sets, boolean).
+    (position), its size and its incidence (atoms x sets, boolean). The sets are read one at a
+    time (a packed one unpacked for its turn only): no records x sets matrix.
 
     Up to :data:`CODED_SETS` sets, a record's atom is a 16-bit code of the sets it belongs to: 2 bytes
     a record, the atoms' sizes counted by ``np.bincount`` and their first records found a batch of
-    rows at a time. Beyond, the records' packed incidence rows are sorted (``np.unique`` over rows:
-    three arrays of 8 bytes a record)."""
+    rows at a time. Beyond, a record's atom is a 64-bit label, doubled and given the record's bit set
+    by set, and numbered 0 .. atoms - 1 again (``np.unique``) before it would overflow."""
     if len(sets) > CODED_SETS:
-        matrix = np.column_stack(sets).astype(bool)
-        _, first, counts = np.unique(np.packbits(matrix, axis=1), axis=0, return_index=True, return_counts=True)
-        return first, counts, matrix[first]
-    code = np.zeros(sets[0].size, dtype=np.uint16)
+        return _labelled_atoms(sets, n)
+    code = np.zeros(n, dtype=np.uint16)
     for j, rows in enumerate(sets):
-        np.bitwise_or(code, np.uint16(1 << j), out=code, where=np.asarray(rows, dtype=bool))
+        np.bitwise_or(code, np.uint16(1 << j), out=code, where=bits(rows, n).view(bool))
     counts = np.bincount(code, minlength=1 << len(sets))
     values = np.flatnonzero(counts)
     first = np.full(counts.size, -1, dtype=np.int64)
@@ -145,27 +157,48 @@ def _atoms(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return first[values], counts[values], incidence
 
 
+def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_atoms` of more than :data:`CODED_SETS` sets: 8 bytes a record for the labels, and
+    ``np.unique``'s working arrays when they are numbered again."""
+    label = np.zeros(n, dtype=np.int64)
+    top = 1  # every label is below it
+    for rows in sets:
+        if top > 1 << 61:
+            label = np.unique(label, return_inverse=True)[1].reshape(n)
+            top = int(label.max()) + 1
+        label <<= 1
+        np.bitwise_or(label, bits(rows, n), out=label)
+        top <<= 1
+    _, first, counts = np.unique(label, return_index=True, return_counts=True)
+    del label
+    incidence = np.column_stack([_bit_at(rows, first) for rows in sets])
+    return first, counts, incidence
+
+
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int) -> str | None:
-    """None if row sets ``new`` may be released after the row sets ``earlier`` of the same table
-    (boolean row indicators; the table itself counts as one), else the reason to refuse: a new set
+    """None if row sets ``new`` (boolean row indicators) may be released after the row sets ``earlier``
+    of the same table (packed, as the history keeps them; the table itself counts as one), else
+    the reason to refuse: a new set
     that differs from the table or an earlier set in fewer than ``min_difference`` rows (but not
     zero: the same rows again tell nothing new), or a single record isolated by a combination of all
     the sets (:func:`isolated_records`)."""
-    history = [np.ones(new[0].size, dtype=bool), *earlier]
+    n = new[0].size
+    history = [np.packbits(np.ones(n, dtype=bool)), *earlier]
     fresh = []
     for rows in new:
-        differences = [int(np.count_nonzero(old ^ rows)) for old in history]
+        packed = np.packbits(rows)
+        differences = [int(np.bitwise_count(old ^ packed).sum()) for old in history]
         if 0 in differences:
             continue  # the same rows as before: nothing new
         if min(differences) < min_difference:
             return (f"these records differ from the table, an earlier subset of it or an earlier release's cell "
                     f"in fewer than {min_difference} rows; comparing the two would single them out")
-        fresh.append(rows)
+        fresh.append(packed)
     if not fresh:
         return None
     if len(history) + len(fresh) > MAX_ROW_SETS:
         return f"at most {MAX_ROW_SETS} different row sets released from one table"
-    if isolated_records(history + fresh).size:
+    if isolated_records(history + fresh, n).size:
         return ("together with what was released before from the same table (by any analyst), this would single "
                 "out a record: a combination of the released sums is one record's value")
     return None

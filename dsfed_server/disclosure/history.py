@@ -89,11 +89,12 @@ class History:
     # --- subsets ---------------------------------------------------------------------------
 
     def row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
-        """The row sets (boolean over the table's rows) of every subset made from ``table``."""
+        """The row sets of every subset and released cell of ``table``, packed by ``np.packbits`` as
+        they are kept (1 bit a record: :func:`~dsfed_server.disclosure.differencing.bits` reads one)."""
         with self._connect() as db:
             rows = db.execute("SELECT rows FROM subset_rows WHERE table_key = ? AND n_root = ?",
                               (table, n_root)).fetchall()
-        return [np.unpackbits(np.frombuffer(row, dtype=np.uint8), count=n_root).astype(bool) for (row,) in rows]
+        return [np.frombuffer(row, dtype=np.uint8) for (row,) in rows]
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:
