@@ -78,5 +78,5 @@ def test_the_audit_reads_a_long_history_one_packed_set_at_a_time():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 64 * n < 100 * n
+    assert peak < 48 * n < 100 * n
     assert problem is not None and "single out a record" in problem

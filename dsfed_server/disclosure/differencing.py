@@ -136,12 +136,13 @@ def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.n
     Up to :data:`CODED_SETS` sets, a record's atom is a 16-bit code of the sets it belongs to: 2 bytes
     a record, the atoms' sizes counted by ``np.bincount`` and their first records found a batch of
     rows at a time. Beyond, a record's atom is a 64-bit label, doubled and given the record's bit set
-    by set, and numbered 0 .. atoms - 1 again (``np.unique``) before it would overflow."""
+    by set, and numbered 0 .. atoms - 1 again (by a hash table, ``pandas.factorize``) before it would
+    overflow and at the end."""
     if len(sets) > CODED_SETS:
         return _labelled_atoms(sets, n)
     code = np.zeros(n, dtype=np.uint16)
     for j, rows in enumerate(sets):
-        np.bitwise_or(code, np.uint16(1 << j), out=code, where=bits(rows, n).view(bool))
+        np.bitwise_or(code, bits(rows, n).astype(np.uint16) << j, out=code)
     counts = np.bincount(code, minlength=1 << len(sets))
     values = np.flatnonzero(counts)
     first = np.full(counts.size, -1, dtype=np.int64)
@@ -158,21 +159,29 @@ def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_atoms` of more than :data:`CODED_SETS` sets: 8 bytes a record for the labels, and
-    ``np.unique``'s working arrays when they are numbered again."""
+    """:func:`_atoms` of more than :data:`CODED_SETS` sets: 8 bytes a record for the labels, as many
+    for their numbers, and a running maximum of those for the atoms' first records."""
     label = np.zeros(n, dtype=np.int64)
     top = 1  # every label is below it
     for rows in sets:
         if top > 1 << 61:
-            label = np.unique(label, return_inverse=True)[1].reshape(n)
+            label = _numbered(label)
             top = int(label.max()) + 1
         label <<= 1
         np.bitwise_or(label, bits(rows, n), out=label)
         top <<= 1
-    _, first, counts = np.unique(label, return_index=True, return_counts=True)
-    del label
+    label = _numbered(label)
+    counts = np.bincount(label)
+    running = np.maximum.accumulate(label)  # atoms are numbered as their first records come
+    first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
+    del label, running
     incidence = np.column_stack([_bit_at(rows, first) for rows in sets])
     return first, counts, incidence
+
+
+def _numbered(label: np.ndarray) -> np.ndarray:
+    """The labels numbered 0, 1, ... in the order they first occur (a hash table: no sort)."""
+    return pd.factorize(label)[0]
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int) -> str | None:
