@@ -1,4 +1,4 @@
-"""What subsets and combined tables cost a site: bytes held after the call and peak bytes during it.
+"""What subsets, combined tables and views cost a site: bytes held after the call and peak bytes during it.
 
 One in-process site of ``--n`` records (binormal design: y, score, x1, x2 as Parquet, seed 000's
 rules of site1.toml), the analyst's calls measured with tracemalloc (numpy reports its buffers to
@@ -7,6 +7,12 @@ it) from the moment before the call:
 - ``S <- dataFrameSubsetDS2(D, D$x1 > 0)``, ``S2 <- dataFrameSubsetDS2(S, S$score < 0.5)``: held
   should be the kept records' positions (4 bytes each), against a copy of the subset's columns;
 - ``T <- dataFrameDS(D$x1, D$score, D$y)``: held should be nothing, against copies of its columns;
+- ``V <- deriveDS(...)`` and ``P <- predictDS(D, "bench")`` (a logistic model of ``y ~ score + x1``
+  the rules approve): held should be nothing, against the stored vector (8 bytes a record); and the
+  price of a view, the time of ``meanDS`` of it against ``meanDS(D$score)`` of a stored column and
+  against pooled numpy computing the same values; and one run of the demo's ONNX graph
+  (``gbsg2-gbm``, 100 trees) over a million GBSG2 records, what every read of its predictions would
+  pay as a view (they are stored instead);
 - the peak above the start, against the bytes of the columns the call reads (issue 17's 3 x): a
   condition's column as the call sees it and the site table column whose cut history checks it;
 - the same subset in pooled numpy (``frame[frame.x1 > 0]``) for time, in the same run.
@@ -31,11 +37,43 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dsfed_client import Call, LoginBuilder  # noqa: E402
+from dsfed_client.models import upload_model  # noqa: E402
+from dsfed_core.models import GLMModel  # noqa: E402
+from dsfed_server.onnx_model import parse_onnx, probabilities  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402
 
 RULES = ROOT / "disclosure_rules" / "site1.toml"
+MODEL = GLMModel("y ~ score + x1", "binomial", "logit", {"(Intercept)": -1.25, "score": 2.5, "x1": 0.75})
+EXPRESSION = "log(D$x1^2 + 1) * 0.5 + D$score"
+
+
+def approving(rules: Path, out: Path) -> Path:
+    """Site 1's rules, approving :data:`MODEL` as "bench" as well."""
+    text = rules.read_text()
+    entry = f'approved = [\n    {{ name = "bench", sha256 = "{MODEL.sha256}", note = "bench/subsets.py" }},\n'
+    assert text.count("approved = [\n") == 1
+    out.write_text(text.replace("approved = [\n", entry))
+    return out
+
+
+def onnx_seconds(n: int) -> float:
+    """Seconds of one run of the demo's ONNX graph over ``n`` records drawn from site 1's GBSG2 table."""
+    model = parse_onnx((ROOT / "opal_fixtures" / "models" / "gbsg2-gbm.onnx").read_bytes())
+    table = pd.read_csv(ROOT / "opal_fixtures" / "site1" / "GBSG2" / "validation.csv")
+    table = table.sample(n, replace=True, random_state=1)
+    columns = {spec.name: table[spec.name].to_numpy() for spec in model.inputs}
+    start = time.perf_counter()
+    probabilities(model, columns)
+    return time.perf_counter() - start
+
+
+def pooled_views(frame: pd.DataFrame) -> None:
+    """What the views compute, in pooled numpy."""
+    b = MODEL.coefficients
+    np.log(frame["x1"].to_numpy() ** 2 + 1) * 0.5 + frame["score"].to_numpy()
+    1 / (1 + np.exp(-(b["(Intercept)"] + b["score"] * frame["score"].to_numpy() + b["x1"] * frame["x1"].to_numpy())))
 
 
 def measured(call: Callable[[], Any]) -> tuple[float, int, int]:
@@ -59,7 +97,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_sites(work / "data", n_sites=1, n_per_site=args.n, design="binormal", seed=7, fmt="parquet")
-        provisioned = provision(work / "run", {"site1": (work / "data" / "site1", RULES)})
+        rules = approving(RULES, work / "rules.toml")
+        provisioned = provision(work / "run", {"site1": (work / "data" / "site1", rules)})
         service = SiteService.from_config_file(provisioned["site1"].config)
         frame = pd.read_parquet(work / "data" / "site1" / "SYNTH" / "validation.parquet")
         cred = provisioned["site1"].credentials["analyst"]
@@ -67,8 +106,10 @@ def main() -> None:
         builder.append_inprocess(service, user=cred.user, password=cred.password)
         with builder.login() as session:
             session.assign_table("D", "SYNTH.validation")
+            upload_model(session, MODEL)
             session.aggregate("meanDS", "D$x1")  # the columns read before anything is measured
             session.aggregate("meanDS", "D$score")
+            session.aggregate("meanDS", "D$y")
             first = frame[frame["x1"] > 0]
             column = 8 * args.n  # a float64 column of the table
             # call: (the call, what it makes in pandas, the bytes it reads: the condition's column as the
@@ -80,18 +121,29 @@ def main() -> None:
                 "T <- dataFrameDS(D$x1, D$score, D$y)": (
                     Call("dataFrameDS", "D$x1,D$score,D$y", None, False, True, "D$x1,D$score,D$y", True, False),
                     frame[["x1", "score", "y"]], 3 * column),
+                # a view reads two columns, x1 and score; what it would store is a float64 vector as x1 is
+                f"V <- deriveDS({EXPRESSION})": (Call("deriveDS", EXPRESSION), frame["x1"], 2 * column),
+                'P <- predictDS(D, "bench")': (Call("predictDS", "D", "bench", "response"), frame["x1"], 2 * column),
             }
             start = time.perf_counter()
             frame[frame["x1"] > 0]
             numpy_s = time.perf_counter() - start
             print(f"n = {args.n:,}; pooled numpy frame[frame.x1 > 0]: {numpy_s:.3f} s")
-            print(f"{'call':40} {'s':>6} {'rows':>11} {'held MB':>9} {'copy MB':>9} {'read MB':>9} {'peak MB':>9} "
+            print(f"{'call':48} {'s':>6} {'rows':>11} {'held MB':>9} {'copy MB':>9} {'read MB':>9} {'peak MB':>9} "
                   f"{'peak/read':>9}")
-            for (label, (call, expected, read)), symbol in zip(calls.items(), ("S", "S2", "T")):
+            for (label, (call, expected, read)), symbol in zip(calls.items(), ("S", "S2", "T", "V", "P")):
                 seconds, held, peak = measured(lambda: session.assign(symbol, call))
-                copy = int(expected.memory_usage(index=False).sum())
-                print(f"{label:40} {seconds:6.2f} {len(expected):11,} {held / 1e6:9.1f} {copy / 1e6:9.1f} "
+                copy = int(np.sum(expected.memory_usage(index=False)))
+                print(f"{label:48} {seconds:6.2f} {len(expected):11,} {held / 1e6:9.1f} {copy / 1e6:9.1f} "
                       f"{read / 1e6:9.1f} {peak / 1e6:9.1f} {peak / read:9.2f}")
+            print("the price of a view: meanDS of it, computed when read, against a stored column's")
+            for target in ("D$score", "V", "P"):
+                seconds, held, peak = measured(lambda: session.aggregate("meanDS", target))
+                print(f"  meanDS({target}): {seconds:.3f} s, peak {peak / 1e6:.1f} MB, held after {held / 1e6:.1f} MB")
+            start = time.perf_counter()
+            pooled_views(frame)
+            print(f"  pooled numpy computing V and P: {time.perf_counter() - start:.3f} s")
+            print(f"  one run of the ONNX graph gbsg2-gbm over 1,000,000 records: {onnx_seconds(1_000_000):.2f} s")
         service.catalog.close()
     print(f"(numpy {np.__version__}, pandas {pd.__version__}; held: above the start, after the call; copy: the "
           f"pandas table it makes; peak/read: the call's peak above its start over the bytes of the columns it reads)")
