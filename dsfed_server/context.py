@@ -106,8 +106,9 @@ class CallContext:
 
     def site_subset(self, name: str) -> RowSet | None:
         """Symbol ``name``'s subset of site data as it is held (its rows, not built: for a function
-        that reads only its rows and column names), read as :meth:`resolve` reads a symbol; None for
-        any other value, or a subset of values the analyst supplied (resolved and checked as tables)."""
+        that builds only what it reads of it, ``Param(rows_only=True)``), read as :meth:`resolve`
+        reads a symbol; None for any other value, or a subset of values the analyst supplied
+        (resolved and checked as tables)."""
         value = self.session.get(name)
         if not isinstance(value, RowSet) or not self.session.sources.get(name):
             return None

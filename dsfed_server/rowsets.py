@@ -12,8 +12,10 @@ removed: a small subset of a large table the analyst derived costs that table.
 
 A call reads a subset as a table built from the parent when the call resolves the symbol
 (:meth:`RowSet.frame`; ``S$age`` builds that one column), for the call only: nothing
-column-sized is kept between calls, and a call that names the subset (even ``dimDS``) holds its
-columns while it runs.
+column-sized is kept between calls. A function whose table parameter takes the subset as it is
+held (``Param(rows_only=True)``: ``dimDS``, ``colnamesDS``, the subset functions, the GLM) builds
+only what it reads of it (its rows and names, a condition's column, a formula's columns); any
+other call that names the subset holds its columns while it runs.
 """
 
 from __future__ import annotations
@@ -110,6 +112,11 @@ class RowSet:
     def built(self, value: Any) -> bool:
         """Whether ``value`` is, itself, the table :meth:`frame` built last (and still in use)."""
         return self._built is not None and self._built() is value
+
+
+def complete_rows(table: pd.DataFrame | RowSet) -> np.ndarray:
+    """Which rows of a table, or of a subset (a column built at a time), have a value in every column."""
+    return table.complete() if isinstance(table, RowSet) else table.notna().all(axis=1).to_numpy()
 
 
 def column_names(table: pd.DataFrame | RowSet) -> list[Any]:

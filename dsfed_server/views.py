@@ -5,7 +5,9 @@ what the computation read, as the workspace held it when the symbol was made (:c
 table, a subset's row ids, a stored vector or another view, shared, never copied), and the
 computation (the expression the site's interpreter evaluates; the approved GLM). A call that reads
 the symbol computes its values for that call only (once however often the call names it): nothing
-column-sized is kept between calls, where a stored vector of 1e7 records holds 80 MB. Each read
+column-sized is kept between calls, where a stored vector of 1e7 records holds 80 MB (unless what
+it read was made for it alone: ``predictDS`` of a subset made inside the call holds that subset's
+built table). A view read through more than :data:`MAX_CHAIN` views is stored instead. Each read
 pays the computation again: an expression's arithmetic, a GLM's :math:`X\\beta` (an ONNX graph's
 predictions are stored instead: its run costs seconds a million records; ``bench/subsets.py``
 measures each).
@@ -61,7 +63,7 @@ def read_value(name: str, value: Any, column: str | None = None) -> Any:
     if column is None:
         return value
     if not isinstance(value, pd.DataFrame):
-        raise CallError(f"{name!r} is not a table, so {name}${column} has no column")
+        raise CallError(f"{name!r} is not a table, so {(name + '$' + column)!r} has no column")
     if column in value.columns:
         return value[column]
     if column in value.attrs.get(COMPUTED, {}):
@@ -69,12 +71,16 @@ def read_value(name: str, value: Any, column: str | None = None) -> Any:
     raise NotFound(f"table {name!r} has no column {column!r}", hint=f"columns: {', '.join(map(str, value.columns))}")
 
 
+MAX_CHAIN = 8  # views computed from views at most this deep: a longer chain is stored (each read would compute it)
+
+
 class ColumnView:
     """A float64 vector of ``len(index)`` records computed from ``inputs`` when read:
     ``compute(*values)`` over what each input reads, as a Series with ``index``, ``name`` and
-    ``attrs`` (its records' positions in the site table and provenance, fixed when it was made)."""
+    ``attrs`` (its records' positions in the site table and provenance, fixed when it was made);
+    ``depth``: 1, or one more than the deepest view it reads."""
 
-    __slots__ = ("inputs", "compute", "index", "name", "attrs", "_built", "__weakref__")
+    __slots__ = ("inputs", "compute", "index", "name", "attrs", "depth", "_built", "__weakref__")
 
     def __init__(self, inputs: tuple[Held, ...], compute: Callable[..., np.ndarray], index: pd.Index, name: str,
                  attrs: dict[str, Any]) -> None:
@@ -83,6 +89,7 @@ class ColumnView:
         self.index = index
         self.name = name
         self.attrs = attrs
+        self.depth = 1 + max((h.value.depth for h in inputs if isinstance(h.value, ColumnView)), default=0)
         self._built: weakref.ref | None = None
 
     def __len__(self) -> int:
@@ -101,6 +108,17 @@ class ColumnView:
     def built(self, value: Any) -> bool:
         """Whether ``value`` is, itself, the Series :meth:`series` computed last (and still in use)."""
         return self._built is not None and self._built() is value
+
+
+def kept_vector(view: ColumnView, values: np.ndarray) -> ColumnView | pd.Series:
+    """``view``, or its ``values`` (computed when it was made) as a stored vector when it reads views
+    more than :data:`MAX_CHAIN` deep (``V <- V + 1`` again and again would compute the whole chain
+    at every read, and recurse as deep)."""
+    if view.depth <= MAX_CHAIN:
+        return view
+    out = pd.Series(values, index=view.index, name=view.name, copy=False)
+    out.attrs = dict(view.attrs)
+    return out
 
 
 def kept_value(symbols: dict[str, Any], value: Any) -> Any:

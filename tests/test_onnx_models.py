@@ -26,7 +26,7 @@ from skl2onnx.common.data_types import FloatTensorType
 from sklearn.tree import DecisionTreeClassifier
 
 from conftest import FIXTURES, GBSG2_SITES, audit_records, http_builder, read_site_csv
-from dsfed_client import DisclosureRefusal, FederatedCallError
+from dsfed_client import Call, DisclosureRefusal, FederatedCallError
 from dsfed_client.analyses.calibration import ds_brier, ds_logistic_calibration
 from dsfed_client.analyses.discrimination import ds_auc
 from dsfed_client.models import ds_predict, upload_model
@@ -327,3 +327,21 @@ def test_the_board_inspects_and_approves_the_shipped_onnx_model(tmp_path):
     from dsfed_server.disclosure.rules import load_rules
     (entry,) = load_rules(rules).models.approved
     assert (entry.name, entry.sha256) == ("gbm", digest)
+
+
+def test_predictions_for_a_subset_are_sklearns_on_its_records(gbm, gbsg2):
+    """The GBM applied to a subset (``age > 50``): the mean of the sites' predictions is sklearn's
+    predict_proba on the pooled subset records' (to 1e-6, float32 trees); the site also computes the
+    model for every record of its table (the predictions' cut history), reading the inputs as its data
+    dictionary declares them."""
+    data, pipeline, pooled, predictors = gbm
+    provisioned, builder, _, _ = gbsg2
+    older = pooled[pooled.age > 50]
+    with builder.login() as session:
+        session.assign_table("D", TABLE)
+        upload_model(session, GBM)
+        session.assign("S", Call("subsetRowsDS", "D", "age", ">", 50))
+        ds_predict(session, "S", "gbsg2-gbm", "pred_older")
+        mean = session.mean("pred_older")
+    assert mean.n_valid == len(older)
+    assert mean.mean == pytest.approx(pipeline.predict_proba(older[predictors])[:, 1].mean(), abs=1e-6)

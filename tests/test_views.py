@@ -6,6 +6,9 @@ symbols they read are replaced (a symbol keeps its values, as in R)."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,6 +21,7 @@ from dsfed_client import Call, Ref
 from dsfed_client.analyses.discrimination import ds_auc
 from dsfed_client.models import ds_predict, upload_model
 from dsfed_core.models import GLMModel
+from dsfed_server.config import load_site_config, resolve
 from dsfed_server.synthetic import binormal
 
 N = 400_000
@@ -67,6 +71,20 @@ def test_a_derived_column_holds_no_values_and_reads_as_R_computes_it(site):
     assert after == pytest.approx((full, subset), rel=1e-12)
 
 
+def test_a_long_chain_of_views_reads_as_R_computes_it(site):
+    """``V <- V + 1``, 300 times: views read through views up to views.MAX_CHAIN deep, and the rest
+    stored, so a read neither recomputes the whole chain nor recurses as deep (300 views deep, Python
+    runs out of stack); the mean is R's."""
+    frame = site["frame"]
+    with inprocess_builder(site["provisioned"], site["services"]).login() as session:
+        session.assign_table("D", "P.t")
+        session.derive("V", "D$x1 * 1")
+        for _ in range(300):
+            session.derive("V", "V + 1")
+        mean = _mean(session, "V")
+    assert mean == pytest.approx(float(r_eval("mean(x1 + 300)", x1=frame["x1"].to_numpy())[0]), rel=1e-12)
+
+
 def _r_predictions(frame: pd.DataFrame) -> np.ndarray:
     b = MODEL.coefficients
     return r_eval("plogis(b[1] + b[2] * score + b[3] * x1)", b=np.array([b["(Intercept)"], b["score"], b["x1"]]),
@@ -94,39 +112,61 @@ def test_predictions_hold_no_values_and_validate_as_R_on_its_predictions(site):
     assert auc.auc == pytest.approx(auc_r, rel=1e-10)
 
 
-def _cut_next_to_one_record(frame: pd.DataFrame, subset: np.ndarray) -> tuple[float, float, int]:
+def _cut_next_to_one_record(frame: pd.DataFrame, subset: np.ndarray) -> tuple[float, float]:
     """Cuts t1 < t2 on the model's predictions with exactly one record of the table between them, a
-    record of ``subset`` in the middle of the table's predictions: (t1, t2, its outcome)."""
+    record of ``subset`` in the middle of the table's predictions (records missing x1 have none)."""
     b = MODEL.coefficients
-    p = 1 / (1 + np.exp(-(b["(Intercept)"] + b["score"] * frame["score"] + b["x1"] * frame["x1"]))).to_numpy()
-    order = np.argsort(p)
-    k = next(k for k in range(len(p) // 2, len(p)) if subset[order[k]])
-    return (p[order[k - 1]] + p[order[k]]) / 2, (p[order[k]] + p[order[k + 1]]) / 2, int(frame["y"].iloc[order[k]])
+    p = (1 / (1 + np.exp(-(b["(Intercept)"] + b["score"] * frame["score"] + b["x1"] * frame["x1"])))).to_numpy()
+    order = np.argsort(p)[: int(np.isfinite(p).sum())]
+    k = next(k for k in range(order.size // 2, order.size) if subset[order[k]])
+    return (p[order[k - 1]] + p[order[k]]) / 2, (p[order[k]] + p[order[k + 1]]) / 2
 
 
-@pytest.mark.parametrize("first_on_subset", [True, False])
-def test_predictions_of_a_subset_and_of_the_table_share_one_cut_history(tmp_path, first_on_subset):
+@pytest.mark.parametrize("first_on", ["subset", "complete cases", None])
+def test_predictions_of_a_subset_and_of_the_table_share_one_cut_history(tmp_path, first_on):
     """The attack: a count of a subset's predictions at or below t1, then of the table's at or below
-    t2, one record apart (with the outcome sums, its outcome). The predictions of a subset are checked
-    in the history of the model's predictions for every record of the table (computed when a release
-    reads them): the second cut is dropped. Control: without the first cut, t2 is released."""
+    t2, one record apart (with the outcome sums, its outcome). The subset is the predictions of a
+    subset of the table (``PS``), or the complete cases of the table's predictions (``completeCasesDS(P)``:
+    x1 is missing in 5% of the records). Either is checked in the history of the model's predictions
+    for every record of the table (computed when a release reads them): the second cut is dropped.
+    Control: without the first cut, t2 is released."""
     rng = np.random.default_rng(32)
     frame = pd.DataFrame(binormal(400, rng, auc=0.8, prevalence=0.3))
+    frame.loc[rng.uniform(size=len(frame)) < 0.05, "x1"] = np.nan
     rules = approving(tmp_path / "rules.toml", {"m": MODEL.sha256}, cut_history="true")
+    text = rules.read_text()
+    assert text.count('    "countBelowDS",\n') == 1
+    rules.write_text(text.replace('    "countBelowDS",\n', '    "countBelowDS",\n    "completeCasesDS",\n'))
     provisioned, services = make_sites(tmp_path, {"site1": frame}, rules=rules)
-    subset = (frame["x1"] < 0.5).to_numpy()
-    t1, t2, _ = _cut_next_to_one_record(frame, subset)
+    subset = (frame["x1"] < 0.5).to_numpy() if first_on == "subset" else frame["x1"].notna().to_numpy()
+    t1, t2 = _cut_next_to_one_record(frame, subset)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         upload_model(session, MODEL)
         ds_predict(session, "D", "m", "P")
         session.assign("S", Call("subsetRowsDS", "D", "x1", "<", 0.5))
         ds_predict(session, "S", "m", "PS")
-        first = session.aggregate("countBelowDS", Ref("PS"), [t1])["site1"]["counts"] if first_on_subset else None
+        session.assign("PC", Call("completeCasesDS", "P"))
+        target = {"subset": "PS", "complete cases": "PC"}.get(first_on or "")
+        first = session.aggregate("countBelowDS", Ref(target), [t1])["site1"]["counts"] if target else None
         second = session.aggregate("countBelowDS", Ref("P"), [t2])["site1"]["counts"]
-    p_subset = _r_predictions(frame[subset])
-    if first_on_subset:
-        assert np.atleast_1d(first).tolist() == [int((p_subset <= t1).sum())]  # released, as R counts it
+    p_first = _r_predictions(frame[subset])
+    if first_on is not None:
+        assert np.atleast_1d(first).tolist() == [int((p_first <= t1).sum())]  # released, as R counts it
         assert np.atleast_1d(second).tolist() == [None]  # dropped: one record from t1 in the table
+        # kept in the history of the model's predictions for the table (for the complete cases the
+        # row-set audit alone would also drop t2: this is the layer before it)
+        assert t1 in _model_cuts(provisioned["site1"].config)
     else:
-        assert np.atleast_1d(second).tolist() == [int((_r_predictions(frame) <= t2).sum())]
+        p_all = _r_predictions(frame)
+        assert np.atleast_1d(second).tolist() == [int((p_all[np.isfinite(p_all)] <= t2).sum())]
+
+
+def _model_cuts(config: Path) -> list[float]:
+    """The cuts the site's release history keeps for the model's predictions of the table (more than
+    any analyst is told)."""
+    site, base = load_site_config(config)
+    with sqlite3.connect(resolve(base, site.site.ledger)) as db:
+        rows = db.execute("SELECT value FROM released_cuts WHERE column_name = ?",
+                          (f"model {MODEL.sha256[:16]} response",)).fetchall()
+    return [value for (value,) in rows]

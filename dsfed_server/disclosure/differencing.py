@@ -92,7 +92,21 @@ def mark_rows(frame: T, rows: Rows) -> T:
 def bits(rows: np.ndarray, n: int) -> np.ndarray:
     """Row set ``rows`` as ``n`` bytes of 0 or 1: a boolean array as it is (a view), or one packed by
     ``np.packbits`` (as the release history keeps row sets: 1 bit a record) unpacked."""
-    return rows.view(np.uint8) if rows.dtype == bool else np.unpackbits(rows, count=n)
+    if rows.dtype == bool and rows.size == n:
+        return rows.view(np.uint8)
+    if rows.dtype == np.uint8 and rows.size == (n + 7) // 8:
+        return np.unpackbits(rows, count=n)
+    raise ValueError(f"a row set of {n} records is a boolean array of {n} or one packed in {(n + 7) // 8} "
+                     f"bytes, not {rows.size} values of {rows.dtype}")
+
+
+# the number of bits set in each byte value (numpy's bitwise_count needs numpy 2)
+_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
+
+
+def _differing(a: np.ndarray, b: np.ndarray) -> int:
+    """The number of records in one of two packed row sets and not the other."""
+    return int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64))
 
 
 def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -112,7 +126,7 @@ def isolated_records(sets: list[np.ndarray], n: int) -> np.ndarray:
     an orthonormal basis :math:`U` of :math:`\\operatorname{diag}(\\sqrt c) M`'s columns gives a
     record of atom *a* the leverage :math:`\\|U_a\\|^2 / c_a`; it is 1 exactly when the record's
     indicator is in the span (then its atom holds it alone)."""
-    if not sets:
+    if not sets or n == 0:
         return np.zeros(0, dtype=np.int64)
     first, counts, incidence = _atoms(sets, n)
     single = counts == 1
@@ -196,7 +210,7 @@ def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_differ
     fresh = []
     for rows in new:
         packed = np.packbits(rows)
-        differences = [int(np.bitwise_count(old ^ packed).sum()) for old in history]
+        differences = [_differing(old, packed) for old in history]
         if 0 in differences:
             continue  # the same rows as before: nothing new
         if min(differences) < min_difference:

@@ -77,12 +77,12 @@ class ModelColumn:
     """A model's predictions for every record of a site table (``predictDS``): a column the table
     does not store but the site computes alike for any subset, so its cuts are kept under one
     history per (table, model), by any analyst, as a stored column's are. ``column`` names it by
-    the model's digest and output type; ``every`` computes one prediction per table record (NaN
-    where an input is missing) when a release reads them, None when the predictions are of the
-    whole table already; ``declared`` is the output's range where the model declares one."""
+    the model's digest and output type; ``every`` gives one prediction per table record (NaN
+    where an input is missing) when a release needs them (a GLM's computed then, an ONNX graph's
+    kept); ``declared`` is the output's range where the model declares one."""
 
     column: str
-    every: Callable[[], np.ndarray] | None
+    every: Callable[[], np.ndarray]
     declared: tuple[float, float] | None = None
 
     def __deepcopy__(self, memo: dict) -> "ModelColumn":
@@ -103,8 +103,7 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
         return None
     model = vector.attrs.get(MODEL_COLUMN)
     if isinstance(model, ModelColumn):
-        values = vector.to_numpy(dtype=float, na_value=np.nan)
-        return _root(rows, model.column, values if model.every is None else model.every(), values, "identity",
+        return _root(rows, model.column, model.every(), vector.to_numpy(dtype=float, na_value=np.nan), "identity",
                      model.declared, False)
     derived = vector.attrs.get(DERIVED, {}).get(vector.name)
     source, transform = derived if derived else (vector.name, "identity")

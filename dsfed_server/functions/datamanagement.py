@@ -30,7 +30,7 @@ from dsfed_server.disclosure.checks import LEVEL_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED
 from dsfed_server.registry import P, Param, register
-from dsfed_server.rowsets import RowSet, column_names
+from dsfed_server.rowsets import RowSet, column_names, complete_rows
 
 _SUBSET = ("disclosure.subset_min", "disclosure.subset_min_difference")
 NO_MESSAGES = "ALL OK: there are no studysideMessage(s) on this datasource"
@@ -223,17 +223,13 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
 
 def complete_cases_of(ctx: CallContext, value: pd.DataFrame | RowSet | pd.Series) -> Any:
     """The complete cases of a table, a subset or a vector (R's ``complete.cases``), through the subset guard."""
-    if isinstance(value, RowSet):
-        frame: Any = value
-        mask = value.complete()
-    else:
-        frame = value if isinstance(value, pd.DataFrame) else value.to_frame()
-        mask = frame.notna().all(axis=1).to_numpy()
+    frame = value.to_frame() if isinstance(value, pd.Series) else value
+    mask = complete_rows(frame)
     if mask.all():
         ctx.guard.subset(int(mask.sum()), int(mask.size))
         return value
     rows = ctx.guard.subset_rows(frame, mask)
-    if isinstance(value, (pd.DataFrame, RowSet)):
+    if not isinstance(value, pd.Series):
         return ctx.subset(value, mask, rows)
     kept = value.loc[mask].reset_index(drop=True)
     kept.attrs = {k: v for k, v in value.attrs.items() if k != ROWS}

@@ -48,7 +48,7 @@ from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.gate import condition_cuts
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
-from dsfed_server.views import ColumnView, Held
+from dsfed_server.views import ColumnView, Held, kept_vector
 
 
 def _leaves(node: Node) -> list[Leaf]:
@@ -101,7 +101,7 @@ def _rows(columns: dict[Leaf, pd.Series]) -> Rows | None:
            "ifelse on comparisons (< <= > >= == !=, & | !), e.g. log(D$pnodes + 1)")],
     checks=GATE_RULES,
 )
-def derive(ctx: CallContext, expression: Node) -> ColumnView:
+def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     """A new numeric column computed from columns of one table and numbers (R's semantics: NA
     propagates; what R gives as NaN, Inf or -Inf is missing), kept as the expression over what it
     reads and computed when read (:mod:`dsfed_server.views`). Every comparison and pmin/pmax/abs
@@ -122,7 +122,8 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView:
                                    "records")
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
     guard.derived_cuts(_cells(ctx, columns, evaluated.conditions), row_sets, rows)
-    return ColumnView(held, compute, first.index, expression.to_text()[:200], {} if rows is None else {ROWS: rows})
+    view = ColumnView(held, compute, first.index, expression.to_text()[:200], {} if rows is None else {ROWS: rows})
+    return kept_vector(view, evaluated.values)
 
 
 def _numbers(columns: dict[Leaf, pd.Series]) -> Callable[[Leaf], np.ndarray]:

@@ -32,7 +32,7 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
-from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import COMPUTED, ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
@@ -55,7 +55,13 @@ def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFram
     source = kept_table(session.symbols, data)
 
     def build() -> ModelFrame:
-        return model_frame(formula, _model_table(source, formula, weights, offset), weights=weights, offset=offset)
+        try:
+            return model_frame(formula, _model_table(source, formula, weights, offset), weights=weights, offset=offset)
+        except NotFound:
+            if not isinstance(source, RowSet):
+                raise
+            # a variable the subset lacks: the error names every column it has
+            return model_frame(formula, source.frame(), weights=weights, offset=offset)
 
     return session.memo(key, source, build, one_per_kind=True)
 
@@ -65,12 +71,9 @@ def _model_table(data: pd.DataFrame | RowSet, formula: Formula, weights: str | N
     """The table a model reads: ``data``, or of a subset held as its rows only the columns that the
     formula, weights and offset name (a name in their text that is a column, or the column a
     computed column is computed from), built for the call: a GLM of two covariates on a subset of
-    ten columns builds two. A variable the subset lacks builds it whole, for model_frame's error."""
+    ten columns builds two."""
     if not isinstance(data, RowSet):
         return data
-    variables = [formula.response, *[v for t in formula.terms for v in t.variables], weights, offset]
-    if any(v is not None and "(" not in v and not data.reads(v.split("$")[-1]) for v in variables):
-        return data.frame()
     named = set(_NAME.findall(" ".join(v for v in [formula.to_text(), weights, offset] if v)))
     wanted = {column for name in named for column in data.reads(name)}
     return data.frame([c for c in data.labels if c in wanted])

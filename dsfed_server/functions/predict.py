@@ -29,7 +29,7 @@ from dsfed_core.parser import parse_formula
 from dsfed_server.catalog import Catalog, Variable
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
-from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows, whole_table
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
 from dsfed_server.modelframe import design_columns
@@ -90,12 +90,9 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
         attrs[ROWS] = rows
         if by_board:
             served = ctx.service.catalog.served(rows.lineage)
-            whole = rows.whole or (rows.index.size == rows.n_root
-                                   and np.array_equal(rows.index, np.arange(rows.n_root)))
-            every = None if whole else partial(prediction.every_record, rows.lineage,
-                                               [c for c in data.columns if c in served])
-            if every is not None and not prediction.view:
-                every = partial(np.asarray, every())  # computed once, kept as the predictions are
+            every = partial(prediction.every_record, rows.lineage, [c for c in data.columns if c in served])
+            if not prediction.view:  # computed once, kept as the predictions are
+                every = partial(np.asarray, values if rows.whole else every())
             attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", every, declared)
     if not prediction.view:
         out = pd.Series(values, index=data.index, name=f"{name}.{type}", copy=False)
@@ -131,8 +128,10 @@ class Prediction:
         return isinstance(self.model, GLMModel)
 
     def every_record(self, lineage: str, columns: list[str]) -> np.ndarray:
-        """The predictions for every record of site table ``lineage``, from its ``columns``."""
-        return self(self.catalog.frame(lineage, columns))
+        """The predictions for every record of site table ``lineage``, from its ``columns`` (their
+        data dictionary entries the table's)."""
+        table = self.catalog.frame(lineage, columns)
+        return self(mark_rows(table, whole_table(lineage, len(table))))
 
 
 def _glm_predictions(glm: GLMModel, name: str, data: pd.DataFrame, type: str,

@@ -14,7 +14,7 @@ from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
 from dsfed_server.registry import P, Param, register
-from dsfed_server.rowsets import RowSet, column_names
+from dsfed_server.rowsets import RowSet, column_names, complete_rows
 from dsfed_server.views import read_value
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -95,12 +95,8 @@ def subset_dsbase(ctx: CallContext, dt: pd.DataFrame | RowSet, complt: bool, rs:
         return complete_cases_of(ctx, dt)
     if varname is None or lg is None or th is None:
         raise CallError("subsetDS needs varname, lg and th (the condition that selects the rows)")
-    keep = _complete(dt) if complt else np.ones(len(dt), dtype=bool)
+    keep = complete_rows(dt) if complt else np.ones(len(dt), dtype=bool)
     return _condition_subset(ctx, dt, varname, _DSBASE_OPS[lg], th, keep)
-
-
-def _complete(table: pd.DataFrame | RowSet) -> np.ndarray:
-    return table.complete() if isinstance(table, RowSet) else table.notna().all(axis=1).to_numpy()
 
 
 def _condition_subset(ctx: CallContext, x: pd.DataFrame | RowSet, variable: str, op: str, value: object,
