@@ -308,16 +308,17 @@ def convert(param: Param, node: Node, ctx: "CallContext") -> Any:
     return _CONVERTERS[param.type](param, node, ctx)
 
 
-def _workspace_value(param: Param, node: Node, ctx: "CallContext") -> Any:
+def _reference(node: Node, ctx: "CallContext") -> Node:
     """A symbol, ``table$column`` or nested assign call, also given as a string (``"D$age"``)."""
-    if isinstance(node, Literal) and isinstance(node.value, str):
-        node = ctx.parse_reference(node.value)
-    return ctx.resolve(node)
+    return ctx.parse_reference(node.value) if isinstance(node, Literal) and isinstance(node.value, str) else node
+
+
+def _workspace_value(param: Param, node: Node, ctx: "CallContext") -> Any:
+    return ctx.resolve(_reference(node, ctx))
 
 
 def _table(param: Param, node: Node, ctx: "CallContext") -> Any:
-    if isinstance(node, Literal) and isinstance(node.value, str):
-        node = ctx.parse_reference(node.value)
+    node = _reference(node, ctx)
     if param.rows_only and isinstance(node, Symbol) and (subset := ctx.site_subset(node.name)) is not None:
         return subset
     value = ctx.resolve(node)
