@@ -19,6 +19,7 @@ Example (``dsfed-server init`` writes one)::
     database = ""                              # duckdb: a database file instead of files beside the dictionaries
     threads = 1                                # the engine's threads
     memory_limit_mb = 1024                     # the engine's working memory (DuckDB spills beyond it)
+    onnx_predictions = "values"                # values | view: an ONNX graph's predictions kept, or run at each read
     # engine = "postgresql": the tables in a PostgreSQL database, read with a read-only role
     # dsn = "host=127.0.0.1 port=5432 dbname=hospital user=dsfed_reader"   # libpq, without the password
     # password_file = "site1.pgpass"          # the role's password, mode 600 (optional: else ~/.pgpass)
@@ -94,6 +95,9 @@ class CatalogSection(_Section):
                                           "(opened read-only); empty: the files beside the dictionaries")
     threads: int = Field(1, ge=1, le=256, description="threads the engine may use")
     memory_limit_mb: int = Field(1024, ge=64, le=1_048_576, description="the engine's working memory, in MiB")
+    onnx_predictions: Literal["values", "view"] = Field(
+        "values", description="an ONNX graph's predictions (predictDS) kept as values (8 bytes a record, the graph "
+                              "run once) or as a view (nothing kept, the graph run at every read)")
     dsn: str = Field("", description="postgresql: a libpq connection string without the password, e.g. "
                                      "\"host=127.0.0.1 port=5432 dbname=hospital user=dsfed_reader\"")
     password_file: str = Field("", description="postgresql: a file holding the role's password, readable by its "

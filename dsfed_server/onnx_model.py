@@ -44,6 +44,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from dsfed_core.models import ModelError
 from dsfed_server.onnx_ops import DOMAINS, OPSETS, allowed
+from dsfed_server.rowbatches import row_batches
 
 OUTPUT = "probabilities"  # the output the site reads, column POSITIVE
 POSITIVE = 1
@@ -248,20 +249,25 @@ def parse_onnx(data: bytes) -> ONNXModel:
 
 def probabilities(model: ONNXModel, columns: Mapping[str, np.ndarray]) -> np.ndarray:
     """Column :data:`POSITIVE` of output :data:`OUTPUT` for the records of ``columns`` (one array
-    per input, complete records only), run by onnxruntime on one thread; ModelError if it fails."""
+    per input, complete records only), run by onnxruntime on one thread a batch of
+    :data:`~dsfed_server.rowbatches.BATCH_ROWS` records at a time (the graph's working tensors, a
+    tree ensemble's per record and tree, stay a batch's size); ModelError if it fails."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 4  # its errors become the refusal's message, not server log lines
-    feed = {}
-    for spec in model.inputs:
-        values = np.asarray(columns[spec.name]).astype(spec.dtype)
-        feed[spec.name] = values.reshape(-1, 1) if spec.rank == 2 else values.reshape(-1)
+    n = len(next(iter(columns.values())))
+    predicted = np.empty(n)
     try:
         session = onnxruntime.InferenceSession(model.runnable, options, providers=["CPUExecutionProvider"])
-        (out,) = session.run([OUTPUT], feed)
+        for rows in row_batches(n):
+            feed = {}
+            for spec in model.inputs:
+                values = np.asarray(columns[spec.name][rows]).astype(spec.dtype)
+                feed[spec.name] = values.reshape(-1, 1) if spec.rank == 2 else values.reshape(-1)
+            (out,) = session.run([OUTPUT], feed)
+            if out.ndim != 2 or out.shape != (rows.stop - rows.start, 2):
+                raise ModelError(f"output {OUTPUT!r} has shape {list(out.shape)}; the site reads [N, 2]")
+            predicted[rows] = out[:, POSITIVE]
     except _RUNTIME_ERRORS as exc:
         raise ModelError(f"onnxruntime could not run the model: {str(exc).splitlines()[0]}") from None
-    if out.ndim != 2 or out.shape != (len(next(iter(feed.values()))), 2):
-        raise ModelError(f"output {OUTPUT!r} has shape {list(out.shape)}; the site reads [N, 2]")
-    return out[:, POSITIVE].astype(np.float64)
-
+    return predicted

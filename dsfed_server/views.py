@@ -1,19 +1,21 @@
 """Vector symbols held as how the site computes them, not as their values (issue 17: views).
 
-``deriveDS``'s column and ``predictDS``'s predictions of a GLM are kept as a :class:`ColumnView`:
-what the computation read, as the workspace held it when the symbol was made (:class:`Held`: a
-table, a subset's row ids, a stored vector or another view, shared, never copied), and the
-computation (the expression the site's interpreter evaluates; the approved GLM). A call that reads
-the symbol computes its values for that call only (once however often the call names it): nothing
-column-sized is kept between calls, where a stored vector of 1e7 records holds 80 MB (unless what
-it read was made for it alone: ``predictDS`` of a subset made inside the call holds that subset's
-built table). A view read through more than :data:`MAX_CHAIN` views is stored instead. Each read
-pays the computation again: an expression's arithmetic, a GLM's :math:`X\\beta` (an ONNX graph's
-predictions are stored instead: its run costs seconds a million records; ``bench/subsets.py``
-measures each).
+``deriveDS``'s column and ``predictDS``'s predictions of a GLM (of an ONNX graph too, where the site
+asks) are kept as a :class:`ColumnView`: what the computation read, as the workspace held it when
+the symbol was made (:class:`Held`: a table, a subset's row ids, a stored vector or another view,
+shared, never copied), and the computation (the expression the site's interpreter evaluates; the
+approved model). A call that reads the symbol computes its values for that call only (once however
+often the call names it): nothing column-sized is kept between calls, where a stored vector of 1e7
+records holds 80 MB (unless what it read was made for it alone: ``predictDS`` of a subset made
+inside the call holds that subset's built table). A view read through more than :data:`MAX_CHAIN`
+views is stored instead. Each read pays the computation again: an expression's arithmetic, a GLM's
+:math:`X\\beta`, an ONNX graph's run where the site keeps its predictions as a view (``[catalog]
+onnx_predictions = "view"``; by default they are stored: its run costs about a second a million
+records; ``bench/subsets.py`` measures each).
 
 The values are the same at every read: what a view read is never modified (workspace values are
-replaced, not changed) and the site's arithmetic is numpy's, deterministic. The checks made when
+replaced, not changed) and the site's arithmetic is deterministic (numpy's; onnxruntime's on one
+thread, which gives a record the same prediction in any batch). The checks made when
 the symbol was made (the release gate's cuts and few-values rules) therefore hold for every read,
 and every release from it is checked as any other. A view keeps what it read alive: a view of a
 table the analyst then removes still holds that table, as R's value semantics ask (the symbol

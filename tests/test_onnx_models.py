@@ -25,17 +25,22 @@ from skl2onnx import convert_sklearn
 from skl2onnx.common.data_types import FloatTensorType
 from sklearn.tree import DecisionTreeClassifier
 
-from conftest import FIXTURES, GBSG2_SITES, audit_records, http_builder, read_site_csv
-from dsfed_client import Call, DisclosureRefusal, FederatedCallError
+from conftest import FIXTURES, GBSG2_SITES, audit_records, http_builder, inprocess_builder, read_site_csv
+from dsfed_client import Call, DisclosureRefusal, FederatedCallError, Ref
 from dsfed_client.analyses.calibration import ds_brier, ds_logistic_calibration
 from dsfed_client.analyses.discrimination import ds_auc
 from dsfed_client.models import ds_predict, upload_model
 from dsfed_core.wire import decode_f64
 from dsfed_server.catalog import Variable, write_dictionary
 from dsfed_server.launch import LocalSites
+from dsfed_server.onnx_model import parse_onnx, probabilities
 from dsfed_server.provision import provision
+from dsfed_server.rowbatches import BATCH_ROWS
+from dsfed_server.service import SiteService
 from rref import R_PROC, R_VALPROB, r_reference
 from sitekit import NO_NOISE, approving, dsfed
+from test_shared_columns import _held_by
+from test_views import cut_next_to_one_record
 
 GBM = FIXTURES / "models" / "gbsg2-gbm.onnx"
 SCRIPT = FIXTURES / "scripts" / "fit_gbm_onnx.py"
@@ -345,3 +350,102 @@ def test_predictions_for_a_subset_are_sklearns_on_its_records(gbm, gbsg2):
         mean = session.mean("pred_older")
     assert mean.n_valid == len(older)
     assert mean.mean == pytest.approx(pipeline.predict_proba(older[predictors])[:, 1].mean(), abs=1e-6)
+
+
+N_LARGE = 200_000  # records of the resampled table: a stored prediction holds 8 bytes each (1.6 MB)
+SMALL = 262_144  # bytes a view may hold: the graph (its file, parsed), the history's database connection
+
+
+def _one_site(tmp: Path, setting: str, gbm):
+    """One in-process site whose ``[catalog] onnx_predictions`` is ``setting``, serving the pooled GBSG2
+    validation records resampled to N_LARGE (``GBSG2.validation``) and as they are (``GBSG2.small``),
+    its rules approving the GBM, with the cut history on."""
+    data, _, pooled, _ = gbm
+    folder = tmp / "data" / "GBSG2"
+    folder.mkdir(parents=True)
+    small = pooled.drop(columns="site")
+    large = small.sample(N_LARGE, replace=True, random_state=7, ignore_index=True)
+    large.to_csv(folder / "validation.csv", index=False)
+    small.to_csv(folder / "small.csv", index=False)
+    dictionary = (FIXTURES / "site1" / "GBSG2" / "validation.dictionary.json").read_text()
+    (folder / "validation.dictionary.json").write_text(dictionary)
+    assert dictionary.count('"table": "validation"') == 1
+    (folder / "small.dictionary.json").write_text(dictionary.replace('"table": "validation"', '"table": "small"'))
+    rules = approving_onnx(tmp / "rules.toml", {"gbsg2-gbm": data}, cut_history="true")
+    provisioned = provision(tmp / "run", {"site1": (tmp / "data", rules)}, catalog={"onnx_predictions": setting})
+    services = {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
+    return provisioned, services, large, small
+
+
+@pytest.mark.parametrize("setting", ["values", "view"])
+def test_onnx_predictions_kept_as_values_or_as_a_view(gbm, tmp_path, setting):
+    """``onnx_predictions = "values"`` keeps 8 bytes a record (the graph run once); ``"view"`` keeps no
+    record's value (the graph run at each read). Either way the mean of the predictions of the table
+    and of a subset (age > 50) is onnxruntime's own output on the same records, to 1e-6 (float32 trees)."""
+    data, _, _, predictors = gbm
+    provisioned, services, large, _ = _one_site(tmp_path, setting, gbm)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", TABLE)
+        upload_model(session, GBM)
+        ds_predict(session, "D", "gbsg2-gbm", "warm")  # the columns the graph reads, read before measuring
+        session.remove("warm")
+        held, _ = _held_by(lambda: ds_predict(session, "D", "gbsg2-gbm", "P"))
+        session.assign("S", Call("subsetRowsDS", "D", "age", ">", 50))
+        ds_predict(session, "S", "gbsg2-gbm", "PS")
+        means = session.mean("P").mean, session.mean("PS").mean
+    if setting == "view":
+        assert held < SMALL
+    else:
+        assert held > 8 * N_LARGE
+    older = large[large.age > 50]
+    want = _onnxruntime(data, large, predictors).mean(), _onnxruntime(data, older, predictors).mean()
+    assert means == pytest.approx(want, rel=0, abs=1e-6)
+
+
+@pytest.mark.parametrize("setting", ["values", "view"])
+@pytest.mark.parametrize("first", [True, False])
+def test_onnx_predictions_of_a_subset_and_of_the_table_share_one_cut_history(gbm, tmp_path, setting, first):
+    """The attack of tests/test_views.py on an ONNX graph's predictions, kept as values or as a view:
+    a count of a subset's predictions (age > 50) at or below t1, then of the table's at or below t2,
+    one record apart. Both are checked in the history of the model's predictions for every record of
+    the table: the second is dropped. Control: without the first, t2 is released, as counted on
+    onnxruntime's own predictions."""
+    data, _, _, predictors = gbm
+    provisioned, services, _, small = _one_site(tmp_path, setting, gbm)
+    p = _onnxruntime(data, small, predictors)
+    subset = (small.age > 50).to_numpy()
+    t1, t2 = cut_next_to_one_record(p, subset, gap=1e-4)  # the sites' float32 sums: within 1e-6 of these
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "GBSG2.small")
+        upload_model(session, GBM)
+        ds_predict(session, "D", "gbsg2-gbm", "P")
+        session.assign("S", Call("subsetRowsDS", "D", "age", ">", 50))
+        ds_predict(session, "S", "gbsg2-gbm", "PS")
+        released = session.aggregate("countBelowDS", Ref("PS"), [t1])["site1"]["counts"] if first else None
+        second = session.aggregate("countBelowDS", Ref("P"), [t2])["site1"]["counts"]
+    if first:
+        assert np.atleast_1d(released).tolist() == [int((p[subset] <= t1).sum())]
+        assert np.atleast_1d(second).tolist() == [None]
+    else:
+        assert np.atleast_1d(second).tolist() == [int((p <= t2).sum())]
+
+
+def test_the_graph_run_in_batches_gives_each_record_onnxruntimes_whole_run_prediction(gbm):
+    """The site runs a graph BATCH_ROWS records at a time (its working tensors stay a batch's size):
+    each of 150,000 records gets exactly the prediction of one onnxruntime run over all of them on one
+    thread, and the records of a subset the prediction they get in the whole table (a record's cuts
+    are checked in the history of every record's predictions)."""
+    data, _, pooled, predictors = gbm
+    frame = pooled.sample(150_000, replace=True, random_state=3, ignore_index=True)
+    assert 150_000 > 2 * BATCH_ROWS
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    feed = {c: (frame[[c]].astype(str).to_numpy(dtype=object) if pd.api.types.is_string_dtype(frame[c])
+                else frame[[c]].to_numpy(dtype=np.float32)) for c in predictors}
+    whole = session.run(["probabilities"], feed)[0][:, 1].astype(float)
+    model = parse_onnx(data)
+    columns = {c: frame[c].to_numpy() for c in predictors}
+    np.testing.assert_array_equal(probabilities(model, columns), whole)
+    older = (frame.age > 50).to_numpy()
+    np.testing.assert_array_equal(probabilities(model, {c: v[older] for c, v in columns.items()}), whole[older])

@@ -112,14 +112,15 @@ def test_predictions_hold_no_values_and_validate_as_R_on_its_predictions(site):
     assert auc.auc == pytest.approx(auc_r, rel=1e-10)
 
 
-def _cut_next_to_one_record(frame: pd.DataFrame, subset: np.ndarray) -> tuple[float, float]:
-    """Cuts t1 < t2 on the model's predictions with exactly one record of the table between them, a
-    record of ``subset`` in the middle of the table's predictions (records missing x1 have none)."""
-    b = MODEL.coefficients
-    p = (1 / (1 + np.exp(-(b["(Intercept)"] + b["score"] * frame["score"] + b["x1"] * frame["x1"])))).to_numpy()
+def cut_next_to_one_record(p: np.ndarray, subset: np.ndarray, gap: float = 0.0) -> tuple[float, float]:
+    """Cuts t1 < t2 on predictions ``p`` with exactly one record between them, a record of ``subset``
+    in the middle of the table's predictions, its neighbours more than ``gap`` away (records without
+    a prediction, NaN, are left out)."""
     order = np.argsort(p)[: int(np.isfinite(p).sum())]
-    k = next(k for k in range(order.size // 2, order.size) if subset[order[k]])
-    return (p[order[k - 1]] + p[order[k]]) / 2, (p[order[k]] + p[order[k + 1]]) / 2
+    s = p[order]
+    k = next(k for k in range(order.size // 2, order.size - 1)
+             if subset[order[k]] and s[k] - s[k - 1] > gap and s[k + 1] - s[k] > gap)
+    return (s[k - 1] + s[k]) / 2, (s[k] + s[k + 1]) / 2
 
 
 @pytest.mark.parametrize("first_on", ["subset", "complete cases", None])
@@ -139,7 +140,7 @@ def test_predictions_of_a_subset_and_of_the_table_share_one_cut_history(tmp_path
     rules.write_text(text.replace('    "countBelowDS",\n', '    "countBelowDS",\n    "completeCasesDS",\n'))
     provisioned, services = make_sites(tmp_path, {"site1": frame}, rules=rules)
     subset = (frame["x1"] < 0.5).to_numpy() if first_on == "subset" else frame["x1"].notna().to_numpy()
-    t1, t2 = _cut_next_to_one_record(frame, subset)
+    t1, t2 = cut_next_to_one_record(_r_predictions(frame), subset)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         upload_model(session, MODEL)

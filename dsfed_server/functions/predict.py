@@ -9,8 +9,9 @@ checked against the data dictionary (:mod:`dsfed_server.onnx_inputs`), and onnxr
 probability of the positive class (``"response"``) or its logit (``"link"``); a record missing an
 input gets a missing prediction. The predictions stay at the site like any symbol (a GLM's kept as
 the model over the table and computed when a call reads them, :mod:`dsfed_server.views`; an ONNX
-graph's as values, computed once), and every release from them is checked as any other; a model
-with few distinct outputs (at most n/q) must put at least q records on each.
+graph's as values, computed once, unless the site's ``[catalog] onnx_predictions`` asks for a view
+too), and every release from them is checked as any other; a model with few distinct outputs (at
+most n/q) must put at least q records on each.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ TYPES = ("response", "link")
 def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> ColumnView | pd.Series:
     """The model's predictions for every record of ``data`` (missing where an input is missing): a
     GLM's kept as the model over the table and computed when read (:mod:`dsfed_server.views`), an
-    ONNX graph's kept as values (a graph's run costs seconds a million records).
+    ONNX graph's kept as values (a graph's run costs about a second a million records) unless the
+    site's ``[catalog] onnx_predictions = "view"`` keeps them as a view too.
 
     The predictions of a model the board approved keep the records' provenance: the site computes
     the model for every record of the table ``data`` comes from
@@ -72,7 +74,8 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
     stored = ctx.service.models.get(sha256, name)
     if isinstance(stored, ONNXModel):
         _check_onnx(ctx, name, by_board)
-    prediction = Prediction(stored, name, type, ctx.service.catalog)
+    view = isinstance(stored, GLMModel) or ctx.service.config.catalog.onnx_predictions == "view"
+    prediction = Prediction(stored, name, type, ctx.service.catalog, view)
     values = prediction(data)
     hint = "a model whose outputs single out records is not applied; ask the board about the model"
     levels = ctx.guard.distinct_values(values, f"model {name!r}", "predictions", hint)
@@ -105,12 +108,17 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
 @dataclass(frozen=True, eq=False)
 class Prediction:
     """An approved ``model``'s predictions of ``type`` for a table's records (a view's computation),
-    its inputs read as ``catalog``'s data dictionary declares them."""
+    its inputs read as ``catalog``'s data dictionary declares them; ``view``: whether they are kept as
+    a view, computed when read (a GLM's always: :math:`X\\beta`, a fraction of a second a read at 1e7
+    records; an ONNX graph's where the site's ``[catalog] onnx_predictions`` says ``"view"``: its run
+    costs about a second a million records for 100 trees, so by default it runs once and its values
+    are kept)."""
 
     model: GLMModel | ONNXModel
     name: str
     type: str
     catalog: Catalog
+    view: bool
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
         def variable(column: str) -> Variable | None:
@@ -119,13 +127,6 @@ class Prediction:
         if isinstance(self.model, ONNXModel):
             return _onnx_predictions(self.model, self.name, data, self.type, variable)
         return _glm_predictions(self.model, self.name, data, self.type, variable)
-
-    @property
-    def view(self) -> bool:
-        """Whether the predictions are kept as a view, computed when read: a GLM's (:math:`X\\beta`, a
-        fraction of a second a read at 1e7 records), not an ONNX graph's (seconds a million records
-        for 100 trees: kept as values, computed once)."""
-        return isinstance(self.model, GLMModel)
 
     def every_record(self, lineage: str, columns: list[str]) -> np.ndarray:
         """The predictions for every record of site table ``lineage``, from its ``columns`` (their
