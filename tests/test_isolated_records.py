@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 
-from dsfed_server.disclosure.differencing import CODED_SETS, isolated_records, row_set_problem
+from dsfed_server.disclosure.differencing import (ATOM_FLOATS, CODED_SETS, atom_batch, isolated_records,
+                                                 row_set_problem)
 
 
 def _in_span(matrix: np.ndarray) -> np.ndarray:
@@ -79,4 +80,67 @@ def test_the_audit_reads_a_long_history_one_packed_set_at_a_time():
     finally:
         tracemalloc.stop()
     assert peak < 48 * n < 100 * n
+    assert problem is not None and "single out a record" in problem
+
+
+def _leverage_one(matrix: np.ndarray) -> np.ndarray:
+    """The records whose leverage in ``matrix`` (records x sets, whole) is 1: the definition on the
+    records themselves, by one SVD, without atoms or batches."""
+    u, s, _ = np.linalg.svd(matrix, full_matrices=False)
+    basis = u[:, s > s[0] * max(matrix.shape) * np.finfo(float).eps * 10]
+    return np.flatnonzero(np.einsum("ij,ij->i", basis, basis) > 1 - 1e-8)
+
+
+def test_nearly_every_record_its_own_atom_isolated_records_are_the_definitions():
+    """24 random sets make nearly every one of 100,000 records an atom of its own (as histograms on
+    independent columns do), more atoms than one batch of the audit. Among them: three sets of all
+    records but one, two pairs of sets one record apart, and one pair two records apart (their sum is
+    in the span, neither record is). The isolated records are those of the definition on the whole
+    records x sets matrix: exactly the five, not the pair."""
+    n = 100_000
+    rng = np.random.default_rng(41)
+    sets = [np.ones(n, dtype=bool), *(rng.uniform(size=n) < 0.5 for _ in range(24))]
+    lone, paired = rng.choice(n, 7, replace=False)[:5], None
+    for record in lone[:3]:
+        sets.append(np.arange(n) != record)
+    for record in lone[3:]:
+        base = rng.uniform(size=n) < 0.3
+        base[record] = False
+        sets.extend([base, base | (np.arange(n) == record)])
+    paired = rng.choice(np.setdiff1d(np.arange(n), lone), 2, replace=False)
+    base = rng.uniform(size=n) < 0.3
+    base[paired] = False
+    with_pair = base.copy()
+    with_pair[paired] = True
+    sets.extend([base, with_pair])
+    matrix = np.column_stack(sets).astype(float)
+    assert np.unique(matrix, axis=0).shape[0] > atom_batch(len(sets))  # the atoms take several batches
+    expected = _leverage_one(matrix)
+    assert expected.tolist() == sorted(lone.tolist())
+    np.testing.assert_array_equal(isolated_records(sets, n), expected)
+    np.testing.assert_array_equal(isolated_records([np.packbits(rows) for rows in sets], n), expected)
+
+
+def test_the_audit_of_a_record_per_atom_holds_a_batch_of_the_atoms_matrix():
+    """100 row sets (ten histograms of ten bins on ten independent columns, packed) make nearly every
+    one of 200,000 records an atom of its own. The audit's peak stays below 40 bytes a record and four
+    batches of the atoms x sets matrix (8 MiB each), 41.5 MB; the matrix alone is 808 bytes a record,
+    and the audit held 2,500 before (the matrix, its SVD and their copies: 500 MB here). The answer
+    is the definition's: a new cell one record away from an earlier one isolates it."""
+    n = 200_000
+    rng = np.random.default_rng(42)
+    earlier = []
+    for _ in range(10):
+        cell = np.digitize(rng.uniform(size=n), np.linspace(0, 1, 11)[1:-1])
+        earlier.extend(np.packbits(cell == k) for k in range(10))
+    record = int(np.flatnonzero(np.unpackbits(earlier[0], count=n))[0])
+    new = np.unpackbits(earlier[0], count=n).astype(bool)
+    new[record] = False
+    tracemalloc.start()
+    try:
+        problem = row_set_problem(earlier, [new], 1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 40 * n + 4 * 8 * ATOM_FLOATS < 808 * n
     assert problem is not None and "single out a record" in problem

@@ -17,7 +17,8 @@ which survives restarts), and refuses a new subset, or a release whose cells (ru
 * would put some single record's indicator :math:`e_i` in the linear span of all the indicator
   vectors: then a linear combination of sums over those row sets is that record's value
   (the classical audit of sum queries, Chin & Ozsoyoglu 1982). With an orthonormal basis
-  :math:`Q` of the span (SVD), :math:`e_i` is in it iff :math:`\\|Q^T e_i\\|^2 = 1`.
+  :math:`Q` of the span (SVD), :math:`e_i` is in it iff :math:`\\|Q^T e_i\\|^2 = 1`
+  (:func:`isolated_records`, a batch of atoms at a time).
 
 The cells matter across columns and subsets: an age histogram and a score histogram each keep
 q records per bin, yet if only one young patient has a low score, "young" minus "high score"
@@ -46,6 +47,7 @@ ROWS = "dsfed.rows"
 T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
 CODED_SETS = 16  # up to this many row sets, a record's atom is a 16-bit code (:func:`_atoms`)
+ATOM_FLOATS = 1 << 20  # values of the atoms x sets matrix the audit holds at once (8 MiB; :func:`atom_batch`)
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -123,29 +125,58 @@ def isolated_records(sets: list[np.ndarray], n: int) -> np.ndarray:
 
     The sets are constant on **atoms** (records that belong to the same sets), so the span is
     computed over atoms: with :math:`M` the atoms x sets incidence and :math:`c` the atoms' sizes,
-    an orthonormal basis :math:`U` of :math:`\\operatorname{diag}(\\sqrt c) M`'s columns gives a
-    record of atom *a* the leverage :math:`\\|U_a\\|^2 / c_a`; it is 1 exactly when the record's
-    indicator is in the span (then its atom holds it alone)."""
+    :math:`W = \\operatorname{diag}(\\sqrt c) M` has the SVD :math:`U S V^T`, and a record of atom *a*
+    the leverage :math:`\\|U_a\\|^2 / c_a`; it is 1 exactly when the record's indicator is in the
+    span (then its atom holds it alone). :math:`W` is never held whole: the triangular factor
+    :math:`R` of its QR decomposition (sets x sets) is updated a batch of atoms at a time (:math:`R`
+    of :math:`[R; W_B]`), :math:`R`'s SVD gives :math:`S` and :math:`V`, and a second pass gives
+    each lone record's row :math:`U_a = W_a V S^{-1}`. The audit holds :func:`atom_batch` rows of
+    :math:`W` and two sets x sets matrices, where :math:`W` has as many rows as there are atoms: up
+    to one a record when the sets are cells of histograms on independent columns."""
     if not sets or n == 0:
         return np.zeros(0, dtype=np.int64)
-    first, counts, incidence = _atoms(sets, n)
-    single = counts == 1
-    if not single.any():
+    first, counts = _atoms(sets, n)
+    single = np.flatnonzero(counts == 1)
+    if single.size == 0:
         return np.zeros(0, dtype=np.int64)
-    atoms = incidence.astype(float) * np.sqrt(counts)[:, None]
-    u, s, _ = np.linalg.svd(atoms, full_matrices=False)
+    batch = atom_batch(len(sets))
+    r = np.zeros((0, len(sets)))
+    for start in range(0, first.size, batch):
+        atoms = slice(start, start + batch)
+        w = _incidence(sets, first[atoms]) * np.sqrt(counts[atoms])[:, None]
+        r = np.linalg.qr(np.vstack([r, w]), mode="r")
+    _, s, vt = np.linalg.svd(r, full_matrices=False)
     if s.size == 0 or s[0] == 0:
         return np.zeros(0, dtype=np.int64)
-    basis = u[:, s > s[0] * max(atoms.shape) * np.finfo(float).eps * 10]
-    leverage = np.einsum("ij,ij->i", basis, basis) / counts
-    isolated_atoms = np.flatnonzero(single & (leverage > 1 - 1e-8))
-    return np.sort(first[isolated_atoms])
+    kept = s > s[0] * max(first.size, len(sets)) * np.finfo(float).eps * 10
+    to_basis = vt[kept].T / s[kept]  # W_a times it is U_a: the span's orthonormal basis at atom a
+    isolated = []
+    for start in range(0, single.size, batch):
+        lone = single[start:start + batch]
+        u = _incidence(sets, first[lone]) @ to_basis  # c_a = 1
+        isolated.append(first[lone[np.einsum("ij,ij->i", u, u) > 1 - 1e-8]])
+    return np.sort(np.concatenate(isolated))
 
 
-def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def atom_batch(n_sets: int) -> int:
+    """Atoms a pass of :func:`isolated_records` takes at once: :data:`ATOM_FLOATS` values of the atoms x
+    sets matrix, and no fewer atoms than sets (each update of :math:`R` factors a matrix of that many
+    rows more than the batch)."""
+    return max(ATOM_FLOATS // n_sets, n_sets)
+
+
+def _incidence(sets: list[np.ndarray], positions: np.ndarray) -> np.ndarray:
+    """Which of ``sets`` the records at ``positions`` belong to (records x sets, float 0/1)."""
+    out = np.empty((positions.size, len(sets)))
+    for j, rows in enumerate(sets):
+        out[:, j] = _bit_at(rows, positions)
+    return out
+
+
+def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """The atoms of ``sets`` (records that belong to the same sets): each atom's first record
-    (position), its size and its incidence (atoms x sets, boolean). The sets are read one at a
-    time (a packed one unpacked for its turn only): no records x sets matrix.
+    (position) and its size. The sets are read one at a time (a packed one unpacked for its turn
+    only): no records x sets matrix.
 
     Up to :data:`CODED_SETS` sets, a record's atom is a 16-bit code of the sets it belongs to: 2 bytes
     a record, the atoms' sizes counted by ``np.bincount`` and their first records found a batch of
@@ -168,11 +199,10 @@ def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.n
         unseen -= int(np.count_nonzero(new))
         if unseen == 0:
             break
-    incidence = ((values[:, None] >> np.arange(len(sets))) & 1).astype(bool)
-    return first[values], counts[values], incidence
+    return first[values], counts[values]
 
 
-def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_atoms` of more than :data:`CODED_SETS` sets: 8 bytes a record for the labels, as many
     for their numbers, and a running maximum of those for the atoms' first records."""
     label = np.zeros(n, dtype=np.int64)
@@ -188,9 +218,7 @@ def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndar
     counts = np.bincount(label)
     running = np.maximum.accumulate(label)  # atoms are numbered as their first records come
     first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
-    del label, running
-    incidence = np.column_stack([_bit_at(rows, first) for rows in sets])
-    return first, counts, incidence
+    return first, counts
 
 
 def _numbered(label: np.ndarray) -> np.ndarray:
