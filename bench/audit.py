@@ -59,7 +59,8 @@ def main() -> None:
     history = sum(p.nbytes for p in earlier)
     layout = f"on {args.histograms} columns" if args.columns else "on one column"
     print(f"n = {n:,}; {len(earlier)} earlier row sets ({layout}, {history / 1e6:.0f} MB packed); audit of one new "
-          f"cell: {seconds:.2f} s, peak {peak / 1e6:.0f} MB ({peak / n:.0f} bytes a record); refused: {problem is not None}")
+          f"cell: {seconds:.2f} s, peak {peak / 1e6:.0f} MB ({peak / n:.0f} bytes a record); "
+          f"refused: {problem is not None}")
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ class CatalogSection(_Section):
     memory_limit_mb: int = Field(1024, ge=64, le=1_048_576, description="the engine's working memory, in MiB")
     onnx_predictions: Literal["values", "view"] = Field(
         "values", description="an ONNX graph's predictions (predictDS) kept as values (8 bytes a record, the graph "
-                              "run once) or as a view (nothing kept, the graph run at every read)")
+                              "run once) or as a view (nothing kept, the graph run at every read, and over the "
+                              "whole table for a release whose cuts the history checks)")
     dsn: str = Field("", description="postgresql: a libpq connection string without the password, e.g. "
                                      "\"host=127.0.0.1 port=5432 dbname=hospital user=dsfed_reader\"")
     password_file: str = Field("", description="postgresql: a file holding the role's password, readable by its "

@@ -13,6 +13,7 @@ site's interpreter of arithmetic (:mod:`dsfed_server.arithmetic`), named as R de
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
@@ -26,6 +27,7 @@ from dsfed_server.arithmetic import evaluate
 from dsfed_server.rowbatches import row_batches
 
 
+R_NAME = re.compile(r"[A-Za-z.][A-Za-z0-9._]*")  # an R name, as a formula writes a variable
 COMPUTED = "dsfed.computed"  # a table's attrs: {column: ComputedColumn}, columns it declares but does not store
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, Mapping
@@ -52,6 +53,7 @@ UNIT_KEY = "dsfed.unit."
 CATEGORIES_KEY = "dsfed.categories."
 ELEMENTS = {TensorProto.FLOAT: ("float", np.float32), TensorProto.DOUBLE: ("double", np.float64),
             TensorProto.INT64: ("int64", np.int64), TensorProto.STRING: ("string", np.object_)}
+log = logging.getLogger("dsfed.site")
 _RUNTIME_ERRORS = tuple(getattr(onnxruntime.capi.onnxruntime_pybind11_state, name) for name in (
     "Fail", "InvalidArgument", "InvalidGraph", "RuntimeException", "NotImplemented", "EngineError"))
 
@@ -265,9 +267,13 @@ def probabilities(model: ONNXModel, columns: Mapping[str, np.ndarray]) -> np.nda
                 values = np.asarray(columns[spec.name][rows]).astype(spec.dtype)
                 feed[spec.name] = values.reshape(-1, 1) if spec.rank == 2 else values.reshape(-1)
             (out,) = session.run([OUTPUT], feed)
-            if out.ndim != 2 or out.shape != (rows.stop - rows.start, 2):
-                raise ModelError(f"output {OUTPUT!r} has shape {list(out.shape)}; the site reads [N, 2]")
+            if out.ndim != 2 or out.shape != (rows.stop - rows.start, 2):  # the shape would tell the records' count
+                raise ModelError(f"output {OUTPUT!r} is not one row of two class probabilities per record; "
+                                 "the site reads [N, 2]")
             predicted[rows] = out[:, POSITIVE]
     except _RUNTIME_ERRORS as exc:
-        raise ModelError(f"onnxruntime could not run the model: {str(exc).splitlines()[0]}") from None
+        # onnxruntime's message can name the batch's shape, which would tell the records' count: the
+        # site's log keeps it, the analyst is told where to find it
+        log.warning("onnxruntime could not run a model: %s", exc)
+        raise ModelError("onnxruntime could not run the model (its message is in the site's log)") from None
     return predicted

@@ -15,7 +15,7 @@ records; ``bench/subsets.py`` measures each).
 
 The values are the same at every read: what a view read is never modified (workspace values are
 replaced, not changed) and the site's arithmetic is deterministic (numpy's; onnxruntime's on one
-thread, which gives a record the same prediction in any batch). The checks made when
+thread, over the same records in the same batches at every read). The checks made when
 the symbol was made (the release gate's cuts and few-values rules) therefore hold for every read,
 and every release from it is checked as any other. A view keeps what it read alive: a view of a
 table the analyst then removes still holds that table, as R's value semantics ask (the symbol

@@ -8,9 +8,10 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -154,3 +155,27 @@ def assert_same_report(got: dict[str, Any], want: dict[str, Any]) -> int:
         else:
             assert actual == expected, key
     return numbers
+
+
+def held_by(call: Callable[[], object]) -> tuple[int, int]:
+    """The bytes a call leaves held, and its peak above what was held before it (tracemalloc: numpy
+    reports its buffers to it)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        call()
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return after - before, peak - before
+
+
+def cut_next_to_one_record(p: np.ndarray, subset: np.ndarray, gap: float = 0.0) -> tuple[float, float]:
+    """Cuts t1 < t2 on predictions ``p`` with exactly one record between them, a record of ``subset``
+    in the middle of the table's predictions, its neighbours more than ``gap`` away (records without
+    a prediction, NaN, are left out)."""
+    order = np.argsort(p)[: int(np.isfinite(p).sum())]
+    s = p[order]
+    k = next(k for k in range(order.size // 2, order.size - 1)
+             if subset[order[k]] and s[k] - s[k - 1] > gap and s[k + 1] - s[k] > gap)
+    return (s[k - 1] + s[k]) / 2, (s[k] + s[k + 1]) / 2

@@ -20,7 +20,7 @@ import onnx
 import onnxruntime
 import pandas as pd
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from skl2onnx import convert_sklearn
 from skl2onnx.common.data_types import FloatTensorType
 from sklearn.tree import DecisionTreeClassifier
@@ -30,17 +30,16 @@ from dsfed_client import Call, DisclosureRefusal, FederatedCallError, Ref
 from dsfed_client.analyses.calibration import ds_brier, ds_logistic_calibration
 from dsfed_client.analyses.discrimination import ds_auc
 from dsfed_client.models import ds_predict, upload_model
+from dsfed_core.models import ModelError
 from dsfed_core.wire import decode_f64
 from dsfed_server.catalog import Variable, write_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.onnx_model import parse_onnx, probabilities
-from dsfed_server.provision import provision
+from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.rowbatches import BATCH_ROWS
 from dsfed_server.service import SiteService
 from rref import R_PROC, R_VALPROB, r_reference
-from sitekit import NO_NOISE, approving, dsfed
-from test_shared_columns import _held_by
-from test_views import cut_next_to_one_record
+from sitekit import NO_NOISE, approving, cut_next_to_one_record, dsfed, held_by
 
 GBM = FIXTURES / "models" / "gbsg2-gbm.onnx"
 SCRIPT = FIXTURES / "scripts" / "fit_gbm_onnx.py"
@@ -111,19 +110,24 @@ def gbsg2(gbm, tmp_path_factory):
         yield provisioned, http_builder(provisioned, sites.urls), variants, run
 
 
-def _onnxruntime(data: bytes, frame: pd.DataFrame, predictors: list[str]) -> np.ndarray:
-    """onnxruntime's P(y = 1) of model ``data`` on ``frame`` (factors as text, numbers as float32)."""
+def _onnxruntime(data: bytes, frame: pd.DataFrame, predictors: list[str], one_thread: bool = False) -> np.ndarray:
+    """onnxruntime's P(y = 1) of model ``data`` on ``frame`` (factors as text, numbers as float32), in
+    one run over all records, on one thread or on onnxruntime's default threads."""
     feed = {c: (frame[[c]].astype(str).to_numpy(dtype=object) if pd.api.types.is_string_dtype(frame[c])
                 else frame[[c]].to_numpy(dtype=np.float32)) for c in predictors}
-    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    if one_thread:
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     return session.run(["probabilities"], feed)[0][:, 1].astype(float)
 
 
 def test_predictions_at_the_sites_are_sklearns_and_onnxruntimes(gbm, gbsg2):
     """Noise off, each site's released scores of its own records (noisyScoresDS, per class, sorted)
     are sklearn's predict_proba of the same pipeline on those records and onnxruntime's own output on
-    the pooled frame, to 1e-6 (onnxruntime sums the trees in float32, in an order that depends on the
-    batch); nearly every prediction is distinct, so the GBM passes check_outputs."""
+    the pooled frame, to 1e-6 (onnxruntime sums the trees in float32, and on several threads in
+    another order than the sites' one); nearly every prediction is distinct, so the GBM passes
+    check_outputs."""
     data, pipeline, pooled, predictors = gbm
     provisioned, builder, _, _ = gbsg2
     sklearn_p = pipeline.predict_proba(pooled[predictors])[:, 1]
@@ -257,8 +261,9 @@ def _tree(inputs: str) -> tuple[DecisionTreeClassifier, bytes]:
     return tree, model.SerializeToString()
 
 
-def _small_site(run: Path, tables: dict[str, pd.DataFrame], rules: Path):
-    """One site serving ``tables`` (project P; x decimal in years, y 0/1)."""
+def _small_site(run: Path, tables: dict[str, pd.DataFrame], rules: Path, onnx_predictions: str = "values"):
+    """One site serving ``tables`` (project P; x decimal in years, y 0/1), keeping an ONNX graph's
+    predictions as ``onnx_predictions`` says."""
     for name, frame in tables.items():
         folder = run / "data" / "P"
         folder.mkdir(parents=True, exist_ok=True)
@@ -266,14 +271,16 @@ def _small_site(run: Path, tables: dict[str, pd.DataFrame], rules: Path):
         write_dictionary(folder / f"{name}.dictionary.json", "P", name, [
             Variable("x", "decimal", "years", "x", (), (0.0, 100.0)),
             Variable("y", "integer", "", "y", ("0", "1"))])
-    return provision(run / "run", {"s": (run / "data", rules)})
+    return provision(run / "run", {"s": (run / "data", rules)}, catalog={"onnx_predictions": onnx_predictions})
 
 
-def test_a_tree_isolating_a_record_an_absent_column_and_an_oversized_model_are_refused(gbm, tmp_path):
+@pytest.mark.parametrize("setting", ["values", "view"])
+def test_a_tree_isolating_a_record_an_absent_column_and_an_oversized_model_are_refused(gbm, tmp_path, setting):
     """A real decision tree: on table t one of its four leaves holds one record (fewer than q = 5),
     so predictDS is refused (disclosure.q_threshold); on table u every leaf holds five and one
     record lacks x, which gets no prediction (the mean is sklearn's over the others). The same tree
-    reading ``bmi``, a column the tables lack, and a model over models.max_bytes are refused."""
+    reading ``bmi``, a column the tables lack, and a model over models.max_bytes are refused. The
+    same whether the site keeps the predictions as values or as a view."""
     tree, model = _tree("x")
     _, reads_bmi = _tree("bmi")
     leaves = tree.apply(np.arange(100, dtype=float)[:, None])
@@ -285,7 +292,7 @@ def test_a_tree_isolating_a_record_an_absent_column_and_an_oversized_model_are_r
     t = pd.DataFrame({"x": isolating, "y": np.arange(isolating.size) % 2})
     u = pd.DataFrame({"x": [*spread, np.nan], "y": np.arange(spread.size + 1) % 2})
     rules = approving_onnx(tmp_path / "rules.toml", {"tree": model, "bmi-tree": reads_bmi}, max_bytes="5000")
-    provisioned = _small_site(tmp_path, {"t": t, "u": u}, rules)
+    provisioned = _small_site(tmp_path, {"t": t, "u": u}, rules, setting)
     with LocalSites(provisioned.values(), tmp_path / "run-sites") as sites:
         with http_builder(provisioned, sites.urls).login() as session:
             with pytest.raises(FederatedCallError) as exc:
@@ -356,7 +363,8 @@ N_LARGE = 200_000  # records of the resampled table: a stored prediction holds 8
 SMALL = 262_144  # bytes a view may hold: the graph (its file, parsed), the history's database connection
 
 
-def _one_site(tmp: Path, setting: str, gbm):
+def _one_site(tmp: Path, setting: str, gbm: tuple
+              ) -> tuple[dict[str, ProvisionedSite], dict[str, SiteService], pd.DataFrame, pd.DataFrame]:
     """One in-process site whose ``[catalog] onnx_predictions`` is ``setting``, serving the pooled GBSG2
     validation records resampled to N_LARGE (``GBSG2.validation``) and as they are (``GBSG2.small``),
     its rules approving the GBM, with the cut history on."""
@@ -381,7 +389,9 @@ def _one_site(tmp: Path, setting: str, gbm):
 def test_onnx_predictions_kept_as_values_or_as_a_view(gbm, tmp_path, setting):
     """``onnx_predictions = "values"`` keeps 8 bytes a record (the graph run once); ``"view"`` keeps no
     record's value (the graph run at each read). Either way the mean of the predictions of the table
-    and of a subset (age > 50) is onnxruntime's own output on the same records, to 1e-6 (float32 trees)."""
+    and of a subset (age > 50) is onnxruntime's own output on the same records, to 1e-6 (float32
+    trees), and two reads of the table's predictions (noisyScoresDS, noise off) are exactly one
+    single-threaded onnxruntime run's."""
     data, _, _, predictors = gbm
     provisioned, services, large, _ = _one_site(tmp_path, setting, gbm)
     with inprocess_builder(provisioned, services).login() as session:
@@ -389,10 +399,11 @@ def test_onnx_predictions_kept_as_values_or_as_a_view(gbm, tmp_path, setting):
         upload_model(session, GBM)
         ds_predict(session, "D", "gbsg2-gbm", "warm")  # the columns the graph reads, read before measuring
         session.remove("warm")
-        held, _ = _held_by(lambda: ds_predict(session, "D", "gbsg2-gbm", "P"))
+        held, _ = held_by(lambda: ds_predict(session, "D", "gbsg2-gbm", "P"))
         session.assign("S", Call("subsetRowsDS", "D", "age", ">", 50))
         ds_predict(session, "S", "gbsg2-gbm", "PS")
         means = session.mean("P").mean, session.mean("PS").mean
+        reads = [session.aggregate("noisyScoresDS", "D$y", "P")["site1"] for _ in range(2)]
     if setting == "view":
         assert held < SMALL
     else:
@@ -400,6 +411,11 @@ def test_onnx_predictions_kept_as_values_or_as_a_view(gbm, tmp_path, setting):
     older = large[large.age > 50]
     want = _onnxruntime(data, large, predictors).mean(), _onnxruntime(data, older, predictors).mean()
     assert means == pytest.approx(want, rel=0, abs=1e-6)
+    # every read gives every record exactly one single-threaded onnxruntime run's prediction (noise off)
+    exact = _onnxruntime(data, large, predictors, one_thread=True)
+    for cls, key in ((0, "negatives"), (1, "positives")):
+        for read in reads:
+            np.testing.assert_array_equal(decode_f64(read[key]), np.sort(exact[(large.y == cls).to_numpy()]))
 
 
 @pytest.mark.parametrize("setting", ["values", "view"])
@@ -432,20 +448,43 @@ def test_onnx_predictions_of_a_subset_and_of_the_table_share_one_cut_history(gbm
 
 def test_the_graph_run_in_batches_gives_each_record_onnxruntimes_whole_run_prediction(gbm):
     """The site runs a graph BATCH_ROWS records at a time (its working tensors stay a batch's size):
-    each of 150,000 records gets exactly the prediction of one onnxruntime run over all of them on one
+    each of 2 x BATCH_ROWS + 1 records gets exactly the prediction of one onnxruntime run over all of them on one
     thread, and the records of a subset the prediction they get in the whole table (a record's cuts
     are checked in the history of every record's predictions)."""
     data, _, pooled, predictors = gbm
-    frame = pooled.sample(150_000, replace=True, random_state=3, ignore_index=True)
-    assert 150_000 > 2 * BATCH_ROWS
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    feed = {c: (frame[[c]].astype(str).to_numpy(dtype=object) if pd.api.types.is_string_dtype(frame[c])
-                else frame[[c]].to_numpy(dtype=np.float32)) for c in predictors}
-    whole = session.run(["probabilities"], feed)[0][:, 1].astype(float)
+    frame = pooled.sample(2 * BATCH_ROWS + 1, replace=True, random_state=3, ignore_index=True)  # a last batch of 1
+    whole = _onnxruntime(data, frame, predictors, one_thread=True)
     model = parse_onnx(data)
     columns = {c: frame[c].to_numpy() for c in predictors}
     np.testing.assert_array_equal(probabilities(model, columns), whole)
     older = (frame.age > 50).to_numpy()
     np.testing.assert_array_equal(probabilities(model, {c: v[older] for c, v in columns.items()}), whole[older])
+
+
+def _pairing_graph() -> bytes:
+    """A graph the parser accepts whose run fails on an odd number of records: it reshapes its input
+    to rows of two, and back."""
+    shapes = [numpy_helper.from_array(np.array(v, np.int64), name)
+              for name, v in (("pairs", [-1, 2]), ("rows", [-1, 1]))]
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    nodes = [helper.make_node("Reshape", ["x", "pairs"], ["a"]), helper.make_node("Reshape", ["a", "rows"], ["p"]),
+             helper.make_node("Sub", ["one", "p"], ["q"]),
+             helper.make_node("Concat", ["q", "p"], ["probabilities"], axis=1)]
+    graph = helper.make_graph(nodes, "pairing", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1])],
+                              [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 2])],
+                              initializer=[*shapes, one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_graph_failing_on_a_batch_tells_the_analyst_no_count(caplog):
+    """A run that fails on the last batch (65,537 records: a batch of one) is refused whole, and its
+    message names no shape, which would tell the number of records (mod BATCH_ROWS); the site's log
+    keeps onnxruntime's message. Control: on an even number of records the graph runs, p = x."""
+    model = parse_onnx(_pairing_graph())
+    np.testing.assert_array_equal(probabilities(model, {"x": np.full(10, 0.25)}), np.full(10, 0.25))
+    with pytest.raises(ModelError) as exc:
+        probabilities(model, {"x": np.full(BATCH_ROWS + 1, 0.25)})
+    assert str(exc.value) == "onnxruntime could not run the model (its message is in the site's log)"
+    assert "Input shape:{1,1}" in caplog.text

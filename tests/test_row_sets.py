@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from rref import r_eval
-from sitekit import make_sites
-from test_shared_columns import _held_by
+from sitekit import held_by, make_sites
 
 from conftest import inprocess_builder
 from dsfed_client import Call, Ref
@@ -39,9 +38,9 @@ def test_subsets_hold_row_positions_and_read_as_the_rows_they_name(site):
     third = second[second["x2"] == 1]
     with inprocess_builder(site["provisioned"], site["services"]).login() as session:
         session.assign_table("D", "P.t")
-        held_first, _ = _held_by(lambda: session.assign("S", Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5)))
+        held_first, _ = held_by(lambda: session.assign("S", Call("dataFrameSubsetDS2", "D", "D$x1", "0", 5)))
         # a subset of the subset: positions in D, not in a table built from S
-        held_second, peak_second = _held_by(
+        held_second, peak_second = held_by(
             lambda: session.assign("S2", Call("dataFrameSubsetDS2", "S", "S$score", "0.5", 3)))
         session.assign("S3", Call("dataFrameSubsetDS2", "S2", "S2$x2", "1", 1, **{"keep.cols": [1, 2]}))
         fit = ds_glm(session, "y ~ score + x1", "S2")
@@ -74,7 +73,7 @@ def test_complete_cases_of_a_table_hold_row_positions(tmp_path):
     complete = frame[frame.notna().all(axis=1)]
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        held, _ = _held_by(lambda: session.assign("C", Call("completeCasesDS", "D")))
+        held, _ = held_by(lambda: session.assign("C", Call("completeCasesDS", "D")))
         fit = ds_glm(session, "y ~ x1 + x2", "C")
     assert held < 1.1 * POSITION * len(complete) + 65_536 < COPY * len(complete)
     reference = r_eval("coef(glm(y ~ x1 + x2, family = binomial))", y=complete["y"].to_numpy(dtype=float),
@@ -88,9 +87,9 @@ def test_a_table_combined_from_columns_shares_them(site):
     frame = site["frame"]
     with inprocess_builder(site["provisioned"], site["services"]).login() as session:
         session.assign_table("D", "P.t")
-        held, _ = _held_by(lambda: session.assign("T", Call("dataFrameDS", "D$x1,D$score,D$y", None, False, True,
+        held, _ = held_by(lambda: session.assign("T", Call("dataFrameDS", "D$x1,D$score,D$y", None, False, True,
                                                                "D$x1,D$score,D$y", True, False)))
-        held_cbind, _ = _held_by(lambda: session.assign("B", Call("cbindDS", "D$score,D$x2", "score,x2")))
+        held_cbind, _ = held_by(lambda: session.assign("B", Call("cbindDS", "D$score,D$x2", "score,x2")))
         fit = ds_glm(session, "y ~ x1 + score", "T")
         means = session.aggregate("meanDS", Ref("B$x2"))["site1"]
     assert held < 65_536 and held_cbind < 65_536  # copies would hold 24 and 16 bytes a record
@@ -147,7 +146,7 @@ def test_a_glm_on_a_subset_builds_only_the_columns_its_formula_names(tmp_path):
         for column in frame.columns:  # the site's columns read before anything is measured
             session.aggregate("meanDS", Ref(f"D${column}"))
         fits = []
-        _, peak = _held_by(lambda: fits.append(ds_glm(session, "y ~ score", "S")))
+        _, peak = held_by(lambda: fits.append(ds_glm(session, "y ~ score", "S")))
     assert peak < 10 * 8 * len(kept)
     reference = r_eval("coef(glm(y ~ score, family = binomial))", y=kept["y"].to_numpy(dtype=float),
                        score=kept["score"].to_numpy())
@@ -168,10 +167,10 @@ def test_calls_that_read_a_subsets_shape_or_one_column_do_not_build_it(site):
         answers, peaks = [], []
         for call in (lambda: session.aggregate("dimDS", Ref("S")), lambda: session.aggregate("colnamesDS", Ref("S")),
                      lambda: session.aggregate("exists", "x2", Ref("S"))):
-            _, peak = _held_by(lambda: answers.append(call()["site1"]))
+            _, peak = held_by(lambda: answers.append(call()["site1"]))
             peaks.append(peak)
-        _, peak_rows = _held_by(lambda: session.assign("R", Call("subsetRowsDS", "S", "score", ">", 0.3)))
-        _, peak_dsbase = _held_by(lambda: session.assign("B", Call("subsetDS", "S", True, None, None, 1, 0.7, "score")))
+        _, peak_rows = held_by(lambda: session.assign("R", Call("subsetRowsDS", "S", "score", ">", 0.3)))
+        _, peak_dsbase = held_by(lambda: session.assign("B", Call("subsetDS", "S", True, None, None, 1, 0.7, "score")))
         means = [session.aggregate("meanDS", Ref(f"{t}$x2"))["site1"] for t in ("R", "B")]
     assert answers == [[len(first), 4], ["y", "score", "x1", "x2"], True]
     assert max(peaks) < 1_000_000 < 32 * len(first)

@@ -5,13 +5,12 @@ in-process site of a million records; the expected sizes are counted by hand fro
 
 from __future__ import annotations
 
-import tracemalloc
 
 import numpy as np
 import pandas as pd
 import pytest
 from rref import r_eval
-from sitekit import NO_NOISE, make_sites
+from sitekit import NO_NOISE, held_by, make_sites
 
 from conftest import inprocess_builder
 from dsfed_client import Call, Ref
@@ -30,22 +29,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"provisioned": provisioned, "services": services, "frame": frame}
 
 
-def _held_by(call) -> tuple[int, int]:
-    """The bytes a call leaves held, and its peak above what was held before it."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        call()
-        after, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return after - before, peak - before
-
-
 def test_a_derived_table_adds_only_the_column_it_computes(site):
     with inprocess_builder(site["provisioned"], site["services"]).login() as session:
         session.assign_table("D", "P.t", variables=["y", "score"])
-        held, peak = _held_by(lambda: session.assign("C", Call("calibrationFrameDS", Ref("D$y"), Ref("D$score"))))
+        held, peak = held_by(lambda: session.assign("C", Call("calibrationFrameDS", Ref("D$y"), Ref("D$score"))))
         fit = ds_glm(session, "y ~ lp", "C")  # the calibration intercept and slope, on the shared column
     # lp = logit(p) is 8 bytes a record; a float or int64 copy of y, or of the records' positions,
     # would be 8 more each
@@ -73,7 +60,7 @@ def test_the_spline_table_stores_lp_and_computes_its_basis_when_read(three_sites
         session.assign_table("D", "P.t", variables=["y", "score"])
         knots = last_release(session.aggregation(True).steps("rcsKnotsDS", Ref("D$y"), Ref("D$score")))
         handle = Ref(knots["knots_symbol"], knots["knots_digest"])
-        held, _ = _held_by(lambda: session.assign("S", Call("rcsFrameDS", Ref("D$y"), Ref("D$score"), handle)))
+        held, _ = held_by(lambda: session.assign("S", Call("rcsFrameDS", Ref("D$y"), Ref("D$score"), handle)))
         fit = ds_glm(session, "y ~ lp + lp1 + lp2", "S", secure=True, null_model=False)
         means = session.aggregate("meanDS", Ref("S$lp2"))
     # lp alone; with lp1 and lp2 stored the three sites would hold 3 x as much

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from rref import R_PROC, r_eval, r_reference
-from sitekit import approving, make_sites
-from test_shared_columns import _held_by
+from sitekit import approving, cut_next_to_one_record, held_by, make_sites
 
 from conftest import inprocess_builder
 from dsfed_client import Call, Ref
@@ -54,10 +53,10 @@ def test_a_derived_column_holds_no_values_and_reads_as_R_computes_it(site):
     with inprocess_builder(site["provisioned"], site["services"]).login() as session:
         session.assign_table("D", "P.t")
         session.aggregate("meanDS", Ref("D$x1"))  # the columns read before anything is measured
-        held, _ = _held_by(lambda: session.derive("V", expression))
-        held_copy, _ = _held_by(lambda: session.assign("V2", Ref("V")))  # V2 <- V: the same view
+        held, _ = held_by(lambda: session.derive("V", expression))
+        held_copy, _ = held_by(lambda: session.assign("V2", Ref("V")))  # V2 <- V: the same view
         session.assign("S", Call("subsetRowsDS", "D", "x1", ">", 0))
-        held_subset, _ = _held_by(lambda: session.derive("W", expression.replace("D$", "S$")))
+        held_subset, _ = held_by(lambda: session.derive("W", expression.replace("D$", "S$")))
         means = _mean(session, "V"), _mean(session, "V2"), _mean(session, "W")
         classes = session.aggregate("classDS", Ref("V"))["site1"]
         # D replaced by its subset, S removed: V and W keep the values they were made with
@@ -101,26 +100,15 @@ def test_predictions_hold_no_values_and_validate_as_R_on_its_predictions(site):
         session.assign_table("D", "P.t")
         upload_model(session, MODEL)
         session.aggregate("meanDS", Ref("D$x1"))
-        held, _ = _held_by(lambda: ds_predict(session, "D", "m", "P"))
+        held, _ = held_by(lambda: ds_predict(session, "D", "m", "P"))
         session.assign("S", Call("subsetRowsDS", "D", "x1", "<", 0.5))
-        held_subset, _ = _held_by(lambda: ds_predict(session, "S", "m", "PS"))
+        held_subset, _ = held_by(lambda: ds_predict(session, "S", "m", "PS"))
         means = _mean(session, "P"), _mean(session, "PS")
         auc = ds_auc(session, "S$y", "PS")
     assert held < SMALL < STORED * N and held_subset < SMALL
     assert means == pytest.approx((_r_predictions(frame).mean(), _r_predictions(kept).mean()), rel=1e-12)
     auc_r, *_ = r_reference("proc_ref", R_PROC, y=kept["y"].to_numpy(dtype=float), p=_r_predictions(kept))
     assert auc.auc == pytest.approx(auc_r, rel=1e-10)
-
-
-def cut_next_to_one_record(p: np.ndarray, subset: np.ndarray, gap: float = 0.0) -> tuple[float, float]:
-    """Cuts t1 < t2 on predictions ``p`` with exactly one record between them, a record of ``subset``
-    in the middle of the table's predictions, its neighbours more than ``gap`` away (records without
-    a prediction, NaN, are left out)."""
-    order = np.argsort(p)[: int(np.isfinite(p).sum())]
-    s = p[order]
-    k = next(k for k in range(order.size // 2, order.size - 1)
-             if subset[order[k]] and s[k] - s[k - 1] > gap and s[k + 1] - s[k] > gap)
-    return (s[k - 1] + s[k]) / 2, (s[k] + s[k + 1]) / 2
 
 
 @pytest.mark.parametrize("first_on", ["subset", "complete cases", None])

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dsfed_server.disclosure.differencing import Rows, isolated_records, row_set_problem, rows_of
+from dsfed_server.disclosure.differencing import AuditTooLarge, Rows, isolated_records, row_set_problem, rows_of
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
@@ -304,8 +304,11 @@ class Guard:
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         if row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference")) is None:
             return None
-        isolated = isolated_records([np.ones(rows.n_root, dtype=bool), *earlier, *row_sets],  # type: ignore[union-attr]
-                                    rows.n_root)  # type: ignore[union-attr]
+        n = rows.n_root  # type: ignore[union-attr]
+        try:
+            isolated = isolated_records([np.ones(n, dtype=bool), *earlier, *row_sets], n)
+        except AuditTooLarge:
+            return -1  # the history is beyond auditing: no single record to name
         return int(isolated[0]) if isolated.size else -1
 
     def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:

@@ -48,6 +48,10 @@ T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
 CODED_SETS = 16  # up to this many row sets, a record's atom is a 16-bit code (:func:`_atoms`)
 ATOM_FLOATS = 1 << 20  # values of the atoms x sets matrix the audit holds at once (8 MiB; :func:`atom_batch`)
+TOLERANCE_FACTOR = 100  # the leverage's tolerance, in eps x W's condition number (:func:`isolated_records`)
+# atoms x sets^2 the audit of one release may take (its QR updates' multiply-adds: about a minute on one
+# core); a release whose audit would take more is refused
+MAX_AUDIT_WORK = 2e11
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -118,50 +122,68 @@ def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
     return ((rows[positions >> 3] >> (7 - (positions & 7))) & 1).astype(bool)
 
 
+class AuditTooLarge(Exception):
+    """The row sets are too many over too many atoms for :func:`isolated_records` to audit within
+    :data:`MAX_AUDIT_WORK`."""
+
+
 def isolated_records(sets: list[np.ndarray], n: int) -> np.ndarray:
     """The records (positions) whose indicator :math:`e_i` lies in the linear span of the row sets
     ``sets`` (over the table's ``n`` rows, each boolean or packed, :func:`bits`): for each, a
     combination of sums over the sets is that record's value (Chin & Ozsoyoglu 1982).
 
-    The sets are constant on **atoms** (records that belong to the same sets), so the span is
-    computed over atoms: with :math:`M` the atoms x sets incidence and :math:`c` the atoms' sizes,
-    :math:`W = \\operatorname{diag}(\\sqrt c) M` has the SVD :math:`U S V^T`, and a record of atom *a*
-    the leverage :math:`\\|U_a\\|^2 / c_a`; it is 1 exactly when the record's indicator is in the
-    span (then its atom holds it alone). :math:`W` is never held whole: the triangular factor
-    :math:`R` of its QR decomposition (sets x sets) is updated a batch of atoms at a time (:math:`R`
-    of :math:`[R; W_B]`), :math:`R`'s SVD gives :math:`S` and :math:`V`, and a second pass gives
-    each lone record's row :math:`U_a = W_a V S^{-1}`. The audit holds :func:`atom_batch` rows of
-    :math:`W` and two sets x sets matrices, where :math:`W` has as many rows as there are atoms: up
-    to one a record when the sets are cells of histograms on independent columns."""
+    The sets are constant on **atoms** (records that belong to the same sets), so the span is computed
+    over atoms: with :math:`M` the atoms x sets incidence and :math:`c` the atoms' sizes, :math:`W =
+    \\operatorname{diag}(\\sqrt c) M` has the SVD :math:`U S V^T`, and a record of atom *a* the leverage
+    :math:`\\|U_a\\|^2 / c_a`; it is 1 exactly when the record's indicator is in the span (then its atom
+    holds it alone). :math:`W` is never held whole: the triangular factor :math:`R` of its QR
+    decomposition (sets x sets) is updated a batch of atoms at a time (:math:`R` of :math:`[R; W_B]`),
+    and :math:`R`'s SVD gives :math:`S` and :math:`V`. A lone record's row of the basis is then
+    :math:`W_a V S^{-1}`, which the product gives only to within about :math:`\\epsilon` times
+    :math:`W`'s condition number :math:`s_1 / s_r` (an SVD of :math:`W` itself would give it to
+    :math:`\\epsilon`): a leverage within :data:`TOLERANCE_FACTOR` :math:`\\epsilon\\, s_1 / s_r` of 1
+    (and at least 1e-8) counts as 1, so nearly dependent sets cannot hide a record; they may refuse one
+    whose leverage is nearly 1. The audit holds :func:`atom_batch` rows of :math:`W` and a few sets x
+    sets matrices, where :math:`W` has as many rows as there are atoms: up to one a record when the sets
+    are cells of histograms on independent columns. :class:`AuditTooLarge` when atoms x sets\\ :sup:`2`
+    exceeds :data:`MAX_AUDIT_WORK`."""
     if not sets or n == 0:
         return np.zeros(0, dtype=np.int64)
     first, counts = _atoms(sets, n)
     single = np.flatnonzero(counts == 1)
     if single.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if first.size * len(sets) ** 2 > MAX_AUDIT_WORK:
+        raise AuditTooLarge(f"{len(sets)} row sets over {first.size:,} groups of records")
     batch = atom_batch(len(sets))
+    weights = np.sqrt(counts)
+
+    def w(atoms: slice | np.ndarray) -> np.ndarray:
+        return _incidence(sets, first[atoms]) * weights[atoms, None]
+
     r = np.zeros((0, len(sets)))
     for start in range(0, first.size, batch):
-        atoms = slice(start, start + batch)
-        w = _incidence(sets, first[atoms]) * np.sqrt(counts[atoms])[:, None]
-        r = np.linalg.qr(np.vstack([r, w]), mode="r")
+        r = np.linalg.qr(np.vstack([r, w(slice(start, start + batch))]), mode="r")
     _, s, vt = np.linalg.svd(r, full_matrices=False)
-    if s.size == 0 or s[0] == 0:
+    if s[0] == 0:
         return np.zeros(0, dtype=np.int64)
     kept = s > s[0] * max(first.size, len(sets)) * np.finfo(float).eps * 10
     to_basis = vt[kept].T / s[kept]  # W_a times it is U_a: the span's orthonormal basis at atom a
+    # W_a V S^-1 is U_a to within about eps x the condition number (the product cancels where the kept
+    # singular values are small): a leverage that close to 1 counts as 1 (a refusal rather than a miss)
+    tolerance = max(1e-8, TOLERANCE_FACTOR * np.finfo(float).eps * s[0] / s[kept][-1])
     isolated = []
     for start in range(0, single.size, batch):
         lone = single[start:start + batch]
-        u = _incidence(sets, first[lone]) @ to_basis  # c_a = 1
-        isolated.append(first[lone[np.einsum("ij,ij->i", u, u) > 1 - 1e-8]])
+        u = w(lone) @ to_basis
+        isolated.append(first[lone[np.einsum("ij,ij->i", u, u) > 1 - tolerance]])
     return np.sort(np.concatenate(isolated))
 
 
 def atom_batch(n_sets: int) -> int:
     """Atoms a pass of :func:`isolated_records` takes at once: :data:`ATOM_FLOATS` values of the atoms x
     sets matrix, and no fewer atoms than sets (each update of :math:`R` factors a matrix of that many
-    rows more than the batch)."""
+    rows more than the batch: beyond 1,024 sets a batch holds sets\\ :sup:`2` values)."""
     return max(ATOM_FLOATS // n_sets, n_sets)
 
 
@@ -249,7 +271,12 @@ def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_differ
         return None
     if len(history) + len(fresh) > MAX_ROW_SETS:
         return f"at most {MAX_ROW_SETS} different row sets released from one table"
-    if isolated_records(history + fresh, n).size:
+    try:
+        isolated = isolated_records(history + fresh, n)
+    except AuditTooLarge as exc:
+        return (f"the release history of this table is too large to audit ({exc}); the site releases no more "
+                "from it that adds new groups of records")
+    if isolated.size:
         return ("together with what was released before from the same table (by any analyst), this would single "
                 "out a record: a combination of the released sums is one record's value")
     return None

@@ -78,8 +78,9 @@ class ModelColumn:
     does not store but the site computes alike for any subset, so its cuts are kept under one
     history per (table, model), by any analyst, as a stored column's are. ``column`` names it by
     the model's digest and output type; ``every`` gives one prediction per table record (NaN
-    where an input is missing) when a release needs them (a GLM's computed then, an ONNX graph's
-    kept); ``declared`` is the output's range where the model declares one."""
+    where an input is missing) when a release needs them (computed then from the model's inputs,
+    or kept: an ONNX graph's, unless the site keeps its predictions as a view); ``declared`` is the
+    output's range where the model declares one."""
 
     column: str
     every: Callable[[], np.ndarray]

@@ -18,7 +18,6 @@ the linear predictor within ``glm_max_linear_predictor`` over the declared range
 
 from __future__ import annotations
 
-import re
 import weakref
 from typing import Any, Callable
 
@@ -34,13 +33,12 @@ from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
-from dsfed_server.modelframe import COMPUTED, ModelFrame, model_frame
+from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
-_NAME = re.compile(r"[A-Za-z.][A-Za-z0-9._]*")  # an R name, as a formula writes a variable
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
@@ -74,7 +72,7 @@ def _model_table(data: pd.DataFrame | RowSet, formula: Formula, weights: str | N
     ten columns builds two."""
     if not isinstance(data, RowSet):
         return data
-    named = set(_NAME.findall(" ".join(v for v in [formula.to_text(), weights, offset] if v)))
+    named = set(R_NAME.findall(" ".join(v for v in [formula.to_text(), weights, offset] if v)))
     wanted = {column for name in named for column in data.reads(name)}
     return data.frame([c for c in data.labels if c in wanted])
 

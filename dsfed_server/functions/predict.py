@@ -33,7 +33,7 @@ from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows, whole_table
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
-from dsfed_server.modelframe import design_columns
+from dsfed_server.modelframe import R_NAME, design_columns
 from dsfed_server.models import approved
 from dsfed_server.onnx_inputs import table_inputs
 from dsfed_server.onnx_model import ONNXModel, probabilities
@@ -93,7 +93,8 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
         attrs[ROWS] = rows
         if by_board:
             served = ctx.service.catalog.served(rows.lineage)
-            every = partial(prediction.every_record, rows.lineage, [c for c in data.columns if c in served])
+            inputs = prediction.reads([c for c in data.columns if c in served])
+            every = partial(prediction.every_record, rows.lineage, inputs)
             if not prediction.view:  # computed once, kept as the predictions are
                 every = partial(np.asarray, values if rows.whole else every())
             attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", every, declared)
@@ -127,6 +128,14 @@ class Prediction:
         if isinstance(self.model, ONNXModel):
             return _onnx_predictions(self.model, self.name, data, self.type, variable)
         return _glm_predictions(self.model, self.name, data, self.type, variable)
+
+    def reads(self, columns: list[str]) -> list[str]:
+        """Those of ``columns`` the model reads: an ONNX graph's inputs, the names in a GLM's formula."""
+        if isinstance(self.model, ONNXModel):
+            names = {spec.name for spec in self.model.inputs}
+        else:
+            names = set(R_NAME.findall(self.model.formula))
+        return [c for c in columns if c in names]
 
     def every_record(self, lineage: str, columns: list[str]) -> np.ndarray:
         """The predictions for every record of site table ``lineage``, from its ``columns`` (their
