@@ -26,6 +26,8 @@ it; the same graph written twice differently is two files, each approved on its 
 * the prediction is read from the output ``probabilities`` (``[N, 2]``, a classifier exported
   with ``zipmap=False``), column 1: the probability of the second class of the model's classes,
   ``y = 1`` for a 0/1 outcome.
+* each record's prediction comes from its own inputs alone (:func:`probabilities` checks it at
+  every run).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from dsfed_core.models import ModelError
 from dsfed_server.onnx_ops import DOMAINS, OPSETS, allowed
-from dsfed_server.rowbatches import row_batches
+from dsfed_server.rowbatches import BATCH_ROWS, row_batches
 
 OUTPUT = "probabilities"  # the output the site reads, column POSITIVE
 POSITIVE = 1
@@ -253,7 +255,13 @@ def probabilities(model: ONNXModel, columns: Mapping[str, np.ndarray]) -> np.nda
     """Column :data:`POSITIVE` of output :data:`OUTPUT` for the records of ``columns`` (one array
     per input, complete records only), run by onnxruntime on one thread a batch of
     :data:`~dsfed_server.rowbatches.BATCH_ROWS` records at a time (the graph's working tensors, a
-    tree ensemble's per record and tree, stay a batch's size); ModelError if it fails."""
+    tree ensemble's per record and tree, stay a batch's size); ModelError if it fails.
+
+    Each record's prediction must come from its own values alone: the first batch is run again in
+    two halves, and a record whose prediction changes with the records it is run with (a graph that
+    reduces, sorts or reshapes across records) refuses the graph. The predictions of a subset then
+    equal those of the same records in the whole table (one cut history per table and model), and a
+    graph cannot fold other records' values into a record's prediction unnoticed."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 4  # its errors become the refusal's message, not server log lines
@@ -262,18 +270,29 @@ def probabilities(model: ONNXModel, columns: Mapping[str, np.ndarray]) -> np.nda
     try:
         session = onnxruntime.InferenceSession(model.runnable, options, providers=["CPUExecutionProvider"])
         for rows in row_batches(n):
-            feed = {}
-            for spec in model.inputs:
-                values = np.asarray(columns[spec.name][rows]).astype(spec.dtype)
-                feed[spec.name] = values.reshape(-1, 1) if spec.rank == 2 else values.reshape(-1)
-            (out,) = session.run([OUTPUT], feed)
-            if out.ndim != 2 or out.shape != (rows.stop - rows.start, 2):  # the shape would tell the records' count
-                raise ModelError(f"output {OUTPUT!r} is not one row of two class probabilities per record; "
-                                 "the site reads [N, 2]")
-            predicted[rows] = out[:, POSITIVE]
+            predicted[rows] = _run(session, model, columns, rows)
+        first = min(n, BATCH_ROWS)
+        for half in (slice(0, first // 2), slice(first // 2, first)):
+            if half.stop > half.start and not np.array_equal(_run(session, model, columns, half), predicted[half]):
+                raise ModelError("the graph's prediction for a record changes with the other records it is run "
+                                 "with; the site applies models that predict each record from its own values")
     except _RUNTIME_ERRORS as exc:
         # onnxruntime's message can name the batch's shape, which would tell the records' count: the
         # site's log keeps it, the analyst is told where to find it
         log.warning("onnxruntime could not run a model: %s", exc)
         raise ModelError("onnxruntime could not run the model (its message is in the site's log)") from None
     return predicted
+
+
+def _run(session: onnxruntime.InferenceSession, model: ONNXModel, columns: Mapping[str, np.ndarray],
+         rows: slice) -> np.ndarray:
+    """The graph's P(positive class) for records ``rows`` of ``columns``, run together."""
+    feed = {}
+    for spec in model.inputs:
+        values = np.asarray(columns[spec.name][rows]).astype(spec.dtype)
+        feed[spec.name] = values.reshape(-1, 1) if spec.rank == 2 else values.reshape(-1)
+    (out,) = session.run([OUTPUT], feed)
+    if out.ndim != 2 or out.shape != (rows.stop - rows.start, 2):  # the shape would tell the records' count
+        raise ModelError(f"output {OUTPUT!r} is not one row of two class probabilities per record; "
+                         "the site reads [N, 2]")
+    return out[:, POSITIVE]

@@ -481,10 +481,40 @@ def _pairing_graph() -> bytes:
 def test_a_graph_failing_on_a_batch_tells_the_analyst_no_count(caplog):
     """A run that fails on the last batch (65,537 records: a batch of one) is refused whole, and its
     message names no shape, which would tell the number of records (mod BATCH_ROWS); the site's log
-    keeps onnxruntime's message. Control: on an even number of records the graph runs, p = x."""
+    keeps onnxruntime's message. Control: on 12 records (halves of 6) the graph runs, p = x."""
     model = parse_onnx(_pairing_graph())
-    np.testing.assert_array_equal(probabilities(model, {"x": np.full(10, 0.25)}), np.full(10, 0.25))
+    np.testing.assert_array_equal(probabilities(model, {"x": np.full(12, 0.25)}), np.full(12, 0.25))
     with pytest.raises(ModelError) as exc:
         probabilities(model, {"x": np.full(BATCH_ROWS + 1, 0.25)})
     assert str(exc.value) == "onnxruntime could not run the model (its message is in the site's log)"
     assert "Input shape:{1,1}" in caplog.text
+
+
+def _centring_graph() -> bytes:
+    """A graph the parser accepts whose prediction for a record depends on the others it is run with:
+    p = sigmoid(x - mean(x)), the mean over the records (ReduceMean over axis 0)."""
+    one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1),
+             helper.make_node("Sub", ["x", "m"], ["d"]), helper.make_node("Sigmoid", ["d"], ["p"]), helper.make_node("Sub", ["one", "p"], ["q"]),
+             helper.make_node("Concat", ["q", "p"], ["probabilities"], axis=1)]
+    graph = helper.make_graph(nodes, "centring", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1])],
+                              [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 2])],
+                              initializer=[one])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_graph_mixing_records_is_refused_when_run():
+    """The centring graph folds every record's x into each prediction (here, the mean age of the
+    records it runs with): its prediction for a record differs between the whole first batch and a
+    half of it, so the site refuses it. By hand: x - mean(x) over 100 ages 20..119 is x - 69.5, over
+    the first half x - 44.5. The GBM predicts each record alone and runs (the tests above)."""
+    model = parse_onnx(_centring_graph())
+    ages = np.arange(20.0, 120.0)
+    whole = 1 / (1 + np.exp(-(ages - 69.5)))
+    half = 1 / (1 + np.exp(-(ages[:50] - 44.5)))
+    assert not np.allclose(whole[:50], half, atol=1e-3)  # what the check sees
+    with pytest.raises(ModelError) as exc:
+        probabilities(model, {"x": ages})
+    assert "changes with the other records it is run with" in str(exc.value)
