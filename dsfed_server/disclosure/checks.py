@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dsfed_server.disclosure.differencing import AuditTooLarge, Rows, isolated_records, row_set_problem, rows_of
+from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, row_set_audit,
+                                                 row_set_problem, rows_of)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
@@ -302,13 +303,15 @@ class Guard:
         if not self._audits(rows) or not row_sets:
             return None
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        if row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference")) is None:
+        problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"))
+        if problem is None:
             return None
-        n = rows.n_root  # type: ignore[union-attr]
-        try:
-            isolated = isolated_records([np.ones(n, dtype=bool), *earlier, *row_sets], n)
-        except AuditTooLarge:
-            return -1  # the history is beyond auditing: no single record to name
+        if not isolated.size:  # a set too close to another: the record the sets isolate, if any, names the cut
+            n = rows.n_root  # type: ignore[union-attr]
+            try:
+                isolated = isolated_records([np.ones(n, dtype=bool), *earlier, *row_sets], n)
+            except AuditTooLarge:
+                return -1
         return int(isolated[0]) if isolated.size else -1
 
     def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:

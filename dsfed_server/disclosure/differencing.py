@@ -255,6 +255,15 @@ def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_differ
     that differs from the table or an earlier set in fewer than ``min_difference`` rows (but not
     zero: the same rows again tell nothing new), or a single record isolated by a combination of all
     the sets (:func:`isolated_records`)."""
+    return row_set_audit(earlier, new, min_difference)[0]
+
+
+def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int
+                  ) -> tuple[str | None, np.ndarray]:
+    """:func:`row_set_problem`'s answer, and the records the sets isolate (positions; empty unless
+    that is the reason): the release gate names the record to drop a cut next to without auditing
+    the history twice."""
+    none = np.zeros(0, dtype=np.int64)
     n = new[0].size
     history = [np.packbits(np.ones(n, dtype=bool)), *earlier]
     fresh = []
@@ -265,18 +274,18 @@ def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_differ
             continue  # the same rows as before: nothing new
         if min(differences) < min_difference:
             return (f"these records differ from the table, an earlier subset of it or an earlier release's cell "
-                    f"in fewer than {min_difference} rows; comparing the two would single them out")
+                    f"in fewer than {min_difference} rows; comparing the two would single them out"), none
         fresh.append(packed)
     if not fresh:
-        return None
+        return None, none
     if len(history) + len(fresh) > MAX_ROW_SETS:
-        return f"at most {MAX_ROW_SETS} different row sets released from one table"
+        return f"at most {MAX_ROW_SETS} different row sets released from one table", none
     try:
         isolated = isolated_records(history + fresh, n)
     except AuditTooLarge as exc:
         return (f"the release history of this table is too large to audit ({exc}); the site releases no more "
-                "from it that adds new groups of records")
+                "from it that adds new groups of records"), none
     if isolated.size:
         return ("together with what was released before from the same table (by any analyst), this would single "
-                "out a record: a combination of the released sums is one record's value")
-    return None
+                "out a record: a combination of the released sums is one record's value"), isolated
+    return None, none
