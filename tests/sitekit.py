@@ -19,6 +19,7 @@ import pandas as pd
 import requests
 import uvicorn
 
+from dsfed_client import Ref
 from dsfed_server.api import create_app
 from dsfed_server.catalog import Variable, write_dictionary
 from dsfed_server.cli import _bind
@@ -179,3 +180,9 @@ def cut_next_to_one_record(p: np.ndarray, subset: np.ndarray, gap: float = 0.0) 
     k = next(k for k in range(order.size // 2, order.size - 1)
              if subset[order[k]] and s[k] - s[k - 1] > gap and s[k + 1] - s[k] > gap)
     return (s[k - 1] + s[k]) / 2, (s[k] + s[k + 1]) / 2
+
+
+def site1_count_below(session: Any, symbol: str, cut: float) -> list[int | None]:
+    """Site 1's ``countBelowDS(symbol, [cut])``: the count at or below ``cut``, or None where the
+    release gate dropped the cut."""
+    return np.atleast_1d(session.aggregate("countBelowDS", Ref(symbol), [cut])["site1"]["counts"]).tolist()

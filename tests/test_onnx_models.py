@@ -26,7 +26,7 @@ from skl2onnx.common.data_types import FloatTensorType
 from sklearn.tree import DecisionTreeClassifier
 
 from conftest import FIXTURES, GBSG2_SITES, audit_records, http_builder, inprocess_builder, read_site_csv
-from dsfed_client import Call, DisclosureRefusal, FederatedCallError, Ref
+from dsfed_client import Call, DisclosureRefusal, FederatedCallError
 from dsfed_client.analyses.calibration import ds_brier, ds_logistic_calibration
 from dsfed_client.analyses.discrimination import ds_auc
 from dsfed_client.models import ds_predict, upload_model
@@ -39,7 +39,7 @@ from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.rowbatches import BATCH_ROWS
 from dsfed_server.service import SiteService
 from rref import R_PROC, R_VALPROB, r_reference
-from sitekit import NO_NOISE, approving, cut_next_to_one_record, dsfed, held_by
+from sitekit import NO_NOISE, approving, cut_next_to_one_record, dsfed, held_by, site1_count_below
 
 GBM = FIXTURES / "models" / "gbsg2-gbm.onnx"
 SCRIPT = FIXTURES / "scripts" / "fit_gbm_onnx.py"
@@ -437,13 +437,13 @@ def test_onnx_predictions_of_a_subset_and_of_the_table_share_one_cut_history(gbm
         ds_predict(session, "D", "gbsg2-gbm", "P")
         session.assign("S", Call("subsetRowsDS", "D", "age", ">", 50))
         ds_predict(session, "S", "gbsg2-gbm", "PS")
-        released = session.aggregate("countBelowDS", Ref("PS"), [t1])["site1"]["counts"] if first else None
-        second = session.aggregate("countBelowDS", Ref("P"), [t2])["site1"]["counts"]
+        released = site1_count_below(session, "PS", t1) if first else None
+        second = site1_count_below(session, "P", t2)
     if first:
-        assert np.atleast_1d(released).tolist() == [int((p[subset] <= t1).sum())]
-        assert np.atleast_1d(second).tolist() == [None]
+        assert released == [int((p[subset] <= t1).sum())]
+        assert second == [None]
     else:
-        assert np.atleast_1d(second).tolist() == [int((p <= t2).sum())]
+        assert second == [int((p <= t2).sum())]
 
 
 def test_the_graph_run_in_batches_gives_each_record_onnxruntimes_whole_run_prediction(gbm):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from rref import R_PROC, r_eval, r_reference
-from sitekit import approving, cut_next_to_one_record, held_by, make_sites
+from sitekit import approving, cut_next_to_one_record, held_by, make_sites, site1_count_below
 
 from conftest import inprocess_builder
 from dsfed_client import Call, Ref
@@ -137,18 +137,18 @@ def test_predictions_of_a_subset_and_of_the_table_share_one_cut_history(tmp_path
         ds_predict(session, "S", "m", "PS")
         session.assign("PC", Call("completeCasesDS", "P"))
         target = {"subset": "PS", "complete cases": "PC"}.get(first_on or "")
-        first = session.aggregate("countBelowDS", Ref(target), [t1])["site1"]["counts"] if target else None
-        second = session.aggregate("countBelowDS", Ref("P"), [t2])["site1"]["counts"]
+        first = site1_count_below(session, target, t1) if target else None
+        second = site1_count_below(session, "P", t2)
     p_first = _r_predictions(frame[subset])
     if first_on is not None:
-        assert np.atleast_1d(first).tolist() == [int((p_first <= t1).sum())]  # released, as R counts it
-        assert np.atleast_1d(second).tolist() == [None]  # dropped: one record from t1 in the table
+        assert first == [int((p_first <= t1).sum())]  # released, as R counts it
+        assert second == [None]  # dropped: one record from t1 in the table
         # kept in the history of the model's predictions for the table (for the complete cases the
         # row-set audit alone would also drop t2: this is the layer before it)
         assert t1 in _model_cuts(provisioned["site1"].config)
     else:
         p_all = _r_predictions(frame)
-        assert np.atleast_1d(second).tolist() == [int((p_all[np.isfinite(p_all)] <= t2).sum())]
+        assert second == [int((p_all[np.isfinite(p_all)] <= t2).sum())]
 
 
 def _model_cuts(config: Path) -> list[float]:

@@ -284,7 +284,8 @@ def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_differen
         isolated = isolated_records(history + fresh, n)
     except AuditTooLarge as exc:
         return (f"the release history of this table is too large to audit ({exc}); the site releases no more "
-                "from it that adds new groups of records"), none
+                "from it that adds new groups of records (the same cells again still pass): ask the site's "
+                "administrator"), none
     if isolated.size:
         return ("together with what was released before from the same table (by any analyst), this would single "
                 "out a record: a combination of the released sums is one record's value"), isolated

@@ -74,8 +74,10 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
     stored = ctx.service.models.get(sha256, name)
     if isinstance(stored, ONNXModel):
         _check_onnx(ctx, name, by_board)
+    # kept as a view, computed when read: a GLM's always (X beta, a fraction of a second a read at 1e7
+    # records); an ONNX graph's where the site says so (about a second a million records for 100 trees)
     view = isinstance(stored, GLMModel) or ctx.service.config.catalog.onnx_predictions == "view"
-    prediction = Prediction(stored, name, type, ctx.service.catalog, view)
+    prediction = Prediction(stored, name, type, ctx.service.catalog)
     values = prediction(data)
     hint = "a model whose outputs single out records is not applied; ask the board about the model"
     levels = ctx.guard.distinct_values(values, f"model {name!r}", "predictions", hint)
@@ -95,10 +97,10 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
             served = ctx.service.catalog.served(rows.lineage)
             inputs = prediction.reads([c for c in data.columns if c in served])
             every = partial(prediction.every_record, rows.lineage, inputs)
-            if not prediction.view:  # computed once, kept as the predictions are
+            if not view:  # computed once, kept as the predictions are
                 every = partial(np.asarray, values if rows.whole else every())
             attrs[MODEL_COLUMN] = ModelColumn(f"model {sha256[:16]} {type}", every, declared)
-    if not prediction.view:
+    if not view:
         out = pd.Series(values, index=data.index, name=f"{name}.{type}", copy=False)
         out.attrs = attrs
         return out
@@ -109,17 +111,12 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
 @dataclass(frozen=True, eq=False)
 class Prediction:
     """An approved ``model``'s predictions of ``type`` for a table's records (a view's computation),
-    its inputs read as ``catalog``'s data dictionary declares them; ``view``: whether they are kept as
-    a view, computed when read (a GLM's always: :math:`X\\beta`, a fraction of a second a read at 1e7
-    records; an ONNX graph's where the site's ``[catalog] onnx_predictions`` says ``"view"``: its run
-    costs about a second a million records for 100 trees, so by default it runs once and its values
-    are kept)."""
+    its inputs read as ``catalog``'s data dictionary declares them."""
 
     model: GLMModel | ONNXModel
     name: str
     type: str
     catalog: Catalog
-    view: bool
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
         def variable(column: str) -> Variable | None:
