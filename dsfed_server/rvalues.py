@@ -18,8 +18,10 @@ Plain Python values (what the native API returns) are read as the R value
 they stand for: a dict is a named list, a list of scalars an atomic vector,
 a list of lists a matrix (rows), a list of dicts an unnamed list of named
 lists. Where that reading would be wrong, a registry entry's ``opal_shape``
-adapter wraps the value in :class:`RVector`, :class:`RMatrix`,
-:class:`RDataFrame` or :class:`RList` to say what it is in R. Pure functions,
+adapter wraps the value in :class:`RVector`, :class:`RMatrix`, :class:`RArray`,
+:class:`RFactor`, :class:`RDataFrame` or :class:`RList` to say what it is in R. The same
+values are written in R's own serialization format for an R client that asks for it
+(:mod:`dsfed_server.opal.rserialize`). Pure functions,
 no I/O. A value holding an S3-classed list (:class:`RList` with ``r_class``), which ``toJSON``
 refuses, is sent in ``serializeJSON``'s typed form instead, as Opal's R server does
 (:func:`opal_json`). (Python writes doubles with 17 significant digits where jsonlite's
@@ -39,11 +41,26 @@ Scalar = str | int | float | bool | None
 class RVector:
     """An atomic vector; ``names`` (if any) are dropped by jsonlite, as in R's JSON. ``type``: R's
     storage type (``double``, ``integer``, ``logical``, ``character``) where the Python values
-    would read as another (``0`` where R holds the double ``0``)."""
+    would read as another (``0`` where R holds the double ``0``). ``attributes``: further
+    attributes (name -> a value read as this module reads values), after ``names``; jsonlite's
+    ``toJSON`` drops them, ``serializeJSON`` keeps them."""
 
     values: Sequence[Scalar]
     names: Sequence[str] | None = None
     type: str | None = None
+    attributes: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RFactor:
+    """A factor: ``codes`` index ``levels`` from 1 (None: NA), as R stores it (an integer vector
+    with attributes ``levels`` and ``class = "factor"``); jsonlite's ``toJSON`` writes its labels."""
+
+    codes: Sequence[int | None]
+    levels: Sequence[str]
+
+    def labels(self) -> list[str | None]:
+        return [None if c is None else self.levels[c - 1] for c in self.codes]
 
 
 @dataclass(frozen=True)
@@ -72,10 +89,20 @@ class RArray:
 
 @dataclass(frozen=True)
 class RDataFrame:
-    """A data frame given by its columns (in order) and, optionally, character row names."""
+    """A data frame given by its columns (in order: plain values, or an :class:`RVector` or
+    :class:`RFactor` saying the column's R type) and, optionally, character row names."""
 
-    columns: Mapping[str, Sequence[Scalar]]
+    columns: Mapping[str, Sequence[Scalar] | RVector | RFactor]
     row_names: Sequence[str] | None = None
+
+
+def column_values(column: Sequence[Scalar] | RVector | RFactor) -> list[Scalar]:
+    """A data frame column's values as jsonlite writes them (a factor's labels)."""
+    if isinstance(column, RVector):
+        return list(column.values)
+    if isinstance(column, RFactor):
+        return column.labels()
+    return list(column)
 
 
 @dataclass(frozen=True)
@@ -85,6 +112,7 @@ class RList:
 
     items: Mapping[str, Any] | Sequence[Any] = field(default_factory=list)
     r_class: str | None = None
+    attributes: Mapping[str, Any] | None = None  # further attributes, after names and class
 
 
 def _scalar(value: Any) -> Scalar:
@@ -100,7 +128,8 @@ def _scalar(value: Any) -> Scalar:
     raise TypeError(f"not an atomic value: {type(value).__name__}")
 
 
-def _is_scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` is one element of an atomic vector (None for NA, a number, a string, a bool)."""
     return value is None or isinstance(value, (bool, str, int, float)) or (
         hasattr(value, "item") and not hasattr(value, "__len__")
     )
@@ -117,7 +146,7 @@ def _matrix(rows: Sequence[Sequence[Any]]) -> list[list[Scalar]]:
 
 def _data_frame(frame: RDataFrame) -> list[dict[str, Any]]:
     names = list(frame.columns)
-    columns = [list(frame.columns[n]) for n in names]
+    columns = [column_values(frame.columns[n]) for n in names]
     n_rows = len(columns[0]) if columns else len(frame.row_names or ())
     if any(len(c) != n_rows for c in columns):
         raise ValueError("data frame columns differ in length")
@@ -145,6 +174,8 @@ def to_jsonlite(value: Any) -> Any:
         return _array(value)
     if isinstance(value, RVector):
         return _vector(value.values)
+    if isinstance(value, RFactor):
+        return _vector(value.labels())
     if isinstance(value, RMatrix):
         return _matrix(value.rows)
     if isinstance(value, RDataFrame):
@@ -156,9 +187,9 @@ def to_jsonlite(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): to_jsonlite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        if all(_is_scalar(v) for v in value):
+        if all(is_scalar(v) for v in value):
             return _vector(value)
-        rows = [v for v in value if isinstance(v, (list, tuple)) and all(_is_scalar(x) for x in v)]
+        rows = [v for v in value if isinstance(v, (list, tuple)) and all(is_scalar(x) for x in v)]
         if len(rows) == len(value) and len({len(r) for r in rows}) == 1:
             return _matrix(rows)
         return [to_jsonlite(v) for v in value]
@@ -198,7 +229,11 @@ def serialize_json(value: Any) -> dict[str, Any]:
         return {"type": "NULL"}
     if isinstance(value, RVector):
         attributes = {} if value.names is None else {"names": _typed(list(value.names), "character")}
+        attributes |= {str(k): serialize_json(v) for k, v in (value.attributes or {}).items()}
         return _typed(list(value.values), value.type, attributes)
+    if isinstance(value, RFactor):
+        return _typed(list(value.codes), "integer", {"levels": _typed(list(value.levels), "character"),
+                                                     "class": _typed(["factor"], "character")})
     if isinstance(value, RArray):
         return _typed_array(value)
     if isinstance(value, RMatrix):
@@ -211,11 +246,11 @@ def serialize_json(value: Any) -> dict[str, Any]:
     if isinstance(value, RDataFrame):
         return _typed_data_frame(value)
     if isinstance(value, RList):
-        return _typed_list(value.items, value.r_class)
+        return _typed_list(value.items, value.r_class, value.attributes)
     if isinstance(value, Mapping):
         return _typed_list(value, None)
     if isinstance(value, (list, tuple)):
-        if all(_is_scalar(v) for v in value):
+        if all(is_scalar(v) for v in value):
             return _typed(list(value), None)
         if all(isinstance(v, (list, tuple)) for v in value) and len({len(v) for v in value}) == 1:
             return serialize_json(RMatrix(value))
@@ -223,7 +258,8 @@ def serialize_json(value: Any) -> dict[str, Any]:
     return _typed([value], None)
 
 
-def _typed_list(items: Mapping[str, Any] | Sequence[Any], r_class: str | None) -> dict[str, Any]:
+def _typed_list(items: Mapping[str, Any] | Sequence[Any], r_class: str | None,
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A generic list: its names (if named) and class as attributes, each element typed."""
     attributes: dict[str, Any] = {}
     if isinstance(items, Mapping):
@@ -231,6 +267,7 @@ def _typed_list(items: Mapping[str, Any] | Sequence[Any], r_class: str | None) -
         items = list(items.values())
     if r_class is not None:
         attributes["class"] = _typed([r_class], "character")
+    attributes |= {str(k): serialize_json(v) for k, v in (extra or {}).items()}
     return {"type": "list", "attributes": attributes, "value": [serialize_json(v) for v in items]}
 
 
@@ -249,31 +286,37 @@ def _typed_array(array: RArray) -> dict[str, Any]:
 
 def _typed_data_frame(frame: RDataFrame) -> dict[str, Any]:
     """A data frame: names, class and row names (1..n unless given) as attributes, columns typed."""
-    n_rows = len(next(iter(frame.columns.values()), frame.row_names or ()))
+    columns = list(frame.columns.values())
+    n_rows = len(column_values(columns[0])) if columns else len(frame.row_names or ())
     rows = (_typed(list(frame.row_names), "character") if frame.row_names is not None
             else _typed(list(range(1, n_rows + 1)), "integer"))
     attributes = {"names": _typed(list(frame.columns), "character"),
                   "class": _typed(["data.frame"], "character"), "row.names": rows}
     return {"type": "list", "attributes": attributes,
-            "value": [_typed(list(c), None) for c in frame.columns.values()]}
+            "value": [serialize_json(c) if isinstance(c, (RVector, RFactor)) else _typed(list(c), None)
+                      for c in columns]}
 
 
-def _typed(values: list[Any], r_type: str | None, attributes: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An atomic vector of R type ``r_type`` (read from the values when None), with its attributes."""
+def _typed(values: list[Any], storage: str | None, attributes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An atomic vector of R type ``storage`` (read from the values when None), with its attributes."""
     values = [v.item() if hasattr(v, "item") else v for v in values]
-    r_type = r_type or _r_type(values)
-    return {"type": r_type, "attributes": attributes or {}, "value": [_typed_scalar(v, r_type) for v in values]}
+    storage = storage or r_type(values)
+    return {"type": storage, "attributes": attributes or {}, "value": [_typed_scalar(v, storage) for v in values]}
 
 
-def _r_type(values: list[Any]) -> str:
+INT_MAX = 2**31 - 1  # R's integers are 32-bit, -2^31 being NA
+
+
+def r_type(values: Sequence[Any]) -> str:
     """R's storage type for Python scalars: all booleans (or only NA) logical, any string character,
-    all whole ``int`` integer, otherwise double."""
+    all whole ``int`` within R's integer range integer, otherwise double."""
     present = [v for v in values if v is not None]
     if all(isinstance(v, bool) for v in present):
         return "logical"
     if any(isinstance(v, str) for v in present):
         return "character"
-    return "integer" if all(isinstance(v, int) for v in present) else "double"
+    whole = all(isinstance(v, int) and not isinstance(v, bool) and -INT_MAX <= v <= INT_MAX for v in present)
+    return "integer" if whole else "double"
 
 
 def _typed_scalar(value: Any, r_type: str) -> Any:

@@ -128,13 +128,13 @@ DSBASE_VALUES = {
     "histogramDS2(D$age, 2, 0, 100, 1, 3, 0.25)":
         "xvect <- age; list(histobject = graphics::hist(xvect, breaks = seq(0, 100, by = 50), plot = FALSE), "
         "invalidcells = 0)",
-    "corDS(D$age, D$score)":
-        "df <- data.frame(age, score); cc <- as.matrix(df[complete.cases(df), ]); N <- 2; "
-        "list(sums.of.products = t(cc) %*% cc, sums = matrix(colSums(cc), N, N), "
-        "complete.counts = matrix(nrow(cc), N, N), "
-        "na.counts = list(`Number of NAs in each column` = matrix(colSums(is.na(df)), 1, N), "
-        "`Number of NAs casewise` = matrix(nrow(df) - nrow(cc), N, N)), "
-        "sums.of.squares = matrix(colSums(cc^2), N, N), class = class(age))",
+    "corDS(D$age, D$score)":  # dsBase names two vectors' columns x.val and y.val (cbind(x.val, y.val))
+        "df <- data.frame(x.val = age, y.val = score); cls <- colnames(df); cc <- as.matrix(df[complete.cases(df), ]); "
+        "N <- 2; m <- function(v) matrix(v, N, N, dimnames = list(cls, cls)); "
+        "list(sums.of.products = t(cc) %*% cc, sums = m(colSums(cc)), complete.counts = m(nrow(cc)), "
+        "na.counts = list(`Number of NAs in each column` = matrix(as.integer(colSums(is.na(df))), 1, N, "
+        "dimnames = list(NULL, cls)), `Number of NAs casewise` = m(nrow(df) - nrow(cc))), "
+        "sums.of.squares = m(colSums(cc^2)), class = class(age))",
     'glmDS1(y ~ score + age, "binomial", NULL, NULL, "D")':
         "X <- model.matrix(~ score + age, D); list(dimX = dim(X), coef.names = colnames(X), y.invalid = 0, "
         "Xpar.invalid = rep(0, ncol(X)), w.invalid = 0, o.invalid = 0, glm.saturation.invalid = 0, "

@@ -279,7 +279,8 @@ def correlation_parts(ctx: CallContext, x: Any, y: Any) -> dict[str, Any]:
 
     Returns the matrices ``sums.of.products``, ``sums`` (row m: the sum of
     variable m), ``complete.counts``, ``na.counts`` (per column, and
-    casewise) and ``sums.of.squares``, and ``class`` of x. Pooled over sites
+    casewise) and ``sums.of.squares``, ``class`` of x, and the ``variables``' names (dsBase's
+    dimnames: ``x.val`` and ``y.val`` for two vectors, a table's column names). Pooled over sites
     they give Pearson's correlation exactly:
     :math:`r = (n S_{xy} - S_x S_y) / \\sqrt{(n S_{xx} - S_x^2)(n S_{yy} - S_y^2)}`.
     Refused (nfilter.glm, nfilter.tab) when the variables exceed
@@ -315,6 +316,7 @@ def correlation_parts(ctx: CallContext, x: Any, y: Any) -> dict[str, Any]:
         },
         "sums.of.squares": (squares[:, None] * full).tolist(),
         "class": r_class(x),
+        "variables": [str(c) for c in frame.columns],
     }
 
 

@@ -30,10 +30,11 @@ def _without_na(labels: list[str]) -> list[int]:
 
 
 def table1d(native: dict[str, Any]) -> RList:
-    """``table1DDS``: ``list(table = <1-row data.frame: a column per level, then Total>, message)``."""
+    """``table1DDS``: ``list(table = <1-row data.frame: a column per level, then Total>, message)``;
+    the level counts are doubles (``as.numeric`` of the table), ``Total`` an integer (its ``sum``)."""
     keep = _without_na(native["levels"])
-    columns: dict[str, list[int]] = {native["levels"][i]: [native["counts"][i]] for i in keep}
-    columns["Total"] = [sum(native["counts"][i] for i in keep)]
+    columns: dict[str, RVector] = {native["levels"][i]: RVector([native["counts"][i]], type="double") for i in keep}
+    columns["Total"] = RVector([sum(native["counts"][i] for i in keep)], type="integer")
     return RList({"table": RDataFrame(columns), "message": VALID_TABLE})
 
 
@@ -41,14 +42,14 @@ def table2d(native: dict[str, Any]) -> RList:
     """``table2DDS``: ``list(table = <data.frame of counts with Total row and column>, message)``.
 
     Rows are the levels of x (row names, then ``"Total"``), columns the levels
-    of y, then ``"Total"``.
+    of y, then ``"Total"``; the counts are doubles (``rbind`` with ``colSums``).
     """
     rows, cols = _without_na(native["rows"]), _without_na(native["cols"])
     counts = [[native["counts"][i][j] for j in cols] for i in rows]
     counts = [row + [sum(row)] for row in counts]
     counts.append([sum(column) for column in zip(*counts)] if counts else [0] * (len(cols) + 1))
     names = [native["cols"][j] for j in cols] + ["Total"]
-    columns = {name: [row[j] for row in counts] for j, name in enumerate(names)}
+    columns = {name: RVector([row[j] for row in counts], type="double") for j, name in enumerate(names)}
     return RList({"table": RDataFrame(columns, row_names=[native["rows"][i] for i in rows] + ["Total"]),
                   "message": VALID_TABLE})
 
@@ -57,18 +58,47 @@ def glm_check(native: dict[str, Any]) -> dict[str, Any]:
     """``glmDS1``: dsBase's elements, in dsBase's order (``ds.glm`` reads some by position).
 
     dsfed refuses an invalid model outright, so every ``*.invalid`` flag of an
-    answer is 0.
+    answer is the double 0 dsBase starts them at.
     """
     n_coef = len(native["coef.names"])
+    zero = RVector([0.0], type="double")
     return {
-        "dimX": native["dimX"],
-        "coef.names": RVector(native["coef.names"]),
-        "y.invalid": 0,
-        "Xpar.invalid": RVector([0] * n_coef),
-        "w.invalid": 0,
-        "o.invalid": 0,
-        "glm.saturation.invalid": 0,
+        "dimX": RVector(native["dimX"], type="integer"),
+        "coef.names": RVector(native["coef.names"], type="character"),
+        "y.invalid": zero,
+        "Xpar.invalid": RVector([0.0] * n_coef, type="double"),
+        "w.invalid": zero,
+        "o.invalid": zero,
+        "glm.saturation.invalid": zero,
         "errorMessage": native["errorMessage"],
+    }
+
+
+def correlation(native: dict[str, Any]) -> dict[str, Any]:
+    """``corDS``: its matrices with the variables' names as dimnames (``x.val``, ``y.val`` for two
+    vectors, a table's column names), counts as integers, sums as doubles, as dsBase builds them."""
+    names = native["variables"]
+    both = (names, names)
+
+    def matrix(key: str, storage: str) -> RArray:
+        rows = native[key]
+        return RArray([row[j] for j in range(len(names)) for row in rows], [len(rows), len(names)], both,
+                      type=storage)
+
+    na_counts = native["na.counts"]
+    column = na_counts["Number of NAs in each column"]
+    casewise = na_counts["Number of NAs casewise"]
+    return {
+        "sums.of.products": matrix("sums.of.products", "double"),
+        "sums": matrix("sums", "double"),
+        "complete.counts": matrix("complete.counts", "integer"),
+        "na.counts": {
+            "Number of NAs in each column": RArray(column[0], [1, len(names)], [None, names], type="integer"),
+            "Number of NAs casewise": RArray([row[j] for j in range(len(names)) for row in casewise],
+                                             [len(names), len(names)], both, type="integer"),
+        },
+        "sums.of.squares": matrix("sums.of.squares", "double"),
+        "class": native["class"],
     }
 
 
@@ -141,6 +171,7 @@ for _name, _adapter in {
     "table1DDS": table1d,
     "table2DDS": table2d,
     "glmDS1": glm_check,
+    "corDS": correlation,
     "glmDS2": glm_parts,
     "meanSdGpDS": mean_sd_by_group,
     "tapplyDS": tapply,
