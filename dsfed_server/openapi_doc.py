@@ -63,8 +63,12 @@ def _link(operation: str, description: str, parameters: dict[str, str], body: An
 
 
 # an Opal call's answer: its result as JSON, or with ``async=true`` the command's id as text
-WS_ANSWER: dict[int | str, Any] = {200: {"description": "the result, or the id of the queued command", "content": {
-    "application/json": {"schema": {}}, "text/plain": {"schema": {"type": "string"}}}}}
+WS_ANSWER: dict[int | str, Any] = {200: {"description": "the result (R's serialize() format for Accept: "
+                                                    "application/octet-stream), or the id of the queued command",
+                                     "content": {"application/json": {"schema": {}},
+                                                 "application/octet-stream": {"schema": {"type": "string",
+                                                                                         "format": "binary"}},
+                                                 "text/plain": {"schema": {"type": "string"}}}}}
 
 # a route that answers with its status only (Opal's removals)
 WS_DONE: dict[int | str, Any] = {200: {"description": "done (no content)"}}

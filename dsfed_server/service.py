@@ -465,12 +465,14 @@ class SiteService:
         return self._invoke(session, call)
 
     def aggregate(self, user: User, sid: str, request: CallRequest, *,
-                  shape: Literal["native", "opal"] = "native") -> Any:
+                  shape: Literal["native", "opal", "r"] = "native") -> Any:
         """Run an aggregate function; its checked result as JSON.
 
         ``shape="opal"`` gives the JSON Opal's DataSHIELD API gives for dsBase's
         R result (the entry's ``opal_shape``, encoded as Opal's R server does: ``jsonlite::toJSON``,
-        or ``serializeJSON``'s typed form for a value ``toJSON`` refuses).
+        or ``serializeJSON``'s typed form for a value ``toJSON`` refuses); ``shape="r"`` that R
+        result itself, as :mod:`dsfed_server.rvalues` values, for the Opal door to encode as its
+        client asks (that JSON, or R's serialization).
         """
         function, text = self._label(request)
         with self._audited(user, sid, function, "aggregate", text) as record:
@@ -492,8 +494,10 @@ class SiteService:
                 secure_sum.check_plain_release(spec.name, self._rules(session).secure_aggregation)
             with session.lock, self._scope(user, session, record):
                 result = jsonable(self._invoke(session, node))
-            if shape == "opal":
-                result = opal_json(spec.opal_shape(result) if spec.opal_shape else result)
+            if shape != "native":
+                result = spec.opal_shape(result) if spec.opal_shape else result
+                if shape == "opal":
+                    result = opal_json(result)
         return result
 
     def _round(self, session: Session, option: dict[str, Any]) -> secure_sum.Round:

@@ -145,9 +145,18 @@ def test_table_assignment_variable_filter(opened):
     assert put.status_code == 200
     assert http.post(f"{base}/aggregate", data='colnamesDS("V")', headers=RSCRIPT, timeout=10).json() == ["y", "score"]
     assert http.get(f"{base}/symbols", timeout=10).json() == ["D", "V"]
-    for params in ({"variables": "name().any('y')"}, {"variables": 'name.any("y") or true'}, {"identifiers": "ids"}):
-        bad = http.put(f"{base}/symbol/V/table/GBSG2.validation", params=params, timeout=10)
-        assert bad.status_code == 422 and bad.json()["status"] == "bad_call", params
+    opalr = http.put(f"{base}/symbol/W/table/GBSG2.validation",  # R's DSOpal writes Magma's name()
+                     params={"async": "false", "variables": "name().any('score', 'age')"}, timeout=10)
+    assert opalr.status_code == 200
+    assert http.post(f"{base}/aggregate", data='colnamesDS("W")', headers=RSCRIPT, timeout=10).json() == ["score", "age"]
+    for script in ("name().matches(/y/)", 'name.any("y") or true', "name().any('y' 'age')", "age"):
+        bad = http.put(f"{base}/symbol/V/table/GBSG2.validation", params={"variables": script}, timeout=10)
+        assert bad.status_code == 422 and bad.json()["status"] == "bad_call", script
+        assert "name().any('a', 'b')" in bad.json()["arguments"][0]
+    mapping = http.put(f"{base}/symbol/V/table/GBSG2.validation", params={"identifiers": "ids"}, timeout=10)
+    assert mapping.status_code == 404 and "no identifiers mapping 'ids'" in mapping.json()["arguments"][0]
+    ids = http.put(f"{base}/symbol/V/table/GBSG2.validation", params={"id": "patient"}, timeout=10)
+    assert ids.status_code == 403 and "[rule dictionary.identifier]" in ids.json()["arguments"][0]
     missing = http.put(f"{base}/symbol/V/table/GBSG2.nothing", timeout=10)
     assert missing.status_code == 404 and "no table 'GBSG2.nothing'" in missing.json()["arguments"][0]
 

@@ -3,17 +3,20 @@
 
 Routes parse the Opal request, call the service (which dispatches, applies the
 disclosure rules and audits, exactly as for a native call) and answer in
-Opal's form: results as ``jsonlite`` JSON of dsBase's R value, command ids as
-text, errors as Opal's ``ClientErrorDto`` carrying dsfed's message (site,
-function, rule). Credentials: HTTP Basic, ``Authorization: X-Opal-Auth
+Opal's form: results as dsBase's R value, in R's serialization for a client that
+asks for it (R's DSOpal) or as ``jsonlite`` JSON (:mod:`~dsfed_server.opal.answers`),
+command ids as text, errors as Opal's ``ClientErrorDto`` carrying dsfed's message
+(site, function, rule). Credentials: HTTP Basic, ``Authorization: X-Opal-Auth
 base64(user:password)`` (opalr), a token in ``X-Opal-Auth: <token>`` or
-``Authorization: Bearer <token>``.
+``Authorization: Bearer <token>``; or, after a sign-in with one of them on
+``GET /ws/system/subject-profile/_current``, Opal's ``opalsid`` cookie
+(:mod:`~dsfed_server.opal.signin`), as R's opalr authenticates.
+
+(No ``from __future__ import annotations`` here: the routes' parameters name ``OpalUser``, the
+dependency of one router's sign-in sessions, which FastAPI must see as a type, not as a name.)
 """
 
-from __future__ import annotations
-
 import base64
-import re
 from typing import Annotated, Any, Callable, Coroutine
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -26,17 +29,22 @@ from dsfed_server.access_log import note_user
 from dsfed_server.auth import auth_headers, client_address
 from dsfed_server.config import User
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
-from dsfed_core.errors import AuthError, CallError, NotEnabled, NotFound, NotSupported, SiteError
+from dsfed_core.errors import AuthError, CallError, Forbidden, NotEnabled, NotFound, NotSupported, SiteError
 from dsfed_server.opal import dto
+from dsfed_server.opal.answers import answer, no_value, wants_r
 from dsfed_server.opal.commands import CommandStore
+from dsfed_server.opal.rserialize import MEDIA_TYPE, serialize
+from dsfed_server.opal.signin import (
+    COOKIE_PATH, SAFE_METHODS, SESSION_COOKIE, XSRF_COOKIE, XSRF_HEADER, WebSession, WebSessions,
+)
+from dsfed_server.opal.tables import X_OPAL, check_identifier_options, parse_table, parse_variables
+from dsfed_server.rvalues import RVector
 from dsfed_server.openapi_doc import WS_ANSWER, WS_DONE, WS_SCRIPT, WS_SESSION, WS_SYMBOL
 from dsfed_server.service import LIST_FUNCTIONS_HINT, CallRequest, SiteService
 from dsfed_server.workspace import check_symbol_name
 
 
 MAX_WAIT_S = 300.0  # longest a ``wait=true`` poll holds the request
-_ANY_NAMES = re.compile(r'^name\.any\((.*)\)$', re.S)
-_QUOTED = re.compile(r'\s*"([^"\\]*)"\s*(?:,|$)')
 # where a DataSHIELD user finds the functions a site enables (GET /v1/functions is the native API's)
 WS_FUNCTIONS_HINT = ("DSSession.methods() (Python datashield) or ds.listServersideFunctions() (R) list "
                      "the functions this site enables")
@@ -85,14 +93,8 @@ class OpalRoute(APIRoute):
         return route
 
 
-def opal_user(request: Request) -> User:
-    """The authenticated user of an Opal request (a FastAPI dependency)."""
-    user = _opal_credentials(request)
-    note_user(request, user.name)
-    return user
-
-
-def _opal_credentials(request: Request) -> User:
+def _credentials(request: Request) -> User | None:
+    """The user of the request's credentials (password or token), None if it sends none."""
     service: SiteService = request.app.state.service
     token = request.headers.get("x-opal-auth", "").strip()
     if token:
@@ -106,23 +108,24 @@ def _opal_credentials(request: Request) -> User:
         return service.login_password(name, password, client_address(request))
     if scheme.lower() == "bearer" and value:
         return service.login_token(value.strip(), client_address(request))
-    raise AuthError("credentials required", site=service.name,
-                    hint="send HTTP Basic (user, password) or 'X-Opal-Auth: <token>'")
+    return None
 
 
-OpalUser = Annotated[User, Depends(opal_user)]
-
-
-def parse_variables(text: str | None) -> list[str] | None:
-    """Opal's variable filter as the DataSHIELD clients send it: ``name.any("a","b")``."""
-    if text is None or not text.strip():
-        return None
-    match = _ANY_NAMES.match(text.strip())
-    names = _QUOTED.findall(match.group(1)) if match else []
-    if not match or ",".join(f'"{n}"' for n in names).replace(" ", "") != match.group(1).replace(" ", ""):
-        raise CallError(f"variables filter {text[:80]!r} is not name.any(\"a\", \"b\", ...)",
-                        hint="dsfed accepts only a list of variable names")
-    return names
+def _signed_in(request: Request, signins: WebSessions) -> WebSession:
+    """The sign-in session of the request's ``opalsid`` cookie; a request that can change anything
+    must echo the session's cross-site request token (``X-XSRF-TOKEN``)."""
+    service: SiteService = request.app.state.service
+    session = signins.get(request.cookies[SESSION_COOKIE])
+    if session is None:
+        raise AuthError(f"the sign-in session of this request's {SESSION_COOKIE} cookie has ended (signed out, idle "
+                        f"for more than {signins.idle_timeout_s:g} s, or the site restarted)", site=service.name,
+                        hint="sign in again (R: datashield.login)")
+    if request.method not in SAFE_METHODS and not session.xsrf_matches(request.headers.get(XSRF_HEADER)):
+        raise Forbidden(f"a request authenticated by the {SESSION_COOKIE} cookie must carry the session's "
+                        f"{XSRF_COOKIE} cookie value in an X-XSRF-TOKEN header (a check against cross-site "
+                        "request forgery)", site=service.name,
+                        hint="send the header as R's opalr does, or send credentials with each request")
+    return session
 
 
 async def _script(request: Request) -> str:
@@ -136,9 +139,25 @@ def opal_router(service: SiteService) -> APIRouter:
     """The ``/ws`` routes of one site."""
     router = APIRouter(prefix="/ws", route_class=OpalRoute, tags=["Opal DataSHIELD"])
     commands = CommandStore()
+    signins = WebSessions(service.config.site.session_idle_timeout_s)
+
+    def opal_user(request: Request) -> User:
+        """The authenticated user of an Opal request: by its credentials, else by its sign-in cookie."""
+        user = _credentials(request)
+        if user is None and request.cookies.get(SESSION_COOKIE):
+            session = _signed_in(request, signins)
+            request.state.signin = session
+            user = session.user
+        if user is None:
+            raise AuthError("credentials required", site=service.name,
+                            hint="send HTTP Basic (user, password) or 'X-Opal-Auth: <token>'")
+        note_user(request, user.name)
+        return user
+
+    OpalUser = Annotated[User, Depends(opal_user)]
 
     def run(user: User, sid: str, script: str, call: Callable[[], Any], asynchronous: bool,
-            with_result: bool, symbol: str | None = None) -> Response:
+            with_result: bool, symbol: str | None = None, accept: str | None = None) -> Response:
         """Run a service call now, or queue it as a command and answer its id as text (an assign
         answers an empty text). A command is queued only for the caller's session and a valid
         symbol name; the service checks the call itself when the command runs (and audits it)."""
@@ -156,13 +175,38 @@ def opal_router(service: SiteService) -> APIRouter:
             command = commands.submit(user.name, sid, script, command_call, with_result=with_result)
             return PlainTextResponse(command.id)
         result = call()
-        return JSONResponse(result) if with_result else PlainTextResponse("")
+        return answer(result, accept) if with_result else PlainTextResponse("")
 
     # --- who am I, what data -----------------------------------------------------------
 
     @router.get("/system/subject-profile/_current")
-    def current_subject(user: OpalUser) -> dict[str, Any]:
+    def current_subject(request: Request, response: Response, user: OpalUser) -> dict[str, Any]:
+        """Who signed in; a sign-in with credentials opens a sign-in session (Opal's ``opalsid``
+        and ``XSRF-TOKEN`` cookies), which authenticates the client's later requests."""
+        if getattr(request.state, "signin", None) is None:
+            address = client_address(request)
+            sid, session = signins.open(user, address)
+            secure = request.url.scheme == "https"
+            response.set_cookie(SESSION_COOKIE, sid, path=COOKIE_PATH, httponly=True, secure=secure,
+                                samesite="strict")
+            response.set_cookie(XSRF_COOKIE, session.xsrf, path=COOKIE_PATH, secure=secure, samesite="strict")
+            service.audit.record(user=user.name, session=None, function="signIn", kind="auth", call="",
+                                 address=address, outcome="ok", rule=None, message="")
         return dto.subject(user.name, user.role)
+
+    @router.delete("/auth/session/{sid}", response_class=Response, responses=WS_DONE)
+    def sign_out(sid: str, request: Request, user: OpalUser) -> Response:
+        """End a sign-in session (``_current``: this request's), as R's ``opal.logout`` does."""
+        if sid == "_current":
+            sid = request.cookies.get(SESSION_COOKIE, "")
+        if not sid or not signins.close(sid, user):
+            raise NotFound("no such sign-in session of this account", hint="it has ended already")
+        service.audit.record(user=user.name, session=None, function="signOut", kind="auth", call="",
+                             address=client_address(request), outcome="ok", rule=None, message="")
+        response = Response(status_code=200)
+        for name in (SESSION_COOKIE, XSRF_COOKIE):
+            response.delete_cookie(name, path=COOKIE_PATH)
+        return response
 
     @router.get("/datasources")
     def datasources(user: OpalUser) -> list[dict[str, Any]]:
@@ -189,7 +233,7 @@ def opal_router(service: SiteService) -> APIRouter:
     def methods(kind: str, user: OpalUser, profile: str = DEFAULT_PROFILE) -> list[dict[str, Any]]:
         if kind not in ("aggregate", "assign"):
             raise NotFound(f"no DataSHIELD environment {kind!r}", hint="aggregate or assign")
-        listing = service.functions(user, profile)
+        listing = service.functions(user, profile or DEFAULT_PROFILE)  # "" is the default profile, as in Opal
         return [dto.method(f["name"]) for f in listing["functions"] if f["kind"] == kind]
 
     @router.get("/datashield/profiles")
@@ -198,6 +242,7 @@ def opal_router(service: SiteService) -> APIRouter:
 
     @router.get("/datashield/profile/{name}")
     def profile(name: str, user: OpalUser) -> dict[str, Any]:
+        name = name or DEFAULT_PROFILE
         if name not in [p["name"] for p in service.profiles(user)]:
             raise NotFound(f"no profile {name!r} at this site")
         return dto.profile(name)
@@ -232,12 +277,28 @@ def opal_router(service: SiteService) -> APIRouter:
         script = await _script(request)
         call = CallRequest(text=script)
         return await run_in_threadpool(
-            run, user, sid, script, lambda: service.aggregate(user, sid, call, shape="opal"), asynchronous, True)
+            run, user, sid, script, lambda: service.aggregate(user, sid, call, shape="r"), asynchronous, True,
+            accept=request.headers.get("accept"))
+
+    def table_assignment(user: User, sid: str, symbol: str, table: str, asynchronous: bool,
+                         variables: str | None, identifiers: str | None, id_column: str | None) -> Response:
+        """``symbol <- project.table`` (``missings`` changes nothing: no dsfed table has missing categories)."""
+        check_identifier_options(identifiers, id_column)
+        names = parse_variables(variables)
+        return run(user, sid, f"{symbol} <- {table}",
+                   lambda: service.assign_table(user, sid, symbol, table, names), asynchronous, False, symbol)
 
     @router.put("/datashield/session/{sid}/symbol/{symbol}", responses=WS_SYMBOL, openapi_extra=WS_SCRIPT)
     async def assign(sid: str, symbol: str, request: Request, user: OpalUser,
-                     asynchronous: Annotated[bool, Query(alias="async")] = False) -> Response:
+                     asynchronous: Annotated[bool, Query(alias="async")] = False,
+                     variables: str | None = None, missings: bool = False,
+                     identifiers: str | None = None, id: str | None = None) -> Response:
+        """An R expression (``application/x-rscript``), or, typed ``application/x-opal``, a table
+        (``project.table``) with Opal's table options, as R's DSOpal assigns one."""
         script = await _script(request)
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() == X_OPAL:
+            return await run_in_threadpool(table_assignment, user, sid, symbol, parse_table(script), asynchronous,
+                                           variables, identifiers, id)
         call = CallRequest(text=script)
         return await run_in_threadpool(
             run, user, sid, f"{symbol} <- {script}", lambda: service.assign(user, sid, symbol, call),
@@ -248,18 +309,16 @@ def opal_router(service: SiteService) -> APIRouter:
                      asynchronous: Annotated[bool, Query(alias="async")] = False,
                      variables: str | None = None, missings: bool = False,
                      identifiers: str | None = None, id: str | None = None) -> Response:
-        if identifiers or id:
-            raise CallError("dsfed does not expose participant identifiers (identifiers, id)",
-                            hint="assign the table without identifiers")
-        names = parse_variables(variables)
-        return run(user, sid, f"{symbol} <- {table}",
-                   lambda: service.assign_table(user, sid, symbol, table, names), asynchronous, False, symbol)
+        return table_assignment(user, sid, symbol, table, asynchronous, variables, identifiers, id)
 
     # --- symbols -----------------------------------------------------------------------
 
-    @router.get("/datashield/session/{sid}/symbols")
-    def symbols(sid: str, user: OpalUser) -> list[str]:
-        return [s["name"] for s in service.symbols(user, sid)]
+    @router.get("/datashield/session/{sid}/symbols", responses=WS_ANSWER)
+    def symbols(sid: str, request: Request, user: OpalUser) -> Response:
+        names = [s["name"] for s in service.symbols(user, sid)]
+        if wants_r(request.headers.get("accept")):
+            return Response(serialize(RVector(names, type="character")), media_type=MEDIA_TYPE)
+        return JSONResponse(names)
 
     @router.delete("/datashield/session/{sid}/symbol/{symbol}", response_class=Response, responses=WS_DONE)
     def remove_symbol(sid: str, symbol: str, user: OpalUser) -> Response:
@@ -281,7 +340,8 @@ def opal_router(service: SiteService) -> APIRouter:
         return command.dto()
 
     @router.get("/datashield/session/{sid}/command/{rid}/result", responses=WS_ANSWER)
-    def command_result(sid: str, rid: str, user: OpalUser, rm: bool = True, wait: bool = False) -> Response:
+    def command_result(sid: str, rid: str, request: Request, user: OpalUser, rm: bool = True,
+                       wait: bool = False) -> Response:
         command = commands.get(user.name, sid, rid)
         if wait:
             command.done.wait(MAX_WAIT_S)
@@ -291,7 +351,8 @@ def opal_router(service: SiteService) -> APIRouter:
             commands.remove(user.name, sid, rid)
         if command.error is not None:
             raise command.error
-        return JSONResponse(command.result) if command.with_result else PlainTextResponse("")
+        accept = request.headers.get("accept")
+        return answer(command.result, accept) if command.with_result else no_value(accept)
 
     @router.delete("/datashield/session/{sid}/command/{rid}", response_class=Response, responses=WS_DONE)
     def remove_command(sid: str, rid: str, user: OpalUser) -> Response:
