@@ -10,7 +10,11 @@ BIN     = $(VENV)/bin
 # the analyst client alone (pip install dsfed: no site server), which tests/test_client_only.py runs
 CLIENT_VENV ?= .venv-client
 
-.PHONY: demo test venv client-venv r-deps browser-deps pg-deps clean
+# the R DataSHIELD client (DSI, DSOpal, opalr, dsBaseClient) that tests/test_r_client.py runs, from ../shared
+R_CLIENT_LIB ?= .r-datashield
+R_CLIENT_INSTALL ?= ../shared/tools/r-datashield-client/install.sh
+
+.PHONY: demo test venv client-venv r-deps r-client-deps browser-deps pg-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/apt-install.sh "Python virtualenvs" python3-venv
@@ -28,6 +32,12 @@ client-venv:
 r-deps:
 	scripts/install-r.sh
 
+# skipped by install.sh when the library already loads; without ../shared, tests/test_r_client.py fails
+# saying how to install the client from CRAN (README, "From R")
+r-client-deps: r-deps
+	@if [ -f $(R_CLIENT_INSTALL) ]; then bash $(R_CLIENT_INSTALL) $(abspath $(R_CLIENT_LIB)); \
+	else echo "r-client-deps: $(R_CLIENT_INSTALL) not found; see the README to install the R client into $(R_CLIENT_LIB)"; fi
+
 browser-deps:
 	scripts/install-chromium.sh
 
@@ -37,7 +47,7 @@ pg-deps:
 demo: r-deps venv
 	$(BIN)/dsfed demo
 
-test: r-deps browser-deps pg-deps client-venv $(BIN)/python
+test: r-deps r-client-deps browser-deps pg-deps client-venv $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/python -m pytest
 

@@ -139,7 +139,11 @@ class CallContext:
 
 
 def r_class(value: Any) -> str:
-    """The R class name DataSHIELD clients expect for a workspace value."""
+    """The R class name DataSHIELD clients expect for a workspace value (an object of another kind
+    names its own in ``R_CLASS``: a fitted model is a ``glm``)."""
+    own = getattr(type(value), "R_CLASS", None)
+    if isinstance(own, str):
+        return own
     if isinstance(value, (pd.DataFrame, RowSet)):
         return "data.frame"
     if isinstance(value, ColumnView):

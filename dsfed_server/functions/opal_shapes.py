@@ -74,6 +74,45 @@ def glm_check(native: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def study_glm(native: dict[str, Any]) -> dict[str, Any]:
+    """``glmSLMADS2``: dsBase's list (``summary.glm``'s pieces) with R's types: matrices with the
+    coefficient names as dimnames, counts as integers, ``family`` a list of class ``family``."""
+    names = native["coef.names"]
+
+    def matrix(rows: list[list[float]], columns: list[str]) -> RArray:
+        return RArray([row[j] for j in range(len(columns)) for row in rows], [len(rows), len(columns)],
+                      [names, columns], type="double")
+
+    integer = {key: RVector([native[key]], type="integer")
+               for key in ("rank", "iter", "Ntotal", "Nvalid", "Nmissing", "df.null", "df.resid")}
+    double = {key: RVector([native[key]], type="double")
+              for key in ("aic", "dispersion", "deviance.null", "deviance.resid")}
+    shaped = {
+        **integer, **double,
+        "converged": RVector([native["converged"]], type="logical"),
+        "boundary": RVector([native["boundary"]], type="logical"),
+        "na.action": RList({"na.action": native["na.action"]["na.action"]}),
+        "contrasts": None,
+        "aliased": RVector([native["aliased"][n] for n in names], names=names, type="logical"),
+        "data": native["data"],
+        "df": RVector(native["df"], type="integer"),
+        "cov.unscaled": matrix(native["cov.unscaled"], names),
+        "cov.scaled": matrix(native["cov.scaled"], names),
+        "offset": native["offset"],
+        "weights": native["weights"],
+        "VarCovMatrix": RVector([None], type="logical"),
+        "CorrMatrix": RVector([None], type="logical"),
+        "formula": native["formula"],
+        "family": RList({"family": native["family"], "link": native["link"]}, r_class="family"),
+        "coefficients": matrix(native["coefficients"], native["coefficient.columns"]),
+    }
+    order = ("rank", "aic", "iter", "converged", "boundary", "na.action", "contrasts", "aliased", "dispersion",
+             "data", "df", "Ntotal", "Nvalid", "Nmissing", "cov.unscaled", "cov.scaled", "offset", "weights",
+             "VarCovMatrix", "CorrMatrix", "deviance.null", "df.null", "deviance.resid", "df.resid", "formula",
+             "family", "coefficients")
+    return RList({key: shaped[key] for key in order})
+
+
 def correlation(native: dict[str, Any]) -> dict[str, Any]:
     """``corDS``: its matrices with the variables' names as dimnames (``x.val``, ``y.val`` for two
     vectors, a table's column names), counts as integers, sums as doubles, as dsBase builds them."""
@@ -171,6 +210,8 @@ for _name, _adapter in {
     "table1DDS": table1d,
     "table2DDS": table2d,
     "glmDS1": glm_check,
+    "glmSLMADS1": glm_check,
+    "glmSLMADS2": study_glm,
     "corDS": correlation,
     "glmDS2": glm_parts,
     "meanSdGpDS": mean_sd_by_group,
