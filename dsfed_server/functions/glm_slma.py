@@ -108,7 +108,8 @@ def _aic(fam: Family, y: np.ndarray, mu: np.ndarray, weights: np.ndarray, dev: f
         value = -2 * float(np.sum(stats.poisson.logpmf(y, mu) * weights))
     else:
         n = y.size
-        value = n * (math.log(2 * math.pi * dev / n) + 1) + 2
+        with np.errstate(divide="ignore"):
+            value = n * (math.log(2 * math.pi * dev / n) + 1) + 2 - float(np.sum(np.log(weights)))
     return value + 2 * rank
 
 
