@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
         tmp.write_text(json.dumps({"site": service.name, "url": url, "pid": os.getpid()}))
         tmp.replace(args.ready_file)
     logging.getLogger("dsfed.site").info("site %s listening on %s", service.name, url)
+    if host in ("127.0.0.1", "::1"):  # R's opalr refuses plain http to any host but localhost
+        logging.getLogger("dsfed.site").info("site %s: R's DataSHIELD client on this machine connects to "
+                                             "http://localhost:%s (opalr refuses plain http to other hosts)",
+                                             service.name, port)
     config = uvicorn.Config(create_app(service), log_level=args.log_level, access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
