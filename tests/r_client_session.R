@@ -98,8 +98,10 @@ run("pkg_status", DSI::datashield.pkg_status(conns),
 run("ls_after", ds.ls(datasources = conns), function(r) lapply(r, function(s) as.list(s$objects.found)))
 run("logout", DSI::datashield.logout(conns), function(r) "done")
 
-tokens <- suppressWarnings(DSI::datashield.login(builder("token"), assign = TRUE, symbol = "T"))
+tokens <- suppressWarnings(DSI::datashield.login(builder("token"), assign = TRUE, symbol = "T",
+                                                 variables = c("age", "y", "score")))
 run("token_dim", ds.dim("T", type = "combine", datasources = tokens), function(r) as.integer(r[[1]]))
+run("token_colnames", ds.colnames("T", datasources = tokens), function(r) lapply(r, as.list))
 run("token_logout", DSI::datashield.logout(tokens), function(r) "done")
 
 writeLines(jsonlite::toJSON(out, auto_unbox = TRUE, digits = NA, null = "null", na = "null"), args[2])

@@ -56,10 +56,16 @@ def r_sites(tmp_path_factory) -> Iterator[tuple[dict[str, ProvisionedSite], dict
 
 
 @pytest.fixture(scope="module")
-def session(r_sites, tmp_path_factory) -> dict[str, Any]:
-    """Every call's outcome in one R session over the five sites."""
+def r_client_lib() -> Path:
+    """The R library holding the client; its absence fails the tests, saying how to install it."""
     if not _client_installed():
         pytest.fail(INSTALL_HINT.format(lib=R_LIB), pytrace=False)
+    return R_LIB
+
+
+@pytest.fixture(scope="module")
+def session(r_client_lib, r_sites, tmp_path_factory) -> dict[str, Any]:
+    """Every call's outcome in one R session over the five sites."""
     provisioned, urls = r_sites
     work = tmp_path_factory.mktemp("r-client")
     sites = {}
@@ -69,7 +75,7 @@ def session(r_sites, tmp_path_factory) -> dict[str, Any]:
         url = urls[name].replace("127.0.0.1", "localhost")
         sites[name] = {"url": url, "user": cred.user, "password": cred.password, "token": cred.token}
     config = work / "config.json"
-    config.write_text(json.dumps({"lib": str(R_LIB), "sites": sites, "table": "GBSG2.validation"}))
+    config.write_text(json.dumps({"lib": str(r_client_lib), "sites": sites, "table": "GBSG2.validation"}))
     out = work / "out.json"
     run = subprocess.run(["Rscript", "--vanilla", str(SESSION), str(config), str(out)], capture_output=True,
                          text=True, timeout=900, cwd=work)
@@ -297,8 +303,10 @@ def test_methods_and_package_status(session, r_sites):
     assert status == {"packages": ["dsfed"], "installed": True}
 
 
-def test_token_login_and_logout(session, gbsg2_pooled, r_sites):
-    assert ran(session, "token_dim") == list(gbsg2_pooled.shape)
+def test_token_login_with_variables_and_logout(session, gbsg2_pooled, r_sites):
+    """A token login assigning three variables (DSOpal's name().any('age','y','score'))."""
+    assert ran(session, "token_dim") == [len(gbsg2_pooled), 3]
+    assert all(names == ["age", "y", "score"] for names in ran(session, "token_colnames").values())
     assert ran(session, "logout") == "done" and ran(session, "token_logout") == "done"
     for site in GBSG2_SITES:
         records = audit_records(r_sites[0][site])
