@@ -96,6 +96,8 @@ run("methods", DSI::datashield.methods(conns, type = "aggregate"),
 run("pkg_status", DSI::datashield.pkg_status(conns),
     function(r) list(packages = as.list(rownames(r$package_status)), installed = all(r$package_status)))
 run("ls_after", ds.ls(datasources = conns), function(r) lapply(r, function(s) as.list(s$objects.found)))
+run("rm", ds.rm("age2", datasources = conns), function(r) lapply(r, function(s) s$return.message))
+run("ls_after_rm", ds.ls(datasources = conns), function(r) lapply(r, function(s) as.list(s$objects.found)))
 run("logout", DSI::datashield.logout(conns), function(r) "done")
 
 tokens <- suppressWarnings(DSI::datashield.login(builder("token"), assign = TRUE, symbol = "T",

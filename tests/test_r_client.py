@@ -207,6 +207,9 @@ def test_data_management_calls(session, gbsg2_pooled, gbsg2_frames):
     objects = ran(session, "ls_after")
     for site in GBSG2_SITES:
         assert {"D", "censF", "censN", "age2", "older", "sub48", "Dc"} <= set(objects[site])
+    assert set(ran(session, "rm").values()) == {"Object <age2> successfully deleted"}
+    for site, names in ran(session, "ls_after_rm").items():
+        assert set(names) == set(objects[site]) - {"age2"}
 
 
 def test_cor_equals_R(session, gbsg2_pooled):

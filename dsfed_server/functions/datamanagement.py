@@ -338,6 +338,26 @@ def studyside_message(ctx: CallContext, message_obj_name: str) -> str:
     return NO_MESSAGES
 
 
+@register("rmDS", "aggregate", [Param("x.name.transmit", P.STRING, "symbol names separated by commas, e.g. \"S,T\"")])
+def remove_symbols(ctx: CallContext, x_name_transmit: str) -> dict[str, str]:
+    """Remove symbols from the session (dsBase ``rmDS``, which ``ds.rm`` calls as an aggregate
+    function): ``return.message``, dsBase's text for the last name, ``"Object <S> successfully
+    deleted"`` or ``"Object to be deleted, i.e. <S> , does not exist so does not need deleting"``.
+    Nothing is released; a removed symbol is gone from the workspace as ``DELETE .../symbol/S`` removes
+    it."""
+    session = ctx.session
+    message = ""
+    for name in [n.strip() for n in x_name_transmit.split(",") if n.strip()]:
+        if name not in session.symbols:
+            message = f"Object to be deleted, i.e. <{name}> , does not exist so does not need deleting"
+            continue
+        del session.symbols[name]
+        session.sources.pop(name, None)
+        session.definitions.pop(name, None)
+        message = f"Object <{name}> successfully deleted"
+    return {"return.message": message}
+
+
 @register("exists", "aggregate", [
     Param("x", P.STRING, "a symbol name, or a column name with where"),
     Param("where", P.TABLE, "a table whose columns are searched", required=False, rows_only=True),
