@@ -348,3 +348,48 @@ def test_site_answers_unserialize_to_dsBase_values(serialized_answers, gbsg2_fra
                 detail = "\n".join(ro.r("function(g, w) c(capture.output(str(g)), '--- want', "
                                         "capture.output(str(w)))")(got, want))
         assert ok, f"{site}: {call}\n{detail}"
+
+
+R_SLMA = """
+D <- data.frame(y = as.integer(y), score = score, age = as.integer(age))
+f <- glm(y ~ score + age, family = binomial, data = D); s <- summary(f)
+list(rank = f$rank, aic = f$aic, iter = f$iter, converged = f$converged, boundary = f$boundary,
+     na.action = options("na.action"), contrasts = s$contrasts, aliased = s$aliased, dispersion = s$dispersion,
+     data = NULL, df = s$df, Ntotal = nrow(D), Nvalid = nrow(D), Nmissing = 0L, cov.unscaled = s$cov.unscaled,
+     cov.scaled = s$cov.scaled, offset = NULL, weights = NULL, VarCovMatrix = NA, CorrMatrix = NA,
+     deviance.null = f$null.deviance, df.null = f$df.null, deviance.resid = f$deviance, df.resid = f$df.residual,
+     formula = "y ~ score + age", family = structure(list(family = "binomial", link = "logit"), class = "family"),
+     coefficients = s$coefficients)
+"""
+
+
+def test_glmSLMADS2_unserializes_to_dsBases_list(gbsg2_http, gbsg2_provisioned, gbsg2_frames):
+    """dsBase's glmSLMADS2 list (summary.glm's pieces, but call and terms, which are R code), built in
+    R from glm() on the site's data: types, names, dims and classes identical, numbers to 1e-12."""
+    cred = gbsg2_provisioned["site2"].credentials["analyst"]
+    http = requests.Session()
+    http.auth = (cred.user, cred.password)
+    ws = f"{gbsg2_http.urls['site2']}/ws/datashield"
+    sid = http.post(f"{ws}/sessions", timeout=10).json()["id"]
+    rscript = {"Content-Type": "application/x-rscript"}
+    http.put(f"{ws}/session/{sid}/symbol/D", params={"async": "false"}, data="GBSG2.validation",
+             headers={"Content-Type": "application/x-opal"}, timeout=10).raise_for_status()
+    http.put(f"{ws}/session/{sid}/symbol/fit", params={"async": "false"}, headers=rscript, timeout=30,
+             data='glmSLMADS.assign(y ~ score + age, "binomial", NULL, NULL, "D")').raise_for_status()
+    got = http.post(f"{ws}/session/{sid}/aggregate", headers={**rscript, "Accept": "application/octet-stream"},
+                    data='glmSLMADS2(y ~ score + age, "binomial", NULL, NULL, "fit", "D")', timeout=30)
+    http.delete(f"{ws}/session/{sid}", timeout=10)
+    assert got.status_code == 200, got.text
+    frame = gbsg2_frames["site2"]
+    ro = _r()
+    with rbridge.lock(), ro.default_converter.context():
+        env = ro.Environment()
+        for column in ("y", "score", "age"):
+            env[column] = ro.FloatVector(frame[column].astype(float).tolist())
+        ro.r["eval"](ro.r["parse"](text=R_SAME), envir=env)
+        want = ro.r["eval"](ro.r["parse"](text=R_SLMA), envir=env)
+        value = ro.r["unserialize"](ro.vectors.ByteVector(got.content))
+        same = bool(ro.r["eval"](ro.r["parse"](text="same"), envir=env)(value, want)[0])
+        detail = "" if same else "\n".join(ro.r("function(g, w) c(capture.output(str(g)), '--- want', "
+                                                "capture.output(str(w)))")(value, want))
+    assert same, detail
