@@ -57,6 +57,9 @@ def test_a_cookie_alone_must_echo_the_xsrf_token(gbsg2_http, gbsg2_provisioned):
     assert http.get(f"{url}/ws/datasources", headers={"X-XSRF-TOKEN": ""}, timeout=10).status_code == 200  # GET
     forged = requests.post(f"{url}/ws/datashield/sessions", cookies={"opalsid": http.cookies["opalsid"]}, timeout=10)
     assert forged.status_code == 403 and "X-XSRF-TOKEN" in forged.json()["arguments"][0]
+    last = audit_records(gbsg2_provisioned["site2"])[-1]
+    assert (last["user"], last["function"], last["outcome"], last["call"]) == (
+        "analyst", "crossSiteCheck", "forbidden", "POST /ws/datashield/sessions")
     wrong = http.post(f"{url}/ws/datashield/sessions", headers={"X-XSRF-TOKEN": "guess"}, timeout=10)
     assert wrong.status_code == 403
     assert http.post(f"{url}/ws/datashield/sessions", timeout=10).status_code == 201

@@ -121,10 +121,14 @@ def _signed_in(request: Request, signins: WebSessions) -> WebSession:
                         f"for more than {signins.idle_timeout_s:g} s, or the site restarted)", site=service.name,
                         hint="sign in again (R: datashield.login)")
     if request.method not in SAFE_METHODS and not session.xsrf_matches(request.headers.get(XSRF_HEADER)):
-        raise Forbidden(f"a request authenticated by the {SESSION_COOKIE} cookie must carry the session's "
-                        f"{XSRF_COOKIE} cookie value in an X-XSRF-TOKEN header (a check against cross-site "
-                        "request forgery)", site=service.name,
-                        hint="send the header as R's opalr does, or send credentials with each request")
+        refusal = Forbidden(f"a request authenticated by the {SESSION_COOKIE} cookie must carry the session's "
+                            f"{XSRF_COOKIE} cookie value in an X-XSRF-TOKEN header (a check against cross-site "
+                            "request forgery)", site=service.name,
+                            hint="send the header as R's opalr does, or send credentials with each request")
+        service.audit.record(user=session.user.name, session=None, function="crossSiteCheck", kind="auth",
+                             call=f"{request.method} {request.url.path}"[:300], address=client_address(request),
+                             outcome=refusal.kind, rule=None, message=refusal.message)
+        raise refusal
     return session
 
 
