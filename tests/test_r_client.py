@@ -31,7 +31,8 @@ SESSION = Path(__file__).with_name("r_client_session.R")
 Q = 5  # the GBSG2 sites' q_threshold
 INSTALL_HINT = ("the R DataSHIELD client is not installed in {lib}: run `make r-client-deps` (it runs "
                 "../shared/tools/r-datashield-client/install.sh {lib}), or in R: install.packages(c('DSI', 'DSOpal', "
-                "'dsBaseClient'), repos = c('https://cloud.r-project.org', 'https://cran.obiba.org'), lib = '{lib}')")
+                "'dsBaseClient'), repos = c(getOption('repos'), 'http://cran.datashield.org'), lib = '{lib}') (README, "
+                "'Using dsfed from R')")
 
 
 def _client_installed() -> bool:
