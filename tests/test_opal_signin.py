@@ -4,8 +4,6 @@ change anything), sign-out; the empty profile; DSOpal's application/x-opal table
 
 from __future__ import annotations
 
-import time
-
 import requests
 
 from conftest import audit_records
@@ -79,11 +77,15 @@ def test_sessions_are_the_accounts_own(gbsg2_http, gbsg2_provisioned):
 
 
 def test_web_sessions_expire_and_are_bounded():
-    store = WebSessions(idle_timeout_s=0.05, max_per_user=2)
+    now = [0.0]
+    store = WebSessions(idle_timeout_s=60, max_per_user=2, clock=lambda: now[0])
     user = User(name="a", role="analyst", token_hashes=(hash_token("a"),))
     first, _ = store.open(user, "x")
+    now[0] = 59.0
+    assert store.get(first) is not None  # used: idle from now on
+    now[0] = 118.0
     assert store.get(first) is not None
-    time.sleep(0.1)
+    now[0] = 178.5
     assert store.get(first) is None  # idle too long
     ids = [store.open(user, "x")[0] for _ in range(3)]
     assert store.get(ids[0]) is None and store.get(ids[2]) is not None  # the least recently used went

@@ -26,7 +26,8 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 from dsfed_server.config import User
 
@@ -48,7 +49,7 @@ class WebSession:
     user: User
     xsrf: str
     address: str
-    last_used: float = field(default_factory=time.monotonic)
+    last_used: float
 
     def xsrf_matches(self, sent: str | None) -> bool:
         return sent is not None and hmac.compare_digest(sent.encode(), self.xsrf.encode())
@@ -58,8 +59,10 @@ class WebSessions:
     """Sign-in sessions by identifier; each account holds at most ``max_per_user`` (the least
     recently used goes first), the site at most ``max_total``."""
 
-    def __init__(self, idle_timeout_s: float, *, max_per_user: int = 32, max_total: int = 10_000) -> None:
+    def __init__(self, idle_timeout_s: float, *, max_per_user: int = 32, max_total: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.idle_timeout_s = idle_timeout_s
+        self._clock = clock
         self._max_per_user = max_per_user
         self._max_total = max_total
         self._sessions: OrderedDict[bytes, WebSession] = OrderedDict()  # least recently used first
@@ -68,9 +71,9 @@ class WebSessions:
     def open(self, user: User, address: str) -> tuple[str, WebSession]:
         """A new sign-in session of ``user``: its identifier (the cookie's value) and the session."""
         sid = secrets.token_urlsafe(32)
-        session = WebSession(user, secrets.token_urlsafe(32), address)
+        session = WebSession(user, secrets.token_urlsafe(32), address, self._clock())
         with self._lock:
-            self._expire(time.monotonic())
+            self._expire(session.last_used)
             own = [k for k, s in self._sessions.items() if s.user.name == user.name]
             for key in own[: max(0, len(own) - self._max_per_user + 1)]:
                 del self._sessions[key]
@@ -81,7 +84,7 @@ class WebSessions:
 
     def get(self, sid: str) -> WebSession | None:
         """The live session of identifier ``sid`` (its idle clock restarted), or None."""
-        now = time.monotonic()
+        now = self._clock()
         key = _key(sid)
         with self._lock:
             session = self._sessions.get(key)
