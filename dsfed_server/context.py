@@ -15,7 +15,8 @@ import pandas as pd
 from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
-from dsfed_server.disclosure.provenance import RootColumn, root_column
+from dsfed_server.disclosure.expressions import Meaning
+from dsfed_server.disclosure.provenance import RootColumn, meaning, root_column
 from dsfed_server.modelframe import integer_view
 from dsfed_server.rowsets import RowSet, subset_of
 from dsfed_server.views import ColumnView, Held, read_value
@@ -68,6 +69,10 @@ class CallContext:
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""
         return root_column(self.service.catalog, vector)
+
+    def meaning(self, vector: pd.Series) -> Meaning:
+        """What ``vector`` is as a function of root columns (:func:`~dsfed_server.disclosure.provenance.meaning`)."""
+        return meaning(self.service.catalog, vector)
 
     @property
     def pooled(self) -> bool:

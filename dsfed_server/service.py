@@ -578,7 +578,8 @@ class SiteService:
                                   rules.secure_aggregation)
         history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
         if isinstance(raw, (gate.Intervals, gate.Categories)):
-            plan, fields = gate.pooled_vector(raw, history if isinstance(raw, gate.Intervals) else ())
+            plan, fields = gate.pooled_vector(raw, history if isinstance(raw, gate.Intervals) else (),
+                                              dominance=self._floor_meta(rules)["dominance"] > 0)
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
                 result, kept = gate.release_pooled(raw, plan, pooled, floor)
@@ -631,14 +632,15 @@ class SiteService:
                                         raw.frac_bits if raw.frac_bits is not None else frac_bits)
         return self._seal(rnd, keys, step, spec.name, digest, raw.fields, raw.advance,
                           raw.frac_bits if raw.frac_bits is not None else frac_bits,
-                          self._floor_meta(self._rules(session)), frozenset(scope.sources), raw.history_key,
+                          self._floor_meta(self._rules(session), pooled=False), frozenset(scope.sources), raw.history_key,
                           relayed=True, asked_bits=frac_bits)
 
     @staticmethod
-    def _floor_meta(rules: Rules) -> dict[str, Any]:
-        """What a site declares to the others of a pooled step: its q and cut margin (they use the
-        largest; :func:`gate.pooled_floor`)."""
-        return {"q": rules.disclosure.q_threshold, "margin": rules.disclosure.margin}
+    def _floor_meta(rules: Rules, pooled: bool = True) -> dict[str, Any]:
+        """What a site declares to the others of a step: its q, cut margin and, for a pooled release, its
+        dominance rule (they use the largest; :func:`gate.pooled_floor`; a relayed protocol checks per site)."""
+        return {"q": rules.disclosure.q_threshold, "margin": rules.disclosure.margin,
+                "dominance": rules.secure_aggregation.dominance_sites if pooled else 0}
 
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
               fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],

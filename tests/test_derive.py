@@ -59,8 +59,9 @@ def test_a_published_score_equals_R_on_the_pooled_data(gbsg2_session, gbsg2_pool
 
 @pytest.mark.parametrize("expression", [
     "ifelse(D$pnodes > 3, D$age, NA)",  # NA made, then propagated below
-    "log(D$age - 40) + sqrt(D$pnodes - 5)",  # log(0) = -Inf, log and sqrt of negatives = NaN in R: missing
-    "1/(D$pnodes - 3) + 0^(D$pnodes - 3)",  # 1/0 = Inf, 0^-k = Inf in R: missing
+    # log(0) = -Inf, log and sqrt of negatives = NaN in R: missing, beyond cuts (progrec > 5, estrec > 9)
+    # that every site holds enough records on both sides of, which the gate checks as ifelse's would be
+    "log(D$progrec - 5) + sqrt(D$estrec - 10)",
     "ifelse(D$pnodes <= 3, NA, pmax(D$age, 50)) + 1",  # NA in a branch, then arithmetic on it
 ])
 def test_missing_values_follow_R(gbsg2_session, gbsg2_pooled, expression):
@@ -70,6 +71,21 @@ def test_missing_values_follow_R(gbsg2_session, gbsg2_pooled, expression):
     assert (n, missing) == ref[1:]
     if n:
         assert mean == pytest.approx(ref[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("expression,rule,says", [
+    ("1/(D$pnodes - 3)", "disclosure.derived_concentration", "missing at pnodes = 3, inside its declared range"),
+    ("0^(D$pnodes - 3)", "disclosure.derived_concentration", "a power that reads a column"),
+    ("log(D$progrec + 1e-9)", "disclosure.derived_dominance", "farther from its median"),
+])
+def test_missing_values_inside_a_range_and_spikes_are_refused(gbsg2_session, expression, rule, says):
+    """R would give these an Inf or a NaN at one value of the column (1/0 at pnodes 3) or a spike next
+    to it (log(0 + 1e-9) = -20.7 where log(progrec + 1e-9) is typically 5): the records there would be
+    cut out of every sum, or dominate it, at a value the analyst chose. Refused by the rule, at every site."""
+    with pytest.raises(FederatedCallError) as refused:
+        gbsg2_session.derive("m", expression)
+    assert {f.rule for f in refused.value.failures.values()} == {rule}
+    assert all(says in str(f) for f in refused.value.failures.values())
 
 
 def test_na_propagates_through_a_derived_column(gbsg2_session, gbsg2_pooled):
@@ -199,9 +215,11 @@ def test_two_derived_columns_bracketing_one_record_do_not_give_its_value(tmp_pat
     difference of two sums (meanDS x Nvalid): that patient's outcome. With the site's cut history
     every attack is refused (measured: 0 of 6 recover it; before the records an expression makes
     missing were audited as a row set, the division-by-zero and sqrt attacks recovered it: 2 of 6);
-    without a cut history (a test profile) the attacks across two columns recover it (5 of 6; the
-    one-expression attack is refused by the q check on its own values: the value 1 is held by that
-    one patient), so the test measures what the gate adds."""
+    without a cut history (a test profile) the attacks by comparisons and by a domain recover it (3 of
+    6), so the test measures what the gate adds; the steep exp step and the division by zero are
+    refused whatever the cut history (their expressions are cuts in disguise: a step, a value missing
+    inside the declared range), and the one-expression attack by the q check on its own values (the
+    value 1 is held by that one patient)."""
     recovered, refusals = 0, []
     for name, texts in ATTACKS.items():
         frame, provisioned, services = _attack_site(tmp_path / name.replace(" ", "_"), cut_history)
@@ -220,9 +238,12 @@ def test_two_derived_columns_bracketing_one_record_do_not_give_its_value(tmp_pat
             recovered += round(sums[-2] - sums[-1]) == truth
     if cut_history:
         assert recovered == 0
-        assert set(refusals) <= {"disclosure.cut_history", "disclosure.subset_min_difference", "disclosure.q_threshold"}
+        assert set(refusals) <= {"disclosure.cut_history", "disclosure.subset_min_difference", "disclosure.q_threshold",
+                                 "disclosure.derived_concentration"}
     else:
-        assert recovered == 5 and refusals == ["disclosure.q_threshold"]
+        assert recovered == 3
+        assert refusals == ["disclosure.q_threshold", "disclosure.derived_concentration",
+                            "disclosure.derived_concentration"]
 
 
 # --- the unmodified DataSHIELD client -----------------------------------------------------------

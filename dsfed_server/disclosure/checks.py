@@ -13,16 +13,18 @@ import math
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from dsfed_core.calltree import Column, Node, Symbol
+from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, row_set_audit,
                                                  row_set_problem, rows_of)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
-from dsfed_server.disclosure.provenance import RootColumn
+from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.rules import Rules
 from dsfed_core.errors import CallError, ContractViolation, DisclosureRefusal
 
@@ -38,6 +40,8 @@ CALL_RULES = ("disclosure.combine_analyst_vectors",)
 # :meth:`Guard.subset_rows`): q, the secret margin, the cut history and the row-set audit
 GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut_history",
               "disclosure.subset_min_difference")
+# what reading a derived column's expression applies (:meth:`Guard.derived_expression`)
+DERIVED_RULES = ("disclosure.derived_concentration", "disclosure.derived_dominance")
 # what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
 LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
@@ -220,6 +224,31 @@ class Guard:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "derived")
             self._record_row_sets(members, rows)
 
+    def derived_expression(self, node: Node, meaning_of: Callable[[Column | Symbol], Meaning]) -> Classified:
+        """Read a derived column's expression before it is computed
+        (:mod:`dsfed_server.disclosure.expressions`): every part of it a function of one root column that
+        is monotone (or a low polynomial), no more concentrated over the root's declared range than
+        ``disclosure.derived_concentration`` and no more dominated by one end than
+        ``disclosure.derived_dominance``, or a sum or product of such parts; refused otherwise,
+        saying which part and what to write instead. Cuts where a part is missing come back with the
+        classification, for the gate."""
+        limits = self.rule("disclosure.derived_concentration"), self.rule("disclosure.derived_dominance")
+        try:
+            return classify(node, meaning_of, *limits)
+        except ExpressionRefused as refused:
+            raise self._refuse(refused.message, refused.rule, refused.hint) from None
+
+    def one_root(self, found: Meaning, what: str) -> None:
+        """Values released as they are -- a quantile is a record's value, or lies between two -- of a
+        column computed from several columns would link those columns' values of one record (a quantile
+        of ``D$age + 1e-9*D$income`` reads one patient's age and income): refused
+        (``disclosure.derived_concentration``'s reading of derived columns)."""
+        if len(found.roots) > 1:
+            raise self._refuse(
+                f"{what} of a column computed from several columns ({', '.join(sorted(r.column for r in found.roots))}) "
+                "would give one record's values of all of them", "disclosure.derived_concentration",
+                "ask for the quantiles of each column, or for sums (meanDS, varDS, corDS) of the combination")
+
     def distinct_values(self, values: np.ndarray, what: str, noun: str, hint: str) -> list[np.ndarray]:
         """Refuse values (a model's predictions, a derived column) that take at most n/q distinct values
         (a tree's leaves, a factor's levels, a 0/1 column) when one of them is held by fewer than q
@@ -335,7 +364,20 @@ class Guard:
 
     def pooled_history(self, key: tuple[str, str]) -> list[Cut]:
         """In a pooled release: the cuts released before on a column at every site of the round, as
-        relayed by the analyst; :class:`HistoryBehind` when they miss one this site released."""
+        relayed by the analyst; :class:`HistoryBehind` when they miss one this site released.
+
+        A vector that is no table column, nor a monotone function of one (a column of several roots, a
+        polynomial that turns, values without provenance), keeps its cuts under its own ordering: a
+        near copy of it has a history of its own, and only the row-set audit, which per-site releases
+        have, catches two releases on the two that differ by one record. Pooled releases are not
+        audited by row sets, so such a vector is released per site only."""
+        if key[0] == NO_TABLE and self.rule("disclosure.cut_history"):
+            raise self._refuse(
+                "a pooled release of cells on a vector that is no table column nor a monotone function of one "
+                "(a combination of several columns, a function that turns, values without provenance): its cuts "
+                "have no history the sites share, and a pooled release is not checked against earlier row sets",
+                "disclosure.cut_history", "ask per site (secure=False), where every cell's records are audited, "
+                "or bin a table column or a monotone transform of one")
         own = self._cut_history(key)
         relayed = (self.relayed_cuts or {}).get(key, [])
         missing = set(own) - set(relayed)

@@ -55,7 +55,7 @@ import numpy as np
 
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.mechanisms import content_digest, seeded_rng
-from dsfed_server.disclosure.provenance import TRANSFORMS, RootColumn, ordering_key
+from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, Transform, ordering_key
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.rowbatches import row_batches
 
@@ -152,6 +152,7 @@ class Intervals:
     column: RootColumn | None = None
     totals: dict[str, float] = field(default_factory=dict)  # counts that are not cells (e.g. missing values)
     rows: Rows | None = None  # the records of ``x``: their positions in the table (None: not known)
+    _sorted_root: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if list(self.cuts) != sorted(self.cuts) or len(set(self.cuts)) != len(self.cuts):
@@ -160,7 +161,7 @@ class Intervals:
     @property
     def history_key(self) -> tuple[str, str]:
         """Where this release's cuts are kept: the table column, or the values' own ordering."""
-        return self.column.key if self.column is not None else ("(no table)", ordering_key(self.x))
+        return self.column.key if self.column is not None else (NO_TABLE, ordering_key(self.x))
 
     @property
     def root(self) -> np.ndarray:
@@ -178,11 +179,81 @@ class Intervals:
         return self.column is not None and (not self.column.whole or self.x.size != self.column.values.size)
 
     def root_cuts(self) -> tuple[Cut, ...]:
-        """The requested cuts in the column's units (a monotone transform maps them back)."""
-        if self.column is None:
-            return self.cuts
-        values = self.column.inverse(np.array([c.value for c in self.cuts], dtype=float))
-        return tuple(Cut(float(v), c.inclusive) for v, c in zip(values, self.cuts))
+        """The requested cuts in the column's units (:meth:`to_root`)."""
+        return self.to_root(self.cuts)
+
+    def to_root(self, cuts: Sequence[Cut]) -> tuple[Cut, ...]:
+        """``cuts`` on these values in the column's units: a monotone transform maps each back to the cut
+        on the column that parts the column's records exactly as it parts the vector's (:func:`root_cut`)."""
+        if self.column is None or self.column.transform.identity:
+            return tuple(cuts)
+        transform = self.column.transform
+        values = transform.inverse(np.array([c.value for c in cuts], dtype=float), np.array([c.inclusive for c in cuts]))
+        if self._sorted_root is None:
+            self._sorted_root = self.root_values()
+        return tuple(root_cut(c, float(v), transform, self._sorted_root) for v, c in zip(values, cuts))
+
+    def from_root(self, cuts: Sequence[Cut]) -> dict[Cut, Cut]:
+        """Cuts on the column (a history) as cuts on these values, each mapped to the column's cut it
+        comes from (a transform that is not defined at one leaves it out: no value lies there)."""
+        if self.column is None or self.column.transform.identity:
+            return {c: c for c in cuts}
+        transform = self.column.transform
+        out: dict[Cut, Cut] = {}
+        for cut in sorted(cuts):
+            if not np.isfinite(cut.value):
+                out.setdefault(cut, cut)
+                continue
+            value = float(transform.forward(np.array([cut.value]))[0])
+            if np.isfinite(value):
+                out.setdefault(Cut(value, cut.inclusive if transform.increasing else not cut.inclusive), cut)
+        return out
+
+    def column_in_own_units(self) -> np.ndarray:
+        """Every value of the column through the transform; a record where the transform is not defined
+        at the end of the vector's range its side of the column lies at (-inf or +inf)."""
+        column = self.column
+        values = column.values  # type: ignore[union-attr]
+        if column.transform.identity:  # type: ignore[union-attr]
+            return values
+        mapped = column.transform.forward(values)  # type: ignore[union-attr]
+        missing = np.isnan(mapped)
+        if missing.any():
+            defined = values[~missing]
+            low = values < (defined.min() if defined.size else np.inf)
+            toward = low == column.transform.increasing  # type: ignore[union-attr]
+            mapped[missing] = np.where(toward[missing], -np.inf, np.inf)
+        return mapped
+
+
+def root_cut(cut: Cut, value: float, transform: Transform, root: np.ndarray) -> Cut:
+    """The cut on a root column (``root``: its values, sorted) that parts its records as ``cut`` parts
+    their transformed values, near ``value`` (the transform's inverse at the cut). The inverse is
+    computed in floating point: a record at the boundary could fall on the other side of it, and a cut
+    kept in the history one record off would let a later cut difference that record out. So the
+    records next to ``value`` are read through the transform, and the cut is placed between the last
+    record on one side and the first on the other (a decreasing transform puts the vector's lower cell
+    above: its root cut keeps the other records below, inclusively)."""
+    if not np.isfinite(value) or root.size == 0:
+        return Cut(value, False)
+    at = int(np.searchsorted(root, value))
+    lo, hi = max(0, at - 64), min(root.size, at + 64)
+    mapped = transform.forward(root[lo:hi])
+    known = np.isfinite(mapped)
+    lower = (mapped <= cut.value) if cut.inclusive else (mapped < cut.value)
+    below = lower if transform.increasing else ~lower  # the records the root cut keeps below it
+    keep, other = np.flatnonzero(known & below), np.flatnonzero(known & ~below)
+    if (keep.size and other.size and keep[-1] > other[0]) or (not other.size and hi < root.size) or (
+            not keep.size and lo > 0):
+        raise CallError("a cut on a transformed column could not be mapped back to its column",
+                        hint="cut the column itself")
+    last = float(root[lo + keep[-1]]) if keep.size else -np.inf
+    first = float(root[lo + other[0]]) if other.size else np.inf
+    if transform.increasing:  # strictly below the cut: last < cut <= first
+        return Cut(value if last < value <= first else (first if np.isfinite(first) else np.nextafter(last, np.inf)),
+                   False)
+    return Cut(value if last <= value < first else (last if np.isfinite(last) else np.nextafter(first, -np.inf)),
+               True)
 
 
 @dataclass
@@ -294,6 +365,8 @@ class Floor:
     key: bytes = field(default=b"", repr=False)
     parts: tuple[str, ...] = ()
     agreed: Agreed | None = None  # pooled: the column as every site's dictionary declares it
+    dominance: int = 0  # pooled: a cell holds q records outside its this-many largest sites
+    sites: int = 1  # pooled: the sites of the sum
 
     def on(self, *parts: str) -> Floor:
         """The same floor, its margins drawn for the cells of one column (its history key)."""
@@ -446,7 +519,7 @@ def decide_local(cells: Intervals, floor: Floor, history: Sequence[Cut], pick: P
     ``exclude`` are dropped before anything is decided."""
     x = np.sort(cells.x)
     # values of the whole column as it is (or without provenance) are the column's: sorted alike
-    same_values = cells.column is None or (not cells.subset and cells.column.transform == "identity")
+    same_values = cells.column is None or (not cells.subset and cells.column.transform.identity)
     root = x if same_values else cells.root_values()
     chosen = [i for i, c in enumerate(cells.cuts) if c not in exclude]
     root_cuts = cells.root_cuts()
@@ -525,26 +598,78 @@ class PooledPlan:
     history: tuple[Cut, ...]
     shape: tuple[int, ...]
     own_space: bool  # the release's own records differ from the column's (a subset): both are counted
+    roots: dict[Cut, Cut] = field(default_factory=dict)  # a history cut in the values' units -> the column's
 
 
-def pooled_vector(cells: Cells, history: Sequence[Cut] = ()) -> tuple[PooledPlan, dict[str, np.ndarray]]:
+SQUARES = "squares"  # a pooled vector's field: per cell, this site's count squared (scaled by SQUARE_UNIT)
+SQUARE_UNIT = 2.0 ** 20  # squares travel in this unit, so a cell of 10^8 records still fits the fixed point
+
+
+def squares(counts: np.ndarray, dominance: bool) -> np.ndarray:
+    """This site's share of :data:`SQUARES`: its count in each cell, squared, where its rules apply the
+    dominance rule; zeros otherwise (no site learns more of the others than the rule needs: a round in
+    which some sites apply it and some do not is refused, :func:`pooled_floor`)."""
+    counts = np.asarray(counts, dtype=float)
+    return counts ** 2 / SQUARE_UNIT if dominance else np.zeros_like(counts)
+
+
+def largest_sites(pooled_squares: np.ndarray, floor: Floor) -> np.ndarray:
+    r"""Per cell, an upper bound on the records its ``floor.dominance`` largest sites hold together:
+    :math:`\sum_{k\ \mathrm{largest}} c_s \le \sqrt{k \sum_s c_s^2}` (Cauchy-Schwarz), from the
+    pooled sum of the squares (each site's rounding to the fixed point allowed for)."""
+    total = np.maximum(np.asarray(pooled_squares, dtype=float), 0.0) * SQUARE_UNIT + floor.sites
+    return np.sqrt(floor.dominance * total)
+
+
+def _refuse_dominated(what: str, floor: Floor) -> DisclosureRefusal:
+    sites = "site" if floor.dominance == 1 else f"{floor.dominance} sites"
+    return DisclosureRefusal(
+        f"{what} would have a pooled cell holding fewer than {floor.q} records outside its largest contributing "
+        f"{sites}: that cell would be one site's records with a few of the others', which a site that made up its "
+        "records, with the analyst, could subtract", rule="secure_aggregation.dominance_sites",
+        hint="ask for fewer, wider bins, or per site")
+
+
+def _undominated(cells: Intervals, plan: PooledPlan, kept: list[Cut], counts: np.ndarray,
+                 pooled_squares: np.ndarray, floor: Floor) -> tuple[list[Cut], list[Cut]]:
+    """The kept cuts after merging every released cell that holds fewer than q records outside its
+    largest sites (``secure_aggregation.dominance_sites``; merged with the cell above it, the top one
+    with the one below), and the cuts so dropped; refused where the release asks to refuse rather than
+    merge, or when the whole range is such a cell."""
+    bound = largest_sites(pooled_squares, floor)
+    position = {cut: i for i, cut in enumerate(plan.refined)}
+    kept, dropped = list(kept), []
+    while True:
+        edges = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
+        bad = [i for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))
+               if counts[a:b].sum() > 0 and counts[a:b].sum() - min(bound[a:b].sum(), counts[a:b].sum()) < floor.q]
+        if not bad:
+            return kept, dropped
+        if cells.policy == "refuse" or not kept:
+            raise _refuse_dominated(cells.what, floor)
+        i = bad[0]
+        dropped.append(kept.pop(i if i < len(kept) else i - 1))
+
+
+def pooled_vector(cells: Cells, history: Sequence[Cut] = (), *, dominance: bool = False
+                  ) -> tuple[PooledPlan, dict[str, np.ndarray]]:
     """This site's counts and sums on the refined cells (summed over sites, never released as such).
-    ``history``: every cut released before on the column, at any site of the round (relayed)."""
+    ``history``: every cut released before on the column, at any site of the round (relayed);
+    ``dominance``: this site applies ``secure_aggregation.dominance_sites`` (its squared counts go in)."""
     totals = {f"total:{name}": np.array([float(v)]) for name, v in cells.totals.items()}
     if isinstance(cells, Categories):
         counts = np.bincount(cells.codes, minlength=int(np.prod(cells.shape))).astype(float)
-        return PooledPlan((), (), (), cells.shape, False), {"counts": counts, **totals}
-    if cells.column is not None and cells.column.inverse is not TRANSFORMS["identity"]:
-        raise CallError(f"a pooled release of {cells.what} bins a table column, not a transform of one",
-                        hint="bin the column itself")
-    refined = tuple(sorted(set(cells.cuts) | set(history)))
+        return PooledPlan((), (), (), cells.shape, False), {"counts": counts, SQUARES: squares(counts, dominance), **totals}
+    roots = cells.from_root(history)  # a transformed column's history in the values' units (every site alike)
+    own_history = tuple(sorted(roots))
+    refined = tuple(sorted(set(cells.cuts) | set(own_history)))
     size = len(refined) + 1
     counts, sums = cell_sums(cells.x, refined, cells.sums)
-    fields = {"counts": counts, **{f"sum:{name}": v for name, v in sums.items()}}
+    fields = {"counts": counts, SQUARES: squares(counts, dominance), **{f"sum:{name}": v for name, v in sums.items()}}
     own_space = cells.subset
     if own_space:
-        fields["column_counts"] = cell_sums(cells.column.values, refined)[0]  # type: ignore[union-attr]
-    return PooledPlan(refined, cells.cuts, tuple(history), (size,), own_space), {**fields, **totals}
+        fields["column_counts"] = cell_sums(cells.column_in_own_units(), refined)[0]
+    return PooledPlan(refined, cells.cuts, own_history, (size,), own_space, roots), {**fields, **totals}
 
 
 def pooled_space(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[Cut], refined_counts: np.ndarray
@@ -585,15 +710,23 @@ def nonce(key: bytes, column: tuple[str, str]) -> np.ndarray:
 
 def pooled_floor(metas: dict[str, dict[str, Any]], pooled: dict[str, np.ndarray]) -> Floor:
     """The floor the sites of a pooled release share, from what each declared in its sealed meta:
-    the largest q and margin of the sites, the column they agree on (a release binning a column),
+    the largest q, margin and dominance rule of the sites, the column they agree on (a release binning a column),
     keyed by the pooled :data:`NONCE` (removed from ``pooled``; without one, no margin)."""
     q = max(_declared(site, meta, "q", "q_threshold", 1) for site, meta in metas.items())
     most = max(_declared(site, meta, "margin", "cut_margin", 0) for site, meta in metas.items())
+    rules = {site: _declared(site, meta, "dominance", "dominance_sites", 0) for site, meta in metas.items()}
+    dominance = max(rules.values())
+    if dominance and min(rules.values()) == 0:
+        off = ", ".join(sorted(site for site, k in rules.items() if k == 0))
+        raise DisclosureRefusal(
+            f"a site of the round applies the dominance rule, which needs every site's squared counts; {off} "
+            "does not apply it", rule="secure_aggregation.dominance_sites",
+            hint="ask per site, or ask the sites' boards to agree on dominance_sites")
     agreed = Agreed.of(metas) if all("range" in meta for meta in metas.values()) else None
     shares = pooled.pop(NONCE, None)
     if shares is None:
-        return Floor(q, agreed=agreed)
-    return Floor(q, most, content_digest(np.rint(shares)), agreed=agreed)
+        return Floor(q, agreed=agreed, dominance=dominance, sites=len(metas))
+    return Floor(q, most, content_digest(np.rint(shares)), agreed=agreed, dominance=dominance, sites=len(metas))
 
 
 def _declared(site: str, meta: dict[str, Any], name: str, key: str, lowest: int) -> int:
@@ -613,8 +746,8 @@ def _nearest_by_value(cut: Cut, history: Sequence[Cut]) -> Cut | None:
 def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor
                    ) -> tuple[dict[str, Any], list[Cut]]:
     """The declaration's result from the pooled refined cells, decided with the pooled counts and
-    the sites' shared ``floor`` (:func:`pooled_floor`), and the cuts it released (for every site's
-    history)."""
+    the sites' shared ``floor`` (:func:`pooled_floor`), and the cuts it released, in the column's units
+    (for every site's history)."""
     q = floor.q
     counts = np.rint(pooled["counts"]).astype(np.int64)
     totals = {name[6:]: float(v[0]) for name, v in pooled.items() if name.startswith("total:")}
@@ -622,6 +755,10 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
         counts = counts.reshape(plan.shape)
         if np.any((counts > 0) & (counts < q)):
             raise _refuse_small(cells.what, q, pooled=True)
+        if floor.dominance:
+            others = counts - np.minimum(largest_sites(pooled[SQUARES], floor).reshape(plan.shape), counts)
+            if np.any((counts > 0) & (others < q)):
+                raise _refuse_dominated(cells.what, floor)
         return cells.render(Released((), counts, {}, pooled=True, totals=totals)), []
     position = {cut: i for i, cut in enumerate(plan.refined)}
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
@@ -638,10 +775,18 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     if not plan.own_space:  # a cut not kept moves to the released cut nearest in value, if any
         decided = [d if d is KEEP else _nearest_by_value(c, plan.history) or d for c, d in zip(plan.requested, decided)]
     kept, dropped, moved = _effective(plan.requested, decided)
+    if floor.dominance:
+        still, merged = _undominated(cells, plan, list(kept), counts, pooled[SQUARES], floor)
+        gone = set(merged)
+        kept = tuple(still)
+        dropped = dropped + tuple(c for c in plan.requested if c in gone or moved.get(c) in gone)
+        moved = {c: m for c, m in moved.items() if m not in gone}
     # released cell k = the refined cells between kept cut k - 1 and kept cut k
     bounds = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
     merged_counts = np.array([counts[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
     sums = {name[4:]: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
             for name in pooled if name.startswith("sum:")}
     released = Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals)
-    return cells.render(released), list(kept)
+    new = [c for c in kept if c not in plan.roots]
+    in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
+    return cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept]

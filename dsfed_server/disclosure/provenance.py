@@ -1,13 +1,16 @@
 """Where a vector's values come from: the site table column behind it, for the release history.
 
 A cut released on a subset of a column, on a column copied into another table, or on a monotone
-transform of a column (``calibrationFrameDS``'s ``lp = logit(score)``) cuts the same records as a
-cut on the column itself. The release gate therefore keeps its history per site table *column*
-(``dsfed_server/disclosure/history.py``), and maps every cut back to it: a subset's rows are
-marked by position in the site table (:mod:`dsfed_server.disclosure.differencing`), and a derived
-table names, per column, the table column and the monotone transform it applied
-(:data:`TRANSFORMS`). A vector with no such provenance (values the analyst supplied, a transform
-that is not monotone) has none: its cuts are kept under its own score ordering.
+transform of a column (``calibrationFrameDS``'s ``lp = logit(score)``, a derived ``D$score*1`` or
+``log(D$age)``, a recalibrated score) cuts the same records as a cut on the column itself. The
+release gate therefore keeps its history per site table *column*
+(``dsfed_server/disclosure/history.py``), and maps every cut back to it: a subset's rows are marked
+by position in the site table (:mod:`dsfed_server.disclosure.differencing`); a derived table names,
+per column, the table column and the monotone transform it applied (:data:`TRANSFORMS`); a derived or
+recalibrated vector carries its :class:`~dsfed_server.disclosure.expressions.Meaning` (:data:`MEANING`),
+its expression over its root columns, and a monotone one maps its cuts back through a
+:class:`Transform`. A vector with no such provenance (values the analyst supplied, a column of several
+roots, a transform that turns) has none: its cuts are kept under its own ordering.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pandas as pd
 from scipy import special
 
 from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.expressions import X, Fn, Meaning, Root
 from dsfed_core.errors import SiteError
 from dsfed_server.rowbatches import row_batches
 
@@ -28,19 +32,70 @@ if TYPE_CHECKING:
     from dsfed_server.catalog import Catalog
 
 DERIVED = "dsfed.derived"  # frame attribute: {column: (source column, transform name)}
+NO_TABLE = "(no table)"  # the table part of a history key of values without a root column (their own ordering)
+MEANING = "dsfed.meaning"  # vector attribute: a derived or recalibrated vector's Meaning (its expression over roots)
+MEANINGS = "dsfed.meanings"  # frame attribute: {column: Meaning} of the derived columns a table was combined from
 # vector attribute: (model name, declared range) of the predictions of a model the site's board approved
 MODEL_OUTPUT = "dsfed.model_output"
 MODEL_COLUMN = "dsfed.model_column"  # vector attribute: the ModelColumn a model's predictions come from
 PUBLIC_DESIGN = "dsfed.public_design"  # frame attribute: its covariates are known to the analyst (thresholds)
-# monotone increasing transforms a derived column may apply, and their inverse (cut values back to the source)
-TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "identity": lambda v: v,
-    "logit": lambda v: 1.0 / (1.0 + np.exp(-v)),
+
+
+@dataclass(frozen=True, eq=False)
+class Transform:
+    """A monotone map from a root column's values to a vector's: ``forward`` (NaN where the vector is
+    missing), its direction, and its inverse, exact where known (``inverse_of``) or found by bisection
+    over the root's declared range ``domain``. The release gate maps the vector's cuts back to cuts on
+    the root with it (:meth:`dsfed_server.disclosure.gate.Intervals.root_cuts`)."""
+
+    name: str
+    forward: Callable[[np.ndarray], np.ndarray]
+    increasing: bool = True
+    inverse_of: Callable[[np.ndarray], np.ndarray] | None = None
+    domain: tuple[float, float] | None = None
+
+    @property
+    def identity(self) -> bool:
+        return self.name == "identity"
+
+    def inverse(self, values: np.ndarray, inclusive: np.ndarray | None = None) -> np.ndarray:
+        """Root values where the map crosses ``values`` (-inf/+inf beyond the map's range on the
+        domain): where a cut at each value (``inclusive``: at or below it, else below it) parts the
+        root's values, also where the map is flat (a step map)."""
+        values = np.asarray(values, dtype=float)
+        if self.inverse_of is not None:
+            return self.inverse_of(values)
+        at_or_below = np.zeros(values.shape, dtype=bool) if inclusive is None else np.asarray(inclusive, dtype=bool)
+        if self.domain is None:
+            raise ValueError(f"transform {self.name} has neither an inverse nor a domain")
+        grid = np.linspace(*self.domain, 4097)
+        image = self.forward(grid)
+        defined = np.flatnonzero(np.isfinite(image))
+        if not defined.size:  # defined nowhere on the domain: every cut lies beyond it
+            return np.where(values > 0, np.inf, -np.inf)
+        lo, hi = grid[defined[0]], grid[defined[-1]]
+        f_lo, f_hi = image[defined[0]], image[defined[-1]]
+        a, b = np.full(values.shape, lo), np.full(values.shape, hi)
+        for _ in range(80):  # bisection to adjacent floats, every value at once
+            middle = (a + b) / 2
+            at = self.forward(middle)
+            if self.increasing:  # the root's values that fall in the cut's lower cell lie below
+                up = np.where(at_or_below, at <= values, at < values)
+            else:  # ... above: move up while the map is still above the cut
+                up = np.where(at_or_below, at > values, at >= values)
+            a, b = np.where(up, middle, a), np.where(up, b, middle)
+        first, last = (f_lo, f_hi) if self.increasing else (f_hi, f_lo)
+        out = np.where(values < first, -np.inf if self.increasing else np.inf, b)
+        return np.where(values > last, np.inf if self.increasing else -np.inf, out)
+
+
+IDENTITY = Transform("identity", lambda v: v, True, lambda v: v)
+# the monotone increasing transforms a derived table (DERIVED) may name, with their exact inverses
+TRANSFORMS: dict[str, Transform] = {
+    "identity": IDENTITY,
+    "logit": Transform("logit", special.logit, True, special.expit),
 }
-FORWARD: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "identity": lambda v: v,
-    "logit": special.logit,
-}
+LOGIT_FN = Fn("log", (Fn("/", (X, Fn("-", (Fn("const", value=1.0), X)))),), label="logit")
 
 
 @dataclass(frozen=True)
@@ -58,18 +113,13 @@ class RootColumn:
     column: str
     values: np.ndarray
     whole: bool
-    transform: str = "identity"
+    transform: Transform = IDENTITY
     declared: tuple[float, float] | None = None
     integer: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
         return self.table, self.column
-
-    @property
-    def inverse(self) -> Callable[[np.ndarray], np.ndarray]:
-        """Maps the vector's values back to the column's (the inverse of the transform)."""
-        return TRANSFORMS[self.transform]
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,10 +152,25 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
     rows = vector.attrs.get(ROWS)
     if not isinstance(rows, Rows) or rows.index.size != len(vector) or vector.name is None:
         return None
+    meaning = own_meaning(vector)
+    if meaning is not None:
+        return _transformed(catalog, rows, meaning)
     model = vector.attrs.get(MODEL_COLUMN)
     if isinstance(model, ModelColumn):
-        return _root(rows, model.column, model.every(), vector.to_numpy(dtype=float, na_value=np.nan), "identity",
+        return _root(rows, model.column, model.every(), vector.to_numpy(dtype=float, na_value=np.nan), IDENTITY,
                      model.declared, False)
+    found = _table_column(catalog, rows, vector)
+    if found is None:
+        return None
+    source, transform, integer = found
+    return _root(rows, source, catalog.column(rows.lineage, source).to_numpy(dtype=float, na_value=np.nan),
+                 transform.inverse(vector.to_numpy(dtype=float, na_value=np.nan)), transform,
+                 _declared(catalog, rows.lineage, source, transform), integer and transform.identity)
+
+
+def _table_column(catalog: "Catalog", rows: Rows, vector: pd.Series) -> tuple[str, Transform, bool] | None:
+    """The numeric table column a vector names (through a derived table's DERIVED), the transform it
+    applied, and whether the dictionary declares whole numbers; None for any other."""
     derived = vector.attrs.get(DERIVED, {}).get(vector.name)
     source, transform = derived if derived else (vector.name, "identity")
     try:
@@ -114,20 +179,73 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
         return None  # a table derived without provenance: its own ordering is the only history
     if variable is None or variable.identifier or variable.value_type not in ("integer", "decimal"):
         return None
-    integer = transform == "identity" and variable.value_type == "integer"
-    return _root(rows, source, catalog.column(rows.lineage, source).to_numpy(dtype=float, na_value=np.nan),
-                 TRANSFORMS[transform](vector.to_numpy(dtype=float, na_value=np.nan)), transform,
-                 _declared(catalog, rows.lineage, source, transform), integer)
+    return source, TRANSFORMS[transform], variable.value_type == "integer"
 
 
-def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, transform: str,
+def _transformed(catalog: "Catalog", rows: Rows, meaning: Meaning) -> RootColumn | None:
+    """The root a derived or recalibrated vector is a monotone function of, with the map back to it;
+    None when it has several roots or turns (its cuts are then kept under its own ordering)."""
+    root = meaning.root
+    if root is None or root.table == NO_TABLE or meaning.monotone == 0 or meaning.function is None:
+        return None
+    every = root.every() if root.every is not None else catalog.column(root.table, root.column).to_numpy(
+        dtype=float, na_value=np.nan)
+    if rows.index.size and rows.index.max() >= every.size:
+        return None
+    fn = meaning.function
+    transform = Transform(fn.label or "derived", fn, meaning.monotone > 0, domain=root.declared)
+    declared = None
+    if root.declared is not None:
+        ends = fn(np.asarray(root.declared, dtype=float))
+        declared = (float(ends.min()), float(ends.max())) if np.all(np.isfinite(ends)) else None
+    missing = np.isnan(every)
+    return RootColumn(root.table, root.column, every[~missing] if missing.any() else every, False, transform,
+                      declared, False)
+
+
+def own_meaning(vector: pd.Series) -> Meaning | None:
+    """The :class:`Meaning` a derived vector carries (:data:`MEANING`), or that its table keeps for it
+    (:data:`MEANINGS`: a derived column combined into a table by ``dataFrameDS`` or ``cbindDS``)."""
+    found = vector.attrs.get(MEANING)
+    if isinstance(found, Meaning):
+        return found
+    kept = vector.attrs.get(MEANINGS, {}).get(vector.name) if vector.name is not None else None
+    return kept if isinstance(kept, Meaning) else None
+
+
+def meaning(catalog: "Catalog", vector: pd.Series) -> Meaning:
+    """What ``vector`` is as a function of root columns: a derived or recalibrated vector's own
+    :data:`MEANING`; a table column (or a model's predictions, or a subset of one) is its own root; a
+    derived table's ``logit`` column the logit of its root. A vector without provenance stands for a root
+    of its own, with no declared range (identified by its ordering)."""
+    found = own_meaning(vector)
+    if found is not None:
+        return found
+    rows = vector.attrs.get(ROWS)
+    column = root_column(catalog, vector) if isinstance(rows, Rows) else None
+    if column is None:
+        values = vector.to_numpy(dtype=float, na_value=np.nan) if pd.api.types.is_numeric_dtype(vector.dtype) \
+            else np.zeros(len(vector))
+        return Meaning.of_root(Root(NO_TABLE, ordering_key(values)))
+    model = vector.attrs.get(MODEL_COLUMN)
+    every = model.every if isinstance(model, ModelColumn) else None
+    if column.transform.identity:
+        return Meaning.of_root(Root(column.table, column.column, column.declared, column.integer, every))
+    source = _table_column(catalog, rows, vector)  # a derived table's transformed column
+    integer = source is not None and source[2]
+    root = Root(column.table, column.column, _declared(catalog, column.table, column.column, IDENTITY), integer)
+    return Meaning(frozenset([root]), LOGIT_FN if column.transform.name == "logit" else None,
+                   1 if column.transform.name == "logit" else 0)
+
+
+def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, transform: Transform,
           declared: tuple[float, float] | None, integer: bool) -> RootColumn | None:
     """The root column ``source`` of ``rows.lineage`` with every record's ``column`` value, if the
     vector's ``values`` (in the column's units) are the column's at ``rows``; None otherwise."""
     index = rows.index
     if index.size and (index.max() >= column.size or not _agree(column, index, values)):
         return None
-    whole = transform == "identity" and index.size == column.size and _all_positions(index)
+    whole = transform.identity and index.size == column.size and _all_positions(index)
     missing = np.isnan(column)
     return RootColumn(rows.lineage, source, column[~missing] if missing.any() else column, whole, transform,
                       declared, integer)
@@ -144,7 +262,7 @@ def _agree(column: np.ndarray, index: np.ndarray, values: np.ndarray) -> bool:
                for rows in row_batches(index.size))
 
 
-def _declared(catalog: "Catalog", table: str, column: str, transform: str) -> tuple[float, float] | None:
+def _declared(catalog: "Catalog", table: str, column: str, transform: Transform) -> tuple[float, float] | None:
     """The dictionary's declared range of ``table.column`` through ``transform`` (None when the
     dictionary declares none, or the transform maps it out of the finite numbers)."""
     variable = catalog.variable(table, column)
@@ -152,6 +270,6 @@ def _declared(catalog: "Catalog", table: str, column: str, transform: str) -> tu
     if bounds is None:
         return None
     with np.errstate(divide="ignore"):
-        lo, hi = (float(v) for v in FORWARD[transform](np.asarray(bounds, dtype=float)))
+        lo, hi = (float(v) for v in transform.forward(np.asarray(bounds, dtype=float)))
     return (lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None
 

@@ -124,6 +124,35 @@ class Disclosure(_Section):
             "where the difference of two deviances gives that record's outcome."
         ),
     )
+    derived_concentration: float = Field(
+        ge=1,
+        le=1000,
+        description=(
+            "How concentrated a column computed from another (deriveDS, ds.make, a model formula's I(), "
+            "log(), sqrt(), exp() terms) may be over that column's declared range: the largest share of "
+            "the function's total variation in any part of the range, divided by the square root of that "
+            "part's share of the range. A straight line or a square root scores 1, log(x + 1) on [0, 50] "
+            "about 1.5, exp(x/5) on [0, 100] about 2.9; a step, a kink, a spike or a steep ramp grows "
+            "without bound as it narrows. Protects against cuts in disguise -- (x - t)/sqrt((x - t)^2), "
+            "2/(1 + exp(1e9*(t - x))) - 1 -- whose exact sums count and read the records next to a value the "
+            "analyst chose (the ends of the range are derived_dominance's); comparisons, ifelse, pmin, pmax and abs are cuts "
+            "the release gate checks instead. Functions that rise and fall (a bump) are refused unless "
+            "they are polynomials of degree 3 at most; non-linear functions of several columns are "
+            "refused (see docs/governance.md)."
+        ),
+    )
+    derived_dominance: float = Field(
+        ge=2,
+        le=1e6,
+        description=(
+            "How far a column computed from another may lie from its median somewhere in that column's "
+            "declared range, against how far it typically lies (uniformly over the range): a record there "
+            "weighs that many records in a sum. A straight line scores 2, log(x + 1) on [0, 50] about 6, "
+            "exp(x/10) on [0, 100] about 10; log(x - t) just above t, 1/x near 0 or a steep exponential grow "
+            "without bound. Protects against spikes and exponentials that make a sum, or a difference of "
+            "sums, one record's value (the record next to the spike, or the largest)."
+        ),
+    )
     quantile_min_multiple: float = Field(
         ge=1,
         le=100,
@@ -347,6 +376,22 @@ class SecureAggregation(_Section):
             "false: each site applies its rules to its own contribution before masking."
         ),
     )
+    dominance_sites: int = Field(
+        ge=0,
+        le=100,
+        description=(
+            "With pooled_thresholds: a pooled cell is released only if it holds at least q_threshold "
+            "records outside its dominance_sites largest contributing sites (0: no such rule). Each site "
+            "adds its cell counts squared to the pooled vector; a bound on the k largest contributions "
+            "computed from their sum can only over-estimate them, so a cell that passes holds q records "
+            "of the other sites; one that does not is merged with its neighbour (bins) or refuses the "
+            "release (tables). Protects against a member site whose table is padded with made-up records "
+            "in every cell, so that pooled cells pass q while holding one record of the honest sites. "
+            "Not against a member that hands the analyst what it decodes in the protocol (the pooled "
+            "counts and sums of every refined cell): a board that does not trust its peers sets "
+            "pooled_thresholds = false (see docs/governance.md, member sites)."
+        ),
+    )
 
 
 class ApprovedModel(_Section):
@@ -488,6 +533,8 @@ _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "glm_saturation"): "lower",
     ("disclosure", "glm_analyst_coefficients"): False,  # only false is stricter
     ("disclosure", "glm_max_linear_predictor"): "lower",
+    ("disclosure", "derived_concentration"): "lower",
+    ("disclosure", "derived_dominance"): "lower",
     ("disclosure", "quantile_min_multiple"): "higher",
     ("disclosure", "max_factor_levels"): "lower",
     ("disclosure", "factor_levels_density"): "lower",

@@ -28,7 +28,7 @@ from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import LEVEL_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
-from dsfed_server.disclosure.provenance import DERIVED
+from dsfed_server.disclosure.provenance import DERIVED, MEANING, MEANINGS, own_meaning
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet, column_names, complete_rows
 
@@ -218,6 +218,10 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
         mark_rows(frame, first)
         frame.attrs[DERIVED] = {label: c.attrs.get(DERIVED, {}).get(c.name, (str(c.name), "identity"))
                                 for label, c in zip(labels, columns) if c.name is not None}
+        meanings = {label: found for label, c in zip(labels, columns) if (found := own_meaning(c)) is not None}
+        if meanings:  # a derived column answers to its roots inside the table too
+            frame.attrs[MEANINGS] = meanings
+    frame.attrs.pop(MEANING, None)  # a table is not a derived vector (its columns' attrs came with them)
     return frame
 
 

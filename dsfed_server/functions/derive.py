@@ -39,15 +39,19 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from dsfed_core.calltree import Column, Node, Symbol
+from dsfed_core.calltree import Column, Formula, Limits, Node, Symbol
 from dsfed_core.errors import CallError
+from dsfed_core.parser import parse_expression
 from dsfed_server.arithmetic import Condition, Leaf, evaluate
 from dsfed_server.context import CallContext, r_class
-from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.expressions import X, Classified, Meaning
 from dsfed_server.disclosure.gate import condition_cuts
+from dsfed_server.disclosure.provenance import MEANING, meaning
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
+from dsfed_server.rowsets import RowSet
 from dsfed_server.views import ColumnView, Held, kept_vector
 
 
@@ -99,7 +103,7 @@ def _rows(columns: dict[Leaf, pd.Series]) -> Rows | None:
     [Param("expression", P.EXPRESSION,
            "arithmetic over columns and numbers: + - * / ^, log (base), exp, sqrt, abs, pmin, pmax and "
            "ifelse on comparisons (< <= > >= == !=, & | !), e.g. log(D$pnodes + 1)")],
-    checks=GATE_RULES,
+    checks=GATE_RULES + DERIVED_RULES,
 )
 def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     """A new numeric column computed from columns of one table and numbers (R's semantics: NA
@@ -111,18 +115,22 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     if not leaves:
         raise CallError(f"{expression.to_text()[:80]!r} reads no column", hint="e.g. log(D$pnodes + 1)")
     held, columns = _read(ctx, leaves)
+    guard = ctx.guard
+    meanings = {leaf: meaning(ctx.service.catalog, column) for leaf, column in columns.items()}
+    classified = guard.derived_expression(expression, meanings.__getitem__)
     n = len(next(iter(columns.values())))
     compute = partial(_values, expression, tuple(leaves), n)
     evaluated = evaluate(expression, _numbers(columns), n)
     first = next(iter(columns.values()))
     rows = _rows(columns)
-    guard = ctx.guard
     levels = guard.distinct_values(evaluated.values, "the expression", "values",
                                    "a column whose values single out records is not made; use wider cuts or more "
                                    "records")
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
-    guard.derived_cuts(_cells(ctx, columns, evaluated.conditions), row_sets, rows)
-    view = ColumnView(held, compute, first.index, expression.to_text()[:200], {} if rows is None else {ROWS: rows})
+    conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
+    guard.derived_cuts(_cells(ctx, columns, conditions), row_sets, rows)
+    attrs = {MEANING: classified.meaning} if rows is None else {ROWS: rows, MEANING: classified.meaning}
+    view = ColumnView(held, compute, first.index, expression.to_text()[:200], attrs)
     return kept_vector(view, evaluated.values)
 
 
@@ -146,6 +154,29 @@ def _made_missing(columns: dict[Leaf, pd.Series], values: np.ndarray) -> list[np
     return [~made] if made.any() else []
 
 
+def _missing_conditions(classified: Classified, meanings: dict[Leaf, Meaning], expression: Node) -> list[Condition]:
+    """Where a part of the expression is missing over a root's declared range (``log(D$pnodes)`` at 0) it
+    cuts the root's records as a comparison does: the cut on a leaf that reads the root (itself, or a
+    monotone function of it), for the gate; refused when no leaf reads the root so."""
+    out = []
+    for root, op, value in classified.missing_cuts:
+        for leaf, found in meanings.items():
+            if found.root == root and found.function is X:
+                out.append(Condition(leaf, op, value))
+                break
+            if found.root == root and found.monotone and found.function is not None:
+                mapped = float(found.function(np.array([value]))[0])
+                if np.isfinite(mapped):
+                    flipped = op if found.monotone > 0 else {">": "<", "<": ">"}[op]
+                    out.append(Condition(leaf, flipped, mapped))
+                    break
+        else:
+            raise CallError(f"{expression.to_text()[:60]!r} is missing for part of the declared range of "
+                            f"{root.column}, which it reads only through a column of several roots",
+                            hint=f"say where with a comparison on {root.column} itself (ifelse(...))")
+    return out
+
+
 def _cells(ctx: CallContext, columns: dict[Leaf, pd.Series], conditions: list[Condition]) -> list:
     """One declaration of cells per column the expression cuts, with all its cuts."""
     by_leaf: dict[Leaf, list[Condition]] = {}
@@ -156,3 +187,39 @@ def _cells(ctx: CallContext, columns: dict[Leaf, pd.Series], conditions: list[Co
         cuts = tuple(sorted(set(chain.from_iterable(condition_cuts(c.op, c.value) for c in found))))
         cells.append(cut_cells(ctx, columns[leaf], cuts, "expression's cuts"))
     return cells
+
+
+def check_formula(ctx: CallContext, formula: Formula, data: pd.DataFrame | RowSet) -> None:
+    """The terms a model formula computes (``I(expr)``, ``log(expr)``, ``exp(expr)``, ``sqrt(expr)``)
+    are derived columns the model's sums read: each is read as ``deriveDS`` reads its expression
+    (:meth:`~dsfed_server.disclosure.checks.Guard.derived_expression`: a step in disguise inside ``I()``
+    would be a cut in every sum of the fit), and where one is missing over a column's declared range
+    (``log(tsize)`` at 0), that cut goes through the gate as a comparison's would. Interactions
+    (``a:b``) are products of columns, read as such."""
+    computed = [v for t in formula.terms for v in t.variables if "(" in v and not v.startswith("factor(")]
+    for variable in dict.fromkeys(computed):
+        inner = variable[2:-1] if variable.startswith("I(") else variable
+        bound = len(inner) + 1  # the term passed the site's limits when the formula was parsed
+        node = parse_expression(inner, Limits(max_length=bound, max_name_length=bound, max_depth=bound))
+        leaves = _leaves(node)
+        columns = {leaf: _formula_column(data, leaf) for leaf in leaves}
+        if any(c is None for c in columns.values()):
+            continue  # a variable the table lacks: the model frame names it
+        meanings = {leaf: meaning(ctx.service.catalog, c) for leaf, c in columns.items()}  # type: ignore[arg-type]
+        classified = ctx.guard.derived_expression(node, meanings.__getitem__)
+        conditions = _missing_conditions(classified, meanings, node)
+        if conditions:
+            ctx.guard.derived_cuts(_cells(ctx, columns, conditions), [], _rows(columns),  # type: ignore[arg-type]
+                                   what=f"where {variable} is missing", instead="or a term defined on the whole range")
+
+
+def _formula_column(data: pd.DataFrame | RowSet, leaf: Leaf) -> pd.Series | None:
+    """The numeric column a formula term reads (a subset builds that column only), or None."""
+    name = leaf.column if isinstance(leaf, Column) else leaf.name
+    if isinstance(data, RowSet):
+        if name not in data.labels:
+            return None
+        data = data.frame([name])
+    if name not in data.columns or not pd.api.types.is_numeric_dtype(data[name].dtype):
+        return None
+    return data[name]

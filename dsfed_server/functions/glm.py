@@ -27,18 +27,19 @@ import pandas as pd
 from dsfed_core.calltree import Formula
 from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
-from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
+from dsfed_server.functions.derive import check_formula
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
 from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
 
-_CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation")
+_CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation") + DERIVED_RULES + GATE_RULES
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
@@ -79,7 +80,9 @@ def _model_table(data: pd.DataFrame | RowSet, formula: Formula, weights: str | N
 
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
                    weights: str | None, offset: str | None) -> ModelFrame:
-    """The model frame (:func:`_frame_of`), checked against the rules on every call."""
+    """The model frame (:func:`_frame_of`), checked against the rules on every call; its computed terms
+    read as derived columns are (:func:`~dsfed_server.functions.derive.check_formula`)."""
+    check_formula(ctx, formula, data)
     mf = _frame_of(ctx.session, formula, fam, data, weights, offset)
     check_frame(ctx.guard, mf, fam, formula)
     return mf

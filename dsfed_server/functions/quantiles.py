@@ -23,7 +23,7 @@ _r_quantile = rbridge.r_function(
     "quantileMeanDS",
     "aggregate",
     [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")],
-    checks=("disclosure.q_threshold", "disclosure.quantile_min_multiple"),
+    checks=("disclosure.q_threshold", "disclosure.quantile_min_multiple", "disclosure.derived_concentration"),
     backend="R",
 )
 def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
@@ -31,8 +31,10 @@ def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
 
     Same shape as dsBase's ``quantileMeanDS``: names ``"5%"`` ... ``"95%"``,
     ``"Mean"``. Refused when fewer than ``quantile_min_multiple`` x q values are non-missing:
-    eight statistics on about eight values give most of them exactly.
+    eight statistics on about eight values give most of them exactly; and for a column computed from
+    several columns, whose quantiles would link their values of one record.
     """
+    ctx.guard.one_root(ctx.meaning(x), "quantiles")
     values = numeric(x)
     valid = values[~np.isnan(values)]
     ctx.guard.min_count(valid.size, "valid values")

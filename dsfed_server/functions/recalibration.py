@@ -40,6 +40,9 @@ cannot make, under the same checks, so the shipped rules files enable both.
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -50,7 +53,9 @@ from dsfed_core.recalibration import METHODS, apply_map
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.expressions import Fn, Meaning
 from dsfed_server.disclosure.gate import cuts_from
+from dsfed_server.disclosure.provenance import MEANING, meaning
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
 
@@ -170,4 +175,15 @@ def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: l
     result = pd.Series(out, index=score.index, name=f"{score.name or 'score'}.recal", dtype=float)
     if rows is not None:
         result.attrs[ROWS] = rows
+    result.attrs[MEANING] = _mapped(meaning(ctx.service.catalog, score), partial(
+        apply_map, method=method, coefficients=coefficients_, knots=knots_, values=values_))
     return result
+
+
+def _mapped(score: Meaning, apply: Callable[[np.ndarray], np.ndarray]) -> Meaning:
+    """The recalibrated score as a function of the score's root: the map (non-decreasing, its steps
+    and midpoint gated above) after what the score is of its root, so that cuts on it are the root's."""
+    if score.function is None or not score.monotone:
+        return Meaning(score.roots)
+    mapped = Fn("map", (score.function,), apply=apply, increasing=True, label="recalibration")
+    return Meaning(score.roots, mapped, score.monotone)

@@ -251,7 +251,7 @@ def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float],
     refined = tuple(sorted(set(knot_cuts) | set(bound_cuts) | set(history)))
     counts = gate.cell_sums(cells.root, refined)[0]
     key = cells.history_key
-    identity = cells.column is None or cells.column.transform == "identity"
+    identity = cells.column is None or cells.column.transform.identity
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
         def fits(cuts: list[gate.Cut]) -> np.ndarray:

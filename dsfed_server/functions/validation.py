@@ -126,8 +126,17 @@ def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, flo
     if root.declared is None:
         raise DisclosureRefusal(
             f"score column {root.column!r} has no finite range declared in the data dictionary (through "
-            f"its {root.transform} transform), so the site cannot clip it", rule="privacy.score_columns",
+            f"its {root.transform.name} transform), so the site cannot clip it", rule="privacy.score_columns",
             hint="pass the score itself, not a transform of it; or ask the site to declare the column's range")
+    if not root.transform.identity:
+        variable = ctx.service.catalog.variable(root.table, root.column)
+        own = variable.declared_range if variable is not None else None
+        if own is None or root.declared[1] - root.declared[0] > (own[1] - own[0]) * (1 + 1e-12):
+            raise DisclosureRefusal(
+                f"the noise is sized for score column {root.column!r} on its declared range; this transform of it "
+                "spreads its values wider, so the same noise would hide less of each record",
+                rule="privacy.score_columns", hint="pass the score itself, or a map of it onto its own range "
+                                                   "(a recalibrated score)")
     return root.declared
 
 
