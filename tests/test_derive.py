@@ -88,6 +88,27 @@ def test_missing_values_inside_a_range_and_spikes_are_refused(gbsg2_session, exp
     assert all(says in str(f) for f in refused.value.failures.values())
 
 
+def test_a_gentle_function_of_a_column_with_rare_values_is_made(tmp_path):
+    """``D$age*2`` (as dsBaseClient's ds.make sends it) on a table of 200 patients with 13 ages, two of
+    them held by one patient: a straight line of one column tells no more than the column's own sums, so
+    the few-values rule that guards combinations and comparisons does not apply (it refused this before
+    the site read expressions: a column of at most n/q values with a value below q); a step of the same
+    column is still a cut the gate checks."""
+    ages = np.r_[np.repeat(np.arange(30, 41), 18)[:198], 55, 68]  # ages 30..40 and two lone ones
+    frame = pd.DataFrame({"age": ages, "y": np.tile([0, 1], 100)})
+    provisioned, services = make_sites(tmp_path, {"s1": frame})
+    with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
+        session.assign_table("D", "P.t")
+        session.assign_expr("age2", "D$age*2")
+        part = session.aggregate_expr("meanDS(age2)")["s1"]
+        with pytest.raises(FederatedCallError) as refused:
+            session.derive("old", "ifelse(D$age > 60, 1, 0)")  # one patient above the cut
+    assert part["Nvalid"] == 200
+    assert part["EstimatedMean"] == pytest.approx(float(r_eval("mean(age*2)", age=frame["age"].to_numpy())[0]),
+                                                  rel=1e-12)
+    assert refused.value.failures["s1"].rule in ("disclosure.cut_history", "disclosure.q_threshold")
+
+
 def test_na_propagates_through_a_derived_column(gbsg2_session, gbsg2_pooled):
     gbsg2_session.derive("na1", "ifelse(D$pnodes > 3, D$age, NA)")
     gbsg2_session.derive("na2", "na1 * 2 + log(D$tsize)")

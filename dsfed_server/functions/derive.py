@@ -1,5 +1,5 @@
-"""``deriveDS``: a new column computed at the site from columns and numbers (issue 16 point 6: a
-published score from covariates; issue 18 point 4: dsBaseClient's ``ds.make``/``ds.assign``).
+"""``deriveDS``: a new column computed at the site from columns and numbers (a published score from
+covariates; dsBaseClient's ``ds.make``/``ds.assign``).
 
 ``deriveDS(log(D$pnodes + 1) * 0.5 + ifelse(D$age > 50, 0.3, 0))``, or the expression alone as an
 assign text (``datashield.assign(conns, "age2", "D$age*2")``, as ``ds.make`` sends it), which the
@@ -17,17 +17,21 @@ What the site checks before the column exists (rule 2: the site controls every c
   holds are a row set audited with every row set released before from the table
   (``disclosure.subset_min_difference``): ``ifelse(D$age > 61.5, 1, 0)`` after
   ``ifelse(D$age > 62.5, 1, 0)`` cannot isolate the one record aged 62;
-- a column with few distinct values (at most n/q) must hold q records on each
-  (:meth:`~dsfed_server.disclosure.checks.Guard.distinct_values`, as ``predictDS`` does for models),
-  and the records of each value are row sets audited likewise (a steep ``exp`` that saturates into
-  an exact 0/1 step is caught there).
+- every part of the expression is read before it is computed
+  (:meth:`~dsfed_server.disclosure.checks.Guard.derived_expression`): a cut in disguise (a sign written
+  with ``sqrt``, a steep ``exp``, a bump, a spike) is refused, whatever negligible term is added to it;
+- a column of several roots or of comparisons with few distinct values (at most n/q) must hold q
+  records on each (:meth:`~dsfed_server.disclosure.checks.Guard.distinct_values`, as ``predictDS``
+  does for models), and the records of each value are row sets audited likewise; a gentle function of
+  one root (``D$age*2``) takes few values only where its root does, and is not held to it.
 
 The new column is kept as the expression over the columns it read, computed when a call reads it
 (:mod:`dsfed_server.views`: no 8 bytes a record held between calls). It keeps the records'
 positions in the table (row provenance), so subsets of it and every release from it are audited
-with the table's history. It is a new column: it has no range in
-the data dictionary, so releases that need a declared range (DP noise on scores, coefficients from
-the analyst in ``glmDS2``) refuse it, naming the rule.
+with the table's history, and its meaning (:class:`~dsfed_server.disclosure.expressions.Meaning`): a
+monotone function of one root answers to that root's cut history and has the image of the root's
+declared range; a column of several roots has no declared range, so releases that need one (DP noise
+on scores, coefficients from the analyst in ``glmDS2``) refuse it, naming the rule.
 """
 
 from __future__ import annotations
@@ -123,9 +127,11 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     evaluated = evaluate(expression, _numbers(columns), n)
     first = next(iter(columns.values()))
     rows = _rows(columns)
-    levels = guard.distinct_values(evaluated.values, "the expression", "values",
-                                   "a column whose values single out records is not made; use wider cuts or more "
-                                   "records")
+    # a gentle function of one root column (D$age*2, log(D$age)) takes few values only where its root
+    # does, and tells no more of them than the root's own sums; cuts hide in combinations and comparisons
+    levels = [] if classified.meaning.function is not None else guard.distinct_values(
+        evaluated.values, "the expression", "values",
+        "a column whose values single out records is not made; use wider cuts or more records")
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
     conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
     guard.derived_cuts(_cells(ctx, columns, conditions), row_sets, rows)
