@@ -667,6 +667,110 @@ def test_ds_make_sign_texts_through_the_datashield_door(tmp_path: Path) -> None:
     assert recovered == 0
 
 
+# --- found by a red team of the expression reading ---------------------------------------------------
+
+
+ITERATED = ("1.7*(D$score - {t}) + {pad}", "1.5*{s} - 0.5*{s}^3 + {pad}")  # S_{k+1} = 1.5 S_k - 0.5 S_k^3
+PADS = ("1e-10*D$age", "0*D$age", "pmax(D$score, -1) - D$score")  # keep S a combination, or a gated part
+
+
+def test_a_sign_iterated_from_cubics_of_a_combination(tmp_path: Path) -> None:
+    """Newton's iteration for sign(x), ``S = 1.5*S - 0.5*S^3``, 42 times from ``1.7*(D$score - t)``, each
+    step written with a term (``+ 1e-10*D$age``, ``+ 0*D$age``, a clamp at a public value) that keeps S a
+    column of several roots, so that no step is a function of one column the site reads: S ends as
+    sign(score - t) at every record, meanDS(S) counts the records below t, and bisection isolates a
+    record whose values ``D$col*(S_lo - S_hi)/2`` read. Measured by the red team on the code before parts
+    of several columns entered only linearly: 60 of 60 records, every field exact, in 9,700 calls; 6 of 6
+    pooled through a secure GLM; 5 of 5 through /ws. This test (4 targets, three paddings, the income read)
+    recovered 2 of 4 on that code; every step now refused."""
+    started = time.monotonic()
+    frame = synthetic_frame(71)
+    ordered = frame.sort_values("score").reset_index(drop=True)
+    recovered, refusals, calls = 0, [], 0
+    with served(tmp_path, {"s1": frame}) as (provisioned, urls, _):
+        with http_builder(provisioned, urls).login() as session:
+            session.assign_table("D", TABLE)
+            age_sum = float(frame.age.sum())
+
+            def sign(name: str, t: float, pad: str) -> None:
+                nonlocal calls
+                session.derive(name, ITERATED[0].format(t=repr(t), pad=pad))
+                for _ in range(42):
+                    calls += 1
+                    session.derive(name, ITERATED[1].format(s=name, pad=pad))
+
+            def below(t: float, pad: str) -> int:
+                sign("q", t, pad)
+                part = session.aggregate_expr("meanDS(q)")["s1"]
+                total = part["EstimatedMean"] * part["Nvalid"] - (1e-10 * age_sum if "age" in pad else 0.0)
+                return int(round((len(frame) - total) / 2))
+
+            for rank in ranks(len(frame), 4):
+                for pad in PADS:
+                    try:
+                        (lo, count_lo), (hi, count_hi) = (-1, 0), (TOP, len(frame))
+                        while count_hi - count_lo > 1 or count_lo != rank:  # the record of rank alone in (lo, hi]
+                            m = (lo + hi) // 2
+                            count = below((m + 0.5) * GRID, pad)
+                            (lo, count_lo), (hi, count_hi) = ((lo, count_lo), (m, count)) if count >= rank + 1 \
+                                else ((m, count), (hi, count_hi))
+                        sign("lo", (lo + 0.5) * GRID, pad)
+                        sign("hi", (hi + 0.5) * GRID, pad)
+                        session.derive("r", "D$income*(lo - hi)/2")
+                        part = session.aggregate_expr("meanDS(r)")["s1"]
+                        recovered += abs(part["EstimatedMean"] * part["Nvalid"] - ordered.income[rank]) < 0.005
+                        break
+                    except REFUSALS as exc:
+                        refusals.append(describe(exc).split(": ")[-1])
+    print(f"ATTACK iterated cubic sign + meanDS (1 site): recovered {recovered} of 4 records ({calls} calls, refused "
+          f"by {sorted(set(refusals))}; {time.monotonic() - started:.1f} s)")
+    assert recovered == 0
+    assert set(refusals) == {"disclosure.derived_concentration"}
+
+
+def test_quantiles_of_folds_name_no_score(tmp_path: Path) -> None:
+    """``quantileMeanDS`` of ``(D$score - a)^2`` for 201 centres a: with 41 records the type-7 quantiles
+    are order statistics, each a record's score a +- sqrt(v), and a score seen from three centres is
+    named. Measured by the red team on the code before quantiles asked a monotone function of one column:
+    41 of 41 scores exact from 201 centres (the plain quantiles give 7); this test's 21 centres named 21
+    on that code. Only monotone functions of one column give quantiles now (folds, abs and combinations
+    are refused)."""
+    frame = synthetic_frame(72, 41)
+    named, refusals = {}, []
+    with served(tmp_path, {"s1": frame}) as (provisioned, urls, _):
+        with http_builder(provisioned, urls).login() as session:
+            session.assign_table("D", TABLE)
+            for a in (float(v) for v in np.linspace(0.0, 1.0, 21)):
+                for text in (f"(D$score - {a!r})^2", f"abs(D$score - {a!r})"):
+                    try:
+                        session.derive("fo", text)
+                        out = session.aggregate_expr("quantileMeanDS(fo)")["s1"]
+                    except REFUSALS as exc:
+                        refusals.append(describe(exc).split(": ")[-1])
+                        continue
+                    for v in (v for k, v in out.items() if k.endswith("%")):
+                        for candidate in (a - np.sqrt(v), a + np.sqrt(v), a - v, a + v):
+                            named[round(float(candidate), 6)] = named.get(round(float(candidate), 6), 0) + 1
+    recovered = len({round(float(v), 6) for v in frame.score} & {v for v, c in named.items() if c >= 3})
+    print(f"ATTACK quantiles of folds (1 site, 41 records): {recovered} scores named; refused by {sorted(set(refusals))}")
+    assert recovered == 0
+
+
+@pytest.mark.parametrize("text", ["log(D$score, -1)", "log(D$age, 0)", "D$score + log(2, 1)", "D$score*1e300*1e10"])
+def test_a_bad_base_or_an_overflowing_scale_is_refused_not_a_fault(tmp_path: Path, text: str) -> None:
+    """A logarithm to a base R rejects (negative, 0, 1) and a scale beyond the floating-point range: each
+    was an internal error of the site, or a column whose meaning the site misread (log to base 0 read as
+    the natural log; an overflowing scale read as a constant, its overflow a cut the analyst placed)."""
+    frame = synthetic_frame(73)
+    with served(tmp_path, {"s1": frame}) as (provisioned, urls, _):
+        with http_builder(provisioned, urls).login() as session:
+            session.assign_table("D", TABLE)
+            with pytest.raises(FederatedCallError) as refused:
+                session.derive("b", text)
+    failure = refused.value.failures["s1"]
+    assert failure.kind == "disclosure_refused" and failure.rule == "disclosure.derived_concentration", str(failure)
+
+
 # --- the derived variables analysts need: they work, and equal R on the pooled records -------------
 
 

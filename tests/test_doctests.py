@@ -27,6 +27,7 @@ MODULES = [
     "dsfed_client.analyses.meta",
     "dsfed_core.roc",
     "dsfed_core.calibration",
+    "dsfed_server.disclosure.expressions",
 ]
 
 

@@ -103,7 +103,7 @@ def sequences_around(focus: tuple[str, int]) -> st.SearchStrategy[list[tuple]]:
     tree = st.tuples(st.recursive(atom, _grow, max_leaves=3), negligible).map(lambda t: t[0] + t[1])
     # a cut in disguise on its own, or scaled, or times a column (a record's value read at the cut)
     read = st.tuples(st.sampled_from(COLUMNS), disguised).map(lambda t: f"D${t[0]}*({t[1]})")
-    expression = st.one_of(disguised, disguised, read, tree, tree) \
+    expression = st.one_of(disguised, disguised, disguised, disguised, read, tree, tree) \
         .filter(lambda text: len(text) <= 80)  # the shipped strings.max_length
     derive = st.tuples(st.just("derive"), expression)
     symbol = st.sampled_from(("V1", "V2", "V3"))
@@ -115,7 +115,9 @@ def sequences_around(focus: tuple[str, int]) -> st.SearchStrategy[list[tuple]]:
     return st.lists(steps, min_size=2, max_size=6).map(lambda groups: [op for g in groups for op in g])
 
 
-sequences = st.tuples(st.sampled_from(COLUMNS), st.integers(1, N - 3)).flatmap(sequences_around)
+# the record to bracket: anywhere, or next to an end (where one cut alone leaves it by itself)
+sequences = st.tuples(st.sampled_from(COLUMNS), st.one_of(st.integers(1, N - 3), st.sampled_from((1, N - 3)))) \
+    .flatmap(sequences_around)
 
 
 # --- the oracle ------------------------------------------------------------------------------------

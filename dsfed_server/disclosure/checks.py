@@ -238,16 +238,24 @@ class Guard:
         except ExpressionRefused as refused:
             raise self._refuse(refused.message, refused.rule, refused.hint) from None
 
-    def one_root(self, found: Meaning, what: str) -> None:
-        """Values released as they are -- a quantile is a record's value, or lies between two -- of a
-        column computed from several columns would link those columns' values of one record (a quantile
-        of ``D$age + 1e-9*D$income`` reads one patient's age and income): refused
-        (``disclosure.derived_concentration``'s reading of derived columns)."""
+    def order_of_one_root(self, found: Meaning, what: str) -> None:
+        """Values released as they are -- a quantile is a record's value, or lies between two -- only of
+        a column that orders its records as one root column does (the column itself, or a monotone
+        function of it): of a combination they would link one record's values of several columns (a
+        quantile of ``D$age + 1e-9*D$income`` reads one patient's age and income), and of a function that
+        turns they would read records one by one (quantiles of ``(D$score - a)^2`` for many centres ``a``
+        are records' scores, a +- sqrt of each). Refused otherwise (``disclosure.derived_concentration``'s
+        reading of derived columns)."""
         if len(found.roots) > 1:
             raise self._refuse(
                 f"{what} of a column computed from several columns ({', '.join(sorted(r.column for r in found.roots))}) "
                 "would give one record's values of all of them", "disclosure.derived_concentration",
                 "ask for the quantiles of each column, or for sums (meanDS, varDS, corDS) of the combination")
+        if found.function is None or not found.monotone:
+            raise self._refuse(
+                f"{what} of a column that rises and falls with its root column (a fold, abs, a comparison) would "
+                "read that column's records one by one", "disclosure.derived_concentration",
+                "ask for the quantiles of the column itself, or of a monotone function of it")
 
     def distinct_values(self, values: np.ndarray, what: str, noun: str, hint: str) -> list[np.ndarray]:
         """Refuse values (a model's predictions, a derived column) that take at most n/q distinct values

@@ -25,9 +25,11 @@ sub-expression (:func:`classify`):
   about 1.3, ``x^3`` 1.2; a step, a kink or a spike grows without bound as its width shrinks. A
   monotone function's cuts are cuts on its root: the release gate keeps them in the root's history
   (:class:`Meaning` says how to map them back);
-* **several roots**: sums, differences and products of the parts above, integer powers up to
-  :data:`MAX_DEGREE` of them, and a division by a function of one root (whose reciprocal is itself
-  checked as one). Exact sums of such a column are sums of products of checked functions, which a
+* **several roots**: sums and differences of the parts above, products of parts on different columns,
+  and a division by a function of one root on other columns (whose reciprocal is itself checked as
+  one): such a part enters only linearly, never multiplied by, divided by or raised with a part that
+  reads one of its columns, which would build a function of that column the site never read. Exact sums
+  of such a column are sums of products of checked functions of different columns, which a
   correlation or a model's sums of squares release anyway. A non-linear function of several roots
   (``log(D$w/D$h^2)``, ``exp(D$x + D$y)``) is refused, saying how to write it per column;
 * the **gated** constructs, comparisons with ``ifelse``, ``pmin``, ``pmax`` and ``abs``: their cuts
@@ -364,7 +366,7 @@ def dominance(values: np.ndarray, weights: np.ndarray, extremes: np.ndarray) -> 
     than it typically is weighs 20 typical records in a sum: a spike (``log(x - t)`` just above
     ``t``), or the top of a steep exponential, makes a sum one record's value.
 
-    >>> x = np.linspace(0.0, 1.0, 1001); w = np.full(x.size, 1.0)
+    >>> x = np.linspace(0.0, 1.0, 100_001); w = np.full(x.size, 1.0)
     >>> round(dominance(x, w, x), 3)  # a straight line: farthest 0.5, typically 0.25
     2.0
     >>> round(dominance(np.exp(20 * x), w, np.exp(20 * x)), 1)  # exp(20 x): the top dominates
@@ -373,11 +375,14 @@ def dominance(values: np.ndarray, weights: np.ndarray, extremes: np.ndarray) -> 
     order = np.argsort(values)
     cumulative = np.cumsum(weights[order])
     median = values[order][int(np.searchsorted(cumulative, cumulative[-1] / 2))]
-    typical = float(np.sum(weights * np.abs(values - median)) / np.sum(weights))
-    farthest = float(np.max(np.abs(extremes - median)))
-    if not typical > 0:
-        return 0.0 if not farthest > 0 else math.inf
-    return farthest / typical
+    with np.errstate(over="ignore", invalid="ignore"):
+        farthest = float(np.max(np.abs(extremes - median)))
+        if not np.isfinite(farthest):  # beyond the floating-point range: no bound at all
+            return math.inf
+        if farthest == 0:
+            return 0.0
+        typical = float(np.sum(weights * (np.abs(values - median) / farthest)) / np.sum(weights))
+    return 1.0 / typical if typical > 0 else math.inf
 
 
 def _boundary(f: Fn, undefined: float, defined: float) -> tuple[float, float]:
@@ -403,8 +408,11 @@ def check_function(f: Fn, root: Root, describe: str) -> Checked:
     if degree is not None and degree <= 1:
         ends = f(np.array([0.0, 1.0]))
         slope = float(ends[1] - ends[0])
-        if not np.isfinite(slope) or slope == 0:
-            return Checked(0, 0.0)
+        if np.isnan(ends).all() or slope == 0:
+            return Checked(0, 0.0)  # missing everywhere (an NA), or a number
+        if not np.isfinite(slope):
+            raise ExpressionRefused(f"{describe} scales {root.column} beyond the floating-point range: its values "
+                                    "overflow, and where they do is a cut the analyst chose", "use smaller numbers")
         return Checked(1 if slope > 0 else -1, 1.0, 2.0)
     if root.declared is None:
         raise ExpressionRefused(
@@ -685,7 +693,9 @@ class _Walker:
             return _Part(roots, _shifted(Fn(op, (self._as_fn(left), self._as_fn(right)))))  # as checked
         if left.fn is not None and right.fn is not None and left.roots == right.roots:
             return self.one(Fn(op, (left.fn, right.fn)), roots, node)
-        return _Part(roots)  # a sum or a product of parts each checked
+        if op == "*" and left.roots & right.roots:
+            raise _shared(node, left.roots & right.roots, "multiplies")
+        return _Part(roots)  # a sum of parts each checked, or a product of parts on different columns
 
     def _divide(self, left: _Part, right: _Part, roots: frozenset[Root], node: Node) -> _Part:
         if right.number is not None:
@@ -699,6 +709,8 @@ class _Walker:
                 "divide by one column, or by a function of one column (D$weight/(D$height/100)^2)")
         if left.number is not None or (left.fn is not None and left.roots == right.roots):
             return self.one(Fn("/", (self._as_fn(left), right.fn)), roots, node)
+        if left.roots & right.roots:
+            raise _shared(node, left.roots & right.roots, "divides")
         self.one(Fn("/", (_const(1.0), right.fn)), right.roots, node)  # its reciprocal is a function of one root
         return _Part(roots)
 
@@ -708,20 +720,22 @@ class _Walker:
                 f"{node.to_text()[:60]!r} raises to a power that reads a column: the site reads powers by numbers "
                 "only", "use a number as the exponent (D$age^2), or exp(log(...)) of one column")
         p = exponent.number
+        if not np.isfinite(p):
+            raise ExpressionRefused(f"{node.to_text()[:60]!r}: the exponent is not a finite number", "check the expression")
         if base.fn is not None:
             return self.one(Fn("^", (base.fn,), value=p), base.roots, node)
-        if float(p).is_integer() and 0 <= p <= MAX_DEGREE:
-            return _Part(base.roots)  # a product of parts each checked
-        raise ExpressionRefused(
-            f"{node.to_text()[:60]!r} raises an expression of several columns (or of a comparison) to the power "
-            f"{p:g}: the site reads such a power only as a product (a whole power up to {MAX_DEGREE})",
-            "apply the power to each column, or use a whole power")
+        if p == 1:
+            return base
+        if p == 0:
+            return _Part(frozenset(), number=1.0)
+        raise _shared(node, base.roots, f"raises to the power {p:g}")
 
     def _unary(self, op: str, parts: list[_Part], node: Node) -> _Part:
         arg = parts[0]
         base = parts[1].number if len(parts) > 1 else None
-        if len(parts) > 1 and base is None:
-            raise ExpressionRefused(f"{node.to_text()[:60]!r}: a logarithm's base is a number", "e.g. log(D$x, base = 2)")
+        if len(parts) > 1 and (base is None or not np.isfinite(base) or base <= 0 or base == 1):
+            raise ExpressionRefused(f"{node.to_text()[:60]!r}: a logarithm's base is a positive number other than 1",
+                                    "e.g. log(D$x, base = 2)")
         if arg.fn is None:
             raise ExpressionRefused(
                 f"{node.to_text()[:60]!r} applies {op} to an expression of several columns (or of a comparison): "
@@ -729,6 +743,20 @@ class _Walker:
                 f"apply {op} to each column (log(D$w) - 2*log(D$h) for log(D$w/D$h^2); exp(D$x)*exp(D$y) for "
                 "exp(D$x + D$y)), or inside each branch of an ifelse")
         return self.one(Fn(op, (arg.fn,), value=float(base or 0.0)), arg.roots, node)
+
+
+def _shared(node: Node, roots: frozenset[Root], does: str) -> ExpressionRefused:
+    """An expression of several columns, or of a comparison, may enter only linearly: summed, scaled by
+    numbers, or times a part on other columns. Multiplying it by a part that reads one of its columns,
+    dividing it so or raising it to a power would build, out of parts each checked, a new function of
+    that column the site never read (``S = 1.5*S - 0.5*S^3`` again and again, with ``+ 1e-10*D$age`` to
+    keep ``S`` a combination, is a sign of ``score - t``)."""
+    columns = ", ".join(sorted(r.column for r in roots))
+    return ExpressionRefused(
+        f"{node.to_text()[:60]!r} {does} an expression of several columns (or of a comparison) by a part that "
+        f"reads the same column ({columns}): the site reads functions of a column only where it can check them",
+        "write the function of each column on its own (ifelse(D$age > 50, D$age, 0) rather than "
+        "D$age*ifelse(D$age > 50, 1, 0)), and combine such parts by sums and by products of different columns")
 
 
 MAX_FN_DEPTH = 200  # deepest function of one root the site composes (a chain of derived columns)
@@ -753,6 +781,9 @@ def _number(op: str, values: list[float], node: Node) -> float:
     elif op == "^":
         fn = Fn("^", (_const(values[0]),), value=values[1])
     elif op == "log":
+        if len(values) > 1 and not (np.isfinite(values[1]) and values[1] > 0 and values[1] != 1):
+            raise ExpressionRefused(f"{node.to_text()[:60]!r}: a logarithm's base is a positive number other than 1",
+                                    "e.g. log(2, base = 10)")
         fn = Fn("log", (_const(values[0]),), value=values[1] if len(values) > 1 else 0.0)
     elif op in ("+", "-", "*", "/"):
         fn = Fn(op, (_const(values[0]), _const(values[1])))

@@ -32,9 +32,9 @@ def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     Same shape as dsBase's ``quantileMeanDS``: names ``"5%"`` ... ``"95%"``,
     ``"Mean"``. Refused when fewer than ``quantile_min_multiple`` x q values are non-missing:
     eight statistics on about eight values give most of them exactly; and for a column computed from
-    several columns, whose quantiles would link their values of one record.
+    several columns, or turning with its column, whose quantiles would link or enumerate records.
     """
-    ctx.guard.one_root(ctx.meaning(x), "quantiles")
+    ctx.guard.order_of_one_root(ctx.meaning(x), "quantiles")
     values = numeric(x)
     valid = values[~np.isnan(values)]
     ctx.guard.min_count(valid.size, "valid values")
