@@ -126,6 +126,36 @@ def test_sites_larger_than_a_row_batch_equal_R(tmp_path):
     assert fit.iterations == ref["iter"]
 
 
+def test_a_continuous_covariate_with_a_few_zeros_fits_pooled(tmp_path):
+    """A continuous covariate that is exactly 0 at three records in all (logit(p) of scores rounded to
+    three decimals, three of them 0.5) is no binary variable: the pooled fit counts the values 0 and 1
+    only of covariates that take no other value at a site, as the per-site fit does (it refused this
+    fit before, 'covariate lp: value 0: fewer than the minimum of 5 pooled over the sites'). The fit
+    equals R's glm on the pooled records; a binary covariate with a level held by three records is
+    still refused, pooled as per site."""
+    rng = np.random.default_rng(37)
+    frames = {}
+    for site in ("a", "b", "c"):
+        p = np.round(rng.uniform(0.05, 0.95, 60), 3)
+        p[:1] = 0.5  # one record a site at logit(p) = 0
+        p[1:][p[1:] == 0.5] = 0.501
+        lp = np.log(p / (1 - p))
+        frames[site] = pd.DataFrame({"y": rng.binomial(1, p), "lp": lp, "rare": (np.arange(60) == 1).astype(int)})
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    assert (pooled.lp == 0).sum() == 3 and pooled.rare.sum() == 3
+    ref = r_glm(pooled, "y ~ lp", "binomial", "logit")
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("T", "P.t")
+        fit = ds_glm(session, "y ~ lp", "T", family="binomial", secure=True)
+        with pytest.raises(FederatedCallError) as refused:
+            ds_glm(session, "y ~ lp + rare", "T", family="binomial", secure=True)
+    np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-8)
+    np.testing.assert_allclose(fit.bse, ref["se"], rtol=1e-8)
+    assert {f.rule for f in refused.value.failures.values()} == {"disclosure.q_threshold"}
+    assert "rare" in str(refused.value)
+
+
 def test_a_removed_table_leaves_no_model_frame_behind(tmp_path, gbsg2_frames):
     """After a pooled fit on a symbol that is then removed, no site holds the table or a model frame
     of it: not the session's memo, not the step sealed after the last iterate (which the analyst

@@ -93,7 +93,8 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
     parameters; every level of a factor covariate, the reference level included, holds 0 or at
     least q records (a small reference level would release its records' outcomes through the
     score and information, although a table would refuse that cell); a binary outcome or covariate
-    has at least q records at each level. In a pooled release every count is checked pooled."""
+    has at least q records at each level. In a pooled release every count is checked pooled (a
+    covariate counts as 0/1 at a site where it takes no other value)."""
     guard.min_count(mf.n, "complete records for the model")
     guard.saturation(len(mf.names), mf.n)
     problem = fam.validate_y(mf.y)
@@ -114,9 +115,10 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
         covariates.insert(0, (f"outcome {formula.response}", mf.y))
     for what, column in covariates:  # a computed column (modelframe.LazyColumn) is read a batch at a time
         if guard.deferred is not None:  # pooled: the two values a 0/1 variable takes, counted at every site
-            for value in (0, 1):
-                count = sum(int(np.count_nonzero(column[rows] == value)) for rows in row_batches(mf.n))
-                guard.min_count(count, f"{what}: value {value}", allow_zero=True)
+            counts = [sum(int(np.count_nonzero(column[rows] == value)) for rows in row_batches(mf.n)) for value in (0, 1)]
+            binary = sum(counts) == mf.n  # no other value here: a 0/1 variable (a continuous one that is 0 at a
+            for value, count in zip((0, 1), counts):  # few records is none), as the per-site check reads it
+                guard.min_count(count if binary else 0, f"{what}: value {value}", allow_zero=True)
             continue
         levels, counts = np.unique(np.asarray(column), return_counts=True)
         if levels.size == 2:
