@@ -65,7 +65,10 @@ class Variable:
 
     @property
     def declared_range(self) -> tuple[float, float] | None:
-        """The declared ``range``; for a numeric variable with numeric categories, theirs."""
+        """The declared ``range``; for a numeric variable with numeric categories, theirs; for a
+        boolean, [0, 1] (its values as numbers: public by its type)."""
+        if self.value_type == "boolean":
+            return (0.0, 1.0)
         if self.range is not None or self.value_type not in ("integer", "decimal") or not self.categories:
             return self.range
         try:

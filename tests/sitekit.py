@@ -71,10 +71,14 @@ def _run(module: str, args: tuple[str | Path, ...]) -> subprocess.CompletedProce
 def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", table: str = "t") -> None:
     folder = data_dir / project
     folder.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(folder / f"{table}.csv", index=False)
+    booleans = [name for name, col in frame.items() if pd.api.types.is_bool_dtype(col)]
+    written = frame.assign(**{name: frame[name].map({True: "TRUE", False: "FALSE"}) for name in booleans})
+    written.to_csv(folder / f"{table}.csv", index=False)
     variables = []
     for name, col in frame.items():
-        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        if name in booleans:  # declared boolean, written as R writes TRUE and FALSE
+            variables.append(Variable(name, "boolean", "", name, ()))
+        elif pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
             # the test site declares the range its values can take: whole numbers around them
             declared = (float(np.floor(col.min())), float(np.ceil(col.max())))
             if declared[0] == declared[1]:

@@ -156,6 +156,34 @@ def test_a_continuous_covariate_with_a_few_zeros_fits_pooled(tmp_path):
     assert "rare" in str(refused.value)
 
 
+def test_a_boolean_covariate_is_a_0_1_covariate(tmp_path):
+    """A covariate the dictionary declares boolean enters the model as 0/1 (R's glm on the 0/1 column):
+    the fit (native, per site and pooled) equals R's, and dsBase's glmDS2 at coefficients the analyst
+    sends (ds.glm) is bounded over its declared values 0 and 1 (it was refused before, 'flag has no
+    range declared'): its deviance at those coefficients is R's."""
+    rng = np.random.default_rng(41)
+    frames = {}
+    for site in ("a", "b", "c"):
+        x, flag = np.round(rng.normal(size=80), 4), rng.uniform(size=80) < 0.4
+        frames[site] = pd.DataFrame({"y": rng.binomial(1, 1 / (1 + np.exp(-(0.3 + 0.8 * x - 0.6 * flag)))),
+                                     "x": x, "flag": flag})
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    ref = r_glm(pooled.assign(flag=pooled.flag.astype(int)), "y ~ x + flag", "binomial", "logit")
+    beta = [0.1, 0.5, -0.2]
+    deviance = r_eval("eta <- b[1] + b[2] * x + b[3] * flag; mu <- plogis(eta); -2 * sum(y * log(mu) + (1 - y) * log(1 - mu))",
+                      b=np.array(beta), x=pooled.x.to_numpy(), flag=pooled.flag.astype(int).to_numpy(),
+                      y=pooled.y.to_numpy())[0]
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("T", "P.t")
+        fits = [ds_glm(session, "y ~ x + flag", "T", family="binomial", secure=secure) for secure in (False, True)]
+        parts = session.aggregate("glmDS2", "y ~ x + flag", "binomial", beta, None, None, "T")
+    for fit in fits:
+        np.testing.assert_allclose(fit.params, ref["coef"], rtol=1e-8)
+        assert list(fit.names) == ["(Intercept)", "x", "flag"]
+    assert sum(part["dev"] for part in parts.values()) == pytest.approx(float(deviance), rel=1e-10)
+
+
 def test_a_removed_table_leaves_no_model_frame_behind(tmp_path, gbsg2_frames):
     """After a pooled fit on a symbol that is then removed, no site holds the table or a model frame
     of it: not the session's memo, not the step sealed after the last iterate (which the analyst

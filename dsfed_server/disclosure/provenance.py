@@ -169,17 +169,17 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
 
 
 def _table_column(catalog: "Catalog", rows: Rows, vector: pd.Series) -> tuple[str, Transform, bool] | None:
-    """The numeric table column a vector names (through a derived table's DERIVED), the transform it
-    applied, and whether the dictionary declares whole numbers; None for any other."""
+    """The numeric (or boolean: 0 or 1) table column a vector names (through a derived table's DERIVED),
+    the transform it applied, and whether the dictionary declares whole numbers; None for any other."""
     derived = vector.attrs.get(DERIVED, {}).get(vector.name)
     source, transform = derived if derived else (vector.name, "identity")
     try:
         variable = catalog.variable(rows.lineage, source)
     except SiteError:
         return None  # a table derived without provenance: its own ordering is the only history
-    if variable is None or variable.identifier or variable.value_type not in ("integer", "decimal"):
+    if variable is None or variable.identifier or variable.value_type not in ("integer", "decimal", "boolean"):
         return None
-    return source, TRANSFORMS[transform], variable.value_type == "integer"
+    return source, TRANSFORMS[transform], variable.value_type in ("integer", "boolean")  # a boolean is 0 or 1
 
 
 def _transformed(catalog: "Catalog", rows: Rows, meaning: Meaning) -> RootColumn | None:
