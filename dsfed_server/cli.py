@@ -96,12 +96,17 @@ def init(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     site = init_site(directory, [Path(c) for c in args.csv], name=args.name or _site_name(directory),
                      project=args.project, port=args.port)
-    print(f"wrote {site.config}, {directory / 'rules.toml'} (the packaged defaults) and {directory / 'site.secret'}")
+    print(f"wrote {site.config}, {directory / 'rules.toml'} (the packaged defaults; its score_columns "
+          f"below) and {directory / 'site.secret'}")
     for ref, dictionary in site.tables.items():
         print(f"table {ref}: data dictionary inferred in {dictionary}")
         for column, why in site.identifiers[ref].items():
             print(f"  {column}: marked \"identifier\": true ({why}): no function may read it; REVIEW, and set it "
                   "to false if the column does not identify anyone")
+        for line in site.review[ref]:
+            print(f"  REVIEW {line}")
+    for line in site.review["rules.toml"]:
+        print(f"rules.toml: REVIEW {line}")
     print("REVIEW before serving: each variable's type, unit, label and categories, and replace every "
           "'range' (written as the observed bounds) by what the field can hold; have the rules reviewed")
     print("credentials (shown once; only their hashes are in the config):")
