@@ -9,6 +9,7 @@ run in-process behaves as it would over HTTP.
 from __future__ import annotations
 
 import json
+import random
 import socket
 import ssl
 import time
@@ -66,8 +67,16 @@ def _unreachable(exc: requests.ConnectionError, connect_timeout: float) -> str:
     return "the connection failed"
 
 
-BUSY_RETRIES = 3  # a site busy checking passwords: send again this often,
+BUSY_RETRIES = 8  # a site busy checking passwords: send again at most this often,
 BUSY_WAIT_S = 2  # when it asks to wait at most this long (a throttled client waits a whole window)
+BUSY_SPREAD_S = 8.0  # the most a wait adds to Retry-After, so that clients refused together come back apart
+
+
+def busy_wait(retry_after: int, retries: int, rng: random.Random) -> float:
+    """Seconds to wait before sending again a request refused as busy: what ``Retry-After`` says
+    plus a random part that grows with each refusal up to :data:`BUSY_SPREAD_S` ("full jitter",
+    Brooker 2015), so that logins refused at the same moment do not return at the same moment."""
+    return retry_after + rng.uniform(0.0, min(BUSY_SPREAD_S, retry_after * 2.0 ** retries))
 
 
 class HttpTransport:
@@ -96,6 +105,7 @@ class HttpTransport:
             self.http.auth = (user, password)
         self.timeout = (connect_timeout, read_timeout)
         self.stats = TransferStats()
+        self._jitter = random.Random()
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
                 encoded: bytes | None = None) -> Any:
@@ -134,7 +144,7 @@ class HttpTransport:
 
     def _send(self, method: str, path: str, data: bytes | None) -> requests.Response:
         """One request; a 429 that asks for a short wait (every password-check slot of the site
-        busy; nothing ran) is sent again after it, up to ``BUSY_RETRIES`` times."""
+        busy; nothing ran) is sent again after :func:`busy_wait`, up to ``BUSY_RETRIES`` times."""
         retries = 0
         while True:
             response = self.http.request(method, f"{self.url}/v1{path}", data=data, timeout=self.timeout,
@@ -142,8 +152,8 @@ class HttpTransport:
             wait = response.headers.get("Retry-After", "")
             if response.status_code != 429 or not wait.isdigit() or int(wait) > BUSY_WAIT_S or retries == BUSY_RETRIES:
                 return response
+            time.sleep(busy_wait(int(wait), retries, self._jitter))
             retries += 1
-            time.sleep(int(wait))
 
     def close(self) -> None:
         self.http.close()
