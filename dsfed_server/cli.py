@@ -1,5 +1,8 @@
 """dsfed-server: run a site, check its files, make credentials; the site's tooling (the demo,
-synthetic sites, the rules file and audit log explained and checked, generated docs)."""
+synthetic sites, the rules file and audit log explained and checked, generated docs).
+
+The parser imports nothing heavy (pandas, numpy, FastAPI, ONNX): each command imports what it
+runs, so ``dsfed-server --help`` starts at once (bench/cli_start.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +18,6 @@ import sys
 from pathlib import Path
 
 from dsfed_server import audit, tools_cli
-from dsfed_server.auth import hash_password, hash_token, new_token
-from dsfed_server.catalog import CatalogError, summarize
-from dsfed_server.tomlfile import ConfigFileError
 
 
 class ListenError(Exception):
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
+    from dsfed_server.catalog import summarize  # noqa: PLC0415
     from dsfed_server.service import SiteService  # noqa: PLC0415
 
     service = SiteService.from_config_file(args.config)
@@ -122,6 +123,8 @@ def _site_name(directory: Path) -> str:
 
 
 def do_hash_password(args: argparse.Namespace) -> int:
+    from dsfed_server.auth import hash_password  # noqa: PLC0415
+
     password = sys.stdin.readline().rstrip("\n") if args.stdin else getpass.getpass("password: ")
     if len(password) < 12:
         print("refusing a password shorter than 12 characters", file=sys.stderr)
@@ -131,6 +134,8 @@ def do_hash_password(args: argparse.Namespace) -> int:
 
 
 def do_hash_token(args: argparse.Namespace) -> int:
+    from dsfed_server.auth import hash_token, new_token  # noqa: PLC0415
+
     token = new_token()
     print(f"token (give to the user once): {token}")
     print(f"token_hashes entry for the site config: {hash_token(token)}")
@@ -202,9 +207,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigFileError, CatalogError, ListenError, audit.AuditChainError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _unusable_files()):
+            raise
         print(f"dsfed-server: {exc}", file=sys.stderr)
         return 2
+
+
+def _unusable_files() -> tuple[type[Exception], ...]:
+    """The errors a command reports as ``dsfed-server: file: reason`` (exit 2): a config, rules file,
+    data file or audit log that cannot be used, or an address the site cannot listen on. Imported
+    when a command has failed, so that the parser stays light."""
+    from dsfed_server.catalog import CatalogError  # noqa: PLC0415
+    from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
+
+    return ConfigFileError, CatalogError, ListenError, audit.AuditChainError
 
 
 if __name__ == "__main__":

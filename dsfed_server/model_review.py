@@ -142,17 +142,3 @@ def cmd_approve(args: argparse.Namespace) -> int:
     print(f"{args.rules}: approved {entry}")
     return 0
 
-
-def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    models = sub.add_parser("models", help="review and approve prediction models").add_subparsers(
-        dest="action", required=True)
-    p = models.add_parser("inspect", help="what a model file reads and computes, and its SHA-256")
-    p.add_argument("file", type=Path, help="a model file: a GLM (JSON: format, formula, family, link, coefficients) "
-                                                  "or an ONNX graph (*.onnx)")
-    p.set_defaults(func=cmd_inspect)
-    p = models.add_parser("approve", help="add a model to a rules file's models.approved, by its SHA-256")
-    p.add_argument("file", type=Path, help="the model file")
-    p.add_argument("--rules", type=Path, required=True, help="the site's rules file")
-    p.add_argument("--name", required=True, help="the short name analysts give predictDS")
-    p.add_argument("--note", required=True, help="what the model is and why the board approves it")
-    p.set_defaults(func=cmd_approve)

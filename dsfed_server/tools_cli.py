@@ -12,8 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from dsfed_server import model_review
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from dsfed_server.demo import find_repo_dir, run_demo  # noqa: PLC0415
 
@@ -109,6 +107,18 @@ def cmd_docs_functions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_inspect(args: argparse.Namespace) -> int:
+    from dsfed_server.model_review import cmd_inspect  # noqa: PLC0415
+
+    return cmd_inspect(args)
+
+
+def cmd_models_approve(args: argparse.Namespace) -> int:
+    from dsfed_server.model_review import cmd_approve  # noqa: PLC0415
+
+    return cmd_approve(args)
+
+
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """The site tooling's subcommands, added to a command line's subparsers."""
     p = sub.add_parser("demo", help="start five GBSG2 sites and run an analyst session over HTTP")
@@ -164,7 +174,18 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="a head copy seen earlier (response header X-Dsfed-Audit-Head); the log must still hold it")
     p.set_defaults(func=cmd_audit_verify)
 
-    model_review.add_commands(sub)
+    models = sub.add_parser("models", help="review and approve prediction models").add_subparsers(
+        dest="action", required=True)
+    p = models.add_parser("inspect", help="what a model file reads and computes, and its SHA-256")
+    p.add_argument("file", type=Path, help="a model file: a GLM (JSON: format, formula, family, link, coefficients) "
+                                           "or an ONNX graph (*.onnx)")
+    p.set_defaults(func=cmd_models_inspect)
+    p = models.add_parser("approve", help="add a model to a rules file's models.approved, by its SHA-256")
+    p.add_argument("file", type=Path, help="the model file")
+    p.add_argument("--rules", type=Path, required=True, help="the site's rules file")
+    p.add_argument("--name", required=True, help="the short name analysts give predictDS")
+    p.add_argument("--note", required=True, help="what the model is and why the board approves it")
+    p.set_defaults(func=cmd_models_approve)
 
     docs = sub.add_parser("docs", help="generate documentation").add_subparsers(dest="action", required=True)
     p = docs.add_parser("functions", help="print docs/functions.md, generated from the function registry")
