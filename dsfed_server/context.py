@@ -7,6 +7,7 @@ symbols and ``table$column`` references against the caller's own workspace.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,8 @@ import pandas as pd
 from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows
-from dsfed_server.disclosure.expressions import Meaning
+from dsfed_server.disclosure.expressions import Meaning, forms
+from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.provenance import RootColumn, meaning, root_column
 from dsfed_server.modelframe import integer_view
 from dsfed_server.rowsets import RowSet, subset_of
@@ -26,6 +28,11 @@ from dsfed_server.workspace import Session
 
 if TYPE_CHECKING:
     from dsfed_server.service import SiteService
+
+# table attribute: the counts of records a site table summarizes without holding them row by row (the
+# ROC-GLM's counts over a site's positives), by what they count; every call that reads the table applies q
+# to each (CallContext._read), this site's own or, in a pooled release, summed over the sites
+RECORDS_BEHIND = "dsfed.records_behind"
 
 
 @dataclass
@@ -66,6 +73,38 @@ class CallContext:
             complete &= vector.notna().to_numpy()
         return first if complete.all() else Rows(first.lineage, first.index[complete], first.n_root)
 
+    def summed(self, *vectors: pd.Series, squares: bool = False, products: bool = False,
+               by: tuple[pd.Series, ...] = (), cells: np.ndarray | None = None) -> None:
+        """The release gives exact sums of ``vectors`` over the records with a value in all of them and in
+        the factors ``by`` (and of their squares, and of each two's product), in each of the groups
+        ``cells`` numbers (one number a record; None: all of them together): the site counts the
+        functions each group of records answers (:meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
+        A sum is over the records where the summed values are not 0 (a column that is 0 outside a cell,
+        ``ifelse(cell, f(x), 0)``, is summed over the cell). A vector the site cannot write as a function
+        of its roots counts as a function of its own values."""
+        rows = self.record_rows(*vectors, *by)
+        if rows is None:
+            return
+        complete = np.ones(len(vectors[0]), dtype=bool)
+        for vector in (*vectors, *by):
+            complete &= vector.notna().to_numpy()
+        cores: list[tuple[str, tuple[str, ...], np.ndarray]] = []
+        for vector in vectors:
+            found = self.meaning(vector)
+            written = forms(found)
+            values = vector.to_numpy(dtype=float, na_value=np.nan)
+            core = written[1] if written is not None else "values#" + content_digest(values).hex()[:24]
+            if core:  # a number is no function of a record
+                cores.append((core, tuple(sorted(r.column for r in found.roots)), values[complete] != 0))
+        functions = list(cores)
+        if squares:
+            functions += [(f"^({core}, 2.0)", roots, nonzero) for core, roots, nonzero in cores]
+        if products:
+            functions += [(f"*({min(a, b)}, {max(a, b)})", tuple(sorted({*ra, *rb})), na & nb)
+                          for (a, ra, na), (b, rb, nb) in combinations(cores, 2)]
+        groups = None if cells is None else [cells == c for c in np.unique(cells)]
+        self.guard.exact_sums(rows, functions, groups)
+
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""
         return root_column(self.service.catalog, vector)
@@ -95,6 +134,8 @@ class CallContext:
             scope.sources.add(table)
 
     def _read(self, name: str, value: Any) -> Any:
+        for what, n in getattr(self.session.get(name), "attrs", {}).get(RECORDS_BEHIND, {}).items():
+            self.guard.min_count(n, what)
         scope = self.session.scope
         if scope is not None:
             scope.symbols.add(name)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dsfed_core.calltree import Column, Node, Symbol
+from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, too_many
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, row_set_audit,
                                                  row_set_problem, rows_of)
@@ -42,6 +43,9 @@ GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut
               "disclosure.subset_min_difference")
 # what reading a derived column's expression applies (:meth:`Guard.derived_expression`)
 DERIVED_RULES = ("disclosure.derived_concentration", "disclosure.derived_dominance")
+# what a release of exact sums of columns applies (:meth:`Guard.exact_sums`): q, and the functions each
+# group of records answers, counted with the release history kept (cut_history)
+SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record")
 # what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
 LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
@@ -327,6 +331,41 @@ class Guard:
             self._record_cuts(cells.history_key, released.root_cuts, "site")
             self._record_row_sets(released.row_sets, cells.rows)
         return released.result
+
+    def exact_sums(self, rows: Rows | None, functions: list[tuple[str, tuple[str, ...], np.ndarray]],
+                   groups: list[np.ndarray] | None = None) -> None:
+        """The release gives exact sums of ``functions`` (each a function's core, its root columns,
+        :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
+        boolean) over each of the ``groups`` of ``rows`` (boolean over them; None: one group, all of
+        them): refused when some group of the table's records would then answer more different functions
+        than ``disclosure.sums_per_record`` allows for its size, counted with every sum released before
+        from the table by any analyst (:mod:`dsfed_server.disclosure.equations`); recorded if not."""
+        if not self._audits(rows) or not functions:
+            return
+        new = []
+        for group in groups if groups is not None else [None]:
+            for function, roots, over in functions:
+                full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
+                full[rows.index[over if group is None else over & group]] = True  # type: ignore[union-attr]
+                if full.any():
+                    new.append(Summed(function, roots, np.packbits(full).tobytes()))
+        per_record = self.rule(SUMS_RULE)
+        with self.history.lock:  # type: ignore[union-attr]
+            earlier = self.history.sums(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+            try:
+                columns = too_many(earlier, list(dict.fromkeys(new)), rows.n_root, per_record)  # type: ignore[union-attr]
+            except AuditTooLarge as exc:
+                raise self._refuse(f"the sums released from this table are too many to check ({exc})", SUMS_RULE,
+                                   "ask the site's administrator") from None
+            if columns:
+                raise self._refuse(
+                    "together with the sums released before from this table (by any analyst), this would give a "
+                    f"group of its records more different functions of {', '.join(columns)} than the site allows "
+                    "for the group's size: as many functions as records give the records' values (as power sums "
+                    "give a polynomial's roots)", SUMS_RULE,
+                    "use the column itself, or fewer transforms of it over small subsets; a larger subset answers "
+                    "more")
+            self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
 
     def _audits(self, rows: Rows | None) -> bool:
         """Whether released row sets are audited: their records are known, the site keeps a history,

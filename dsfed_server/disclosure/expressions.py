@@ -44,7 +44,9 @@ declared as whole numbers the function is read at every whole number of its rang
 
 from __future__ import annotations
 
+import hashlib
 import math
+import secrets
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -552,6 +554,9 @@ class Meaning:
     roots: frozenset[Root]
     function: Fn | None = None
     monotone: int = 0
+    # a column of several roots: the text of its expression over its roots, and its core (:func:`forms`)
+    text: str = ""
+    core: str = ""
 
     @property
     def root(self) -> Root | None:
@@ -599,8 +604,82 @@ def classify(node: Node, meaning_of: Callable[[Column | Symbol], Meaning], conce
         checked = walker.check(part.fn, part.root, node)  # type: ignore[arg-type]
         meaning = Meaning(part.roots, part.fn, checked.monotone)
     else:
-        meaning = Meaning(part.roots)
+        meaning = Meaning(part.roots, None, 0, *_node_forms(node, meaning_of))
     return Classified(meaning, walker.worst, walker.worst_dominance, walker.missing)
+
+
+# --- what function a column is, as text ----------------------------------------------------------
+
+
+def forms(meaning: Meaning) -> tuple[str, str] | None:
+    """The function a column computes, as a text over its root columns' names, and its **core**: the
+    same function up to a straight line in it (``2*log(D$age) + 1`` has the core ``log(age)``: a sum of
+    one gives the sum of the other). Two columns with the same core give the same equations on the
+    records they are summed over; columns with different cores count as different functions even where
+    they are not (``(x + 1)^2`` and ``x^2``): the counting errs on the side of the records. None when the
+    site cannot write the function (a column kept without its expression)."""
+    if meaning.function is not None and len(meaning.roots) == 1:
+        fn, name = meaning.function, next(iter(meaning.roots)).column
+        core = fn
+        while True:
+            if core.op == "neg":
+                core = core.args[0]
+            elif core.op in ("+", "-", "*") and any(a.op == "const" for a in core.args):
+                core = next(a for a in core.args if a.op != "const")
+            elif core.op == "/" and core.args[1].op == "const":
+                core = core.args[0]
+            else:
+                break
+        return _fn_text(fn, name), _fn_text(core, name)
+    if meaning.text:
+        return meaning.text, meaning.core
+    return None
+
+
+def _fn_text(fn: Fn, name: str) -> str:
+    if fn.op == "x":
+        return name
+    if fn.op == "const":
+        return repr(fn.value)
+    args = [_fn_text(a, name) for a in fn.args]
+    if fn.op == "map":  # a map the site applied: named by its values over a fixed grid
+        grid = np.concatenate([np.linspace(0.0, 1.0, 33), np.linspace(-10.0, 10.0, 41)])
+        with np.errstate(all="ignore"):
+            values = np.asarray(fn.apply(grid), dtype=float)  # type: ignore[misc]
+        digest = hashlib.sha256(np.round(values, 12).tobytes()).hexdigest()[:16]
+        return f"{fn.label}#{digest}({args[0]})"
+    value = f", {fn.value!r}" if fn.op in ("^", "log") else ""
+    return f"{fn.op}({', '.join(args)}{value})"
+
+
+def _node_forms(node: Node, meaning_of: Callable[[Column | Symbol], Meaning]) -> tuple[str, str]:
+    """:func:`forms` of an expression of several roots: its text with every column written as its own
+    function of its roots, and its core (the empty text for a number)."""
+    if isinstance(node, Literal):
+        return repr(math.nan if node.value is None else float(node.value)), ""  # type: ignore[arg-type]
+    if isinstance(node, (Column, Symbol)):
+        found = forms(meaning_of(node))
+        if found is None:  # a function the site cannot write: a new one each time (never the same as another)
+            text = f"{node.to_text()}#{secrets.token_hex(8)}"
+            return text, text
+        return found
+    if not isinstance(node, Arith):
+        text = node.to_text()
+        return text, text
+    if node.op == "(":
+        return _node_forms(node.args[0].value, meaning_of)
+    parts = [_node_forms(a.value, meaning_of) for a in node.args]
+    text = f"{node.op}({', '.join(p[0] for p in parts)})"
+    numbers = [not p[1] for p in parts]
+    if all(numbers):
+        return text, ""
+    if node.op == "neg":
+        return text, parts[0][1]
+    if node.op in ("+", "-", "*") and any(numbers):
+        return text, parts[numbers.index(False)][1]
+    if node.op == "/" and numbers[1]:
+        return text, parts[0][1]
+    return text, text
 
 
 class _Walker:

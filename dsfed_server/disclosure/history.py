@@ -4,7 +4,8 @@ The release gate (:mod:`dsfed_server.disclosure.gate`) and the subset rules
 (:mod:`dsfed_server.disclosure.differencing`) decide a new release against everything released
 before on the same table: the **cuts** released on each column (every bin edge, group break,
 threshold, reference edge and subset condition, mapped to the column by
-:mod:`dsfed_server.disclosure.provenance`), and the **row sets** of every subset made from it.
+:mod:`dsfed_server.disclosure.provenance`), the **row sets** of every subset made from it, and the
+**functions** summed exactly over each row set (:mod:`dsfed_server.disclosure.equations`).
 Kept per site table -- not per analyst, not per session -- in the site's ledger database
 (``[site] ledger``), so neither a second account, nor a new session, nor a restart starts a fresh
 history. Append-only: SQLite triggers refuse UPDATE and DELETE, as in the privacy ledger.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.store import connect, create
 from dsfed_server.timestamps import utc_now
@@ -45,6 +47,20 @@ CREATE TABLE IF NOT EXISTS subset_rows (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, rows)
 );
+CREATE TABLE IF NOT EXISTS released_sums (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    function TEXT NOT NULL,
+    roots TEXT NOT NULL,
+    rows BLOB NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, function, rows)
+);
+CREATE TRIGGER IF NOT EXISTS released_sums_append_only_u BEFORE UPDATE ON released_sums
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS released_sums_append_only_d BEFORE DELETE ON released_sums
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS released_cuts_append_only_u BEFORE UPDATE ON released_cuts
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS released_cuts_append_only_d BEFORE DELETE ON released_cuts
@@ -55,9 +71,11 @@ CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_d BEFORE DELETE ON subset_r
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 """
 
+_SEPARATOR = "\x1f"  # between the root columns of a summed function
+
 
 class History:
-    """Released cuts per table column and subset row sets per table, in SQLite at ``path``."""
+    """Released cuts per table column, subset row sets and summed functions per table, in SQLite at ``path``."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = create(path, _SCHEMA)
@@ -95,6 +113,23 @@ class History:
             rows = db.execute("SELECT rows FROM subset_rows WHERE table_key = ? AND n_root = ?",
                               (table, n_root)).fetchall()
         return [np.frombuffer(row, dtype=np.uint8) for (row,) in rows]
+
+    # --- sums of functions ----------------------------------------------------------------------
+
+    def sums(self, table: str, n_root: int) -> list[Summed]:
+        """Every function summed exactly over a row set of ``table``
+        (:mod:`~dsfed_server.disclosure.equations`)."""
+        with self._connect() as db:
+            rows = db.execute("SELECT function, roots, rows FROM released_sums WHERE table_key = ? AND n_root = ?",
+                              (table, n_root)).fetchall()
+        return [Summed(function, tuple(roots.split(_SEPARATOR)), bytes(packed)) for function, roots, packed in rows]
+
+    def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
+        now = utc_now()
+        with self._connect() as db:
+            db.executemany("INSERT OR IGNORE INTO released_sums VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(table, n_root, s.function, _SEPARATOR.join(s.roots), s.rows, analyst, now)
+                            for s in sums])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:

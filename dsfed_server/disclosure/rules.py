@@ -153,6 +153,20 @@ class Disclosure(_Section):
             "sums, one record's value (the record next to the spike, or the largest)."
         ),
     )
+    sums_per_record: float = Field(
+        ge=0,
+        le=1,
+        description=(
+            "Functions a group of records may answer, per record and column, beyond the means, variances and "
+            "covariances every group that passed the gate answers: exact sums of m different functions of a "
+            "column (x, x^2, ..., x^m; exp(k*x); log(x + c)) over a group of m records give its m values, as "
+            "power sums give a polynomial's roots, and with sums of products the records. The site counts, "
+            "for all analysts, the functions summed over each group the released row sets single out, up to a "
+            "straight line in each (2*log(x) + 1 is log(x)), and refuses a sum that would give a group more "
+            "than this share of its values. Protects against the moment attack on small subsets and cells "
+            "(see docs/governance.md)."
+        ),
+    )
     quantile_min_multiple: float = Field(
         ge=1,
         le=100,
@@ -535,6 +549,7 @@ _STRICTER: dict[tuple[str, str], str] = {
     ("disclosure", "glm_max_linear_predictor"): "lower",
     ("disclosure", "derived_concentration"): "lower",
     ("disclosure", "derived_dominance"): "lower",
+    ("disclosure", "sums_per_record"): "lower",
     ("disclosure", "quantile_min_multiple"): "higher",
     ("disclosure", "max_factor_levels"): "lower",
     ("disclosure", "factor_levels_density"): "lower",

@@ -28,7 +28,7 @@ import pandas as pd
 
 from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_server.context import CallContext, numeric, r_class
-from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
+from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES, SUM_RULES
 from dsfed_server.disclosure.gate import Cut, Intervals, Released
 from dsfed_core.errors import CallError
 from dsfed_server.functions.histogram import bin_counts
@@ -246,6 +246,17 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
 # --- correlation ---------------------------------------------------------------------------
 
 
+def _vectors(*values: Any) -> list[pd.Series]:
+    """The vectors of tables and vectors ``values`` as held (a table's columns, a vector itself)."""
+    out: list[pd.Series] = []
+    for value in values:
+        if isinstance(value, pd.DataFrame):
+            out += [value[c] for c in value.columns]
+        elif isinstance(value, pd.Series):
+            out.append(value)
+    return out
+
+
 def _numeric_frame(x: Any, y: Any) -> pd.DataFrame:
     parts: list[pd.DataFrame] = []
     for name, value in (("x", x), ("y", y)):
@@ -272,7 +283,7 @@ def _numeric_frame(x: Any, y: Any) -> pd.DataFrame:
     "aggregate",
     [Param("x", P.OBJECT, "a table or a numeric vector, e.g. \"D\""),
      Param("y", P.OBJECT, "a second numeric vector or table (needed when x is a vector)", required=False)],
-    checks=("disclosure.q_threshold", "disclosure.glm_saturation"),
+    checks=(*SUM_RULES, "disclosure.glm_saturation"),
 )
 def correlation_parts(ctx: CallContext, x: Any, y: Any) -> dict[str, Any]:
     """Sums, sums of squares and of products over complete cases (dsBase ``corDS``).
@@ -301,6 +312,7 @@ def correlation_parts(ctx: CallContext, x: Any, y: Any) -> dict[str, Any]:
             guard.min_count(int(counts.min()), f"binary variable {column}: a level")
     complete = data[~np.isnan(data).any(axis=1)]
     guard.min_count(complete.shape[0], "complete cases")
+    ctx.summed(*_vectors(x, y), squares=True, products=True)
     sums = complete.sum(axis=0)
     squares = (complete**2).sum(axis=0)
     column_nas = np.isnan(data).sum(axis=0)

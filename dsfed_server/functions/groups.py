@@ -22,7 +22,7 @@ from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
 from dsfed_server.disclosure.gate import Categories
 from dsfed_server.registry import P, Param, register
 
-_CHECKS = (*LEVEL_RULES, *GATE_RULES)
+_CHECKS = (*LEVEL_RULES, *GATE_RULES, "disclosure.sums_per_record")
 VALID = "All tables valid"
 
 
@@ -66,6 +66,7 @@ def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]) -> tuple[n
     return x[complete], cells, shape
 
 
+
 def _by_cell(values: np.ndarray, cells: np.ndarray, n_cells: int, fun: Callable[[np.ndarray], float]
              ) -> list[float | None]:
     """``fun`` over each cell's values; None (R's NA) for an empty cell."""
@@ -90,6 +91,7 @@ def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> dict[s
     ``Table_valid = FALSE``.
     """
     values, cells, shape = _groups(ctx, X, [INDEX])
+    ctx.summed(X, squares=True, by=(INDEX,), cells=cells)
     held = [c for c in range(shape[0]) if np.any(cells == c)]
     sd = _statistic("sd")
     return {
@@ -126,6 +128,7 @@ def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
     if not all(isinstance(f, pd.Series) for f in factors):
         raise CallError("INDEX.names.transmit must name factors (vectors), e.g. \"D$tgrade\"")
     values, cells, shape = _groups(ctx, x_name, factors)
+    ctx.summed(x_name, squares=fun_name.lower() == "sd", by=tuple(factors), cells=cells)
     n_cells = int(np.prod(shape))
     label = {"mean": "Mean", "sd": "SD", "sum": "Sum"}[fun_name.lower()]
     return {label: _by_cell(values, cells, n_cells, fun),

@@ -9,6 +9,7 @@ import pandas as pd
 
 from dsfed_server import rbridge
 from dsfed_server.context import CallContext, numeric
+from dsfed_server.disclosure.checks import SUM_RULES
 from dsfed_server.registry import P, Param, register
 
 PROBS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
@@ -23,7 +24,7 @@ _r_quantile = rbridge.r_function(
     "quantileMeanDS",
     "aggregate",
     [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")],
-    checks=("disclosure.q_threshold", "disclosure.quantile_min_multiple", "disclosure.derived_concentration"),
+    checks=(*SUM_RULES, "disclosure.quantile_min_multiple", "disclosure.derived_concentration"),
     backend="R",
 )
 def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
@@ -39,6 +40,7 @@ def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     valid = values[~np.isnan(values)]
     ctx.guard.min_count(valid.size, "valid values")
     ctx.guard.order_statistics(valid.size)
+    ctx.summed(x)  # the mean
     q = _r_quantile(valid, np.asarray(PROBS))
     out: dict[str, Any] = {f"{round(p * 100):d}%": float(v) for p, v in zip(PROBS, q)}
     out["Mean"] = float(valid.mean())

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_server.context import CallContext, numeric, r_class
+from dsfed_server.disclosure.checks import SUM_RULES
 from dsfed_core.errors import CallError
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet, column_names
@@ -60,8 +61,7 @@ def _counts(values: np.ndarray) -> tuple[np.ndarray, int, int]:
     return valid, int(values.size - valid.size), int(values.size)
 
 
-@register("meanDS", "aggregate", [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")],
-          checks=("disclosure.q_threshold",))
+@register("meanDS", "aggregate", [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")], checks=SUM_RULES)
 def mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """Mean of the non-missing values, with counts (dsBase ``meanDS`` shape).
 
@@ -70,6 +70,7 @@ def mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """
     valid, n_missing, n_total = _counts(numeric(x))
     ctx.guard.min_count(valid.size, "valid values")
+    ctx.summed(x)
     return {
         "EstimatedMean": float(valid.mean()),
         "Nmissing": n_missing,
@@ -79,8 +80,7 @@ def mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     }
 
 
-@register("varDS", "aggregate", [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")],
-          checks=("disclosure.q_threshold",))
+@register("varDS", "aggregate", [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")], checks=SUM_RULES)
 def variance(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """Sum and sum of squares of the non-missing values, with counts (dsBase ``varDS`` shape).
 
@@ -90,6 +90,7 @@ def variance(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """
     valid, n_missing, n_total = _counts(numeric(x))
     ctx.guard.min_count(valid.size, "valid values")
+    ctx.summed(x, squares=True)
     return {
         "Sum": float(valid.sum()),
         "SumOfSquares": float(np.dot(valid, valid)),

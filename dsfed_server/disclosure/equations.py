@@ -1,0 +1,167 @@
+"""Sums of many functions over one group of records: a group answers fewer equations than it holds values.
+
+The cut history and the row-set audit (:mod:`dsfed_server.disclosure.differencing`) keep every group
+of records the site releases sums over at q records or more, and no record in the span of the groups.
+They treat a sum as one number about a group. But a group of *m* records summed through *m* different
+functions of one column gives *m* equations in its *m* values: the power sums
+:math:`\\sum x_i, \\sum x_i^2, \\ldots, \\sum x_i^m` are the coefficients of the polynomial whose roots the
+values are (Newton's identities), and ``exp(k*x)``, ``log(x + c)`` or ``sqrt(x)`` serve as well. Each
+function is gentle (:mod:`~dsfed_server.disclosure.expressions` passes it), each group holds q records,
+and still the analyst reads every value of the group; with sums of products of two columns
+(``corDS``) the values of different columns pair up into records. This is the classical moment attack
+on statistical databases (Denning & Schlörer 1983): what protects the values is that the equations
+are fewer than the unknowns.
+
+So the site keeps, per table and for all analysts together, which **function** it summed over which
+**row set** (the function as text up to a straight line in it, :func:`~dsfed_server.disclosure.
+expressions.forms`: the sum of ``2*log(x) + 1`` is the sum of ``log(x)``), and a release that would
+let some group *G* of records answer more functions of a set *C* of columns than
+
+.. math:: \\max\\bigl(2k + k(k-1)/2,\\; \\lfloor \\rho\\, |G|\\, k \\rfloor\\bigr), \\qquad k = |C|,
+
+is refused (rule ``disclosure.sums_per_record``, :math:`\\rho`). The first term is what a group that
+passed the gate always gets: the means, variances and covariances of its columns (second moments,
+what DataSHIELD's summaries release of every group of q records); the second lets larger groups answer
+more functions, never more than a share :math:`\\rho` of their values. A function of several columns
+counts for every set that holds them; a function of one column for that column.
+
+A function's sums over its row sets give its sum over every group whose indicator lies in their linear
+span (Chin & Ozsoyoglu 1982). The groups checked are the row sets themselves, the difference of every
+two nested ones (the whole table less a subset), and every **atom** of the row sets (records that
+belong to the same sets) whose indicator lies in the span of all of them: a function counts on a group
+when the group's indicator lies in the span of that function's own row sets. Computed over the atoms,
+as the row-set audit is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from dsfed_server.disclosure.differencing import MAX_AUDIT_WORK, AuditTooLarge, _atoms, _incidence
+
+RULE = "disclosure.sums_per_record"
+
+
+@dataclass(frozen=True)
+class Summed:
+    """A function (its core, :func:`~dsfed_server.disclosure.expressions.forms`) of root columns
+    ``roots``, summed exactly over the records ``rows`` of a table (packed by ``np.packbits``)."""
+
+    function: str
+    roots: tuple[str, ...]
+    rows: bytes
+
+
+def second_moments(k: int) -> int:
+    """The sums a group always answers over ``k`` columns: each column's sum and sum of squares, and
+    the sum of each two columns' product."""
+    return 2 * k + k * (k - 1) // 2
+
+
+def allowed(size: float, k: int, per_record: float) -> int:
+    """How many functions of ``k`` columns a group of ``size`` records may answer."""
+    return max(second_moments(k), int(np.floor(per_record * size * k + 1e-9)))
+
+
+def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float) -> tuple[str, ...] | None:
+    """None if the sums ``new`` may be released after the sums ``earlier`` over a table of ``n``
+    records, else the columns (root names) some group of records would answer too many functions of
+    (module docstring). Raises :class:`~dsfed_server.disclosure.differencing.AuditTooLarge` when the
+    row sets are too many over too many atoms to check."""
+    seen = {(s.function, s.rows) for s in earlier}
+    fresh = [s for s in new if (s.function, s.rows) not in seen]
+    if not fresh:
+        return None
+    everything = earlier + fresh
+    sets = list(dict.fromkeys(s.rows for s in everything))
+    index = {rows: j for j, rows in enumerate(sets)}
+    packed = [np.frombuffer(rows, dtype=np.uint8) for rows in sets]
+    first, counts = _atoms(packed, n)
+    if first.size * len(sets) ** 2 > MAX_AUDIT_WORK:
+        raise AuditTooLarge(f"{len(sets)} row sets summed over {first.size:,} groups of records")
+    incidence = _incidence(packed, first)
+    inside = incidence.any(axis=1)  # the atom of records in no set is in no sum
+    incidence, counts = incidence[inside], counts[inside].astype(float)
+    weight = np.sqrt(counts)
+    groups = _groups(incidence, weight)
+    sizes = counts @ groups
+    weighted = groups * weight[:, None]
+
+    roots_of: dict[str, tuple[str, ...]] = {}
+    sets_now: dict[str, set[int]] = {}
+    sets_before: dict[str, set[int]] = {}
+    for s in everything:
+        roots_of[s.function] = s.roots
+        sets_now.setdefault(s.function, set()).add(index[s.rows])
+    for s in earlier:
+        sets_before.setdefault(s.function, set()).add(index[s.rows])
+    spans: dict[frozenset[int], np.ndarray] = {}
+
+    def answered(members: set[int] | None) -> np.ndarray:
+        """For each group, whether a function summed over the sets ``members`` is summed over it."""
+        if not members:
+            return np.zeros(groups.shape[1], dtype=bool)
+        key = frozenset(members)
+        if key not in spans:
+            spans[key] = _in_span(incidence[:, sorted(key)] * weight[:, None], weighted)
+        return spans[key]
+
+    now = {f: answered(sets_now[f]) for f in sets_now}
+    before = {f: answered(sets_before.get(f)) for f in sets_now}
+    for columns in _column_sets(roots_of.values(), (s.roots for s in fresh)):
+        mine = [f for f, roots in roots_of.items() if set(roots) <= columns]
+        count_now = sum(now[f].astype(int) for f in mine)
+        count_before = sum(before[f].astype(int) for f in mine)
+        limit = np.array([allowed(size, len(columns), per_record) for size in sizes])
+        if np.any((count_now > limit) & (count_now > count_before)):
+            return tuple(sorted(columns))
+    return None
+
+
+def _column_sets(every: object, fresh: object) -> list[frozenset[str]]:
+    """The sets of columns checked: each column of a new sum alone, the columns of each function, and
+    all of them together."""
+    functions = {frozenset(roots) for roots in every}  # type: ignore[attr-defined]
+    touched = set().union(*(set(roots) for roots in fresh))  # type: ignore[attr-defined]
+    out = {frozenset([c]) for c in touched} | {f for f in functions if f & touched}
+    out.add(frozenset().union(*(f for f in functions if f & touched)))
+    return sorted(out, key=lambda c: (len(c), sorted(c)))
+
+
+def _groups(incidence: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """The groups checked, as 0/1 columns over the atoms: the sets, the differences of nested sets,
+    and the atoms whose indicator lies in the span of all the sets."""
+    columns = [incidence[:, j] for j in range(incidence.shape[1])]
+    for a, b in combinations(range(incidence.shape[1]), 2):
+        big, small = (a, b) if incidence[:, a].sum() >= incidence[:, b].sum() else (b, a)
+        if np.all(incidence[:, small] <= incidence[:, big]):
+            difference = incidence[:, big] - incidence[:, small]
+            if difference.any():
+                columns.append(difference)
+    q = _basis(incidence * weight[:, None])
+    for atom in np.flatnonzero(np.einsum("ij,ij->i", q, q) > 1 - 1e-9):  # its leverage is 1: in the span
+        alone = np.zeros(incidence.shape[0])
+        alone[atom] = 1.0
+        columns.append(alone)
+    unique = np.unique(np.array(columns), axis=0)
+    return unique.T
+
+
+def _basis(matrix: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the column span of ``matrix`` (the left singular vectors it has)."""
+    u, s, _ = np.linalg.svd(matrix, full_matrices=False)
+    if s.size == 0 or s[0] == 0:
+        return np.zeros((matrix.shape[0], 0))
+    return u[:, s > s[0] * max(matrix.shape) * np.finfo(float).eps * 10]
+
+
+def _in_span(basis: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """For each column of ``vectors``, whether it lies in the column span of ``basis`` (both weighted
+    over the atoms: an atom of c records weighs sqrt(c), so that the span is the span over records)."""
+    q = _basis(basis)
+    residual = vectors - q @ (q.T @ vectors)
+    norms = np.einsum("ij,ij->j", vectors, vectors)
+    return np.einsum("ij,ij->j", residual, residual) <= 1e-9 * np.maximum(norms, 1.0)

@@ -1,0 +1,148 @@
+"""Sums of many gentle functions over one small group of records (the moment attack, Denning &
+Schlörer 1983), as a hostile analyst runs it, measured; and the sums honest analysts need.
+
+The attack passes every other rule: it cuts the table into cells through the gate (subsets by an age
+band and by the outcome, each of q records or more), then asks for the mean of ``S$score^k`` for k = 1
+... m over a cell of m records. Each power is a gentle, monotone function of the score that the
+expression reading passes, each mean is over the same gated cell, so neither the cut history nor the
+row-set audit sees anything new. But the m power sums are the coefficients of the polynomial whose
+roots are the m scores (Newton's identities): the analyst reads every score of the cell, with its
+outcome and age band.
+
+It runs against a real site server on loopback, through dsfed's client over HTTP, twice: with the
+shipped rules (``disclosure_rules/default.toml``: ``sums_per_record = 0.25``), where it must read
+nothing, and with the one key loosened to 1 (a cell may answer as many functions as it holds
+records), the most a rules file may set, where it reads the cells' records: the rule, and only the
+rule, stands between the analyst and the scores. Before the rule existed the site answered every
+power (that run's figure is the same as the loosened one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import http_builder
+from dsfed_client import FederatedCallError
+from rref import r_eval
+from sitekit import make_sites, rules_variant, serve
+from test_derived_column_attacks import fixed_secrets, synthetic_frame
+
+BANDS = ((25, 45), (45, 65), (65, 90))  # age bands [lo, hi) the cells are cut by, then by outcome
+MAX_CELL = 10  # cells of up to this many records are attacked (power sums beyond lose the 6 decimals)
+
+
+def scores_from_power_sums(sums: list[float]) -> np.ndarray:
+    """The m values whose power sums are ``sums`` (sum of x, of x^2, ..., of x^m): the roots of the
+    polynomial whose coefficients Newton's identities give."""
+    m = len(sums)
+    e = [1.0]
+    for k in range(1, m + 1):
+        e.append(sum((-1) ** (i - 1) * e[k - i] * sums[i - 1] for i in range(1, k + 1)) / k)
+    coefficients = [(-1) ** k * e[k] for k in range(m + 1)]
+    return np.sort(np.roots(coefficients).real)
+
+
+def cell(session, lo: int, hi: int, outcome: int) -> tuple[int, float]:
+    """The subset ``S`` of the records aged [lo, hi) with the outcome ``outcome``, made through the gate:
+    its size and the sum of its scores."""
+    session.assign_expr("A", f'dataFrameSubsetDS2("D", "D$age", "{lo}", 6, NULL, NULL, FALSE)')
+    session.assign_expr("B", f'dataFrameSubsetDS2("A", "A$age", "{hi}", 3, NULL, NULL, FALSE)')
+    session.assign_expr("S", f'dataFrameSubsetDS2("B", "B$y", "{outcome}", 1, NULL, NULL, FALSE)')
+    part = next(iter(session.aggregate_expr("meanDS(S$score)").values()))
+    return part["Nvalid"], part["EstimatedMean"] * part["Nvalid"]
+
+
+def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
+    """Cells through the gate, then power sums of the score in each: (records read, records attacked,
+    the rules of the refusals met)."""
+    read, attacked, refusals = 0, 0, []
+    for lo, hi in BANDS:
+        for outcome in (0, 1):
+            try:
+                m, first = cell(session, lo, hi, outcome)
+            except FederatedCallError as exc:
+                refusals += [e.rule or e.kind for e in exc.failures.values()]
+                continue
+            if m > MAX_CELL:
+                continue
+            truth_cell = truth[(truth.age >= lo) & (truth.age < hi) & (truth.y == outcome)]
+            attacked += len(truth_cell)
+            sums = [first]
+            try:
+                for k in range(2, m + 1):
+                    session.derive("P", f"S$score^{k}")
+                    part = next(iter(session.aggregate_expr("meanDS(P)").values()))
+                    sums.append(part["EstimatedMean"] * part["Nvalid"])
+            except FederatedCallError as exc:
+                refusals += [e.rule or e.kind for e in exc.failures.values()]
+                continue
+            found = np.round(scores_from_power_sums(sums), 6)
+            read += int(np.sum(np.isclose(found, np.sort(truth_cell.score.to_numpy()), rtol=0, atol=5e-7)))
+    return read, attacked, refusals
+
+
+@pytest.mark.parametrize("per_record", [None, 1.0], ids=["shipped rules", "as many functions as records"])
+def test_power_sums_over_gated_cells_read_no_record(tmp_path: Path, per_record: float | None):
+    truth = synthetic_frame(7, 60)
+    rules = None if per_record is None else rules_variant(tmp_path / "loose.toml", sums_per_record=per_record)
+    with fixed_secrets("moments"):
+        provisioned, services = make_sites(tmp_path, {"s1": truth}, rules)
+    with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
+        session.assign_table("D", "P.t")
+        read, attacked, refusals = attack(session, truth)
+    print(f"ATTACK power sums over gated subsets "
+          f"({'shipped rules' if per_record is None else 'sums_per_record = 1'}): read {read} of {attacked} "
+          f"records attacked ({len(truth)} in the table); refusals: {sorted(set(refusals))}")
+    assert attacked >= 10  # the cells were made: the gate passed them
+    if per_record is None:
+        assert read == 0
+        assert "disclosure.sums_per_record" in refusals
+    else:
+        assert read >= attacked // 2  # the attack is real: with the key loosened it reads the cells
+
+
+def test_the_sums_analysts_need_still_pass_and_equal_r(tmp_path: Path):
+    """Under the shipped rules: means and variances of every column on the table and on subsets of a few
+    records, the correlation matrix of a table, a log transform and a BMI on the table, group means
+    (``meanSdGpDS``), and the mean of a centred column after its plain mean (the same function): all
+    released, each equal to R's on the records."""
+    truth = synthetic_frame(11, 60)
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
+        session.assign_table("D", "P.t")
+        session.assign_expr("S", 'dataFrameSubsetDS2("D", "D$age", "80", 6, NULL, NULL, FALSE)')
+        small = truth[truth.age >= 80]
+        assert 5 <= len(small) <= 12
+        got: dict[str, float] = {}
+        for frame, name in ((truth, "D"), (small, "S")):
+            for column in ("score", "age", "income", "weight", "height"):
+                part = next(iter(session.aggregate_expr(f"varDS({name}${column})").values()))
+                got[f"var {name} {column}"] = part["SumOfSquares"]
+                mean = next(iter(session.aggregate_expr(f"meanDS({name}${column})").values()))
+                got[f"mean {name} {column}"] = mean["EstimatedMean"]
+        session.derive("C", "D$age - 57.5")
+        got["mean centred"] = next(iter(session.aggregate_expr("meanDS(C)").values()))["EstimatedMean"]
+        for text, key in (("log(D$age)", "log"), ("D$weight/(D$height/100)^2", "bmi")):
+            session.derive("V", text)
+            part = next(iter(session.aggregate_expr("varDS(V)").values()))
+            got[f"sum {key}"], got[f"squares {key}"] = part["Sum"], part["SumOfSquares"]
+        cor = next(iter(session.aggregate_expr('corDS("D", NULL)').values()))
+    columns = {c: truth[c].astype(float) for c in truth.columns}
+    want = {key: float(r_eval(expr, **columns)[0]) for key, expr in {
+        "mean centred": "mean(age - 57.5)",
+        "sum log": "sum(log(age))", "squares log": "sum(log(age)^2)",
+        "sum bmi": "sum(weight/(height/100)^2)", "squares bmi": "sum((weight/(height/100)^2)^2)",
+    }.items()}
+    for frame, name in ((truth, "D"), (small, "S")):
+        for column in ("score", "age", "income", "weight", "height"):
+            want[f"var {name} {column}"] = float(r_eval("sum(v^2)", v=frame[column].astype(float))[0])
+            want[f"mean {name} {column}"] = float(r_eval("mean(v)", v=frame[column].astype(float))[0])
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12), key
+    products = np.asarray(cor["sums.of.products"])
+    reference = r_eval(f"as.vector(crossprod(cbind({', '.join(truth.columns)})))", **columns)
+    np.testing.assert_allclose(products.ravel(), reference, rtol=1e-12)
