@@ -18,7 +18,7 @@ turns it into a strategy, the only place that decides.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 import numpy as np
@@ -53,8 +53,10 @@ class BinnedSums:
     ``edges`` are the released cells' edges: the requested ones, except those the gate coarsened
     (``coarsened``: per site, or ``"pooled"``, the requested edges whose cells it merged with the
     next one or moved to an earlier cut). Every record is in exactly one cell: nothing is left out.
-    ``pooled``: the cells were checked pooled over the sites (secure aggregation with
-    ``pooled_thresholds``), otherwise per site and summed on the edges every site released."""
+    ``moved``: of those, the edges the gate released as a cut released before on the column
+    (requested edge, released cut). ``pooled``: the cells were checked pooled over the sites
+    (secure aggregation with ``pooled_thresholds``), otherwise per site and summed on the edges
+    every site released."""
 
     edges: np.ndarray
     n: np.ndarray
@@ -64,19 +66,30 @@ class BinnedSums:
     pooled: bool
     coarsened: dict[str, list[float]]
     per_site: dict[str, pd.DataFrame]
+    moved: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def was_coarsened(self) -> bool:
         return self.edges.size != self.requested.size or not np.array_equal(self.edges, self.requested)
 
     def note(self) -> str:
-        """One line on how the cells were checked and whether the gate coarsened them."""
+        """One line on how the cells were checked and what the gate did to them: the edges whose
+        cells it merged with the next (fewer cells), and the edges it released as a cut released
+        before on the column (as many cells, their edges shifted)."""
         how = "checked pooled over the sites" if self.pooled else "checked at each site"
         if not self.was_coarsened:
             return f"{how}; released as requested"
-        where = "; ".join(f"{k}: {', '.join(f'{v:.4g}' for v in vals)}" for k, vals in self.coarsened.items() if vals)
-        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells "
-                f"(edges not released: {where})")
+        merged, shifted = [], []
+        for where, values in self.coarsened.items():
+            moved = dict(self.moved.get(where, ()))
+            if kept := [v for v in values if v not in moved]:
+                merged.append(f"{where}: {', '.join(f'{v:.4g}' for v in kept)}")
+            if moved:
+                shifted.append(f"{where}: {', '.join(f'{a:.4g} as {b:.4g}' for a, b in moved.items())}")
+        what = ([f"cells merged with the next at edges {'; '.join(merged)}"] if merged else []) + (
+            [f"edges released as cuts released before on this column ({'; '.join(shifted)})"] if shifted else [])
+        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells asked: "
+                + "; ".join(what or ["edges differ from those asked"]))
 
 
 @dataclass(frozen=True)
@@ -178,7 +191,9 @@ class PerSite(Aggregation):
                                                "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
                                                "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan)})
         coarsened = {s: sorted(r["dropped"] + [a for a, _ in r["moved"]]) for s, r in results.items()}
-        return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site)
+        moved = {s: [(float(a), float(b)) for a, b in r["moved"]] for s, r in results.items()}
+        return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site,
+                          moved)
 
     def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         return self.session.pooled_steps(function, *args, relayed=True, **kwargs)
@@ -230,9 +245,10 @@ class Pooled(Aggregation):
 
     def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
         r = self.session.pooled(function, *args)
-        moved = [a for a, _ in r["moved"]]
+        moved = [(float(a), float(b)) for a, b in r["moved"]]
         return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in _BIN_FIELDS),
-                          requested, True, {"pooled": sorted(r["dropped"] + moved)}, {})
+                          requested, True, {"pooled": sorted(r["dropped"] + [a for a, _ in moved])}, {},
+                          {"pooled": moved})
 
     def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         return self.session.pooled_steps(function, *args, **kwargs)

@@ -42,6 +42,7 @@ import numpy as np
 from dsfed_client import plots
 
 if TYPE_CHECKING:  # pragma: no cover
+    from dsfed_client.analyses.calibration import HosmerLemeshow
     from dsfed_client.analyses.comparison import ModelComparison
     from dsfed_client.analyses.suite import ValidationReport
     from dsfed_client.session import FederatedSession
@@ -381,16 +382,25 @@ def _calibration_section(report: "ValidationReport") -> str:
             ["MCE", e.mce, None, None, None, "groups of H-L C"]]
     hl_rows = [[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0]
                for r in c.table.itertuples()]
-    figs = [_calibration_figure(report),
-            _figure(lambda ax: c.plot(ax=ax), "Observed and expected events per decile-of-risk group (H-L C).",
-                    figsize=(6.0, 4.2), name="hosmer-lemeshow"),
-            _figure(lambda ax: lg.plot(ax=ax), "Logistic recalibration curve against the diagonal.",
-                    figsize=(4.4, 4.4), name="logistic")]
+    figs = [_calibration_figure(report)]
+    if hl_rows:
+        figs.append(_figure(lambda ax: c.plot(ax=ax), "Observed and expected events per decile-of-risk group "
+                            "(H-L C).", figsize=(6.0, 4.2), name="hosmer-lemeshow"))
+    figs.append(_figure(lambda ax: lg.plot(ax=ax), "Logistic recalibration curve against the diagonal.",
+                        figsize=(4.4, 4.4), name="logistic"))
+    groups = (_table(["group", "n", "observed events", "expected events", "observed non-events",
+                      "expected non-events"], hl_rows, left=1) if hl_rows else
+              f'<p class="warn" id="hosmer-lemeshow-absent">{_e(_hl_groups_absent(c))}</p>')
     return (_table(["statistic", "estimate", f"{lg.level} lower", f"{lg.level} upper", "p-value", "note"], rows)
             + '<div class="figs">' + "".join(figs) + "</div>"
-            + "<h3>Hosmer-Lemeshow C groups</h3>"
-            + _table(["group", "n", "observed events", "expected events", "observed non-events",
-                      "expected non-events"], hl_rows, left=1))
+            + "<h3>Hosmer-Lemeshow C groups</h3>" + groups)
+
+
+def _hl_groups_absent(c: "HosmerLemeshow") -> str:
+    """Why the report shows no Hosmer-Lemeshow C group table or plot."""
+    why = c.table_withheld or "no group was released"
+    return (f"No group table or plot: the sites released the statistic (C = {c.statistic:.4g}, df {c.df}, "
+            f"computed by the sites on {len(c.group_sizes)} groups) but not the groups' counts: {why}.")
 
 
 def _smooth_section(report: "ValidationReport") -> str:

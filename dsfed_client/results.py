@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
+import textwrap
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple, TypeVar
 
 import numpy as np
@@ -120,10 +121,15 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+MAX_WIDTH = 100
+"""The widest line of a text summary: longer values, table notes and notes wrap."""
+
+
 def render(title: str, rows: list[tuple[str, str]], *, table: pd.DataFrame | None = None,
            notes: tuple[str, ...] = (), fmt: str = ".6g") -> str:
     """The one text layout of every summary: a title centred over label-value rows, then an
-    optional table and notes, as statsmodels' summaries.
+    optional table and notes, as statsmodels' summaries; at most :data:`MAX_WIDTH` columns (a long
+    value, the table's text columns and the notes wrap).
 
     >>> print(render("T", [("a", "1"), ("bb", "22")]), end="")
                                  T
@@ -132,15 +138,41 @@ def render(title: str, rows: list[tuple[str, str]], *, table: pd.DataFrame | Non
     bb:                                                       22
     ============================================================
     """
-    body = "" if table is None else table.to_string(float_format=lambda v: format(v, fmt), na_rep="-")
-    width = max([60, len(title) + 4, *(len(k) + len(v) + 4 for k, v in rows),
-                 *(len(line) for line in body.splitlines())])
+    body = "" if table is None else _table_text(table, fmt)
+    width = min(MAX_WIDTH, max([60, len(title) + 4, *(len(k) + len(v) + 4 for k, v in rows),
+                                *(len(line) for line in body.splitlines())]))
     lines = [title.center(width).rstrip(), "=" * width]
-    lines += [f"{k + ':':<{width - len(v)}}{v}" for k, v in rows]
+    for k, v in rows:
+        if len(k) + len(v) + 2 <= width:
+            lines.append(f"{k + ':':<{width - len(v)}}{v}")
+        else:
+            lines += textwrap.wrap(v, width, initial_indent=f"{k}: ", subsequent_indent=" " * (len(k) + 2))
     lines.append("=" * width)
     if body:
         lines += [body, "=" * width]
-    return "\n".join(lines + list(notes)) + "\n"
+    for note in notes:
+        lines += textwrap.wrap(note, width, subsequent_indent="  ") or [""]
+    return "\n".join(lines) + "\n"
+
+
+def _table_text(table: pd.DataFrame, fmt: str) -> str:
+    """A table as text; where that is wider than :data:`MAX_WIDTH`, its text columns (notes) are
+    written left-aligned after the numbers and wrapped under themselves."""
+    body = table.to_string(float_format=lambda v: format(v, fmt), na_rep="-")
+    text = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
+    if max(map(len, body.splitlines()), default=0) <= MAX_WIDTH or not text or len(text) == table.shape[1]:
+        return body
+    numbers = table.drop(columns=text).to_string(float_format=lambda v: format(v, fmt), na_rep="-").splitlines()
+    left = max(map(len, numbers))
+    room = max(20, MAX_WIDTH - left - 2)
+    header = len(numbers) - len(table)
+    out = [f"{line:<{left}}  {' / '.join(map(str, text))}" if i == 0 else line for i, line in enumerate(numbers[:header])]
+    for line, (_, row) in zip(numbers[header:], table[text].iterrows()):
+        cell = "; ".join(str(v) for v in row if isinstance(v, str) and v)
+        wrapped = textwrap.wrap(cell, room) or [""]
+        out.append(f"{line:<{left}}  {wrapped[0]}".rstrip())
+        out += [" " * (left + 2) + more for more in wrapped[1:]]
+    return "\n".join(out)
 
 
 def _format(value: Any, fmt: str) -> str:

@@ -192,3 +192,68 @@ def test_report_takes_the_histogram_based_curves(frames, tmp_path):
     assert "Every binned release was checked by each site on its own cells: asked for per-site checking" in text
     assert 'id="roc-overlay' in text and 'id="pr-curve' in text
     assert text.count("score histograms (ROC/PR curves)") == len(GBSG2_SITES)
+
+
+@pytest.fixture(scope="module")
+def messy_explored(tmp_path_factory):
+    """The messy corpus's three hospitals (complete cases of y and risk_score) under the shipped
+    default rules, in-process, after an exploratory histogram of the score released cuts on it."""
+    from dsfed_client import Ref
+    from dsfed_server.messy import write_corpus
+
+    tmp = tmp_path_factory.mktemp("messy")
+    frames = {s.name: s.truth[["y", "risk_score"]].dropna().rename(columns={"risk_score": "score"})
+              .reset_index(drop=True) for s in write_corpus(tmp / "corpus", dataset="three_hospitals", seed=37)}
+    provisioned, services = make_sites(tmp, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        session.aggregate("histogramDS", Ref("D$score"), [0.0503, 0.1497, 0.2501, 0.3499, 0.4502])
+        pooled = validate(session, "D$y", "D$score")
+        per_site = validate(session, "D$y", "D$score", secure=False)
+    return tmp, frames, pooled, per_site
+
+
+def test_the_text_summary_fits_100_columns_and_keeps_every_value_and_note(messy_explored):
+    _, frames, pooled, per_site = messy_explored
+    for result in (pooled, per_site):
+        text = result.summary()
+        assert max(map(len, text.splitlines())) <= 100, text
+        words = " ".join(text.split())
+        for note in result._notes():
+            assert " ".join(note.split()) in words
+        frame = result.to_frame()
+        assert f"{frame.loc['Brier score', 'estimate']:.4f}" in text
+        truth = pd.concat(frames.values())
+        assert frame.loc["Brier score", "estimate"] == pytest.approx(((truth.score - truth.y) ** 2).mean(), rel=1e-9)
+
+
+def test_a_coarsened_curve_says_which_edges_it_merged_and_no_more(messy_explored):
+    """The note's count of cells and its list of edges agree with the edges released: every edge
+    asked and not released is named, no released edge is named, and the count is the released one."""
+    _, _, pooled, per_site = messy_explored
+    for result in (pooled, per_site):
+        bins = result.curve.bins
+        note = bins.note()
+        if not bins.was_coarsened:
+            assert note.endswith("released as requested")
+            continue
+        cells = re.search(r"COARSENED to (\d+) of (\d+) cells asked", note)
+        assert (int(cells.group(1)), int(cells.group(2))) == (bins.edges.size - 1, bins.requested.size - 1)
+        named = {float(v) for v in re.findall(r"(?<![\w.])(\d\.\d+)(?![\d])", note.split("cells asked", 1)[1])}
+        missing = {round(float(v), 4) for v in bins.requested if not np.isclose(bins.edges, v).any()}
+        assert missing <= {round(v, 4) for v in named}
+        assert not any(np.isclose(bins.edges, v).any() and v not in {a for m in bins.moved.values() for a, _ in m}
+                       and not np.isclose(v, [b for m in bins.moved.values() for _, b in m]).any()
+                       for v in named)
+    assert per_site.curve.bins.was_coarsened, "the exploratory histogram's cuts coarsened the per-site curve"
+
+
+def test_a_withheld_hosmer_lemeshow_group_table_is_explained_not_drawn_empty(messy_explored):
+    tmp, _, pooled, _ = messy_explored
+    assert pooled.hl_c.table.empty and pooled.hl_c.table_withheld, "the sites withheld the pooled group table"
+    html = write_report(pooled, tmp / "withheld.html").read_text()
+    assert 'id="hosmer-lemeshow-absent"' in html
+    assert 'data-plot="hosmer-lemeshow"' not in html
+    reason = html.split('id="hosmer-lemeshow-absent">', 1)[1].split("</p>", 1)[0]
+    assert f"C = {pooled.hl_c.statistic:.4g}, df {pooled.hl_c.df}" in reason
+    assert pooled.hl_c.table_withheld.replace("'", "&#x27;") in reason
