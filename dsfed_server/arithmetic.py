@@ -135,6 +135,14 @@ def evaluate(node: Node, read: Callable[[Leaf], np.ndarray], n: int) -> Evaluate
     return out
 
 
+def truth(node: Node, read: Callable[[Leaf], np.ndarray], n: int) -> np.ndarray:
+    """The values of the condition ``node`` for ``n`` records: 1.0 TRUE, 0.0 FALSE, NaN NA."""
+    values, logical = _eval(node, read, Evaluated(np.empty(0)))
+    if not logical:
+        raise CallError(f"{node.to_text()[:80]!r} is a number, not a condition (D$age > 50)")
+    return np.array(np.broadcast_to(np.asarray(values, dtype=float), (n,)))
+
+
 def _eval(node: Node, read: Callable[[Leaf], np.ndarray], out: Evaluated) -> tuple[np.ndarray, bool]:
     """The value of ``node`` and whether it is logical (1.0 TRUE, 0.0 FALSE, NaN NA)."""
     if isinstance(node, Literal):

@@ -15,7 +15,7 @@ import pandas as pd
 
 from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.disclosure.checks import Guard
-from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.differencing import ROWS, Rows, bits
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.provenance import RootColumn, meaning, root_column
@@ -91,17 +91,21 @@ class CallContext:
         cores: list[tuple[str, tuple[str, ...], np.ndarray]] = []
         for vector in vectors:
             found = self.meaning(vector)
+            if found.terms and all(len(support) == (rows.n_root + 7) // 8 for _, _, support in found.terms):
+                cores += [(core, roots, bits(np.frombuffer(support, dtype=np.uint8), rows.n_root)[rows.index] == 1)
+                          for core, roots, support in found.terms]
+                continue
             written = forms(found)
             values = vector.to_numpy(dtype=float, na_value=np.nan)
             core = written[1] if written is not None else "values#" + content_digest(values).hex()[:24]
             if core:  # a number is no function of a record
                 cores.append((core, tuple(sorted(r.column for r in found.roots)), values[complete] != 0))
         functions = list(cores)
-        if squares:
+        if squares:  # of a sum of summands: each one's square and each two's product
             functions += [(f"^({core}, 2.0)", roots, nonzero) for core, roots, nonzero in cores]
-        if products:
-            functions += [(f"*({min(a, b)}, {max(a, b)})", tuple(sorted({*ra, *rb})), na & nb)
-                          for (a, ra, na), (b, rb, nb) in combinations(cores, 2)]
+            functions += [_product(a, b) for a, b in combinations(cores, 2)]
+        elif products:
+            functions += [_product(a, b) for a, b in combinations(cores, 2)]
         groups = None if cells is None else [cells == c for c in np.unique(cells)]
         self.guard.exact_sums(rows, functions, groups)
 
@@ -182,6 +186,13 @@ class CallContext:
     @staticmethod
     def class_of(value: Any) -> str:
         return r_class(value)
+
+
+def _product(a: tuple[str, tuple[str, ...], np.ndarray], b: tuple[str, tuple[str, ...], np.ndarray]
+             ) -> tuple[str, tuple[str, ...], np.ndarray]:
+    """The product of two summed functions (core, roots, where not 0)."""
+    first, second = sorted((a[0], b[0]))
+    return f"*({first}, {second})", tuple(sorted({*a[1], *b[1]})), a[2] & b[2]
 
 
 def r_class(value: Any) -> str:

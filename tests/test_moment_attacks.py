@@ -46,24 +46,50 @@ def scores_from_power_sums(sums: list[float]) -> np.ndarray:
     return np.sort(np.roots(coefficients).real)
 
 
-def cell(session, lo: int, hi: int, outcome: int) -> tuple[int, float]:
-    """The subset ``S`` of the records aged [lo, hi) with the outcome ``outcome``, made through the gate:
-    its size and the sum of its scores."""
+# how the attack writes the k-th power of the score over a cell ({k}; {lo}, {hi}, {o} the cell), and
+# what it subtracts from the column's sum: that many times the sum of incomes over the table (known from
+# meanDS(D$income)), and whether one for every record outside the cell (a constant branch)
+WRITINGS = {
+    "subsets": ("S$score^{k}", 0.0, False),
+    "indicator padded by a column": ("C*D$score^{k} + 1e-6*D$income", 1e-6, False),
+    "indicator plus a number, times the power": ("(C + 1e-13)*D$score^{k}", 0.0, False),
+    "ifelse with a constant branch, padded": (
+        "ifelse(D$age >= {lo} & D$age < {hi} & D$y == {o}, D$score^{k}, 1) + 1e-13*D$income", 1e-13, True),
+}
+
+
+def cell(session, lo: int, hi: int, outcome: int, writing: str) -> int:
+    """Make the cell of the records aged [lo, hi) with the outcome ``outcome`` through the gate: the
+    subset ``S`` (its sums are over the cell) and, for the other writings, the indicator column ``C`` (1 in
+    the cell, 0 elsewhere). Returns the cell's size, as the analyst reads it (a count, no sum)."""
     session.assign_expr("A", f'dataFrameSubsetDS2("D", "D$age", "{lo}", 6, NULL, NULL, FALSE)')
     session.assign_expr("B", f'dataFrameSubsetDS2("A", "A$age", "{hi}", 3, NULL, NULL, FALSE)')
     session.assign_expr("S", f'dataFrameSubsetDS2("B", "B$y", "{outcome}", 1, NULL, NULL, FALSE)')
-    part = next(iter(session.aggregate_expr("meanDS(S$score)").values()))
-    return part["Nvalid"], part["EstimatedMean"] * part["Nvalid"]
+    if writing != "subsets":
+        session.derive("C", f"ifelse(D$age >= {lo} & D$age < {hi} & D$y == {outcome}, 1, 0)")
+    return next(iter(session.aggregate_expr("dimDS(S)").values()))[0]
 
 
-def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
+def power_sum(session, writing: str, k: int, cell: tuple[int, int, int], m: int, income: float) -> float:
+    """The sum of score^k over the cell of ``m`` records, from the mean of the column the writing makes."""
+    text, income_weight, constant_branch = WRITINGS[writing]
+    lo, hi, o = cell
+    session.derive("P", text.format(k=k, lo=lo, hi=hi, o=o))
+    part = next(iter(session.aggregate_expr("meanDS(P)").values()))
+    total = part["EstimatedMean"] * part["Nvalid"] - income_weight * income
+    return total - (part["Nvalid"] - m) if constant_branch else total
+
+
+def attack(session, truth: pd.DataFrame, writing: str) -> tuple[int, int, list[str]]:
     """Cells through the gate, then power sums of the score in each: (records read, records attacked,
     the rules of the refusals met)."""
+    income = next(iter(session.aggregate_expr("meanDS(D$income)").values()))
+    income_total = income["EstimatedMean"] * income["Nvalid"]
     read, attacked, refusals = 0, 0, []
     for lo, hi in BANDS:
         for outcome in (0, 1):
             try:
-                m, first = cell(session, lo, hi, outcome)
+                m = cell(session, lo, hi, outcome, writing)
             except FederatedCallError as exc:
                 refusals += [e.rule or e.kind for e in exc.failures.values()]
                 continue
@@ -71,12 +97,8 @@ def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
                 continue
             truth_cell = truth[(truth.age >= lo) & (truth.age < hi) & (truth.y == outcome)]
             attacked += len(truth_cell)
-            sums = [first]
             try:
-                for k in range(2, m + 1):
-                    session.derive("P", f"S$score^{k}")
-                    part = next(iter(session.aggregate_expr("meanDS(P)").values()))
-                    sums.append(part["EstimatedMean"] * part["Nvalid"])
+                sums = [power_sum(session, writing, k, (lo, hi, outcome), m, income_total) for k in range(1, m + 1)]
             except FederatedCallError as exc:
                 refusals += [e.rule or e.kind for e in exc.failures.values()]
                 continue
@@ -85,16 +107,17 @@ def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
     return read, attacked, refusals
 
 
+@pytest.mark.parametrize("writing", list(WRITINGS))
 @pytest.mark.parametrize("per_record", [None, 1.0], ids=["shipped rules", "as many functions as records"])
-def test_power_sums_over_gated_cells_read_no_record(tmp_path: Path, per_record: float | None):
+def test_power_sums_over_gated_cells_read_no_record(tmp_path: Path, per_record: float | None, writing: str):
     truth = synthetic_frame(7, 60)
     rules = None if per_record is None else rules_variant(tmp_path / "loose.toml", sums_per_record=per_record)
     with fixed_secrets("moments"):
         provisioned, services = make_sites(tmp_path, {"s1": truth}, rules)
     with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
         session.assign_table("D", "P.t")
-        read, attacked, refusals = attack(session, truth)
-    print(f"ATTACK power sums over gated subsets "
+        read, attacked, refusals = attack(session, truth, writing)
+    print(f"ATTACK power sums over gated cells, {writing} "
           f"({'shipped rules' if per_record is None else 'sums_per_record = 1'}): read {read} of {attacked} "
           f"records attacked ({len(truth)} in the table); refusals: {sorted(set(refusals))}")
     assert attacked >= 10  # the cells were made: the gate passed them

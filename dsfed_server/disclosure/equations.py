@@ -14,16 +14,14 @@ are fewer than the unknowns.
 
 So the site keeps, per table and for all analysts together, which **function** it summed over which
 **row set** (the function as text up to a straight line in it, :func:`~dsfed_server.disclosure.
-expressions.forms`: the sum of ``2*log(x) + 1`` is the sum of ``log(x)``), and a release that would
-let some group *G* of records answer more functions of a set *C* of columns than
-
-.. math:: \\max\\bigl(2k + k(k-1)/2,\\; \\lfloor \\rho\\, |G|\\, k \\rfloor\\bigr), \\qquad k = |C|,
-
-is refused (rule ``disclosure.sums_per_record``, :math:`\\rho`). The first term is what a group that
-passed the gate always gets: the means, variances and covariances of its columns (second moments,
-what DataSHIELD's summaries release of every group of q records); the second lets larger groups answer
-more functions, never more than a share :math:`\\rho` of their values. A function of several columns
-counts for every set that holds them; a function of one column for that column.
+expressions.forms`: the sum of ``2*log(x) + 1`` is the sum of ``log(x)``; a derived column's sum is
+the sum of its terms' sums, each over the records where that term is not 0), and refuses a release
+that would let some group *G* of records answer more than :math:`\\lfloor \\rho |G| \\rfloor` functions
+of a column beyond its **second moments** (rule ``disclosure.sums_per_record``, :math:`\\rho`). The
+second moments -- the column itself, its square, its product with another column -- are what means,
+variances and covariances release, which every group that passed the gate may answer (DataSHIELD's
+summaries of any q records); beyond them, a group answers at most a share :math:`\\rho` of its values.
+A function of several columns counts for each of them.
 
 A function's sums over its row sets give its sum over every group whose indicator lies in their linear
 span (Chin & Ozsoyoglu 1982). The groups checked are the row sets themselves, the difference of every
@@ -55,27 +53,30 @@ class Summed:
     rows: bytes
 
 
-def second_moments(k: int) -> int:
-    """The sums a group always answers over ``k`` columns: each column's sum and sum of squares, and
-    the sum of each two columns' product."""
-    return 2 * k + k * (k - 1) // 2
+def second_moment(function: str, roots: tuple[str, ...]) -> bool:
+    """Whether ``function`` is a column itself, its square, or the product of two columns: what the
+    means, variances and covariances of a group release, which every group that passed the gate may
+    answer (DataSHIELD's summaries of any q records)."""
+    if len(roots) == 1:
+        return function in (roots[0], f"^({roots[0]}, 2.0)")
+    return len(roots) == 2 and function == f"*({roots[0]}, {roots[1]})"
 
 
-def allowed(size: float, k: int, per_record: float) -> int:
-    """How many functions of ``k`` columns a group of ``size`` records may answer."""
-    return max(second_moments(k), int(np.floor(per_record * size * k + 1e-9)))
+def allowed(size: float, per_record: float) -> int:
+    """How many functions of a column beyond its second moments a group of ``size`` records may answer."""
+    return int(np.floor(per_record * size + 1e-9))
 
 
 def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float) -> tuple[str, ...] | None:
     """None if the sums ``new`` may be released after the sums ``earlier`` over a table of ``n``
-    records, else the columns (root names) some group of records would answer too many functions of
+    records, else the column (root name) some group of records would answer too many functions of
     (module docstring). Raises :class:`~dsfed_server.disclosure.differencing.AuditTooLarge` when the
     row sets are too many over too many atoms to check."""
     seen = {(s.function, s.rows) for s in earlier}
-    fresh = [s for s in new if (s.function, s.rows) not in seen]
+    fresh = [s for s in new if (s.function, s.rows) not in seen and not second_moment(s.function, s.roots)]
     if not fresh:
         return None
-    everything = earlier + fresh
+    everything = [s for s in earlier if not second_moment(s.function, s.roots)] + fresh
     sets = list(dict.fromkeys(s.rows for s in everything))
     index = {rows: j for j, rows in enumerate(sets)}
     packed = [np.frombuffer(rows, dtype=np.uint8) for rows in sets]
@@ -87,7 +88,7 @@ def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float
     incidence, counts = incidence[inside], counts[inside].astype(float)
     weight = np.sqrt(counts)
     groups = _groups(incidence, weight)
-    sizes = counts @ groups
+    limit = np.floor(per_record * (counts @ groups) + 1e-9)
     weighted = groups * weight[:, None]
 
     roots_of: dict[str, tuple[str, ...]] = {}
@@ -96,8 +97,8 @@ def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float
     for s in everything:
         roots_of[s.function] = s.roots
         sets_now.setdefault(s.function, set()).add(index[s.rows])
-    for s in earlier:
-        sets_before.setdefault(s.function, set()).add(index[s.rows])
+        if (s.function, s.rows) in seen:
+            sets_before.setdefault(s.function, set()).add(index[s.rows])
     spans: dict[frozenset[int], np.ndarray] = {}
 
     def answered(members: set[int] | None) -> np.ndarray:
@@ -109,26 +110,13 @@ def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float
             spans[key] = _in_span(incidence[:, sorted(key)] * weight[:, None], weighted)
         return spans[key]
 
-    now = {f: answered(sets_now[f]) for f in sets_now}
-    before = {f: answered(sets_before.get(f)) for f in sets_now}
-    for columns in _column_sets(roots_of.values(), (s.roots for s in fresh)):
-        mine = [f for f, roots in roots_of.items() if set(roots) <= columns]
-        count_now = sum(now[f].astype(int) for f in mine)
-        count_before = sum(before[f].astype(int) for f in mine)
-        limit = np.array([allowed(size, len(columns), per_record) for size in sizes])
-        if np.any((count_now > limit) & (count_now > count_before)):
-            return tuple(sorted(columns))
+    for column in sorted({c for s in fresh for c in s.roots}):
+        mine = [f for f, roots in roots_of.items() if column in roots]
+        now = sum(answered(sets_now[f]).astype(int) for f in mine)
+        before = sum(answered(sets_before.get(f)).astype(int) for f in mine)
+        if np.any((now > limit) & (now > before)):
+            return (column,)
     return None
-
-
-def _column_sets(every: object, fresh: object) -> list[frozenset[str]]:
-    """The sets of columns checked: each column of a new sum alone, the columns of each function, and
-    all of them together."""
-    functions = {frozenset(roots) for roots in every}  # type: ignore[attr-defined]
-    touched = set().union(*(set(roots) for roots in fresh))  # type: ignore[attr-defined]
-    out = {frozenset([c]) for c in touched} | {f for f in functions if f & touched}
-    out.add(frozenset().union(*(f for f in functions if f & touched)))
-    return sorted(out, key=lambda c: (len(c), sorted(c)))
 
 
 def _groups(incidence: np.ndarray, weight: np.ndarray) -> np.ndarray:

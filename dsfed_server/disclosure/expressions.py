@@ -557,6 +557,9 @@ class Meaning:
     # a column of several roots: the text of its expression over its roots, and its core (:func:`forms`)
     text: str = ""
     core: str = ""
+    # the summands of such a column (:mod:`dsfed_server.summands`): each one's core, its root columns,
+    # and the records of the root table where it is not 0 (packed by np.packbits)
+    terms: tuple[tuple[str, tuple[str, ...], bytes], ...] = ()
 
     @property
     def root(self) -> Root | None:
@@ -604,7 +607,7 @@ def classify(node: Node, meaning_of: Callable[[Column | Symbol], Meaning], conce
         checked = walker.check(part.fn, part.root, node)  # type: ignore[arg-type]
         meaning = Meaning(part.roots, part.fn, checked.monotone)
     else:
-        meaning = Meaning(part.roots, None, 0, *_node_forms(node, meaning_of))
+        meaning = Meaning(part.roots, None, 0, *node_forms(node, meaning_of))
     return Classified(meaning, walker.worst, walker.worst_dominance, walker.missing)
 
 
@@ -652,7 +655,7 @@ def _fn_text(fn: Fn, name: str) -> str:
     return f"{fn.op}({', '.join(args)}{value})"
 
 
-def _node_forms(node: Node, meaning_of: Callable[[Column | Symbol], Meaning]) -> tuple[str, str]:
+def node_forms(node: Node, meaning_of: Callable[[Column | Symbol], Meaning]) -> tuple[str, str]:
     """:func:`forms` of an expression of several roots: its text with every column written as its own
     function of its roots, and its core (the empty text for a number)."""
     if isinstance(node, Literal):
@@ -667,8 +670,8 @@ def _node_forms(node: Node, meaning_of: Callable[[Column | Symbol], Meaning]) ->
         text = node.to_text()
         return text, text
     if node.op == "(":
-        return _node_forms(node.args[0].value, meaning_of)
-    parts = [_node_forms(a.value, meaning_of) for a in node.args]
+        return node_forms(node.args[0].value, meaning_of)
+    parts = [node_forms(a.value, meaning_of) for a in node.args]
     text = f"{node.op}({', '.join(p[0] for p in parts)})"
     numbers = [not p[1] for p in parts]
     if all(numbers):

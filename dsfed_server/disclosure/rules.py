@@ -157,13 +157,14 @@ class Disclosure(_Section):
         ge=0,
         le=1,
         description=(
-            "Functions a group of records may answer, per record and column, beyond the means, variances and "
-            "covariances every group that passed the gate answers: exact sums of m different functions of a "
-            "column (x, x^2, ..., x^m; exp(k*x); log(x + c)) over a group of m records give its m values, as "
-            "power sums give a polynomial's roots, and with sums of products the records. The site counts, "
-            "for all analysts, the functions summed over each group the released row sets single out, up to a "
-            "straight line in each (2*log(x) + 1 is log(x)), and refuses a sum that would give a group more "
-            "than this share of its values. Protects against the moment attack on small subsets and cells "
+            "Functions of a column a group of records may answer by exact sums, per record, beyond the means, "
+            "variances and covariances any group that passed the gate answers: exact sums of m different functions "
+            "of a column (x^3, exp(k*x), log(x + c), ...) over a group of m records give its m values, as power "
+            "sums give a polynomial's roots, and with sums of products the records. The site counts, for all "
+            "analysts, the functions summed over each group the released row sets single out, up to a straight "
+            "line in each (2*log(x) + 1 is log(x)), a derived column summand by summand over the records where "
+            "each summand is not 0, and refuses a sum that would give a group more than this share of its "
+            "values. Protects against the moment attack on small subsets and cells "
             "(see docs/governance.md)."
         ),
     )

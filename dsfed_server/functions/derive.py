@@ -36,6 +36,7 @@ on scores, coefficients from the analyst in ``glmDS2``) refuse it, naming the ru
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from itertools import chain
 from typing import Callable
@@ -56,6 +57,7 @@ from dsfed_server.disclosure.provenance import MEANING, meaning
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet
+from dsfed_server.summands import summands
 from dsfed_server.views import ColumnView, Held, kept_vector
 
 
@@ -135,7 +137,10 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
     conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
     guard.derived_cuts(_cells(ctx, columns, conditions), row_sets, rows)
-    attrs = {MEANING: classified.meaning} if rows is None else {ROWS: rows, MEANING: classified.meaning}
+    found = classified.meaning
+    if rows is not None and found.function is None:  # a sum of summands, each counted over its own records
+        found = replace(found, terms=summands(expression, meanings, _numbers(columns), n, rows))
+    attrs = {MEANING: found} if rows is None else {ROWS: rows, MEANING: found}
     view = ColumnView(held, compute, first.index, expression.to_text()[:200], attrs)
     return kept_vector(view, evaluated.values)
 
