@@ -185,6 +185,8 @@ def _calibration_figure(report: "ValidationReport") -> str:
 
 
 def _per_site_figure(report: "ValidationReport") -> str:
+    if report.curve is None:
+        return ""
     per_site = report.curve.per_site
     if not per_site:
         return ""
@@ -255,8 +257,8 @@ def _heterogeneity_section(report: "ValidationReport") -> str:
 def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, Any]],
                    rules_info: dict[str, dict[str, Any]], data_info: dict[str, Any]) -> str:
     d = report.discrimination
-    mechanism = d.mechanism
-    sigma = d.result.reference.sigma if d.method == "paper" else {}  # type: ignore[union-attr]
+    mechanism = d.mechanism if d is not None else {}
+    sigma = d.result.reference.sigma if d is not None and d.method == "paper" else {}  # type: ignore[union-attr]
     sites = list(dict.fromkeys([*sites_info, *(s for s in mechanism if s != "pooled")]))
     rows = []
     for s in sites:
@@ -280,7 +282,7 @@ def _setup_section(report: "ValidationReport", sites_info: dict[str, dict[str, A
            f'<p class="{"ok" if report.mode == "pooled" else "warn"}">{_e(mode)}</p>',
            _table(["site", "n", "profile", "q", "subset min", "GLM saturation", "small bins", "noise",
                    "epsilon", "delta", "sigma (noisy scores)"], rows)]
-    if d.noise_off:
+    if d is not None and d.noise_off:
         out.append('<p class="warn">Noise is OFF at every site (a test profile): the scores were released '
                    'unperturbed and every number equals the pooled computation. Never for real data.</p>')
     return "".join(out)
@@ -298,6 +300,8 @@ def _privacy_section(report: "ValidationReport", rules_info: dict[str, dict[str,
 def _releases(report: "ValidationReport", rules_info: dict[str, dict[str, Any]], curves: Any = None) -> str:
     """What this analysis released with noise: each release's mechanism and its (epsilon, delta)."""
     d = report.discrimination
+    if d is None:
+        return "<p>The discrimination section was not computed: its noisy release is not listed here.</p>"
     what = "noisy scores (AUC, ROC-GLM)" if d.method == "paper" else "score histograms (AUC, ROC-GLM)"
     releases = [(what, d.mechanism)]
     if curves is not None:
@@ -370,30 +374,45 @@ def _calibration_section(report: "ValidationReport") -> str:
     rows = [["Brier score", b.brier, None, None, None, f"n = {b.n}"],
             ["Spiegelhalter z", b.spiegelhalter_z, None, None, b.spiegelhalter_p, ""],
             ["observed - expected event rate", b.citl_difference, None, None, None,
-             f"observed {b.mean_outcome:.4f}, mean prediction {b.mean_prediction:.4f}"],
-            ["calibration intercept", lg.intercept, *lg.intercept_ci, None, "y ~ logit(p)"],
-            ["calibration slope", lg.slope, *lg.slope_ci, None, "y ~ logit(p)"],
-            ["calibration-in-the-large", lg.citl, *lg.citl_ci, None, "y ~ 1 + offset(logit(p))"],
-            ["Hosmer-Lemeshow C", c.statistic, None, None, c.pvalue,
-             f"df {c.df}" + ("" if c.complete else "; groups merged or inexact (see disclosure control)")],
-            ["Hosmer-Lemeshow H", h.statistic, None, None, h.pvalue,
-             f"df {h.df}" + ("" if h.complete else "; groups merged or inexact (see disclosure control)")],
-            ["ECE", e.ece, None, None, None, "groups of H-L C"],
-            ["MCE", e.mce, None, None, None, "groups of H-L C"]]
-    hl_rows = [[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0]
-               for r in c.table.itertuples()]
-    figs = [_calibration_figure(report)]
+             f"observed {b.mean_outcome:.4f}, mean prediction {b.mean_prediction:.4f}"]]
+    if lg is not None:
+        rows += [["calibration intercept", lg.intercept, *lg.intercept_ci, None, "y ~ logit(p)"],
+                 ["calibration slope", lg.slope, *lg.slope_ci, None, "y ~ logit(p)"],
+                 ["calibration-in-the-large", lg.citl, *lg.citl_ci, None, "y ~ 1 + offset(logit(p))"]]
+    rows += [[f"Hosmer-Lemeshow {hl.kind}", hl.statistic, None, None, hl.pvalue,
+              f"df {hl.df}" + ("" if hl.complete else "; groups merged or inexact (see disclosure control)")]
+             for hl in (c, h) if hl is not None]
+    if e is not None:
+        rows += [["ECE", e.ece, None, None, None, "groups of H-L C"], ["MCE", e.mce, None, None, None, "groups of H-L C"]]
+    hl_rows = ([[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0]
+                for r in c.table.itertuples()] if c is not None else [])
+    figs = [_calibration_figure(report)] if report.curve is not None else []
     if hl_rows:
         figs.append(_figure(lambda ax: c.plot(ax=ax), "Observed and expected events per decile-of-risk group "
                             "(H-L C).", figsize=(6.0, 4.2), name="hosmer-lemeshow"))
-    figs.append(_figure(lambda ax: lg.plot(ax=ax), "Logistic recalibration curve against the diagonal.",
-                        figsize=(4.4, 4.4), name="logistic"))
-    groups = (_table(["group", "n", "observed events", "expected events", "observed non-events",
-                      "expected non-events"], hl_rows, left=1) if hl_rows else
-              f'<p class="warn" id="hosmer-lemeshow-absent">{_e(_hl_groups_absent(c))}</p>')
-    return (_table(["statistic", "estimate", f"{lg.level} lower", f"{lg.level} upper", "p-value", "note"], rows)
+    if lg is not None:
+        figs.append(_figure(lambda ax: lg.plot(ax=ax), "Logistic recalibration curve against the diagonal.",
+                            figsize=(4.4, 4.4), name="logistic"))
+    if c is None:
+        groups = ""
+    elif hl_rows:
+        groups = _table(["group", "n", "observed events", "expected events", "observed non-events",
+                         "expected non-events"], hl_rows, left=1)
+    else:
+        groups = f'<p class="warn" id="hosmer-lemeshow-absent">{_e(_hl_groups_absent(c))}</p>'
+    return (_not_computed(report, "calibration curve", "Hosmer-Lemeshow C", "Hosmer-Lemeshow H",
+                          "logistic calibration")
+            + _table(["statistic", "estimate", f"{report.level} lower", f"{report.level} upper", "p-value", "note"],
+                     rows)
             + '<div class="figs">' + "".join(figs) + "</div>"
-            + "<h3>Hosmer-Lemeshow C groups</h3>" + groups)
+            + ("<h3>Hosmer-Lemeshow C groups</h3>" + groups if groups else ""))
+
+
+def _not_computed(report: "ValidationReport", *sections: str) -> str:
+    """A warning naming each of ``sections`` that :func:`~dsfed_client.analyses.suite.validate`
+    could not compute, with its reason (empty if all were)."""
+    return "".join(f'<p class="warn not-computed">Not computed: {_e(s)}: {_e(report.failed[s])}</p>'
+                   for s in sections if s in report.failed)
 
 
 def _hl_groups_absent(c: "HosmerLemeshow") -> str:
@@ -420,6 +439,8 @@ def _smooth_section(report: "ValidationReport") -> str:
 
 def _thresholds_section(report: "ValidationReport") -> str:
     m, dc = report.threshold_metrics, report.decision_curve
+    if m is None or dc is None:
+        return _not_computed(report, "metrics at thresholds", "decision curve")
     frame = m.to_frame()
     rows = [[f"{t:g}", int(r.tp), int(r.fp), int(r.tn), int(r.fn),
              *(f"{getattr(r, k):.3f} ({getattr(r, k + '_lower'):.3f}, {getattr(r, k + '_upper'):.3f})"
@@ -445,24 +466,32 @@ def _disclosure_section(report: "ValidationReport", rules_info: dict[str, dict[s
            f"smaller one with the next, so every record is counted and nothing is filled in. Under secure "
            f"aggregation with pooled thresholds the sites check the bins pooled over the sites (what the analyst "
            f"sees); otherwise each site checks its own.")
-    parts = [f"<p>{_e(why)}</p>", f'<p class="{"warn" if report.curve.bins.was_coarsened else "ok"}">'
-             f"Calibration curve: {_e(report.curve.bins.note())}.</p>"]
+    parts = [f"<p>{_e(why)}</p>"]
+    if report.curve is not None:
+        parts.append(f'<p class="{"warn" if report.curve.bins.was_coarsened else "ok"}">'
+                     f"Calibration curve: {_e(report.curve.bins.note())}.</p>")
     for hl in (report.hl_c, report.hl_h):
-        parts.append(f'<p class="{"ok" if hl.complete else "warn"}">Hosmer-Lemeshow {hl.kind}: {_e(hl.note())}.</p>')
+        if hl is not None:
+            parts.append(f'<p class="{"ok" if hl.complete else "warn"}">Hosmer-Lemeshow {hl.kind}: {_e(hl.note())}.</p>')
+    dc = report.decision_curve
     for what, counts in (("Metrics at thresholds", report.threshold_metrics),
-                         ("Decision curve", report.decision_curve.counts)):
-        parts.append(f'<p class="{"warn" if counts.withheld else "ok"}">{what}: {_e(counts.withheld_note())}.</p>')
-    parts.append(f"<p>Calibration intercept and slope: {report.logistic.n_excluded} records with p = 0 or 1 "
-                 f"left out (as rms::val.prob does).</p>")
+                         ("Decision curve", dc.counts if dc is not None else None)):
+        if counts is not None:
+            parts.append(f'<p class="{"warn" if counts.withheld else "ok"}">{what}: {_e(counts.withheld_note())}.</p>')
+    if report.logistic is not None:
+        parts.append(f"<p>Calibration intercept and slope: {report.logistic.n_excluded} records with p = 0 or 1 "
+                     f"left out (as rms::val.prob does).</p>")
     return "".join(parts)
 
 
 def _software_section(report: "ValidationReport", versions: dict[str, str]) -> str:
     d = report.discrimination
-    settings = [["alpha", d.alpha], ["discrimination method", d.method], ["disclosure checks", report.mode],
-                ["ROC-GLM thresholds", d.n_thresholds], ["calibration bins", len(report.curve.n)],
-                ["H-L C groups formed (non-empty)", len(report.hl_c.table)]]
-    methods = [list(METHODS[d.method])] + [list(m) for m in CALIBRATION_METHODS]
+    settings = [["alpha", report.alpha], ["discrimination method", d.method if d is not None else "not computed"],
+                ["disclosure checks", report.mode],
+                ["ROC-GLM thresholds", d.n_thresholds if d is not None else "-"],
+                ["calibration bins", len(report.curve.n) if report.curve is not None else "-"],
+                ["H-L C groups formed (non-empty)", len(report.hl_c.table) if report.hl_c is not None else "-"]]
+    methods = ([list(METHODS[d.method])] if d is not None else []) + [list(m) for m in CALIBRATION_METHODS]
     return ("<h3>Software</h3>" + _table(["component", "version"], [[k, v] for k, v in versions.items()], left=2)
             + "<h3>Methods</h3>" + _table(["statistic", "method"], methods, left=2)
             + "<h3>Settings</h3>" + _table(["setting", "value"], settings))
@@ -494,10 +523,12 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         roc_overlay = roc_overlay or (curves.fpr, curves.tpr)
         pr_curve = pr_curve or {"precision": curves.precision, "recall": curves.tpr,
                                 "prevalence": curves.n_positive / (curves.n_positive + curves.n_negative)}
+    notes = [*notes, *(f"Not computed: {section}: {why}" for section, why in report.failed.items())]
     return _page(title, notes, [
         ("setup", "Study set-up", _setup_section(report, sites_info, rules_info, data_info)),
         ("privacy", "Privacy spent", _privacy_section(report, rules_info, budget_info, curves)),
-        ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)),
+        ("discrimination", "Discrimination", _discrimination_section(report, roc_overlay, pr_curve)
+         if report.discrimination is not None else _not_computed(report, "discrimination")),
         ("calibration", "Calibration", _calibration_section(report)),
         ("smooth", "Smooth calibration", _smooth_section(report)),
         ("thresholds", "Decisions at thresholds", _thresholds_section(report)),
@@ -541,9 +572,10 @@ def render_models_report(reports: dict[str, "ValidationReport"], comparison: "Mo
     budget figures once (they are the session's, not a model's)."""
     sites_info, rules_info, data_info = sites_info or {}, rules_info or {}, data_info or {}
     first = next(iter(reports.values()))
-    overview = [[label, r.n, r.discrimination.auc, *r.discrimination.ci, r.brier.brier, r.logistic.intercept,
-                 r.logistic.slope, r.mode] for label, r in reports.items()]
-    level = first.discrimination.level
+    overview = [[label, r.n, *((r.discrimination.auc, *r.discrimination.ci) if r.discrimination else (None,) * 3),
+                 r.brier.brier, *((r.logistic.intercept, r.logistic.slope) if r.logistic else (None, None)), r.mode]
+                for label, r in reports.items()]
+    level = first.level
     sections = [
         ("setup", "Study set-up", _setup_section(first, sites_info, rules_info, data_info)),
         ("models", "The models", _table(["model", "n", "AUC", f"{level} lower", f"{level} upper", "Brier",
@@ -555,7 +587,8 @@ def render_models_report(reports: dict[str, "ValidationReport"], comparison: "Mo
                          _comparison_section(comparison)))
     for i, (label, r) in enumerate(reports.items(), 1):
         sections += [
-            (f"model{i}-discrimination", f"{label}: discrimination", _discrimination_section(r, None, None)),
+            (f"model{i}-discrimination", f"{label}: discrimination", _discrimination_section(r, None, None)
+             if r.discrimination is not None else _not_computed(r, "discrimination")),
             (f"model{i}-calibration", f"{label}: calibration", _calibration_section(r)),
             (f"model{i}-privacy", f"{label}: privacy spent", _releases(r, rules_info)),
             (f"model{i}-disclosure", f"{label}: disclosure control", _disclosure_section(r, rules_info)),

@@ -263,7 +263,9 @@ def test_logistic_calibration_presentation(report):
 def test_validation_report_presentation(report, paper):
     data = report.to_dict()
     assert set(data) == {"mode", "mode_note", "discrimination", "brier", "curve", "hl_c", "hl_h", "errors",
-                         "logistic", "threshold_metrics", "decision_curve", "heterogeneity", "smooth_note", "n", "alpha", "table"}
+                         "logistic", "threshold_metrics", "decision_curve", "heterogeneity", "smooth_note", "failed", "n", "alpha",
+                         "table"}
+    assert data["failed"] == {}
     assert not report.heterogeneity.available and paper.heterogeneity.auc.k == len(paper.heterogeneity.to_frame())
     assert data["mode"] == "pooled" and paper.mode == "per-site" and paper.mode_note == "asked for per-site checking"
     json.dumps(data, allow_nan=False)

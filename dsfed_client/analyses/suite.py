@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
 import pandas as pd
 
@@ -15,9 +15,11 @@ from dsfed_client.analyses.curves import HistogramAUC, ds_hist_auc
 from dsfed_client.analyses.decision import VALIDATE_GRID, DecisionCurve, ds_decision_curve
 from dsfed_client.analyses.heterogeneity import Heterogeneity, ds_heterogeneity, unavailable
 from dsfed_client.analyses.discrimination import ROCGLM, ds_roc_glm
+from dsfed_client.analyses.glm import ConvergenceError
 from dsfed_client.analyses.smooth_calibration import SKIPPED as SPLINE_SKIPPED, SplineCalibration, spline_section
 from dsfed_client.analyses.thresholds import ThresholdMetrics, check_thresholds, ds_threshold_metrics
 from dsfed_client.aggregation import first_release
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, N_THRESHOLDS, PRIVACY, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
@@ -103,6 +105,10 @@ class ValidationReport(Results):
     aggregation with pooled thresholds), ``"per-site"`` otherwise; ``mode_note`` says why the
     per-site path was taken.
 
+    A section that could not be computed (a fit that did not converge, a release the sites refused)
+    is None and ``failed`` names it with the reason; the other sections stand, and the summary,
+    ``to_frame`` and the report say what is missing.
+
     References
     ----------
     Schalk, Rehms et al. (2024), seed 000 (AUC, ROC-GLM, Brier, calibration curve); the
@@ -113,20 +119,26 @@ class ValidationReport(Results):
     _title: ClassVar[str] = "Federated validation of a binary prediction model"
     _table_fmt: ClassVar[str] = ".4f"
 
-    discrimination: Discrimination = stat()
+    discrimination: Discrimination | None = stat()
     brier: Brier = stat()
-    curve: CalibrationCurve = stat()
-    hl_c: HosmerLemeshow = stat()
-    hl_h: HosmerLemeshow = stat()
-    errors: CalibrationErrors = stat()
-    logistic: LogisticCalibration = stat()
-    threshold_metrics: ThresholdMetrics = stat()
-    decision_curve: DecisionCurve = stat()
+    curve: CalibrationCurve | None = stat()
+    hl_c: HosmerLemeshow | None = stat()
+    hl_h: HosmerLemeshow | None = stat()
+    errors: CalibrationErrors | None = stat()
+    logistic: LogisticCalibration | None = stat()
+    threshold_metrics: ThresholdMetrics | None = stat()
+    decision_curve: DecisionCurve | None = stat()
     mode: str = stat(brief="", default="per-site")
     mode_note: str = stat(default="")
     smooth: SplineCalibration | None = hidden(default=None)  # None: skipped, smooth_note says why
     smooth_note: str = stat(default="")
     heterogeneity: Heterogeneity | None = stat(default=None)  # per-site estimates and their meta-analysis
+    failed: dict[str, str] = stat(factory=dict)  # section -> why it was not computed
+    alpha: float = stat(default=0.05)  # every interval at level 1 - alpha
+
+    @derived("Not computed", export=False)
+    def failed_sections(self) -> str:
+        return ", ".join(self.failed) or "-"
 
     @derived("n", brief="")
     def n(self) -> int:
@@ -134,15 +146,12 @@ class ValidationReport(Results):
 
     @derived("AUC", brief=".4f", export=False)
     def auc(self) -> float:
-        return self.discrimination.auc
-
-    @derived()
-    def alpha(self) -> float:
-        return self.discrimination.alpha
+        return self.discrimination.auc if self.discrimination is not None else float("nan")
 
     @derived("Discrimination", export=False)
     def discrimination_method(self) -> str:
-        return f"{self.discrimination.method} method; noise: {self.discrimination.noise}"
+        d = self.discrimination
+        return f"{d.method} method; noise: {d.noise}" if d is not None else "not computed"
 
     @derived("Disclosure checks", export=False)
     def checks(self) -> str:
@@ -151,25 +160,27 @@ class ValidationReport(Results):
         return f"PER SITE: each site checked its own cells ({self.mode_note})"
 
     def _table(self) -> pd.DataFrame:
-        d, lg, nan = self.discrimination, self.logistic, float("nan")
-        auc_note = "logit CI (eq. 3), sampling + noise variance" if d.method == "histogram" else "DeLong CI"
-        rows = [
-            ("empirical AUC", d.auc, *d.ci, nan, auc_note),
-            ("ROC-GLM AUC", d.roc_glm_auc, *d.roc_glm_ci, nan, "logit CI (eq. 3)"),
-            ("Brier score", self.brier.brier, nan, nan, nan, ""),
-            ("Spiegelhalter z", self.brier.spiegelhalter_z, nan, nan, self.brier.spiegelhalter_p, ""),
-            ("calibration intercept", lg.intercept, *lg.intercept_ci, nan, "y ~ logit(p), Wald CI"),
-            ("calibration slope", lg.slope, *lg.slope_ci, nan, "y ~ logit(p), Wald CI"),
-            ("calibration-in-the-large", lg.citl, *lg.citl_ci, nan, "y ~ 1 + offset(logit(p)), Wald CI"),
-            ("H-L C", self.hl_c.statistic, nan, nan, self.hl_c.pvalue,
-             f"df {self.hl_c.df}" + ("" if self.hl_c.complete else ", groups merged or inexact")),
-            ("H-L H", self.hl_h.statistic, nan, nan, self.hl_h.pvalue,
-             f"df {self.hl_h.df}" + ("" if self.hl_h.complete else ", groups merged")),
-            ("ECE", self.errors.ece, nan, nan, nan, "groups of H-L C"),
-            ("MCE", self.errors.mce, nan, nan, nan, "groups of H-L C"),
-        ]
-        m = self.threshold_metrics
-        for metric in ("sensitivity", "specificity"):
+        d, lg, c, h, e, m, nan = (self.discrimination, self.logistic, self.hl_c, self.hl_h, self.errors,
+                                  self.threshold_metrics, float("nan"))
+        rows = []
+        if d is not None:
+            auc_note = "logit CI (eq. 3), sampling + noise variance" if d.method == "histogram" else "DeLong CI"
+            rows += [("empirical AUC", d.auc, *d.ci, nan, auc_note),
+                     ("ROC-GLM AUC", d.roc_glm_auc, *d.roc_glm_ci, nan, "logit CI (eq. 3)")]
+        rows += [("Brier score", self.brier.brier, nan, nan, nan, ""),
+                 ("Spiegelhalter z", self.brier.spiegelhalter_z, nan, nan, self.brier.spiegelhalter_p, "")]
+        if lg is not None:
+            rows += [("calibration intercept", lg.intercept, *lg.intercept_ci, nan, "y ~ logit(p), Wald CI"),
+                     ("calibration slope", lg.slope, *lg.slope_ci, nan, "y ~ logit(p), Wald CI"),
+                     ("calibration-in-the-large", lg.citl, *lg.citl_ci, nan, "y ~ 1 + offset(logit(p)), Wald CI")]
+        if c is not None:
+            rows.append(("H-L C", c.statistic, nan, nan, c.pvalue,
+                         f"df {c.df}" + ("" if c.complete else ", groups merged or inexact")))
+        if h is not None:
+            rows.append(("H-L H", h.statistic, nan, nan, h.pvalue, f"df {h.df}" + ("" if h.complete else ", groups merged")))
+        if e is not None:
+            rows += [("ECE", e.ece, nan, nan, nan, "groups of H-L C"), ("MCE", e.mce, nan, nan, nan, "groups of H-L C")]
+        for metric in ("sensitivity", "specificity") if m is not None else ():
             lower, upper = m.interval(metric)
             rows += [(f"{metric} at {t:g}", v, lo, hi, nan, f"score >= {t:g}, {m.ci_method} CI")
                      for t, v, lo, hi in zip(m.thresholds, getattr(m, metric), lower, upper)]
@@ -179,24 +190,50 @@ class ValidationReport(Results):
         return frame
 
     def _notes(self) -> tuple[str, ...]:
-        return (f"{self.discrimination.level} intervals", f"calibration curve: {self.curve.bins.note()}",
-                f"H-L C: {self.hl_c.note()}", f"H-L H: {self.hl_h.note()}",
-                f"metrics at thresholds: {self.threshold_metrics.withheld_note()}",
-                f"decision curve: {self.decision_curve.n_thresholds} of {self.decision_curve.counts.requested.size} thresholds "
-                "released") + ((f"heterogeneity: {self.heterogeneity.note}",)
-                               if self.heterogeneity is not None and self.heterogeneity.note else ())
+        notes = [f"{self.level} intervals"]
+        if self.curve is not None:
+            notes.append(f"calibration curve: {self.curve.bins.note()}")
+        notes += [f"H-L {hl.kind}: {hl.note()}" for hl in (self.hl_c, self.hl_h) if hl is not None]
+        if self.threshold_metrics is not None:
+            notes.append(f"metrics at thresholds: {self.threshold_metrics.withheld_note()}")
+        if self.decision_curve is not None:
+            dc = self.decision_curve
+            notes.append(f"decision curve: {dc.n_thresholds} of {dc.counts.requested.size} thresholds released")
+        if self.heterogeneity is not None and self.heterogeneity.note:
+            notes.append(f"heterogeneity: {self.heterogeneity.note}")
+        return tuple(notes) + tuple(f"NOT COMPUTED: {section}: {why}" for section, why in self.failed.items())
 
     def plot(self, ax: Any = None) -> Any:
-        """ROC curve, calibration curve and the H-L C bars side by side. ``ax``: three Axes to draw on,
-        or None for a new figure. Returns the three Axes."""
+        """ROC curve, calibration curve and the H-L C bars side by side (a section not computed
+        leaves its Axes empty, titled so). ``ax``: three Axes to draw on, or None for a new figure.
+        Returns the three Axes."""
         from dsfed_client.plots import _pyplot  # noqa: PLC0415
 
         if ax is None:
             fig, ax = _pyplot().subplots(1, 3, figsize=(16, 5))
-        self.discrimination.plot(ax=ax[0])
-        self.curve.plot(ax=ax[1])
-        self.hl_c.plot(ax=ax[2])
+        for axes, part, name in ((ax[0], self.discrimination, "discrimination"),
+                                 (ax[1], self.curve, "calibration curve"), (ax[2], self.hl_c, "Hosmer-Lemeshow C")):
+            if part is not None:
+                part.plot(ax=axes)
+            else:
+                axes.set_title(f"{name}: not computed")
         return ax
+
+
+SECTION_ERRORS = (ConvergenceError, FederatedCallError)
+"""What leaves one section of :func:`validate` out instead of ending it: a fit that did not
+converge, a call the sites refused or could not answer."""
+
+T = TypeVar("T")
+
+
+def _section(failed: dict[str, str], name: str, compute: Callable[[], T]) -> T | None:
+    """``compute()``, or None with ``failed[name]`` saying why it raised one of :data:`SECTION_ERRORS`."""
+    try:
+        return compute()
+    except SECTION_ERRORS as exc:
+        failed[name] = f"{type(exc).__name__}: {exc}"
+        return None
 
 
 @validate_params({"alpha": ALPHA, "n_bins": N_BINS, "n_groups": N_GROUPS, "n_thresholds": N_THRESHOLDS,
@@ -233,6 +270,12 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     ``n_groups`` (Hosmer-Lemeshow C and H, ECE/MCE), ``n_thresholds`` (ROC-GLM) and both
     threshold lists are checked before any site is contacted.
 
+    A section that cannot be computed -- a fit that does not converge (a score that separates the
+    outcomes leaves the calibration slope infinite), a release the sites refuse -- does not end the
+    validation: that section is None in the result, ``failed`` names it with the error, and the
+    others are computed. The Brier score comes first and decides how the sites are asked; if it is
+    refused, the whole call is.
+
     References
     ----------
     Schalk, Rehms et al. (2024), seed 000: eqs. (1)-(3), (5), "Distributed ROC-GLM", "Calibration
@@ -242,27 +285,35 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     check_thresholds(metric_thresholds)
     check_thresholds(decision_thresholds)
     agg, brier = first_release(session, secure, lambda agg: ds_brier(session, truth, score, secure=agg.pooled))
-    pooled = agg.pooled
+    pooled, failed = agg.pooled, {}
     # the binned releases in this order: bins of the curve and of H-L H first (the same cuts)
-    curve = ds_calibration_curve(session, truth, score, n_bins=n_bins, secure=pooled)
-    hl_h = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="H", secure=pooled)
-    hl_c = ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=pooled)
-    logistic = ds_logistic_calibration(session, truth, score, n_complete=brier.n, alpha=alpha, secure=pooled)
+    curve = _section(failed, "calibration curve",
+                     lambda: ds_calibration_curve(session, truth, score, n_bins=n_bins, secure=pooled))
+    hl_h = _section(failed, "Hosmer-Lemeshow H", lambda: ds_hosmer_lemeshow(
+        session, truth, score, n_groups=n_groups, kind="H", secure=pooled))
+    hl_c = _section(failed, "Hosmer-Lemeshow C", lambda: ds_hosmer_lemeshow(
+        session, truth, score, n_groups=n_groups, kind="C", secure=pooled))
+    logistic = _section(failed, "logistic calibration", lambda: ds_logistic_calibration(
+        session, truth, score, n_complete=brier.n, alpha=alpha, secure=pooled))
     if agg.per_site_parts:  # the sites would refuse the pooled-only protocol: not asked
         smooth, smooth_note = None, f"{SPLINE_SKIPPED}: the validation ran per site"
     else:
-        smooth, smooth_note = spline_section(session, truth, score, alpha=alpha, secure=pooled)
+        spline = _section(failed, "smooth calibration",
+                          lambda: spline_section(session, truth, score, alpha=alpha, secure=pooled))
+        smooth, smooth_note = spline or (None, f"not computed: {failed.get('smooth calibration')}")
     if method == "paper":
-        discrimination = Discrimination.from_paper(ds_roc_glm(
+        discrimination = _section(failed, "discrimination", lambda: Discrimination.from_paper(ds_roc_glm(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
-            sensitivity=sensitivity, secure=pooled))
+            sensitivity=sensitivity, secure=pooled)))
     else:
-        discrimination = Discrimination.from_histogram(ds_hist_auc(
+        discrimination = _section(failed, "discrimination", lambda: Discrimination.from_histogram(ds_hist_auc(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, secure=pooled, epsilon=epsilon,
-            delta=delta))
+            delta=delta)))
     # after the bins: a threshold at a bin edge is that edge's cut
-    at_thresholds = ds_threshold_metrics(session, truth, score, metric_thresholds, alpha=alpha, secure=pooled)
-    decision = ds_decision_curve(session, truth, score, decision_thresholds, secure=pooled)
+    at_thresholds = _section(failed, "metrics at thresholds", lambda: ds_threshold_metrics(
+        session, truth, score, metric_thresholds, alpha=alpha, secure=pooled))
+    decision = _section(failed, "decision curve", lambda: ds_decision_curve(
+        session, truth, score, decision_thresholds, secure=pooled))
     if heterogeneity or (heterogeneity is None and agg.per_site_parts):
         sites = ds_heterogeneity(session, truth, score, alpha=alpha, method=method, epsilon=epsilon, delta=delta,
                                  sensitivity=sensitivity)
@@ -271,6 +322,6 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
                             "the validation released pooled results only (secure aggregation); heterogeneity=True "
                             "asks each site for its own estimates, where its rules allow per-site releases"),
                             method=method, alpha=alpha)
-    return ValidationReport(discrimination, brier, curve, hl_c, hl_h, calibration_errors(hl_c), logistic,
-                            at_thresholds, decision, agg.mode, agg.note, smooth, smooth_note, sites)
-
+    errors = calibration_errors(hl_c) if hl_c is not None else None
+    return ValidationReport(discrimination, brier, curve, hl_c, hl_h, errors, logistic, at_thresholds, decision,
+                            agg.mode, agg.note, smooth, smooth_note, sites, failed, alpha)

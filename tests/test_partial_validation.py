@@ -1,0 +1,65 @@
+"""``validate()`` keeps what it could compute: on scores that separate the outcomes (every event
+scored above 0.5, every non-event below), the calibration slope is infinite and R's ``glm`` does not
+converge in its 25 iterations, nor does the distributed fit; the result names that section with its
+error and holds the others, which equal pandas on the pooled records. Three in-process sites under
+the shipped default rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import inprocess_builder
+from dsfed_client.analyses.suite import validate
+from dsfed_client.report import write_report
+from rref import r_eval
+from sitekit import make_sites
+
+
+@pytest.fixture(scope="module")
+def separated(tmp_path_factory):
+    rng = np.random.default_rng(4)
+    frames = {}
+    for k, n in enumerate((300, 200, 150)):
+        score = np.round(rng.uniform(0.02, 0.98, n), 3)
+        frames[f"site{k + 1}"] = pd.DataFrame({"y": (score > 0.5).astype(int), "score": score})
+    tmp = tmp_path_factory.mktemp("separated")
+    provisioned, services = make_sites(tmp, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        result = validate(session, "D$y", "D$score")
+    return tmp, pd.concat(frames.values(), ignore_index=True), result
+
+
+def test_a_fit_that_cannot_converge_is_named_and_the_other_sections_stand(separated):
+    _, pooled, result = separated
+    converged, iterations = r_eval("m <- suppressWarnings(glm(y ~ qlogis(p), family = binomial)); "
+                                   "c(m$converged, m$iter)", y=pooled.y.to_numpy(), p=pooled.score.to_numpy())
+    assert (bool(converged), int(iterations)) == (False, 25)  # R's glm does not converge either
+
+    assert result.logistic is None
+    assert result.failed["logistic calibration"] == ("ConvergenceError: the distributed GLM did not converge in "
+                                                     "25 iterations")
+    assert all(why.startswith("ConvergenceError: ") for why in result.failed.values())
+    assert result.brier.brier == pytest.approx(((pooled.score - pooled.y) ** 2).mean(), rel=1e-12)
+    assert result.brier.n == len(pooled)
+    events, called = pooled.y == 1, pooled.score >= 0.5
+    m = result.threshold_metrics
+    assert list(m.thresholds) == [0.5]
+    assert m.sensitivity[0] == pytest.approx((called & events).sum() / events.sum(), rel=1e-12)
+    assert m.specificity[0] == pytest.approx((~called & ~events).sum() / (~events).sum(), rel=1e-12)
+    assert result.curve is not None and result.curve.n.sum() == len(pooled)
+    assert result.hl_h is not None and result.hl_c is not None
+
+
+def test_the_summary_frame_and_report_say_what_is_missing(separated):
+    tmp, _, result = separated
+    text = result.summary()
+    for section, why in result.failed.items():
+        assert f"NOT COMPUTED: {section}: {why}" in " ".join(text.split())
+    frame = result.to_frame()
+    assert "calibration slope" not in frame.index and "Brier score" in frame.index
+    html = write_report(result, tmp / "partial.html").read_text()
+    assert "Not computed: logistic calibration: ConvergenceError" in html
+    assert "Brier score" in html and 'data-plot="logistic"' not in html
