@@ -180,6 +180,33 @@ def definition(call: str, session: Session, scope: CallScope) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+def same_levels(site: str, meta: dict[str, Any], relayed: Any) -> None:
+    """Refuse to sum a pooled table whose level labels differ between sites (a stray ``"F "`` at one):
+    its cells would not line up. Names the first site that differs and the levels only one side has.
+    Runs before the relayed vectors are opened; a forged declaration can only make this refuse."""
+    own = meta.get("levels")
+    if own is None or not isinstance(relayed, dict):
+        return
+    for sender in sorted(relayed):
+        entry = relayed[sender]
+        theirs = entry.get("meta", {}).get("levels") if isinstance(entry, dict) else None
+        if sender == site or theirs is None or theirs == own:
+            continue
+        differ = []
+        for axis, (mine, other) in enumerate(zip(own, theirs)):
+            only_here, only_there = [v for v in mine if v not in other], [v for v in other if v not in mine]
+            if only_here or only_there or mine != other:
+                where = f"variable {axis + 1}: " if len(own) > 1 else ""
+                differ.append(f"{where}{site} has {mine}, {sender} has {other}"
+                              + (f" (only at {site}: {only_here})" if only_here else "")
+                              + (f" (only at {sender}: {only_there})" if only_there else ""))
+        raise CallError(f"the sites' levels differ, so their tables cannot be summed cell by cell: "
+                        f"{'; '.join(differ) or f'{len(own)} against {len(theirs)} variables'}",
+                        hint="make the levels agree at every site (the same categories in each data dictionary; "
+                             "trim or recode stray spellings), or ask per site (secure=False), where the client "
+                             "aligns the levels")
+
+
 class SiteService:
     def __init__(
         self,
@@ -606,6 +633,8 @@ class SiteService:
         meta = self._floor_meta(rules)
         if isinstance(raw, gate.Intervals):
             meta.update(gate.dictionary_meta(raw.column))
+        if isinstance(raw, gate.Categories) and raw.labels:
+            meta["levels"] = [list(axis) for axis in raw.labels]
         return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta,
                           frozenset(scope.sources), history_key, asked_bits=asked_bits)
 
@@ -690,6 +719,7 @@ class SiteService:
 
     def _open_pooled(self, session: Session, rnd: secure_sum.Round, keys: dict[str, bytes], step: int,
                      pending: relay.PendingStep, option: dict[str, Any]) -> Any:
+        same_levels(self.name, pending.meta, option.get("relay"))
         total, metas = relay.open_relay(self.name, rnd, keys, step, pending, option.get("relay"))
         fields, clipped = relay.decode(total, pending.layout, pending.frac_bits)
         if clipped:  # the analyst learns how many values did not fit, not where: it asks again with fewer bits

@@ -266,6 +266,8 @@ class Categories:
     what: str = "table"
     totals: dict[str, float] = field(default_factory=dict)
     rows: Rows | None = None  # the records of ``codes``: their positions in the table (None: not known)
+    labels: tuple[tuple[str | None, ...], ...] = ()  # each axis' level labels: a pooled release sums cells
+    # of the same labels only (SiteService checks that every site of the round declares these)
 
 
 Cells = Intervals | Categories

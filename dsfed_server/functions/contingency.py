@@ -55,7 +55,8 @@ def table1d(ctx: CallContext, x: pd.Series) -> Categories:
         return {"levels": labels, "counts": released.counts.tolist(), "total": int(released.counts.sum()),
                 "pooled": released.pooled}
 
-    return Categories(codes, (len(labels),), render, what="1-D table", rows=ctx.record_rows(x, missing=True))
+    return Categories(codes, (len(labels),), render, what="1-D table", rows=ctx.record_rows(x, missing=True),
+                      labels=(tuple(labels),))
 
 
 @register(
@@ -78,7 +79,7 @@ def table2d(ctx: CallContext, x: pd.Series, y: pd.Series) -> Categories:
                 "pooled": released.pooled}
 
     return Categories(rx * len(cols) + cy, (len(rows), len(cols)), render, what="2-D table",
-                      rows=ctx.record_rows(x, y, missing=True))
+                      rows=ctx.record_rows(x, y, missing=True), labels=(tuple(rows), tuple(cols)))
 
 
 @register(
@@ -150,4 +151,5 @@ def table_dsbase(ctx: CallContext, rvar_transmit: pd.Series, cvar_transmit: pd.S
         return {"counts": counts.T.flatten().astype(int).tolist(), "dim": list(shape), "dimnames": labels,
                 "names": names, "pooled": released.pooled}
 
-    return Categories(cells, shape, render, what=f"{len(shape)}-D table", rows=rows)
+    return Categories(cells, shape, render, what=f"{len(shape)}-D table", rows=rows,
+                      labels=tuple(tuple(axis) for axis in labels))
