@@ -119,6 +119,25 @@ proc_ref <- function(y, p) {
 }
 """
 
+R_HIST_ROCGLM = """
+# ROC-GLM from DeLong placement values (ties one half) against the pooled negatives:
+# PV_i = 1 - (#neg < x + #neg == x / 2) / n0 for each positive; each site's table
+# u = 1(PV <= t_j), t_j = j / (nT + 1), with weights; the sites' tables stacked, R's probit glm
+hist_rocglm_ref <- function(y, p, site, nT) {
+  neg <- p[y == 0]
+  t <- (1:nT) / (nT + 1)
+  rows <- lapply(split(seq_along(y), site), function(idx) {
+    pos <- p[idx][y[idx] == 1]
+    pv <- vapply(pos, function(s) 1 - (sum(neg < s) + sum(neg == s) / 2) / length(neg), numeric(1))
+    ones <- vapply(t, function(tj) sum(pv <= tj), numeric(1))
+    data.frame(u = rep(c(0, 1), nT), x = rep(qnorm(t), each = 2), w = as.vector(rbind(length(pos) - ones, ones)))
+  })
+  d <- do.call(rbind, rows)
+  f <- suppressWarnings(glm(u ~ x, family = binomial(link = "probit"), data = d, weights = w))
+  c(coef(f), pnorm(coef(f)[1] / sqrt(1 + coef(f)[2]^2)))
+}
+"""
+
 R_VALPROB = """
 valprob_ref <- function(y, p) {
   v <- suppressWarnings(rms::val.prob(p, y, pl = FALSE))

@@ -32,7 +32,7 @@ from dsfed_server.synthetic import binormal
 from conftest import GBSG2_SITES, http_builder, inprocess_builder, read_site_csv
 from dsfed_server.launch import LocalSites
 from dsfed_core.histograms import monotone_cumulative, tree_least_squares
-from rref import R_PROC, r_reference
+from rref import R_HIST_ROCGLM, R_PROC, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
@@ -121,24 +121,6 @@ def test_hist_auc_and_delong_noise_off_equal_pROC(exact_sites, within_bin):
     assert (data["roc_glm"]["ci_lower"], data["roc_glm"]["ci_upper"]) == result.roc_glm.ci
 
 
-R_HIST_ROCGLM = """
-# ROC-GLM from DeLong placement values (ties one half) against the pooled negatives:
-# PV_i = 1 - (#neg < x + #neg == x / 2) / n0 for each positive; each site's table
-# u = 1(PV <= t_j), t_j = j / (nT + 1), with weights; the sites' tables stacked, R's probit glm
-hist_rocglm_ref <- function(y, p, site, nT) {
-  neg <- p[y == 0]
-  t <- (1:nT) / (nT + 1)
-  rows <- lapply(split(seq_along(y), site), function(idx) {
-    pos <- p[idx][y[idx] == 1]
-    pv <- vapply(pos, function(s) 1 - (sum(neg < s) + sum(neg == s) / 2) / length(neg), numeric(1))
-    ones <- vapply(t, function(tj) sum(pv <= tj), numeric(1))
-    data.frame(u = rep(c(0, 1), nT), x = rep(qnorm(t), each = 2), w = as.vector(rbind(length(pos) - ones, ones)))
-  })
-  d <- do.call(rbind, rows)
-  f <- suppressWarnings(glm(u ~ x, family = binomial(link = "probit"), data = d, weights = w))
-  c(coef(f), pnorm(coef(f)[1] / sqrt(1 + coef(f)[2]^2)))
-}
-"""
 
 
 def test_hist_roc_glm_noise_off_equals_R_glm(exact_sites):

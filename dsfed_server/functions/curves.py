@@ -47,7 +47,7 @@ from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError
 from dsfed_core.wire import encode_f64
 from dsfed_server.functions.validation import (
-    PLACEMENT_SUMS, outcome_and_score, placement_sums_result, roc_glm_table,
+    PLACEMENT_SUMS, complete_pairs, outcome_and_score, placement_sums_result, roc_glm_table,
 )
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
@@ -351,6 +351,6 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
     """The site's intermediate ROC-GLM table (seed 000, "The ROC-GLM") from the histogram CDF:
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
-    y, p = outcome_and_score(ctx, truth, score)
+    y, (p,) = complete_pairs(ctx, truth, {"score": score})
     return roc_glm_table(1.0 - _cdf(site_reference(ctx, reference, p, score), "neg", p[y == 1], within_bin),
-                         thresholds)
+                         thresholds, y)

@@ -57,7 +57,7 @@ from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.functions.curves import SITE_DERIVED
-from dsfed_server.functions.validation import derived_rows, kept, outcome_and_score
+from dsfed_server.functions.validation import complete_pairs, derived_rows, kept, outcome_and_score
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 
@@ -338,7 +338,7 @@ def rcs_frame(ctx: CallContext, truth: pd.Series, score: pd.Series, knots: pd.Da
         raise CallError("knots must be the symbol the sites derived (rcsKnotsDS's knots_symbol): knots of the "
                         "analyst's choosing would move the spline's kinks between records",
                         hint="run rcsKnotsDS pooled and pass the symbol its release names")
-    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    y, (p,) = complete_pairs(ctx, truth, {"score": score}, probability=True)  # the GLM on it applies q
     finite = (p > 0) & (p < 1)
     y, p = kept(y, finite), kept(p, finite)
     t = tuple(knots["knot"].to_numpy(dtype=float).tolist())

@@ -2,9 +2,11 @@
 
 Every function here takes the outcome ``truth`` (0/1) and the predicted
 ``score`` of the same records, drops records where either is missing, and
-refuses a site whose records, positives or negatives number fewer than q
+refuses a release resting on fewer than q records, positives or negatives
 (rule A1 of seed 000; a binary outcome level below q is refused as in
-DataSHIELD's ``glmDS1``). What leaves the site is a sum over at least q
+DataSHIELD's ``glmDS1``): a site's own in a per-site release, the sums over
+the sites in a pooled one. A table that stays on the site applies no count
+itself; the releases from it do. What leaves the site is a sum over at least q
 records, a noisy score under the site's DP mechanism, or a count between
 cuts the release gate passed (:mod:`dsfed_server.disclosure.gate`).
 """
@@ -17,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from dsfed_server.context import CallContext, numeric
+from dsfed_server.context import RECORDS_BEHIND, CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
@@ -48,7 +50,25 @@ def outcome_and_score(ctx: CallContext, truth: pd.Series, score: pd.Series, *, p
 def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.Series], *,
                        probability: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
     """The outcome and the scores (named by their parameter) of the records complete in all of
-    them, checked: 0/1 outcome, and at least q records, positives and negatives."""
+    them, checked: 0/1 outcome, and at least q records, positives and negatives (on the pooled
+    counts in a pooled release, :meth:`Guard.min_count`)."""
+    y, ps = complete_pairs(ctx, truth, scores, probability=probability)
+    for what, n in class_counts(y).items():
+        ctx.guard.min_count(n, what)
+    return y, ps
+
+
+def class_counts(y: np.ndarray) -> dict[str, int]:
+    """The counts rule A1 applies to: complete records, positives and negatives of the 0/1 outcome ``y``."""
+    n1 = int(y.sum())
+    return {"complete records": int(y.size), "positives (truth = 1)": n1, "negatives (truth = 0)": int(y.size) - n1}
+
+
+def complete_pairs(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.Series], *,
+                   probability: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The 0/1 outcome and the scores of the records complete in all of them, no count checked: for a
+    table that stays on the site, whose releases apply q themselves (a GLM on it, or
+    :data:`~dsfed_server.context.RECORDS_BEHIND`)."""
     y = numeric(truth, "truth", whole=True)  # a 0/1 column as stored, not copied
     ps = [numeric(score, name) for name, score in scores.items()]
     keep = np.ones(y.size, dtype=bool) if y.dtype == np.int64 else ~np.isnan(y)
@@ -62,10 +82,6 @@ def outcome_and_scores(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.
         y, ps = y[keep], [p[keep] for p in ps]
     if not np.all((y == 0) | (y == 1)):
         raise CallError("truth must be coded 0/1")
-    ctx.guard.min_count(y.size, "complete records")
-    n1 = int(y.sum())
-    ctx.guard.min_count(n1, "positives (truth = 1)")
-    ctx.guard.min_count(y.size - n1, "negatives (truth = 0)")
     return y.astype(np.int64, copy=False), ps
 
 
@@ -302,15 +318,17 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     :math:`u_{ij} = 1(PV_i \\le t_j)`; stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``
     for a weighted probit regression ``u ~ x``. The table stays on the site.
     """
-    y, p = outcome_and_score(ctx, truth, score)
+    y, (p,) = complete_pairs(ctx, truth, {"score": score})
     pv = 1.0 - reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, ctx.root_column(score))
-    return roc_glm_table(pv, thresholds)
+    return roc_glm_table(pv, thresholds, y)
 
 
-def roc_glm_table(pv: np.ndarray, thresholds: int) -> pd.DataFrame:
+def roc_glm_table(pv: np.ndarray, thresholds: int, y: np.ndarray) -> pd.DataFrame:
     """Seed 000's ROC-GLM rows from the positives' placement values: thresholds
     :math:`t_j = j/(n_T+1)`, responses :math:`u_{ij} = 1(PV_i \\le t_j)` aggregated as
-    ``(u, x = \\Phi^{-1}(t_j), w = count)``."""
+    ``(u, x = \\Phi^{-1}(t_j), w = count)``. Its counts summarize the site's records of outcome
+    ``y``, so every release from it applies rule A1 to those records (:data:`RECORDS_BEHIND`): per
+    site, or pooled over the sites in a pooled release."""
     t = np.arange(1, thresholds + 1) / (thresholds + 1)
     ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
     frame = pd.DataFrame({
@@ -320,6 +338,7 @@ def roc_glm_table(pv: np.ndarray, thresholds: int) -> pd.DataFrame:
     })
     # x are the thresholds, which the analyst knows: a fit at its coefficients would be equations in the counts w
     frame.attrs[PUBLIC_DESIGN] = True
+    frame.attrs[RECORDS_BEHIND] = class_counts(y)
     return frame
 
 
@@ -475,8 +494,9 @@ def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: lis
 def calibration_frame(ctx: CallContext, truth: pd.Series, score: pd.Series) -> pd.DataFrame:
     """A table (y, lp = logit(p)) for logistic recalibration by the distributed GLM
     (calibration intercept and slope, seed 001 §3.5; ``rms::val.prob``'s Intercept and Slope).
-    Records with p = 0 or 1 (infinite logit) are left out, as ``val.prob`` does."""
-    y, p = outcome_and_score(ctx, truth, score, probability=True)
+    Records with p = 0 or 1 (infinite logit) are left out, as ``val.prob`` does. A table of the
+    records themselves: the GLM on it applies q to its records and outcome levels, per site or pooled."""
+    y, (p,) = complete_pairs(ctx, truth, {"score": score}, probability=True)
     finite = (p > 0) & (p < 1)
     y, p = kept(y, finite), kept(p, finite)
     lp = np.subtract(1.0, p)  # log(p / (1 - p)) in one array
