@@ -110,29 +110,38 @@ class SiteResults(Mapping[str, Any]):
 
 @dataclass
 class LoginBuilder:
-    """Collects the sites to log in to (as ``DSLoginBuilder`` does in DataSHIELD)."""
+    """Collects the sites to log in to (as ``DSLoginBuilder`` does in DataSHIELD), each with the
+    table it holds the analysis' data in (``table``: DataSHIELD's per-server table), which
+    :meth:`FederatedSession.assign_table` assigns when it is given no table."""
 
     transports: list[Transport] = field(default_factory=list)
+    tables: dict[str, str] = field(default_factory=dict)  # site -> its project.table
 
     def append(self, site: str, url: str, *, user: str | None = None, password: str | None = None,
-               token: str | None = None, read_timeout: float = 300.0, connect_timeout: float = 30.0
-               ) -> "LoginBuilder":
-        """A site reached over HTTP, with user and password or an API token (the timeouts:
-        :class:`~dsfed_client.transport.HttpTransport`)."""
+               token: str | None = None, table: str | None = None, read_timeout: float = 300.0,
+               connect_timeout: float = 30.0) -> "LoginBuilder":
+        """A site reached over HTTP, with user and password or an API token, and optionally its
+        ``project.table`` (the timeouts: :class:`~dsfed_client.transport.HttpTransport`)."""
         self._check_new(site)
         self.transports.append(
             HttpTransport(site, url, user=user, password=password, token=token, read_timeout=read_timeout,
                           connect_timeout=connect_timeout)
         )
+        self._table(site, table)
         return self
 
     def append_inprocess(self, service: InProcessSite, *, user: str, password: str | None = None,
-                         token: str | None = None) -> "LoginBuilder":
+                         token: str | None = None, table: str | None = None) -> "LoginBuilder":
         """A site object in this process (simulation studies, fast tests): same service code path
         (the site's :meth:`~dsfed_server.service.SiteService.connect` makes the transport)."""
         self._check_new(service.name)
         self.transports.append(service.connect(user=user, password=password, token=token))
+        self._table(service.name, table)
         return self
+
+    def _table(self, site: str, table: str | None) -> None:
+        if table is not None:
+            self.tables[site] = table
 
     def _check_new(self, site: str) -> None:
         if any(t.site == site for t in self.transports):
@@ -143,14 +152,18 @@ class LoginBuilder:
         first (:class:`~dsfed_client.errors.BudgetWarning`) when a site flags it."""
         if not self.transports:
             raise ValueError("no sites added")
-        return FederatedSession(list(self.transports), warn_budget=warn_budget)
+        return FederatedSession(list(self.transports), warn_budget=warn_budget, tables=self.tables)
 
 
 class FederatedSession:
     """An open session at every site; use as a context manager to close them all."""
 
-    def __init__(self, transports: list[Transport], *, warn_budget: bool = True) -> None:
+    def __init__(self, transports: list[Transport], *, warn_budget: bool = True,
+                 tables: dict[str, str] | None = None) -> None:
         self.transports = {t.site: t for t in transports}
+        self.tables = dict(tables or {})  # site -> project.table (LoginBuilder's per-site tables)
+        # symbols assigned from tables that differ between sites -> the tables: no pooled release reads them
+        self._own_tables: dict[str, dict[str, str]] = {}
         # preview every noisy call's cost and warn (BudgetWarning) when a site flags it
         self.warn_budget = warn_budget
         self._noisy: frozenset[str] | None = None  # the sites' noisy functions, listed at the first need
@@ -310,6 +323,7 @@ class FederatedSession:
         fewer bits, down to 0; if values still do not fit, it raises. If a site fails, the call
         raises and nothing is decoded.
         """
+        self._check_shared(function, args, kwargs)
         round_id, roster = self._round()
         call = call_body(Call(function, *args, **kwargs))
         while True:
@@ -341,6 +355,7 @@ class FederatedSession:
         parameters from the previous step's pooled result; the analyst relays sealed vectors and
         chooses nothing but when to stop. ``relayed``: each site checks its own counts instead of
         the pooled ones (a relayed protocol: any number of sites, a site checking per site only)."""
+        self._check_shared(function, args, kwargs)
         round_id, roster = self._round()
         call = call_body(Call(function, *args, **kwargs))
         yielded = False
@@ -399,8 +414,18 @@ class FederatedSession:
         handle: the name and the digest of its definition (calls that read the handle are refused
         once the symbol is removed or replaced, see :class:`~dsfed_client.calls.Ref`)."""
         function = value.function if isinstance(value, Call) else "$"
-        return self._handle(symbol, self._in_session(function, "POST", "/assign", {"symbol": symbol,
-                                                                                    **call_body(value)}))
+        answers = self._in_session(function, "POST", "/assign", {"symbol": symbol, **call_body(value)})
+        return self._derived(symbol, answers, {name.split("$", 1)[0] for name in _symbols([value])})
+
+    def _derived(self, symbol: str, answers: dict[str, Any], reads: set[str]) -> Ref:
+        """The handle of a symbol made from the symbols ``reads``; a plain reference, kept from pooled
+        releases as they are, if one of them was assigned from each site's own table."""
+        tables = next((self._own_tables[name] for name in sorted(reads) if name in self._own_tables), None)
+        self._own_tables.pop(symbol, None)
+        if tables is None:
+            return self._handle(symbol, answers)
+        self._own_tables[symbol] = tables
+        return Ref(symbol)
 
     @staticmethod
     def _handle(symbol: str, answers: dict[str, Any]) -> Ref:
@@ -414,7 +439,8 @@ class FederatedSession:
         """Store the result of DataSHIELD call text as ``symbol``: ``assign_expr("age", "D$age")``; its
         handle. ``function`` names the call in errors (default: the text's function, ``$`` for a column)."""
         function = function or (expr.split("(", 1)[0].strip() if "(" in expr else "$")
-        return self._handle(symbol, self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr}))
+        answers = self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr})
+        return self._derived(symbol, answers, set(re.findall(r"[A-Za-z.][A-Za-z0-9._]*", expr)))
 
     def derive(self, symbol: str, expression: str) -> Ref:
         """A new column computed at every site from columns and numbers, kept there as ``symbol``:
@@ -423,10 +449,42 @@ class FederatedSession:
         the sites check, docs/analyst.md "Derived variables"); its handle."""
         return self.assign_expr(symbol, expression, function="deriveDS")
 
-    def assign_table(self, symbol: str, table: str, variables: list[str] | None = None) -> Ref:
-        """Load ``project.table`` (optionally some variables) as ``symbol`` at every site; its handle."""
-        body = {"symbol": symbol, "table": table, "variables": variables}
-        return self._handle(symbol, self._in_session("assignTable", "POST", "/assign-table", body))
+    def assign_table(self, symbol: str, table: str | None = None, variables: list[str] | None = None) -> Ref:
+        """Load ``project.table`` (optionally some variables) as ``symbol`` at every site; its handle.
+        Without ``table``, each site loads its own, as the login named it (``LoginBuilder.append(...,
+        table=...)``). Where those tables differ, each site's definition of ``symbol`` names its own
+        table, so the result is a plain reference (no digest) and no pooled release or protocol of
+        the sites (:meth:`pooled`, :meth:`pooled_steps`, :meth:`secure_sum`; a GLM fit relays one
+        even per site) may read the symbol or one made from it: the sites bind those to definitions
+        they share. Per-site calls read it."""
+        self._own_tables.pop(symbol, None)
+        if table is not None:
+            body = {"symbol": symbol, "table": table, "variables": variables}
+            return self._handle(symbol, self._in_session("assignTable", "POST", "/assign-table", body))
+        unnamed = [site for site in self.sites if site not in self.tables]
+        if unnamed:
+            raise ValueError(f"assign_table({symbol!r}) without a table: the login names no table for "
+                             f"{', '.join(unnamed)}; give one (assign_table({symbol!r}, 'project.table')) or name "
+                             "each site's with LoginBuilder.append(..., table='project.table')")
+        per_site = {site: {"symbol": symbol, "table": self.tables[site], "variables": variables} for site in self.sites}
+        answers = self._in_session("assignTable", "POST", "/assign-table", per_site=per_site)
+        if len({self.tables[site] for site in self.sites}) == 1:
+            return self._handle(symbol, answers)
+        self._own_tables[symbol] = {site: self.tables[site] for site in self.sites}
+        return Ref(symbol)
+
+    def _check_shared(self, function: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Refuse, before any site is asked, a pooled release that reads a symbol assigned from each
+        site's own table (:meth:`assign_table`)."""
+        for symbol in _symbols([*args, *kwargs.values()]):
+            tables = self._own_tables.get(symbol.split("$", 1)[0])
+            if tables:
+                shown = ", ".join(f"{site} {table}" for site, table in tables.items())
+                raise ValueError(
+                    f"{function}: a pooled release cannot read {symbol!r}: it was assigned from each site's own "
+                    f"table ({shown}), and the sites bind a pooled release or protocol (a GLM fit too) to a "
+                    "definition they share; per-site calls read it; for this call, load the same table name at "
+                    "every site")
 
     def symbols(self) -> SiteResults:
         return SiteResults("listSymbols", self._in_session("listSymbols", "GET", "/symbols"))
@@ -536,3 +594,12 @@ class FederatedSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _symbols(values: list[Any]) -> Iterator[str]:
+    """The symbols (``D``, ``D$age``) that call arguments read, nested calls included."""
+    for value in values:
+        if isinstance(value, Ref):
+            yield value.symbol
+        elif isinstance(value, Call):
+            yield from _symbols([*value.args, *value.kwargs.values()])
