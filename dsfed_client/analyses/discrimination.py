@@ -12,6 +12,7 @@ With noise off (a test profile), every number equals the pooled computation.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar
 
@@ -51,10 +52,22 @@ class NoisyReference:
     positives: np.ndarray
     sigma: dict[str, float]
     mechanism: dict[str, dict[str, Any]]
+    noise_var_negatives: float = 0.0  # the noise variance of a negative's score, averaged over the records
+    noise_var_positives: float = 0.0
 
     @property
     def noise_off(self) -> bool:
         return all(s == 0 for s in self.sigma.values())
+
+    @property
+    def reliability(self) -> float:
+        """The share of the pooled noisy scores' variance that is the scores' own,
+        :math:`\\hat\\lambda = 1 - \\bar\\sigma^2 / s^2(\\tilde x)` (Carroll et al. 2006, the reliability
+        ratio of a measurement-error model), 1 with noise off."""
+        noisy = np.concatenate([self.negatives, self.positives])
+        noise = (self.noise_var_negatives * self.negatives.size + self.noise_var_positives * self.positives.size
+                 ) / noisy.size
+        return 1.0 if noise == 0 else float(max(0.0, 1.0 - noise / np.var(noisy, ddof=1)))
 
     def roc_curve(self, n_thresholds: int = 99) -> tuple[np.ndarray, np.ndarray]:
         """Empirical ROC of the pooled (noisy) scores at the ROC-GLM's grid :math:`t_j = j/(n_T+1)`:
@@ -75,10 +88,16 @@ def pooled_noisy_scores(session: FederatedSession, truth: str, score: str, *, ep
     negatives = np.sort(np.concatenate([decode_f64(r["negatives"]) for r in results.values()]))
     positives = np.sort(np.concatenate([decode_f64(r["positives"]) for r in results.values()]))
     symbol = session.assign(session.new_symbol("ref"), Call("referenceScoresDS", negatives, positives))
+    sigma = {s: float(r["sigma"]) for s, r in results.items()}
+
+    def mean_noise_var(cls: str, n: int) -> float:
+        return sum(sigma[s] ** 2 * decode_f64(r[cls]).size for s, r in results.items()) / n
+
     return NoisyReference(
-        symbol, negatives, positives,
-        sigma={s: float(r["sigma"]) for s, r in results.items()},
+        symbol, negatives, positives, sigma=sigma,
         mechanism={s: {k: r[k] for k in ("mechanism", "epsilon", "delta", "sensitivity")} for s, r in results.items()},
+        noise_var_negatives=mean_noise_var("negatives", negatives.size),
+        noise_var_positives=mean_noise_var("positives", positives.size),
     )
 
 
@@ -133,24 +152,40 @@ class AUCIntervals(Results):
 
     @derived("{level} CI (DeLong)")
     def ci_delong(self) -> ConfInt:
-        """Wald interval (pROC's ``ci.auc(method = "delong")``, widened by the noise variance)."""
+        """Wald interval (pROC's ``ci.auc(method = "delong")``, widened by the noise variance); NaN
+        where the total variance is not known (the noise swamps the scores)."""
+        if not np.isfinite(self.total_variance):
+            return ConfInt(float("nan"), float("nan"))
         return ConfInt(*wald_ci(self.auc, self.total_variance, self.alpha))
 
     @derived("{level} CI (logit, eq. 3)")
     def ci_logit(self) -> ConfInt:
-        """Seed 000 eq. (3), with the sampling and the noise variance."""
+        """Seed 000 eq. (3), with the sampling and the noise variance; NaN where the total variance
+        is not known."""
+        if not np.isfinite(self.total_variance):
+            return ConfInt(float("nan"), float("nan"))
         return ConfInt(*logit_ci(self.auc, self.total_variance, self.alpha))
+
+
+# below this reliability ratio the noise variance exceeds the scores' own: the noisy-score AUC says more
+# about the noise than about the model, and no interval around it is offered
+MIN_RELIABILITY = 0.5
+INSTEAD = ("use ds_hist_auc (the histogram AUC: the noise goes on counts of records, not on each score, and "
+           "its interval carries it)")
 
 
 @result
 class EmpiricalAUC(AUCIntervals):
     """Empirical AUC with its DeLong variance from pooled placement values, both intervals
-    (``ci_delong``, ``ci_logit``) at ``alpha``.
+    (``ci_delong``, ``ci_logit``) at ``alpha``. With noise on, the intervals carry the variance the
+    noise adds (``noise_variance``) and its estimated bias (``approximation_error``, squared);
+    where the noise swamps the scores (``swamped``: reliability below :data:`MIN_RELIABILITY`) they
+    are NaN and ``note`` names the estimator to use instead.
 
     References
     ----------
     Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(2) (placement values, DeLong variance) and
-    eq. (3) (logit interval); DeLong et al. (1988).
+    eq. (3) (logit interval); DeLong et al. (1988); Cook & Stefanski (1994), SIMEX (the bias).
     """
 
     _title: ClassVar[str] = "Empirical AUC (placement values, DeLong variance)"
@@ -162,7 +197,31 @@ class EmpiricalAUC(AUCIntervals):
     n_negative: int = stat("Negatives", brief="")
     noise_off: bool = stat("Noise off (exact)", brief="")
     approximation_error: float = stat("Est. noise error")  # 0 when exact; else an estimate of the noise's error
+    noise_variance: float = stat("Noise variance", default=0.0)  # the variance the noise adds, given the records
+    reliability: float = stat("Reliability of the noisy scores", default=1.0)
     reference: NoisyReference | None = hidden(default=None)  # for plot()
+
+    @derived("Noise swamps the scores", brief="")
+    def swamped(self) -> bool:
+        """The noise's variance exceeds the scores' own (reliability below :data:`MIN_RELIABILITY`):
+        the estimate is pulled towards 1/2 by more than its bias estimate can be trusted to say."""
+        return self.reliability < MIN_RELIABILITY or not np.isfinite(self.approximation_error)
+
+    @derived("Note")
+    def note(self) -> str:
+        """Why the intervals are missing, and what to use instead; empty otherwise."""
+        if not self.swamped:
+            return ""
+        return (f"the noise on the scores swamps them (reliability {self.reliability:.2f} < {MIN_RELIABILITY}): "
+                f"the AUC is pulled towards 0.5 by an unknown amount and no interval is given; {INSTEAD}")
+
+    @property
+    def total_variance(self) -> float:
+        """DeLong's variance, the noise's, and the square of the noise's estimated bias; NaN where the
+        noise swamps the scores."""
+        if self.swamped:
+            return float("nan")
+        return self.variance + self.noise_variance + self.approximation_error**2
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The empirical ROC of the pooled noisy scores (AUC and DeLong CI in the legend), optionally
@@ -220,10 +279,18 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     :math:`\\widehat{AUC} = \\bar V_{10}`; :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0`
     with sample variances pooled from sums and sums of squares. With noise on,
     :math:`V_{10}` compares each true positive score with the noisy pooled
-    negatives; the reported ``approximation_error`` estimates the noise-induced
-    error by one SIMEX step: the AUC between the noisy positives and the noisy
-    negatives carries twice the noise variance, so its distance from the
-    once-noised AUC estimates the bias of the latter.
+    negatives, which adds two errors the intervals carry:
+
+    * a bias towards 1/2, estimated by SIMEX (Cook & Stefanski 1994): the AUC between the noisy
+      positives and the noisy negatives carries twice the noise variance, and the binormal
+      extrapolant through both (:func:`simex_auc`) gives the AUC without noise; its distance from
+      the once-noised AUC is ``approximation_error``;
+    * a variance over the noise, :math:`n_0^{-2} \\sum_j \\operatorname{var}_e \\hat F_1(x_{0j} + e_j)`
+      (:func:`noise_variance_of_placements`: the positives' distribution function at each
+      negative's noisy score).
+
+    Where the noise's variance exceeds the scores' own (``swamped``) the bias is too large for one
+    extrapolation step to be trusted: the intervals are NaN, a warning names :func:`ds_hist_auc`.
 
     ``alpha`` sets both intervals (``ci_delong``, ``ci_logit``) at level ``1 - alpha``; it is
     checked, with every other parameter, before any site is contacted. ``secure``: the placement
@@ -237,8 +304,51 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
     """
     ref = reference or pooled_noisy_scores(session, truth, score)
     m = placement_moments(session.aggregation(secure).sum("placementSumsDS", Ref(truth), Ref(score), ref.symbol))
-    error = 0.0 if ref.noise_off else abs(_auc_between(ref.positives, ref.negatives) - m.mean10)
-    return EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, ref.noise_off, error, ref)
+    if ref.noise_off:
+        return EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, True, 0.0, reference=ref)
+    error = abs(m.mean10 - simex_auc(m.mean10, _auc_between(ref.positives, ref.negatives)))
+    result = EmpiricalAUC(m.mean10, m.variance, alpha, m.n1, m.n0, False, error,
+                          noise_variance_of_placements(ref), ref.reliability, ref)
+    if result.swamped:
+        warnings.warn(f"ds_auc: {result.note}", stacklevel=2)
+    return result
+
+
+def simex_auc(once: float, twice: float) -> float:
+    """The AUC without noise, extrapolated from the AUC under the noise once (``once``: variance
+    :math:`\\sigma^2` on the score differences) and twice (``twice``: :math:`2\\sigma^2`). Under noise of
+    variance :math:`\\lambda\\sigma^2` on normal score differences, :math:`AUC(\\lambda) = \\Phi(\\mu /
+    \\sqrt{s^2 + \\lambda\\sigma^2})`, so :math:`g(\\lambda) = \\Phi^{-1}(AUC(\\lambda))^{-2}` is linear in
+    :math:`\\lambda` and :math:`AUC(0) = \\Phi(\\pm (2 g(1) - g(2))^{-1/2})`: SIMEX (Cook & Stefanski 1994)
+    with the binormal model's extrapolant (the ROC-GLM's model). NaN where the extrapolant has no
+    finite value at 0 (the noise swamps the difference).
+
+    >>> from scipy.stats import norm
+    >>> once, twice = (float(norm.cdf(0.8 / np.sqrt(1 + lam * 0.5))) for lam in (1, 2))
+    >>> round(simex_auc(once, twice), 10) == round(float(norm.cdf(0.8)), 10)
+    True
+    """
+    z1, z2 = special.ndtri(once), special.ndtri(twice)
+    if z1 == 0 or z2 == 0 or np.sign(z1) != np.sign(z2):
+        return float("nan")
+    g0 = 2 / z1**2 - 1 / z2**2
+    return float(special.ndtr(np.sign(z1) / np.sqrt(g0))) if g0 > 0 else float("nan")
+
+
+def noise_variance_of_placements(ref: NoisyReference, draws: int = 64) -> float:
+    """The variance the noise on the negatives adds to :math:`\\bar V_{10} = n_0^{-1} \\sum_j
+    (1 - \\hat F_1(\\tilde x_{0j}))`: the noise draws are independent, so it is
+    :math:`n_0^{-2} \\sum_j \\operatorname{var}_e \\hat F_1(x_{0j} + e)`, estimated by the plug-in of the
+    noisy positives' distribution function for :math:`\\hat F_1` and the noisy negatives for the
+    negatives, over ``draws`` fixed normal draws of the noise (post-processing of what the analyst
+    holds; no site is asked)."""
+    positives = np.sort(ref.positives)
+    e = np.random.default_rng(0).standard_normal(draws) * np.sqrt(ref.noise_var_negatives)
+    total = 0.0
+    for start in range(0, ref.negatives.size, 4096):  # a block of negatives at a time
+        block = ref.negatives[start:start + 4096, None] + e[None, :]
+        total += float(np.sum(np.var(np.searchsorted(positives, block, side="right"), axis=1, ddof=1)))
+    return total / positives.size**2 / ref.negatives.size**2
 
 
 @result
@@ -375,5 +485,7 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
         bar.update(advance=1, description="ROC-GLM: placement values")
         empirical = ds_auc(session, truth, score, alpha=alpha, reference=ref, secure=pooled)
         bar.advance()
-    return ROCGLM(binormal_auc(a, b), a, b, empirical.variance, alpha, n_thresholds, fit, auc_integral=auc_integral,
-                  empirical=empirical, reference=ref)
+    # the noise's variance and squared bias, as the empirical AUC's interval carries them (NaN: swamped)
+    noise = empirical.total_variance - empirical.variance
+    return ROCGLM(binormal_auc(a, b), a, b, empirical.variance, alpha, n_thresholds, fit, noise,
+                  auc_integral=auc_integral, empirical=empirical, reference=ref)

@@ -36,7 +36,8 @@ class Discrimination(Results):
     noisy hierarchical histograms (seed 003); ``ci`` is seed 000's logit interval on the
     DeLong variance plus the variance the noise adds (``noise_variance``), and the ROC-GLM is fitted
     on the same placement values. ``method="paper"``: seed 000's noisy scores, as in the paper;
-    ``ci`` is the DeLong interval, which, as the paper's, does not account for the noise.
+    ``ci`` is the DeLong interval widened by the noise's variance and estimated bias, NaN where the
+    noise swamps the scores (:class:`~dsfed_client.analyses.discrimination.EmpiricalAUC`).
 
     References
     ----------
@@ -82,8 +83,8 @@ class Discrimination(Results):
         noise = ("off (test profile: exact)" if r.reference.noise_off else
                  "noisy scores per site (seed 000): " + ", ".join(f"{s} sigma {v:.4g}" for s, v in
                                                                    r.reference.sigma.items())
-                 + "; the intervals do not account for the noise (as in the paper)")
-        return cls("paper", e.auc, e.ci_delong, e.variance, 0.0, r.auc, r.ci, r.a, r.b, r.iterations,
+                 + ("; " + e.note if e.swamped else "; the intervals carry the noise's variance and estimated bias"))
+        return cls("paper", e.auc, e.ci_delong, e.variance, e.total_variance - e.variance, r.auc, r.ci, r.a, r.b, r.iterations,
                    r.n_thresholds, e.n_positive, e.n_negative, r.alpha, r.reference.noise_off, noise, r)
 
     @derived()
