@@ -132,7 +132,7 @@ def analyst(i: int, sites: dict[str, ProvisionedSite], urls: dict[str, str], pha
         ready.release()
     with session:
         go.wait()
-        while not stop.is_set():
+        while True:  # one round at least, however late a busy machine wakes this thread
             timed(lambda: session.aggregate("colnamesDS", Ref("D")),
                   lambda r: next((f"columns {v}" for v in r.values() if list(v) != own), None))
             timed(lambda: session.mean(f"D${own[0]}"),
@@ -142,6 +142,8 @@ def analyst(i: int, sites: dict[str, ProvisionedSite], urls: dict[str, str], pha
                                   if sorted(s["name"] for s in v) != sorted(["D", f"own{i}"])), None))
             with phase.lock:
                 phase.loops[name(i)] += 1
+            if stop.is_set():
+                break
 
 
 def flooder(k: int, addresses: int, urls: dict[str, str], analysts: int, phase: Phase, stop: threading.Event) -> None:
