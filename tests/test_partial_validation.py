@@ -1,8 +1,8 @@
 """``validate()`` keeps what it could compute: on scores that separate the outcomes (every event
 scored above 0.5, every non-event below), the calibration slope is infinite and R's ``glm`` does not
 converge in its 25 iterations, nor does the distributed fit; the result names that section with its
-error and holds the others, which equal pandas on the pooled records. Three in-process sites under
-the shipped default rules."""
+error and holds the others, which equal pandas on the pooled records; so too where the sites refuse
+one section's function. Three in-process sites under the shipped default rules."""
 
 from __future__ import annotations
 
@@ -63,3 +63,32 @@ def test_the_summary_frame_and_report_say_what_is_missing(separated):
     html = write_report(result, tmp / "partial.html").read_text()
     assert "Not computed: logistic calibration: ConvergenceError" in html
     assert "Brier score" in html and 'data-plot="logistic"' not in html
+
+
+def test_a_section_the_sites_refuse_is_named_and_the_others_stand(tmp_path):
+    """Sites whose rules do not enable ``thresholdBinsDS`` (the shipped default.toml otherwise: a
+    site's choice the analyst cannot change) refuse the metrics at thresholds; the validation names
+    that section with the sites' rule and computes the rest, equal to pandas where it is exact."""
+    import json
+    import tomllib
+
+    from sitekit import DEFAULT_RULES, rules_variant
+
+    enabled = tomllib.loads(DEFAULT_RULES.read_text())["functions"]["enabled"]
+    rules = rules_variant(tmp_path / "rules.toml", enabled=json.dumps([f for f in enabled if f != "thresholdBinsDS"]))
+    rng = np.random.default_rng(7)
+    frames = {}
+    for k, n in enumerate((300, 200, 150)):
+        score = np.round(rng.uniform(0.02, 0.98, n), 3)
+        frames[f"site{k + 1}"] = pd.DataFrame({"y": (rng.uniform(size=n) < score).astype(int), "score": score})
+    provisioned, services = make_sites(tmp_path, frames, rules=rules)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        result = validate(session, "D$y", "D$score")
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    assert result.threshold_metrics is None
+    assert result.failed["metrics at thresholds"].startswith("FederatedCallError: ")
+    assert "functions.enabled" in result.failed["metrics at thresholds"]
+    assert result.logistic is not None and result.discrimination is not None and result.hl_c is not None
+    assert result.brier.brier == pytest.approx(((pooled.score - pooled.y) ** 2).mean(), rel=1e-12)
+    assert result.curve.n.sum() == len(pooled)
