@@ -7,8 +7,9 @@ symbols and ``table$column`` references against the caller's own workspace.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,8 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows, bits
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
-from dsfed_server.disclosure.provenance import RootColumn, meaning, root_column
+from dsfed_server.disclosure.equations import second_moment
+from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, meaning, root_column
 from dsfed_server.modelframe import integer_view
 from dsfed_server.rowsets import RowSet, subset_of
 from dsfed_server.views import ColumnView, Held, read_value
@@ -88,26 +90,30 @@ class CallContext:
         complete = np.ones(len(vectors[0]), dtype=bool)
         for vector in (*vectors, *by):
             complete &= vector.notna().to_numpy()
-        cores: list[tuple[str, tuple[str, ...], np.ndarray]] = []
+        cores: list[_Summed] = []
         for vector in vectors:
             found = self.meaning(vector)
             if found.terms and all(len(support) == (rows.n_root + 7) // 8 for _, _, support in found.terms):
-                cores += [(core, roots, bits(np.frombuffer(support, dtype=np.uint8), rows.n_root)[rows.index] == 1)
-                          for core, roots, support in found.terms]
+                cores += [(core, roots, partial(_support, support, rows)) for core, roots, support in found.terms]
                 continue
             written = forms(found)
-            values = vector.to_numpy(dtype=float, na_value=np.nan)
-            core = written[1] if written is not None else "values#" + content_digest(values).hex()[:24]
+            core = written[1] if written is not None else "values#" + content_digest(
+                vector.to_numpy(dtype=float, na_value=np.nan)).hex()[:24]
+            # a column without provenance stands for a root the site cannot name: all of them count together
+            roots = tuple(sorted(r.column if r.table != NO_TABLE else UNKNOWN_ROOT for r in found.roots))
             if core:  # a number is no function of a record
-                cores.append((core, tuple(sorted(r.column for r in found.roots)), values[complete] != 0))
+                cores.append((core, roots, partial(_nonzero, vector, complete)))
         functions = list(cores)
         if squares:  # of a sum of summands: each one's square and each two's product
             functions += [(f"^({core}, 2.0)", roots, nonzero) for core, roots, nonzero in cores]
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         elif products:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
-        groups = None if cells is None else [cells == c for c in np.unique(cells)]
-        self.guard.exact_sums(rows, functions, groups)
+        # second moments are what any group answers: not counted, not kept
+        counted = [(core, roots, where()) for core, roots, where in functions if not second_moment(core, roots)]
+        if counted:
+            groups = None if cells is None else [cells == c for c in np.unique(cells)]
+            self.guard.exact_sums(rows, counted, groups)
 
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""
@@ -188,11 +194,25 @@ class CallContext:
         return r_class(value)
 
 
-def _product(a: tuple[str, tuple[str, ...], np.ndarray], b: tuple[str, tuple[str, ...], np.ndarray]
-             ) -> tuple[str, tuple[str, ...], np.ndarray]:
-    """The product of two summed functions (core, roots, where not 0)."""
+# a summed function: its core, its root columns, and where (over the summed records) it is not 0
+_Summed = tuple[str, tuple[str, ...], Callable[[], np.ndarray]]
+UNKNOWN_ROOT = "(a column without provenance)"
+
+
+def _product(a: _Summed, b: _Summed) -> _Summed:
+    """The product of two summed functions."""
     first, second = sorted((a[0], b[0]))
-    return f"*({first}, {second})", tuple(sorted({*a[1], *b[1]})), a[2] & b[2]
+    return f"*({first}, {second})", tuple(sorted({*a[1], *b[1]})), lambda: a[2]() & b[2]()
+
+
+def _support(packed: bytes, rows: Rows) -> np.ndarray:
+    """A summand's records (packed over the root table) among the records ``rows``."""
+    return bits(np.frombuffer(packed, dtype=np.uint8), rows.n_root)[rows.index] == 1
+
+
+def _nonzero(vector: pd.Series, complete: np.ndarray) -> np.ndarray:
+    """Where ``vector`` is not 0 among its records ``complete``."""
+    return vector.to_numpy(dtype=float, na_value=np.nan)[complete] != 0
 
 
 def r_class(value: Any) -> str:

@@ -76,7 +76,9 @@ def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float
     fresh = [s for s in new if (s.function, s.rows) not in seen and not second_moment(s.function, s.roots)]
     if not fresh:
         return None
-    everything = [s for s in earlier if not second_moment(s.function, s.roots)] + fresh
+    touched = {c for s in fresh for c in s.roots}  # only functions of these columns are counted
+    everything = [s for s in earlier if touched.intersection(s.roots) and not second_moment(s.function, s.roots)] \
+        + fresh
     sets = list(dict.fromkeys(s.rows for s in everything))
     index = {rows: j for j, rows in enumerate(sets)}
     packed = [np.frombuffer(rows, dtype=np.uint8) for rows in sets]
@@ -110,7 +112,7 @@ def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float
             spans[key] = _in_span(incidence[:, sorted(key)] * weight[:, None], weighted)
         return spans[key]
 
-    for column in sorted({c for s in fresh for c in s.roots}):
+    for column in sorted(touched):
         mine = [f for f, roots in roots_of.items() if column in roots]
         now = sum(answered(sets_now[f]).astype(int) for f in mine)
         before = sum(answered(sets_before.get(f)).astype(int) for f in mine)

@@ -243,9 +243,10 @@ def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, trans
     """The root column ``source`` of ``rows.lineage`` with every record's ``column`` value, if the
     vector's ``values`` (in the column's units) are the column's at ``rows``; None otherwise."""
     index = rows.index
-    if index.size and (index.max() >= column.size or not _agree(column, index, values)):
+    same = rows.whole and values.shape == column.shape and np.array_equal(column, values, equal_nan=True)
+    if index.size and not same and (index.max() >= column.size or not _agree(column, index, values)):
         return None
-    whole = transform.identity and index.size == column.size and _all_positions(index)
+    whole = transform.identity and index.size == column.size and (rows.whole or _all_positions(index))
     missing = np.isnan(column)
     return RootColumn(rows.lineage, source, column[~missing] if missing.any() else column, whole, transform,
                       declared, integer)
