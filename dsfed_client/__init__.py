@@ -12,7 +12,7 @@ from dsfed_core.errors import AuthError, CallError, DisclosureRefusal, SiteError
 
 if TYPE_CHECKING:
     from dsfed_client.calls import Call, Formula, Ref
-    from dsfed_client.errors import BudgetWarning, FederatedCallError
+    from dsfed_client.errors import BudgetWarning, FederatedCallError, RecordsLeftOut
     from dsfed_client.session import FederatedSession, LoginBuilder
 
 _LAZY = {
@@ -21,6 +21,7 @@ _LAZY = {
     "Ref": "dsfed_client.calls",
     "BudgetWarning": "dsfed_client.errors",
     "FederatedCallError": "dsfed_client.errors",
+    "RecordsLeftOut": "dsfed_client.errors",
     "FederatedSession": "dsfed_client.session",
     "LoginBuilder": "dsfed_client.session",
 }
@@ -44,6 +45,7 @@ __all__ = [
     "FederatedSession",
     "Formula",
     "LoginBuilder",
+    "RecordsLeftOut",
     "Ref",
     "SiteError",
     "SiteUnavailable",

@@ -34,3 +34,8 @@ class BudgetWarning(UserWarning):
 
     and the call raises ``BudgetWarning`` before any site runs it (nothing is spent).
     """
+
+
+class RecordsLeftOut(UserWarning):
+    """A site left records out of a table it assigned, and said how many and why (a pattern of missing
+    values that few of its records share): every release of the table is over the others."""

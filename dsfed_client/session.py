@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Protocol
 from dsfed_client import aggregation, pooling
 from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Call, Ref, to_tree
-from dsfed_client.errors import BudgetWarning, FederatedCallError
+from dsfed_client.errors import BudgetWarning, FederatedCallError, RecordsLeftOut
 from dsfed_core.errors import NotEnabled, SiteError
 from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
 from dsfed_client.transport import HttpTransport, Transport, encode
@@ -460,14 +460,14 @@ class FederatedSession:
         self._own_tables.pop(symbol, None)
         if table is not None:
             body = {"symbol": symbol, "table": table, "variables": variables}
-            return self._handle(symbol, self._in_session("assignTable", "POST", "/assign-table", body))
+            return self._handle(symbol, _noted(self._in_session("assignTable", "POST", "/assign-table", body)))
         unnamed = [site for site in self.sites if site not in self.tables]
         if unnamed:
             raise ValueError(f"assign_table({symbol!r}) without a table: the login names no table for "
                              f"{', '.join(unnamed)}; give one (assign_table({symbol!r}, 'project.table')) or name "
                              "each site's with LoginBuilder.append(..., table='project.table')")
         per_site = {site: {"symbol": symbol, "table": self.tables[site], "variables": variables} for site in self.sites}
-        answers = self._in_session("assignTable", "POST", "/assign-table", per_site=per_site)
+        answers = _noted(self._in_session("assignTable", "POST", "/assign-table", per_site=per_site))
         if len({self.tables[site] for site in self.sites}) == 1:
             return self._handle(symbol, answers)
         self._own_tables[symbol] = {site: self.tables[site] for site in self.sites}
@@ -603,3 +603,11 @@ def _symbols(values: list[Any]) -> Iterator[str]:
             yield value.symbol
         elif isinstance(value, Call):
             yield from _symbols([*value.args, *value.kwargs.values()])
+
+
+def _noted(answers: dict[str, Any]) -> dict[str, Any]:
+    """``answers`` to a table's assignment, each site's note (records it left out, and why) warned of."""
+    for site, answer in answers.items():
+        if answer.get("note"):
+            warnings.warn(f"{site}: {answer['note']}", RecordsLeftOut, stacklevel=3)
+    return answers

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_core.errors import BackendUnavailable, NotFound
+from dsfed_server.disclosure.missingness import rare_patterns
 
 if TYPE_CHECKING:
     from dsfed_server.engines import Engine
@@ -334,6 +335,7 @@ class Catalog:
         self.engine = engine if engine is not None else DuckDBEngine()
         self._tables: dict[str, TableInfo] = {}
         self._columns: dict[tuple[str, str], pd.Series] = {}
+        self._left_out: dict[tuple[str, int], np.ndarray] = {}
         self._lock = threading.Lock()
         for dictionary in sorted(self.data_dir.glob("*/*.dictionary.json")):
             project = dictionary.parent.name
@@ -384,6 +386,26 @@ class Catalog:
 
     def tables(self) -> list[TableInfo]:
         return list(self._tables.values())
+
+    def left_out(self, ref: str, minimum: int) -> np.ndarray:
+        """The records of table ``ref`` whose pattern of missing values over all its served columns fewer
+        than ``minimum`` records share (:func:`~dsfed_server.disclosure.missingness.rare_patterns`),
+        boolean, kept per table. A column not yet read is read for its missing values only and not kept."""
+        key = (ref, minimum)
+        if key not in self._left_out:
+            info = self.info(ref)
+            variables = {v.name: v for v in info.variables}
+
+            def missing(name: str) -> np.ndarray:
+                kept = self._columns.get((ref, name))
+                column = kept if kept is not None else _typed(self.engine.read(info, [name])[name], info,
+                                                              variables[name])
+                return column.isna().to_numpy()
+
+            found = rare_patterns((missing(name) for name in self.served(ref)), self.row_count(ref), minimum)
+            with self._lock:
+                self._left_out[key] = found
+        return self._left_out[key]
 
     def variable(self, ref: str, name: str) -> Variable | None:
         """The dictionary entry of ``name`` in table ``ref`` (None if the table has no such variable)."""

@@ -31,6 +31,8 @@ from dsfed_server.workspace import Session
 if TYPE_CHECKING:
     from dsfed_server.service import SiteService
 
+# value attribute: what the site says of an assigned value (records it left out of a table, and why)
+NOTE = "dsfed.note"
 # table attribute: the counts of records a site table summarizes without holding them row by row (the
 # ROC-GLM's counts over a site's positives), by what they count; every call that reads the table applies q
 # to each (CallContext._read), this site's own or, in a pooled release, summed over the sites
@@ -93,8 +95,9 @@ class CallContext:
         cores: list[_Summed] = []
         for vector in vectors:
             found = self.meaning(vector)
-            if found.terms and all(len(support) == (rows.n_root + 7) // 8 for _, _, support in found.terms):
-                cores += [(core, roots, partial(_support, support, rows)) for core, roots, support in found.terms]
+            terms = found.summands() if found.summands is not None else ()
+            if terms and all(len(support) == (rows.n_root + 7) // 8 for _, _, support in terms):
+                cores += [(core, roots, partial(_support, support, rows)) for core, roots, support in terms]
                 continue
             written = forms(found)
             core = written[1] if written is not None else "values#" + content_digest(
@@ -122,6 +125,18 @@ class CallContext:
     def meaning(self, vector: pd.Series) -> Meaning:
         """What ``vector`` is as a function of root columns (:func:`~dsfed_server.disclosure.provenance.meaning`)."""
         return meaning(self.service.catalog, vector)
+
+    def leave_out_minimum(self) -> int | None:
+        """How few records may share a pattern of missing values before the site leaves them out of a
+        table (:mod:`dsfed_server.disclosure.missingness`): the larger of the site's own q and
+        ``subset_min_difference`` (its rules file's, never a profile's: every analyst's table holds the
+        same records); None where it keeps no release history (nothing to compare releases with)."""
+        rules = self.service.rules.disclosure
+        for key in ("disclosure.cut_history", "disclosure.q_threshold", "disclosure.subset_min_difference"):
+            self.guard.applied.setdefault(key)
+        if not rules.cut_history or rules.q_threshold <= 1:
+            return None
+        return max(rules.q_threshold, rules.subset_min_difference)
 
     @property
     def pooled(self) -> bool:

@@ -32,7 +32,7 @@ from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol, 
 from dsfed_server.catalog import Catalog
 from dsfed_server.engines import open_engine
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
-from dsfed_server.context import CallContext, r_class
+from dsfed_server.context import NOTE, CallContext, r_class
 from dsfed_server.disclosure.checks import Guard, HistoryBehind, enforce_contract
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.history import History
@@ -777,7 +777,8 @@ class SiteService:
                 session.symbols[symbol] = kept_value(session.symbols, value)  # a subset: its row ids; a view
                 session.sources[symbol] = frozenset(scope.sources)
                 cls = r_class(value)
-        return {"symbol": symbol, "class": cls, "digest": digest}
+                said = value.attrs.get(NOTE) if function == "assignTable" and isinstance(value, pd.DataFrame) else None
+        return {"symbol": symbol, "class": cls, "digest": digest, **({"note": said} if said else {})}
 
     def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None) -> dict[str, str]:
         """Opal's table assignment, served by the registry's ``assignTable`` entry."""

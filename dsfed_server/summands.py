@@ -62,11 +62,11 @@ class _Writer:
             return [Summand(ONE, frozenset(), np.ones(self.n, dtype=bool))] if np.any(value != 0) else []
         if isinstance(node, (Column, Symbol)):
             found = self.meanings[node]
-            if not found.terms:
+            if found.summands is None:
                 return self.factor(node)
             return [Summand(core, frozenset(roots), bits(np.frombuffer(support, dtype=np.uint8),
                                                           self.rows.n_root)[self.rows.index].astype(bool))
-                    for core, roots, support in found.terms]
+                    for core, roots, support in found.summands()]
         if not isinstance(node, Arith):
             return self.factor(node)
         op, args = node.op, [a.value for a in node.args]

@@ -248,24 +248,43 @@ def _numbered(label: np.ndarray) -> np.ndarray:
     return pd.factorize(label)[0]
 
 
-def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int) -> str | None:
+# the records every release of a table is over, where the site leaves some out (a missing pattern few
+# records share, :mod:`dsfed_server.disclosure.missingness`): packed, by (lineage, records)
+_BASES: dict[tuple[str, int], np.ndarray] = {}
+
+
+def set_table_base(lineage: str, kept: np.ndarray) -> None:
+    """Every release of table ``lineage`` is over its records ``kept`` (boolean, one per record)."""
+    _BASES[(lineage, kept.size)] = np.packbits(kept)
+
+
+def table_base(lineage: str, n: int) -> np.ndarray:
+    """The records every release of table ``lineage`` of ``n`` records is over (packed): all of them,
+    unless the site leaves some out."""
+    found = _BASES.get((lineage, n))
+    return found if found is not None else np.packbits(np.ones(n, dtype=bool))
+
+
+def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
+                    base: np.ndarray | None = None) -> str | None:
     """None if row sets ``new`` (boolean row indicators) may be released after the row sets ``earlier``
-    of the same table (packed, as the history keeps them; the table itself counts as one), else
+    of the same table (packed, as the history keeps them; the table itself, or the records ``base`` of
+    it that its releases are over (packed), counts as one), else
     the reason to refuse: a new set
     that differs from the table or an earlier set in fewer than ``min_difference`` rows (but not
     zero: the same rows again tell nothing new), or a single record isolated by a combination of all
     the sets (:func:`isolated_records`)."""
-    return row_set_audit(earlier, new, min_difference)[0]
+    return row_set_audit(earlier, new, min_difference, base)[0]
 
 
-def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int
-                  ) -> tuple[str | None, np.ndarray]:
+def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
+                  base: np.ndarray | None = None) -> tuple[str | None, np.ndarray]:
     """:func:`row_set_problem`'s answer, and the records the sets isolate (positions; empty unless
     that is the reason): the release gate names the record to drop a cut next to without auditing
     the history twice."""
     none = np.zeros(0, dtype=np.int64)
     n = new[0].size
-    history = [np.packbits(np.ones(n, dtype=bool)), *earlier]
+    history = [base if base is not None else np.packbits(np.ones(n, dtype=bool)), *earlier]
     fresh = []
     for rows in new:
         packed = np.packbits(rows)

@@ -557,9 +557,11 @@ class Meaning:
     # a column of several roots: the text of its expression over its roots, and its core (:func:`forms`)
     text: str = ""
     core: str = ""
-    # the summands of such a column (:mod:`dsfed_server.summands`): each one's core, its root columns,
-    # and the records of the root table where it is not 0 (packed by np.packbits)
-    terms: tuple[tuple[str, tuple[str, ...], bytes], ...] = ()
+    # the summands of such a column (:mod:`dsfed_server.summands`), computed when asked from what the
+    # column reads: each one's core, its root columns, and the records of the root table where it is not 0
+    # (packed by np.packbits)
+    summands: Callable[[], tuple[tuple[str, tuple[str, ...], bytes], ...]] | None = field(default=None,
+                                                                                         compare=False)
 
     @property
     def root(self) -> Root | None:

@@ -139,10 +139,16 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     guard.derived_cuts(_cells(ctx, columns, conditions), row_sets, rows)
     found = classified.meaning
     if rows is not None and found.function is None:  # a sum of summands, each counted over its own records
-        found = replace(found, terms=summands(expression, meanings, _numbers(columns), n, rows))
+        found = replace(found, summands=partial(_summands, expression, meanings, tuple(leaves), held, n, rows))
     attrs = {MEANING: found} if rows is None else {ROWS: rows, MEANING: found}
     view = ColumnView(held, compute, first.index, expression.to_text()[:200], attrs)
     return kept_vector(view, evaluated.values)
+
+
+def _summands(expression: Node, meanings: dict[Leaf, Meaning], leaves: tuple[Leaf, ...], held: tuple[Held, ...],
+              n: int, rows: Rows) -> tuple[tuple[str, tuple[str, ...], bytes], ...]:
+    """The expression's summands (:func:`~dsfed_server.summands.summands`) over what its leaves read now."""
+    return summands(expression, meanings, _numbers(dict(zip(leaves, (h.read() for h in held)))), n, rows)
 
 
 def _numbers(columns: dict[Leaf, pd.Series]) -> Callable[[Leaf], np.ndarray]:

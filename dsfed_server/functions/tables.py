@@ -7,9 +7,10 @@ import operator
 import numpy as np
 import pandas as pd
 
-from dsfed_server.context import CallContext
+from dsfed_server.context import NOTE, CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
-from dsfed_server.disclosure.differencing import mark_rows, whole_table
+from dsfed_server.disclosure import missingness
+from dsfed_server.disclosure.differencing import Rows, mark_rows, set_table_base, whole_table
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
@@ -27,15 +28,28 @@ _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.l
         Param("table", P.STRING, "the table, as project.table (e.g. GBSG2.validation)"),
         Param("variables", P.STRINGS, "variables to keep (default: all)", required=False),
     ],
+    checks=("disclosure.cut_history", *missingness.RULES),
 )
 def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> pd.DataFrame:
     """Load a table of this site's Opal-like projects into the session, optionally only some variables.
 
-    This is what Opal's ``PUT .../symbol/{name}/table/{project.table}`` does.
+    This is what Opal's ``PUT .../symbol/{name}/table/{project.table}`` does. Where the site keeps a
+    release history, the records whose pattern of missing values few records of the table share are
+    left out, for every analyst (:mod:`dsfed_server.disclosure.missingness`), and the answer says how
+    many.
     """
-    frame = ctx.service.catalog.frame(table, variables or None)
+    catalog = ctx.service.catalog
+    frame = catalog.frame(table, variables or None)
     ctx.note_source(table)  # provenance: the privacy ledger's table key
-    return mark_rows(frame, whole_table(table, len(frame)))
+    minimum = ctx.leave_out_minimum()
+    left_out = catalog.left_out(table, minimum) if minimum else None
+    if left_out is None or not left_out.any():
+        return mark_rows(frame, whole_table(table, len(frame)))
+    kept = np.flatnonzero(~left_out)
+    set_table_base(table, ~left_out)
+    frame = frame.iloc[kept].reset_index(drop=True)
+    frame.attrs[NOTE] = missingness.note(int(left_out.sum()), minimum)
+    return mark_rows(frame, Rows(table, kept.astype(np.int32 if left_out.size < 2**31 else np.int64), left_out.size))
 
 
 @register(
