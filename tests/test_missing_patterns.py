@@ -108,3 +108,45 @@ def test_every_assignment_of_the_table_holds_the_same_records(site):
         age = next(iter(session.aggregate_expr("meanDS(A$age)").values()))
     assert age["Nvalid"] == len(truth) - 1
     assert age["EstimatedMean"] == pytest.approx(truth.drop(index=LONE).age.mean(), rel=1e-12)
+
+
+def kept_by_pattern(frame: pd.DataFrame, minimum: int = 5) -> pd.DataFrame:
+    """The records of ``frame`` whose missing pattern at least ``minimum`` records share, or that miss
+    nothing: what the site keeps, worked out with pandas."""
+    pattern = frame.isna().apply(lambda row: "".join("1" if v else "0" for v in row), axis=1)
+    shared = pattern.map(pattern.value_counts()) >= minimum
+    return frame[shared | ~frame.isna().any(axis=1)].reset_index(drop=True)
+
+
+def test_per_site_validation_two_scores_and_group_means_on_a_messy_export(tmp_path: Path):
+    """Three hospitals of the messy corpus (897, 690 and 413 records, scores and BMI missing at a few
+    records, several patterns), the shipped rules: per-site ``validate()``, the two-score comparison and
+    ``meanSdGpDS`` complete, each over the records the sites keep, equal to pandas' over the same."""
+    from conftest import inprocess_builder
+    from dsfed_client.analyses.comparison import ds_compare_models
+    from dsfed_client.analyses.suite import validate
+    from dsfed_server.messy import write_corpus
+
+    frames = {s.name: s.truth.drop(columns=["sex", "ward"]).astype({"smoker": float})
+              for s in write_corpus(tmp_path / "corpus", dataset="three_hospitals", seed=37)}
+    provisioned, services = make_sites(tmp_path, frames)
+    kept = {name: kept_by_pattern(frame) for name, frame in frames.items()}
+    assert any(len(kept[n]) < len(frames[n]) for n in frames)  # the corpus has rare patterns
+    with inprocess_builder(provisioned, services).login() as session:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RecordsLeftOut)
+            session.assign_table("D", "P.t")
+        session.assign_expr("C", "completeCasesDS(D)")
+        report = validate(session, "C$y", "C$risk_score", secure=False)
+        compared = ds_compare_models(session, "C$y", "C$risk_score", "C$old_score")
+        groups = dict(session.aggregate_expr("meanSdGpDS(D$bmi, D$stage)").items())
+    complete = {name: frame.dropna().reset_index(drop=True) for name, frame in kept.items()}
+    pooled = pd.concat(complete.values(), ignore_index=True)
+    assert report.failed == {}
+    assert report.brier.n == len(pooled)
+    assert report.brier.brier == pytest.approx(((pooled.risk_score - pooled.y) ** 2).mean(), rel=1e-12)
+    assert compared is not None
+    for site, part in groups.items():
+        frame = kept[site].dropna(subset=["bmi", "stage"])
+        means = frame.groupby("stage").bmi.mean()
+        assert part["Mean_gp"] == pytest.approx(list(means), rel=1e-12)
