@@ -20,7 +20,7 @@ from dsfed_client import aggregation, pooling
 from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Call, Ref, to_tree
 from dsfed_client.errors import BudgetWarning, FederatedCallError, RecordsLeftOut
-from dsfed_core.errors import NotEnabled, SiteError
+from dsfed_core.errors import CallError, NotEnabled, SiteError
 from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
 from dsfed_client.transport import HttpTransport, Transport, encode
 
@@ -519,20 +519,34 @@ class FederatedSession:
     def functions(self) -> SiteResults:
         return SiteResults("listFunctions", self.at_every_site("listFunctions", "GET", "/functions"))
 
-    def require_enabled(self, *functions: str, before: str) -> None:
+    def require_enabled(self, *functions: str, before: str, within: dict[str, dict[str, float]] | None = None
+                        ) -> None:
         """Raise :class:`FederatedCallError` naming every site whose rules file does not enable one
-        of ``functions`` (rule ``functions.enabled``), before an analysis (``before``) spends rounds
-        and budget on releases it could not finish; reads only the sites' function listings."""
+        of ``functions`` (rule ``functions.enabled``), or whose registry bounds a parameter below or
+        above the value ``within`` gives it (``{"rocGlmDataDS": {"thresholds": 5000}}``), before an
+        analysis (``before``) spends rounds and budget on releases it could not finish; reads only the
+        sites' function listings."""
         listing = self.functions()
         failures: dict[str, SiteError] = {}
         for site in self.sites:
-            missing = [f for f in functions if f not in {e["name"] for e in listing[site]["functions"]}]
+            offered = {e["name"]: e for e in listing[site]["functions"]}
+            missing = [f for f in functions if f not in offered]
             if missing:
                 failures[site] = NotEnabled(
                     f"{', '.join(missing)} not enabled at this site, and {before} needs it", site=site,
                     function=missing[0], rule="functions.enabled",
                     hint=f"ask the site's governance board to add {', '.join(missing)} to [functions] enabled "
                          "in its rules file, or leave the site out of the session")
+                continue
+            for function, values in (within or {}).items():
+                params = {p["name"]: p for p in offered[function]["params"]}
+                for name, value in values.items():
+                    low, high = params[name].get("minimum"), params[name].get("maximum")
+                    if (low is not None and value < low) or (high is not None and value > high):
+                        span = f"{'-inf' if low is None else f'{low:g}'} to {'inf' if high is None else f'{high:g}'}"
+                        failures[site] = CallError(
+                            f"{before} would ask {function} for {name} = {value:g}; this site takes {span}",
+                            site=site, function=function, hint=f"ask for {name} from {span}")
         if failures:
             raise FederatedCallError(before, failures, len(self.sites))
 

@@ -118,6 +118,8 @@ class FunctionSpec:
                     "required": p.required,
                     "default": p.default,
                     "choices": list(p.choices) if p.choices else None,
+                    "minimum": p.minimum,
+                    "maximum": p.maximum,
                     "doc": p.doc,
                 }
                 for p in self.params

@@ -470,6 +470,8 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
     Balle & Wang (2018), the analytic Gaussian mechanism the sites use for the noisy scores.
     """
     pooled = session.aggregation(secure).pooled
+    # every site takes the threshold grid asked for, before any budget is spent on the noisy scores
+    session.require_enabled("rocGlmDataDS", before="ds_roc_glm", within={"rocGlmDataDS": {"thresholds": n_thresholds}})
     with progress("ROC-GLM", total=4) as bar:
         bar.update(description="ROC-GLM: noisy scores")
         ref = pooled_noisy_scores(session, truth, score, epsilon=epsilon, delta=delta, sensitivity=sensitivity)
