@@ -3,13 +3,21 @@ against seed 000's paper-faithful mode (noisy scores, ROC-GLM), on seed 000's si
 
     .venv/bin/python bench/hist_auc.py --reps 250       # 250 simulated data sets (about 1-3 minutes)
     .venv/bin/python bench/hist_auc.py --reps 50        # quicker
+    .venv/bin/python bench/hist_auc.py --design binormal --n 500 --secure --honest-sites 1 --no-paper \
+        --min-levels 3 6 --reps 200                     # smooth risk, validate()'s default (pooled)
 
 Design (seed 000, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
 y = 1(score >= 0.5) with a fraction gamma ~ U[0.5, 1] of the labels redrawn from Ber(0.5);
-split at random over 5 in-process sites. Privacy: epsilon = 1, delta = 1e-5 at every site
+split at random over 5 in-process sites. ``--design binormal``: a smooth risk instead (binormal
+scores, AUC 0.75, prevalence 0.3, :func:`dsfed_server.synthetic.binormal`) at ``--n`` records;
+seed 000's risk is flat except for a step at 0.5, always a leaf edge, so a histogram's bins hide
+nothing there. ``--cuts-first`` releases the calibration curve's bins and the Hosmer-Lemeshow H
+and C groups on the score before the AUC, as ``validate()`` did. Privacy: epsilon = 1, delta = 1e-5 at every site
 (a copy of ``disclosure_rules/default.toml`` with the score l2-sensitivity Delta2 = 0.1 for
 the paper's mode and a budget large enough for the loop). Error = |estimate - empirical AUC
-of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends.
+of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends; bias = the mean
+signed error with its standard error over the data sets; coverage = how often the reported interval
+(sampling and noise variance) holds the pooled AUC.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/cur
 from dsfed_client import FederatedCallError  # noqa: E402
 from dsfed_client.analyses.curves import auc_levels, ds_hist_auc  # noqa: E402
 from dsfed_client.analyses.discrimination import ds_roc_glm  # noqa: E402
-from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
+from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
+from dsfed_server.synthetic import PROJECT, binormal, seed000_scores  # noqa: E402
 
 
 def pooled_delong(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
@@ -46,6 +55,14 @@ def pooled_delong(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
     return float(v10.mean()), float(v10.var(ddof=1) / pos.size + v01.var(ddof=1) / neg.size)
 
 
+def release_cuts_first(session, secure: bool) -> None:
+    """The cuts ``validate()`` released on the score before the AUC: the calibration curve's bins,
+    the Hosmer-Lemeshow H and C groups."""
+    ds_calibration_curve(session, "D$y", "D$score", n_bins=10, secure=secure)
+    for kind in ("H", "C"):
+        ds_hosmer_lemeshow(session, "D$y", "D$score", kind=kind, secure=secure)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=250)
@@ -56,7 +73,14 @@ def main() -> int:
     parser.add_argument("--per-leaf", type=float, nargs="*", default=[16.0],
                         help="histogram depth rule(s): records per class, site and leaf")
     parser.add_argument("--no-paper", action="store_true", help="skip the paper-faithful mode")
-    parser.add_argument("--min-levels", type=int, default=3, help="fewest levels of the depth rule")
+    parser.add_argument("--min-levels", type=int, nargs="*", default=[6],
+                        help="fewest levels of the depth rule (several: one histogram mode each)")
+    parser.add_argument("--design", choices=("seed000", "binormal"), default="seed000")
+    parser.add_argument("--n", type=int, default=None, help="records per data set (default: seed 000's draw)")
+    parser.add_argument("--cuts-first", action="store_true",
+                        help="release calibration bins and H-L groups on the score before the AUC")
+    parser.add_argument("--honest-sites", type=int, default=None,
+                        help="secure_aggregation.honest_sites of the rules (default: K with --secure, else 1)")
     parser.add_argument("--secure", action="store_true",
                         help="histogram mode by secure aggregation, each site adding 1/K of the noise variance "
                              "(rules: secure_aggregation.honest_sites = K)")
@@ -65,17 +89,22 @@ def main() -> int:
           f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} data sets, K = {args.sites}, "
           f"epsilon = {args.epsilon}, delta = {args.delta}, Delta2 = {args.sensitivity} (paper mode)")
     rng = np.random.default_rng(2024)
-    sizes = rng.choice(np.arange(100, 2501, 100), size=args.reps)
-    scores = [seed000_scores(int(n), rng) for n in sizes]
+    sizes = rng.choice(np.arange(100, 2501, 100), size=args.reps) if args.n is None else [args.n] * args.reps
+    scores = [seed000_scores(int(n), rng) if args.design == "seed000" else
+              binormal(int(n), rng, 0.75, 0.3)[["y", "score"]] for n in sizes]
     # each mode on its own copy of a data set: a site keeps the cuts released on a table for every
     # analyst, so a second mode on the same table would have its references coarsened against the
     # first one's cuts (rule disclosure.cut_history)
-    modes = ([] if args.no_paper else ["paper"]) + [f"hist{per_leaf:g}" for per_leaf in args.per_leaf]
+    hist_modes = {f"hist{per_leaf:g}L{m}": (per_leaf, m) for per_leaf in args.per_leaf for m in args.min_levels}
+    modes = ([] if args.no_paper else ["paper"]) + list(hist_modes)
     data = {f"rep{r}_{mode}": frame for r, frame in enumerate(scores) for mode in modes}
     rows, refused = [], []
+    signed: dict[str, list[float]] = {k: [] for mode in hist_modes for k in (mode, f"{mode}_rocglm")}
+    covered: dict[str, list[bool]] = {mode: [] for mode in hist_modes}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
-        rules = bench_rules(Path(tmp) / "rules.toml", args.sites if args.secure else 1,
+        honest = args.honest_sites if args.honest_sites is not None else (args.sites if args.secure else 1)
+        rules = bench_rules(Path(tmp) / "rules.toml", honest,
                             score_l2_sensitivity=args.sensitivity)
         prov, services = inprocess_sites(Path(tmp), args.sites, data, rules, seed=7)
         with login(prov, services).login() as session:
@@ -94,15 +123,21 @@ def main() -> int:
                         row["paper_empirical"] = abs(paper.empirical.auc - auc)
                         lo, hi = paper.empirical.ci_delong
                         row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
-                    for per_leaf in args.per_leaf:
-                        session.assign_table("D", f"{PROJECT}.rep{rep}_hist{per_leaf:g}")
-                        levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, args.min_levels)
+                    for mode, (per_leaf, min_levels) in hist_modes.items():
+                        session.assign_table("D", f"{PROJECT}.rep{rep}_{mode}")
+                        if args.cuts_first:
+                            release_cuts_first(session, args.secure)
+                        levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, min_levels)
                         res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
                                           delta=args.delta, secure=args.secure)
-                        row[f"hist{per_leaf:g}"] = abs(res.auc - auc)
-                        row[f"hist{per_leaf:g}_rocglm"] = abs(res.roc_glm.auc - auc)
+                        row[mode] = abs(res.auc - auc)
+                        row[f"{mode}_rocglm"] = abs(res.roc_glm.auc - auc)
                         lo, hi = res.ci_delong
-                        row[f"hist{per_leaf:g}_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
+                        row[f"{mode}_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
+                        signed[mode].append(res.auc - auc)
+                        signed[f"{mode}_rocglm"].append(res.roc_glm.auc - auc)
+                        lo, hi = res.ci_logit
+                        covered[mode].append(lo <= auc <= hi)
                 except FederatedCallError as exc:  # a site below q positives or negatives (rule A1)
                     refused.append((rep, n, str(exc).splitlines()[1].strip()))
                     continue
@@ -118,6 +153,11 @@ def main() -> int:
     print(f"\nby n: n <= 1000 ({len(small)} data sets) | n > 1000 ({len(large)})")
     print(pd.DataFrame({"n<=1000": small[cols].mean(), "n>1000": large[cols].mean()})
           .map(lambda v: f"{v:.4f}").to_string())
+    print("\nbias (mean signed error, its standard error) and coverage of the reported interval")
+    for mode, errors in signed.items():
+        e = np.asarray(errors)
+        cover = f"; coverage {np.mean(covered[mode]):.3f}" if mode in covered else ""
+        print(f"  {mode:<22} bias {e.mean():+.4f} (SE {e.std(ddof=1) / np.sqrt(e.size):.4f}){cover}")
     for rep, n, why in refused:
         print(f"data set {rep} (n = {n}) left out, refused by a site: {why}")
     print(f"\nwall time {time.perf_counter() - t0:.1f} s")

@@ -44,6 +44,7 @@ from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squar
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import ALPHA, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params
 from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
@@ -443,13 +444,33 @@ def reference_symbol(session: FederatedSession, hist: ScoreHistograms) -> Iterat
         yield session.assign(name, Call("histReferenceDS", hist.edges, hist.cum_negatives, hist.cum_positives))
 
 
-def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 3) -> int:
+def auc_levels(n: int, n_sites: int, per_leaf: float = 16.0, min_levels: int = 6) -> int:
     """Binary depth for the AUC: a leaf holds about ``per_leaf`` records of one class at one
-    site (``n / n_sites / 2 / per_leaf`` leaves), between ``min_levels`` and 10 levels. Deeper
-    trees spread the budget over more levels; coarser bins bias the AUC where the scores are
-    far from uniform inside a bin (the CDF is linear there), hence at least 8 leaves by
-    default (bench/hist_auc.py; tests/test_curves.py on GBSG2)."""
+    site (``n / n_sites / 2 / per_leaf`` leaves), between ``min_levels`` and 10 levels.
+
+    Deeper trees spread the budget over more levels, but a positive and a negative in one leaf
+    count as tied (``within_bin='tied'``), which biases the AUC by
+    :math:`-\\sum_j n_{0j} n_{1j} / (n_0 n_1) \\, (AUC_j - 1/2)`: the share of pairs in a leaf falls
+    like the leaf width and the AUC within it less one half too, so the bias falls like its square,
+    whatever the study's size (binormal scores, AUC 0.75, exact counts: -0.0087, -0.0023, -0.0005,
+    -0.0001 at 8, 16, 32, 64 leaves, at n = 500 and 2,500 alike), hence at least 64 leaves
+    (docs/method.md; bench/hist_auc.py). Leaves holding fewer than q records pooled are merged by
+    the release gate, so in the sparse tails the leaves widen where few pairs are."""
     return int(np.clip(np.floor(np.log2(max(n / n_sites / 2 / per_leaf, 1.0))), min_levels, 10))
+
+
+def _deepest_histograms(session: FederatedSession, truth: str, score: str, levels: int, pooled: bool,
+                        options: dict[str, Any]) -> ScoreHistograms:
+    """The histograms at ``levels``, or, where the sites refuse exact leaves (noise off) holding
+    fewer than q records under their ``bins.small_bin_policy``, at the deepest level down to 3 they
+    release: with noise on no leaf is refused, so this asks once."""
+    while True:
+        try:
+            return ds_score_histograms(session, truth, score, levels=levels, secure=pooled, **options)
+        except FederatedCallError as exc:
+            if levels <= 3 or any(e.rule != "bins.small_bin_policy" for e in exc.failures.values()):
+                raise
+            levels -= 1
 
 
 def noise_variance(hist: ScoreHistograms) -> float:
@@ -529,11 +550,14 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     """
     histogram_options.setdefault("totals", "exact")
     agg = session.aggregation(secure)
-    if histograms is None and levels is None:
+    if histograms is not None:
+        hist = histograms
+    elif levels is not None:
+        hist = ds_score_histograms(session, truth, score, levels=levels, secure=agg.pooled, **histogram_options)
+    else:
         # a leaf holds about as many noisy parts as the strategy sums (one under pooled releases)
-        levels = auc_levels(agg.count(truth), agg.noisy_parts)
-    hist = histograms or ds_score_histograms(session, truth, score, levels=levels, secure=agg.pooled,
-                                             **histogram_options)
+        hist = _deepest_histograms(session, truth, score, auc_levels(agg.count(truth), agg.noisy_parts),
+                                   agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
         m = placement_moments(agg.sum("histPlacementSumsDS", *args, within_bin=within_bin))
