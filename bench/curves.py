@@ -89,7 +89,8 @@ def login(prov, services, user: str = "analyst") -> LoginBuilder:
 
 
 def run(args: argparse.Namespace, k: int, tmp: Path) -> pd.DataFrame:
-    rules = bench_rules(tmp / f"bench-rules-{k}.toml", k if args.secure else 1)
+    honest = args.honest_sites if args.honest_sites is not None else (k if args.secure else 1)
+    rules = bench_rules(tmp / f"bench-rules-{k}.toml", min(honest, k))
     data = {f"rep{r}": binormal(args.n, np.random.default_rng(1000 + r), 0.8, 0.3)[["y", "score"]]
             for r in range(args.reps)}
     prov, services = inprocess_sites(tmp / f"k{k}", k, data, rules)
@@ -131,6 +132,8 @@ def main() -> int:
     parser.add_argument("--secure", action="store_true",
                         help="secure sums of the histograms, each site adding 1/K of the noise variance "
                              "(rules: secure_aggregation.honest_sites = K; needs K >= 3)")
+    parser.add_argument("--honest-sites", type=int, default=None,
+                        help="secure_aggregation.honest_sites of the rules (default: K with --secure, else 1)")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores; n = {args.n}, delta = {DELTA}, "
