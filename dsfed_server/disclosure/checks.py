@@ -21,7 +21,7 @@ from dsfed_core.calltree import Column, Node, Symbol
 from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, too_many
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, row_set_audit,
-                                                 row_set_problem, rows_of, table_base)
+                                                 row_set_problem, rows_of)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
@@ -180,7 +180,7 @@ class Guard:
                 self._check_condition(condition, "the subset's condition", "or the full table")
             earlier = self.history.row_sets(rows.lineage, rows.n_root)
             problem = row_set_problem(earlier, [new], self.rule("disclosure.subset_min_difference"),
-                                      table_base(rows.lineage, rows.n_root))
+                                      self.history.base(rows.lineage, rows.n_root))
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
@@ -222,7 +222,7 @@ class Guard:
                     members.append(full)
                 earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
                 problem = row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"),
-                                          table_base(rows.lineage, rows.n_root))  # type: ignore[union-attr]
+                                          self.history.base(rows.lineage, rows.n_root))  # type: ignore[union-attr]
                 if problem:
                     raise self._refuse(problem, "disclosure.subset_min_difference",
                                        "use cuts further from earlier ones, or a column of the table")
@@ -381,7 +381,7 @@ class Guard:
         if not self._audits(rows) or not row_sets:
             return None
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        base = table_base(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        base = self.history.base(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"), base)
         if problem is None:
             return None
@@ -398,7 +398,7 @@ class Guard:
             return
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         problem = row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference"),
-                                  table_base(rows.lineage, rows.n_root))  # type: ignore[union-attr]
+                                  self.history.base(rows.lineage, rows.n_root))  # type: ignore[union-attr]
         if problem:
             raise self._refuse(problem, "disclosure.subset_min_difference",
                                "ask for fewer or wider bins, or on the whole table")

@@ -248,23 +248,6 @@ def _numbered(label: np.ndarray) -> np.ndarray:
     return pd.factorize(label)[0]
 
 
-# the records every release of a table is over, where the site leaves some out (a missing pattern few
-# records share, :mod:`dsfed_server.disclosure.missingness`): packed, by (lineage, records)
-_BASES: dict[tuple[str, int], np.ndarray] = {}
-
-
-def set_table_base(lineage: str, kept: np.ndarray) -> None:
-    """Every release of table ``lineage`` is over its records ``kept`` (boolean, one per record)."""
-    _BASES[(lineage, kept.size)] = np.packbits(kept)
-
-
-def table_base(lineage: str, n: int) -> np.ndarray:
-    """The records every release of table ``lineage`` of ``n`` records is over (packed): all of them,
-    unless the site leaves some out."""
-    found = _BASES.get((lineage, n))
-    return found if found is not None else np.packbits(np.ones(n, dtype=bool))
-
-
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
                     base: np.ndarray | None = None) -> str | None:
     """None if row sets ``new`` (boolean row indicators) may be released after the row sets ``earlier``

@@ -10,7 +10,7 @@ import pandas as pd
 from dsfed_server.context import NOTE, CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure import missingness
-from dsfed_server.disclosure.differencing import Rows, mark_rows, set_table_base, whole_table
+from dsfed_server.disclosure.differencing import Rows, mark_rows, whole_table
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
@@ -46,7 +46,8 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
     if left_out is None or not left_out.any():
         return mark_rows(frame, whole_table(table, len(frame)))
     kept = np.flatnonzero(~left_out)
-    set_table_base(table, ~left_out)
+    if ctx.guard.history is not None:
+        ctx.guard.history.set_base(table, ~left_out)
     frame = frame.iloc[kept].reset_index(drop=True)
     frame.attrs[NOTE] = missingness.note(int(left_out.sum()), minimum)
     return mark_rows(frame, Rows(table, kept.astype(np.int32 if left_out.size < 2**31 else np.int64), left_out.size))
