@@ -161,7 +161,7 @@ class FederatedSession:
     def __init__(self, transports: list[Transport], *, warn_budget: bool = True,
                  tables: dict[str, str] | None = None) -> None:
         self.transports = {t.site: t for t in transports}
-        self.tables = dict(tables or {})  # site -> project.table (LoginBuilder's per-site tables)
+        self.site_tables = dict(tables or {})  # site -> project.table (LoginBuilder's per-site tables)
         # symbols assigned from tables that differ between sites -> the tables: no pooled release reads them
         self._own_tables: dict[str, dict[str, str]] = {}
         # preview every noisy call's cost and warn (BudgetWarning) when a site flags it
@@ -461,16 +461,17 @@ class FederatedSession:
         if table is not None:
             body = {"symbol": symbol, "table": table, "variables": variables}
             return self._handle(symbol, _noted(self._in_session("assignTable", "POST", "/assign-table", body)))
-        unnamed = [site for site in self.sites if site not in self.tables]
+        unnamed = [site for site in self.sites if site not in self.site_tables]
         if unnamed:
             raise ValueError(f"assign_table({symbol!r}) without a table: the login names no table for "
                              f"{', '.join(unnamed)}; give one (assign_table({symbol!r}, 'project.table')) or name "
                              "each site's with LoginBuilder.append(..., table='project.table')")
-        per_site = {site: {"symbol": symbol, "table": self.tables[site], "variables": variables} for site in self.sites}
+        per_site = {site: {"symbol": symbol, "table": self.site_tables[site], "variables": variables}
+                    for site in self.sites}
         answers = _noted(self._in_session("assignTable", "POST", "/assign-table", per_site=per_site))
-        if len({self.tables[site] for site in self.sites}) == 1:
+        if len({self.site_tables[site] for site in self.sites}) == 1:
             return self._handle(symbol, answers)
-        self._own_tables[symbol] = {site: self.tables[site] for site in self.sites}
+        self._own_tables[symbol] = {site: self.site_tables[site] for site in self.sites}
         return Ref(symbol)
 
     def _check_shared(self, function: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

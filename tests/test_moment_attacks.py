@@ -129,17 +129,18 @@ def test_power_sums_over_gated_cells_read_no_record(tmp_path: Path, per_record: 
 
 
 def test_the_sums_analysts_need_still_pass_and_equal_r(tmp_path: Path):
-    """Under the shipped rules: means and variances of every column on the table and on subsets of a few
-    records, the correlation matrix of a table, a log transform and a BMI on the table, group means
+    """Under the shipped rules: means and variances of every column on the table and on a subset of a
+    dozen records, the correlation matrix of a table, a log transform and a BMI on the table, group means
     (``meanSdGpDS``), and the mean of a centred column after its plain mean (the same function): all
     released, each equal to R's on the records."""
     truth = synthetic_frame(11, 60)
-    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with fixed_secrets("honest sums"):
+        provisioned, services = make_sites(tmp_path, {"s1": truth})
     with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
         session.assign_table("D", "P.t")
-        session.assign_expr("S", 'dataFrameSubsetDS2("D", "D$age", "80", 6, NULL, NULL, FALSE)')
-        small = truth[truth.age >= 80]
-        assert 5 <= len(small) <= 12
+        session.assign_expr("S", 'dataFrameSubsetDS2("D", "D$age", "76", 6, NULL, NULL, FALSE)')
+        small = truth[truth.age >= 76]
+        assert 10 <= len(small) <= 16  # above q and its largest margin: the gate passes it whatever the draw
         got: dict[str, float] = {}
         for frame, name in ((truth, "D"), (small, "S")):
             for column in ("score", "age", "income", "weight", "height"):
