@@ -193,6 +193,7 @@ def _cells(result: dict, name: str) -> dict[float, tuple[int, float]]:
         edges, n, events = result["edges"], result["counts"], None
     else:
         edges, n, events = result["edges"], result["n"], result["sum_y"]
+    n = np.atleast_1d(n)  # Opal's JSON unboxes a merged histogram's one count
     cum_n, cum_y = np.cumsum(n), np.cumsum(events) if events is not None else np.full(len(n), np.nan)
     return {float(e): (int(cum_n[j]), float(cum_y[j])) for j, e in enumerate(edges[1:-1]) if e is not None}
 
@@ -263,9 +264,8 @@ def test_cuts_one_record_apart_release_nobody(fed, name, scenario):
     (``groupSumsDS(D$y, D$score, c(0, t, 1))`` against ``t - 1e-9``). The first part releases
     cuts 7 records apart; the second asks for the cut next to each. Rule
     ``disclosure.cut_history`` (every cut released on the column, by any analyst, leaves 0 or q
-    records between): the site drops the second cut (coarsened, said in ``dropped``), or a histogram
-    refuses its small bin (``bins.small_bin_policy``), in any session, account, door, and after a
-    restart."""
+    records between): the site drops the second cut (coarsened, said in ``dropped``; a histogram merges
+    its small bin, ``bins.small_bin_policy``), in any session, account, door, and after a restart."""
     plan = _cut_plan(fed, name)
     assert plan, "the table offers the attack no pair of cuts"
     y = fed.frame.y.to_numpy()
@@ -288,10 +288,8 @@ def test_cuts_one_record_apart_release_nobody(fed, name, scenario):
     released_first = sum(_at(a, t1) is not None for (_, _, t1, _, _), a in zip(plan, first))
     assert released_first > 0  # the first cuts were released: the defence is exercised by the second
     assert (pinned, labels) == (0, 0)
-    # histograms refuse rather than merge a small bin (bins.small_bin_policy = "refuse"), the others
-    # drop the cut; countBelowDS answers null for it
-    expected = {"bins.small_bin_policy"} if name.startswith("histogram") else {"dropped"}
-    assert stopped == expected
+    # every release drops the cut (histograms: bins.small_bin_policy = "merge"); countBelowDS answers null
+    assert stopped == {"dropped"}
 
 
 BISECTION: dict[str, Callable[[float, float], str]] = {
@@ -596,7 +594,7 @@ def test_matthews_harel_on_count_releases(fed, name):
     """An attacker who knows every record but one asks for cells between every two known scores.
     On exact cells (computed here, outside dsfed) the one cell with a record too many gives the
     held-out record's rank slot and outcome: all targets. Through dsfed every released cell holds 0
-    or at least q records (``disclosure.cut_history``; histograms refuse, ``bins.small_bin_policy``),
+    or at least q records (``disclosure.cut_history``; histograms merge, ``bins.small_bin_policy``),
     so the target's cell always holds known records: no rank recovered. (Its label alone follows from
     any exact count of events, with or without cells: only noise hides that.)"""
     frame = fed.frame
@@ -629,7 +627,7 @@ def test_matthews_harel_on_count_releases(fed, name):
     else:
         assert exact_hits == len(MH_TARGETS)
     assert dsfed_hits == 0
-    assert refused == (len(MH_TARGETS) if name == "histogramDS" else 0)
+    assert refused == 0  # released, coarsened: every cell of 0 or at least q records
 
 
 def _tied_cdf(x: np.ndarray, edges: np.ndarray, counts: np.ndarray) -> np.ndarray:

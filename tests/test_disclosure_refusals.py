@@ -73,9 +73,13 @@ def test_small_cell_refuses_whole_table(sites):
         assert _refusal(exc, "big").rule == "disclosure.q_threshold"
 
 
-def test_histogram_small_bin_refused_under_refuse_policy(sites):
-    provisioned, services = sites
-    with inprocess_builder(provisioned, {"big": services["big"]}).login() as session:
+def test_histogram_small_bin_refused_under_refuse_policy(tmp_path):
+    """A board that prefers refusals to coarsening sets small_bin_policy = "refuse" (the shipped
+    default merges: test_histogram_merge_policy_merges_and_keeps_every_record)."""
+    big = pd.DataFrame({"x": np.random.default_rng(7).normal(50, 10, 40).round(3)})
+    rules = rules_variant(tmp_path / "refuse.toml", small_bin_policy='"refuse"')
+    provisioned, services = make_sites(tmp_path, {"big": big}, rules=rules)
+    with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("T", "P.t")
         with pytest.raises(FederatedCallError) as exc:  # [-inf, 30) will hold few records
             session.histogram("T$x", [20, 45, 55, 80])
@@ -85,8 +89,8 @@ def test_histogram_small_bin_refused_under_refuse_policy(sites):
 
 def test_histogram_merge_policy_merges_and_keeps_every_record(tmp_path):
     values = np.array([1.0] * 10 + [2.5] * 2 + [3.5] * 10 + [9.0] * 1 + [5.5] * 8)
-    # the gate's rule at a fixed minimum (no secret margin: its own test draws it)
-    rules = rules_variant(tmp_path / "merge.toml", small_bin_policy='"merge"', cut_margin="0")
+    # the shipped policy (merge) at a fixed minimum (no secret margin: its own test draws it)
+    rules = rules_variant(tmp_path / "merge.toml", cut_margin="0")
     provisioned, services = make_sites(tmp_path, {"m": pd.DataFrame({"x": values})}, rules=rules)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("T", "P.t")

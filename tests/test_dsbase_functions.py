@@ -144,9 +144,9 @@ def test_r_seq_is_Rs_seq():
 def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
     values = pd.DataFrame({"x": [1.0] * 10 + [2.5] * 2 + [3.5] * 10 + [5.5] * 8})
     # the gate's rule at a fixed minimum (no secret margin: its own test draws it)
-    refuse = make_sites(tmp_path / "r", {"r": values}, rules=rules_variant(tmp_path / "refuse.toml", cut_margin="0"))
-    merge = make_sites(tmp_path / "m", {"m": values},
-                       rules=rules_variant(tmp_path / "merge.toml", small_bin_policy='"merge"', cut_margin="0"))
+    refuse = make_sites(tmp_path / "r", {"r": values},
+                        rules=rules_variant(tmp_path / "refuse.toml", small_bin_policy='"refuse"', cut_margin="0"))
+    merge = make_sites(tmp_path / "m", {"m": values}, rules=rules_variant(tmp_path / "merge.toml", cut_margin="0"))
     for provisioned, services in (refuse, merge):
         with inprocess_builder(provisioned, services).login() as session:
             session.assign_table("T", "P.t")
@@ -169,12 +169,19 @@ def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
                     session.aggregate_expr("histogramDS2(T$x, 11, 0, 6, 1, 3, 0.25)")
                 _refused(exc, "r", "disclosure.factor_levels_density")
             else:
-                h = session.aggregate_expr(call)["m"]["histobject"]
+                result = session.aggregate_expr(call)["m"]
+                h = result["histobject"]
                 # the release gate, cuts in increasing order: (0,1]=10 keeps 1 or 2 (no record between: one
                 # of them, at random); (2,3] holds 2 -> cut 3 dropped; (2,4]=12 keeps 4 or 5; (5,6]=8
                 b = h["breaks"]
                 assert b[0] == 0 and b[1] in (1, 2) and b[2] in (4, 5) and b[3] == 6 and h["counts"] == [10, 12, 8]
                 assert h["equidist"] is (len(set(np.diff(b))) == 1) and sum(h["counts"]) == len(values)
+                # the requested bins not released as asked are named, and counted as dsBase counts its
+                # suppressed bins
+                as_asked = {(lo, hi) for lo, hi in zip(b[:-1], b[1:]) if hi - lo == 1}
+                merged = [[k, k + 1.0] for k in range(6) if (k, k + 1.0) not in as_asked]
+                assert result["merged"] == merged and result["invalidcells"] == len(merged) >= 3
+                assert "fewer than 5 records" in result["why"] and "fewer, wider bins" in result["why"]
 
 
 # --- correlation -----------------------------------------------------------------------------

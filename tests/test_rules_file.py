@@ -33,7 +33,8 @@ def test_default_is_conservative():
     assert rules.disclosure.q_threshold >= 3  # at least DataSHIELD's nfilter.tab
     assert rules.disclosure.subset_min >= 3
     assert rules.disclosure.glm_saturation <= 0.33
-    assert rules.bins.small_bin_policy == "refuse"
+    # a small bin is merged with a neighbour: every released bin still holds q records (the release gate)
+    assert rules.bins.small_bin_policy == "merge"
     assert rules.privacy.mechanism != "none"
 
 

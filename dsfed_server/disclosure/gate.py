@@ -119,7 +119,9 @@ class Released:
     ``sums[name]``: per cell (shape of the categories); ``dropped``: requested cuts the gate did
     not release (their cells merged with the next); ``moved``: requested cut -> the history cut it
     was released at; ``pooled``: the cells are pooled over the sites of a secure sum; ``totals``:
-    the declaration's totals (summed over the sites when pooled)."""
+    the declaration's totals (summed over the sites when pooled); ``why``: the site's reason for
+    what it dropped or moved, and what the analyst can do (:func:`coarsening_reason`; empty when
+    released as requested)."""
 
     cuts: tuple[Cut, ...]
     counts: np.ndarray
@@ -128,12 +130,13 @@ class Released:
     moved: dict[Cut, Cut] = field(default_factory=dict)
     pooled: bool = False
     totals: dict[str, float] = field(default_factory=dict)
+    why: str = ""
 
     def describe(self) -> dict[str, Any]:
-        """What the gate did, in the result's JSON (``dropped``/``moved`` as cut values)."""
+        """What the gate did, in the result's JSON (``dropped``/``moved`` as cut values, ``why``)."""
         return {"pooled": self.pooled, "coarsened": bool(self.dropped or self.moved),
                 "dropped": [c.value for c in self.dropped],
-                "moved": [[a.value, b.value] for a, b in self.moved.items()]}
+                "moved": [[a.value, b.value] for a, b in self.moved.items()], "why": self.why}
 
 
 @dataclass
@@ -281,14 +284,54 @@ def _refuse_small(what: str, q: int, pooled: bool) -> DisclosureRefusal:
         hint="merge categories, ask for fewer or wider bins, or use more records")
 
 
-def _refuse_small_bin(what: str, q: int, pooled: bool) -> DisclosureRefusal:
+def _margin(floor: Floor) -> str:
+    """What the secret margin adds to the minimum, in a refusal or a coarsening's reason."""
+    if floor.most <= 0 or floor.q <= 1:
+        return ""
+    return (f", or fewer than {floor.q} plus the site's secret margin of 0 to {floor.most} records "
+            "(disclosure.cut_margin: drawn per bin with a key only the sites hold, so sites with other secrets "
+            "may draw otherwise; which of the two applies is not said, as that would tell the bin's count)")
+
+
+def _refuse_small_bin(what: str, floor: Floor, pooled: bool) -> DisclosureRefusal:
     """A release whose rules refuse rather than merge a small bin (``bins.small_bin_policy``)."""
     where = " pooled over the sites" if pooled else ""
     return DisclosureRefusal(
-        f"{what} would have a non-empty bin with fewer than {q} records{where} (or too few above that for "
-        "the site's secret margin, disclosure.cut_margin), alone or with the cuts released before on this "
-        "variable (an empty bin next to a cut released before counts as one: it would say that no record lies "
-        "there)", rule="bins.small_bin_policy", hint="ask for fewer, wider bins")
+        f"{what} would have a non-empty bin with fewer than {floor.q} records{where}{_margin(floor)}, alone or "
+        "with the cuts released before on this variable by any analyst (an empty bin next to a cut released "
+        "before counts as one: it would say that no record lies there)", rule="bins.small_bin_policy",
+        hint="ask for fewer, wider bins")
+
+
+def coarsening_reason(floor: Floor, history: Sequence[Cut], dropped: Sequence[Cut], moved: dict[Cut, Cut],
+                      audited: int = 0, dominated: int = 0) -> str:
+    """Why the gate dropped or moved requested cuts, and what the analyst can do: the rule of each
+    kind of change, the site's ``q`` and margin, and whether cuts released before on the column (by
+    any analyst, ``history``) took part. ``audited``, ``dominated``: of ``dropped``, those the row-set
+    audit or the dominance rule dropped. It names no count the release does not show."""
+    if not dropped and not moved:
+        return ""
+    earlier = sum(1 for c in history if np.isfinite(c.value))
+    reasons = []
+    if len(dropped) > audited + dominated:
+        reasons.append(
+            f"merged: a bin beside each merged edge would hold fewer than {floor.q} records{_margin(floor)}, or "
+            "none (an empty bin between two edges is merged, so that 'empty' and 'one record' answer alike)"
+            + (f", counted with the {earlier} cuts released before on this column by any analyst "
+               "(disclosure.cut_history)" if earlier else ""))
+    if audited:
+        reasons.append(f"{audited} edge(s) merged as a bin would differ from a subset or cell released before from "
+                       "this table in too few records (disclosure.subset_min_difference)")
+    if dominated:
+        reasons.append(f"{dominated} edge(s) merged as a pooled bin would hold fewer than {floor.q} records outside "
+                       "its largest sites (secure_aggregation.dominance_sites)")
+    if moved:
+        reasons.append("moved: an edge that would part the records at, or a few records from, a cut released "
+                       "before on this column by any analyst is released at that cut (disclosure.cut_history)")
+    remedy = "ask for fewer, wider bins" + (
+        ", or for edges at the cuts released before (the edges moved to show them): the history is kept for "
+        "every analyst and does not reset" if earlier else "")
+    return "; ".join(reasons) + f". To do: {remedy}."
 
 
 # --- the decisions on cuts --------------------------------------------------------------------
@@ -405,7 +448,8 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, agai
       space the new cells on both sides of it, to the neighbouring used cuts (the history's and
       those kept so far), hold enough records (``floor``: at least q, and a secret margin when
       fewer than q + ``floor.most``), or it holds a cut released before (``again``) at the rank of
-      a history cut: **every released cell holds at least q records**.
+      a history cut: **every released cell holds at least q records** (a pooled release checks
+      again the cells of the cuts released before: :func:`_sound_cells`).
     * A cell with no record between two different cuts is never released inside the records'
       range: "empty" against "one record" would answer whether a record lies between them, and a
       bisection would read a score to any precision. Of a kept group one cut is released: the one
@@ -575,14 +619,15 @@ def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclu
                             _row_sets(cells.rows, cells.codes, size))
     decided = decide_local(cells, floor, history, site_pick(floor.key, cells), exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
-        raise _refuse_small_bin(cells.what, q, pooled=False)
+        raise _refuse_small_bin(cells.what, floor, pooled=False)
     kept, dropped, moved = _effective(cells.cuts, decided)
     idx = cell_index(cells.x, kept)
     size = len(kept) + 1
     counts = np.bincount(idx, minlength=size)
     sums = {name: np.bincount(idx, weights=v, minlength=size) for name, v in cells.sums.items()}
     root_of = dict(zip(cells.cuts, cells.root_cuts()))
-    return LocalRelease(cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals))),
+    why = coarsening_reason(floor, history, dropped, moved, audited=sum(1 for c in dropped if c in exclude))
+    return LocalRelease(cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals), why=why)),
                         [root_of[c] for c in kept], _row_sets(cells.rows, idx, size))
 
 
@@ -745,6 +790,33 @@ def _nearest_by_value(cut: Cut, history: Sequence[Cut]) -> Cut | None:
     return min(finite, key=lambda h: (abs(h.value - cut.value), h), default=None)
 
 
+def _sound_cells(plan: PooledPlan, counts: np.ndarray, floor: Floor, checked: set[Cut], decided: list[Any]
+                 ) -> list[Any]:
+    """``decided`` (:func:`decide`'s answers, the cuts not kept maybe moved to a history cut) without
+    the cuts released before, or moved to one, that bound a pooled cell of too few records
+    (:class:`Floor`; an empty cell at an end is the end's answer): such a cut is dropped instead (its
+    cell merged with the next). ``checked``: the requested cuts :func:`decide` kept on the pooled
+    counts themselves. A cut released before was checked only where it was released: one public at a
+    site (beyond its declared range, no record there) or kept on one site's records can lie a few
+    pooled records from the next cut."""
+    position = {cut: i for i, cut in enumerate(plan.refined)}
+    below = np.concatenate([[0], np.cumsum(counts)])
+    n = int(below[-1])
+    out = list(decided)
+    while True:
+        kept = sorted({c for c, d in zip(plan.requested, out) if d is KEEP} | {d for d in out if isinstance(d, Cut)})
+        ranks = [0] + [int(below[position[c] + 1]) for c in kept] + [n]
+        def sound(a: int, b: int) -> bool:
+            return floor.holds(a, b) or (a == b and a in (0, n))
+
+        unsound = {c for j, c in enumerate(kept) if c not in checked and not (
+            sound(ranks[j], ranks[j + 1]) and sound(ranks[j + 1], ranks[j + 2]))}
+        if not unsound:
+            return out
+        out = [None if (d is KEEP and c in unsound) or (isinstance(d, Cut) and d in unsound) else d
+               for c, d in zip(plan.requested, out)]
+
+
 def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor
                    ) -> tuple[dict[str, Any], list[Cut]]:
     """The declaration's result from the pooled refined cells, decided with the pooled counts and
@@ -769,26 +841,33 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     column = floor.column(cells.column)
     released_before = {canonical(h, column) for h in plan.history}
     same = [canonical(c, column) for c in plan.requested]
-    decided = decide(spaces, floor.on(*cells.history_key), again=[c in released_before for c in same], same=same,
-                     outside=[outside(c, column) for c in plan.requested],
+    again = [c in released_before for c in same]
+    public = [outside(c, column) for c in plan.requested]
+    on_column = floor.on(*cells.history_key)  # the margins drawn for this column's cells
+    decided = decide(spaces, on_column, again=again, same=same, outside=public,
                      pick=seeded_pick(floor.key, *(repr(c) for c in plan.requested)))  # alike at every site
-    if cells.policy == "refuse" and any(d is None for d in decided):
-        raise _refuse_small_bin(cells.what, q, pooled=True)
+    checked = {c for c, d, a, o in zip(plan.requested, decided, again, public) if d is KEEP and (o or not a)}
+    if cells.policy == "refuse" and any(d is None for d in _sound_cells(plan, counts, on_column, checked, decided)):
+        raise _refuse_small_bin(cells.what, floor, pooled=True)
     if not plan.own_space:  # a cut not kept moves to the released cut nearest in value, if any
         decided = [d if d is KEEP else _nearest_by_value(c, plan.history) or d for c, d in zip(plan.requested, decided)]
+    decided = _sound_cells(plan, counts, on_column, checked, decided)
     kept, dropped, moved = _effective(plan.requested, decided)
+    dominated = 0
     if floor.dominance:
         still, merged = _undominated(cells, plan, list(kept), counts, pooled[SQUARES], floor)
         gone = set(merged)
         kept = tuple(still)
-        dropped = dropped + tuple(c for c in plan.requested if c in gone or moved.get(c) in gone)
+        more = tuple(c for c in plan.requested if c in gone or moved.get(c) in gone)
+        dropped, dominated = dropped + more, len(more)
         moved = {c: m for c, m in moved.items() if m not in gone}
     # released cell k = the refined cells between kept cut k - 1 and kept cut k
     bounds = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
     merged_counts = np.array([counts[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
     sums = {name[4:]: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
             for name in pooled if name.startswith("sum:")}
-    released = Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals)
+    released = Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals,
+                        why=coarsening_reason(floor, plan.history, dropped, moved, dominated=dominated))
     new = [c for c in kept if c not in plan.roots]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
     return cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept]

@@ -8,7 +8,9 @@ Where dsBase answers a disclosure risk with a silent zero or NA, dsfed refuses
 with an error naming the rule (a refusal is never a result that looks whole):
 
 - ``histogramDS2`` does not zero small bins: the site's ``bins.small_bin_policy``
-  refuses or merges them, so ``invalidcells`` is always 0;
+  merges them with a neighbour (or refuses the histogram), and ``invalidcells``
+  counts the requested bins not released as asked, which ``merged`` names and
+  ``why`` explains;
 - ``histogramDS1`` does not widen min/max by fresh random factors (averaging
   repeated calls would remove them): it returns the range rounded outward to
   the finest grid on which the lowest and the highest grid cell each hold at
@@ -179,6 +181,14 @@ def _hist_fuzz(breaks: np.ndarray, values: np.ndarray) -> np.ndarray:
     return breaks + np.concatenate([[-diddle], np.full(n_breaks - 1, diddle)])
 
 
+def _not_as_asked(requested: np.ndarray, released: np.ndarray) -> list[list[float]]:
+    """The requested bins ``[requested[i], requested[i + 1]]`` that are not a released bin (both
+    breaks released, next to each other), as ``[lower, upper]``."""
+    position = {float(b): i for i, b in enumerate(released)}
+    return [[float(a), float(b)] for a, b in zip(requested[:-1], requested[1:])
+            if float(a) not in position or position.get(float(b)) != position[float(a)] + 1]
+
+
 def _equidistant(breaks: np.ndarray) -> bool:
     widths = np.diff(breaks)
     return bool(widths.max() - widths.min() < 1e-7 * widths.mean())
@@ -201,11 +211,18 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
                    method_indicator: int, k: float | None, noise: float | None) -> Intervals:
     """A histogram over ``seq(min, max, by = (max - min) / num.breaks)`` (dsBase ``histogramDS2``).
 
-    Returns ``list(histobject = <R's hist(plot = FALSE)>, invalidcells = 0)``:
+    Returns ``list(histobject = <R's hist(plot = FALSE)>, invalidcells)``:
     counts in R's right-closed intervals (the first closed on the left too),
-    ``density``, ``mids``, ``xname``, ``equidist``. Bins holding 0 < n < q
-    records are refused, or merged with a neighbour, as the site's
-    ``bins.small_bin_policy`` says (never zeroed), so ``invalidcells`` is 0.
+    ``density``, ``mids``, ``xname``, ``equidist``. A bin holding 0 < n < q
+    records (or no record, between two new breaks) is merged with a neighbour
+    by the release gate, or refuses the histogram, as the site's
+    ``bins.small_bin_policy`` says; it is never zeroed. The histogram object
+    then holds the coarser breaks (its density still integrates to 1), and the
+    result says so: ``invalidcells`` counts the requested bins not released as
+    asked (dsBase's count of its suppressed bins, which its client reports),
+    ``merged`` lists them as ``c(lower, upper)`` and ``why`` gives the site's
+    reason and what to do. Where every bin is released as asked the result is
+    dsBase's two elements, ``invalidcells = 0``.
     Refused as well: fewer than q values, more bins than the factor-level rules
     allow, and values outside ``[min, max]`` (take the range from ``histogramDS1``).
     """
@@ -224,10 +241,11 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
     by_cut = {Cut(float(f), True): float(b) for f, b in zip(fuzzed[1:-1], breaks[1:-1])}
 
     def render(released: Released) -> dict[str, Any]:
-        kept = np.array([breaks[0], *(by_cut[c] for c in released.cuts), breaks[-1]])
+        kept = np.array([breaks[0], *(by_cut.get(c, c.value) for c in released.cuts), breaks[-1]])
         counts = released.counts
         n = counts.sum()
-        return {
+        merged = _not_as_asked(breaks, kept)
+        out = {
             "histobject": {
                 "breaks": kept.tolist(),
                 "counts": counts.tolist(),
@@ -236,8 +254,9 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
                 "xname": "xvect",
                 "equidist": _equidistant(kept),
             },
-            "invalidcells": 0,
+            "invalidcells": len(merged),
         }
+        return {**out, "merged": merged, "why": released.why} if merged else out
 
     return Intervals(valid, tuple(by_cut), render, policy=guard.rule("bins.small_bin_policy"), what="histogram",
                      column=ctx.root_column(xvect), rows=ctx.record_rows(xvect))

@@ -170,10 +170,13 @@ def glm_parts(native: dict[str, Any]) -> dict[str, Any]:
 
 
 def histogram(native: dict[str, Any]) -> RList:
-    """``histogramDS2``: ``list(histobject = <an object of class histogram>, invalidcells = 0)``;
-    the class makes Opal's R server send it in ``serializeJSON``'s typed form."""
+    """``histogramDS2``: ``list(histobject = <an object of class histogram>, invalidcells)``, and
+    where bins were merged ``merged`` (a list of ``c(lower, upper)``) and ``why``; the class makes
+    Opal's R server send it in ``serializeJSON``'s typed form."""
+    extra = {"merged": RList([RVector(b, type="double") for b in native["merged"]]),
+             "why": RVector([native["why"]], type="character")} if "merged" in native else {}
     return RList({"histobject": RList(native["histobject"], r_class="histogram"),
-                  "invalidcells": RVector([native["invalidcells"]], type="double")})
+                  "invalidcells": RVector([native["invalidcells"]], type="double"), **extra})
 
 
 def mean_sd_by_group(native: dict[str, Any]) -> RList:
