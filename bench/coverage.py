@@ -3,6 +3,7 @@ simulation design, the default of ``validate()`` (pooled releases under secure a
 
     .venv/bin/python bench/coverage.py --reps 200      # the figure in bench/RESULTS.md (a few minutes)
     .venv/bin/python bench/coverage.py --reps 40       # quicker
+    .venv/bin/python bench/coverage.py --design binormal --reps 100   # smooth risk (binormal AUC 0.75)
 
 Design (seed 000, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
 y = 1(score >= 0.5) with a fraction gamma ~ U[0.5, 1] of the labels redrawn from Ber(0.5);
@@ -11,7 +12,10 @@ delta = 1e-5, every site adding its full noise) with a budget large enough for t
 data set: the exact pooled empirical AUC, and whether the interval covers it -- the noise-aware
 one ``validate()`` reports, and, for comparison, DeLong's alone. DeLong's variance is the sampling
 variance around the population AUC, so for the sample's own AUC it is generous; the noise variance
-is checked on its own too: z = (estimate - exact AUC) / noise sd should have sd about 1.
+is checked on its own too: z = (estimate - exact AUC) / noise sd should have sd about 1, and the
+bias, mean (estimate - exact AUC), is reported with its standard error. ``--design binormal``: a
+smooth risk instead (binormal scores, AUC 0.75, prevalence 0.3, same sizes), where a histogram's
+leaves hide pairs of different scores (seed 000's risk is flat but for a step at a leaf edge).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
 from dsfed_client.analyses.discrimination import logit_ci  # noqa: E402
-from dsfed_server.synthetic import PROJECT, seed000_scores  # noqa: E402
+from dsfed_server.synthetic import PROJECT, binormal, seed000_scores  # noqa: E402
 
 
 def pooled_auc(y: np.ndarray, p: np.ndarray) -> float:
@@ -46,12 +50,13 @@ def pooled_auc(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def simulate(reps: int, *, sites: int = 5, epsilon: float = 1.0, delta: float = 1e-5, seed: int = 2024,
-             workdir: Path) -> pd.DataFrame:
+             workdir: Path, design: str = "seed000") -> pd.DataFrame:
     """One row per data set: n, the exact AUC, the estimate, its interval, and whether the noise-aware
     interval (and DeLong's alone) covers the exact AUC."""
     rng = np.random.default_rng(seed)
     sizes = rng.choice(np.arange(100, 2501, 100), size=reps)
-    data = {f"rep{r}": seed000_scores(int(n), rng) for r, n in enumerate(sizes)}
+    data = {f"rep{r}": seed000_scores(int(n), rng) if design == "seed000" else
+            binormal(int(n), rng, 0.75, 0.3)[["y", "score"]] for r, n in enumerate(sizes)}
     prov, services = inprocess_sites(workdir, sites, data, bench_rules(workdir / "rules.toml", epsilon=epsilon, delta=delta),
                                      seed=seed)
     rows = []
@@ -77,14 +82,18 @@ def main() -> int:
     parser.add_argument("--sites", type=int, default=5)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--design", choices=("seed000", "binormal"), default="seed000")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} data sets, K = {args.sites}, "
           f"epsilon = {args.epsilon}, delta = {args.delta}")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-coverage-") as tmp:
-        df = simulate(args.reps, sites=args.sites, epsilon=args.epsilon, delta=args.delta, workdir=Path(tmp))
-    err = (df.estimate - df.auc).abs()
+        df = simulate(args.reps, sites=args.sites, epsilon=args.epsilon, delta=args.delta, workdir=Path(tmp),
+                      design=args.design)
+    signed = df.estimate - df.auc
+    err = signed.abs()
+    print(f"{args.design}: bias {signed.mean():+.4f} (SE {signed.std(ddof=1) / np.sqrt(len(df)):.4f})")
     print(f"coverage of the exact pooled AUC by the 95% interval: {df.covered.mean():.3f} "
           f"(DeLong alone: {df.covered_delong_only.mean():.3f})")
     print(f"mean |AUC error| {err.mean():.4f}; mean noise sd {df.noise_sd.mean():.4f}; "
