@@ -82,17 +82,18 @@ def _hist_auc(tmp_path, rules, secure: bool):
 
 def test_a_pooled_histogram_auc_asks_no_site_for_its_own_count(tmp_path):
     """The depth comes from a pooled count (table1DDS's total, checked pooled), not from every site's
-    lengthDS: auc_levels of the 686 records as one noisy part, or, where the sites refuse exact leaves
-    (noise off) of fewer than q records pooled, the deepest level they release. Noise off, the AUC is
-    pROC's AUC of the scores binned into the 2^L leaves (ties within a leaf count one half,
-    ``within_bin='tied'``), up to the leaves of fewer than q pooled records that the sites merge into
-    their neighbour in the reference they derive (about 1e-4 here)."""
+    lengthDS: auc_levels of the 686 records as one noisy part. Noise off, the sites merge exact leaves
+    of fewer than q records pooled with a neighbour (the test profile's small_bin_policy), and the AUC
+    is pROC's AUC of the scores binned into the leaves released (ties within a leaf count one half,
+    ``within_bin='tied'``)."""
     result, called, pooled = _hist_auc(tmp_path, NO_NOISE, secure=True)
     assert "lengthDS" not in called and "table1DDS" in called
-    levels = int(np.log2(result.histograms.edges.size - 1))
-    assert 3 <= levels <= auc_levels(len(pooled), 1) and result.histograms.edges.size == 2**levels + 1
-    leaf = np.floor(pooled.score.to_numpy() * 2**levels)
-    assert result.auc == pytest.approx(r_reference("proc_ref", R_PROC, y=pooled.y.to_numpy(), p=leaf)[0], abs=1e-3)
+    edges = result.histograms.edges
+    grid = np.linspace(0, 1, 2 ** auc_levels(len(pooled), 1) + 1)
+    assert all(np.isclose(grid, e).any() for e in edges) and edges.size > (grid.size - 1) // 2
+    leaf = np.clip(np.searchsorted(edges, pooled.score.to_numpy(), side="right") - 1, 0, edges.size - 2)
+    assert result.auc == pytest.approx(r_reference("proc_ref", R_PROC, y=pooled.y.to_numpy(),
+                                                   p=leaf.astype(float))[0], rel=1e-12)
 
 
 def test_a_per_site_histogram_auc_counts_with_lengthDS(tmp_path):

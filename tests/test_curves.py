@@ -138,7 +138,8 @@ def test_small_bins_refused_or_merged(tmp_path):
     p = np.r_[rng.uniform(0, 0.7, 60), rng.uniform(0.3, 1, 60)].round(4)
     p2 = np.r_[rng.uniform(0, 0.7, 60), rng.uniform(0.3, 1, 60)].round(4)
     frames = {"a": pd.DataFrame({"y": y, "score": p}), "b": pd.DataFrame({"y": y, "score": p2})}
-    prov, serv = make_sites(tmp_path / "refuse", frames, rules=NO_NOISE)
+    refuse = rules_variant(tmp_path / "refuse.toml", base=NO_NOISE, small_bin_policy='"refuse"')
+    prov, serv = make_sites(tmp_path / "refuse", frames, rules=refuse)
     with inprocess_builder(prov, serv).login() as session:
         session.assign_table("D", "P.t")
         with pytest.raises(FederatedCallError) as exc:
@@ -146,9 +147,7 @@ def test_small_bins_refused_or_merged(tmp_path):
         err = exc.value.failures["a"]
         assert isinstance(err, DisclosureRefusal) and err.rule == "bins.small_bin_policy"
         ds_roc_pr_curves(session, "D$y", "D$score", levels=0)  # one bin per class: never small
-    merge = rules_variant(tmp_path / "merge.toml", small_bin_policy='"merge"', mechanism='"none"',
-                          no_noise_acknowledged='"test: merged small bins"')
-    prov, serv = make_sites(tmp_path / "merge", frames, rules=merge)
+    prov, serv = make_sites(tmp_path / "merge", frames, rules=NO_NOISE)  # the test profile merges
     with inprocess_builder(prov, serv).login() as session:
         session.assign_table("D", "P.t")
         raw = session.aggregate("scoreHistogramDS", "D$y", "D$score", levels=6)
