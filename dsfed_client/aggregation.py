@@ -56,7 +56,9 @@ class BinnedSums:
     ``moved``: of those, the edges the gate released as a cut released before on the column
     (requested edge, released cut). ``pooled``: the cells were checked pooled over the sites
     (secure aggregation with ``pooled_thresholds``), otherwise per site and summed on the edges
-    every site released."""
+    every site released. ``why``: per site, or ``"pooled"``, the site's reason for what it coarsened
+    and what to do (the rule, its minimum count and secret margin, and whether cuts released before
+    on the column, by any analyst, took part)."""
 
     edges: np.ndarray
     n: np.ndarray
@@ -67,6 +69,7 @@ class BinnedSums:
     coarsened: dict[str, list[float]]
     per_site: dict[str, pd.DataFrame]
     moved: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)
 
     @property
     def was_coarsened(self) -> bool:
@@ -88,8 +91,13 @@ class BinnedSums:
                 shifted.append(f"{where}: {', '.join(f'{a:.4g} as {b:.4g}' for a, b in moved.items())}")
         what = ([f"cells merged with the next at edges {'; '.join(merged)}"] if merged else []) + (
             [f"edges released as cuts released before on this column ({'; '.join(shifted)})"] if shifted else [])
+        reasons: dict[str, list[str]] = {}
+        for where, text in self.why.items():
+            if text:
+                reasons.setdefault(text, []).append(where)
+        why = "".join(f". Why ({', '.join(where)}): {text}" for text, where in reasons.items()).rstrip(".")
         return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells asked: "
-                + "; ".join(what or ["edges differ from those asked"]))
+                + "; ".join(what or ["edges differ from those asked"]) + why)
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,7 @@ class PerSite(Aggregation):
         coarsened = {s: sorted(r["dropped"] + [a for a, _ in r["moved"]]) for s, r in results.items()}
         moved = {s: [(float(a), float(b)) for a, b in r["moved"]] for s, r in results.items()}
         return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site,
-                          moved)
+                          moved, {s: str(r.get("why", "")) for s, r in results.items()})
 
     def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         return self.session.pooled_steps(function, *args, relayed=True, **kwargs)
@@ -248,7 +256,7 @@ class Pooled(Aggregation):
         moved = [(float(a), float(b)) for a, b in r["moved"]]
         return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in _BIN_FIELDS),
                           requested, True, {"pooled": sorted(r["dropped"] + [a for a, _ in moved])}, {},
-                          {"pooled": moved})
+                          {"pooled": moved}, {"pooled": str(r.get("why", ""))})
 
     def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         return self.session.pooled_steps(function, *args, **kwargs)
