@@ -336,6 +336,7 @@ class Catalog:
         self._tables: dict[str, TableInfo] = {}
         self._columns: dict[tuple[str, str], pd.Series] = {}
         self._left_out: dict[tuple[str, int], np.ndarray] = {}
+        self._in_force: dict[str, np.ndarray] = {}  # per table: the records its assignments leave out
         self._lock = threading.Lock()
         for dictionary in sorted(self.data_dir.glob("*/*.dictionary.json")):
             project = dictionary.parent.name
@@ -405,7 +406,14 @@ class Catalog:
             found = rare_patterns((missing(name) for name in self.served(ref)), self.row_count(ref), minimum)
             with self._lock:
                 self._left_out[key] = found
+        self._in_force[ref] = self._left_out[key]
         return self._left_out[key]
+
+    def kept(self, ref: str) -> np.ndarray | None:
+        """The records of table ``ref`` its releases are over (boolean), where the site leaves some out
+        (:meth:`left_out`); None where it leaves none out."""
+        found = self._in_force.get(ref)
+        return None if found is None or not found.any() else ~found
 
     def variable(self, ref: str, name: str) -> Variable | None:
         """The dictionary entry of ``name`` in table ``ref`` (None if the table has no such variable)."""

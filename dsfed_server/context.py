@@ -100,9 +100,12 @@ class CallContext:
                 cores += [(core, roots, partial(_support, support, rows)) for core, roots, support in terms]
                 continue
             written = forms(found)
-            core = written[1] if written is not None else "values#" + content_digest(
+            unknown = any(r.table == NO_TABLE for r in found.roots)
+            # a column the site cannot write as a function of named roots (no provenance: its root is only
+            # its records' order, which every monotone transform shares) is a function of its own values,
+            # and such columns all count under one root
+            core = written[1] if written is not None and not unknown else "values#" + content_digest(
                 vector.to_numpy(dtype=float, na_value=np.nan)).hex()[:24]
-            # a column without provenance stands for a root the site cannot name: all of them count together
             roots = tuple(sorted(r.column if r.table != NO_TABLE else UNKNOWN_ROOT for r in found.roots))
             if core:  # a number is no function of a record
                 cores.append((core, roots, partial(_nonzero, vector, complete)))
@@ -117,6 +120,14 @@ class CallContext:
         if counted:
             groups = None if cells is None else [cells == c for c in np.unique(cells)]
             self.guard.exact_sums(rows, counted, groups)
+
+    def quantiles(self, vector: pd.Series) -> None:
+        """The release gives quantiles of ``vector`` (a monotone function of one root column) over its
+        non-missing records (:meth:`~dsfed_server.disclosure.checks.Guard.quantiles_of`)."""
+        found = self.meaning(vector)
+        written = forms(found)
+        if written is not None and not any(r.table == NO_TABLE for r in found.roots):
+            self.guard.quantiles_of(self.record_rows(vector), written[1], tuple(sorted(r.column for r in found.roots)))
 
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""

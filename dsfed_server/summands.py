@@ -81,9 +81,10 @@ class _Writer:
             return self._checked([s.times(t) for s in self.summands(args[0]) for t in self.summands(args[1])], node)
         if op == "/" and not _leaves(args[1]):
             return self.summands(args[0])
-        if op == "/":
+        if op == "/":  # the divisor as written: 1/(x + c) is another function for every c
             (divisor,) = self.factor(args[1])
-            reciprocal = Summand(f"/(1.0, {divisor.core})", divisor.roots, divisor.support)
+            text = node_forms(args[1], self.meanings.__getitem__)[0]
+            reciprocal = Summand(f"/(1.0, {text})", divisor.roots, divisor.support)
             return [s.times(reciprocal) for s in self.summands(args[0])]
         if op == "ifelse":
             test = truth(args[0], self.read, self.n)

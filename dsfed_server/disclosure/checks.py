@@ -23,7 +23,7 @@ from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, M
 from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, row_set_audit,
                                                  row_set_problem, rows_of)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
-                                         release_local, site_pick)
+                                         margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.rules import Rules
@@ -196,8 +196,8 @@ class Guard:
                                site_pick(self.secret, condition))
         if any(d is not KEEP for d in decided):
             raise self._refuse(
-                f"{what} cuts the column within {self.q} records of another of its cuts or of a cut released "
-                "before on it (by any analyst); comparing the two would single those records out",
+                f"{what} cuts the column within {self.q} records{margin_note(self.floor)}, of another of its cuts "
+                "or of a cut released before on it (by any analyst); comparing the two would single those records out",
                 "disclosure.cut_history", f"use a condition further from earlier cuts, {instead}")
 
     def derived_cuts(self, conditions: list[Intervals], row_sets: list[np.ndarray], rows: Rows | None, *,
@@ -368,6 +368,30 @@ class Guard:
                     "use the column itself, or fewer transforms of it over small subsets; a larger subset answers "
                     "more")
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
+
+    def quantiles_of(self, rows: Rows | None, function: str, roots: tuple[str, ...]) -> None:
+        """Quantiles of ``function`` (a core, :func:`~dsfed_server.disclosure.expressions.forms`) of the
+        column ``roots`` over the records ``rows``: refused when quantiles of another function of the same
+        column were released over the same records (by any analyst). A type-7 quantile weighs the same two
+        neighbouring records alike under every monotone function, so two functions' quantiles are two
+        equations in each pair: every released pair's values (``disclosure.sums_per_record``); recorded
+        if not."""
+        if not self._audits(rows):
+            return
+        full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
+        full[rows.index] = True  # type: ignore[union-attr]
+        mine = Summed(f"quantiles:{function}", roots, np.packbits(full).tobytes())
+        self.rule(SUMS_RULE)
+        with self.history.lock:  # type: ignore[union-attr]
+            for earlier in self.history.sums(rows.lineage, rows.n_root):  # type: ignore[union-attr]
+                if (earlier.rows == mine.rows and earlier.function.startswith("quantiles:")
+                        and earlier.function != mine.function and set(earlier.roots) & set(roots)):
+                    raise self._refuse(
+                        "quantiles of another function of the same column were released over the same records "
+                        "(by any analyst): a quantile weighs the same two neighbouring records alike under every "
+                        "monotone function, so the two give those records' values", SUMS_RULE,
+                        "ask for the quantiles of the column itself, or over other records")
+            self.history.record_sums(rows.lineage, rows.n_root, [mine], analyst=self._analyst)  # type: ignore[union-attr]
 
     def _audits(self, rows: Rows | None) -> bool:
         """Whether released row sets are audited: their records are known, the site keeps a history,

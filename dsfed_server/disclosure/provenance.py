@@ -158,14 +158,15 @@ def root_column(catalog: "Catalog", vector: pd.Series) -> RootColumn | None:
     model = vector.attrs.get(MODEL_COLUMN)
     if isinstance(model, ModelColumn):
         return _root(rows, model.column, model.every(), vector.to_numpy(dtype=float, na_value=np.nan), IDENTITY,
-                     model.declared, False)
+                     model.declared, False, catalog.kept(rows.lineage))
     found = _table_column(catalog, rows, vector)
     if found is None:
         return None
     source, transform, integer = found
     return _root(rows, source, catalog.column(rows.lineage, source).to_numpy(dtype=float, na_value=np.nan),
                  transform.inverse(vector.to_numpy(dtype=float, na_value=np.nan)), transform,
-                 _declared(catalog, rows.lineage, source, transform), integer and transform.identity)
+                 _declared(catalog, rows.lineage, source, transform), integer and transform.identity,
+                 catalog.kept(rows.lineage))
 
 
 def _table_column(catalog: "Catalog", rows: Rows, vector: pd.Series) -> tuple[str, Transform, bool] | None:
@@ -198,8 +199,7 @@ def _transformed(catalog: "Catalog", rows: Rows, meaning: Meaning) -> RootColumn
     if root.declared is not None:
         ends = fn(np.asarray(root.declared, dtype=float))
         declared = (float(ends.min()), float(ends.max())) if np.all(np.isfinite(ends)) else None
-    missing = np.isnan(every)
-    return RootColumn(root.table, root.column, every[~missing] if missing.any() else every, False, transform,
+    return RootColumn(root.table, root.column, _counted(every, catalog.kept(root.table)), False, transform,
                       declared, False)
 
 
@@ -239,7 +239,7 @@ def meaning(catalog: "Catalog", vector: pd.Series) -> Meaning:
 
 
 def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, transform: Transform,
-          declared: tuple[float, float] | None, integer: bool) -> RootColumn | None:
+          declared: tuple[float, float] | None, integer: bool, kept: np.ndarray | None) -> RootColumn | None:
     """The root column ``source`` of ``rows.lineage`` with every record's ``column`` value, if the
     vector's ``values`` (in the column's units) are the column's at ``rows``; None otherwise."""
     index = rows.index
@@ -247,9 +247,17 @@ def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, trans
     if index.size and not same and (index.max() >= column.size or not _agree(column, index, values)):
         return None
     whole = transform.identity and index.size == column.size and (rows.whole or _all_positions(index))
-    missing = np.isnan(column)
-    return RootColumn(rows.lineage, source, column[~missing] if missing.any() else column, whole, transform,
-                      declared, integer)
+    return RootColumn(rows.lineage, source, _counted(column, kept), whole, transform, declared, integer)
+
+
+def _counted(every: np.ndarray, kept: np.ndarray | None) -> np.ndarray:
+    """The values of a root column the release gate counts: every record's, but those missing and those
+    the site leaves out of the table (``kept``: the others; :mod:`~dsfed_server.disclosure.missingness`),
+    whose presence between two cuts no decision may depend on."""
+    counted = ~np.isnan(every)
+    if kept is not None and kept.size == every.size:
+        counted &= kept
+    return every if counted.all() else every[counted]
 
 
 def _all_positions(index: np.ndarray) -> bool:

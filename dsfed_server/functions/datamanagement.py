@@ -142,7 +142,10 @@ def as_numeric(ctx: CallContext, x_name: pd.Series) -> pd.Series:
     """``as.numeric(as.character(x))`` (dsBase ``asNumericDS``): a factor becomes the numbers its
     labels write (``"1"``, ``"2"``), not its level codes; text that is no number becomes NA."""
     numbers = pd.to_numeric(_as_text(x_name).astype(object), errors="coerce").astype(float)
-    return _keep_rows(pd.Series(numbers.to_numpy(), name=x_name.name), x_name)
+    out = _keep_rows(pd.Series(numbers.to_numpy(), name=x_name.name), x_name)
+    if r_class(x_name) in ("numeric", "integer", "logical"):  # the same numbers: the same function of its roots
+        out.attrs[MEANING] = ctx.meaning(x_name)
+    return out
 
 
 @register("numNaDS", "aggregate", [Param("xvect", P.VECTOR, "a vector, e.g. D$age")],

@@ -40,6 +40,7 @@ def quantile_mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     valid = values[~np.isnan(values)]
     ctx.guard.min_count(valid.size, "valid values")
     ctx.guard.order_statistics(valid.size)
+    ctx.quantiles(x)
     ctx.summed(x)  # the mean
     q = _r_quantile(valid, np.asarray(PROBS))
     out: dict[str, Any] = {f"{round(p * 100):d}%": float(v) for p, v in zip(PROBS, q)}
