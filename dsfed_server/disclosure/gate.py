@@ -284,20 +284,20 @@ def _refuse_small(what: str, q: int, pooled: bool) -> DisclosureRefusal:
         hint="merge categories, ask for fewer or wider bins, or use more records")
 
 
-def _margin(floor: Floor) -> str:
+def margin_note(floor: Floor) -> str:
     """What the secret margin adds to the minimum, in a refusal or a coarsening's reason."""
     if floor.most <= 0 or floor.q <= 1:
         return ""
     return (f", or fewer than {floor.q} plus the site's secret margin of 0 to {floor.most} records "
-            "(disclosure.cut_margin: drawn per bin with a key only the sites hold, so sites with other secrets "
-            "may draw otherwise; which of the two applies is not said, as that would tell the bin's count)")
+            "(disclosure.cut_margin: drawn per cell with a key only the sites hold, so sites with other secrets "
+            "may draw otherwise; which of the two applies is not said, as that would tell the cell's count)")
 
 
 def _refuse_small_bin(what: str, floor: Floor, pooled: bool) -> DisclosureRefusal:
     """A release whose rules refuse rather than merge a small bin (``bins.small_bin_policy``)."""
     where = " pooled over the sites" if pooled else ""
     return DisclosureRefusal(
-        f"{what} would have a non-empty bin with fewer than {floor.q} records{where}{_margin(floor)}, alone or "
+        f"{what} would have a non-empty bin with fewer than {floor.q} records{where}{margin_note(floor)}, alone or "
         "with the cuts released before on this variable by any analyst (an empty bin next to a cut released "
         "before counts as one: it would say that no record lies there)", rule="bins.small_bin_policy",
         hint="ask for fewer, wider bins")
@@ -315,7 +315,7 @@ def coarsening_reason(floor: Floor, history: Sequence[Cut], dropped: Sequence[Cu
     reasons = []
     if len(dropped) > audited + dominated:
         reasons.append(
-            f"merged: a bin beside each merged edge would hold fewer than {floor.q} records{_margin(floor)}, or "
+            f"merged: a bin beside each merged edge would hold fewer than {floor.q} records{margin_note(floor)}, or "
             "none (an empty bin between two edges is merged, so that 'empty' and 'one record' answer alike)"
             + (f", counted with the {earlier} cuts released before on this column by any analyst "
                "(disclosure.cut_history)" if earlier else ""))
