@@ -170,3 +170,42 @@ def test_the_sums_analysts_need_still_pass_and_equal_r(tmp_path: Path):
     products = np.asarray(cor["sums.of.products"])
     reference = r_eval(f"as.vector(crossprod(cbind({', '.join(truth.columns)})))", **columns)
     np.testing.assert_allclose(products.ravel(), reference, rtol=1e-12)
+
+
+def test_the_count_follows_a_copy_a_divisor_and_quantiles(tmp_path: Path):
+    """Three writings the red team found the count blind to, each refused within a cell's allowance under
+    the shipped rules: power sums read through ``asNumericDS`` copies (every copy was named by its
+    records' order, which every power shares: 39 of 46 records read), reciprocals ``1/(S$score + c)``
+    padded by a column (one function for every c: 23 of 46), and quantiles of the score and of its
+    square over the same subset (a type-7 quantile weighs a pair of neighbours alike under every
+    monotone map, so two functions give the pair: 36 of 60)."""
+    truth = synthetic_frame(7, 60)
+    with fixed_secrets("moments"):
+        provisioned, services = make_sites(tmp_path, {"s1": truth})
+    refused: dict[str, str] = {}
+    with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
+        session.assign_table("D", "P.t")
+        session.assign_expr("S", 'dataFrameSubsetDS2("D", "D$age", "45", 6, NULL, NULL, FALSE)')
+        m = next(iter(session.aggregate_expr("dimDS(S)").values()))[0]  # a gated subset S of m records
+        allowance = int(0.25 * m)
+        for name, texts in {
+            "copies": [f"S$score^{k}" for k in range(3, 3 + allowance + 1)],
+            "divisors": [f"1/(S$score + {c}) + 1e-13*S$income" for c in range(1, allowance + 2)],
+        }.items():
+            try:
+                for text in texts:
+                    session.derive("P", text)
+                    if name == "copies":
+                        session.assign_expr("P", "asNumericDS(P)")
+                    session.aggregate_expr("meanDS(P)")
+            except FederatedCallError as exc:
+                refused[name] = next(iter(exc.failures.values())).rule
+        session.aggregate_expr("quantileMeanDS(S$score)")
+        session.aggregate_expr("quantileMeanDS(S$score)")  # the same quantiles again: nothing new
+        session.derive("Q", "S$score^2")
+        try:
+            session.aggregate_expr("quantileMeanDS(Q)")
+        except FederatedCallError as exc:
+            refused["quantiles"] = next(iter(exc.failures.values())).rule
+    assert m >= 15  # quantiles need 3q values
+    assert refused == dict.fromkeys(("copies", "divisors", "quantiles"), "disclosure.sums_per_record")
