@@ -66,7 +66,7 @@ def test_shipped_profiles_and_the_default():
      "profiles.p.enabled lists unknown function(s) evalDS"),
 ])
 def test_bad_profile_stops_the_server_with_file_line_reason(tmp_path, text, needle, reason):
-    bad = rules_with(tmp_path, text)
+    bad = rules_with(tmp_path, text, small_bin_policy='"refuse"')  # a site that refuses: "merge" loosens it
     with pytest.raises(ConfigFileError) as exc:
         make_sites(tmp_path, {"s": pd.DataFrame({"x": [1.0] * 10})}, rules=bad)
     assert f"{bad}:{_line(bad, needle)}:" in str(exc.value)
