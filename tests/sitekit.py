@@ -190,3 +190,13 @@ def site1_count_below(session: Any, symbol: str, cut: float) -> list[int | None]
     """Site 1's ``countBelowDS(symbol, [cut])``: the count at or below ``cut``, or None where the
     release gate dropped the cut."""
     return np.atleast_1d(session.aggregate("countBelowDS", Ref(symbol), [cut])["site1"]["counts"]).tolist()
+
+
+def kept_by_pattern(frame: pd.DataFrame, minimum: int = 5) -> pd.DataFrame:
+    """The records of ``frame`` a site with a release history keeps: those missing nothing, and those whose
+    pattern of missing values (which columns are missing) at least ``minimum`` records share -- worked out
+    with pandas, independently of the site's code (docs/governance.md, "Missing values")."""
+    missing = frame.isna()
+    pattern = missing.apply(lambda row: "".join("1" if v else "0" for v in row), axis=1)
+    shared = pattern.map(pattern.value_counts()) >= minimum
+    return frame[shared | ~missing.any(axis=1)].reset_index(drop=True)

@@ -21,7 +21,7 @@ import pytest
 from conftest import http_builder
 from dsfed_client import RecordsLeftOut
 from rref import r_eval
-from sitekit import datashield_aggregate, make_sites, serve
+from sitekit import datashield_aggregate, kept_by_pattern, make_sites, serve
 from test_derived_column_attacks import synthetic_frame
 
 LONE = 17  # the record missing its BMI alone
@@ -108,14 +108,6 @@ def test_every_assignment_of_the_table_holds_the_same_records(site):
         age = next(iter(session.aggregate_expr("meanDS(A$age)").values()))
     assert age["Nvalid"] == len(truth) - 1
     assert age["EstimatedMean"] == pytest.approx(truth.drop(index=LONE).age.mean(), rel=1e-12)
-
-
-def kept_by_pattern(frame: pd.DataFrame, minimum: int = 5) -> pd.DataFrame:
-    """The records of ``frame`` whose missing pattern at least ``minimum`` records share, or that miss
-    nothing: what the site keeps, worked out with pandas."""
-    pattern = frame.isna().apply(lambda row: "".join("1" if v else "0" for v in row), axis=1)
-    shared = pattern.map(pattern.value_counts()) >= minimum
-    return frame[shared | ~frame.isna().any(axis=1)].reset_index(drop=True)
 
 
 def test_per_site_validation_two_scores_and_group_means_on_a_messy_export(tmp_path: Path):

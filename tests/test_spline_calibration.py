@@ -68,7 +68,7 @@ def test_knots_equal_rcspline_eval(spline, reference):
                                reference["range"], rtol=RTOL)
     # on GBSG2 the 1 % bound leaves fewer than q records below it: the outer knot, and the result says so
     assert reference["range"][0] == reference["knots"][0] and spline.range_note
-    assert spline.range_note in spline.summary()
+    assert " ".join(spline.range_note.split()) in " ".join(spline.summary().split())  # the summary wraps it
 
 
 def test_fit_equals_R_glm_on_rcs(spline, reference):
