@@ -335,8 +335,7 @@ class Catalog:
         self.engine = engine if engine is not None else DuckDBEngine()
         self._tables: dict[str, TableInfo] = {}
         self._columns: dict[tuple[str, str], pd.Series] = {}
-        self._left_out: dict[tuple[str, int], np.ndarray] = {}
-        self._in_force: dict[str, np.ndarray] = {}  # per table: the records its assignments leave out
+        self._left_out: dict[str, tuple[int, np.ndarray]] = {}  # per table: the minimum, the records left out
         self._lock = threading.Lock()
         for dictionary in sorted(self.data_dir.glob("*/*.dictionary.json")):
             project = dictionary.parent.name
@@ -391,9 +390,10 @@ class Catalog:
     def left_out(self, ref: str, minimum: int) -> np.ndarray:
         """The records of table ``ref`` whose pattern of missing values over all its served columns fewer
         than ``minimum`` records share (:func:`~dsfed_server.disclosure.missingness.rare_patterns`),
-        boolean, kept per table. A column not yet read is read for its missing values only and not kept."""
-        key = (ref, minimum)
-        if key not in self._left_out:
+        boolean, kept per table (the site's minimum is fixed). A column not yet read is read for its
+        missing values only and not kept."""
+        found = self._left_out.get(ref)
+        if found is None or found[0] != minimum:
             info = self.info(ref)
             variables = {v.name: v for v in info.variables}
 
@@ -403,17 +403,16 @@ class Catalog:
                                                               variables[name])
                 return column.isna().to_numpy()
 
-            found = rare_patterns((missing(name) for name in self.served(ref)), self.row_count(ref), minimum)
+            found = minimum, rare_patterns((missing(name) for name in self.served(ref)), self.row_count(ref), minimum)
             with self._lock:
-                self._left_out[key] = found
-        self._in_force[ref] = self._left_out[key]
-        return self._left_out[key]
+                self._left_out[ref] = found
+        return found[1]
 
     def kept(self, ref: str) -> np.ndarray | None:
         """The records of table ``ref`` its releases are over (boolean), where the site leaves some out
         (:meth:`left_out`); None where it leaves none out."""
-        found = self._in_force.get(ref)
-        return None if found is None or not found.any() else ~found
+        found = self._left_out.get(ref)
+        return None if found is None or not found[1].any() else ~found[1]
 
     def variable(self, ref: str, name: str) -> Variable | None:
         """The dictionary entry of ``name`` in table ``ref`` (None if the table has no such variable)."""

@@ -19,7 +19,6 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows, bits
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
-from dsfed_server.disclosure.equations import second_moment
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, meaning, root_column
 from dsfed_server.modelframe import integer_view
 from dsfed_server.rowsets import RowSet, subset_of
@@ -115,11 +114,8 @@ class CallContext:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         elif products:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
-        # second moments are what any group answers: not counted, not kept
-        counted = [(core, roots, where()) for core, roots, where in functions if not second_moment(core, roots)]
-        if counted:
-            groups = None if cells is None else [cells == c for c in np.unique(cells)]
-            self.guard.exact_sums(rows, counted, groups)
+        groups = None if cells is None else [cells == c for c in np.unique(cells)]
+        self.guard.exact_sums(rows, functions, groups)
 
     def quantiles(self, vector: pd.Series) -> None:
         """The release gives quantiles of ``vector`` (a monotone function of one root column) over its
@@ -136,18 +132,6 @@ class CallContext:
     def meaning(self, vector: pd.Series) -> Meaning:
         """What ``vector`` is as a function of root columns (:func:`~dsfed_server.disclosure.provenance.meaning`)."""
         return meaning(self.service.catalog, vector)
-
-    def leave_out_minimum(self) -> int | None:
-        """How few records may share a pattern of missing values before the site leaves them out of a
-        table (:mod:`dsfed_server.disclosure.missingness`): the larger of the site's own q and
-        ``subset_min_difference`` (its rules file's, never a profile's: every analyst's table holds the
-        same records); None where it keeps no release history (nothing to compare releases with)."""
-        rules = self.service.rules.disclosure
-        for key in ("disclosure.cut_history", "disclosure.q_threshold", "disclosure.subset_min_difference"):
-            self.guard.applied.setdefault(key)
-        if not rules.cut_history or rules.q_threshold <= 1:
-            return None
-        return max(rules.q_threshold, rules.subset_min_difference)
 
     @property
     def pooled(self) -> bool:

@@ -463,7 +463,7 @@ class SiteService:
                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None) -> Guard:
         return Guard(self._rules(session), self.name, function, self.secret,
                      scope=session.scope if session is not None else None, history=self.history,
-                     noise_share=noise_share, deferred=deferred, relayed_cuts=relayed_cuts)
+                     kept=self.catalog.kept, noise_share=noise_share, deferred=deferred, relayed_cuts=relayed_cuts)
 
     @contextmanager
     def _scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:

@@ -53,11 +53,11 @@ class _Writer:
         """``node`` as one factor: its values computed, not 0 where it is not 0."""
         values = evaluate(node, self.read, self.n).values
         core = node_forms(node, self.meanings.__getitem__)[1]
-        roots = frozenset(r.column for leaf in _leaves(node) for r in self.meanings[leaf].roots)
+        roots = frozenset(r.column for leaf in columns_read(node) for r in self.meanings[leaf].roots)
         return [Summand(core, roots, np.isfinite(values) & (values != 0))]
 
     def summands(self, node: Node) -> list[Summand]:
-        if isinstance(node, Literal) or not _leaves(node):  # a number: the constant summand, if not 0
+        if isinstance(node, Literal) or not columns_read(node):  # a number: the constant summand, if not 0
             value = evaluate(node, self.read, self.n).values
             return [Summand(ONE, frozenset(), np.ones(self.n, dtype=bool))] if np.any(value != 0) else []
         if isinstance(node, (Column, Symbol)):
@@ -75,11 +75,11 @@ class _Writer:
         if op in ("+", "-"):
             return self._checked(self.summands(args[0]) + self.summands(args[1]), node)
         if op == "*":
-            numbers = [not _leaves(a) for a in args]
+            numbers = [not columns_read(a) for a in args]
             if any(numbers):
                 return self.summands(args[numbers.index(False)])
             return self._checked([s.times(t) for s in self.summands(args[0]) for t in self.summands(args[1])], node)
-        if op == "/" and not _leaves(args[1]):
+        if op == "/" and not columns_read(args[1]):
             return self.summands(args[0])
         if op == "/":  # the divisor as written: 1/(x + c) is another function for every c
             (divisor,) = self.factor(args[1])
@@ -89,7 +89,7 @@ class _Writer:
         if op == "ifelse":
             test = truth(args[0], self.read, self.n)
             condition = node_forms(args[0], self.meanings.__getitem__)[0]
-            roots = frozenset(r.column for leaf in _leaves(args[0]) for r in self.meanings[leaf].roots)
+            roots = frozenset(r.column for leaf in columns_read(args[0]) for r in self.meanings[leaf].roots)
             out = []
             for branch, holds, mark in ((args[1], test == 1.0, ""), (args[2], test == 0.0, "!")):
                 out += [Summand(f"[{mark}{condition}]{s.core}", s.roots | roots, s.support & holds)
@@ -120,9 +120,10 @@ def summands(expression: Node, meanings: dict[Leaf, Meaning], read: Callable[[Le
     return tuple(out)
 
 
-def _leaves(node: Node) -> list[Leaf]:
+def columns_read(node: Node) -> list[Leaf]:
+    """The columns and symbols an expression reads, each once, in order."""
     if isinstance(node, (Column, Symbol)):
         return [node]
     if not isinstance(node, Arith):
         return []
-    return [leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol))]  # type: ignore[union-attr]
+    return list(dict.fromkeys(leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol))))  # type: ignore[misc]

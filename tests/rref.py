@@ -72,22 +72,28 @@ ece_ref <- function(y, p, g) {
 }
 """
 
-R_ROCGLM = """
-# Each site's intermediate ROC-GLM data (seed 000): placement values of its positives against the
-# pooled negatives, u = 1(PV <= t_j) over t_j = j / (nT + 1), aggregated with weights; the rows of
-# all sites stacked ("the same intermediate data") and fitted by R's probit glm.
-rocglm_ref <- function(y, p, site, nT) {
+R_ROCGLM_FIT = """
+# The ROC-GLM of seed 000 from each positive's placement value pv(s) against the pooled negatives: each
+# site's intermediate data u = 1(PV <= t_j) over t_j = j / (nT + 1), aggregated with weights, the rows
+# of all sites stacked ("the same intermediate data") and fitted by R's probit glm: (a, b).
+rocglm_fit <- function(y, p, site, nT, pv) {
   neg <- p[y == 0]
   t <- (1:nT) / (nT + 1)
   rows <- lapply(split(seq_along(y), site), function(idx) {
     pos <- p[idx][y[idx] == 1]
-    pv <- vapply(pos, function(s) mean(neg > s), numeric(1))
-    ones <- vapply(t, function(tj) sum(pv <= tj), numeric(1))
+    ones <- vapply(t, function(tj) sum(vapply(pos, pv, numeric(1), neg = neg) <= tj), numeric(1))
     data.frame(u = rep(c(0, 1), nT), x = rep(qnorm(t), each = 2), w = as.vector(rbind(length(pos) - ones, ones)))
   })
   d <- do.call(rbind, rows)
-  f <- suppressWarnings(glm(u ~ x, family = binomial(link = "probit"), data = d, weights = w))
-  a <- coef(f)[1]; b <- coef(f)[2]
+  coef(suppressWarnings(glm(u ~ x, family = binomial(link = "probit"), data = d, weights = w)))
+}
+"""
+
+R_ROCGLM = R_ROCGLM_FIT + """
+# placement values PV = share of the pooled negatives above the score; AUC in closed form and integrated
+rocglm_ref <- function(y, p, site, nT) {
+  f <- rocglm_fit(y, p, site, nT, function(s, neg) mean(neg > s))
+  a <- f[1]; b <- f[2]
   c(a, b, pnorm(a / sqrt(1 + b^2)),
     integrate(function(x) pnorm(a + b * qnorm(x)), 0, 1, rel.tol = 1e-12)$value)
 }
@@ -119,22 +125,11 @@ proc_ref <- function(y, p) {
 }
 """
 
-R_HIST_ROCGLM = """
-# ROC-GLM from DeLong placement values (ties one half) against the pooled negatives:
-# PV_i = 1 - (#neg < x + #neg == x / 2) / n0 for each positive; each site's table
-# u = 1(PV <= t_j), t_j = j / (nT + 1), with weights; the sites' tables stacked, R's probit glm
+R_HIST_ROCGLM = R_ROCGLM_FIT + """
+# DeLong placement values (ties one half): PV = 1 - (#neg < x + #neg == x / 2) / n0 for each positive
 hist_rocglm_ref <- function(y, p, site, nT) {
-  neg <- p[y == 0]
-  t <- (1:nT) / (nT + 1)
-  rows <- lapply(split(seq_along(y), site), function(idx) {
-    pos <- p[idx][y[idx] == 1]
-    pv <- vapply(pos, function(s) 1 - (sum(neg < s) + sum(neg == s) / 2) / length(neg), numeric(1))
-    ones <- vapply(t, function(tj) sum(pv <= tj), numeric(1))
-    data.frame(u = rep(c(0, 1), nT), x = rep(qnorm(t), each = 2), w = as.vector(rbind(length(pos) - ones, ones)))
-  })
-  d <- do.call(rbind, rows)
-  f <- suppressWarnings(glm(u ~ x, family = binomial(link = "probit"), data = d, weights = w))
-  c(coef(f), pnorm(coef(f)[1] / sqrt(1 + coef(f)[2]^2)))
+  f <- rocglm_fit(y, p, site, nT, function(s, neg) 1 - (sum(neg < s) + sum(neg == s) / 2) / length(neg))
+  c(f, pnorm(f[1] / sqrt(1 + f[2]^2)))
 }
 """
 

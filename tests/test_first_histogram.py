@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from datashield import DSLoginBuilder, DSSession
 
 from conftest import http_builder
 from dsfed_client import Ref
@@ -22,6 +21,7 @@ from dsfed_server.messy import write_corpus
 from opalkit import opal_value
 from rref import r_eval
 from sitekit import make_sites, serve
+from test_derived_column_attacks import ds_login
 
 Q = 5  # disclosure_rules/default.toml: q_threshold
 BREAKS = (5, 10, 20)
@@ -81,12 +81,7 @@ def check_coarsened(result: dict[str, Any], values: np.ndarray, requested: list[
 
 def test_ds_histogram_through_ws_is_released_coarsened_and_named(hospitals):
     frames, provisioned, urls = hospitals
-    builder = DSLoginBuilder()
-    for name, url in urls.items():
-        cred = provisioned[name].credentials["analyst"]
-        builder.add(name, url, user=cred.user, password=cred.password)
-    session = DSSession(builder.build())
-    session.open()
+    session = ds_login(provisioned, urls)
     merged = 0
     try:
         session.assign_table("D", table="P.t")

@@ -137,7 +137,9 @@ def test_per_site_validation_two_scores_and_group_means_on_a_messy_export(tmp_pa
     assert report.failed == {}
     assert report.brier.n == len(pooled)
     assert report.brier.brier == pytest.approx(((pooled.risk_score - pooled.y) ** 2).mean(), rel=1e-12)
-    assert compared is not None
+    assert (compared.n, compared.n_positive) == (len(pooled), int(pooled.y.sum()))
+    assert compared.brier_a == pytest.approx(((pooled.risk_score - pooled.y) ** 2).mean(), rel=1e-12)
+    assert compared.brier_b == pytest.approx(((pooled.old_score - pooled.y) ** 2).mean(), rel=1e-12)
     for site, part in groups.items():
         frame = kept[site].dropna(subset=["bmi", "stage"])
         means = frame.groupby("stage").bmi.mean()

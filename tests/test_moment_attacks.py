@@ -209,3 +209,36 @@ def test_the_count_follows_a_copy_a_divisor_and_quantiles(tmp_path: Path):
             refused["quantiles"] = next(iter(exc.failures.values())).rule
     assert m >= 15  # quantiles need 3q values
     assert refused == dict.fromkeys(("copies", "divisors", "quantiles"), "disclosure.sums_per_record")
+
+
+def test_group_means_and_correlations_are_counted(tmp_path: Path):
+    """The count reaches the other exact sums: ``tapplyDS`` means of the powers of the score by the
+    outcome (each group a cell of about 30 records) and ``corDS`` of a table of powers over a subset (its
+    products are functions too) are refused by ``disclosure.sums_per_record`` before the group has
+    answered as many functions as it holds records, so no power sums solve it."""
+    truth = synthetic_frame(7, 60)
+    with fixed_secrets("moments"):
+        provisioned, services = make_sites(tmp_path, {"s1": truth})
+    refused: dict[str, tuple[str, int]] = {}
+    with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
+        session.assign_table("D", "P.t")
+        session.assign_expr("G", 'asFactorDS2("D$y", "0,1", FALSE, 1)')
+        smallest = min(int(truth.y.sum()), int((1 - truth.y).sum()))
+        try:
+            for k in range(3, smallest + 3):
+                session.derive("P", f"D$score^{k}")
+                session.aggregate_expr('tapplyDS("P", "G", "mean")')
+        except FederatedCallError as exc:
+            refused["tapplyDS"] = (next(iter(exc.failures.values())).rule, k - 3)
+        session.assign_expr("S", 'dataFrameSubsetDS2("D", "D$age", "65", 6, NULL, NULL, FALSE)')
+        size = next(iter(session.aggregate_expr("dimDS(S)").values()))[0]
+        for k in (3, 4, 5):
+            session.derive(f"Q{k}", f"S$score^{k}")
+        try:
+            session.assign_expr("T", 'cbindDS("Q3,Q4,Q5", "q3,q4,q5")')
+            session.aggregate_expr('corDS("T", NULL)')
+        except FederatedCallError as exc:
+            refused["corDS"] = (next(iter(exc.failures.values())).rule, 0)
+    assert refused["tapplyDS"][0] == "disclosure.sums_per_record" and refused["tapplyDS"][1] < smallest
+    assert refused["corDS"][0] == "disclosure.sums_per_record"
+    assert 9 > 0.25 * size  # 3 powers, their squares and products: 9 functions of the score

@@ -18,10 +18,11 @@ from typing import Any, Callable
 import numpy as np
 
 from dsfed_core.calltree import Column, Node, Symbol
-from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, too_many
+from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_moment, too_many
+from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
-from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, row_set_audit,
-                                                 row_set_problem, rows_of)
+from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, packed_rows,
+                                                 row_set_audit, row_set_problem, rows_of)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
@@ -74,6 +75,9 @@ class Guard:
     # the site's release history (history.History): cuts per table column and subset row sets,
     # for all analysts, persisted; None: nothing kept (outside a site, e.g. in unit tests)
     history: Any = field(repr=False, default=None)
+    # the records of a site table its releases are over, where the site leaves some out (a pattern of missing
+    # values few records share: catalog.Catalog.kept); None: all of them
+    kept: Callable[[str], np.ndarray | None] | None = field(repr=False, default=None)
     # this site's share of the DP noise variance (1/h in a secure sum; secure_aggregation.honest_sites)
     noise_share: float = 1.0
     # a pooled release (relay.py): minimum counts are checked on the pooled counts, not on this site's
@@ -180,7 +184,7 @@ class Guard:
                 self._check_condition(condition, "the subset's condition", "or the full table")
             earlier = self.history.row_sets(rows.lineage, rows.n_root)
             problem = row_set_problem(earlier, [new], self.rule("disclosure.subset_min_difference"),
-                                      self.history.base(rows.lineage, rows.n_root))
+                                      self._base(rows))
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
@@ -222,7 +226,7 @@ class Guard:
                     members.append(full)
                 earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
                 problem = row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"),
-                                          self.history.base(rows.lineage, rows.n_root))  # type: ignore[union-attr]
+                                          self._base(rows))  # type: ignore[union-attr]
                 if problem:
                     raise self._refuse(problem, "disclosure.subset_min_difference",
                                        "use cuts further from earlier ones, or a column of the table")
@@ -334,23 +338,27 @@ class Guard:
             self._record_row_sets(released.row_sets, cells.rows)
         return released.result
 
-    def exact_sums(self, rows: Rows | None, functions: list[tuple[str, tuple[str, ...], np.ndarray]],
+    def exact_sums(self, rows: Rows | None,
+                   functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
                    groups: list[np.ndarray] | None = None) -> None:
         """The release gives exact sums of ``functions`` (each a function's core, its root columns,
         :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
-        boolean) over each of the ``groups`` of ``rows`` (boolean over them; None: one group, all of
-        them): refused when some group of the table's records would then answer more different functions
-        than ``disclosure.sums_per_record`` allows for its size, counted with every sum released before
-        from the table by any analyst (:mod:`dsfed_server.disclosure.equations`); recorded if not."""
-        if not self._audits(rows) or not functions:
+        boolean, computed when needed) over each of the ``groups`` of ``rows`` (boolean over them; None:
+        one group, all of them): refused when some group of the table's records would then answer more
+        different functions than ``disclosure.sums_per_record`` allows for its size beyond its second
+        moments, which any group answers and which are neither counted nor kept; counted with every sum
+        released before from the table by any analyst (:mod:`dsfed_server.disclosure.equations`);
+        recorded if not."""
+        counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
+        if not counted or not self._audits(rows):
             return
         new = []
-        for group in groups if groups is not None else [None]:
-            for function, roots, over in functions:
-                full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
-                full[rows.index[over if group is None else over & group]] = True  # type: ignore[union-attr]
-                if full.any():
-                    new.append(Summed(function, roots, np.packbits(full).tobytes()))
+        for function, roots, where in counted:
+            over = where()
+            for group in groups if groups is not None else [None]:
+                packed = packed_rows(rows, over if group is None else over & group)  # type: ignore[arg-type]
+                if packed is not None:
+                    new.append(Summed(function, roots, packed))
         per_record = self.rule(SUMS_RULE)
         with self.history.lock:  # type: ignore[union-attr]
             earlier = self.history.sums(rows.lineage, rows.n_root)  # type: ignore[union-attr]
@@ -369,6 +377,18 @@ class Guard:
                     "more")
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
 
+    def leave_out_minimum(self, site: Rules) -> int | None:
+        """How few records may share a pattern of missing values before the site leaves them out of a
+        table (:mod:`~dsfed_server.disclosure.missingness`): the larger of q and ``subset_min_difference``
+        of the site's own rules ``site`` (never a profile's: every analyst's table holds the same records);
+        None where the site keeps no release history (nothing to compare releases with)."""
+        for key in ("disclosure.cut_history", *MISSING_RULES):
+            self.applied.setdefault(key)
+        rules = site.disclosure
+        if not rules.cut_history or rules.q_threshold <= 1:
+            return None
+        return max(rules.q_threshold, rules.subset_min_difference)
+
     def quantiles_of(self, rows: Rows | None, function: str, roots: tuple[str, ...]) -> None:
         """Quantiles of ``function`` (a core, :func:`~dsfed_server.disclosure.expressions.forms`) of the
         column ``roots`` over the records ``rows``: refused when quantiles of another function of the same
@@ -378,9 +398,7 @@ class Guard:
         if not."""
         if not self._audits(rows):
             return
-        full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
-        full[rows.index] = True  # type: ignore[union-attr]
-        mine = Summed(f"quantiles:{function}", roots, np.packbits(full).tobytes())
+        mine = Summed(f"quantiles:{function}", roots, packed_rows(rows))  # type: ignore[arg-type]
         self.rule(SUMS_RULE)
         with self.history.lock:  # type: ignore[union-attr]
             for earlier in self.history.sums(rows.lineage, rows.n_root):  # type: ignore[union-attr]
@@ -392,6 +410,11 @@ class Guard:
                         "monotone function, so the two give those records' values", SUMS_RULE,
                         "ask for the quantiles of the column itself, or over other records")
             self.history.record_sums(rows.lineage, rows.n_root, [mine], analyst=self._analyst)  # type: ignore[union-attr]
+
+    def _base(self, rows: Rows) -> np.ndarray:
+        """The row set every release of ``rows``' table is over (packed): the records the site keeps."""
+        kept = self.kept(rows.lineage) if self.kept is not None else None
+        return np.packbits(kept if kept is not None and kept.size == rows.n_root else np.ones(rows.n_root, dtype=bool))
 
     def _audits(self, rows: Rows | None) -> bool:
         """Whether released row sets are audited: their records are known, the site keeps a history,
@@ -405,7 +428,7 @@ class Guard:
         if not self._audits(rows) or not row_sets:
             return None
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        base = self.history.base(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        base = self._base(rows)  # type: ignore[union-attr]
         problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"), base)
         if problem is None:
             return None
@@ -422,7 +445,7 @@ class Guard:
             return
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         problem = row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference"),
-                                  self.history.base(rows.lineage, rows.n_root))  # type: ignore[union-attr]
+                                  self._base(rows))  # type: ignore[union-attr]
         if problem:
             raise self._refuse(problem, "disclosure.subset_min_difference",
                                "ask for fewer or wider bins, or on the whole table")

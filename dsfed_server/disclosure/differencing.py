@@ -95,6 +95,14 @@ def mark_rows(frame: T, rows: Rows) -> T:
     return frame
 
 
+def packed_rows(rows: Rows, among: np.ndarray | None = None) -> bytes | None:
+    """The records ``rows`` holds (those of them ``among`` marks, boolean over them) as a row set of the
+    root table, packed 1 bit a record as the release history keeps it; None when it holds none."""
+    full = np.zeros(rows.n_root, dtype=bool)
+    full[rows.index if among is None else rows.index[among]] = True
+    return np.packbits(full).tobytes() if full.any() else None
+
+
 def bits(rows: np.ndarray, n: int) -> np.ndarray:
     """Row set ``rows`` as ``n`` bytes of 0 or 1: a boolean array as it is (a view), or one packed by
     ``np.packbits`` (as the release history keeps row sets: 1 bit a record) unpacked."""

@@ -80,19 +80,6 @@ class History:
     def __init__(self, path: str | Path) -> None:
         self.path = create(path, _SCHEMA)
         self.lock = threading.RLock()
-        # per table: the records every release is over, where the site leaves some out (a pattern of
-        # missing values few records share, :mod:`~dsfed_server.disclosure.missingness`); packed
-        self._bases: dict[tuple[str, int], np.ndarray] = {}
-
-    def set_base(self, table: str, kept: np.ndarray) -> None:
-        """Every release of ``table`` is over its records ``kept`` (boolean, one per record)."""
-        self._bases[(table, kept.size)] = np.packbits(kept)
-
-    def base(self, table: str, n_root: int) -> np.ndarray:
-        """The records every release of ``table`` (of ``n_root`` records) is over, packed: all of them,
-        unless the site leaves some out."""
-        found = self._bases.get((table, n_root))
-        return found if found is not None else np.packbits(np.ones(n_root, dtype=bool))
 
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)

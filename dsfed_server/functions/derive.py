@@ -57,14 +57,8 @@ from dsfed_server.disclosure.provenance import MEANING, meaning
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet
-from dsfed_server.summands import summands
+from dsfed_server.summands import columns_read, summands
 from dsfed_server.views import ColumnView, Held, kept_vector
-
-
-def _leaves(node: Node) -> list[Leaf]:
-    if isinstance(node, (Column, Symbol)):
-        return [node]
-    return list(dict.fromkeys(leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol))))  # type: ignore[union-attr]
 
 
 def _read(ctx: CallContext, leaves: list[Leaf]) -> tuple[tuple[Held, ...], dict[Leaf, pd.Series]]:
@@ -117,7 +111,7 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
     reads and computed when read (:mod:`dsfed_server.views`). Every comparison and pmin/pmax/abs
     kink is a cut the release gate checks; a column with few values holds q records on each. Also
     reached by an assign text that is an expression (``D$age * 2``)."""
-    leaves = _leaves(expression)
+    leaves = columns_read(expression)
     if not leaves:
         raise CallError(f"{expression.to_text()[:80]!r} reads no column", hint="e.g. log(D$pnodes + 1)")
     held, columns = _read(ctx, leaves)
@@ -218,7 +212,7 @@ def check_formula(ctx: CallContext, formula: Formula, data: pd.DataFrame | RowSe
         inner = variable[2:-1] if variable.startswith("I(") else variable
         bound = len(inner) + 1  # the term passed the site's limits when the formula was parsed
         node = parse_expression(inner, Limits(max_length=bound, max_name_length=bound, max_depth=bound))
-        leaves = _leaves(node)
+        leaves = columns_read(node)
         columns = {leaf: _formula_column(data, leaf) for leaf in leaves}
         if any(c is None for c in columns.values()):
             continue  # a variable the table lacks: the model frame names it

@@ -41,13 +41,11 @@ def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> p
     catalog = ctx.service.catalog
     frame = catalog.frame(table, variables or None)
     ctx.note_source(table)  # provenance: the privacy ledger's table key
-    minimum = ctx.leave_out_minimum()
+    minimum = ctx.guard.leave_out_minimum(ctx.service.rules)
     left_out = catalog.left_out(table, minimum) if minimum else None
     if left_out is None or not left_out.any():
         return mark_rows(frame, whole_table(table, len(frame)))
     kept = np.flatnonzero(~left_out)
-    if ctx.guard.history is not None:
-        ctx.guard.history.set_base(table, ~left_out)
     frame = frame.iloc[kept].reset_index(drop=True)
     frame.attrs[NOTE] = missingness.note(int(left_out.sum()), minimum)
     return mark_rows(frame, Rows(table, kept.astype(np.int32 if left_out.size < 2**31 else np.int64), left_out.size))
