@@ -28,7 +28,7 @@ from dsfed_server import rbridge
 from dsfed_server.access_log import STDERR, open_access_log
 from dsfed_server.audit import AuditLog, audit_key
 from dsfed_server.auth import Authenticator
-from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol, from_json
+from dsfed_core.calltree import Arg, Arith, Call, Column, Limits, Node, Symbol
 from dsfed_server.catalog import Catalog
 from dsfed_server.engines import open_engine
 from dsfed_server.config import SiteConfig, User, load_site_config, read_secret, resolve
@@ -46,7 +46,7 @@ from dsfed_core.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
     StaleHandle, TooManyFailedLogins,
 )
-from dsfed_core.parser import parse
+from dsfed_core.parser import from_json, parse
 from dsfed_server.models import ModelStore, read_upload
 from dsfed_server.onnx_model import ONNXModel
 from dsfed_server.registry import REGISTRY, FunctionSpec, Registry, bind
