@@ -1,8 +1,8 @@
 """The call tree: the only form in which a client's request reaches a function.
 
-A call arrives either as DataSHIELD-style text (parsed by :mod:`dsfed_core.parser`)
-or as structured JSON (read by :func:`from_json`). Both give the same immutable
-nodes below. Nothing is ever evaluated: the dispatcher looks up function names
+A call arrives either as DataSHIELD-style text or as structured JSON, both read by
+:mod:`dsfed_core.parser` (:func:`~dsfed_core.parser.parse`, :func:`~dsfed_core.parser.from_json`).
+Both give the same immutable nodes below. Nothing is ever evaluated: the dispatcher looks up function names
 in the registry and resolves symbols in the session's workspace.
 """
 
@@ -16,7 +16,8 @@ import numpy as np
 from typing import Any, Iterator, Union
 
 from dsfed_core.errors import CallError
-from dsfed_core.wire import decode_f64, encode_f64
+from dsfed_core.lexer import tokenize
+from dsfed_core.wire import encode_f64
 
 Scalar = Union[str, int, float, bool, None]
 
@@ -327,7 +328,7 @@ def check_limits(node: Node, limits: Limits) -> Node:
     variable) at most ``strings.max_name_length`` characters (the names of a function and of its
     arguments are not: they are looked up in the registry, where an unknown one is "not registered"
     or an "unused argument", however long -- dsBase's own argument names run to 31 characters), every string at most
-    ``strings.max_length`` unless it only lists numbers. Both readers (:func:`from_json`,
+    ``strings.max_length`` unless it only lists numbers. Both readers (:func:`dsfed_core.parser.from_json`,
     :func:`dsfed_core.parser.parse`) end here, and apply ``parser.max_depth`` as they read."""
     for name in _names(node):
         if len(name) > limits.max_name_length:
@@ -359,8 +360,6 @@ def _names(node: Node) -> Iterator[str]:
     elif isinstance(node, Column):
         yield from (node.table, node.column)
     elif isinstance(node, Formula):
-        from dsfed_core.parser import tokenize
-
         yield from (t.text for variable in node.variables for t in tokenize(variable) if t.kind == "NAME")
     elif isinstance(node, Arith):
         for leaf in node.leaves():
@@ -378,76 +377,6 @@ def _strings(node: Node) -> Iterator[str]:
     elif isinstance(node, Call):
         for arg in node.args:
             yield from _strings(arg.value)
-
-
-def _scalar(value: Any, where: str) -> Scalar:
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise CallError(f"{where}: numbers must be finite")
-        return value
-    raise CallError(f"{where}: a literal must be a number, string, boolean or null, got {type(value).__name__}")
-
-
-def from_json(obj: Any, limits: Limits) -> Node:
-    """Read a structured call, refusing anything but the node shapes above, within ``limits``."""
-    return check_limits(_read(obj, limits, 0), limits)
-
-
-def _read(obj: Any, limits: Limits, _level: int) -> Node:
-    max_depth = limits.max_depth
-    if _level > max_depth:
-        raise CallError(f"call nested deeper than {max_depth} levels", rule="parser.max_depth")
-    if not isinstance(obj, dict):
-        raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")
-    if set(obj) == {"lit"}:
-        return Literal(_scalar(obj["lit"], "literal"))
-    if set(obj) == {"sym"} and isinstance(obj["sym"], str):
-        return Symbol(obj["sym"])
-    if set(obj) == {"col"}:
-        col = obj["col"]
-        if isinstance(col, list) and len(col) == 2 and all(isinstance(c, str) for c in col):
-            return Column(col[0], col[1])
-        raise CallError('"col" must be [table, column]')
-    if set(obj) == {"vec"}:
-        if not isinstance(obj["vec"], list):
-            raise CallError('"vec" must be a list of literals')
-        items = obj["vec"]
-        if len(items) > 64 and all(type(v) is float or (type(v) is int and abs(v) <= NUMBER_LIMIT) for v in items):
-            array = np.asarray(items, dtype=float)
-            if not np.all(np.isfinite(array)):
-                raise CallError("vector elements must be finite numbers")
-            return NumericVector(array)
-        vec = Vector(tuple(Literal(_scalar(v, "vector element")) for v in obj["vec"]))
-        check_vector(vec)
-        return vec
-    if set(obj) == {"f64"} and isinstance(obj["f64"], str):
-        try:
-            array = decode_f64(obj)
-        except ValueError as exc:
-            raise CallError(str(exc)) from None
-        if not np.all(np.isfinite(array)):
-            raise CallError("vector elements must be finite numbers")
-        return NumericVector(array)
-    if set(obj) == {"formula"} and isinstance(obj["formula"], str):
-        from dsfed_core.parser import parse_formula
-
-        return parse_formula(obj["formula"], limits)
-    if set(obj) == {"expr"} and isinstance(obj["expr"], str):
-        from dsfed_core.parser import parse_expression
-
-        return parse_expression(obj["expr"], limits)
-    if "call" in obj and set(obj) <= {"call", "args", "kwargs"}:
-        name = obj["call"]
-        args = obj.get("args", [])
-        kwargs = obj.get("kwargs", {})
-        if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
-            raise CallError('a call is {"call": name, "args": [...], "kwargs": {...}}')
-        nodes = [Arg(None, _read(a, limits, _level + 1)) for a in args]
-        nodes += [Arg(str(k), _read(v, limits, _level + 1)) for k, v in kwargs.items()]
-        return Call(name, tuple(nodes))
-    raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")
 
 
 def check_vector(vec: Vector) -> None:

@@ -19,16 +19,22 @@ used for grouping, control flow and ``function``. A string is at most
 ``strings.max_length`` long, unless it only lists numbers (``"0.1,-2,3e-4"``,
 as DataSHIELD sends coefficient vectors); the whole call text is at most eight
 times that.
+
+The structured JSON form of a call (:func:`from_json`) is read here too: its ``formula`` and
+``expr`` nodes are text for this parser.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import math
+from typing import Any
+
+import numpy as np
 
 from dsfed_core.calltree import (
     ARITH_FUNCTIONS,
     COMPARISONS,
+    NUMBER_LIMIT,
     Arg,
     Arith,
     Call,
@@ -38,125 +44,16 @@ from dsfed_core.calltree import (
     Limits,
     Literal,
     Node,
+    NumericVector,
+    Scalar,
     Symbol,
     Vector,
     check_limits,
     check_vector,
 )
 from dsfed_core.errors import CallError
-
-_NAME = re.compile(r"(?:[A-Za-z]|\.(?![0-9]))[A-Za-z0-9._]*")
-_NUMBER = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?L?")
-_PUNCT = {"(", ")", ",", "$", "~", "+", "-", "*", ":", "="}
-_RESERVED = {"function", "if", "else", "for", "while", "repeat", "break", "next", "return", "Inf", "NaN"}
-_NO_ARITHMETIC = ("'/' and '^' are only read in an expression: in a model formula inside I() (y ~ I(age^2)), or "
-                  "in deriveDS and an assign text (D$age^2); a formula's terms are variables, factor(), I() and "
-                  "log() joined by +, -, * and :")
-_COMPARISON = ("comparison operators are not allowed here (only in an expression of deriveDS or an assign "
-               "text); pass the operator as a string argument")
-_LOGICAL = "logical operators are not allowed here (only in an expression of deriveDS or an assign text)"
-_FORBIDDEN = [
-    ("<<-", "assignment is not allowed; use the assign endpoint with a symbol name"),
-    ("->>", "assignment is not allowed"),
-    ("<-", "assignment is not allowed; use the assign endpoint with a symbol name"),
-    ("->", "assignment is not allowed"),
-    ("::", "namespace access (::) is not allowed; call registered functions by name"),
-    ("[", "indexing with [ ] is not allowed"),
-    ("]", "indexing with [ ] is not allowed"),
-    ("`", "backtick-quoted names are not allowed"),
-    ("{", "braces are not allowed"),
-    ("}", "braces are not allowed"),
-    (";", "only one call per request is allowed (no ';')"),
-    ("%", "%-operators are not allowed"),
-    ("&&", "'&&' and '||' are not allowed; use '&' and '|'"),
-    ("||", "'&&' and '||' are not allowed; use '&' and '|'"),
-    ("@", "slot access (@) is not allowed"),
-    ("?", "help (?) is not allowed"),
-    ("\\", "lambda functions are not allowed"),
-]
-# operators read only inside an arithmetic expression (deriveDS, an assign text as ds.make sends it, a
-# formula's I()); anywhere else the parser refuses them with the reason given here
-_OPERATORS = [
-    ("==", _COMPARISON), ("!=", _COMPARISON), ("<=", _COMPARISON), (">=", _COMPARISON),
-    ("<", _COMPARISON), (">", _COMPARISON), ("!", _LOGICAL), ("&", _LOGICAL), ("|", _LOGICAL),
-    ("/", _NO_ARITHMETIC), ("^", _NO_ARITHMETIC),
-]
-
-
-@dataclass(frozen=True)
-class Token:
-    kind: str  # NAME, NUMBER, STRING, PUNCT, END
-    text: str
-    pos: int
-    value: object = None
-
-
-def _error(text: str, pos: int, message: str, rule: str | None = None) -> CallError:
-    shown = text if len(text) <= 60 else text[:57] + "..."
-    return CallError(f"cannot parse {shown!r} at character {pos + 1}: {message}", rule=rule)
-
-
-def tokenize(text: str) -> list[Token]:
-    tokens: list[Token] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch in " \t\r\n":
-            i += 1
-            continue
-        if ch in "\"'":
-            j, chars = i + 1, []
-            while j < len(text) and text[j] != ch:
-                if text[j] == "\\" and j + 1 < len(text):
-                    esc = text[j + 1]
-                    if esc not in "\"'\\nt":
-                        raise _error(text, j, f"escape \\{esc} is not allowed in strings")
-                    chars.append({"n": "\n", "t": "\t"}.get(esc, esc))
-                    j += 2
-                    continue
-                chars.append(text[j])
-                j += 1
-            if j >= len(text):
-                raise _error(text, i, "unterminated string")
-            value = "".join(chars)
-            tokens.append(Token("STRING", text[i : j + 1], i, value))
-            i = j + 1
-            continue
-        number = _NUMBER.match(text, i)
-        if number and (ch.isdigit() or ch == "."):
-            raw = number.group(0)
-            body = raw.rstrip("L")
-            # whole numbers of up to 18 digits exactly; anything longer as a float (possibly inf),
-            # which the parameter's bound refuses by name (calltree.check_number)
-            value: object = int(body) if re.fullmatch(r"\d{1,18}", body) else float(body)
-            if raw.endswith("L") and isinstance(value, float) and value.is_integer():
-                value = int(value)
-            tokens.append(Token("NUMBER", raw, i, value))
-            i = number.end()
-            continue
-        name = _NAME.match(text, i)
-        if name:
-            word = name.group(0)
-            if word in _RESERVED:
-                raise _error(text, i, f"'{word}' is not allowed")
-            tokens.append(Token("NAME", word, i))
-            i = name.end()
-            continue
-        for op, why in _FORBIDDEN:
-            if text.startswith(op, i):
-                raise _error(text, i, why)
-        operator = next(((op, why) for op, why in _OPERATORS if text.startswith(op, i)), None)
-        if operator is not None:
-            tokens.append(Token("OP", operator[0], i, operator[1]))
-            i += len(operator[0])
-            continue
-        if ch in _PUNCT:
-            tokens.append(Token("PUNCT", ch, i))
-            i += 1
-            continue
-        raise _error(text, i, f"character {ch!r} is not allowed")
-    tokens.append(Token("END", "", len(text)))
-    return tokens
+from dsfed_core.lexer import Token, syntax_error, tokenize
+from dsfed_core.wire import decode_f64
 
 
 class _Parser:
@@ -201,11 +98,11 @@ class _Parser:
         tok = self.next()
         if tok.kind != "PUNCT" or tok.text != text:
             found = repr(tok.text) if tok.kind != "END" else "the end"
-            raise _error(self.text, tok.pos, f"expected '{text}', found {found}")
+            raise syntax_error(self.text, tok.pos, f"expected '{text}', found {found}")
         return tok
 
     def fail(self, tok: Token, message: str) -> CallError:
-        return _error(self.text, tok.pos, message)
+        return syntax_error(self.text, tok.pos, message)
 
     # grammar
     def parse_root(self) -> Node:
@@ -225,7 +122,7 @@ class _Parser:
 
     def expr(self, level: int) -> Node:
         if level > self.limits.max_depth:
-            raise _error(
+            raise syntax_error(
                 self.text, self.peek().pos, f"nested deeper than {self.limits.max_depth} levels",
                 rule="parser.max_depth",
             )
@@ -284,7 +181,7 @@ class _Parser:
     def call(self, name: str, level: int) -> Node:
         open_tok = self.expect("(")
         if level + 1 > self.limits.max_depth:
-            raise _error(
+            raise syntax_error(
                 self.text, open_tok.pos, f"nested deeper than {self.limits.max_depth} levels",
                 rule="parser.max_depth",
             )
@@ -324,7 +221,7 @@ class _Parser:
     # binary operators are bounded by the length of the call text.
     def deeper(self, level: int, tok: Token) -> int:
         if level > self.limits.max_depth:
-            raise _error(self.text, tok.pos, f"nested deeper than {self.limits.max_depth} levels",
+            raise syntax_error(self.text, tok.pos, f"nested deeper than {self.limits.max_depth} levels",
                          rule="parser.max_depth")
         return level
 
@@ -546,3 +443,69 @@ def parse_formula(text: str, limits: Limits | None = None) -> Formula:
     if not isinstance(node, Formula):
         raise CallError(f"{text!r} is not a model formula (expected 'y ~ x1 + x2')")
     return node
+
+
+def _scalar(value: Any, where: str) -> Scalar:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CallError(f"{where}: numbers must be finite")
+        return value
+    raise CallError(f"{where}: a literal must be a number, string, boolean or null, got {type(value).__name__}")
+
+
+def from_json(obj: Any, limits: Limits) -> Node:
+    """Read a structured call, refusing anything but the node shapes above, within ``limits``."""
+    return check_limits(_read(obj, limits, 0), limits)
+
+
+def _read(obj: Any, limits: Limits, _level: int) -> Node:
+    max_depth = limits.max_depth
+    if _level > max_depth:
+        raise CallError(f"call nested deeper than {max_depth} levels", rule="parser.max_depth")
+    if not isinstance(obj, dict):
+        raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")
+    if set(obj) == {"lit"}:
+        return Literal(_scalar(obj["lit"], "literal"))
+    if set(obj) == {"sym"} and isinstance(obj["sym"], str):
+        return Symbol(obj["sym"])
+    if set(obj) == {"col"}:
+        col = obj["col"]
+        if isinstance(col, list) and len(col) == 2 and all(isinstance(c, str) for c in col):
+            return Column(col[0], col[1])
+        raise CallError('"col" must be [table, column]')
+    if set(obj) == {"vec"}:
+        if not isinstance(obj["vec"], list):
+            raise CallError('"vec" must be a list of literals')
+        items = obj["vec"]
+        if len(items) > 64 and all(type(v) is float or (type(v) is int and abs(v) <= NUMBER_LIMIT) for v in items):
+            array = np.asarray(items, dtype=float)
+            if not np.all(np.isfinite(array)):
+                raise CallError("vector elements must be finite numbers")
+            return NumericVector(array)
+        vec = Vector(tuple(Literal(_scalar(v, "vector element")) for v in obj["vec"]))
+        check_vector(vec)
+        return vec
+    if set(obj) == {"f64"} and isinstance(obj["f64"], str):
+        try:
+            array = decode_f64(obj)
+        except ValueError as exc:
+            raise CallError(str(exc)) from None
+        if not np.all(np.isfinite(array)):
+            raise CallError("vector elements must be finite numbers")
+        return NumericVector(array)
+    if set(obj) == {"formula"} and isinstance(obj["formula"], str):
+        return parse_formula(obj["formula"], limits)
+    if set(obj) == {"expr"} and isinstance(obj["expr"], str):
+        return parse_expression(obj["expr"], limits)
+    if "call" in obj and set(obj) <= {"call", "args", "kwargs"}:
+        name = obj["call"]
+        args = obj.get("args", [])
+        kwargs = obj.get("kwargs", {})
+        if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise CallError('a call is {"call": name, "args": [...], "kwargs": {...}}')
+        nodes = [Arg(None, _read(a, limits, _level + 1)) for a in args]
+        nodes += [Arg(str(k), _read(v, limits, _level + 1)) for k, v in kwargs.items()]
+        return Call(name, tuple(nodes))
+    raise CallError(f"not a call-tree node: {str(obj)[:60]!r}")

@@ -43,7 +43,7 @@ class _Body(BaseModel):
 def _call_tree_schema(schema: dict[str, Any]) -> None:
     """The ``call`` field's OpenAPI schema: the call tree's node shapes calling registry functions,
     not a bare object (so that generated requests reach the functions); the site reads it with
-    ``calltree.from_json``."""
+    ``parser.from_json``."""
     schema["anyOf"] = [call_schema(REGISTRY.names()), {"type": "null"}]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dsfed_core.calltree import Arg, Call, Column, Formula, FormulaTerm, Limits, Literal, Symbol, Vector, from_json, to_json
+from dsfed_core.calltree import Arg, Call, Column, Formula, FormulaTerm, Limits, Literal, Symbol, Vector, to_json
 from dsfed_core.errors import CallError
-from dsfed_core.parser import parse
+from dsfed_core.parser import from_json, parse
 
 L = Limits(max_length=80, max_name_length=20, max_depth=4)
 
