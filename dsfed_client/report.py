@@ -349,12 +349,13 @@ def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Seque
     auc_note = ("logit CI, eq. (3), DeLong + noise variance" if d.method == "histogram" else "DeLong CI")
     rows = [["empirical AUC", d.auc, d.ci.lower, d.ci.upper, auc_note],
             ["ROC-GLM AUC", d.roc_glm_auc, d.roc_glm_ci[0], d.roc_glm_ci[1],
-             f"logit CI, eq. (3); a = {d.a:.4f}, b = {d.b:.4f}"]]
+             f"not computed: {report.failed['ROC-GLM']}" if "ROC-GLM" in report.failed
+             else f"logit CI, eq. (3); a = {d.a:.4f}, b = {d.b:.4f}"]]
     if d.noise_variance:
         rows.append(["noise standard error of the AUC", d.noise_variance ** 0.5, None, None,
                      f"DeLong standard error {d.variance ** 0.5:.4f}"])
     overlay = {} if roc_overlay is None else {"fpr": roc_overlay[0], "tpr": roc_overlay[1]}
-    caption = ("ROC-GLM fit Phi(a + b Phi^-1(t)) over the ROC of the "
+    caption = (("The ROC of the " if "ROC-GLM" in report.failed else "ROC-GLM fit Phi(a + b Phi^-1(t)) over the ROC of the ")
                + ("pooled noisy scores at the fit's threshold grid" if d.method == "paper"
                   else "global CDFs the sites' histograms give")
                + ("; orange: the histogram-based curve" if overlay else "") + ".")

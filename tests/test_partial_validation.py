@@ -41,7 +41,15 @@ def test_a_fit_that_cannot_converge_is_named_and_the_other_sections_stand(separa
     assert result.logistic is None
     assert result.failed["logistic calibration"] == ("ConvergenceError: the distributed GLM did not converge in "
                                                      "25 iterations")
-    assert all(why.startswith("ConvergenceError: ") for why in result.failed.values())
+    # the separated scores make the ROC-GLM's slope infinite too: under the noise its fit either does not
+    # converge or its information matrix turns singular; either way the empirical AUC stands without it
+    assert set(result.failed) <= {"logistic calibration", "ROC-GLM", "smooth calibration"}
+    for section, why in result.failed.items():
+        assert why.startswith("ConvergenceError: ") or "singular" in why, (section, why)
+    d = result.discrimination
+    assert d.auc == pytest.approx(1.0, abs=0.02)  # pooled, every event is scored above every non-event
+    assert d.n_positive == (pooled.y == 1).sum() and d.n_negative == (pooled.y == 0).sum()
+    assert ("ROC-GLM" in result.failed) == np.isnan(d.roc_glm_auc)
     assert result.brier.brier == pytest.approx(((pooled.score - pooled.y) ** 2).mean(), rel=1e-12)
     assert result.brier.n == len(pooled)
     events, called = pooled.y == 1, pooled.score >= 0.5
@@ -57,7 +65,7 @@ def test_the_summary_frame_and_report_say_what_is_missing(separated):
     tmp, _, result = separated
     text = result.summary()
     for section, why in result.failed.items():
-        assert f"NOT COMPUTED: {section}: {why}" in " ".join(text.split())
+        assert " ".join(f"NOT COMPUTED: {section}: {why}".split()) in " ".join(text.split())
     frame = result.to_frame()
     assert "calibration slope" not in frame.index and "Brier score" in frame.index
     html = write_report(result, tmp / "partial.html").read_text()
@@ -92,3 +100,33 @@ def test_a_section_the_sites_refuse_is_named_and_the_others_stand(tmp_path):
     assert result.logistic is not None and result.discrimination is not None and result.hl_c is not None
     assert result.brier.brier == pytest.approx(((pooled.score - pooled.y) ** 2).mean(), rel=1e-12)
     assert result.curve.n.sum() == len(pooled)
+
+
+def test_a_roc_glm_that_cannot_be_fitted_leaves_the_empirical_auc(tmp_path):
+    """Noise off (the test profile: the histograms are exact), scores that separate the outcomes
+    put every positive's placement value at 1, so the ROC-GLM's outcome is 1 at every threshold and
+    its slope is infinite: the fit fails, and the validation names that fit while the empirical AUC
+    stands, pROC's (1: every event is scored above every non-event) to the histogram's resolution."""
+    from sitekit import NO_NOISE
+
+    rng = np.random.default_rng(11)
+    frames = {}
+    for k, n in enumerate((120, 90)):
+        score = np.round(rng.uniform(0.02, 0.98, n), 3)
+        frames[f"site{k + 1}"] = pd.DataFrame({"y": (score > 0.5).astype(int), "score": score})
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    provisioned, services = make_sites(tmp_path, frames, rules=NO_NOISE)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        result = validate(session, "D$y", "D$score")
+    (auc,) = r_eval("as.numeric(pROC::auc(pROC::roc(y, p, quiet = TRUE, direction = '<')))",
+                    y=pooled.y.to_numpy(), p=pooled.score.to_numpy())
+    assert auc == 1.0
+    # the histogram's bin around 0.5 holds an event and a non-event, a pair the placement counts 1/2
+    assert result.discrimination.auc == pytest.approx(auc, abs=1e-3)
+    assert np.isnan(result.discrimination.roc_glm_auc)
+    why = result.failed["ROC-GLM"]
+    assert why.startswith("ConvergenceError: ") or "singular" in why
+    frame = result.to_frame()
+    assert frame.loc["ROC-GLM AUC", "note"] == f"not computed: {why}"
+    assert frame.loc["empirical AUC", "estimate"] == result.discrimination.auc

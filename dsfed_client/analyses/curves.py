@@ -42,7 +42,7 @@ from scipy import integrate, interpolate
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
-from dsfed_client.analyses.glm import ds_glm
+from dsfed_client.analyses.glm import ConvergenceError, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import ALPHA, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params
@@ -195,6 +195,9 @@ class ROCPRCurves(Results):
     def mechanism(self) -> dict[str, dict[str, Any]]:
         """Per site (or ``"pooled"``) the mechanism of the histograms' release."""
         return self.histograms.mechanism
+
+    def _notes(self) -> tuple[str, ...]:
+        return (f"ROC-GLM not computed: {self.roc_glm_failed}",) if self.roc_glm_failed else ()
 
     def _table(self) -> pd.DataFrame:
         return pd.DataFrame({"threshold": self.thresholds, "fpr": self.fpr, "tpr": self.tpr,
@@ -403,6 +406,7 @@ class HistogramAUC(AUCIntervals):
     roc_glm: ROCGLMFit | None = stat()
     histograms: ScoreHistograms = hidden()
     noise_variance: float = stat("Noise variance", default=0.0)  # what the histograms' DP noise adds
+    roc_glm_failed: str = stat(default="")  # why the ROC-GLM was not fitted ("": fitted, or not asked)
 
     @derived("ROC-GLM AUC", brief=".4f", export=False)
     def roc_glm_auc(self) -> float | None:
@@ -528,6 +532,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     4. the ROC-GLM (seed 000) by the distributed probit GLM on each site's table of
        :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
 
+    A ROC-GLM that cannot be fitted (scores that separate the classes make its slope infinite: the
+    fit does not converge or its information matrix is singular) leaves ``roc_glm`` None and
+    ``roc_glm_failed`` saying why; the empirical AUC and its interval stand.
+
     Exact (pROC's AUC and DeLong variance) when noise is off and the bins separate all
     distinct scores, with ``within_bin='tied'`` (the default: sites that keep a cut history
     evaluate the reference as a step inside its bins, so that no placement sum gives a record's
@@ -563,14 +571,19 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         m = placement_moments(agg.sum("histPlacementSumsDS", *args, within_bin=within_bin))
         auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
         noise = noise_variance(hist)
-        fit = None
+        fit, failed = None, ""
         if roc_glm:
-            with session.temporary("hroc") as roc_data, warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds, within_bin=within_bin))
-                glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
-                             secure=agg.pooled, null_model=False)
-            a, b = (float(v) for v in glm.params)
-            fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, noise)
+            try:
+                with session.temporary("hroc") as roc_data, warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds,
+                                                         within_bin=within_bin))
+                    glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
+                                 secure=agg.pooled, null_model=False)
+            except (ConvergenceError, FederatedCallError) as exc:  # e.g. scores that separate the classes
+                failed = f"{type(exc).__name__}: {exc}"
+            else:
+                a, b = (float(v) for v in glm.params)
+                fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, noise)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
-                        hist, noise)
+                        hist, noise, failed)

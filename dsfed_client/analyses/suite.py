@@ -67,15 +67,16 @@ class Discrimination(Results):
 
     @classmethod
     def from_histogram(cls, h: HistogramAUC) -> "Discrimination":
-        g = h.roc_glm
-        assert g is not None
+        g, nan = h.roc_glm, float("nan")
         added = ("summed over the sites, each site adding its share" if "pooled" in h.histograms.mechanism
                  else "each site its own")
         noise = ("off (test profile: exact)" if h.noise_off else
                  f"hierarchical score histograms with Gaussian noise ({added}); the interval includes the noise "
                  "variance")
-        return cls("histogram", h.auc, h.ci_logit, h.variance, h.noise_variance, g.auc, g.ci, g.a, g.b,
-                   g.iterations, g.n_thresholds, h.n_positive, h.n_negative, h.alpha, h.noise_off, noise, h)
+        fit = ((nan, ConfInt(nan, nan), nan, nan, 0, 0) if g is None else
+               (g.auc, g.ci, g.a, g.b, g.iterations, g.n_thresholds))
+        return cls("histogram", h.auc, h.ci_logit, h.variance, h.noise_variance, *fit, h.n_positive, h.n_negative,
+                   h.alpha, h.noise_off, noise, h)
 
     @classmethod
     def from_paper(cls, r: ROCGLM) -> "Discrimination":
@@ -167,7 +168,8 @@ class ValidationReport(Results):
         if d is not None:
             auc_note = "logit CI (eq. 3), sampling + noise variance" if d.method == "histogram" else "DeLong CI"
             rows += [("empirical AUC", d.auc, *d.ci, nan, auc_note),
-                     ("ROC-GLM AUC", d.roc_glm_auc, *d.roc_glm_ci, nan, "logit CI (eq. 3)")]
+                     ("ROC-GLM AUC", d.roc_glm_auc, *d.roc_glm_ci, nan,
+                      f"not computed: {self.failed['ROC-GLM']}" if "ROC-GLM" in self.failed else "logit CI (eq. 3)")]
         rows += [("Brier score", self.brier.brier, nan, nan, nan, ""),
                  ("Spiegelhalter z", self.brier.spiegelhalter_z, nan, nan, self.brier.spiegelhalter_p, "")]
         if lg is not None:
@@ -307,9 +309,12 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
             sensitivity=sensitivity, secure=pooled)))
     else:
-        discrimination = _section(failed, "discrimination", lambda: Discrimination.from_histogram(ds_hist_auc(
+        hist_auc = _section(failed, "discrimination", lambda: ds_hist_auc(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, secure=pooled, epsilon=epsilon,
-            delta=delta)))
+            delta=delta))
+        discrimination = None if hist_auc is None else Discrimination.from_histogram(hist_auc)
+        if hist_auc is not None and hist_auc.roc_glm_failed:  # the empirical AUC stands without it
+            failed["ROC-GLM"] = hist_auc.roc_glm_failed
     # after the bins: a threshold at a bin edge is that edge's cut
     at_thresholds = _section(failed, "metrics at thresholds", lambda: ds_threshold_metrics(
         session, truth, score, metric_thresholds, alpha=alpha, secure=pooled))

@@ -352,7 +352,8 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
             following = np.linalg.solve(pooled["info.matrix"], pooled["xwz"])
         except np.linalg.LinAlgError:
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
-                            "(a covariate constant over all records, or collinear covariates)") from None
+                            "(a covariate constant over all records, collinear covariates, or covariates that "
+                            "separate the outcomes, whose fitted probabilities then reach 0 or 1)") from None
         step = irls_steps(fam, frame, following)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and

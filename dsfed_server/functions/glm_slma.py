@@ -77,7 +77,8 @@ def fit(fam: Family, mf: ModelFrame) -> Fit:
             beta = np.linalg.solve(info, xwz)
         except np.linalg.LinAlgError:
             raise CallError("the model's information matrix is singular at this site (a covariate constant "
-                            "here, or collinear covariates)", hint="simplify the model") from None
+                            "here, collinear covariates, or covariates that separate the outcomes here)",
+                            hint="simplify the model") from None
         step = parts(fam, mf, beta)
         dev = float(step["dev"])
         if abs(dev - dev_old) / (abs(dev) + 0.1) < EPSILON:
