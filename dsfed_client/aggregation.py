@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -27,10 +27,9 @@ import pandas as pd
 from dsfed_client import pooling
 from dsfed_client.calls import Ref
 from dsfed_client.errors import FederatedCallError
+from dsfed_client.quantile_search import quantile_groups
+from dsfed_client.sites import Sites
 from dsfed_core.wire import decode_f64
-
-if TYPE_CHECKING:
-    from dsfed_client.session import FederatedSession
 
 T = TypeVar("T")
 _BIN_FIELDS = ("n", "sum_p", "sum_y")
@@ -142,7 +141,7 @@ class Aggregation(ABC):
     # sites) add no new kind of release; validate() asks for them by default only then
     per_site_parts: ClassVar[bool]
 
-    def __init__(self, session: "FederatedSession", note: str = "") -> None:
+    def __init__(self, session: Sites, note: str = "") -> None:
         self.session = session
         self.note = note
 
@@ -229,8 +228,6 @@ class PerSite(Aggregation):
         return LevelSums(counts, variance, int(first.get("first_level", 0)), mechanism)
 
     def risk_groups(self, truth: str, score: str, n_groups: int) -> RiskGroups:
-        from dsfed_client.analyses.quantiles import quantile_groups  # noqa: PLC0415  (an analysis of its own)
-
         groups = quantile_groups(self.session, score, n_groups)
         b = self.bins("groupSumsDS", groups.breaks, Ref(truth), Ref(score), [float(v) for v in groups.breaks])
         return RiskGroups(b, groups.exact, groups.uncertain_records, b.note(), b.was_coarsened)
@@ -291,7 +288,7 @@ class Pooled(Aggregation):
         return 1  # each site adds its share of one site's noise
 
 
-def choose(session: "FederatedSession", secure: bool | None) -> Aggregation:
+def choose(session: Sites, secure: bool | None) -> Aggregation:
     """The strategy ``secure`` asks for (see the module's docstring)."""
     if secure is True:
         return Pooled(session)
@@ -301,7 +298,7 @@ def choose(session: "FederatedSession", secure: bool | None) -> Aggregation:
     return Pooled(session) if offered else PerSite(session, why)
 
 
-def first_release(session: "FederatedSession", secure: bool | None,
+def first_release(session: Sites, secure: bool | None,
                   release: Callable[[Aggregation], T]) -> tuple[Aggregation, T]:
     """Run an analysis' first release under the strategy ``secure`` asks for; where the session
     chose (``None``) and the sites refuse a pooled release for want of one, fall back to per-site

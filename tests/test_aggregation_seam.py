@@ -21,7 +21,7 @@ from rref import R_PROC, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 
 NO_NOISE = ROOT / "disclosure_rules" / "testing-no-noise.toml"
-ANALYSES = ("calibration", "curves", "decision", "discrimination", "glm", "recalibration", "suite", "quantiles",
+ANALYSES = ("calibration", "curves", "decision", "discrimination", "glm", "recalibration", "suite",
             "smooth_calibration", "thresholds", "heterogeneity")
 SEAM_ONLY = {"pooled", "pooled_steps", "secure_sum", "pooled_capability"}  # the session's releases by mode
 ASSIGN_ONLY = {"ds_apply_recalibration"}  # stores a vector at the sites, releases nothing

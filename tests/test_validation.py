@@ -11,7 +11,7 @@ from dsfed_client.analyses.calibration import (
     ds_brier, ds_calibration_curve, ds_ece_mce, ds_hosmer_lemeshow, ds_logistic_calibration,
 )
 from dsfed_client.analyses.discrimination import ds_auc, ds_roc_glm
-from dsfed_client.analyses.quantiles import quantile_groups
+from dsfed_client.quantile_search import quantile_groups
 from conftest import GBSG2_SITES, FIXTURES, inprocess_builder
 from rref import R_BINNED, R_CALCURVE, R_HOSLEM, R_PROC, R_ROCGLM, R_VALPROB, r_reference
 from sitekit import ROOT, make_sites
