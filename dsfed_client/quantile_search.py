@@ -21,7 +21,7 @@ import numpy as np
 
 from dsfed_client.calls import Ref
 from dsfed_client.progress import progress
-from dsfed_client.session import FederatedSession
+from dsfed_client.sites import Sites
 from dsfed_core.quantiles import Bracket, QuantileGroups, narrow, probes, targets, type7_groups
 
 MAX_ROUNDS = 12
@@ -58,7 +58,7 @@ def _pooled_bounds(sites: dict[str, _SiteCounts], thresholds: list[float]) -> di
     return {t: (int(a), int(b)) for t, a, b in zip(thresholds, lo, hi)}
 
 
-def quantile_groups(session: FederatedSession, x: str, g: int, *, lower: float = 0.0,
+def quantile_groups(session: Sites, x: str, g: int, *, lower: float = 0.0,
                     upper: float = 1.0) -> QuantileGroups:
     """Breaks reproducing ``cut(x, unique(quantile(x, seq(0, 1, 1/g))), include.lowest = TRUE)``
     where the released counts settle them; the others kept, marked uncertain and bounded
