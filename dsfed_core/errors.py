@@ -66,6 +66,12 @@ class SiteError(Exception):
         return text
 
 
+SHAPES_DIFFER = "has another length than this site's"
+"""What a site says (rule ``secure_aggregation.peers``) when a peer's vector of a pooled or relayed step
+has another length than its own: the sites computed answers of different shapes (a model over a factor
+whose levels differ between sites); the client recognises it and aligns the levels."""
+
+
 class DisclosureRefusal(SiteError):
     """A result would disclose too much under the site's rules; nothing is returned."""
 

@@ -8,7 +8,9 @@ R (``tgradeII``); ``a:b`` is the product of the columns of ``a`` and ``b``.
 site's interpreter of arithmetic (:mod:`dsfed_server.arithmetic`), named as R deparses them
 (``I(age^2)``, ``log(pnodes + 1)``). Rows with a missing value in any variable used are left out
 (R's ``na.omit``); a transform R gives as NaN or -Inf there (``log(0)``) is missing too (R's
-``glm`` would stop on it).
+``glm`` would stop on it). ``levels`` (R's ``model.frame(xlev = )``) gives a factor the full set of
+levels in a fixed order, the same at every site, so that a level one site lacks is an all-zero
+dummy there instead of a missing column (the sites' design matrices then line up).
 """
 
 from __future__ import annotations
@@ -166,6 +168,27 @@ def _computed(table: pd.DataFrame, name: str) -> pd.Series:
     return pd.Series(evaluate(node, read, len(table)).values, index=table.index, name=name)
 
 
+def with_levels(series: pd.Series, levels: list[str], name: str) -> pd.Series:
+    """``factor(series, levels = levels)``: refused unless ``series`` is a factor (or text) and
+    ``levels`` cover every level it has (a factor's declared categories, else its distinct values):
+    a level left out would make its records missing, a cut the analyst chose. The error counts
+    what is left out, naming none."""
+    if not _is_factor(series):
+        raise CallError(f"levels are given for {name}, which is not a factor at this site",
+                        hint="give levels for factor or text variables only")
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        own = [str(c) for c in series.cat.categories]
+        text: pd.Series = series.cat.rename_categories(own)
+    else:
+        own = sorted(set(series.dropna().astype(str)))
+        text = series.astype(str).where(series.notna(), None)
+    left_out = len(set(own) - set(levels))
+    if left_out:
+        raise CallError(f"the levels given for {name} leave out {left_out} level(s) it has at this site",
+                        hint="give the union of the levels every site declares (levelsDS at each site)")
+    return pd.Series(pd.Categorical(text, categories=levels), index=series.index, name=series.name)
+
+
 def _is_factor(series: pd.Series) -> bool:
     return isinstance(series.dtype, pd.CategoricalDtype) or not pd.api.types.is_numeric_dtype(series.dtype)
 
@@ -191,12 +214,18 @@ class _Design(NamedTuple):
     levels: dict[str, list[str]]
 
 
-def _complete_rows(table: pd.DataFrame, names: list[str], lazy: dict[str, ComputedColumn]
-                   ) -> tuple[dict[str, pd.Series], np.ndarray]:
+def _complete_rows(table: pd.DataFrame, names: list[str], lazy: dict[str, ComputedColumn],
+                   levels: dict[str, list[str]] | None = None) -> tuple[dict[str, pd.Series], np.ndarray]:
     """The named variables on the records complete in all of them (R's ``na.omit``), and which those
-    are; a ``lazy`` variable as the stored column it is computed from (missing where that is)."""
+    are; a ``lazy`` variable as the stored column it is computed from (missing where that is); a
+    variable ``levels`` names as a factor of those levels (:func:`with_levels`)."""
     series = {name: table[lazy[name].source] if name in lazy else _column(table, name)
               for name in dict.fromkeys(names)}
+    for name, given in (levels or {}).items():
+        if name not in series:
+            raise CallError(f"levels are given for {name!r}, which the model does not read",
+                            hint=f"name a variable of the formula: {', '.join(series)}")
+        series[name] = with_levels(series[name], given, name)
     complete = np.ones(len(table), dtype=bool)
     for s in series.values():
         complete &= s.notna().to_numpy()
@@ -249,12 +278,13 @@ def model_frame(
     *,
     weights: str | None = None,
     offset: str | None = None,
+    levels: dict[str, list[str]] | None = None,
 ) -> ModelFrame:
     if formula.response is None:
         raise CallError("the model formula needs a response (y ~ ...)")
     used = [formula.response, *[v for t in formula.terms for v in t.variables]]
     lazy = _lazy(table, formula, besides=(formula.response, weights, offset))
-    rows, complete = _complete_rows(table, used + [v for v in (weights, offset) if v], lazy)
+    rows, complete = _complete_rows(table, used + [v for v in (weights, offset) if v], lazy, levels)
     y_series = rows[formula.response]
     if _is_factor(y_series):
         raise CallError(f"the response {formula.response!r} must be numeric (0/1 for binomial)")

@@ -98,7 +98,7 @@ def test_issue_calls_bind_as_r(name: str, tags: list[str | None], expected: dict
     ("histogramDS2", [None, "m"], "matches multiple formal arguments"),  # min, max, method.indicator
     ("histogramDS2", ["k", "k"], "matched by multiple actual arguments"),
     ("histogramDS2", ["xvect", "xv"], "unused argument"),  # xv partially matches nothing left
-    ("glmDS1", [None] * 8, "unused arguments"),
+    ("glmDS1", [None] * 9, "unused arguments"),  # two beyond its seven formals
 ])
 def test_refusals_carry_r_meaning(name: str, tags: list[str | None], words: str) -> None:
     spec = REGISTRY.get(name)

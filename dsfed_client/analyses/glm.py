@@ -25,10 +25,13 @@ from scipy import stats
 
 from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Formula, Ref
+from dsfed_client.models import ds_predict, upload_model
+from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import ALPHA, Interval, Options, validate_params
 from dsfed_client.progress import progress
 from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
+from dsfed_core.errors import SHAPES_DIFFER
 from dsfed_core.models import GLMModel
 from dsfed_core.parser import parse_formula
 
@@ -221,8 +224,6 @@ class GLMResults(Results):
         approved the digest) and assigns ``predictDS(data, <digest>, type)``. ``type``:
         ``"response"`` (:math:`g^{-1}(x^T\\hat\\beta)`) or ``"link"`` (:math:`x^T\\hat\\beta`), as R's
         ``predict.glm``. Returns the vector's handle; nothing leaves the sites."""
-        from dsfed_client.models import ds_predict, upload_model  # noqa: PLC0415 (models imports this module)
-
         model = self.model()
         upload_model(session, model)
         return ds_predict(session, data, model.sha256, into or session.new_symbol("pred"), type=type)
@@ -248,14 +249,14 @@ class _Parts:
     n: int
 
 
-def _parts_stream(agg: Aggregation, *args: Any, link: str | None) -> Iterator[_Parts]:
+def _parts_stream(agg: Aggregation, *args: Any, link: str | None, xlev: list[str] | None = None) -> Iterator[_Parts]:
     """The summed parts at each iterate of Fisher scoring, starting from R's ``mustart``.
 
     The sites sum their parts among themselves, release the sums and derive every iterate
     :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` themselves (seed 002), so
     the analyst chooses no coefficient: under :class:`~dsfed_client.aggregation.Pooled`, a pooled protocol (counts checked pooled over the
     sites); otherwise a relayed one (each site checks its own counts)."""
-    for release in agg.steps("glmDS2", *args, link=link, frac_bits=24):
+    for release in agg.steps("glmDS2", *args, link=link, frac_bits=24, **({"xlev": xlev} if xlev else {})):
         yield _Parts(tuple(release["coef.names"]), release["link"], np.asarray(release["info.matrix"], dtype=float),
                      np.asarray(release["xwz"], dtype=float), float(release["dev"]), int(round(release["Npositive"])))
 
@@ -331,7 +332,13 @@ def ds_glm(
         raise ValueError("gaussian models are fitted with the identity link only")
     table = data if isinstance(data, Ref) else Ref(data)
     agg = session.aggregation(secure)
-    fit = _fit(session, agg, formula, table, family, link, weights, offset, epsilon, maxit)
+    try:
+        fit = _fit(session, agg, formula, table, family, link, weights, offset, epsilon, maxit)
+    except FederatedCallError as exc:
+        xlev = _union_levels(session, formula, table) if _shapes_differ(exc) else []
+        if not xlev:
+            raise
+        fit = _fit(session, agg, formula, table, family, link, weights, offset, epsilon, maxit, xlev)
     if not null_model:
         return fit
     parsed = parse_formula(formula)
@@ -346,11 +353,41 @@ def ds_glm(
     return replace(fit, null_deviance=null.deviance)
 
 
+def _shapes_differ(exc: FederatedCallError) -> bool:
+    """Whether the sites refused a fit only because their parts had different shapes."""
+    return all(f.rule == "secure_aggregation.peers" and SHAPES_DIFFER in f.message for f in exc.failures.values())
+
+
+def _union_levels(session: FederatedSession, formula: str, table: Ref) -> list[str]:
+    """``glmDS2``'s ``xlev`` for the formula's factors whose levels differ between sites: each the
+    union of the levels the sites declare (``levelsDS``), in the order of a site that declares them
+    all where those agree, else sorted (R's ``factor`` of the pooled values); [] if none differ."""
+    xlev = []
+    variables = dict.fromkeys(v for term in parse_formula(formula).terms for v in term.variables if "(" not in v)
+    for variable in variables:
+        column = Ref(variable if "$" in variable else f"{table.symbol}${variable}")
+        try:
+            if any(cls != "factor" for cls in session.aggregate("classDS", column).values()):
+                continue
+            per_site = [list(r["Levels"]) for r in session.aggregate("levelsDS", column).values()]
+        except FederatedCallError:
+            continue
+        if all(levels == per_site[0] for levels in per_site):
+            continue
+        union = set().union(*per_site)
+        orders = {tuple(levels) for levels in per_site if set(levels) == union}
+        ordered = list(orders.pop()) if len(orders) == 1 else sorted(union)
+        xlev.append(f"{variable}={','.join(ordered)}")
+    return xlev
+
+
 def _fit(session: FederatedSession, agg: Aggregation, formula: str, table: Ref, family: str, link: str | None,
-         weights: str | None, offset: str | None, epsilon: float, maxit: int) -> GLMResults:
+         weights: str | None, offset: str | None, epsilon: float, maxit: int, xlev: list[str] | None = None
+         ) -> GLMResults:
     """One distributed Fisher scoring run (R's ``glm.fit`` path and stopping rule); the progress
-    bar counts its rounds and ends at the round it converged in."""
-    stream = _parts_stream(agg, Formula(formula), family, None, offset, weights, table, link=link)
+    bar counts its rounds and ends at the round it converged in. ``xlev``: the factors' levels,
+    the same at every site (:func:`_union_levels`)."""
+    stream = _parts_stream(agg, Formula(formula), family, None, offset, weights, table, link=link, xlev=xlev)
     summed = next(stream)
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dsfed_server.disclosure.secure_sum import Round, pair_secret
-from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import SHAPES_DIFFER, CallError, DisclosureRefusal
 
 if TYPE_CHECKING:
     from dsfed_server.disclosure.gate import Floor
@@ -150,7 +150,12 @@ def open_relay(site: str, rnd: Round, keys: dict[str, bytes], step: int, pending
                            f"(altered, forged, from another step, or {sender} ran another call)") from None
         vector = np.frombuffer(plain, dtype="<u8").astype(np.uint64)
         if vector.size != total.size:
-            raise _refused(f"{sender}'s vector has another length than this site's")
+            raise DisclosureRefusal(
+                f"{sender}'s vector {SHAPES_DIFFER}: the sites computed answers of different shapes (a model "
+                "over a factor whose levels differ between sites, or cut histories that differ)",
+                rule="secure_aggregation.peers",
+                hint="give a factor the same levels at every site (glmDS2's xlev: the union of the levels "
+                     "levelsDS gives at each site), or ask again")
         total = total + vector  # modulo 2^64
         metas[sender] = meta
     return total, metas

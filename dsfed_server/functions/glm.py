@@ -46,21 +46,22 @@ _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npos
 
 
 def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
-              weights: str | None, offset: str | None) -> ModelFrame:
+              weights: str | None, offset: str | None, levels: dict[str, list[str]] | None = None) -> ModelFrame:
     """The model frame, built once per session and workspace value (a table, or the subset whose
     table ``data`` is: Fisher scoring asks for the same model again every iteration); the session
     keeps the latest model's only."""
-    key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset)
+    key = ("glm", formula.to_text(), fam.name, fam.link, weights, offset, repr(levels))
     source = kept_table(session.symbols, data)
 
     def build() -> ModelFrame:
         try:
-            return model_frame(formula, _model_table(source, formula, weights, offset), weights=weights, offset=offset)
+            return model_frame(formula, _model_table(source, formula, weights, offset), weights=weights, offset=offset,
+                               levels=levels)
         except NotFound:
             if not isinstance(source, RowSet):
                 raise
             # a variable the subset lacks: the error names every column it has
-            return model_frame(formula, source.frame(), weights=weights, offset=offset)
+            return model_frame(formula, source.frame(), weights=weights, offset=offset, levels=levels)
 
     return session.memo(key, source, build, one_per_kind=True)
 
@@ -79,11 +80,12 @@ def _model_table(data: pd.DataFrame | RowSet, formula: Formula, weights: str | N
 
 
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
-                   weights: str | None, offset: str | None) -> ModelFrame:
+                   weights: str | None, offset: str | None, levels: dict[str, list[str]] | None = None
+                   ) -> ModelFrame:
     """The model frame (:func:`_frame_of`), checked against the rules on every call; its computed terms
     read as derived columns are (:func:`~dsfed_server.functions.derive.check_formula`)."""
     check_formula(ctx, formula, data)
-    mf = _frame_of(ctx.session, formula, fam, data, weights, offset)
+    mf = _frame_of(ctx.session, formula, fam, data, weights, offset, levels)
     check_frame(ctx.guard, mf, fam, formula)
     return mf
 
@@ -210,15 +212,32 @@ _LINK = Param("link", P.STRING, "link function (default: the family's canonical 
               choices=LINK_NAMES)
 _WEIGHTS = Param("weights", P.NAME, "column of prior weights", required=False)
 _OFFSET = Param("offset", P.NAME, "column of offsets", required=False)
+_XLEV = Param("xlev", P.STRINGS, "a factor's levels, the same at every site (R's model.frame xlev): one "
+              "\"variable=level1,level2,...\" per factor, covering the levels it has here", required=False)
+
+
+def factor_levels(xlev: list[str] | None) -> dict[str, list[str]] | None:
+    """``xlev``'s entries (``"ward=icu,medicine,surgery"``) as variable -> levels, in the order given."""
+    if not xlev:
+        return None
+    out: dict[str, list[str]] = {}
+    for entry in xlev:
+        name, sep, text = entry.partition("=")
+        levels = [level.strip() for level in text.split(",")]
+        if not sep or not name.strip() or "" in levels or len(set(levels)) != len(levels) or name.strip() in out:
+            raise CallError(f"xlev entry {entry!r} is not \"variable=level1,level2,...\" with distinct levels, "
+                            "one entry per variable")
+        out[name.strip()] = levels
+    return out
 
 
 @register("glmDS1", "aggregate",
-          [_FORMULA, _FAMILY, _WEIGHTS, _OFFSET, Param("data", P.TABLE, "the table", rows_only=True), _LINK],
+          [_FORMULA, _FAMILY, _WEIGHTS, _OFFSET, Param("data", P.TABLE, "the table", rows_only=True), _LINK, _XLEV],
           checks=_CHECKS)
 def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | None, offset: str | None,
-              data: pd.DataFrame | RowSet, link: str | None) -> dict[str, Any]:
+              data: pd.DataFrame | RowSet, link: str | None, xlev: list[str] | None) -> dict[str, Any]:
     """Check a model against the site's rules and return its dimensions and coefficient names."""
-    mf = _checked_frame(ctx, formula, make_family(family, link), data, weights, offset)
+    mf = _checked_frame(ctx, formula, make_family(family, link), data, weights, offset, factor_levels(xlev))
     return {"dimX": [mf.n, len(mf.names)], "coef.names": list(mf.names), "errorMessage": "No errors"}
 
 
@@ -233,22 +252,26 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
         _WEIGHTS,
         Param("dataName", P.TABLE, "the table", rows_only=True),
         _LINK,
+        _XLEV,
     ],
     checks=_CHECKS + _COEFFICIENT_CHECKS,
     secure_sum=SecureSum(fields=_SUMMED, public=("family", "link", "coef.names")),
     relayable=True,
 )
 def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[float] | None,
-              offset: str | None, weights: str | None, dataName: pd.DataFrame | RowSet, link: str | None
-              ) -> dict[str, Any] | PooledSteps:
+              offset: str | None, weights: str | None, dataName: pd.DataFrame | RowSet, link: str | None,
+              xlev: list[str] | None) -> dict[str, Any] | PooledSteps:
     """This site's IRLS parts at ``beta.vect``: information matrix, score, X'Wz and deviance.
 
     As a pooled or relayed release without ``beta.vect``, the whole fit is a protocol of several
-    steps (:func:`irls_steps`): the sites derive every iterate from the summed parts themselves."""
+    steps (:func:`irls_steps`): the sites derive every iterate from the summed parts themselves.
+    ``xlev`` gives factors the same levels at every site (a level a site lacks is an all-zero
+    dummy there), so that the sites' parts line up."""
     fam = make_family(family, link)
-    mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
+    levels = factor_levels(xlev)
+    mf = _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
-        return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset), None)
+        return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
         if beta.size != len(mf.names):
@@ -313,7 +336,8 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
 
 
 def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
-                weights: str | None, offset: str | None) -> Callable[[], ModelFrame]:
+                weights: str | None, offset: str | None, levels: dict[str, list[str]] | None
+                ) -> Callable[[], ModelFrame]:
     """The model frame of ``data`` on demand, holding the workspace value it is (the table, or the
     subset whose table it is) by a weak reference: a step the analyst never opens (the last one
     sealed after the fit converged) keeps no table or model frame alive once the symbol is removed
@@ -325,7 +349,7 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
         if data is None:
             raise CallError("the table of this fit was removed or reassigned since its previous step",
                             hint="fit the model again")
-        return _frame_of(session, formula, fam, data, weights, offset)
+        return _frame_of(session, formula, fam, data, weights, offset, levels)
 
     return frame
 
