@@ -1,10 +1,11 @@
 """What a site's governance board reads: its rules file explained (its audit log summarised is
 :mod:`dsfed_server.audit_summary`).
 
-The explanation of every rules-file key comes from one place, the pydantic
-``Field`` descriptions of :mod:`dsfed_server.disclosure.rules`; this module only
-lays them out. Checking a rules file runs exactly the validation a site runs at
-start (:func:`~dsfed_server.disclosure.rules.load_rules` and
+The explanation of every rules-file key comes from one place, its declaration in
+:mod:`dsfed_server.disclosure.rules` (type, bounds, which way a profile may move it,
+description); this module only lays them out, for ``dsfed rules explain`` and for the key
+tables of docs/governance.md (``dsfed docs rules``). Checking a rules file runs exactly the
+validation a site runs at start (:func:`~dsfed_server.disclosure.rules.load_rules` and
 :func:`~dsfed_server.service.check_enabled`).
 """
 
@@ -13,12 +14,17 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
+from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
-from dsfed_server.disclosure.rules import Profile, Rules, RulesFile, load_rules
+from dsfed_server.disclosure.rules import (
+    FIXED, TIGHTENED_SECTIONS, Profile, Rules, RulesFile, load_rules, rule_fields, stricter,
+)
 from dsfed_server.registry import REGISTRY, Registry
 
 WIDTH = 88
@@ -78,6 +84,32 @@ def _value(value: Any) -> str:
     return repr(value)
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def allowed(info: FieldInfo) -> str:
+    """The values a rules key takes, read from its declared type and bounds
+    (``"an integer from 1 to 1000"``, ``"true or false"``)."""
+    kind = info.annotation
+    if kind is bool:
+        return "true or false"
+    if get_origin(kind) is Literal:
+        return " or ".join(json.dumps(v) for v in get_args(kind))
+    if kind is str:
+        return "text"
+    if get_origin(kind) is tuple:
+        return "a list of strings" if get_args(kind)[0] is str else "a list of tables"
+    name = "an integer" if kind is int else "a number"
+    bound = {attr: getattr(m, attr) for m in info.metadata if isinstance(m, (Ge, Gt, Le, Lt))
+             for attr in ("ge", "gt", "le", "lt") if hasattr(m, attr)}
+    if "ge" in bound and "le" in bound:
+        return f"{name} from {_number(bound['ge'])} to {_number(bound['le'])}"
+    words = {"ge": "at least", "gt": "above", "le": "at most", "lt": "below"}
+    limits = " and ".join(f"{words[attr]} {_number(value)}" for attr, value in bound.items())
+    return f"{name} {limits}".rstrip()
+
+
 # a parenthesis (one level of nesting inside) that cites a seed paper: "(seed 000 eqs. 1-2; DeLong 1988)"
 _CITATION = re.compile(r"\s*\((?:[^()]|\([^()]*\))*\bseeds? \d{3}\b(?:[^()]|\([^()]*\))*\)")
 # the few technical words a function list cannot avoid, said once in plain words
@@ -111,9 +143,12 @@ def _explain_section(name: str, section: BaseModel, description: str | None,
         if site is not None and value is None:
             continue
         shown = f"  {key} = {_value(value)}"
-        if site is not None:
-            shown += f"   (the site's own rules: {_value(getattr(site, key))})"
-        lines += [shown, *wrap(info.description or "", 6)]
+        if site is not None:  # a profile's key: its declaration is the site's
+            lines += [f"{shown}   (the site's own rules: {_value(getattr(site, key))})",
+                      *wrap(info.description or "", 6)]
+        else:
+            lines += [shown, *wrap(info.description or "", 6),
+                      *wrap(f"(Allowed: {allowed(info)}; a profile may {stricter(info)}.)", 6)]
     if site is not None and len(lines) == 1 + len(wrap(description or "", 2)):
         lines.append("  (no key set: the site's own values apply)")
     return lines
@@ -168,7 +203,45 @@ def explain_rules(path: str | Path, registry: Registry = REGISTRY) -> str:
                   f"  enabled = {_value(profile.enabled)}",
                   *wrap(profile_fields["enabled"].description or "", 6),
                   *_explain_functions(profile.enabled, registry, 6)]
-        for section in ("disclosure", "bins"):
+        for section in TIGHTENED_SECTIONS:
             lines += ["", *_explain_section(f"profiles.{profile_name}.{section}", getattr(profile, section),
                                             profile_fields[section].description, site=getattr(rules, section))]
     return "\n".join(lines) + "\n"
+
+
+# --- docs/governance.md's key tables --------------------------------------------------------
+
+
+def _toml(value: Any) -> str:
+    """A default as the rules file writes it (a list of more than three as a pointer to the file)."""
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, str):
+        return f"`{json.dumps(value)}`"
+    if isinstance(value, list):
+        return "the list in `default.toml`" if len(value) > 3 else f"`{json.dumps(value)}`"
+    return repr(value)
+
+
+def _cell(text: str) -> str:
+    """Plain text as one Markdown table cell: ``|`` and ``*`` escaped, whitespace collapsed."""
+    return " ".join(text.split()).replace("|", "\\|").replace("*", "\\*")
+
+
+def rules_tables(defaults: Path) -> tuple[str, str]:
+    """docs/governance.md's two key tables, from the schema: every key of the rules file with its
+    value in ``defaults`` (default.toml), the values it takes, what a profile may do with it and
+    what it decides; and every key a profile may set."""
+    shipped = tomllib.loads(defaults.read_text(encoding="utf-8"))
+    rows = ["| key | default | allowed | a profile may | what it decides |", "|---|---|---|---|---|"]
+    for key, info in rule_fields().items():
+        section, name = key.split(".")
+        rows.append(f"| `{key}` | {_toml(shipped[section][name])} | {_cell(allowed(info))} | {stricter(info)} "
+                    f"| {_cell(info.description or '')} |")
+    profile = ["| key | what it decides |", "|---|---|",
+               f"| `profiles.NAME.enabled` | {_cell(Profile.model_fields['enabled'].description or '')} |"]
+    for key, info in rule_fields().items():
+        if key.split(".")[0] in TIGHTENED_SECTIONS and stricter(info) != FIXED:
+            profile.append(f"| `profiles.NAME.{key}` | a profile may {stricter(info)}; left out, the site's value "
+                           "applies |")
+    return "\n".join(rows) + "\n", "\n".join(profile) + "\n"

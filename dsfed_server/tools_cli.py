@@ -107,6 +107,15 @@ def cmd_docs_functions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_docs_rules(args: argparse.Namespace) -> int:
+    from dsfed_server.governance import rules_tables  # noqa: PLC0415
+    from dsfed_server.site_init import packaged_rules  # noqa: PLC0415
+
+    keys, profiles = rules_tables(packaged_rules())
+    print(keys, profiles, sep="\n", end="")
+    return 0
+
+
 def cmd_models_inspect(args: argparse.Namespace) -> int:
     from dsfed_server.model_review import cmd_inspect  # noqa: PLC0415
 
@@ -190,3 +199,6 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     docs = sub.add_parser("docs", help="generate documentation").add_subparsers(dest="action", required=True)
     p = docs.add_parser("functions", help="print docs/functions.md, generated from the function registry")
     p.set_defaults(func=cmd_docs_functions)
+    p = docs.add_parser("rules", help="print docs/governance.md's two tables of rules-file keys (under 'The rules "
+                                      "file' and 'Profiles'), generated from the schema and default.toml")
+    p.set_defaults(func=cmd_docs_rules)

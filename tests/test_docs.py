@@ -1,6 +1,7 @@
-"""The docs cannot drift: docs/functions.md is what the registry generates now; docs/governance.md
-names every rules-file key of the schema with default.toml's values, and explains every refusal
-rule a site can give; the README keeps its two commands first and links every page."""
+"""The docs cannot drift: docs/functions.md is what the registry generates now; docs/governance.md's
+key tables are what the rules schema generates now, name every rules-file key with default.toml's
+values, and the page explains every refusal rule a site can give; the README keeps its two commands
+first and links every page."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 
 from dsfed_server import functions  # noqa: F401  (registers the function set)
 from dsfed_server.disclosure.rules import RulesFile
+from dsfed_server.governance import rules_tables
 from dsfed_server.registry import REGISTRY
 from sitekit import ROOT
 
@@ -27,6 +29,17 @@ def test_functions_page_is_what_the_registry_generates():
         "docs/functions.md is out of date with the registry; regenerate it with "
         "`dsfed docs functions > docs/functions.md`"
     )
+
+
+def test_governance_key_tables_are_what_the_rules_schema_generates():
+    page = (DOCS / "governance.md").read_text(encoding="utf-8")
+    keys, profiles = rules_tables(ROOT / "disclosure_rules" / "default.toml")
+    rules_file, profile_section = page.split("## The rules file", 1)[1].split("### Profiles", 1)
+    for table, section in ((keys, rules_file), (profiles, profile_section)):
+        assert table in section, (
+            "docs/governance.md's rules-key tables are out of date with the schema in "
+            "dsfed_server/disclosure/rules.py; paste the tables `dsfed docs rules` prints in their place"
+        )
 
 
 def _leaf_keys(model: type[BaseModel], prefix: str = "") -> list[str]:

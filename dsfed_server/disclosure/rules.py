@@ -12,25 +12,99 @@ that override the site's. A profile can only make the rules stricter (an
 analyst chooses the profile when opening a session, so a profile must never
 release more than the site's own rules). The ``default`` profile is the
 file's top-level rules.
+
+Each key is declared once, in the section classes below: its type, its bounds, which way a
+profile may move it (:class:`Stricter`, in the annotation) and its description. The profile
+check, ``dsfed rules explain`` and the key tables of docs/governance.md are read from these
+declarations; the defaults are ``default.toml``'s.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic.fields import FieldInfo
 
 from dsfed_server.tomlfile import ConfigFileError, load_toml_model, locate
+
+
+@dataclass(frozen=True)
+class Stricter:
+    """Which way a profile may move a rules key, declared with the key
+    (``q_threshold: Annotated[int, HIGHER] = Field(...)``).
+
+    ``way`` is ``"higher"`` or ``"lower"`` (the values that way are stricter), ``"only"`` (only
+    ``value`` is stricter: a switch or a policy) or ``"fixed"`` (a profile cannot set the key; the
+    site's value holds in every profile).
+    """
+
+    way: Literal["higher", "lower", "only", "fixed"]
+    value: bool | str | None = None
+
+    def looser(self, site: Any, value: Any) -> bool:
+        """Whether ``value``, set by a profile, is less strict than the site's own ``site``."""
+        if self.way == "higher":
+            return bool(value < site)
+        if self.way == "lower":
+            return bool(value > site)
+        if self.way == "only":
+            return value != self.value and site == self.value
+        return True  # fixed: any value a profile sets is the site's decision taken away
+
+    def __str__(self) -> str:
+        """What a profile may do with the key, completing "a profile may ..."."""
+        if self.way == "higher":
+            return "raise it"
+        if self.way == "lower":
+            return "lower it"
+        if self.way == "only":
+            return f"set it to {json.dumps(self.value)}"
+        return "not set it"
+
+
+HIGHER = Stricter("higher")
+LOWER = Stricter("lower")
+FIXED = Stricter("fixed")
+
+
+def only(value: bool | str) -> Stricter:
+    """A key of which only ``value`` is stricter (``cut_history``: only true)."""
+    return Stricter("only", value)
+
+
+def stricter(info: FieldInfo) -> Stricter:
+    """The direction declared with a rules key (every key of a section declares one)."""
+    found = [m for m in info.metadata if isinstance(m, Stricter)]
+    if len(found) != 1:
+        raise TypeError(f"a rules key declares one Stricter in its annotation, not {len(found)}")
+    return found[0]
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Disclosure(_Section):
-    q_threshold: int = Field(
+class _RulesSection(_Section):
+    """A ``[section]`` of the rules file: each key declares which way is stricter, or the class
+    is not created."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for key, info in cls.model_fields.items():
+            try:
+                stricter(info)
+            except TypeError as exc:
+                raise TypeError(f"{cls.__name__}.{key}: {exc}") from None
+
+
+class Disclosure(_RulesSection):
+    q_threshold: Annotated[int, HIGHER] = Field(
         ge=1,
         le=1000,
         description=(
@@ -39,7 +113,7 @@ class Disclosure(_Section):
             "Protects against singling out a person from a small count or mean."
         ),
     )
-    subset_min: int = Field(
+    subset_min: Annotated[int, HIGHER] = Field(
         ge=1,
         le=1000,
         description=(
@@ -48,7 +122,7 @@ class Disclosure(_Section):
             "against its complement."
         ),
     )
-    subset_min_difference: int = Field(
+    subset_min_difference: Annotated[int, HIGHER] = Field(
         ge=1,
         le=1000,
         description=(
@@ -59,7 +133,7 @@ class Disclosure(_Section):
             "age >= 51), or the same cell on the table and on a subset, to get one person's value."
         ),
     )
-    combine_analyst_vectors: bool = Field(
+    combine_analyst_vectors: Annotated[bool, only(False)] = Field(
         description=(
             "Whether a vector or table the analyst supplied (e.g. the table of referenceScoresDS) "
             "may be combined record by record with site data in one call. false protects against "
@@ -67,7 +141,7 @@ class Disclosure(_Section):
             "the pooled reference scores stay allowed."
         ),
     )
-    cut_history: bool = Field(
+    cut_history: Annotated[bool, only(True)] = Field(
         description=(
             "Whether every cut a release depends on -- bin edges, group breaks, thresholds, the edges "
             "of a reference CDF, subset conditions -- is checked against every cut released before on "
@@ -80,7 +154,7 @@ class Disclosure(_Section):
             "profiles that prove equality with R on one table only)."
         ),
     )
-    cut_margin: int = Field(
+    cut_margin: Annotated[int, HIGHER] = Field(
         ge=0,
         le=1000,
         description=(
@@ -93,7 +167,7 @@ class Disclosure(_Section):
             "minimum."
         ),
     )
-    glm_saturation: float = Field(
+    glm_saturation: Annotated[float, LOWER] = Field(
         gt=0,
         le=1,
         description=(
@@ -102,7 +176,7 @@ class Disclosure(_Section):
             "reproduces individual outcomes."
         ),
     )
-    glm_analyst_coefficients: bool = Field(
+    glm_analyst_coefficients: Annotated[bool, only(False)] = Field(
         description=(
             "Whether glmDS2 evaluates a model at coefficients the analyst sends (dsBase's protocol, "
             "which the unmodified DataSHIELD client needs, and dsfed's per-site fit). false: only "
@@ -111,7 +185,7 @@ class Disclosure(_Section):
             "open, including those glm_max_linear_predictor cannot bound (see docs/governance.md)."
         ),
     )
-    glm_max_linear_predictor: float = Field(
+    glm_max_linear_predictor: Annotated[float, LOWER] = Field(
         gt=0,
         le=30,
         description=(
@@ -124,7 +198,7 @@ class Disclosure(_Section):
             "where the difference of two deviances gives that record's outcome."
         ),
     )
-    derived_concentration: float = Field(
+    derived_concentration: Annotated[float, LOWER] = Field(
         ge=1,
         le=1000,
         description=(
@@ -141,7 +215,7 @@ class Disclosure(_Section):
             "refused (see docs/governance.md)."
         ),
     )
-    derived_dominance: float = Field(
+    derived_dominance: Annotated[float, LOWER] = Field(
         ge=2,
         le=1e6,
         description=(
@@ -153,7 +227,7 @@ class Disclosure(_Section):
             "sums, one record's value (the record next to the spike, or the largest)."
         ),
     )
-    sums_per_record: float = Field(
+    sums_per_record: Annotated[float, LOWER] = Field(
         ge=0,
         le=1,
         description=(
@@ -168,7 +242,7 @@ class Disclosure(_Section):
             "(see docs/governance.md)."
         ),
     )
-    quantile_min_multiple: float = Field(
+    quantile_min_multiple: Annotated[float, HIGHER] = Field(
         ge=1,
         le=100,
         description=(
@@ -178,7 +252,7 @@ class Disclosure(_Section):
             "minimum and maximum among them."
         ),
     )
-    max_factor_levels: int = Field(
+    max_factor_levels: Annotated[int, LOWER] = Field(
         ge=2,
         le=10000,
         description=(
@@ -186,7 +260,7 @@ class Disclosure(_Section):
             "(DataSHIELD nfilter.levels.max). Protects against near-unique categories."
         ),
     )
-    factor_levels_density: float = Field(
+    factor_levels_density: Annotated[float, LOWER] = Field(
         gt=0,
         le=1,
         description=(
@@ -202,8 +276,8 @@ class Disclosure(_Section):
         return self.cut_margin if self.cut_history else 0
 
 
-class Bins(_Section):
-    small_bin_policy: Literal["refuse", "merge"] = Field(
+class Bins(_RulesSection):
+    small_bin_policy: Annotated[Literal["refuse", "merge"], only("refuse")] = Field(
         description=(
             "What a histogram does with a bin holding 0 < n < q_threshold records: 'refuse' "
             "refuses the whole histogram; 'merge' joins the small bin with a neighbour until "
@@ -212,8 +286,8 @@ class Bins(_Section):
     )
 
 
-class Strings(_Section):
-    max_length: int = Field(
+class Strings(_RulesSection):
+    max_length: Annotated[int, FIXED] = Field(
         ge=1,
         le=10000,
         description=(
@@ -221,7 +295,7 @@ class Strings(_Section):
             "Protects against code smuggled inside long arguments."
         ),
     )
-    max_name_length: int = Field(
+    max_name_length: Annotated[int, FIXED] = Field(
         ge=1,
         le=1000,
         description=(
@@ -231,8 +305,8 @@ class Strings(_Section):
     )
 
 
-class Parser(_Section):
-    max_depth: int = Field(
+class Parser(_RulesSection):
+    max_depth: Annotated[int, FIXED] = Field(
         ge=1,
         le=50,
         description=(
@@ -242,15 +316,15 @@ class Parser(_Section):
     )
 
 
-class Privacy(_Section):
-    mechanism: Literal["analytic_gaussian", "none"] = Field(
+class Privacy(_RulesSection):
+    mechanism: Annotated[Literal["analytic_gaussian", "none"], FIXED] = Field(
         description=(
             "Noise added to record-level values released under differential privacy: "
             "'analytic_gaussian' (Balle & Wang 2018); 'none' only for test profiles, and "
             "then no_noise_acknowledged must say why."
         ),
     )
-    epsilon: float = Field(
+    epsilon: Annotated[float, FIXED] = Field(
         gt=0,
         le=100,
         description=(
@@ -258,12 +332,12 @@ class Privacy(_Section):
             "about any one person. Smaller means more noise and more privacy."
         ),
     )
-    delta: float = Field(
+    delta: Annotated[float, FIXED] = Field(
         gt=0,
         lt=1,
         description="Probability delta that the epsilon guarantee fails, per noisy query.",
     )
-    score_l2_sensitivity: float = Field(
+    score_l2_sensitivity: Annotated[float, FIXED] = Field(
         gt=0,
         description=(
             "How much one person's record can change the released prediction scores (their "
@@ -271,7 +345,7 @@ class Privacy(_Section):
             "lower it. Protects against an analyst asking for too little noise."
         ),
     )
-    score_columns: tuple[str, ...] = Field(
+    score_columns: Annotated[tuple[str, ...], FIXED] = Field(
         description=(
             "The table columns that hold prediction scores: the only values noisyScoresDS "
             "releases (a column, a subset of it, or a monotone transform of it), clipped to the "
@@ -280,7 +354,7 @@ class Privacy(_Section):
             "without a declared range is refused."
         ),
     )
-    no_noise_acknowledged: str = Field(
+    no_noise_acknowledged: Annotated[str, FIXED] = Field(
         description=(
             "Must be empty unless mechanism = 'none'; then a sentence saying why this "
             "site releases un-noised values (test profiles only)."
@@ -296,8 +370,8 @@ class Privacy(_Section):
         return self
 
 
-class Budget(_Section):
-    epsilon_per_table: float = Field(
+class Budget(_RulesSection):
+    epsilon_per_table: Annotated[float, FIXED] = Field(
         gt=0,
         description=(
             "Total epsilon all analysts together may spend on one table at this site, over all noisy "
@@ -307,7 +381,7 @@ class Budget(_Section):
             "accounts that would each get a fresh budget on the same records."
         ),
     )
-    delta_per_table: float = Field(
+    delta_per_table: Annotated[float, FIXED] = Field(
         gt=0,
         lt=1,
         description=(
@@ -315,19 +389,19 @@ class Budget(_Section):
             "that the total epsilon guarantee fails."
         ),
     )
-    epsilon_per_analyst: float = Field(
+    epsilon_per_analyst: Annotated[float, FIXED] = Field(
         gt=0,
         description=(
             "The part of epsilon_per_table one analyst may spend on one table (at most "
             "epsilon_per_table), so one analyst cannot use a table's budget up for everyone."
         ),
     )
-    delta_per_analyst: float = Field(
+    delta_per_analyst: Annotated[float, FIXED] = Field(
         gt=0,
         lt=1,
         description="The part of delta_per_table one analyst may spend on one table (at most delta_per_table).",
     )
-    warn_share: float = Field(
+    warn_share: Annotated[float, FIXED] = Field(
         gt=0,
         le=1,
         description=(
@@ -347,8 +421,8 @@ class Budget(_Section):
         return self
 
 
-class SecureAggregation(_Section):
-    min_sites: int = Field(
+class SecureAggregation(_RulesSection):
+    min_sites: Annotated[int, FIXED] = Field(
         ge=2,
         le=1000,
         description=(
@@ -360,7 +434,7 @@ class SecureAggregation(_Section):
             "site sets would let their difference isolate fewer sites."
         ),
     )
-    honest_sites: int = Field(
+    honest_sites: Annotated[int, FIXED] = Field(
         ge=1,
         le=1000,
         description=(
@@ -371,13 +445,13 @@ class SecureAggregation(_Section):
             "site adds its full noise (relies on no other site)."
         ),
     )
-    require: bool = Field(
+    require: Annotated[bool, FIXED] = Field(
         description=(
             "true: functions that offer secure summation refuse the plain per-site release; "
             "the analyst receives only sums over sites."
         ),
     )
-    pooled_thresholds: bool = Field(
+    pooled_thresholds: Annotated[bool, FIXED] = Field(
         description=(
             "true: a binned or tabulated release under secure aggregation (tables, histograms, "
             "calibration bins, Hosmer-Lemeshow groups, placement sums) is checked on the pooled "
@@ -391,7 +465,7 @@ class SecureAggregation(_Section):
             "false: each site applies its rules to its own contribution before masking."
         ),
     )
-    dominance_sites: int = Field(
+    dominance_sites: Annotated[int, FIXED] = Field(
         ge=0,
         le=100,
         description=(
@@ -419,19 +493,19 @@ class ApprovedModel(_Section):
     note: str = Field(max_length=2000, description="What the model is and why the board approved it.")
 
 
-class Models(_Section):
-    analyst_glm: bool = Field(
+class Models(_RulesSection):
+    analyst_glm: Annotated[bool, FIXED] = Field(
         description=(
             "Whether an analyst may apply a GLM of their own (formula, family, link and coefficients "
             "only: no code) without the board's approval. false: only the models listed below."
         ),
     )
-    max_bytes: int = Field(
+    max_bytes: Annotated[int, FIXED] = Field(
         ge=100,
         le=100_000_000,
         description="Largest model file an analyst may upload, in bytes.",
     )
-    onnx: bool = Field(
+    onnx: Annotated[bool, FIXED] = Field(
         description=(
             "Whether the site applies ONNX graphs (run by onnxruntime) as well as GLM files: only "
             "the standard ONNX and ONNX-ML operators of dsfed_server/onnx_ops.py, no custom "
@@ -440,7 +514,7 @@ class Models(_Section):
             "false: GLM files only."
         ),
     )
-    approved: tuple[ApprovedModel, ...] = Field(
+    approved: Annotated[tuple[ApprovedModel, ...], FIXED] = Field(
         description=(
             "The models this site applies to its data (predictDS), by the SHA-256 of their canonical "
             "bytes, each with a short name and a note ({ name, sha256, note }). A file whose digest "
@@ -462,14 +536,14 @@ def _listed_once(enabled: tuple[str, ...]) -> tuple[str, ...]:
 FunctionList = Annotated[tuple[str, ...], AfterValidator(_listed_once)]
 
 
-class Functions(_Section):
-    enabled: FunctionList = Field(
+class Functions(_RulesSection):
+    enabled: Annotated[FunctionList, FIXED] = Field(
         description=(
             "The registry functions this site allows. Anything not listed is refused. "
             "Each function applies its own disclosure checks on top of the rules above."
         ),
     )
-    datashield_protocol: bool = Field(
+    datashield_protocol: Annotated[bool, FIXED] = Field(
         description=(
             "Whether the site answers the Opal DataSHIELD protocol (the /ws routes) for existing "
             "DataSHIELD clients. Both doors share the registry, the rules, the release history and "
@@ -512,11 +586,16 @@ class Rules(_Section):
         return self.privacy.mechanism == "none"
 
 
+def rule_fields() -> dict[str, FieldInfo]:
+    """Every key of the rules file as it spells it (``"disclosure.q_threshold"``), with its declaration."""
+    return {f"{section}.{key}": info for section, model in Rules.model_fields.items()
+            for key, info in model.annotation.model_fields.items()}  # type: ignore[union-attr]
+
+
 def rule_keys() -> tuple[str, ...]:
     """Every rule's key as the rules file spells it and refusals name it (``"disclosure.q_threshold"``):
     the one vocabulary of refusals, declared checks and the rules a call applied."""
-    return tuple(f"{section}.{key}" for section, info in Rules.model_fields.items()
-                 for key in info.annotation.model_fields)  # type: ignore[union-attr]
+    return tuple(rule_fields())
 
 
 # --- profiles ------------------------------------------------------------------------
@@ -525,10 +604,12 @@ DEFAULT_PROFILE = "default"
 _PROFILE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
-def _overrides(model: type[_Section]) -> type[_Section]:
-    """The same keys as ``model``, each optional, with the same constraints and descriptions."""
+def _overrides(model: type[_RulesSection]) -> type[_Section]:
+    """The keys of ``model`` a profile may tighten, each optional, with the same constraints and descriptions."""
     fields: dict[str, Any] = {}
     for name, info in model.model_fields.items():
+        if stricter(info) == FIXED:
+            continue
         annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         fields[name] = (annotation | None, Field(None, description=info.description))
     return create_model(f"{model.__name__}Overrides", __base__=_Section, **fields)
@@ -536,26 +617,6 @@ def _overrides(model: type[_Section]) -> type[_Section]:
 
 DisclosureOverrides = _overrides(Disclosure)
 BinsOverrides = _overrides(Bins)
-
-# Which way each overridable key is stricter; a profile may only move a key that way.
-_STRICTER: dict[tuple[str, str], str] = {
-    ("disclosure", "q_threshold"): "higher",
-    ("disclosure", "subset_min"): "higher",
-    ("disclosure", "subset_min_difference"): "higher",
-    ("disclosure", "combine_analyst_vectors"): False,  # only false is stricter
-    ("disclosure", "cut_history"): True,  # only true is stricter
-    ("disclosure", "cut_margin"): "higher",
-    ("disclosure", "glm_saturation"): "lower",
-    ("disclosure", "glm_analyst_coefficients"): False,  # only false is stricter
-    ("disclosure", "glm_max_linear_predictor"): "lower",
-    ("disclosure", "derived_concentration"): "lower",
-    ("disclosure", "derived_dominance"): "lower",
-    ("disclosure", "sums_per_record"): "lower",
-    ("disclosure", "quantile_min_multiple"): "higher",
-    ("disclosure", "max_factor_levels"): "lower",
-    ("disclosure", "factor_levels_density"): "lower",
-    ("bins", "small_bin_policy"): "refuse",
-}
 
 
 class Profile(_Section):
@@ -574,6 +635,10 @@ class Profile(_Section):
     )
 
 
+# the sections whose keys a profile may tighten ([profiles.NAME.SECTION])
+TIGHTENED_SECTIONS = tuple(name for name in Profile.model_fields if name != "enabled")
+
+
 class RulesFile(Rules):
     """A whole rules file: the site's (default profile's) rules plus optional named profiles."""
 
@@ -588,44 +653,36 @@ class RulesFile(Rules):
         if name == DEFAULT_PROFILE:
             return base
         profile = self.profiles[name]
-        disclosure = {k: v for k, v in profile.disclosure.model_dump().items() if v is not None}
-        bins = {k: v for k, v in profile.bins.model_dump().items() if v is not None}
+        tightened = {section: getattr(base, section).model_copy(update={
+            k: v for k, v in getattr(profile, section).model_dump().items() if v is not None})
+            for section in TIGHTENED_SECTIONS}
         return base.model_copy(update={
-            "disclosure": base.disclosure.model_copy(update=disclosure),
-            "bins": base.bins.model_copy(update=bins),
-            "functions": base.functions.model_copy(update={"enabled": profile.enabled}),
-        })
+            **tightened, "functions": base.functions.model_copy(update={"enabled": profile.enabled})})
 
     @property
     def profile_names(self) -> list[str]:
         return [DEFAULT_PROFILE, *self.profiles]
 
 
-def _looser(direction: str, site: Any, value: Any) -> bool:
-    if direction == "higher":
-        return value < site
-    if direction == "lower":
-        return value > site
-    return value != direction and site == direction  # a policy: only the named one is stricter
-
-
 def check_profiles(rules: RulesFile, path: Path) -> None:
-    """Profile names are valid and not ``default``; no profile loosens a site rule."""
+    """Profile names are valid and not ``default``; no profile loosens a site rule (each key's
+    direction is the one its section declares)."""
     text = path.read_text(encoding="utf-8")
     for name, profile in rules.profiles.items():
         if name == DEFAULT_PROFILE or not _PROFILE_NAME.match(name):
             why = ("is reserved: the default profile is the file's top-level rules" if name == DEFAULT_PROFILE
                    else "is not a valid profile name (letters, digits, '_', '.', '-', starting with a letter)")
             raise ConfigFileError(f"{path}:{locate(text, ('profiles', name))}: profile {name!r} {why}")
-        for (section, key), direction in _STRICTER.items():
-            value = getattr(getattr(profile, section), key)
-            site = getattr(getattr(rules, section), key)
-            if value is not None and _looser(direction, site, value):
-                line = locate(text, ("profiles", name, section, key))
-                raise ConfigFileError(
-                    f"{path}:{line}: profiles.{name}.{section}.{key} = {value!r} is less strict than the "
-                    f"site's {section}.{key} = {site!r}; a profile may only tighten the site's rules"
-                )
+        for section in TIGHTENED_SECTIONS:
+            declared = getattr(rules, section)
+            for key, value in getattr(profile, section).model_dump().items():
+                site = getattr(declared, key)
+                if value is not None and stricter(type(declared).model_fields[key]).looser(site, value):
+                    line = locate(text, ("profiles", name, section, key))
+                    raise ConfigFileError(
+                        f"{path}:{line}: profiles.{name}.{section}.{key} = {value!r} is less strict than the "
+                        f"site's {section}.{key} = {site!r}; a profile may only tighten the site's rules"
+                    )
 
 
 def load_rules(path: str | Path) -> RulesFile:
