@@ -17,14 +17,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Protocol
 
-from dsfed_client.analyses.glm import GLMResults
 from dsfed_client.calls import Call, Ref
 from dsfed_client.session import FederatedSession, SiteResults
 from dsfed_core.models import GLMModel, onnx_upload, parse_glm
 
 
-def glm_model(fit: GLMResults) -> GLMModel:
+class FittedGLM(Protocol):
+    """A fitted GLM (:class:`~dsfed_client.analyses.glm.GLMResults` is one)."""
+
+    def model(self) -> GLMModel:
+        """Its formula, family, link and coefficients by name."""
+
+
+def glm_model(fit: FittedGLM) -> GLMModel:
     """The model of a distributed GLM fit: its formula, family, link and coefficients by name."""
     return fit.model()
 
