@@ -38,7 +38,7 @@ from dsfed_client.analyses.curves import (  # noqa: E402
 )
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
-from dsfed_server.catalog import write_dictionary  # noqa: E402
+from dsfed_server.dictionary import write_dictionary  # noqa: E402
 from dsfed_server.synthetic import _VARIABLES as VARIABLES, PROJECT, binormal  # noqa: E402
 
 QS = [8, 16, 32, 64, 128, 256, 512, 1024, None]

@@ -218,7 +218,7 @@ def _unusable_files() -> tuple[type[Exception], ...]:
     """The errors a command reports as ``dsfed-server: file: reason`` (exit 2): a config, rules file,
     data file or audit log that cannot be used, or an address the site cannot listen on. Imported
     when a command has failed, so that the parser stays light."""
-    from dsfed_server.catalog import CatalogError  # noqa: PLC0415
+    from dsfed_server.dictionary import CatalogError  # noqa: PLC0415
     from dsfed_server.tomlfile import ConfigFileError  # noqa: PLC0415
 
     return ConfigFileError, CatalogError, ListenError, audit.AuditChainError

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dsfed_core.errors import CallError
-from dsfed_server.catalog import Variable
+from dsfed_server.dictionary import Variable
 from dsfed_server.onnx_model import ONNXModel, OnnxInput
 
 RULE = "models.onnx"

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dsfed_server.catalog import BOOLEAN_SPELLINGS, CatalogError, Variable, write_dictionary
+from dsfed_server.dictionary import BOOLEAN_SPELLINGS, CatalogError, Variable, write_dictionary
 from dsfed_server.provision import Credential, new_credentials, write_secret, write_site_config
 
 NA_SPELLINGS = ("", "NA", "NaN", "nan", "N/A", "NULL", ".")

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from dsfed_server.catalog import Variable, write_dictionary
+from dsfed_server.dictionary import Variable, write_dictionary
 
 PROJECT = "SYNTH"
 TABLE = "validation"

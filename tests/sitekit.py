@@ -21,7 +21,7 @@ import uvicorn
 
 from dsfed_client import Ref
 from dsfed_server.api import create_app
-from dsfed_server.catalog import Variable, write_dictionary
+from dsfed_server.dictionary import Variable, write_dictionary
 from dsfed_server.cli import _bind
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dsfed_server.catalog import Catalog, CatalogError, Variable, write_dictionary
+from dsfed_server.catalog import Catalog
+from dsfed_server.dictionary import CatalogError, Variable, write_dictionary
 from dsfed_server.provision import provision
 from sitekit import ROOT
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import http_builder, inprocess_builder
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.analyses.suite import validate
-from dsfed_server.catalog import CatalogError, Variable, write_dictionary
+from dsfed_server.dictionary import CatalogError, Variable, write_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.pooled import suite
 from dsfed_server.provision import ProvisionedSite, provision

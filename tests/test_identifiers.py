@@ -20,7 +20,7 @@ from conftest import FIXTURES, RULES, audit_records, http_builder
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.errors import FederatedCallError
 from dsfed_core.errors import DisclosureRefusal
-from dsfed_server.catalog import read_dictionary
+from dsfed_server.dictionary import read_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 from opalkit import ds_session

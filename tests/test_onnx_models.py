@@ -32,7 +32,7 @@ from dsfed_client.analyses.discrimination import ds_auc
 from dsfed_client.models import ds_predict, upload_model
 from dsfed_core.models import ModelError
 from dsfed_core.wire import decode_f64
-from dsfed_server.catalog import Variable, write_dictionary
+from dsfed_server.dictionary import Variable, write_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.onnx_model import parse_onnx, probabilities
 from dsfed_server.provision import ProvisionedSite, provision

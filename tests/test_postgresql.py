@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, inprocess_builder
 from dsfed_client.analyses.suite import validate
 from dsfed_client.errors import FederatedCallError
-from dsfed_server.catalog import CatalogError
+from dsfed_server.dictionary import CatalogError
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 from dsfed_server.tomlfile import ConfigFileError

@@ -44,7 +44,7 @@ def test_onnx_input_refusals_name_the_declared_variable_with_its_article():
     """A string input on an integer column, on a text column without categories, and an int64 input
     on a boolean column: the refusal's wording, written out by hand."""
     from dsfed_core.errors import CallError
-    from dsfed_server.catalog import Variable
+    from dsfed_server.dictionary import Variable
     from dsfed_server.onnx_inputs import _check
     from dsfed_server.onnx_model import OnnxInput
 

@@ -22,17 +22,10 @@ from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
+from dsfed_server.dictionary import TableInfo, Variable
+
 if TYPE_CHECKING:
-    from dsfed_server.catalog import TableInfo, Variable
     from dsfed_server.config import CatalogSection
-
-
-def catalog_error(message: str) -> Exception:
-    """The catalog's error (:class:`~dsfed_server.catalog.CatalogError`) for an engine's ``message``:
-    imported when raised, as the catalog imports the engines."""
-    from dsfed_server.catalog import CatalogError  # noqa: PLC0415
-
-    return CatalogError(message)
 
 
 class Engine(Protocol):
@@ -45,17 +38,17 @@ class Engine(Protocol):
     def absent(self, project: str, table: str) -> str:
         """What to tell the site administrator when :meth:`source` found no table ``project.table``."""
 
-    def column_names(self, info: "TableInfo") -> list[str]:
+    def column_names(self, info: TableInfo) -> list[str]:
         """The table's columns, in order, without reading rows."""
 
-    def row_count(self, info: "TableInfo") -> int:
+    def row_count(self, info: TableInfo) -> int:
         """The number of records."""
 
-    def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
+    def suspect_columns(self, info: TableInfo, variables: tuple[Variable, ...]) -> list[str]:
         """The variables whose values break their dictionary entry, found inside the engine (SQL): the
         catalog then reads those columns to name the first offending row."""
 
-    def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
+    def read(self, info: TableInfo, columns: list[str]) -> pd.DataFrame:
         """The named columns, raw, in record order (row 1 first)."""
 
     def close(self) -> None:

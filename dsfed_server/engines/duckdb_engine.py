@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from dsfed_server.engines import catalog_error
+from dsfed_server.dictionary import CatalogError, TableInfo, Variable
 from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
 from dsfed_server.rowbatches import BATCH_ROWS
 
-if TYPE_CHECKING:
-    from dsfed_server.catalog import TableInfo, Variable
 
 def _to_number(expr: str) -> str:
     """SQL: text ``expr`` as a finite number, NULL when it is none (``nan`` and ``inf`` are no
@@ -80,17 +77,17 @@ class DuckDBEngine:
             return f"the database {self.database} has no table {project}.{table}"
         return f"no {table}.csv or {table}.parquet beside the dictionary"
 
-    def _relation(self, info: "TableInfo") -> str:
+    def _relation(self, info: TableInfo) -> str:
         return self._relations[info.ref]
 
-    def _types(self, info: "TableInfo") -> dict[str, str]:
+    def _types(self, info: TableInfo) -> dict[str, str]:
         rows = self._cursor().execute(f"DESCRIBE SELECT * FROM {self._relation(info)}").fetchall()
         return {str(r[0]): str(r[1]) for r in rows}
 
-    def column_names(self, info: "TableInfo") -> list[str]:
+    def column_names(self, info: TableInfo) -> list[str]:
         return list(self._types(info))
 
-    def row_count(self, info: "TableInfo") -> int:
+    def row_count(self, info: TableInfo) -> int:
         """The table's records, counted when first asked (for a CSV file, a parse) and kept: a read of
         other than that many rows is refused (the file changed while the site served it)."""
         if info.ref not in self._counts:
@@ -98,7 +95,7 @@ class DuckDBEngine:
                 self._cursor().execute(f"SELECT count(*) FROM {self._relation(info)}").fetchall()[0][0])
         return self._counts[info.ref]
 
-    def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
+    def suspect_columns(self, info: TableInfo, variables: tuple[Variable, ...]) -> list[str]:
         counts = violation_counts(variables, self._types(info), _to_number)
         suspects = []
         for at in range(0, len(counts), CHECK_COLUMNS):  # a few columns per scan: bounded working memory
@@ -108,14 +105,14 @@ class DuckDBEngine:
             suspects += [name for (name, _), bad in zip(chunk, row) if bad]
         return suspects
 
-    def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
+    def read(self, info: TableInfo, columns: list[str]) -> pd.DataFrame:
         query = f"SELECT {', '.join(map(ident, columns))} FROM {self._relation(info)}"
         try:
             n = self.row_count(info)
             reader = self._cursor().sql(query).to_arrow_reader(BATCH_ROWS)
             return columns_from_batches(reader.schema, reader, n)
         except (duckdb.Error, pa.ArrowException, OSError, ReadError) as exc:
-            raise catalog_error(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
+            raise CatalogError(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
 
     def close(self) -> None:
         with self._lock:

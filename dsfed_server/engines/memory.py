@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
 
-from dsfed_server.engines import catalog_error
-
-if TYPE_CHECKING:
-    from dsfed_server.catalog import TableInfo, Variable
+from dsfed_server.dictionary import CatalogError, TableInfo, Variable
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -47,7 +43,7 @@ class MemoryEngine:
     def absent(self, project: str, table: str) -> str:
         return f"no {table}.csv or {table}.parquet beside the dictionary"
 
-    def _frame(self, info: "TableInfo") -> pd.DataFrame:
+    def _frame(self, info: TableInfo) -> pd.DataFrame:
         with self._lock:
             if info.ref not in self._frames:
                 path = self._paths[info.ref]
@@ -55,22 +51,22 @@ class MemoryEngine:
                     self._frames[info.ref] = (_read_parquet(path) if path.suffix == ".parquet" else
                                               pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""]))
                 except (MemoryError, pa.ArrowMemoryError) as exc:
-                    raise catalog_error(f"{path}: the table does not fit in the memory this site may use ({exc}); "
+                    raise CatalogError(f"{path}: the table does not fit in the memory this site may use ({exc}); "
                                        f"engine = \"memory\" reads whole tables: use engine = \"duckdb\", which "
                                        f"reads the columns a call names (docs/site-admin.md)") from None
             return self._frames[info.ref]
 
-    def column_names(self, info: "TableInfo") -> list[str]:
+    def column_names(self, info: TableInfo) -> list[str]:
         return list(map(str, self._frame(info).columns))
 
-    def row_count(self, info: "TableInfo") -> int:
+    def row_count(self, info: TableInfo) -> int:
         return len(self._frame(info))
 
-    def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
+    def suspect_columns(self, info: TableInfo, variables: tuple[Variable, ...]) -> list[str]:
         """Every column: the catalog checks them all in pandas, as the site starts."""
         return [v.name for v in variables]
 
-    def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
+    def read(self, info: TableInfo, columns: list[str]) -> pd.DataFrame:
         return self._frame(info)[columns]
 
     def close(self) -> None:

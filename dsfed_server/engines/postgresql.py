@@ -5,7 +5,7 @@ Table ``project.table`` is table ``"table"`` of schema ``"project"``; its dictio
 
 Read-only, twice over:
 
-- the site refuses to start (:class:`~dsfed_server.catalog.CatalogError`) when its role could change
+- the site refuses to start (:class:`~dsfed_server.dictionary.CatalogError`) when its role could change
   what it serves, itself or through a role it may become (SET ROLE): a superuser, a role holding
   INSERT, UPDATE, DELETE or TRUNCATE on a served table (or INSERT/UPDATE on any of its columns), or
   CREATE on a served table's schema. Other tables of the database are not checked; the role should
@@ -34,19 +34,17 @@ from __future__ import annotations
 import io
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import pandas as pd
 import psycopg
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from dsfed_server.engines import catalog_error
+from dsfed_server.dictionary import CatalogError, TableInfo, Variable
 from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
 
-if TYPE_CHECKING:
-    from dsfed_server.catalog import TableInfo, Variable
 
 _NUMBER = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,4})?$"
 """Text PostgreSQL's ``numeric`` parses without error (the exponent bounded so it cannot overflow)."""
@@ -114,7 +112,7 @@ class PostgreSQLEngine:
                               f"can only read (docs/deployment.md, 'Data in PostgreSQL')")
 
     def _error(self, message: str) -> Exception:
-        return catalog_error(f"[catalog] dsn {self.dsn!r}: {message}")
+        return CatalogError(f"[catalog] dsn {self.dsn!r}: {message}")
 
     def _connect(self) -> psycopg.Connection:
         try:
@@ -172,21 +170,21 @@ class PostgreSQLEngine:
     def absent(self, project: str, table: str) -> str:
         return f"the database {self._where} has no table {project}.{table}"
 
-    def _types(self, info: "TableInfo") -> dict[str, str]:
+    def _types(self, info: TableInfo) -> dict[str, str]:
         rows = self._execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = CAST(%s AS regclass) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
             (self._tables[info.ref],))
         return {str(name): str(kind) for name, kind in rows}
 
-    def column_names(self, info: "TableInfo") -> list[str]:
+    def column_names(self, info: TableInfo) -> list[str]:
         return list(self._types(info))
 
-    def row_count(self, info: "TableInfo") -> int:
+    def row_count(self, info: TableInfo) -> int:
         with self._lock:
             return self._count(self._live(), info)
 
-    def _count(self, connection: psycopg.Connection, info: "TableInfo") -> int:
+    def _count(self, connection: psycopg.Connection, info: TableInfo) -> int:
         """The table's records, counted when first asked and kept (call with the lock held): a read of
         other than that many rows is refused (the table changed while the site served it)."""
         if info.ref not in self._counts:
@@ -194,7 +192,7 @@ class PostgreSQLEngine:
             self._counts[info.ref] = int(row[0])  # type: ignore[index]
         return self._counts[info.ref]
 
-    def suspect_columns(self, info: "TableInfo", variables: "tuple[Variable, ...]") -> list[str]:
+    def suspect_columns(self, info: TableInfo, variables: tuple[Variable, ...]) -> list[str]:
         types = self._types(info)
         numeric_types = tuple(_ARROW_TYPES)
         unreadable = [v.name for v in variables if v.value_type in ("integer", "decimal")
@@ -206,7 +204,7 @@ class PostgreSQLEngine:
         row = self._execute(f"SELECT {', '.join(sql for _, sql in counts)} FROM {self._tables[info.ref]}")[0]
         return unreadable + [name for (name, _), bad in zip(counts, row) if bad]
 
-    def read(self, info: "TableInfo", columns: list[str]) -> pd.DataFrame:
+    def read(self, info: TableInfo, columns: list[str]) -> pd.DataFrame:
         types = self._types(info)
         query = (f"COPY (SELECT {', '.join(map(ident, columns))} FROM {self._tables[info.ref]} ORDER BY ctid) "
                  f"TO STDOUT (FORMAT csv)")

@@ -8,10 +8,9 @@ counts leaves the engine. The catalog then reads a suspect column to name its fi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-if TYPE_CHECKING:
-    from dsfed_server.catalog import Variable
+from dsfed_server.dictionary import BOOLEAN_SPELLINGS, Variable
 
 TEXT_TYPES = ("VARCHAR", "TEXT", "CHARACTER VARYING", "CHARACTER", "STRING")
 
@@ -26,13 +25,11 @@ def literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def violation_counts(variables: "tuple[Variable, ...]", types: dict[str, str],
+def violation_counts(variables: tuple[Variable, ...], types: dict[str, str],
                      to_double: Callable[[str], str]) -> list[tuple[str, str]]:
     """``(variable, SQL aggregate)`` pairs: each aggregate counts the records of that variable that
     break its dictionary entry. ``types`` maps a column to its engine type (upper case);
     ``to_double(expr)`` is the engine's cast of text to a number that yields NULL when it fails."""
-    from dsfed_server.catalog import BOOLEAN_SPELLINGS  # noqa: PLC0415  (the catalog imports the engines)
-
     spellings = tuple(BOOLEAN_SPELLINGS)
     out = []
     for v in variables:

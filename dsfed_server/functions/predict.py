@@ -27,8 +27,9 @@ from scipy import special
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_core.models import GLMModel, ModelError
 from dsfed_core.parser import parse_formula
-from dsfed_server.catalog import Catalog, Variable
+from dsfed_server.catalog import Catalog
 from dsfed_server.context import CallContext
+from dsfed_server.dictionary import Variable
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows, whole_table
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
