@@ -169,14 +169,57 @@ def glm_parts(native: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _asked_breaks(released: list[float], merged: list[list[float]]) -> list[float]:
+    """The breaks ``ds.histogram`` asked for, from a coarsened answer: every end of a requested bin
+    not released as asked (``merged``) and every released break that lies inside none of those bins
+    (a break the gate moved to a cut released before lies inside the requested bin it replaced)."""
+    inside = [b for b in released if any(lo < b < hi for lo, hi in merged)]
+    return sorted({*released, *(b for bin_ in merged for b in bin_)} - set(inside))
+
+
+def on_breaks(released: list[float], counts: list[float], asked: list[float]) -> list[float]:
+    """Counts of bins ``released`` spread over the bins ``asked`` in proportion to their overlap: a
+    bin merged over m requested bins of equal width gives each 1/m of its count, so the histogram
+    keeps the released density and its total, and sums bin by bin with other sites' histograms over
+    the same breaks."""
+    out = [0.0] * (len(asked) - 1)
+    for (lo, hi), count in zip(zip(released[:-1], released[1:]), counts):
+        for j, (a, b) in enumerate(zip(asked[:-1], asked[1:])):
+            overlap = min(hi, b) - max(lo, a)
+            if overlap > 0:
+                out[j] += count * overlap / (hi - lo)
+    return out
+
+
 def histogram(native: dict[str, Any]) -> RList:
-    """``histogramDS2``: ``list(histobject = <an object of class histogram>, invalidcells)``, and
-    where bins were merged ``merged`` (a list of ``c(lower, upper)``) and ``why``; the class makes
-    Opal's R server send it in ``serializeJSON``'s typed form."""
-    extra = {"merged": RList([RVector(b, type="double") for b in native["merged"]]),
-             "why": RVector([native["why"]], type="character")} if "merged" in native else {}
-    return RList({"histobject": RList(native["histobject"], r_class="histogram"),
-                  "invalidcells": RVector([native["invalidcells"]], type="double"), **extra})
+    """``histogramDS2``: ``list(histobject = <an object of class histogram>, invalidcells)``; the class
+    makes Opal's R server send it in ``serializeJSON``'s typed form.
+
+    Where bins were merged, the histogram object is still on the breaks asked for, since
+    ``ds.histogram(type = "combine")`` adds the sites' counts bin by bin on the first site's breaks
+    (a shorter vector would be recycled): a merged bin's count is spread over the requested bins it
+    covers (:func:`on_breaks`; fractional counts, the released density), ``merged`` lists those bins
+    as ``c(lower, upper)``, ``why`` gives the site's reason, and ``released`` holds the histogram as
+    the site released it (its ``breaks`` and whole ``counts``)."""
+    if "merged" not in native:
+        return RList({"histobject": RList(native["histobject"], r_class="histogram"),
+                      "invalidcells": RVector([native["invalidcells"]], type="double")})
+    kept = native["histobject"]
+    asked = _asked_breaks(kept["breaks"], native["merged"])
+    counts = on_breaks(kept["breaks"], kept["counts"], asked)
+    n, widths = sum(kept["counts"]), [b - a for a, b in zip(asked[:-1], asked[1:])]
+    histobject = {"breaks": asked, "counts": counts, "density": [c / (n * w) for c, w in zip(counts, widths)],
+                  "mids": [(a + b) / 2 for a, b in zip(asked[:-1], asked[1:])], "xname": kept["xname"],
+                  "equidist": True}
+    why = (f"{native['why']}; the histogram object is on the breaks asked for, each merged bin's count spread "
+           "evenly over the bins it covers (ds.histogram's combine adds the sites' counts bin by bin); "
+           "'released' holds the bins as released")
+    return RList({"histobject": RList(histobject, r_class="histogram"),
+                  "invalidcells": RVector([native["invalidcells"]], type="double"),
+                  "merged": RList([RVector(b, type="double") for b in native["merged"]]),
+                  "why": RVector([why], type="character"),
+                  "released": RList({"breaks": RVector(kept["breaks"], type="double"),
+                                     "counts": RVector(kept["counts"], type="double")})})
 
 
 def mean_sd_by_group(native: dict[str, Any]) -> RList:
