@@ -1,7 +1,8 @@
 """``dsfed``: the analyst's command line (a validation report over the sites).
 
-The site tooling (``demo``, ``synth``, ``rules``, ``audit``, ``models``, ``docs``) is ``dsfed-server``'s; ``dsfed``
-forwards those commands to it when the server is installed (``pip install 'dsfed[server]'``).
+The site tooling (``synth``, ``rules``, ``audit``, ``models``, ``docs``) is ``dsfed-server``'s, and ``demo`` is
+:mod:`dsfed_demo`'s (it runs sites and an analyst); ``dsfed`` forwards those commands to them, as processes of their
+own, when the server is installed (``pip install 'dsfed[server]'``).
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def site_tool(argv: list[str]) -> int:
-    """Hand a site-tooling command over to ``dsfed-server`` (this process becomes it), if the
-    server is installed; the client itself never imports the server."""
+    """Hand a site-tooling command over to ``dsfed-server``, or ``demo`` to ``python -m dsfed_demo``
+    (this process becomes it), if the server is installed; the client itself imports neither."""
     if importlib.util.find_spec("fastapi") is None:
         print(f"dsfed {argv[0]} is site tooling, which this installation lacks: "
               "pip install 'dsfed[server]' (or run it where the site server is installed)", file=sys.stderr)
         return 2
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "dsfed_server.cli", *argv])
+    command = ["dsfed_demo", *argv[1:]] if argv[0] == "demo" else ["dsfed_server.cli", *argv]
+    os.execv(sys.executable, [sys.executable, "-m", *command])
 
 
 def main(argv: list[str] | None = None) -> int:

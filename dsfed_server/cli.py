@@ -1,5 +1,5 @@
-"""dsfed-server: run a site, check its files, make credentials; the site's tooling (the demo,
-synthetic sites, the rules file and audit log explained and checked, generated docs).
+"""dsfed-server: run a site, check its files, make credentials; the site's tooling (synthetic
+sites, the rules file and audit log explained and checked, generated docs).
 
 The parser imports nothing heavy (pandas, numpy, FastAPI, ONNX): each command imports what it
 runs, so ``dsfed-server --help`` starts at once (bench/cli_start.py)."""

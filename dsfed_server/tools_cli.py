@@ -1,4 +1,4 @@
-"""The site's tooling on the command line: the demo, synthetic sites, the rules file and the audit
+"""The site's tooling on the command line: synthetic sites, the rules file and the audit
 log explained and checked, the function reference generated. ``dsfed-server`` serves these
 (:func:`add_commands`); the analyst's ``dsfed`` forwards them when the server is installed.
 
@@ -11,21 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from dsfed_server.demo import find_repo_dir, run_demo  # noqa: PLC0415
-
-    try:
-        return run_demo(
-            args.fixtures or find_repo_dir("opal_fixtures"),
-            args.rules or find_repo_dir("disclosure_rules"),
-            args.json,
-            keep=args.keep,
-            report_path=args.report,
-        )
-    except KeyboardInterrupt:
-        print("\ninterrupted: sites stopped", file=sys.stderr)
-        return 130
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -130,15 +115,6 @@ def cmd_models_approve(args: argparse.Namespace) -> int:
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """The site tooling's subcommands, added to a command line's subparsers."""
-    p = sub.add_parser("demo", help="start five GBSG2 sites and run an analyst session over HTTP")
-    p.add_argument("--json", type=Path, help="write every printed result to this JSON file")
-    p.add_argument("--fixtures", type=Path, help="opal_fixtures directory (default: the repository's)")
-    p.add_argument("--rules", type=Path, help="disclosure_rules directory (default: the repository's)")
-    p.add_argument("--keep", action="store_true", help="keep the run directory (configs, logs, audit)")
-    p.add_argument("--report", type=Path, help="write the validation report (HTML) here "
-                   "(default: next to --json, else next to the run directory; the path is printed)")
-    p.set_defaults(func=cmd_demo)
-
     p = sub.add_parser("synth", help="write synthetic sites (opal_fixtures layout) for tests and benchmarks")
     p.add_argument("out", type=Path, help="directory to create the sites in")
     p.add_argument("--sites", type=int, default=5)

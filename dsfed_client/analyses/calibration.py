@@ -79,6 +79,9 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
     )
 
 
+EARLIER_CUTS = "released before on this column by any analyst"  # the gate's reason names the column's history
+
+
 @result
 class CalibrationCurve(Results):
     """Pooled calibration curve over equal-width bins (``strategy="uniform"``) or quantile groups
@@ -141,7 +144,20 @@ class CalibrationCurve(Results):
     def _notes(self) -> tuple[str, ...]:
         inexact = () if self.exact_grouping else (
             "quantile breaks inexact: the per-site count search left some undecided",)
-        return (self.bins.note(), *inexact)
+        return (self.bins.note(), *self._merged_at_earlier_cuts(), *inexact)
+
+    def _merged_at_earlier_cuts(self) -> tuple[str, ...]:
+        """Why a per-site curve loses the cells whose edges an earlier histogram's breaks share: the
+        site merges a cell between an edge and a cut released before at, or a few records from, it
+        (a pooled release moves the edge onto that cut and keeps the cell)."""
+        merged = any(values for values in self.bins.coarsened.values())
+        if self.bins.pooled or not merged or not any(EARLIER_CUTS in text for text in self.bins.why.values()):
+            return ()
+        return ("per site, an edge at a cut released before, or a few records from one, is merged rather than "
+                "moved onto that cut: a histogram's break at the same value (R's hist closes its cells on the "
+                "right, this curve on the left) parts the records tied at that value the other way, and with "
+                "rounded scores fewer than q records are tied; a pooled curve (secure=True), where the sites "
+                "offer it, moves such edges onto the earlier cuts and keeps their cells",)
 
     def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
         """Pooled points (sized by n), per-site curves (per-site release only), the diagonal, and a

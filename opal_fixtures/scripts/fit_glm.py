@@ -3,7 +3,7 @@ as a GLM model file (formula, family, link, coefficients: no code).
 
     python opal_fixtures/scripts/fit_glm.py            # writes opal_fixtures/models/gbsg2-logit.json
 
-The site runs as its own process on loopback (dsfed_server.demo_models.training_session); the fit
+The site runs as its own process on loopback (dsfed_demo.models.training_session); the fit
 is the distributed GLM (R's glm on the training records). The demo sites' rules approve the file
 by its SHA-256 (dsfed models approve opal_fixtures/models/gbsg2-logit.json --rules ...): refitting
 on another machine may change the last bits of a coefficient, and with them the digest, so the
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from dsfed_client.models import glm_model
-from dsfed_server.demo_models import fit_logistic, model_files, training_session
+from dsfed_demo.models import fit_logistic, model_files, training_session
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ Starts one ``dsfed-server`` process per site from ``opal_fixtures/`` and
 assigns the validation table, runs allowlisted aggregates (counts, means, a
 table, a histogram, quantiles by R if this machine has it, a subset), shows a
 disclosive request refused with the rule that refused it, validates the fixture's
-score, runs seed 000's workflow (:mod:`dsfed_server.demo_models`: models fitted on a
+score, runs seed 000's workflow (:mod:`dsfed_demo.models`: models fitted on a
 training site, approved, applied and validated at the five sites, compared paired),
 closes the session, stops the sites (also on Ctrl-C) and verifies every site's
 audit chain (the training site's too).
@@ -17,16 +17,16 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from dsfed_client.calls import Call, Ref
-from dsfed_client.errors import FederatedCallError
-from dsfed_server.launch import LocalSites
 from dsfed_client.session import LoginBuilder
+from dsfed_demo.models import seed000_workflow
+from dsfed_demo.report import Report
 from dsfed_server import audit
-from dsfed_server.demo_models import seed000_workflow
+from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 
 SITES = ("site1", "site2", "site3", "site4", "site5")
@@ -39,39 +39,6 @@ def find_repo_dir(name: str) -> Path:
         if (base / name).is_dir():
             return base / name
     raise FileNotFoundError(f"cannot find {name}/ (run from the dsfed repository, or pass its path)")
-
-
-class Report:
-    """Prints results as it goes and keeps them for ``--json``."""
-
-    def __init__(self) -> None:
-        self.results: dict[str, Any] = {}
-        self.validation: tuple[Any, dict[str, Any]] | None = None  # (ValidationReport, study info) for the HTML
-        self.models: dict[str, Any] = {}  # ValidationReport by model label (seed 000's workflow)
-        self.comparison: Any = None  # ModelComparison of the last two models
-
-    def section(self, title: str) -> None:
-        print(f"\n== {title}")
-
-    def show(self, key: str, text: str, value: Any) -> None:
-        print(f"   {text}")
-        self.results[key] = value
-
-    def attempt(self, key: str, label: str, run: Callable[[], tuple[str, Any]]) -> None:
-        try:
-            text, value = run()
-        except FederatedCallError as exc:
-            print(f"   {label}: REFUSED")
-            for err in exc.failures.values():
-                print(f"     - {err}")
-            self.results[key] = {
-                "refused": [
-                    {"site": e.site, "function": e.function, "rule": e.rule, "message": e.message, "type": e.kind}
-                    for e in exc.failures.values()
-                ]
-            }
-            return
-        self.show(key, f"{label}: {text}", value)
 
 
 def _site_table(per_site: dict[str, Any], fmt: str = "{:.3f}") -> str:

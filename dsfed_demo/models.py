@@ -18,15 +18,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.session import FederatedSession, LoginBuilder
+from dsfed_demo.report import Report
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import ProvisionedSite, provision
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dsfed_server.demo import Report
 
 TRAINING_TABLE = "GBSG2.train"
 FORMULA = "y ~ horTh + age + menostat + tsize + tgrade + pnodes + progrec + estrec"
@@ -65,7 +63,7 @@ def fit_logistic(session: FederatedSession) -> GLMResults:
     return ds_glm(session, FORMULA, "T", family="binomial")
 
 
-def seed000_workflow(session: FederatedSession, report: "Report", fixtures: Path, rules: Path, run_dir: Path
+def seed000_workflow(session: FederatedSession, report: Report, fixtures: Path, rules: Path, run_dir: Path
                      ) -> ProvisionedSite:
     """Fit the logistic model on the training site, check it is the file the validation sites
     approved, upload the approved models, apply them at the five validation sites, validate each
