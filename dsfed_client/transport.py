@@ -8,31 +8,16 @@ run in-process behaves as it would over HTTP.
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import requests
 
 from dsfed_core.errors import SiteError, SiteUnavailable, from_wire
-
-
-def encode(body: dict[str, Any]) -> bytes:
-    """The JSON bytes of a request body."""
-    return json.dumps(body, separators=(",", ":")).encode()
-
-
-@dataclass
-class TransferStats:
-    """Requests made to one site and the bytes of their bodies, both ways."""
-
-    requests: int = 0
-    bytes_sent: int = 0
-    bytes_received: int = 0
+from dsfed_core.wire import TransferStats, encode
 
 
 class Transport(Protocol):

@@ -1,17 +1,36 @@
-"""The wire form of a long vector of numbers: raw little-endian float64 in base64, ``{"f64": ...}``.
+"""What travels between an analyst and a site, for both transports (HTTP and in-process).
 
-One codec for both directions: a client sends long numeric arguments so (a call tree's ``f64``
-node, :mod:`dsfed_core.calltree`), and a site answers long vectors so (noisy scores, histogram
-levels). Raw bytes keep a million numbers exact and cheap, where JSON number text would not.
+A request body's JSON bytes (:func:`encode`) and the count of requests and bytes each way
+(:class:`TransferStats`); and the wire form of a long vector of numbers: raw little-endian float64
+in base64, ``{"f64": ...}``. One codec for both directions: a client sends long numeric arguments
+so (a call tree's ``f64`` node, :mod:`dsfed_core.calltree`), and a site answers long vectors so
+(noisy scores, histogram levels). Raw bytes keep a million numbers exact and cheap, where JSON
+number text would not.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    """The JSON bytes of a request body."""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass
+class TransferStats:
+    """Requests made to one site and the bytes of their bodies, both ways."""
+
+    requests: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
 
 
 def encode_f64(values: Any) -> dict[str, str]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dsfed_client.transport import TransferStats, encode
 from dsfed_core.errors import SiteError, from_wire
+from dsfed_core.wire import TransferStats, encode
 from dsfed_server.config import User
 from dsfed_server.service import CallRequest, SiteService
 
