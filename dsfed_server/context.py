@@ -9,26 +9,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import pandas as pd
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
+from dsfed_server.catalog import Catalog
+from dsfed_server.config import SiteConfig
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import ROWS, Rows, bits
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, meaning, root_column
+from dsfed_server.disclosure.rules import Rules
 from dsfed_server.modelframe import integer_view
+from dsfed_server.models import ModelStore
 from dsfed_server.rowsets import RowSet, subset_of
 from dsfed_server.views import ColumnView, Held, read_value
 from dsfed_core.errors import CallError
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
-
-if TYPE_CHECKING:
-    from dsfed_server.service import SiteService
 
 # value attribute: what the site says of an assigned value (records it left out of a table, and why)
 NOTE = "dsfed.note"
@@ -38,9 +40,26 @@ NOTE = "dsfed.note"
 RECORDS_BEHIND = "dsfed.records_behind"
 
 
+class Site(Protocol):
+    """What a call reaches of its site (:class:`~dsfed_server.service.SiteService` is one): its name,
+    configuration, rules and limits, its tables, its approved models, its secure-aggregation identity,
+    and the calls nested in an argument."""
+
+    name: str
+    config: SiteConfig
+    rules: Rules
+    limits: Limits
+    catalog: Catalog
+    models: ModelStore
+    identity: Ed25519PrivateKey
+
+    def run_nested(self, session: Session, call: Call) -> Any:
+        """A call inside another call's arguments (only assign-kind functions give values)."""
+
+
 @dataclass
 class CallContext:
-    service: "SiteService"
+    service: Site
     session: Session
     function: str
     guard: Guard

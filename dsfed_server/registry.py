@@ -16,7 +16,6 @@ adapter says what the value is in R (see :mod:`dsfed_server.rvalues`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
@@ -24,28 +23,11 @@ import numpy as np
 
 from dsfed_core.calltree import NUMBER_LIMIT, Arith, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
 from dsfed_server.disclosure.rules import rule_keys
+from dsfed_server.param_types import P
 from dsfed_core.errors import CallError
 
 if TYPE_CHECKING:
     from dsfed_server.context import CallContext
-
-
-class P(Enum):
-    """Parameter types. Values come only from literals or from the workspace."""
-
-    OBJECT = "object"  # any workspace value: a symbol, table$column, or a nested assign call
-    TABLE = "table"  # a data-frame symbol
-    VECTOR = "vector"  # a column/vector: symbol, table$column, or the same as a string ("D$age")
-    STRING = "string"
-    NUMBER = "number"
-    INTEGER = "integer"
-    BOOLEAN = "boolean"
-    NUMBERS = "numbers"  # c(...) of numbers, one number, or "1,2,3"
-    STRINGS = "strings"  # c(...) of strings or one string
-    FORMULA = "formula"  # y ~ x1 + x2, unquoted or as a string
-    EXPRESSION = "expression"  # arithmetic over columns and numbers (log(D$x + 1)), unquoted or as a string
-    NAME = "name"  # a column or table name, bare or quoted, not resolved
-    SCALAR = "scalar"  # one number, string or boolean literal
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.rules import Rules
+from dsfed_server.param_types import P
 from dsfed_core.errors import CallError, ContractViolation, DisclosureRefusal
 
 
@@ -643,8 +644,6 @@ class Guard:
             return
         aligned = scope.analyst_vectors > 0
         if params is not None and args is not None and scope.analyst_tables:
-            from dsfed_server.registry import P
-
             aligned = aligned or any(
                 p.type is not P.TABLE and id(args.get(p.name)) in scope.analyst_tables for p in params)
         if aligned:
