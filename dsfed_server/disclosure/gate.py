@@ -477,7 +477,7 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, agai
                 out[i] = KEEP if outside[i] else None
             continue
         before = next((i for i in group if again[i]), None)
-        fits, end = True, False
+        fits, end = True, floor.q <= 1  # single records may be released: nothing to hide between cuts
         for (history, _), u, r in zip(spaces, used, ranks):
             i = bisect.bisect_left(u, r)
             if i < len(u) and u[i] == r:
