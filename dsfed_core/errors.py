@@ -184,6 +184,14 @@ class NotSupported(NotFound):
     kind = "not_supported"
 
 
+class InsufficientMemory(SiteError):
+    """A call would read more of a table than the memory the site may use holds; refused before the
+    site runs short (or as soon as its engine does), saying which limit and what to read instead."""
+
+    kind = "insufficient_memory"
+    http_status = 507
+
+
 class SiteUnavailable(SiteError):
     """The site could not be reached or did not answer in time (raised by the client)."""
 

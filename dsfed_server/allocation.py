@@ -13,13 +13,19 @@ fail for space it never touches:
   fixes the threshold at :data:`MMAP_THRESHOLD` (``mallopt(M_MMAP_THRESHOLD)``, which also stops the
   adjustment), and caps glibc's per-thread arenas at :data:`ARENAS` (``M_ARENA_MAX``; each reserves
   64 MiB of address space).
+
+Before a call reads columns, the catalog asks :func:`room` how much this process may still allocate,
+and refuses a read that would not fit rather than run the site short.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import re
+import resource
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -38,3 +44,28 @@ def bound_allocations() -> None:
     if hasattr(libc, "mallopt"):  # glibc; musl has no mallopt
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         libc.mallopt(_M_ARENA_MAX, ARENAS)
+
+
+def _kib(path: str, field: str) -> int | None:
+    """A ``field:  <n> kB`` line of a /proc file, in bytes (None where there is none)."""
+    try:
+        found = re.search(rf"^{field}:\s+(\d+) kB$", Path(path).read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(found.group(1)) * 1024 if found else None
+
+
+def room() -> tuple[int, str] | None:
+    """The bytes this process may still allocate, and the limit that says so: its address-space limit
+    (RLIMIT_AS: ``ulimit -v``, a container's limit) less what it has mapped, or the memory the machine
+    has available (``MemAvailable``), whichever is smaller; None where neither is known."""
+    found = []
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = _kib("/proc/self/status", "VmSize")
+    if soft != resource.RLIM_INFINITY and mapped is not None:
+        found.append((max(soft - mapped, 0), f"the site process's address-space limit (RLIMIT_AS: ulimit -v or the "
+                                             f"container's limit) of {soft >> 20:,} MB, {mapped >> 20:,} MB of it mapped"))
+    available = _kib("/proc/meminfo", "MemAvailable")
+    if available is not None:
+        found.append((available, f"the memory this machine has available ({available >> 20:,} MB)"))
+    return min(found) if found else None

@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import BackendUnavailable, NotFound
-from dsfed_server.dictionary import BOOLEAN_SPELLINGS, CatalogError, TableInfo, Variable, read_dictionary
+from dsfed_core.errors import BackendUnavailable, InsufficientMemory, NotFound
+from dsfed_server.allocation import room
+from dsfed_server.dictionary import (BOOLEAN_SPELLINGS, CatalogError, EngineOutOfMemory, TableInfo, Variable,
+                                     read_dictionary)
 from dsfed_server.disclosure.missingness import rare_patterns
 from dsfed_server.engines import Engine
 from dsfed_server.engines.duckdb_engine import DuckDBEngine
@@ -179,6 +181,21 @@ def summarize(frame: pd.DataFrame, info: TableInfo) -> list[ColumnSummary]:
     return out
 
 
+BYTES_PER_VALUE = 8  # a column as the site holds it: float64 or int64 values, or category codes and labels
+
+
+def too_large(info: TableInfo, columns: list[str], need: int, limit: str, rule: str | None = None
+              ) -> InsufficientMemory:
+    """The refusal of a read that does not fit: the table, how much the columns take, the limit, and
+    what to do instead (read fewer columns; or the administrator gives the site more memory)."""
+    return InsufficientMemory(
+        f"reading {len(columns)} column(s) of table {info.ref} (about {need >> 20:,} MB as the site holds them) "
+        f"does not fit in the memory this site may use: {limit}", rule=rule,
+        hint="assign only the variables the analysis reads (assign_table(symbol, table, variables=[...]); in R, "
+             "datashield.assign.table(..., variables = ...)), or ask the site's administrator for more memory "
+             "([catalog] memory_limit_mb is the engine's; the process's own limit is set where the site runs)")
+
+
 class Catalog:
     """The projects and tables under one site's data directory, read through the site's engine
     (:mod:`dsfed_server.engines`) one column at a time, and shared read-only.
@@ -231,14 +248,24 @@ class Catalog:
                      "and restarts the site") from None
 
     def _read(self, info: TableInfo, names: list[str]) -> list[pd.Series]:
-        """Columns ``names`` of ``info``, typed and checked (each read from the engine once)."""
+        """Columns ``names`` of ``info``, typed and checked (each read from the engine once); a read
+        that would not fit in the memory the site may use is refused (:func:`too_large`)."""
         with self._lock:
             missing = [n for n in names if (info.ref, n) not in self._columns]
             if missing:
-                raw = self.engine.read(info, missing)
-                variables = {v.name: v for v in info.variables}
-                for name in missing:
-                    self._columns[(info.ref, name)] = _typed(raw[name], info, variables[name])
+                need = self.engine.row_count(info) * len(missing) * BYTES_PER_VALUE
+                free = room()
+                if free is not None and need > free[0]:
+                    raise too_large(info, missing, need, f"{free[1]} leaves {free[0] >> 20:,} MB")
+                try:
+                    raw = self.engine.read(info, missing)
+                    variables = {v.name: v for v in info.variables}
+                    for name in missing:
+                        self._columns[(info.ref, name)] = _typed(raw[name], info, variables[name])
+                except EngineOutOfMemory as exc:
+                    raise too_large(info, missing, need, str(exc), rule="catalog.memory_limit_mb") from None
+                except MemoryError:
+                    raise too_large(info, missing, need, "the site process could not allocate it") from None
                 del raw
             return [self._columns[(info.ref, n)] for n in names]
 

@@ -21,6 +21,10 @@ class CatalogError(Exception):
     """A data file or dictionary that does not agree with itself; stops the site at start."""
 
 
+class EngineOutOfMemory(Exception):
+    """The engine ran out of the memory it may use while reading columns (its message says which limit)."""
+
+
 @dataclass(frozen=True)
 class Variable:
     name: str

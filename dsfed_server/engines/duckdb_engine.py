@@ -15,7 +15,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from dsfed_server.dictionary import CatalogError, TableInfo, Variable
+from dsfed_server.dictionary import CatalogError, EngineOutOfMemory, TableInfo, Variable
 from dsfed_server.engines.arrow_columns import ReadError, columns_from_batches
 from dsfed_server.engines.sql import ident, literal, violation_counts
 from dsfed_server.rowbatches import BATCH_ROWS
@@ -35,6 +35,7 @@ class DuckDBEngine:
 
     def __init__(self, database: Path | None = None, threads: int = 1, memory_limit_mb: int = 1024) -> None:
         self.database = database
+        self.memory_limit_mb = memory_limit_mb
         config = {"threads": threads, "memory_limit": f"{memory_limit_mb}MB"}
         if database is not None:
             self._connection = duckdb.connect(str(database), read_only=True, config=config)
@@ -111,6 +112,9 @@ class DuckDBEngine:
             n = self.row_count(info)
             reader = self._cursor().sql(query).to_arrow_reader(BATCH_ROWS)
             return columns_from_batches(reader.schema, reader, n)
+        except duckdb.OutOfMemoryException as exc:
+            raise EngineOutOfMemory(f"DuckDB: {str(exc).splitlines()[0]} (its memory_limit is "
+                                    f"{self.memory_limit_mb} MB)") from None
         except (duckdb.Error, pa.ArrowException, OSError, ReadError) as exc:
             raise CatalogError(f"{info.source}: cannot read {', '.join(columns)}: {exc}") from None
 
