@@ -129,7 +129,16 @@ def validate_params(constraints: dict[str, list[Constraint]]) -> Callable[[F], F
 
 # the constraints the estimators share
 ALPHA = [Interval(float, 0, 1, closed="neither")]
-N_GROUPS = [Interval(int, 3, 100)]  # Hosmer-Lemeshow: df = groups - 2 must be positive
-N_BINS = [Interval(int, 2, 1000)]
-N_THRESHOLDS = [Interval(int, 2, 10_000)]
 PRIVACY = [Interval(float, 0, None, closed="neither"), None]  # epsilon, delta, sensitivity: None = the site's
+
+# The bounds the sites' registry declares, and publishes (/v1/functions), for the parameter each of
+# these feeds (named beside it): the client refuses what a site would refuse, before any call, and
+# tests/test_published_bounds.py reads both. The number of thresholds has no bound above here: it
+# is each site's published maximum, which the analyses check before the noisy steps that precede
+# the thresholds (FederatedSession.require_enabled).
+N_GROUPS = [Interval(int, 3, 100)]  # decileGroupsDS g; from 3, as Hosmer-Lemeshow's df = groups - 2 must be positive
+N_BINS = [Interval(int, 2, 100)]  # calibrationBinsDS bins; decileGroupsDS g (quantile bins)
+N_THRESHOLDS = [Interval(int, 2, None)]  # rocGlmDataDS and histRocGlmDataDS thresholds
+LEVELS = [Interval(int, 0, 12)]  # scoreHistogramDS levels
+BRANCHING = [Options({2, 4, 8, 16})]  # scoreHistogramDS branching
+DECAY = [Interval(float, 0.125, 8)]  # scoreHistogramDS decay

@@ -523,10 +523,10 @@ class FederatedSession:
     def require_enabled(self, *functions: str, before: str, within: dict[str, dict[str, float]] | None = None
                         ) -> None:
         """Raise :class:`FederatedCallError` naming every site whose rules file does not enable one
-        of ``functions`` (rule ``functions.enabled``), or whose registry bounds a parameter below or
-        above the value ``within`` gives it (``{"rocGlmDataDS": {"thresholds": 5000}}``), before an
-        analysis (``before``) spends rounds and budget on releases it could not finish; reads only the
-        sites' function listings."""
+        of ``functions`` (rule ``functions.enabled``), or whose registry bounds a parameter of a
+        function it offers below or above the value ``within`` gives it (``{"rocGlmDataDS":
+        {"thresholds": 5000}}``), before an analysis (``before``) spends rounds and budget on releases
+        it could not finish; reads only the sites' function listings."""
         listing = self.functions()
         failures: dict[str, SiteError] = {}
         for site in self.sites:
@@ -540,6 +540,8 @@ class FederatedSession:
                          "in its rules file, or leave the site out of the session")
                 continue
             for function, values in (within or {}).items():
+                if function not in offered:  # not in ``functions``: the analysis does without it here
+                    continue
                 params = {p["name"]: p for p in offered[function]["params"]}
                 for name, value in values.items():
                     low, high = params[name].get("minimum"), params[name].get("maximum")

@@ -15,7 +15,7 @@ from scipy import special, stats
 from dsfed_client.aggregation import BinnedSums, RiskGroups
 from dsfed_client.analyses.glm import GLMResults, ds_glm
 from dsfed_client.calls import Call, Ref
-from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, InvalidParameterError, Options, validate_params
+from dsfed_client.params import ALPHA, N_BINS, N_GROUPS, Interval, Options, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.calibration import calibration_errors as errors_of_groups, hosmer_lemeshow
@@ -175,7 +175,7 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
     r"""Each point the pooled means of predictions and outcomes in a bin (seed 000, steps 1-4).
 
     ``strategy="uniform"``: ``n_bins`` equal-width bins on [0, 1], ``[a, b)`` (0 in the first, 1
-    in the last), as seed 000. ``strategy="quantile"`` (``n_bins`` at most 100): the bins are the
+    in the last), as seed 000. ``strategy="quantile"``: the bins are the
     ``n_bins`` groups of R's type-7 quantiles of the pooled scores, ``(a, b]`` with the first
     closed -- scikit-learn's ``calibration_curve(strategy="quantile")``, whose edges are
     ``np.percentile`` (type 7) and whose bins are ``np.searchsorted`` on the inner edges -- with
@@ -200,9 +200,6 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
     agg = session.aggregation(secure)
     exact = True
     if strategy == "quantile":
-        if n_bins > N_GROUPS[0].right:
-            raise InvalidParameterError(f"The 'n_bins' parameter of ds_calibration_curve must be at most "
-                                        f"{N_GROUPS[0].right:g} with strategy='quantile'. Got {n_bins!r} instead.")
         groups = agg.risk_groups(truth, score, n_bins)
         if groups.bins is None:
             raise ValueError(f"the sites released the quantile groups' statistics but not their bins "

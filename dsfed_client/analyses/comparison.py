@@ -23,7 +23,7 @@ from dsfed_client.analyses.curves import (
     ScoreHistograms, auc_levels, ds_score_histograms, noise_variance, reference_symbol,
 )
 from dsfed_client.calls import Ref
-from dsfed_client.params import ALPHA, Interval, validate_params
+from dsfed_client.params import ALPHA, LEVELS, validate_params
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 
@@ -165,7 +165,7 @@ class ModelComparison(Results):
         return ax
 
 
-@validate_params({"alpha": ALPHA, "levels": [Interval(int, 0, 16), None]})
+@validate_params({"alpha": ALPHA, "levels": [*LEVELS, None]})
 def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score_b: str, *,
                       labels: tuple[str, str] | None = None, alpha: float = 0.05, levels: int | None = None,
                       histograms: tuple[ScoreHistograms, ScoreHistograms] | None = None,

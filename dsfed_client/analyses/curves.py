@@ -45,7 +45,9 @@ from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placem
 from dsfed_client.analyses.glm import ConvergenceError, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
-from dsfed_client.params import ALPHA, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params
+from dsfed_client.params import (
+    ALPHA, BRANCHING, DECAY, LEVELS, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params,
+)
 from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.roc import binormal_auc
@@ -93,7 +95,7 @@ def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return e[j - 1] + np.clip(frac, 0.0, 1.0) * (e[j] - e[j - 1])
 
 
-@validate_params({"levels": [Interval(int, 0, 16)], "branching": [Interval(int, 2, 16)], "decay": [Interval(float, 0, None, closed="neither")],
+@validate_params({"levels": LEVELS, "branching": BRANCHING, "decay": DECAY,
                   "totals": [Options({"noisy", "exact"})], "epsilon": PRIVACY, "delta": PRIVACY})
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
@@ -285,8 +287,8 @@ def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128,
                        hist.noise_off, hist)
 
 
-@validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "levels": [Interval(int, 0, 16)],
-                  "branching": [Interval(int, 2, 16)], "epsilon": PRIVACY, "delta": PRIVACY})
+@validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "levels": LEVELS, "branching": BRANCHING,
+                  "decay": DECAY, "epsilon": PRIVACY, "delta": PRIVACY})
 def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_quantiles: int | None = 128,
                      levels: int = 8, branching: int = 2, lower: float = 0.0, upper: float = 1.0,
                      decay: float = 1.0, epsilon: float | None = None, delta: float | None = None,
@@ -513,7 +515,7 @@ def noise_variance(hist: ScoreHistograms) -> float:
 
 
 @validate_params({"alpha": ALPHA, "within_bin": [Options({"tied", "linear"})], "n_thresholds": N_THRESHOLDS,
-                  "levels": [Interval(int, 0, 16), None]})
+                  "levels": [*LEVELS, None]})
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "tied", roc_glm: bool = True, n_thresholds: int = 99,
                 levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool | None = False,
@@ -557,6 +559,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     (logit CI), "Distributed ROC-GLM"; Xu & Cormode (2025), seed 003: the histograms.
     """
     histogram_options.setdefault("totals", "exact")
+    if roc_glm:  # every site that offers the ROC-GLM's data takes the threshold grid, before the histograms' budget
+        session.require_enabled(before="ds_hist_auc", within={"histRocGlmDataDS": {"thresholds": n_thresholds}})
     agg = session.aggregation(secure)
     if histograms is not None:
         hist = histograms

@@ -39,7 +39,7 @@ from dsfed_client.analyses.glm import ConvergenceError
 from dsfed_client.analyses.meta import SCALES, MetaAnalysis, random_effects
 from dsfed_client.calls import Ref
 from dsfed_client.errors import FederatedCallError
-from dsfed_client.params import ALPHA, PRIVACY, Interval, Options, validate_params
+from dsfed_client.params import ALPHA, LEVELS, PRIVACY, Options, validate_params
 from dsfed_client.results import Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 
@@ -162,7 +162,7 @@ def _pool(frame: pd.DataFrame, measure: str, tau2: str, prediction: str, alpha: 
 
 
 @validate_params({"alpha": ALPHA, "method": [Options({"histogram", "paper"})], "tau2": [Options({"REML", "DL"})],
-                  "prediction": [Options({"normal", "t"})], "levels": [Interval(int, 0, 16), None],
+                  "prediction": [Options({"normal", "t"})], "levels": [*LEVELS, None],
                   "epsilon": PRIVACY, "delta": PRIVACY, "sensitivity": PRIVACY})
 def ds_heterogeneity(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                      method: str = "histogram", tau2: str = "REML", prediction: str = "normal",
