@@ -48,7 +48,7 @@ import pandas as pd
 
 from scipy import special
 
-from dsfed_core.errors import CallError
+from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.recalibration import METHODS, apply_map
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES
@@ -123,8 +123,17 @@ def check_rises(ctx: CallContext, p: np.ndarray, knots: np.ndarray, values: np.n
     present = np.sort(p[~np.isnan(p)])
     below = np.searchsorted(present, knots, side="right")
     for i in np.flatnonzero(np.diff(values) > 0):
-        ctx.guard.min_count(int(below[i + 1] - below[i]), f"records between the map's knots {i + 1} and {i + 2}",
-                            allow_zero=True)
+        what = f"records between the map's knots {i + 1} and {i + 2} ({knots[i]:.6g} to {knots[i + 1]:.6g}), where it rises"
+        try:
+            ctx.guard.min_count(int(below[i + 1] - below[i]), what, allow_zero=True)
+        except DisclosureRefusal as refused:
+            raise DisclosureRefusal(
+                refused.message, site=refused.site, function=refused.function, rule=refused.rule,
+                hint="a fitted map's knots are the mean scores of its steps over the bins the sites released for "
+                     "the fit, bins their release gates chose with secret draws: with other secrets the sites may "
+                     "bin otherwise, place the knots elsewhere and pass the same call; fit over fewer, wider bins "
+                     "(ds_recalibrate's n_bins, or breaks) so that the map rises over more records, or use "
+                     "method='logistic'") from None
 
 
 def _array(x: object) -> np.ndarray | None:
