@@ -25,8 +25,8 @@ from scipy import stats
 
 from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Formula, Ref
-from dsfed_client.models import ds_predict, upload_model
 from dsfed_client.errors import FederatedCallError
+from dsfed_client.models import ds_predict, upload_model
 from dsfed_client.params import ALPHA, Interval, Options, validate_params
 from dsfed_client.progress import progress
 from dsfed_client.results import Results, derived, hidden, render, result, stat
