@@ -117,14 +117,7 @@ class CallContext:
             if terms and all(len(support) == (rows.n_root + 7) // 8 for _, _, support in terms):
                 cores += [(core, roots, partial(_support, support, rows)) for core, roots, support in terms]
                 continue
-            written = forms(found)
-            unknown = any(r.table == NO_TABLE for r in found.roots)
-            # a column the site cannot write as a function of named roots (no provenance: its root is only
-            # its records' order, which every monotone transform shares) is a function of its own values,
-            # and such columns all count under one root
-            core = written[1] if written is not None and not unknown else "values#" + content_digest(
-                vector.to_numpy(dtype=float, na_value=np.nan)).hex()[:24]
-            roots = tuple(sorted(r.column if r.table != NO_TABLE else UNKNOWN_ROOT for r in found.roots))
+            core, roots = self._written(vector, found)
             if core:  # a number is no function of a record
                 cores.append((core, roots, partial(_nonzero, vector, complete)))
         functions = list(cores)
@@ -135,6 +128,24 @@ class CallContext:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         groups = None if cells is None else [cells == c for c in np.unique(cells)]
         self.guard.exact_sums(rows, functions, groups)
+
+    def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:
+        """``vector`` as a function of root columns: its core (:func:`~dsfed_server.disclosure.expressions.
+        forms`; "" for a number) and the names of its roots. A column the site cannot write as a function of
+        named roots (no provenance: its root is only its records' order, which every monotone transform
+        shares) is a function of its own values, and such columns all count under one root. A column of
+        categories is itself (its name), a function of no other."""
+        if not pd.api.types.is_numeric_dtype(vector.dtype) or pd.api.types.is_bool_dtype(vector.dtype):
+            return str(vector.name), (str(vector.name),)
+        return self._written(vector, self.meaning(vector))
+
+    @staticmethod
+    def _written(vector: pd.Series, found: Meaning) -> tuple[str, tuple[str, ...]]:
+        written = forms(found)
+        unknown = any(r.table == NO_TABLE for r in found.roots)
+        core = written[1] if written is not None and not unknown else "values#" + content_digest(
+            vector.to_numpy(dtype=float, na_value=np.nan)).hex()[:24]
+        return core, tuple(sorted(r.column if r.table != NO_TABLE else UNKNOWN_ROOT for r in found.roots))
 
     def quantiles(self, vector: pd.Series) -> None:
         """The release gives quantiles of ``vector`` (a monotone function of one root column) over its

@@ -341,7 +341,9 @@ class Guard:
 
     def exact_sums(self, rows: Rows | None,
                    functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
-                   groups: list[np.ndarray] | None = None) -> None:
+                   groups: list[np.ndarray] | None = None,
+                   hint: str = "use the column itself, or fewer transforms of it over small subsets; a larger "
+                               "subset answers more") -> None:
         """The release gives exact sums of ``functions`` (each a function's core, its root columns,
         :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
         boolean, computed when needed) over each of the ``groups`` of ``rows`` (boolean over them; None:
@@ -349,7 +351,7 @@ class Guard:
         different functions than ``disclosure.sums_per_record`` allows for its size beyond its second
         moments, which any group answers and which are neither counted nor kept; counted with every sum
         released before from the table by any analyst (:mod:`dsfed_server.disclosure.equations`);
-        recorded if not."""
+        recorded if not. ``hint``: what a refused analyst can do instead."""
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
             return
@@ -373,9 +375,7 @@ class Guard:
                     "together with the sums released before from this table (by any analyst), this would give a "
                     f"group of its records more different functions of {', '.join(columns)} than the site allows "
                     "for the group's size: as many functions as records give the records' values (as power sums "
-                    "give a polynomial's roots)", SUMS_RULE,
-                    "use the column itself, or fewer transforms of it over small subsets; a larger subset answers "
-                    "more")
+                    "give a polynomial's roots)", SUMS_RULE, hint)
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
 
     def leave_out_minimum(self, site: Rules) -> int | None:

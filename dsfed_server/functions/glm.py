@@ -34,12 +34,13 @@ from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_server.functions.derive import check_formula
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
-from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, model_frame
+from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, model_frame, variable
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
 
-_CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation") + DERIVED_RULES + GATE_RULES
+_CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation", "disclosure.sums_per_record") + DERIVED_RULES \
+    + GATE_RULES
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
@@ -200,6 +201,83 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
                  "(nearly) separated")
 
 
+def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
+               beta: np.ndarray | None, weights: str | None, offset: str | None) -> None:
+    """The parts are exact sums over the model's records, counted with every sum released from the table
+    (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
+
+    Where the working weights are constant (a binomial or Gaussian fit at its start, or at coefficients
+    with no slope, offset or prior weight) the parts are sums of the design columns, their squares and
+    their products with each other and with the outcome: a mean, variance or covariance of table columns
+    is not counted, of derived columns it is (``y ~ s2 + s3`` with ``s2 = s^2``, ``s3 = s^3`` sums
+    :math:`s^5`), as ``corDS``'s are. At any other coefficients the analyst sends, the information
+    matrix, the score and the deviance are :math:`p(p+1)/2 + p + 1` new functions of every column of the
+    model (``exp(k*x)`` summed for k = 1, 2, ... are power sums of ``exp(x)``, whose roots are the
+    records' values; Denning & Schlörer 1983), each over the records where it is not 0."""
+    slopes = beta is not None and any(b != 0 for b, product in zip(beta, mf.products) if product)
+    constant = weights is None and fam.name != "poisson" and not (beta is not None and (slopes or offset))
+    variables = {formula.response: None, **{v: None for product in mf.products for v, _ in product}}
+    read = {v: _read(ctx, table, v) for v in [*variables, *(n for n in (weights, offset) if n)]}
+    rows = ctx.record_rows(*(series for series, _ in read.values()))
+    if rows is None or rows.index.size != mf.n:
+        return
+    written = {v: found for v, (_, found) in read.items()}
+    design = [[f"{written[v][0]}={name}" if is_factor else written[v][0] for v, is_factor in product]
+              for name, product in zip(mf.names, mf.products)]
+    roots = [tuple(sorted({r for v, _ in product for r in written[v][1]})) for product in mf.products]
+    nonzero = [_nonzero(column, mf.n) for column in mf.columns]
+    y = (f"{written[formula.response][0]}", written[formula.response][1], lambda: np.ones(mf.n, dtype=bool))
+    functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
+    if constant:  # sums of the design columns' products with each other and with the outcome
+        # a factor's dummy sums a column over the records of one level, as a table by that factor does
+        plain = [sorted(written[v][0] for v, _ in product) for product in mf.products]
+        terms = [("*".join(d), r, nz) for d, r, nz in zip(plain, roots, nonzero)] + [y]
+        for a in range(len(terms)):
+            for b in range(a, len(terms)):
+                (fa, ra, sa), (fb, rb, sb) = terms[a], terms[b]
+                if not fa or not fb:  # the intercept: the other term's sum
+                    function, over = fa or fb, (sa if fa else sb)
+                else:
+                    function, over = (f"^({fa}, 2.0)" if a == b else "*({}, {})".format(*sorted((fa, fb)))), \
+                        (lambda sa=sa, sb=sb: sa() & sb())
+                if function:
+                    functions.append((function, tuple(sorted({*ra, *rb})), over))
+    else:
+        text = ["*".join(d) or "1" for d in design]
+        eta = " + ".join(f"{b:.17g}*{d}" for b, d in zip(beta, text)) if beta is not None else "start"
+        model = (f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
+                 + (f"; weights {written[weights][0]}" if weights else "") + ")")
+        x_roots = tuple(sorted({r for v, (_, rs) in written.items() if v != formula.response for r in rs}))
+        all_roots = tuple(sorted({*x_roots, *y[1]}))
+        p = len(text)
+        functions.append((f"{model}: deviance", all_roots, y[2]))
+        functions += [(f"{model}: information {text[j]}, {text[k]}", x_roots,
+                       lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p)]
+        functions += [(f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p)]
+    ctx.guard.exact_sums(rows, functions, hint="fit the model pooled (the sites derive every coefficient: the "
+                         "dsfed client's ds_glm, or DataSHIELD's ds.glmSLMA), or over more records")
+
+
+def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, tuple[str, tuple[str, ...]]]:
+    """A model variable's records (its source column's, for a column the table computes when read) and
+    the function of root columns it is (:meth:`~dsfed_server.context.CallContext.written`)."""
+    computed = table.attrs.get(COMPUTED, {}).get(name.split("$", 1)[-1])
+    if "(" not in name and computed is not None and name.split("$", 1)[-1] not in table.columns:
+        source = table[computed.source]
+        core, roots = ctx.written(source)
+        return source, (f"{computed.function!r}({core})", roots)
+    series = variable(table, name)
+    return series, ctx.written(series)
+
+
+def _nonzero(column: np.ndarray | Any, n: int) -> Callable[[], np.ndarray]:
+    """Where a design column is not 0, computed when asked for (a computed column is read a batch at a time)."""
+    def where() -> np.ndarray:
+        return np.concatenate([np.asarray(column[rows]) != 0 for rows in row_batches(n)]) if n else \
+            np.zeros(0, dtype=bool)
+    return where
+
+
 def _times(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
     """The product of two intervals."""
     ends = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
@@ -270,7 +348,9 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     fam = make_family(family, link)
     levels = factor_levels(xlev)
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
+    table = _model_table(dataName, formula, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
+        count_sums(ctx, fam, mf, table, formula, None, weights, offset)  # the first step's; the rest the sites steer
         return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
@@ -278,7 +358,8 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
             raise CallError(f"beta.vect has {beta.size} values; the model has {len(mf.names)} coefficients")
         if not np.all(np.isfinite(beta)):
             raise CallError("beta.vect must be finite numbers")
-        check_coefficients(ctx, fam, mf, _model_table(dataName, formula, weights, offset), offset, beta)
+        check_coefficients(ctx, fam, mf, table, offset, beta)
+    count_sums(ctx, fam, mf, table, formula, beta, weights, offset)
     return {"family": fam.name, "link": fam.link, "coef.names": list(mf.names),
             **parts(fam, mf, beta),
             "disclosure.risk": 0, "errorMessage2": "No errors"}
