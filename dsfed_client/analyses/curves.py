@@ -100,7 +100,7 @@ def _inverse_cdf(f: np.ndarray, e: np.ndarray, probs: np.ndarray) -> np.ndarray:
 def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, levels: int = 8,
                         branching: int = 2, lower: float = 0.0, upper: float = 1.0, decay: float = 1.0,
                         totals: str = "noisy", epsilon: float | None = None, delta: float | None = None,
-                        secure: bool | None = False) -> ScoreHistograms:
+                        secure: bool | None = False, edges: np.ndarray | None = None) -> ScoreHistograms:
     """Collect and pool every site's hierarchical histograms into two consistent global CDFs.
 
     ``epsilon`` and ``delta`` may only ask for more privacy than the sites' rules give.
@@ -117,14 +117,18 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     sites also derive the global CDFs from the same pooled counts and keep them as the reference
     the result names (``reference``), for :func:`ds_hist_auc`.
 
+    ``edges`` (noise off only: the sites refuse them with noise on): explicit increasing leaf edges
+    in place of the equal leaves of ``[lower, upper]``.
+
     References
     ----------
     Xu & Cormode (2025), seed 003, "Methods Overview" steps 1-2 (hierarchical histograms, noise per
     bin, consistency); Hay et al. (2010), least-squares consistency on a tree.
     """
+    explicit = {} if edges is None else {"edges": [float(v) for v in edges]}
     summed = session.aggregation(secure).histogram_levels(
         truth, score, lower=float(lower), upper=float(upper), levels=int(levels), branching=int(branching),
-        decay=float(decay), totals=totals, epsilon=epsilon, delta=delta)
+        decay=float(decay), totals=totals, epsilon=epsilon, delta=delta, **explicit)
     if summed.exact is not None:
         return _exact_histograms(summed.exact)
     variances = level_variances(summed.variance, summed.first_level)
@@ -479,6 +483,45 @@ def _deepest_histograms(session: FederatedSession, truth: str, score: str, level
             levels -= 1
 
 
+MAX_EXACT_LEAVES = 4096  # the leaves a site counts in one scoreHistogramDS call
+MAX_REFINEMENTS = 64  # each at least halves every leaf that holds both classes: one float apart within 64
+
+
+def separating_leaves(session: FederatedSession, truth: str, score: str, hist: ScoreHistograms, pooled: bool,
+                      options: dict[str, Any]) -> ScoreHistograms:
+    """Noise off: exact histograms whose every leaf that holds both classes holds one distinct score,
+    so that the tied placement values are DeLong's and the AUC is the Mann-Whitney AUC exactly.
+
+    Every round splits each such leaf ``[a, b)`` wider than one float (``nextafter(a) < b``) into as
+    many equal parts as :data:`MAX_EXACT_LEAVES` leaves allow, asks the sites for the exact counts
+    at all the edges (``scoreHistogramDS(edges=)``, through their release gate as any cuts), and
+    stops when no leaf holds both classes over more than one float. Only where the sites' rules
+    release cells of one record (``disclosure.q_threshold = 1``) does the gate release every edge
+    asked for; where it drops one (a larger q: an edge between two records is released once, and a
+    small leaf merged), the sites' leaves would no longer line up, and the histograms of the round
+    before are kept. Empty leaves are merged with a neighbour before the next round, so a round's
+    edges stay within the limit; once more leaves hold records than that, refining stops."""
+    for _ in range(MAX_REFINEMENTS):
+        e = hist.edges
+        n0, n1 = np.diff(hist.cum_negatives), np.diff(hist.cum_positives)
+        mixed = np.flatnonzero((n0 > 0) & (n1 > 0) & (np.nextafter(e[:-1], np.inf) < e[1:]))
+        if mixed.size == 0:
+            return hist
+        occupied = (n0 + n1) > 0
+        kept = np.concatenate([[True], occupied[:-1] | occupied[1:], [True]])  # an edge beside a record
+        spare = MAX_EXACT_LEAVES - (int(kept.sum()) - 1)
+        if spare < 1:  # more leaves hold records than one call counts
+            return hist
+        mixed = mixed[:spare]
+        parts = max(2, spare // mixed.size + 1)
+        finer = np.unique(np.concatenate([e[kept], *(np.linspace(e[j], e[j + 1], parts + 1)[1:-1] for j in mixed)]))
+        refined = ds_score_histograms(session, truth, score, edges=finer, secure=pooled, **options)
+        if not np.isin(finer, refined.edges).all():
+            return hist
+        hist = refined
+    return hist
+
+
 def noise_variance(hist: ScoreHistograms) -> float:
     r"""The variance the histograms' DP noise adds to the histogram AUC (to first order).
 
@@ -542,6 +585,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     distinct scores, with ``within_bin='tied'`` (the default: sites that keep a cut history
     evaluate the reference as a step inside its bins, so that no placement sum gives a record's
     score away); with ``'linear'`` when moreover every score lies at its bin's mid-point.
+    With noise off the histograms are refined until they do (:func:`separating_leaves`; where the
+    sites release cells of one record).
     ``levels=None`` picks the depth by :func:`auc_levels` from the record count (per site
     ``lengthDS``; pooled, the total of a pooled ``table1DDS`` of the outcome);
     ``histogram_options`` go to :func:`ds_score_histograms` (branching, lower, upper, decay,
@@ -570,6 +615,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         # a leaf holds about as many noisy parts as the strategy sums (one under pooled releases)
         hist = _deepest_histograms(session, truth, score, auc_levels(agg.count(truth), agg.noisy_parts),
                                    agg.pooled, histogram_options)
+    if histograms is None and hist.noise_off:
+        hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
         m = placement_moments(agg.sum("histPlacementSumsDS", *args, within_bin=within_bin))

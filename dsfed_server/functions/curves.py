@@ -19,8 +19,10 @@ outside the range are counted in the end bins). What leaves the site:
 * **noise off** (test profiles only): the exact leaf counts of each class, through the
   site's small-bin policy (:meth:`Guard.histogram`: a bin with 0 < n < q refuses the
   whole histogram, or is merged with a neighbour, as ``bins.small_bin_policy`` says).
-  The coarser levels are sums of the leaves and are not sent. Either way at least q
-  records, positives and negatives stand behind the call (rule A1).
+  The coarser levels are sums of the leaves and are not sent. The leaves may also be given
+  as explicit ``edges`` (cuts like any other, through the same gate), so that an analyst can
+  refine the leaves that hold both classes until each holds one distinct score: the exact
+  AUC. Either way at least q records, positives and negatives stand behind the call (rule A1).
 
 The analyst post-processes the pooled counts into two global CDFs and may store them at
 every site (``histReferenceDS``, edges and cumulative counts only). The sites then
@@ -80,11 +82,12 @@ def level_counts(p: np.ndarray, y: np.ndarray, lower: float, upper: float, level
 
 
 def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Series, shape: dict[str, Any],
-                  rows: Rows | None) -> Intervals:
+                  rows: Rows | None, edges: np.ndarray | None = None) -> Intervals:
     """Noise off: the leaf counts of each class, released by the gate (a leaf holding fewer than q
-    records, both classes together, is merged or refused as ``bins.small_bin_policy`` says)."""
+    records, both classes together, is merged or refused as ``bins.small_bin_policy`` says); the
+    leaves are ``branching**levels`` equal bins of ``[lower, upper]``, or those between ``edges``."""
     lower, upper = shape["lower"], shape["upper"]
-    inner = np.linspace(lower, upper, shape["branching"] ** shape["levels"] + 1)[1:-1]
+    inner = (np.linspace(lower, upper, shape["branching"] ** shape["levels"] + 1) if edges is None else edges)[1:-1]
 
     def render(released: Released) -> dict[str, Any]:
         edges = [lower, *(c.value for c in released.cuts), upper]
@@ -122,6 +125,8 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
               required=False, default="noisy", choices=("noisy", "exact")),
         Param("epsilon", P.NUMBER, "ask for a smaller epsilon than the site's (never larger)", required=False),
         Param("delta", P.NUMBER, "ask for a smaller delta than the site's (never larger)", required=False),
+        Param("edges", P.NUMBERS, "noise off only: increasing leaf edges, in place of the equal leaves of [lower, "
+              "upper] (scores outside them are counted in the end leaves)", required=False),
     ],
     checks=("bins.small_bin_policy", *NOISE_RULES, *GATE_RULES),
     secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive", "variance"),
@@ -129,30 +134,40 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
                                  "epsilon", "delta", "sensitivity")),
 )
 def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower: float, upper: float, levels: int,
-                    branching: int, decay: float, totals: str, epsilon: float | None, delta: float | None
-                    ) -> dict[str, Any] | Intervals:
-    """Hierarchical histograms of the negatives' and the positives' scores (seed 003, "Quantiles
-    Estimation via Histograms"), noised per level with the site's Gaussian mechanism, or exact
-    leaves under the site's small-bin policy when noise is off (see the module docstring)."""
+                    branching: int, decay: float, totals: str, epsilon: float | None, delta: float | None,
+                    edges: list[float] | None) -> dict[str, Any] | Intervals:
+    """Hierarchical histograms of the negatives' and the positives' scores (Xu & Cormode 2025,
+    "Quantiles Estimation via Histograms"), noised per level with the site's Gaussian mechanism, or
+    exact leaves under the site's small-bin policy when noise is off, at equal leaves or at
+    ``edges`` (see the module docstring)."""
     if not upper > lower:
         raise CallError(f"upper ({upper}) must be greater than lower ({lower})")
     if branching**levels > MAX_LEAVES:
         raise CallError(f"branching^levels = {branching**levels} leaves; at most {MAX_LEAVES}")
-    y, p = outcome_and_score(ctx, truth, score)
-    classes = level_counts(p, y, lower, upper, levels, branching)
-    first = 0 if totals == "noisy" else 1
-    if first > levels:
-        raise CallError("totals = 'exact' needs at least one level below the root")
-    weights = level_weights(levels, decay)[first:]
-    sensitivity = float(np.sqrt(weights.sum()))
     # the site's mechanism (its epsilon, delta, and whatever the Guard records for it), calibrated for
     # its score sensitivity; the analytic Gaussian's sigma is proportional to the sensitivity
     # (its privacy depends on sensitivity / sigma only), so rescaling its noise by
     # sensitivity / mechanism.sensitivity calibrates it exactly for the counts' sensitivity
     mechanism = ctx.guard.mechanism(epsilon=epsilon, delta=delta)
+    leaf_edges = None if edges is None else np.asarray(edges, dtype=float)
+    if leaf_edges is not None:
+        if mechanism is not None:
+            raise CallError("edges are for exact leaves only (noise off); the noisy hierarchy has branching^levels "
+                            "equal leaves of [lower, upper]", hint="give lower, upper and levels instead")
+        if not (2 <= leaf_edges.size <= MAX_LEAVES + 1 and np.all(np.isfinite(leaf_edges))
+                and np.all(np.diff(leaf_edges) > 0)):
+            raise CallError(f"edges must be 2 to {MAX_LEAVES + 1} strictly increasing finite numbers")
+        lower, upper = float(leaf_edges[0]), float(leaf_edges[-1])
+    y, p = outcome_and_score(ctx, truth, score)
     shape = {"lower": float(lower), "upper": float(upper), "levels": levels, "branching": branching}
+    first = 0 if totals == "noisy" else 1
+    if first > levels:
+        raise CallError("totals = 'exact' needs at least one level below the root")
     if mechanism is None:
-        return _exact_leaves(ctx, y, p, score, shape, ctx.record_rows(truth, score))
+        return _exact_leaves(ctx, y, p, score, shape, ctx.record_rows(truth, score), leaf_edges)
+    classes = level_counts(p, y, lower, upper, levels, branching)
+    weights = level_weights(levels, decay)[first:]
+    sensitivity = float(np.sqrt(weights.sum()))
     flat = np.concatenate([c for name in ("negatives", "positives") for c in classes[name][first:]]).astype(float)
     scale = np.concatenate([np.full(branching**l, 1 / np.sqrt(weights[l - first]))
                             for l in range(first, levels + 1)] * 2)
