@@ -22,7 +22,8 @@ from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, packed_rows,
-                                                 row_set_audit, row_set_problem, rows_of)
+                                                 pooled_pair_problem, row_set_audit, row_set_problem, rows_of,
+                                                 set_size)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
@@ -432,7 +433,7 @@ class Guard:
         base = self._base(rows)  # type: ignore[union-attr]
         problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"), base)
         if problem is None:
-            return None
+            return None if self._against_pooled(row_sets, rows) is None else -1
         if not isolated.size:  # a set too close to another: the record the sets isolate, if any, names the cut
             n = rows.n_root  # type: ignore[union-attr]
             try:
@@ -446,11 +447,38 @@ class Guard:
             return
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         problem = row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference"),
-                                  self._base(rows))  # type: ignore[union-attr]
+                                  self._base(rows)) or self._against_pooled(row_sets, rows)  # type: ignore[union-attr]
         if problem:
             raise self._refuse(problem, "disclosure.subset_min_difference",
                                "ask for fewer or wider bins, or on the whole table")
         self._record_row_sets(row_sets, rows)
+
+    def _against_pooled(self, row_sets: list[np.ndarray], rows: Rows) -> str | None:
+        """The row sets of this site alone (the analyst sees their counts) against this site's records of
+        the cells released pooled before (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`)."""
+        pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        if not pooled:
+            return None
+        return pooled_pair_problem(pooled, [(member, int(member.sum())) for member in row_sets],
+                                   self.rule("disclosure.subset_min_difference"))
+
+    def pooled_cells_problem(self, cells: list[tuple[np.ndarray, int]], rows: Rows | None) -> str | None:
+        """None if this site's records of the cells of a pooled release (each with the cell's pooled count,
+        :class:`~dsfed_server.disclosure.gate.PooledRelease`) pass against every subset, cell and pooled
+        cell released before from the same table, else the reason to refuse
+        (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`,
+        ``disclosure.subset_min_difference``). The sites release a pooled result only if none of them
+        finds a reason (:meth:`~dsfed_server.service.SiteService` seals each site's verdict for a second
+        pooled step), so a site's verdict is never seen alone."""
+        if not self._audits(rows) or not cells:
+            return None
+        earlier = [(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
+        earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        return pooled_pair_problem(earlier, cells, self.rule("disclosure.subset_min_difference"))
+
+    def record_pooled_cells(self, cells: list[tuple[np.ndarray, int]], rows: Rows | None) -> None:
+        if self._audits(rows) and cells:
+            self.history.record_pooled_row_sets(rows.lineage, cells, analyst=self._analyst)  # type: ignore[union-attr]
 
     def _record_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
         if self._audits(rows):

@@ -118,6 +118,11 @@ def bits(rows: np.ndarray, n: int) -> np.ndarray:
 _POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
 
 
+def set_size(packed: np.ndarray) -> int:
+    """The number of records in a packed row set."""
+    return int(_POPCOUNT[packed].sum(dtype=np.int64))
+
+
 def _differing(a: np.ndarray, b: np.ndarray) -> int:
     """The number of records in one of two packed row sets and not the other."""
     return int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64))
@@ -254,6 +259,29 @@ def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndar
 def _numbered(label: np.ndarray) -> np.ndarray:
     """The labels numbered 0, 1, ... in the order they first occur (a hash table: no sort)."""
     return pd.factorize(label)[0]
+
+
+def pooled_pair_problem(earlier: list[tuple[np.ndarray, int]], new: list[tuple[np.ndarray, int]],
+                        min_difference: int) -> str | None:
+    """None if the cells ``new`` may be released after the cells ``earlier`` of the same table, each this
+    site's records of the cell (boolean or packed) with the count the analyst sees of it: pooled over the
+    sites for a pooled cell, this site's own for a cell or subset of this site alone. Else the reason: a
+    new cell and an earlier one whose records here differ in fewer than ``min_difference`` rows (but not
+    none) and whose counts differ by fewer too. A pooled cell sums each site's records of it, so this
+    site's records of two pooled cells are no release of their own; but where the other sites' records of
+    the two are the same, the two pooled cells differ by this site's few records, and their counts by no
+    more (Denning & Schlörer 1983, differencing). Two cells whose counts differ by at least
+    ``min_difference`` differ by that many records somewhere: no group below it is told apart."""
+    packed_earlier = [(np.packbits(rows) if rows.dtype == bool else rows, count) for rows, count in earlier]
+    for rows, count in new:
+        packed = np.packbits(rows) if rows.dtype == bool else rows
+        for old, old_count in packed_earlier:
+            differing = _differing(old, packed)
+            if 0 < differing < min_difference and abs(count - old_count) < min_difference:
+                return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
+                        f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
+                        "differ by fewer too: comparing the two would single those records out")
+    return None
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,

@@ -34,8 +34,11 @@ sums among themselves (:mod:`dsfed_server.disclosure.relay`), and each site take
 decisions on the pooled counts with the largest q of the sites: the analyst sees pooled cells,
 so the pooled cells are what is checked (rule 1). A requested cut not kept moves to the history
 cut nearest to it in value (or is dropped); the released cells are unions of refined cells, so no
-second round is needed. The sites' random picks and margins use a key only they know: the sum of a
-secret share every site adds to the pooled vector (:data:`NONCE`).
+second round is needed for the cells. The sites' random picks and margins use a key only they know:
+the sum of a secret share every site adds to the pooled vector (:data:`NONCE`). Each site's records
+of the released cells (:class:`PooledRelease`) are then audited against its earlier cells and subsets
+of the table with the pooled counts (:meth:`dsfed_server.disclosure.checks.Guard.pooled_cells_problem`),
+and the sites release the result only if none of them objects (a second pooled step).
 
 A fixed minimum count would still leak to an analyst who knows every record but one: which of
 their cuts first reached q records shows the held-out record's rank. Every new cell therefore
@@ -817,11 +820,33 @@ def _sound_cells(plan: PooledPlan, counts: np.ndarray, floor: Floor, checked: se
                for c, d in zip(plan.requested, out)]
 
 
-def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor
-                   ) -> tuple[dict[str, Any], list[Cut]]:
+@dataclass(frozen=True)
+class PooledRelease:
+    """A pooled release as one site sees it: the result (the same at every site), the cuts released (in
+    the column's units, for the history) and, per released cell, this site's records of it (boolean over
+    the table; empty when the records are not known) with the cell's pooled count."""
+
+    result: Any
+    root_cuts: list[Cut]
+    own_cells: list[tuple[np.ndarray, int]]
+
+
+def _own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray) -> list[tuple[np.ndarray, int]]:
+    """Per cell, this site's records of it over the table (none too) and the cell's pooled count."""
+    if rows is None or rows.index.size != cell_of_record.size:
+        return []
+    out = []
+    for k, count in enumerate(np.ravel(counts)):
+        member = np.zeros(rows.n_root, dtype=bool)
+        member[rows.index[cell_of_record == k]] = True
+        out.append((member, int(count)))
+    return out
+
+
+def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor) -> PooledRelease:
     """The declaration's result from the pooled refined cells, decided with the pooled counts and
-    the sites' shared ``floor`` (:func:`pooled_floor`), and the cuts it released, in the column's units
-    (for every site's history)."""
+    the sites' shared ``floor`` (:func:`pooled_floor`), the cuts it released, in the column's units
+    (for every site's history), and this site's records of each released cell."""
     q = floor.q
     counts = np.rint(pooled["counts"]).astype(np.int64)
     totals = {name[6:]: float(v[0]) for name, v in pooled.items() if name.startswith("total:")}
@@ -833,7 +858,8 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
             others = counts - np.minimum(largest_sites(pooled[SQUARES], floor).reshape(plan.shape), counts)
             if np.any((counts > 0) & (others < q)):
                 raise _refuse_dominated(cells.what, floor)
-        return cells.render(Released((), counts, {}, pooled=True, totals=totals)), []
+        return PooledRelease(cells.render(Released((), counts, {}, pooled=True, totals=totals)), [],
+                             _own_cells(cells.rows, cells.codes, counts))
     position = {cut: i for i, cut in enumerate(plan.refined)}
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:
@@ -870,4 +896,5 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
                         why=coarsening_reason(floor, plan.history, dropped, moved, dominated=dominated))
     new = [c for c in kept if c not in plan.roots]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
-    return cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept]
+    return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept],
+                         _own_cells(cells.rows, cell_index(cells.x, kept), merged_counts))

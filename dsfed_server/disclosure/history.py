@@ -4,7 +4,8 @@ The release gate (:mod:`dsfed_server.disclosure.gate`) and the subset rules
 (:mod:`dsfed_server.disclosure.differencing`) decide a new release against everything released
 before on the same table: the **cuts** released on each column (every bin edge, group break,
 threshold, reference edge and subset condition, mapped to the column by
-:mod:`dsfed_server.disclosure.provenance`), the **row sets** of every subset made from it, and the
+:mod:`dsfed_server.disclosure.provenance`), the **row sets** of every subset made from it and of every
+cell released from it (a pooled cell: this site's records of it, with its pooled count), and the
 **functions** summed exactly over each row set (:mod:`dsfed_server.disclosure.equations`).
 Kept per site table -- not per analyst, not per session -- in the site's ledger database
 (``[site] ledger``), so neither a second account, nor a new session, nor a restart starts a fresh
@@ -57,6 +58,19 @@ CREATE TABLE IF NOT EXISTS released_sums (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, function, rows)
 );
+CREATE TABLE IF NOT EXISTS pooled_rows (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    pooled_count INTEGER NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, rows, pooled_count)
+);
+CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_u BEFORE UPDATE ON pooled_rows
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_d BEFORE DELETE ON pooled_rows
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS released_sums_append_only_u BEFORE UPDATE ON released_sums
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS released_sums_append_only_d BEFORE DELETE ON released_sums
@@ -130,6 +144,21 @@ class History:
             db.executemany("INSERT OR IGNORE INTO released_sums VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(table, n_root, s.function, _SEPARATOR.join(s.roots), s.rows, analyst, now)
                             for s in sums])
+
+    def pooled_row_sets(self, table: str, n_root: int) -> list[tuple[np.ndarray, int]]:
+        """This site's records (packed) of every cell of ``table`` released pooled over sites, each with
+        the cell's pooled count (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`)."""
+        with self._connect() as db:
+            rows = db.execute("SELECT rows, pooled_count FROM pooled_rows WHERE table_key = ? AND n_root = ?",
+                              (table, n_root)).fetchall()
+        return [(np.frombuffer(row, dtype=np.uint8), int(count)) for row, count in rows]
+
+    def record_pooled_row_sets(self, table: str, cells: list[tuple[np.ndarray, int]], *, analyst: str) -> None:
+        now = utc_now()
+        with self._connect() as db:
+            db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?)",
+                           [(table, int(rows.size), np.packbits(rows).tobytes(), int(count), analyst, now)
+                            for rows, count in cells])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:

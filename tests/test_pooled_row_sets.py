@@ -1,0 +1,102 @@
+"""Pooled releases over nested subsets, as a hostile analyst compares them, measured.
+
+Per site, every released cell's records are audited with every row set released before from the
+table (:mod:`dsfed_server.disclosure.differencing`): two cells that differ by a few records are not
+both released. A pooled release sums each cell over the sites, so a site's own records in a pooled
+cell are no release of their own; but two pooled cells whose records differ by a few records at one
+site, and whose other sites' records are the same, still differ by those few records: the difference
+of the two pooled counts and event counts is theirs.
+
+The attack: three sites under the shipped rules, the subsets ``age >= a`` for a few ages a (each
+passes the subset rules: consecutive ones differ by many records at every site), and on each the
+pooled metrics at nine thresholds (``thresholdBinsDS``: per cell between thresholds the count, the
+events). The difference of two consecutive subsets' cells is the records of one age band in one score
+cell: where it holds fewer than q records and all of them had the event (or none did), the analyst
+reads their outcomes. Before the pooled audit, the analyst read the outcomes of records in groups
+below q; with it, no pooled release is both nested with an earlier one at some site by fewer than
+``subset_min_difference`` records and different from it pooled by fewer, so none is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_client.calls import Ref
+from sitekit import make_sites
+from test_derived_column_attacks import fixed_secrets, synthetic_frame
+
+AGES = (25, 40, 50, 60, 70)  # the subsets age >= a; 25 is the whole table
+THRESHOLDS = [round(0.1 * k, 1) for k in range(1, 10)]
+Q = 5  # the shipped q_threshold and subset_min_difference
+
+
+def pooled_cells(session, a: int) -> dict[tuple[float, float], tuple[int, int]] | None:
+    """The pooled cells of ``thresholdBinsDS`` on the subset age >= a: (lower, upper) -> (records, events)."""
+    session.assign_expr("T", f'dataFrameSubsetDS2("D", "D$age", "{a}", 6, NULL, NULL, FALSE)')
+    release = session.pooled("thresholdBinsDS", Ref("T$y"), Ref("T$score"), THRESHOLDS)
+    edges = release["edges"]
+    return {(edges[i], edges[i + 1]): (int(n), int(e)) for i, (n, e) in enumerate(zip(release["n"], release["sum_y"]))}
+
+
+def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
+    """(records whose outcome the analyst reads, groups below q it reads them in, refusals' rules)."""
+    released: dict[int, dict] = {}
+    refusals: list[str] = []
+    for a in AGES:
+        try:
+            released[a] = pooled_cells(session, a)
+        except FederatedCallError as exc:
+            refusals += [e.rule or e.kind for e in exc.failures.values()]
+    read = groups = 0
+    for a, b in zip(AGES, AGES[1:]):
+        if a not in released or b not in released:
+            continue
+        for cell, (n_a, e_a) in released[a].items():
+            if cell not in released[b]:
+                continue
+            n, events = n_a - released[b][cell][0], e_a - released[b][cell][1]
+            if 0 < n < Q and events in (0, n):
+                band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0]) & (truth.score < cell[1])]
+                assert len(band) == n and int(band.y.sum()) == events  # what the analyst reads is the truth
+                read, groups = read + n, groups + 1
+    return read, groups, refusals
+
+
+def three_sites(tmp_path: Path):
+    frames = {f"s{k}": synthetic_frame(20 + k, 90) for k in range(1, 4)}
+    with fixed_secrets("pooled row sets"):
+        provisioned, services = make_sites(tmp_path, frames)
+    return pd.concat(frames.values(), ignore_index=True), inprocess_builder(provisioned, services)
+
+
+def test_pooled_cells_of_nested_subsets_read_no_outcome(tmp_path: Path):
+    truth, builder = three_sites(tmp_path)
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        read, groups, refusals = attack(session, truth)
+    print(f"ATTACK pooled cells of nested subsets (shipped rules, 3 sites of 90): read the outcomes of {read} "
+          f"records in {groups} groups below q; refusals: {sorted(set(refusals))}")
+    assert read == 0
+    assert "disclosure.subset_min_difference" in refusals
+
+
+def test_a_subgroup_that_differs_by_many_records_is_released_and_equals_pandas(tmp_path: Path):
+    """The honest subgroup analysis: pooled calibration bins over the whole table, then over the patients
+    aged 50 or more; every bin of the two differs by many records pooled, so both are released, each
+    equal to pandas on the pooled records."""
+    truth, builder = three_sites(tmp_path)
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        whole = session.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 4)
+        session.assign_expr("T", 'dataFrameSubsetDS2("D", "D$age", "50", 6, NULL, NULL, FALSE)')
+        older = session.pooled("calibrationBinsDS", Ref("T$y"), Ref("T$score"), 4)
+    for release, frame in ((whole, truth), (older, truth[truth.age >= 50])):
+        assert release["edges"] == [0.0, 0.25, 0.5, 0.75, 1.0] and not release["coarsened"]
+        cells = pd.cut(frame.score, release["edges"], right=False)
+        assert release["n"] == frame.groupby(cells, observed=False).size().tolist()
+        assert release["sum_y"] == frame.groupby(cells, observed=False).y.sum().tolist()
