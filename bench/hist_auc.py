@@ -81,13 +81,16 @@ def main() -> int:
                         help="release calibration bins and H-L groups on the score before the AUC")
     parser.add_argument("--honest-sites", type=int, default=None,
                         help="secure_aggregation.honest_sites of the rules (default: K with --secure, else 1)")
+    parser.add_argument("--decay", type=float, default=1.0,
+                        help="scoreHistogramDS's decay: level l's share of the budget is proportional to decay^l")
     parser.add_argument("--secure", action="store_true",
                         help="histogram mode by secure aggregation, each site adding 1/K of the noise variance "
                              "(rules: secure_aggregation.honest_sites = K)")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} data sets, K = {args.sites}, "
-          f"epsilon = {args.epsilon}, delta = {args.delta}, Delta2 = {args.sensitivity} (paper mode)")
+          f"epsilon = {args.epsilon}, delta = {args.delta}, Delta2 = {args.sensitivity} (paper mode), "
+          f"decay = {args.decay}")
     rng = np.random.default_rng(2024)
     sizes = rng.choice(np.arange(100, 2501, 100), size=args.reps) if args.n is None else [args.n] * args.reps
     scores = [seed000_scores(int(n), rng) if args.design == "seed000" else
@@ -129,7 +132,7 @@ def main() -> int:
                             release_cuts_first(session, args.secure)
                         levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, min_levels)
                         res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
-                                          delta=args.delta, secure=args.secure)
+                                          delta=args.delta, secure=args.secure, decay=args.decay)
                         row[mode] = abs(res.auc - auc)
                         row[f"{mode}_rocglm"] = abs(res.roc_glm.auc - auc)
                         lo, hi = res.ci_delong
