@@ -4,7 +4,8 @@ address-space limit, RLIMIT_AS, as ``ulimit -v`` or a container sets it), or as 
 runs out of its own working memory (``[catalog] memory_limit_mb``, DuckDB's limit), naming the table,
 the size, the limit and what to read instead. Before, the engine's out-of-memory error came back as
 "table P.t at this site does not agree with its data dictionary (changed since the site started?)".
-The same site then serves the columns an analysis reads, equal to pandas. Shipped default rules."""
+The same site then serves the columns an analysis reads, equal to pandas. A start-up check beyond
+the engine's memory stops the site saying so. Shipped default rules."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from conftest import http_builder, inprocess_builder
 from dsfed_client.errors import FederatedCallError
-from dsfed_server.dictionary import Variable, write_dictionary
+from dsfed_server.dictionary import CatalogError, Variable, write_dictionary
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
@@ -94,3 +95,18 @@ def test_the_engines_memory_limit_is_named(tmp_path):
                                       "Out of Memory Error: ")
     assert failure.message.endswith("(its memory_limit is 64 MB)")
     assert mean == pytest.approx(frame["score"].mean(), rel=1e-12)
+
+
+def test_a_start_up_check_beyond_the_engines_memory_limit_stops_the_site_saying_why(tmp_path):
+    """The start-up check scans 8 columns at a time; a row group of 2,000,000 records is 16 MB a column,
+    beyond DuckDB's 64 MB for 8. The site stops naming the table, the columns, the key and the remedy
+    (it used to stop with DuckDB's exception and its traceback)."""
+    frame = _frame(2_000_000, 10, np.random.default_rng(7), fill=True)
+    provisioned = provision(tmp_path / "run", {"s1": (_parquet_site(tmp_path, frame), DEFAULT_RULES)},
+                            catalog={"engine": "duckdb", "memory_limit_mb": 64})
+    with pytest.raises(CatalogError) as stopped:
+        SiteService.from_config_file(provisioned["s1"].config)
+    message = str(stopped.value)
+    assert message.startswith(f"{tmp_path / 'data' / 'P' / 't.parquet'}: checking y, score, v0, v1, v2, v3, v4, v5 "
+                              "against the dictionary needs more than DuckDB's memory_limit of 64 MB (Out of Memory ")
+    assert message.endswith("raise [catalog] memory_limit_mb, or write the table in smaller row groups")

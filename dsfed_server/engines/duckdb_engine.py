@@ -101,8 +101,14 @@ class DuckDBEngine:
         suspects = []
         for at in range(0, len(counts), CHECK_COLUMNS):  # a few columns per scan: bounded working memory
             chunk = counts[at:at + CHECK_COLUMNS]
-            row = self._cursor().execute(
-                f"SELECT {', '.join(sql for _, sql in chunk)} FROM {self._relation(info)}").fetchall()[0]
+            try:
+                row = self._cursor().execute(
+                    f"SELECT {', '.join(sql for _, sql in chunk)} FROM {self._relation(info)}").fetchall()[0]
+            except duckdb.OutOfMemoryException as exc:
+                raise CatalogError(
+                    f"{info.source}: checking {', '.join(name for name, _ in chunk)} against the dictionary needs more "
+                    f"than DuckDB's memory_limit of {self.memory_limit_mb} MB ({str(exc).splitlines()[0]}): raise "
+                    "[catalog] memory_limit_mb, or write the table in smaller row groups") from None
             suspects += [name for (name, _), bad in zip(chunk, row) if bad]
         return suspects
 
