@@ -149,15 +149,14 @@ class CalibrationCurve(Results):
     def _merged_at_earlier_cuts(self) -> tuple[str, ...]:
         """Why a per-site curve loses the cells whose edges an earlier histogram's breaks share: the
         site merges a cell between an edge and a cut released before at, or a few records from, it
-        (a pooled release moves the edge onto that cut and keeps the cell)."""
+        (only a pooled release moves such an edge onto the earlier cut)."""
         merged = any(values for values in self.bins.coarsened.values())
         if self.bins.pooled or not merged or not any(EARLIER_CUTS in text for text in self.bins.why.values()):
             return ()
-        return ("per site, an edge at a cut released before, or a few records from one, is merged rather than "
-                "moved onto that cut: a histogram's break at the same value (R's hist closes its cells on the "
-                "right, this curve on the left) parts the records tied at that value the other way, and with "
-                "rounded scores fewer than q records are tied; a pooled curve (secure=True), where the sites "
-                "offer it, moves such edges onto the earlier cuts and keeps their cells",)
+        return ("per site, an edge at a cut released before, or a few records from one, is merged, not moved onto "
+                "that cut (as a pooled release moves it): a histogram's break at the same value (R's hist closes "
+                "its cells on the right, this curve on the left) parts the records tied at that value the other "
+                "way, and with rounded scores fewer than q records are tied there",)
 
     def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
         """Pooled points (sized by n), per-site curves (per-site release only), the diagonal, and a
