@@ -609,7 +609,14 @@ class SiteService:
                                               dominance=self._floor_meta(rules)["dominance"] > 0)
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
-                return None, self._agreed(gate.release_pooled(raw, plan, pooled, floor), raw, guard)
+                release = gate.release_pooled(raw, plan, pooled, floor)
+
+                def released() -> Any:
+                    if isinstance(raw, gate.Intervals):
+                        guard.record_pooled(raw.history_key, release.root_cuts)
+                    return release.result
+
+                return None, guard.agreed(release.own_cells, raw.rows, released)
         elif isinstance(raw, relay.PooledSteps):
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits
@@ -634,30 +641,6 @@ class SiteService:
             meta["levels"] = [list(axis) for axis in raw.labels]
         return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta,
                           frozenset(scope.sources), history_key, asked_bits=asked_bits)
-
-    @staticmethod
-    def _agreed(release: gate.PooledRelease, cells: gate.Cells, guard: Guard) -> relay.PooledSteps:
-        """The second step of a pooled release of cells: every site seals whether its own records of the
-        released cells pass its row-set audit (:meth:`Guard.pooled_cells_problem`); the pooled result is
-        released, and recorded in every site's history, only if no site objects, and refused at every
-        site alike otherwise (no site's verdict is seen alone: the analyst learns only the count of
-        objections was not 0)."""
-        problem = guard.pooled_cells_problem(release.own_cells, cells.rows)
-
-        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[Any, None]:
-            if float(pooled["objections"]) > 0.5:
-                raise DisclosureRefusal(
-                    "a site's records of these pooled cells differ from those of an earlier cell or subset of the "
-                    f"same table in fewer than {guard.rule('disclosure.subset_min_difference')} rows, and the "
-                    "pooled counts of the two differ by fewer too: comparing the two would single those records out",
-                    rule="disclosure.subset_min_difference",
-                    hint="ask for fewer or wider cells, or over the whole table or a subset that differs more")
-            if isinstance(cells, gate.Intervals):
-                guard.record_pooled(cells.history_key, release.root_cuts)
-            guard.record_pooled_cells(release.own_cells, cells.rows)
-            return release.result, None
-
-        return relay.PooledSteps({"objections": np.asarray(float(problem is not None))}, advance, frac_bits=8)
 
     def _seal_relayed(self, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
                       scope: CallScope, record: dict) -> dict[str, Any]:

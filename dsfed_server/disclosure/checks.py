@@ -21,13 +21,14 @@ from dsfed_core.calltree import Column, Node, Symbol
 from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_moment, too_many
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
-from dsfed_server.disclosure.differencing import (AuditTooLarge, Rows, isolated_records, packed_rows,
+from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, isolated_records, packed_rows,
                                                  pooled_pair_problem, row_set_audit, row_set_problem, rows_of,
                                                  set_size)
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
+from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.param_types import P
 from dsfed_core.errors import CallError, ContractViolation, DisclosureRefusal
@@ -459,24 +460,46 @@ class Guard:
         pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         if not pooled:
             return None
-        return pooled_pair_problem(pooled, [(member, int(member.sum())) for member in row_sets],
+        return pooled_pair_problem(pooled, [PooledCell(member, int(member.sum())) for member in row_sets],
                                    self.rule("disclosure.subset_min_difference"))
 
-    def pooled_cells_problem(self, cells: list[tuple[np.ndarray, int]], rows: Rows | None) -> str | None:
-        """None if this site's records of the cells of a pooled release (each with the cell's pooled count,
-        :class:`~dsfed_server.disclosure.gate.PooledRelease`) pass against every subset, cell and pooled
+    def pooled_cells_problem(self, cells: list[PooledCell], rows: Rows | None) -> str | None:
+        """None if this site's records of the cells of a pooled release (:class:`~dsfed_server.disclosure.
+        differencing.PooledCell`, :class:`~dsfed_server.disclosure.gate.PooledRelease`) pass against every subset, cell and pooled
         cell released before from the same table, else the reason to refuse
         (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`,
         ``disclosure.subset_min_difference``). The sites release a pooled result only if none of them
-        finds a reason (:meth:`~dsfed_server.service.SiteService` seals each site's verdict for a second
-        pooled step), so a site's verdict is never seen alone."""
+        finds a reason (:meth:`agreed`)."""
         if not self._audits(rows) or not cells:
             return None
-        earlier = [(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
+        earlier = [PooledCell(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
         earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         return pooled_pair_problem(earlier, cells, self.rule("disclosure.subset_min_difference"))
 
-    def record_pooled_cells(self, cells: list[tuple[np.ndarray, int]], rows: Rows | None) -> None:
+    def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any]
+               ) -> PooledSteps:
+        """The last step of a pooled release of cells: every site seals whether its own records of the
+        released ``cells`` (each with its pooled count) pass its audit (:meth:`pooled_cells_problem`);
+        ``release()`` runs, and the cells join this site's history, only if no site objects, and every
+        site refuses alike otherwise: no site's verdict is seen alone, the analyst learns only that the
+        count of objections was not 0."""
+        problem = self.pooled_cells_problem(cells, rows)
+
+        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, None]:
+            if float(pooled["objections"]) > 0.5:
+                raise self._refuse(
+                    "a site's records of these pooled cells differ from those of an earlier cell or subset of the "
+                    f"same table in fewer than {self.rule('disclosure.subset_min_difference')} rows, and the "
+                    "pooled counts of the two differ by fewer too: comparing the two would single those records out",
+                    "disclosure.subset_min_difference",
+                    "ask for fewer or wider cells, or over the whole table or a subset that differs more")
+            result = release()
+            self.record_pooled_cells(cells, rows)
+            return result, None
+
+        return PooledSteps({"objections": np.asarray(float(problem is not None))}, advance, frac_bits=8)
+
+    def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
         if self._audits(rows) and cells:
             self.history.record_pooled_row_sets(rows.lineage, cells, analyst=self._analyst)  # type: ignore[union-attr]
 

@@ -261,23 +261,39 @@ def _numbered(label: np.ndarray) -> np.ndarray:
     return pd.factorize(label)[0]
 
 
-def pooled_pair_problem(earlier: list[tuple[np.ndarray, int]], new: list[tuple[np.ndarray, int]],
-                        min_difference: int) -> str | None:
-    """None if the cells ``new`` may be released after the cells ``earlier`` of the same table, each this
-    site's records of the cell (boolean or packed) with the count the analyst sees of it: pooled over the
-    sites for a pooled cell, this site's own for a cell or subset of this site alone. Else the reason: a
-    new cell and an earlier one whose records here differ in fewer than ``min_difference`` rows (but not
-    none) and whose counts differ by fewer too. A pooled cell sums each site's records of it, so this
-    site's records of two pooled cells are no release of their own; but where the other sites' records of
-    the two are the same, the two pooled cells differ by this site's few records, and their counts by no
-    more (Denning & Schlörer 1983, differencing). Two cells whose counts differ by at least
-    ``min_difference`` differ by that many records somewhere: no group below it is told apart."""
-    packed_earlier = [(np.packbits(rows) if rows.dtype == bool else rows, count) for rows, count in earlier]
-    for rows, count in new:
-        packed = np.packbits(rows) if rows.dtype == bool else rows
-        for old, old_count in packed_earlier:
+@dataclass(frozen=True)
+class PooledCell:
+    """This site's records of a cell (boolean over the table, or packed) and the count the analyst sees of
+    it: pooled over the sites for a pooled cell, this site's own for a cell or subset of this site alone.
+    ``column``: the table column the cell is an interval of, over all its records ("" for any other cell):
+    two such cells of one column are nested or not alike at every site, and the release gate keeps
+    nested ones q records apart pooled (:mod:`~dsfed_server.disclosure.gate`)."""
+
+    rows: np.ndarray
+    count: int
+    column: str = ""
+
+
+def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_difference: int) -> str | None:
+    """None if the cells ``new`` may be released after the cells ``earlier`` of the same table, else the
+    reason: a new cell and an earlier one whose records here are nested (one holds the other's) and
+    differ in fewer than ``min_difference`` rows (but not none), and whose counts differ by fewer too. A
+    pooled cell sums each site's records of it, so this site's records of two pooled cells are no
+    release of their own; but where the other sites' records of the two are nested alike, the two
+    pooled cells differ by a group of these few records and the others', which the difference of their
+    counts sizes (differencing, Denning & Schlörer 1983). Two cells whose counts differ by at least
+    ``min_difference``, or whose records here are not nested, tell no group below it apart by their
+    difference; nor do two intervals of one column over all its records, which the gate keeps apart."""
+    packed_earlier = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in earlier]
+    for cell in new:
+        packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
+        size = set_size(packed)
+        for old, before in packed_earlier:
+            if cell.column and cell.column == before.column:
+                continue
             differing = _differing(old, packed)
-            if 0 < differing < min_difference and abs(count - old_count) < min_difference:
+            if (0 < differing < min_difference and abs(cell.count - before.count) < min_difference
+                    and differing == abs(set_size(old) - size)):  # nested: one holds the other
                 return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
                         f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
                         "differ by fewer too: comparing the two would single those records out")

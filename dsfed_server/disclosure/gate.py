@@ -56,7 +56,7 @@ from typing import Any, Callable, Collection, Literal, Sequence
 
 import numpy as np
 
-from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.differencing import PooledCell, Rows
 from dsfed_server.disclosure.mechanisms import content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, Transform, ordering_key
 from dsfed_core.errors import CallError, DisclosureRefusal
@@ -828,19 +828,26 @@ class PooledRelease:
 
     result: Any
     root_cuts: list[Cut]
-    own_cells: list[tuple[np.ndarray, int]]
+    own_cells: list[PooledCell]
 
 
-def _own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray) -> list[tuple[np.ndarray, int]]:
-    """Per cell, this site's records of it over the table (none too) and the cell's pooled count."""
+def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray, column: str = ""
+              ) -> list[PooledCell]:
+    """Per cell, this site's records of it over the table (none too) with the cell's pooled count;
+    ``column``: the column the cells are intervals of, over all its records ("": other cells)."""
     if rows is None or rows.index.size != cell_of_record.size:
         return []
     out = []
     for k, count in enumerate(np.ravel(counts)):
         member = np.zeros(rows.n_root, dtype=bool)
         member[rows.index[cell_of_record == k]] = True
-        out.append((member, int(count)))
+        out.append(PooledCell(member, int(count), column))
     return out
+
+
+def interval_column(cells: Intervals) -> str:
+    """The column ``cells`` are intervals of, over all its records; "" for a subset or values without one."""
+    return "" if cells.column is None or cells.subset else "$".join(cells.history_key)
 
 
 def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor) -> PooledRelease:
@@ -859,7 +866,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
             if np.any((counts > 0) & (others < q)):
                 raise _refuse_dominated(cells.what, floor)
         return PooledRelease(cells.render(Released((), counts, {}, pooled=True, totals=totals)), [],
-                             _own_cells(cells.rows, cells.codes, counts))
+                             own_cells(cells.rows, cells.codes, counts))
     position = {cut: i for i, cut in enumerate(plan.refined)}
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:
@@ -897,4 +904,4 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     new = [c for c in kept if c not in plan.roots]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
     return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept],
-                         _own_cells(cells.rows, cell_index(cells.x, kept), merged_counts))
+                         own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells)))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.store import connect, create
@@ -63,9 +64,10 @@ CREATE TABLE IF NOT EXISTS pooled_rows (
     n_root INTEGER NOT NULL,
     rows BLOB NOT NULL,
     pooled_count INTEGER NOT NULL,
+    column_name TEXT NOT NULL,
     analyst TEXT NOT NULL,
     time TEXT NOT NULL,
-    PRIMARY KEY (table_key, n_root, rows, pooled_count)
+    PRIMARY KEY (table_key, n_root, rows, pooled_count, column_name)
 );
 CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_u BEFORE UPDATE ON pooled_rows
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
@@ -145,20 +147,21 @@ class History:
                            [(table, n_root, s.function, _SEPARATOR.join(s.roots), s.rows, analyst, now)
                             for s in sums])
 
-    def pooled_row_sets(self, table: str, n_root: int) -> list[tuple[np.ndarray, int]]:
+    def pooled_row_sets(self, table: str, n_root: int) -> list[PooledCell]:
         """This site's records (packed) of every cell of ``table`` released pooled over sites, each with
-        the cell's pooled count (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`)."""
+        the cell's pooled count and the column it is an interval of (:class:`~dsfed_server.disclosure.
+        differencing.PooledCell`)."""
         with self._connect() as db:
-            rows = db.execute("SELECT rows, pooled_count FROM pooled_rows WHERE table_key = ? AND n_root = ?",
-                              (table, n_root)).fetchall()
-        return [(np.frombuffer(row, dtype=np.uint8), int(count)) for row, count in rows]
+            rows = db.execute("SELECT rows, pooled_count, column_name FROM pooled_rows WHERE table_key = ? "
+                              "AND n_root = ?", (table, n_root)).fetchall()
+        return [PooledCell(np.frombuffer(row, dtype=np.uint8), int(count), column) for row, count, column in rows]
 
-    def record_pooled_row_sets(self, table: str, cells: list[tuple[np.ndarray, int]], *, analyst: str) -> None:
+    def record_pooled_row_sets(self, table: str, cells: list[PooledCell], *, analyst: str) -> None:
         now = utc_now()
         with self._connect() as db:
-            db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?)",
-                           [(table, int(rows.size), np.packbits(rows).tobytes(), int(count), analyst, now)
-                            for rows, count in cells])
+            db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(table, int(c.rows.size), np.packbits(c.rows).tobytes(), c.count, c.column, analyst, now)
+                            for c in cells])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:

@@ -31,6 +31,7 @@ from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError
 from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
@@ -41,12 +42,14 @@ MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution i
 
 
 class DecileSearch:
-    """One site's side of the protocol: its sorted predictions, the searches on pooled counts, and
-    the score column's cut history (relayed: every site's) with the column's values (as stored)."""
+    """One site's side of the protocol: its sorted predictions, the searches on pooled counts, the
+    score column's cut history (relayed: every site's) with the column's values (as stored), and where
+    the predictions' records sit in the table (``rows``: the groups' row-set audit, :meth:`Guard.agreed`;
+    ``whole``: the predictions are the column's, all its records)."""
 
     def __init__(self, y: np.ndarray, p: np.ndarray, g: int, guard: Guard, key: tuple[str, str],
-                 history: list[gate.Cut], column: np.ndarray) -> None:
-        self.y, self.p, self.g = y, p, g
+                 history: list[gate.Cut], column: np.ndarray, rows: Rows | None, whole: bool) -> None:
+        self.y, self.p, self.g, self.rows, self.whole = y, p, g, rows, whole
         self.x = np.sort(p)
         self.brackets: dict[int, Bracket] = {}
         self.rounds = 0
@@ -82,18 +85,25 @@ class DecileSearch:
         n, sums = gate.cell_sums(self.p, cuts, {"sum_y": self.y, "sum_p": self.p})
         fields = {"n": n, **sums, "refined": gate.cell_sums(self.column, refined)[0]}
 
-        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
+        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[None, PooledSteps]:
             q = floor.q
             out = statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds)
             kept = gate.cuts_from(out["table"]["edges"][1:-1], inclusive=True)  # after merging small groups
+            # with the table, the groups are cells of known breaks: this site's records of each are audited
+            cells = gate.own_cells(self.rows, gate.cell_index(self.p, kept), np.asarray(out["table"]["n"]),
+                                   "$".join(self.key) if self.whole else "")
             fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], floor, self.key).all()
             if not fits or set(self.guard.released_cuts(self.key)) - set(self.history):
-                out["table"] = None
+                out["table"], cells = None, []  # without their breaks the groups' counts bound no known cell
                 out["table_withheld"] = ("with the cuts released before on this score column, the groups' breaks "
                                          f"would single out fewer than {q} records; the statistics are exact")
-            else:
-                self.guard.record_pooled(self.key, list(kept))
-            return out, None
+
+            def release() -> dict[str, Any]:
+                if out["table"] is not None:
+                    self.guard.record_pooled(self.key, list(kept))
+                return out
+
+            return None, self.guard.agreed(cells, self.rows, release)
 
         # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
         # and a group of millions of records at a site needs fewer bits, which the analyst asks again with
@@ -154,5 +164,6 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
     column = ctx.root_column(score)
     cells = gate.Intervals(p, (), render=lambda released: None, column=column)
     key = cells.history_key
-    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root)
+    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root,
+                          ctx.record_rows(truth, score), column is not None and not cells.subset)
     return search.counts(probes([], first=True, lower=0.0, upper=1.0))
