@@ -187,8 +187,9 @@ def _num(v: float) -> str:
 
 def _cells(result: dict, name: str) -> dict[float, tuple[int, float]]:
     """Released cumulative (records, events) at or below each released cut, as the analyst reads them."""
-    if name == "histogramDS2":
-        edges, n, events = result["histobject"]["breaks"], result["histobject"]["counts"], None
+    if name == "histogramDS2":  # a merged answer's histogram object spreads a merged bin over the breaks
+        released = result.get("released") or result["histobject"]  # asked for; 'released' is what the site cut
+        edges, n, events = released["breaks"], released["counts"], None
     elif name == "histogramDS":
         edges, n, events = result["edges"], result["counts"], None
     else:
