@@ -9,7 +9,7 @@ import numpy as np
 def hosmer_lemeshow(n: np.ndarray, observed: np.ndarray, expected: np.ndarray) -> float:
     """:math:`C = \\sum_g (O_{1g}-E_{1g})^2/E_{1g} + (O_{0g}-E_{0g})^2/E_{0g}` over groups of ``n``
     records with ``observed`` events and ``expected`` = the sum of their predictions (Hosmer &
-    Lemeshow 1980; seed 002; R's ``hoslem.test``).
+    Lemeshow 1980; Wu et al. (2012); R's ``hoslem.test``).
 
     One group of 20 with 5 events where 4 were expected: :math:`1/4 + 1/16 = 0.3125`:
 
@@ -22,7 +22,7 @@ def hosmer_lemeshow(n: np.ndarray, observed: np.ndarray, expected: np.ndarray) -
 
 
 def calibration_errors(n: np.ndarray, observed: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
-    """ECE and MCE over groups (seed 001 eq. 3.6): the share-weighted mean and the largest of
+    """ECE and MCE over groups (Huang 2020, eq. 3.6): the share-weighted mean and the largest of
     :math:`|O_{1g} - E_{1g}| / n_g`.
 
     Gaps 1/10 and 6/30 in groups of 10 and 30 records: ECE = 0.25 * 0.1 + 0.75 * 0.2 = 0.175, MCE 0.2:

@@ -1,10 +1,10 @@
-"""Hierarchical histograms pooled over sites, made into global CDFs (seed 003: Xu & Cormode 2025,
+"""Hierarchical histograms pooled over sites, made into global CDFs (Xu & Cormode 2025,
 "Methods Overview", step 2).
 
 The sites' noisy counts of every level are summed; :func:`tree_least_squares` makes them
 consistent and :func:`monotone_cumulative` monotone. The analyst does this to draw ROC and PR
 curves; the sites do the same on the same authenticated pooled counts to derive the reference
-CDFs of the histogram AUC themselves (rule 3: data-dependent parameters come from the sites).
+CDFs of the histogram AUC themselves (data-dependent parameters come from the sites).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """R's type-7 quantile grouping, ``cut(x, unique(quantile(x, seq(0, 1, 1/g), type = 7)),
 include.lowest = TRUE)`` (the grouping of ``hoslem.test``), from counts of records below
-thresholds only (seed 001 §4.4, §4.8).
+thresholds only (Huang 2020, §4.4, §4.8).
 
 Why counts suffice. With :math:`h_k = (n-1)k/g + 1` and :math:`j_k = \\lfloor h_k \\rfloor`, the
 type-7 quantile :math:`Q_k` lies in :math:`[x_{(j_k)}, x_{(j_k+1)}]` and puts at or below itself

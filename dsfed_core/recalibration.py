@@ -11,7 +11,7 @@ METHODS = ("logistic", "pchip", "step")
 
 
 def logistic_map(p: np.ndarray, intercept: float, slope: float) -> np.ndarray:
-    """Platt scaling on the logit scale (seed 001 §3.6.1; the calibration model of ``rms::val.prob``):
+    """Platt scaling on the logit scale (Huang 2020, §3.6.1; the calibration model of ``rms::val.prob``):
     :math:`\\tilde p = \\operatorname{expit}(a + b \\operatorname{logit}(p))`. For p = 0 or 1 the
     limit is taken (0 or 1 for b > 0, swapped for b < 0, :math:`\\operatorname{expit}(a)` for b = 0)."""
     if slope == 0:
@@ -21,7 +21,7 @@ def logistic_map(p: np.ndarray, intercept: float, slope: float) -> np.ndarray:
 
 
 def pchip_map(p: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Smooth isotonic regression (seed 001 §4.6, Algorithm 4.1; Jiang et al. 2011): the piecewise
+    """Smooth isotonic regression (Huang 2020, §4.6, Algorithm 4.1; Jiang et al. 2011): the piecewise
     cubic Hermite interpolant (Fritsch-Carlson, scipy's ``PchipInterpolator``) through one point per
     isotonic step, :math:`(\\bar p_s, \\hat z_s)`. With non-decreasing values it is monotone and stays
     between neighbouring values. Outside ``[knots[0], knots[-1]]`` the end values are kept (constant
@@ -33,7 +33,7 @@ def pchip_map(p: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarra
 
 
 def step_map(p: np.ndarray, knots: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The isotonic step function itself (seed 001 eq. 3.9 / 4.2): ``values[s]`` for p in
+    """The isotonic step function itself (Huang 2020, eq. 3.9 / 4.2): ``values[s]`` for p in
     ``(knots[s-1], knots[s]]`` (the first step closed at 0), ``knots[s]`` being the upper end of
     step s; p above the last knot gets the last value."""
     idx = np.minimum(np.searchsorted(knots, p, side="left"), knots.size - 1)
