@@ -1,5 +1,5 @@
 """Per-site search for the groups R's type-7 quantiles define (the grouping of ``hoslem.test``,
-:mod:`dsfed_core.quantiles`), from counts only (seed 001 §4.4, §4.8).
+:mod:`dsfed_core.quantiles`), from counts only (Huang 2020, §4.4, §4.8).
 
 Each site answers "how many of my values are <= t" for a batch of thresholds (``countBelowDS``),
 and its release gate withholds a count whose cut would leave fewer than q of the site's records

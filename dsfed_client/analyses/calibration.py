@@ -1,6 +1,6 @@
 """Calibration across sites: Brier score, Spiegelhalter's z, the calibration curve,
 Hosmer-Lemeshow C and H, ECE and MCE, calibration intercept, slope and in-the-large
-(seeds 000, 001, 002). What leaves the sites are sums over groups of at least q records: per
+(Schalk et al. 2024; Huang 2020; Wu et al. 2012). What leaves the sites are sums over groups of at least q records: per
 site, or pooled over the sites under secure aggregation (the sites' release gate checks them).
 """
 
@@ -27,8 +27,9 @@ class Brier(Results):
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, eq. (5) (the Brier score); the dissertation of seed 001,
-    §3.5.1 (Spiegelhalter's z, as ``rms::val.prob``'s S:z); Spiegelhalter (1986).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", eq. (5) (the Brier score); Huang's dissertation (2020), §3.5.1 (Spiegelhalter's z, as
+    ``rms::val.prob``'s S:z); Spiegelhalter (1986).
     """
 
     _title: ClassVar[str] = "Brier score and Spiegelhalter's z"
@@ -67,8 +68,8 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, eq. (5); Spiegelhalter (1986); the dissertation of seed
-    001, §3.5.1.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", eq. (5); Spiegelhalter (1986); Huang's dissertation (2020), §3.5.1.
     """
     total = session.aggregation(secure).sum("brierDS", Ref(truth), Ref(score))
     n = int(total["n"])
@@ -95,7 +96,8 @@ class CalibrationCurve(Results):
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Calibration curve" (steps 1-4).
     """
 
     _title: ClassVar[str] = "Calibration curve"
@@ -171,10 +173,10 @@ class CalibrationCurve(Results):
 @validate_params({"n_bins": N_BINS, "strategy": [Options({"uniform", "quantile"})]})
 def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n_bins: int = 10,
                          strategy: str = "uniform", secure: bool | None = False) -> CalibrationCurve:
-    r"""Each point the pooled means of predictions and outcomes in a bin (seed 000, steps 1-4).
+    r"""Each point the pooled means of predictions and outcomes in a bin (Schalk et al. 2024, steps 1-4).
 
     ``strategy="uniform"``: ``n_bins`` equal-width bins on [0, 1], ``[a, b)`` (0 in the first, 1
-    in the last), as seed 000. ``strategy="quantile"``: the bins are the
+    in the last), as Schalk et al. (2024). ``strategy="quantile"``: the bins are the
     ``n_bins`` groups of R's type-7 quantiles of the pooled scores, ``(a, b]`` with the first
     closed -- scikit-learn's ``calibration_curve(strategy="quantile")``, whose edges are
     ``np.percentile`` (type 7) and whose bins are ``np.searchsorted`` on the inner edges -- with
@@ -192,9 +194,9 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, "Calibration curve" (steps 1-4); scikit-learn's
-    ``sklearn.calibration.calibration_curve``; the dissertation of seed 001, §4.4 (federated
-    quantile groups).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Calibration curve" (steps 1-4); scikit-learn's ``sklearn.calibration.calibration_curve``;
+    Huang's dissertation (2020), §4.4 (federated quantile groups).
     """
     agg = session.aggregation(secure)
     exact = True
@@ -223,7 +225,8 @@ class HosmerLemeshow(Results):
     References
     ----------
     Hosmer & Lemeshow (1980), the C and H statistics (R's ``ResourceSelection::hoslem.test``);
-    Wu et al. (2012), seed 002 (distributed H-L from summed group counts); seed 001 §3.5.3.
+    Wu et al. (2012), "Preserving institutional privacy in distributed binary logistic regression"
+    (distributed H-L from summed group counts); Huang (2020) §3.5.3.
     """
 
     kind: str = stat(brief="")  # "C" (deciles of risk) or "H" (fixed-width bins)
@@ -334,8 +337,9 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_g
 
     References
     ----------
-    Hosmer & Lemeshow (1980); Wu et al. (2012), seed 002 (distributed H-L from summed group counts);
-    the dissertation of seed 001, §3.5.3 and §4.4 (federated quantile groups).
+    Hosmer & Lemeshow (1980); Wu et al. (2012), "Preserving institutional privacy in distributed binary
+    logistic regression" (distributed H-L from summed group counts);
+    Huang's dissertation (2020), §3.5.3 and §4.4 (federated quantile groups).
     """
     agg = session.aggregation(secure)
     if kind == "C":
@@ -360,7 +364,7 @@ class CalibrationErrors(Results):
 
     References
     ----------
-    The dissertation of seed 001, eq. (3.6) (ECE, MCE) and §4.8 (federated ECE/MCE); Naeini et al.
+    Huang's dissertation (2020), eq. (3.6) (ECE, MCE) and §4.8 (federated ECE/MCE); Naeini et al.
     (2015).
     """
 
@@ -411,7 +415,7 @@ def ds_ece_mce(session: FederatedSession, truth: str, score: str, *, n_groups: i
 
     References
     ----------
-    The dissertation of seed 001, eq. (3.6) and §4.8; Naeini, Cooper, Hauskrecht (2015).
+    Huang's dissertation (2020), eq. (3.6) and §4.8; Naeini, Cooper, Hauskrecht (2015).
     """
     return calibration_errors(ds_hosmer_lemeshow(session, truth, score, n_groups=n_groups, kind="C", secure=secure))
 
@@ -434,8 +438,9 @@ class LogisticCalibration(Results):
 
     References
     ----------
-    Cox (1958); the dissertation of seed 001, §3.5.2 and §3.6.1 (calibration intercept and slope,
-    as ``rms::val.prob``); the fits by the distributed GLM of seeds 000 and 002.
+    Cox (1958); Huang's dissertation (2020), §3.5.2 and §3.6.1 (calibration intercept and slope,
+    as ``rms::val.prob``); the fits by the distributed GLM of Schalk et al. (2024) and Wu et al. (2012),
+    "Preserving institutional privacy in distributed binary logistic regression".
     """
 
     _title: ClassVar[str] = "Logistic calibration: y ~ logit(p); y ~ 1 + offset(logit(p))"
@@ -501,7 +506,7 @@ def ds_logistic_calibration(session: FederatedSession, truth: str, score: str, *
     References
     ----------
     Cox (1958), "Two further applications of a model for binary regression"; the dissertation of
-    seed 001, §3.5.2 and §3.6.1; R's ``rms::val.prob`` (Intercept, Slope).
+    Huang (2020), §3.5.2 and §3.6.1; R's ``rms::val.prob`` (Intercept, Slope).
     """
     with session.temporary("calib") as name:
         frame = session.assign(name, Call("calibrationFrameDS", Ref(truth), Ref(score)))

@@ -72,8 +72,9 @@ class ModelComparison(Results):
     References
     ----------
     DeLong, DeLong & Clarke-Pearson (1988), Biometrics 44: the paired test. Schalk, Rehms et al.
-    (2024), seed 000, eqs. (1)-(2) (placement values) and eq. (5) (Brier score); Xu & Cormode
-    (2025), seed 003 (the histograms).
+    (2024), "Distributed non-disclosive validation of predictive models by a modified ROC-GLM", BMC
+    Medical Research Methodology: eqs. (1)-(2) (placement values) and eq. (5) (Brier score). Xu &
+    Cormode (2025), "Federated computation of ROC and PR curves" (the histograms).
     """
 
     _title: ClassVar[str] = "Paired comparison of two models (DeLong)"

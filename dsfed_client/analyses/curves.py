@@ -1,8 +1,8 @@
-"""Federated ROC and PR curves from hierarchical histograms (seed 003: Xu & Cormode 2025), and
-the AUC with DeLong variance and the ROC-GLM from histogram placement values (seed 000's
-estimators, with seed 003's histograms in place of seed 000's noisy scores).
+"""Federated ROC and PR curves from hierarchical histograms (Xu & Cormode 2025), and
+the AUC with DeLong variance and the ROC-GLM from histogram placement values (Schalk et al.'s (2024)
+estimators, with Xu & Cormode's (2025) histograms in place of Schalk et al.'s (2024) noisy scores).
 
-Steps (seed 003, "Methods Overview"):
+Steps (Xu & Cormode 2025, "Methods Overview"):
 
 1. every site counts its negatives' and positives' scores in a hierarchical histogram,
    with Gaussian noise from its own mechanism, or exactly under its small-bin rule when
@@ -16,7 +16,7 @@ Steps (seed 003, "Methods Overview"):
 4. PCHIP through the quantiles (``scipy.interpolate.PchipInterpolator``) gives smooth
    monotone ECDFs :math:`\\Phi^-`, :math:`\\Phi^+`;
 5. :math:`T(s) = 1 - \\Phi^+(s)` (TPR, recall), :math:`F(s) = 1 - \\Phi^-(s)` (FPR) and
-   :math:`P(s) = T n^+ / (T n^+ + F n^-)` (precision) (seed 003 eqs. 1-3).
+   :math:`P(s) = T n^+ / (T n^+ + F n^-)` (precision) (Xu & Cormode 2025, eqs. 1-3).
 
 ``n_quantiles=None`` skips steps 3-4 and evaluates the ECDFs at the leaf edges: with
 noise off and bins that each hold at most one distinct score, the curves are then the
@@ -122,8 +122,9 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
 
     References
     ----------
-    Xu & Cormode (2025), seed 003, "Methods Overview" steps 1-2 (hierarchical histograms, noise per
-    bin, consistency); Hay et al. (2010), least-squares consistency on a tree.
+    Xu & Cormode (2025), "Federated computation of ROC and PR curves", "Methods Overview" steps 1-2
+    (hierarchical histograms, noise per bin, consistency); Hay et al. (2010), least-squares consistency on a
+    tree.
     """
     explicit = {} if edges is None else {"edges": [float(v) for v in edges]}
     summed = session.aggregation(secure).histogram_levels(
@@ -170,8 +171,8 @@ class ROCPRCurves(Results):
 
     References
     ----------
-    Xu & Cormode (2025), seed 003: eqs. (1)-(3) (T, F and P from the ECDFs), steps 1-5 of
-    "Methods Overview", Theorem 1 (the area error bound).
+    Xu & Cormode (2025), "Federated computation of ROC and PR curves": eqs. (1)-(3) (T, F and P from the
+    ECDFs), steps 1-5 of "Methods Overview", Theorem 1 (the area error bound).
     """
 
     _title: ClassVar[str] = "Federated ROC and PR curves (hierarchical histograms; Xu & Cormode 2025)"
@@ -228,7 +229,7 @@ class ROCPRCurves(Results):
 
 
 def pchip_ecdf(quantiles: np.ndarray, probs: np.ndarray) -> interpolate.PchipInterpolator:
-    """Seed 003 step 4: a monotone cubic through (quantile, probability), duplicates dropped."""
+    """Xu & Cormode (2025) step 4: a monotone cubic through (quantile, probability), duplicates dropped."""
     x, keep = np.unique(quantiles, return_index=True)
     p = np.maximum.accumulate(np.asarray(probs, dtype=float)[keep])
     return interpolate.PchipInterpolator(x, p, extrapolate=False)
@@ -264,7 +265,7 @@ def curve_points(tpr: np.ndarray, fpr: np.ndarray, n_pos: float, n_neg: float
 @validate_params({"n_quantiles": [Interval(int, 2, 100_000), None], "grid": [Interval(int, 2, None)]})
 def curves_from_histograms(hist: ScoreHistograms, n_quantiles: int | None = 128, *, grid: int = 4096
                            ) -> ROCPRCurves:
-    """Seed 003 steps 3-5 on pooled histograms (pure function; the benchmark varies Q with it).
+    """Xu & Cormode (2025) steps 3-5 on pooled histograms (pure function; the benchmark varies Q with it).
 
     With ``n_quantiles=None`` the ECDFs are the histograms' own (linear inside a bin) and the
     thresholds are the leaf edges. Otherwise Q + 1 quantiles at probabilities ``i / Q`` of
@@ -297,14 +298,14 @@ def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_qua
                      levels: int = 8, branching: int = 2, lower: float = 0.0, upper: float = 1.0,
                      decay: float = 1.0, epsilon: float | None = None, delta: float | None = None,
                      histograms: ScoreHistograms | None = None, secure: bool | None = False) -> ROCPRCurves:
-    """Federated ROC and PR curves with their areas (seed 003, steps 1-5; see the module docstring).
+    """Federated ROC and PR curves with their areas (Xu & Cormode 2025, steps 1-5; see the module docstring).
 
     Parameters
     ----------
     truth, score
         Server-side references, e.g. ``"D$y"`` and ``"D$score"``.
     n_quantiles
-        Q, the number of quantile intervals per class (seed 003); ``None``: the
+        Q, the number of quantile intervals per class (Xu & Cormode 2025); ``None``: the
         histograms' own ECDFs at the leaf edges (exact with noise off, see above).
     levels, branching, lower, upper, decay
         The hierarchy: ``branching**levels`` equal leaves on ``[lower, upper]``; the
@@ -318,12 +319,12 @@ def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_qua
 
     Notes
     -----
-    Area error bound (seed 003, Theorem 1): :math:`O(1/Q)` without noise,
+    Area error bound (Xu & Cormode 2025, Theorem 1): :math:`O(1/Q)` without noise,
     :math:`\\tilde O(1/Q + 1/(n\\varepsilon))` with noise.
 
     References
     ----------
-    Xu & Cormode (2025), "Federated Computation of ROC and PR Curves" (seed 003): steps 1-5,
+    Xu & Cormode (2025), "Federated Computation of ROC and PR Curves": steps 1-5,
     eqs. (1)-(3), Theorem 1.
     """
     hist = histograms or ds_score_histograms(session, truth, score, levels=levels, branching=branching,
@@ -332,7 +333,7 @@ def ds_roc_pr_curves(session: FederatedSession, truth: str, score: str, *, n_qua
     return curves_from_histograms(hist, n_quantiles)
 
 
-# --- exact pooled references and the area error (seed 003, Definition 1) ---------------------
+# --- exact pooled references and the area error (Xu & Cormode 2025, Definition 1) ---------------------
 
 
 def empirical_curves(y: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -364,7 +365,7 @@ def _fpr_at(fpr: np.ndarray, tpr: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def area_errors(exact: tuple[np.ndarray, np.ndarray, float, float], estimate: ROCPRCurves,
                 grid: int = 20001) -> dict[str, float]:
-    """Seed 003 Definition 1: :math:`AE_{ROC} = \\int_0^1 |T(f) - \\hat T(f)|\\,df` and
+    """Xu & Cormode (2025) Definition 1: :math:`AE_{ROC} = \\int_0^1 |T(f) - \\hat T(f)|\\,df` and
     :math:`AE_{PR} = \\int_0^1 |P(t) - \\hat P(t)|\\,dt` with :math:`P(t) = t n^+ / (t n^+ +
     F(T^{-1}(t)) n^-)`, by the trapezoid rule on ``grid`` points. ``exact`` is
     (fpr, tpr, n_pos, n_neg) of the pooled empirical curve."""
@@ -394,8 +395,9 @@ class HistogramAUC(AUCIntervals):
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(3) and "Distributed ROC-GLM", on the
-    histograms of Xu & Cormode (2025), seed 003; DeLong et al. (1988).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", eqs. (1)-(3) and "Distributed ROC-GLM", on the histograms of Xu & Cormode (2025), "Federated
+    computation of ROC and PR curves"; DeLong et al. (1988).
     """
 
     _title: ClassVar[str] = "AUC from histogram placement values (seed 000 estimators on seed 003 histograms)"
@@ -571,10 +573,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
        its positives, :math:`V_{01} = 1 - \\tilde F_1(x)` for its negatives, and returns only
        the counts, sums and sums of squares (rule A1);
     3. :math:`\\widehat{AUC} = (\\bar V_{10} + \\bar V_{01})/2`,
-       :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; seed 000 eqs.
-       1-2), plus the variance the histograms' noise adds (:func:`noise_variance`); CI by seed 000
+       :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; Schalk et al. 2024, eqs.
+       1-2), plus the variance the histograms' noise adds (:func:`noise_variance`); CI by Schalk et al. (2024)
        eq. (3) with both;
-    4. the ROC-GLM (seed 000) by the distributed probit GLM on each site's table of
+    4. the ROC-GLM (Schalk et al. 2024) by the distributed probit GLM on each site's table of
        :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
 
     A ROC-GLM that cannot be fitted (scores that separate the classes make its slope infinite: the
@@ -600,8 +602,9 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000: eqs. (1)-(2) (placement values, DeLong variance), eq. (3)
-    (logit CI), "Distributed ROC-GLM"; Xu & Cormode (2025), seed 003: the histograms.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM": eqs. (1)-(2) (placement values, DeLong variance), eq. (3) (logit CI), "Distributed ROC-GLM";
+    Xu & Cormode (2025), "Federated computation of ROC and PR curves": the histograms.
     """
     histogram_options.setdefault("totals", "exact")
     if roc_glm:  # every site that offers the ROC-GLM's data takes the threshold grid, before the histograms' budget

@@ -1,5 +1,5 @@
 """Discrimination across sites: empirical AUC with DeLong CI, and the distributed ROC-GLM
-(seed 000: Schalk, Rehms et al. 2024).
+(Schalk, Rehms et al. 2024).
 
 Both start from the paper's noisy scores: each site releases its negatives'
 and positives' scores with Gaussian noise from the analytic Gaussian
@@ -110,12 +110,12 @@ def _auc_between(positives: np.ndarray, negatives: np.ndarray) -> float:
 
 
 def logit_se(auc: float, variance: float) -> float:
-    """The delta-method standard error of logit(AUC), :math:`\\sqrt{var}/(AUC(1-AUC))` (seed 000 eq. 3)."""
+    """The delta-method standard error of logit(AUC), :math:`\\sqrt{var}/(AUC(1-AUC))` (Schalk et al. 2024, eq. 3)."""
     return float(np.sqrt(variance) / (auc * (1 - auc)))
 
 
 def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
-    """Seed 000 eq. (3): :math:`\\mathrm{logit}(AUC) \\pm \\Phi^{-1}(1-\\alpha/2)\\sqrt{var}/(AUC(1-AUC))`,
+    """Schalk et al. (2024) eq. (3): :math:`\\mathrm{logit}(AUC) \\pm \\Phi^{-1}(1-\\alpha/2)\\sqrt{var}/(AUC(1-AUC))`,
     back-transformed, so the interval stays inside (0, 1).
 
     >>> [round(v, 6) for v in logit_ci(0.8, 0.0025, 0.05)]  # expit(1.386294 -+ 1.959964 * 0.05 / 0.16)
@@ -132,7 +132,8 @@ class AUCIntervals(Results):
     References
     ----------
     DeLong, DeLong, Clarke-Pearson (1988), Biometrics 44: the variance. Schalk, Rehms et al. (2024),
-    seed 000, eq. (3): the logit-scale interval.
+    "Distributed non-disclosive validation of predictive models by a modified ROC-GLM", eq. (3): the
+    logit-scale interval.
     """
 
     auc: float
@@ -160,7 +161,7 @@ class AUCIntervals(Results):
 
     @derived("{level} CI (logit, eq. 3)")
     def ci_logit(self) -> ConfInt:
-        """Seed 000 eq. (3), with the sampling and the noise variance; NaN where the total variance
+        """Schalk et al. (2024) eq. (3), with the sampling and the noise variance; NaN where the total variance
         is not known."""
         if not np.isfinite(self.total_variance):
             return ConfInt(float("nan"), float("nan"))
@@ -184,8 +185,9 @@ class EmpiricalAUC(AUCIntervals):
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(2) (placement values, DeLong variance) and
-    eq. (3) (logit interval); DeLong et al. (1988); Cook & Stefanski (1994), SIMEX (the bias).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", eqs. (1)-(2) (placement values, DeLong variance) and eq. (3) (logit interval); DeLong et al.
+    (1988); Cook & Stefanski (1994), SIMEX (the bias).
     """
 
     _title: ClassVar[str] = "Empirical AUC (placement values, DeLong variance)"
@@ -243,7 +245,7 @@ class EmpiricalAUC(AUCIntervals):
 
 @dataclass(frozen=True)
 class PlacementMoments:
-    """Pooled placement values (seed 000 eqs. 1-2; DeLong 1988): class sizes, the means of
+    """Pooled placement values (Schalk et al. 2024, eqs. 1-2; DeLong 1988): class sizes, the means of
     :math:`V_{10}` and :math:`V_{01}`, and :math:`s^2(V_{10})/n_1 + s^2(V_{01})/n_0`."""
 
     n1: int
@@ -299,8 +301,9 @@ def ds_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(2) (placement values and the DeLong variance),
-    eq. (3) (logit interval), "noisy scores" (analytic Gaussian mechanism); DeLong et al. (1988).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", eqs. (1)-(2) (placement values and the DeLong variance), eq. (3) (logit interval), "noisy
+    scores" (analytic Gaussian mechanism); DeLong et al. (1988).
     """
     ref = reference or pooled_noisy_scores(session, truth, score)
     m = placement_moments(session.aggregation(secure).sum("placementSumsDS", Ref(truth), Ref(score), ref.symbol))
@@ -355,14 +358,15 @@ def noise_variance_of_placements(ref: NoisyReference, draws: int = 64) -> float:
 class ROCGLMFit(Results):
     """A ROC-GLM :math:`ROC(t) = \\Phi(a + b\\,\\Phi^{-1}(t))` fitted by the distributed probit GLM on
     the sites' placement-value tables, its AUC :math:`\\Phi(a/\\sqrt{1+b^2})` and the interval of
-    seed 000 eq. (3) on ``variance`` (DeLong, of the placement values) plus ``noise_variance``
+    Schalk et al. (2024) eq. (3) on ``variance`` (DeLong, of the placement values) plus ``noise_variance``
     (what DP noise adds, where estimated). :func:`ds_hist_auc` gives this fit on histogram
-    placement values; :class:`ROCGLM` extends it with seed 000's noisy-score reference.
+    placement values; :class:`ROCGLM` extends it with Schalk et al.'s (2024) noisy-score reference.
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" (the probit model on the
-    intermediate data), eq. (3) (the CI); Pepe (2000), the ROC-GLM.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Distributed ROC-GLM" (the probit model on the intermediate data), eq. (3) (the CI); Pepe
+    (2000), the ROC-GLM.
     """
 
     _title: ClassVar[str] = "Distributed ROC-GLM  ROC(t) = Phi(a + b Phi^-1(t))"
@@ -378,7 +382,7 @@ class ROCGLMFit(Results):
 
     @derived("{level} CI (logit, eq. 3)", brief=".4f")
     def ci(self) -> ConfInt:
-        """Seed 000 eq. (3) around the ROC-GLM AUC, with the sampling and the noise variance."""
+        """Schalk et al. (2024) eq. (3) around the ROC-GLM AUC, with the sampling and the noise variance."""
         return ConfInt(*logit_ci(self.auc, self.variance + self.noise_variance, self.alpha))
 
     @derived("Fisher-scoring iterations")
@@ -395,12 +399,13 @@ class ROCGLMFit(Results):
 
 @result
 class ROCGLM(ROCGLMFit):
-    """Seed 000's distributed ROC-GLM: the fit on placement values against the pooled noisy scores
+    """Schalk et al.'s (2024) distributed ROC-GLM: the fit on placement values against the pooled noisy scores
     (``reference``), its AUC also by numerical integration, and the empirical AUC beside it.
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" steps 1-5; eq. (3).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Distributed ROC-GLM" steps 1-5; eq. (3).
     """
 
     _: KW_ONLY
@@ -450,7 +455,7 @@ class ROCGLM(ROCGLMFit):
 def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                n_thresholds: int = 99, epsilon: float | None = None, delta: float | None = None,
                sensitivity: float | None = None, secure: bool | None = False) -> ROCGLM:
-    """Fit the ROC-GLM across sites (seed 000, "Distributed ROC-GLM").
+    """Fit the ROC-GLM across sites (Schalk et al. 2024, "Distributed ROC-GLM").
 
     1. pooled noisy scores give :math:`\\tilde S_0`, sent to every site;
     2. each site builds its intermediate data ``(u, \\Phi^{-1}(t_j))`` with weights over the
@@ -466,7 +471,8 @@ def ds_roc_glm(session: FederatedSession, truth: str, score: str, *, alpha: floa
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, "Distributed ROC-GLM" (steps 1-5 above), eqs. (1)-(3);
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Distributed ROC-GLM" (steps 1-5 above), eqs. (1)-(3);
     Balle & Wang (2018), the analytic Gaussian mechanism the sites use for the noisy scores.
     """
     pooled = session.aggregation(secure).pooled

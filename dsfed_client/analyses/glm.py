@@ -1,5 +1,5 @@
-"""Distributed GLM by Fisher scoring on summed site parts (seed 000 "Distributed GLM";
-seed 002 §2, Newton-Raphson on summed Hessians and gradients).
+"""Distributed GLM by Fisher scoring on summed site parts (Schalk et al. 2024, "Distributed GLM";
+Wu et al. (2012) §2, Newton-Raphson on summed Hessians and gradients).
 
 Each round every site computes :math:`X_k^T W_k X_k`, :math:`X_k^T W_k z_k` and its deviance
 (registry entry ``glmDS2``); the sites sum them among themselves (the analyst relays sealed
@@ -7,7 +7,7 @@ vectors, :mod:`dsfed_server.disclosure.relay`), release the sums, and each deriv
 
 .. math:: \\beta^{(t+1)} = \\Big(\\sum_k X_k^T W_k X_k\\Big)^{-1} \\sum_k X_k^T W_k z_k ,
 
-itself (rule 3: the analyst sends no coefficient, so none can saturate the linear predictor into a
+itself (the analyst sends no coefficient, so none can saturate the linear predictor into a
 step around one record), starting, as R's ``glm.fit`` does, from the family's ``mustart``, and stops when
 :math:`|D^{(t)} - D^{(t-1)}| / (|D^{(t)}| + 0.1) < \\epsilon` (R's rule,
 ``epsilon = 1e-8``, ``maxit = 25``). Without noise the result is R's ``glm``
@@ -75,9 +75,11 @@ class GLMResults(Results):
 
     References
     ----------
-    Wu et al. (2012), seed 002 §2: Newton-Raphson on the summed site Hessians and gradients.
-    Schalk, Rehms et al. (2024), seed 000, "Distributed GLM". R's ``glm.fit`` (the path followed),
-    ``summary.glm`` (z or t statistics), ``logLik.glm`` and the families' ``aic``.
+    Wu et al. (2012), "Preserving institutional privacy in distributed binary logistic regression" §2:
+    Newton-Raphson on the summed site Hessians and gradients.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Distributed GLM". R's ``glm.fit`` (the path followed), ``summary.glm`` (z or t statistics),
+    ``logLik.glm`` and the families' ``aic``.
     """
 
     _title: ClassVar[str] = "Distributed Generalized Linear Model Results"
@@ -253,7 +255,7 @@ def _parts_stream(agg: Aggregation, *args: Any, link: str | None, xlev: list[str
     """The summed parts at each iterate of Fisher scoring, starting from R's ``mustart``.
 
     The sites sum their parts among themselves, release the sums and derive every iterate
-    :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` themselves (seed 002), so
+    :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` themselves (Wu et al. 2012), so
     the analyst chooses no coefficient: under :class:`~dsfed_client.aggregation.Pooled`, a pooled protocol (counts checked pooled over the
     sites); otherwise a relayed one (each site checks its own counts)."""
     for release in agg.steps("glmDS2", *args, link=link, frac_bits=24, **({"xlev": xlev} if xlev else {})):
@@ -295,7 +297,7 @@ def ds_glm(
         Columns of ``data`` holding prior weights and offsets.
     secure : bool or None
         Either way the sites sum their parts among themselves, release only the sums and derive
-        every iterate themselves (seed 002), so no coefficient of the analyst's choosing is
+        every iterate themselves (Wu et al. 2012), so no coefficient of the analyst's choosing is
         involved. ``True``: a pooled protocol under secure aggregation, the sites checking the
         pooled counts (records, factor levels, saturation) against their rules; ``False``: a
         relayed protocol, each site checking its own counts (any number of sites); ``None``: pooled
@@ -325,8 +327,9 @@ def ds_glm(
     References
     ----------
     Wu, Jiang, Kim, Ohno-Machado (2012), "Preserving Institutional Privacy in Distributed Binary
-    Logistic Regression" (seed 002), §2: Newton-Raphson on summed Hessians and gradients.
-    Schalk, Rehms et al. (2024), seed 000, "Distributed GLM" (Fisher scoring on summed parts).
+    Logistic Regression", §2: Newton-Raphson on summed Hessians and gradients.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", "Distributed GLM" (Fisher scoring on summed parts).
     """
     if family == "gaussian" and link not in (None, "identity"):
         raise ValueError("gaussian models are fitted with the identity link only")

@@ -5,7 +5,7 @@ paper reports them (metamisc's ``valmeta``; DataSHIELD's ``ds.glmSLMA`` does the
 Every per-site estimate is a per-site release that the site checks by its own rules, through a
 view of the session at that site alone (:meth:`FederatedSession.site_view`), with the estimators
 the pooled analysis uses: the AUC with its DeLong variance (:func:`ds_hist_auc`, the variance the
-histograms' noise adds included, or seed 000's :func:`ds_auc`), the calibration slope of
+histograms' noise adds included, or Schalk et al.'s (2024) :func:`ds_auc`), the calibration slope of
 ``glm(y ~ logit(p))`` with its standard error (:func:`ds_logistic_calibration`), and O and E from
 ``brierDS``. Where the rules refuse per-site releases (``secure_aggregation.require``, a function
 not enabled) the result carries the sites' refusal as its ``note`` instead of estimates; a site that
@@ -178,7 +178,7 @@ def ds_heterogeneity(session: FederatedSession, truth: str, score: str, *, alpha
     ``method``: the AUC from the site's own histograms (``"histogram"``, with the variance their
     noise adds; ``levels`` as :func:`ds_hist_auc`, by default the depth the per-site path of
     :func:`validate` uses, so that a site answers the same histogram release again at no cost) or
-    seed 000's noisy scores (``"paper"``; ``epsilon``, ``delta``, ``sensitivity`` may only ask for
+    Schalk et al.'s (2024) noisy scores (``"paper"``; ``epsilon``, ``delta``, ``sensitivity`` may only ask for
     more privacy). ``tau2``: ``"REML"`` (metafor's default) or ``"DL"``; ``prediction``:
     ``"normal"`` (metafor's ``predict.rma``) or ``"t"`` (Riley et al. 2011, :math:`t_{k-2}`, as
     metamisc reports it).

@@ -1,16 +1,16 @@
-"""Federated recalibration of a binary prediction model (seed 001, chapter 4; §3.6.1-3.6.2).
+"""Federated recalibration of a binary prediction model (Huang 2020, chapter 4; §3.6.1-3.6.2).
 
 Two calibration models are fitted on the distributed data without pooling a record, then
 applied at every site as a registry *assign* function (``recalibrateDS``) that receives the
 map as numbers only:
 
-**Platt (logistic) recalibration** (seed 001 §3.6.1): :math:`\\tilde p = \\operatorname{expit}(a +
+**Platt (logistic) recalibration** (Huang 2020, §3.6.1): :math:`\\tilde p = \\operatorname{expit}(a +
 b\\,\\operatorname{logit}(p))`, with :math:`(a, b)` from ``glm(y ~ logit(p), binomial)`` fitted by
 the distributed GLM (:func:`~dsfed_client.analyses.calibration.ds_logistic_calibration`: the
 calibration intercept and slope). Without noise the coefficients are R's ``glm`` on the pooled
 data.
 
-**Smooth isotonic recalibration** (seed 001 §4.3-4.6, Algorithm 4.1; Jiang et al. 2011). The
+**Smooth isotonic recalibration** (Huang 2020, §4.3-4.6, Algorithm 4.1; Jiang et al. 2011). The
 isotonic regression (eq. 3.9 / 4.2)
 
 .. math:: \\hat z = \\arg\\min_z \\sum_i (y_i - z_i)^2 \\quad \\text{s.t.}\\quad z_1 \\le \\dots \\le z_n
@@ -82,7 +82,7 @@ class RecalibrationMap(Results):
 
     References
     ----------
-    Platt (1999) and the dissertation of seed 001, §3.6.1 (logistic); §4.3-4.6 and Algorithm 4.1
+    Platt (1999) and Huang's dissertation (2020), §3.6.1 (logistic); §4.3-4.6 and Algorithm 4.1
     (smooth isotonic, PCHIP through the step knots; Jiang et al. 2011).
 
     Examples
@@ -160,7 +160,8 @@ class PlattFit(Results):
 
     References
     ----------
-    Platt (1999); the dissertation of seed 001, §3.6.1; the distributed GLM of seeds 000 and 002.
+    Platt (1999); Huang's dissertation (2020), §3.6.1; the distributed GLM of Schalk et al. (2024) and
+    Wu et al. (2012), "Preserving institutional privacy in distributed binary logistic regression".
     """
 
     _title: ClassVar[str] = "Platt (logistic) recalibration: distributed glm(y ~ logit(p))"
@@ -196,7 +197,7 @@ def ds_platt_fit(session: FederatedSession, truth: str, score: str, *, secure: b
 
     References
     ----------
-    Platt (1999); the dissertation of seed 001, §3.6.1.
+    Platt (1999); Huang's dissertation (2020), §3.6.1.
     """
     cal = ds_logistic_calibration(session, truth, score, secure=secure)
     return PlattFit(RecalibrationMap("logistic", coefficients=(cal.intercept, cal.slope)), cal)
@@ -216,7 +217,7 @@ class IsotonicFit(Results):
 
     References
     ----------
-    The dissertation of seed 001, eqs. (3.9), (4.2), (4.5), Algorithm 4.1; Jiang et al. (2011),
+    Huang's dissertation (2020), eqs. (3.9), (4.2), (4.5), Algorithm 4.1; Jiang et al. (2011),
     smooth isotonic regression; Barlow et al. (1972), PAVA.
     """
 
@@ -276,7 +277,7 @@ def equal_count_breaks(session: FederatedSession, score: str, n_bins: int, *, gr
 
 def binned_pava(n: np.ndarray, sum_p: np.ndarray, sum_y: np.ndarray, upper: np.ndarray
                 ) -> tuple[RecalibrationMap, RecalibrationMap, pd.DataFrame, np.ndarray]:
-    """Weighted PAVA on bin means and the knots of its steps (seed 001 eqs. 3.9, 4.5; Alg. 4.1).
+    """Weighted PAVA on bin means and the knots of its steps (Huang 2020, eqs. 3.9, 4.5; Alg. 4.1).
 
     Arguments are the pooled sums of the non-empty bins, in score order, and each bin's upper
     break. Returns the PCHIP map, the step map, the step table and each bin's fitted value.
@@ -319,14 +320,14 @@ def ds_isotonic_fit(session: FederatedSession, truth: str, score: str, *, n_bins
 
     Notes
     -----
-    Seed 001 §4.5-4.6 finds the steps by an active-set method on securely sorted records; here
+    Huang (2020) §4.5-4.6 finds the steps by an active-set method on securely sorted records; here
     the sites release only bin sums that pass the q-rule (the same sums as the Hosmer-Lemeshow
     table), PAVA runs at the analyst, and the PCHIP through one knot per step (mean score, share
     of events) is the smooth isotonic map (Algorithm 4.1).
 
     References
     ----------
-    The dissertation of seed 001, eqs. (3.9), (4.2), (4.5) and Algorithm 4.1; Jiang, Osl, Kim,
+    Huang's dissertation (2020), eqs. (3.9), (4.2), (4.5) and Algorithm 4.1; Jiang, Osl, Kim,
     Ohno-Machado (2011), "Smooth isotonic regression".
     """
     if breaks is None:
@@ -364,11 +365,12 @@ def ds_apply_recalibration(session: FederatedSession, score: str, recalibration:
 
 @result
 class CalibrationMeasures(Results):
-    """The calibration measures of one score (seeds 000-002), all from the existing ds_* estimators.
+    """The calibration measures of one score, all from the existing ds_* estimators (Schalk et al. 2024;
+    Huang 2020; Wu et al. 2012).
 
     References
     ----------
-    Seed 000 eq. (5) (Brier); the dissertation of seed 001, §3.5 and eq. (3.6); Hosmer & Lemeshow
+    Schalk et al. (2024) eq. (5) (Brier); Huang's dissertation (2020), §3.5 and eq. (3.6); Hosmer & Lemeshow
     (1980); Cox (1958).
     """
 
@@ -397,7 +399,7 @@ MEASURES = ("brier", "spiegelhalter_z", "hl_c", "hl_c_pvalue", "hl_h", "hl_h_pva
 def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *, n_groups: int = 10,
                             secure: bool | None = None) -> CalibrationMeasures:
     """Brier and Spiegelhalter's z (``ds_brier``), Hosmer-Lemeshow C and H (``ds_hosmer_lemeshow``),
-    ECE/MCE over the C groups (seed 001 eq. 3.6) and calibration intercept, slope and CITL
+    ECE/MCE over the C groups (Huang 2020, eq. 3.6) and calibration intercept, slope and CITL
     (``ds_logistic_calibration``). ``secure=None`` (the default, as ``validate``) releases them
     pooled when every site offers it: the sites then find the deciles among themselves, exact
     whatever cuts the score column released before (a recalibration's bins among them).
@@ -405,7 +407,7 @@ def ds_calibration_measures(session: FederatedSession, truth: str, score: str, *
 
     References
     ----------
-    Seed 000 eq. (5); the dissertation of seed 001, §3.5 and eq. (3.6); Hosmer & Lemeshow (1980).
+    Schalk et al. (2024) eq. (5); Huang's dissertation (2020), §3.5 and eq. (3.6); Hosmer & Lemeshow (1980).
     """
     agg, b = first_release(session, secure, lambda agg: ds_brier(session, truth, score, secure=agg.pooled))
     pooled = agg.pooled
@@ -428,7 +430,7 @@ class Recalibration(Results):
 
     References
     ----------
-    The dissertation of seed 001, chapter 4 and §3.6.1-3.6.2.
+    Huang's dissertation (2020), chapter 4 and §3.6.1-3.6.2.
     """
 
     method: str = stat("Method", brief="")  # "logistic" or "isotonic"
@@ -467,7 +469,7 @@ class Recalibration(Results):
 def ds_recalibrate(session: FederatedSession, truth: str, score: str, *, method: str = "isotonic",
                    into: str = "p.recal", n_bins: int = 50, breaks: Any = None, smooth: bool = True,
                    n_groups: int = 10, secure: bool | None = None) -> Recalibration:
-    """Fit a recalibration (``"logistic"``: Platt, seed 001 §3.6.1; ``"isotonic"``: smooth isotonic
+    """Fit a recalibration (``"logistic"``: Platt, Huang 2020, §3.6.1; ``"isotonic"``: smooth isotonic
     regression, §4.3-4.6), apply it at every site as the new vector ``into`` and compare the
     calibration measures of ``score`` and ``into``. ``smooth=False`` applies the isotonic step
     function instead of its PCHIP smoothing; ``n_groups``: the Hosmer-Lemeshow groups;
@@ -483,7 +485,7 @@ def ds_recalibrate(session: FederatedSession, truth: str, score: str, *, method:
 
     References
     ----------
-    The dissertation of seed 001, chapter 4 (Algorithm 4.1) and §3.6.1.
+    Huang's dissertation (2020), chapter 4 (Algorithm 4.1) and §3.6.1.
     """
     session.require_enabled("recalibrateDS", before="ds_recalibrate")
 

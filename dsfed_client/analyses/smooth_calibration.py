@@ -1,9 +1,9 @@
 """Smooth calibration: logistic calibration on a restricted cubic spline of logit(p), with its
 pointwise band, the ICI, E50, E90 and Emax (Austin & Steyerberg 2019), Nagelkerke's R² and the
-log loss (issue 16 point 3).
+log loss.
 
-Why splines and not loess (seed 001 §3.5.7 smooths with loess): a loess fit at a point weighs the
-records of its neighbourhood, so it is not a sum over records that sites could add up; a logistic
+Why splines and not loess (Huang's 2020 dissertation, §3.5.7, smooths with loess): a loess fit at a
+point weighs the records of its neighbourhood, so it is not a sum over records that sites could add up; a logistic
 regression on a restricted cubic spline basis is a GLM, whose sufficient statistics are sums
 (:math:`X^T W X`, :math:`X^T W z`), fitted exactly by the distributed GLM. Austin & Steyerberg
 (2019) found the two smoothers give comparable calibration curves and ICI.
@@ -44,7 +44,7 @@ class SplineCalibration(Results):
     Austin & Steyerberg (2019), "The Integrated Calibration Index (ICI) and related metrics for
     quantifying the calibration of logistic regression models", Stat Med 38:4051-4065 (ICI, E50, E90,
     Emax); Harrell (2015), §2.4.5 (restricted cubic splines); Nagelkerke (1991) and ``rms::val.prob``
-    (R2); the dissertation of seed 001, §3.5.7 (smooth calibration curves).
+    (R2); Huang's dissertation (2020), §3.5.7 (smooth calibration curves).
     """
 
     _title: ClassVar[str] = "Smooth calibration: y ~ rcs(logit(p))"
@@ -131,7 +131,8 @@ def ds_spline_calibration(session: FederatedSession, truth: str, score: str, *, 
     References
     ----------
     Austin & Steyerberg (2019), Stat Med 38:4051-4065; Harrell (2015), §2.4.5 and ``rms::rcs``;
-    Nagelkerke (1991), Biometrika 78:691-692; seed 000 and seed 002 (the distributed GLM).
+    Nagelkerke (1991), Biometrika 78:691-692; Schalk et al. (2024) and Wu et al. (2012), "Preserving
+    institutional privacy in distributed binary logistic regression" (the distributed GLM).
     """
     agg = session.aggregation(secure)
     knots_release = last_release(agg.steps("rcsKnotsDS", Ref(truth), Ref(score), nk))

@@ -30,19 +30,20 @@ Method = Literal["histogram", "paper"]
 @result
 class Discrimination(Results):
     """The discrimination half of a validation, whichever method computed it: the empirical AUC
-    with its interval ``ci`` and the ROC-GLM AUC with ``roc_glm_ci`` (seed 000), at ``alpha``.
+    with its interval ``ci`` and the ROC-GLM AUC with ``roc_glm_ci`` (Schalk et al. 2024), at ``alpha``.
 
     ``method="histogram"`` (the default): placement values against global CDFs from the sites'
-    noisy hierarchical histograms (seed 003); ``ci`` is seed 000's logit interval on the
+    noisy hierarchical histograms (Xu & Cormode 2025); ``ci`` is Schalk et al.'s (2024) logit interval on the
     DeLong variance plus the variance the noise adds (``noise_variance``), and the ROC-GLM is fitted
-    on the same placement values. ``method="paper"``: seed 000's noisy scores, as in the paper;
+    on the same placement values. ``method="paper"``: Schalk et al.'s (2024) noisy scores, as in the paper;
     ``ci`` is the DeLong interval widened by the noise's variance and estimated bias, NaN where the
     noise swamps the scores (:class:`~dsfed_client.analyses.discrimination.EmpiricalAUC`).
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000, eqs. (1)-(3), "Distributed ROC-GLM"; Xu & Cormode (2025),
-    seed 003.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM", eqs. (1)-(3), "Distributed ROC-GLM"; Xu & Cormode (2025), "Federated computation of ROC and PR
+    curves".
     """
 
     _title: ClassVar[str] = "Discrimination"
@@ -113,9 +114,10 @@ class ValidationReport(Results):
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000 (AUC, ROC-GLM, Brier, calibration curve); the
-    dissertation of seed 001 (calibration measures, ECE/MCE); Wu et al. (2012), seed 002 (H-L,
-    distributed GLM); Xu & Cormode (2025), seed 003 (histograms).
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM" (AUC, ROC-GLM, Brier, calibration curve); Huang's dissertation (2020) (calibration measures,
+    ECE/MCE); Wu et al. (2012), "Preserving institutional privacy in distributed binary logistic regression"
+    (H-L, distributed GLM); Xu & Cormode (2025), "Federated computation of ROC and PR curves" (histograms).
     """
 
     _title: ClassVar[str] = "Federated validation of a binary prediction model"
@@ -261,7 +263,7 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
     per-site checking otherwise, saying why in ``mode_note``; ``True`` insists on pooled releases,
     ``False`` asks per site. ``method="histogram"`` (the default) computes the AUC and the ROC-GLM
     from placement values against the sites' noisy histograms, with an interval that accounts for
-    the noise; ``method="paper"`` reproduces seed 000 (per-record noisy scores).
+    the noise; ``method="paper"`` reproduces Schalk et al. (2024) (per-record noisy scores).
 
     ``heterogeneity``: each site's AUC, calibration slope and O/E and their random-effects
     meta-analysis (:func:`~dsfed_client.analyses.heterogeneity.ds_heterogeneity`, per-site releases
@@ -281,9 +283,10 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
 
     References
     ----------
-    Schalk, Rehms et al. (2024), seed 000: eqs. (1)-(3), (5), "Distributed ROC-GLM", "Calibration
-    curve"; the dissertation of seed 001, §3.5-3.6 and eq. (3.6); Wu et al. (2012), seed 002;
-    Xu & Cormode (2025), seed 003.
+    Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
+    ROC-GLM": eqs. (1)-(3), (5), "Distributed ROC-GLM", "Calibration curve"; Huang's dissertation (2020),
+    §3.5-3.6 and eq. (3.6); Wu et al. (2012), "Preserving institutional privacy in distributed binary logistic
+    regression"; Xu & Cormode (2025), "Federated computation of ROC and PR curves".
     """
     check_thresholds(metric_thresholds)
     check_thresholds(decision_thresholds)

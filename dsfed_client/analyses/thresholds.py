@@ -316,7 +316,7 @@ def ds_youden_threshold(session: FederatedSession, truth: str, score: str, *, n_
 
     References
     ----------
-    Youden (1950); Fluss, Faraggi & Reiser (2005); the dissertation of seed 001, §4.4 (federated
+    Youden (1950); Fluss, Faraggi & Reiser (2005); Huang's dissertation (2020), §4.4 (federated
     quantile groups); Robin et al. (2011), pROC.
     """
     groups = session.aggregation(secure).risk_groups(truth, score, n_groups)
