@@ -110,8 +110,10 @@ def allowed(info: FieldInfo) -> str:
     return f"{name} {limits}".rstrip()
 
 
-# a parenthesis (one level of nesting inside) that cites a seed paper: "(seed 000 eqs. 1-2; DeLong 1988)"
-_CITATION = re.compile(r"\s*\((?:[^()]|\([^()]*\))*\bseeds? \d{3}\b(?:[^()]|\([^()]*\))*\)")
+# a parenthesis (one level of nesting inside) that cites one of the papers dsfed implements:
+# "(Schalk et al. 2024, eqs. 1-2; DeLong 1988)"
+_CITATION = re.compile(r"\s*\((?:[^()]|\([^()]*\))*"
+                       r"\b(?:Schalk|Huang|Wu et al\.|Xu & Cormode|Matthews & Harel)(?:[^()]|\([^()]*\))*\)")
 # the few technical words a function list cannot avoid, said once in plain words
 GLOSSARY = (
     "placement value: for one record, the share of the other class's scores that its own score "

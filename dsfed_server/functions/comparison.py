@@ -79,7 +79,7 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     secure_sum=SecureSum(("n", "sum_sq_a", "sum_sq_b", "sumsq_d")),
 )
 def paired_brier(ctx: CallContext, truth: pd.Series, score_a: pd.Series, score_b: pd.Series) -> dict[str, Any]:
-    """Count, :math:`\\sum (y - p_A)^2`, :math:`\\sum (y - p_B)^2` (seed 000 eq. 5 for each Brier
+    """Count, :math:`\\sum (y - p_A)^2`, :math:`\\sum (y - p_B)^2` (Schalk et al. 2024, eq. 5 for each Brier
     score) and :math:`\\sum d_i^2`, :math:`d_i = (y_i - p_{A,i})^2 - (y_i - p_{B,i})^2`."""
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b}, probability=True)
     ea, eb = (y - pa) ** 2, (y - pb) ** 2

@@ -1,4 +1,4 @@
-"""Site parts of federated ROC and PR curves from hierarchical histograms (seed 003: Xu &
+"""Site parts of federated ROC and PR curves from hierarchical histograms (Xu &
 Cormode 2025), and of the AUC, DeLong variance and ROC-GLM from histogram placement values.
 
 ``scoreHistogramDS`` counts the scores of the negatives and of the positives in a
@@ -28,7 +28,7 @@ The analyst post-processes the pooled counts into two global CDFs and may store 
 every site (``histReferenceDS``, edges and cumulative counts only). The sites then
 evaluate them at their own exact scores and release only sums over at least q records
 (``histPlacementSumsDS``), or build the ROC-GLM's intermediate table
-(``histRocGlmDataDS``), as seed 000 does from its noisy scores.
+(``histRocGlmDataDS``), as Schalk et al. (2024) do from its noisy scores.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
 def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np.ndarray],
                        positives: list[np.ndarray], p: np.ndarray, score: pd.Series) -> PooledSteps:
     """The noisy histograms as a pooled release: summed among the sites, then released, and the
-    global CDFs derived from them kept at every site as the symbol the result names (rule 3: the
+    global CDFs derived from them kept at every site as the symbol the result names (the
     histogram AUC's reference comes from the sites, derived alike from the same pooled counts).
 
     The reference's leaf edges are cuts for the exact sums later evaluated against it (placement
@@ -363,7 +363,7 @@ def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p:
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                       thresholds: int, within_bin: str) -> pd.DataFrame:
-    """The site's intermediate ROC-GLM table (seed 000, "The ROC-GLM") from the histogram CDF:
+    """The site's intermediate ROC-GLM table (Schalk et al. 2024, "The ROC-GLM") from the histogram CDF:
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
     y, (p,) = complete_pairs(ctx, truth, {"score": score})

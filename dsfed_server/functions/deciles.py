@@ -1,5 +1,5 @@
 """Hosmer-Lemeshow C, ECE and MCE over R's deciles of risk of the pooled predictions, found by the
-sites on pooled counts (seed 001 §3.5.3, §4.8; seed 002's distributed H-L test).
+sites on pooled counts (Huang 2020, §3.5.3, §4.8; Wu et al.'s (2012) distributed H-L test).
 
 A pooled protocol of several steps (:class:`~dsfed_server.disclosure.relay.PooledSteps`): the
 analyst relays sealed vectors and learns nothing until the last step.

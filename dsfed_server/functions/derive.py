@@ -7,7 +7,7 @@ site reads as this call. The expression is a call tree (:class:`~dsfed_core.call
 parsed by :mod:`dsfed_core.parser` within the site's limits) that the site's own interpreter
 (:mod:`dsfed_server.arithmetic`) evaluates over numpy; nothing is evaluated as code.
 
-What the site checks before the column exists (rule 2: the site controls every cut):
+What the site checks before the column exists (the site controls every cut):
 
 - every comparison and every ``pmin``/``pmax``/``abs`` kink cuts one column at a value the analyst
   chose: the cuts of each column go through the release gate as a subset condition's do

@@ -1,4 +1,4 @@
-"""The site's share of a distributed GLM (seed 000 "Distributed GLM"; seed 002, eq. for
+"""The site's share of a distributed GLM (Schalk et al. 2024, "Distributed GLM"; Wu et al. 2012, eq. for
 Newton-Raphson on summed site parts), with dsBase's names ``glmDS1`` / ``glmDS2``.
 
 For a coefficient vector :math:`\\beta` (or, in the first round, R's
@@ -436,11 +436,11 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
 
 
 def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None) -> PooledSteps:
-    """The distributed Fisher scoring as a pooled protocol (rule 3: the iterates come from the sites).
+    """The distributed Fisher scoring as a pooled protocol (the iterates come from the sites).
 
     Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
     parts (what the analyst needs to follow the fit and to stop it: the deviance) and every site
-    derives :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` itself (seed 002,
+    derives :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` itself (Wu et al. 2012,
     Newton-Raphson on summed parts). No coefficient comes from the analyst, so none can saturate
     the linear predictor into a step around a record. ``frame`` gives the model frame
     (:func:`_weak_frame`)."""

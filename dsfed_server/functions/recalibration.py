@@ -1,4 +1,4 @@
-"""Applying a recalibration map at the site (seed 001, chapter 4: federated (smooth) isotonic
+"""Applying a recalibration map at the site (Huang 2020, chapter 4: federated (smooth) isotonic
 recalibration; §3.6.1-3.6.2: Platt scaling and isotonic regression).
 
 The analyst fits the map from aggregates (the distributed GLM for Platt scaling; weighted PAVA on
@@ -9,7 +9,7 @@ and stores the recalibrated probabilities as a new server-side vector. Nothing l
 the recalibrated vector is subject to the same rules as any score when it is validated
 (``brierDS``, ``groupSumsDS``, ...).
 
-What the site checks before the vector exists (rule 2: the site controls every cut). A map is a
+What the site checks before the vector exists (the site controls every cut). A map is a
 monotone transform the analyst chose, so the places where it changes fast are cuts of the analyst's
 choosing on the score: a step map with one jump just below a site's highest score is an indicator
 of the top record, and ``brierDS`` on it would release that record's outcome. The site therefore
@@ -155,7 +155,7 @@ def _array(x: object) -> np.ndarray | None:
 )
 def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: list[float] | None,
                 knots: list[float] | None, values: list[float] | None) -> pd.Series:
-    """Recalibrated probabilities of ``score`` under a map given as numbers (seed 001, ch. 4).
+    """Recalibrated probabilities of ``score`` under a map given as numbers (Huang 2020, ch. 4).
 
     ``logistic``: :math:`\\operatorname{expit}(a + b\\,\\operatorname{logit}(p))` with
     ``coefficients = c(a, b)`` (Platt scaling, §3.6.1). ``pchip``: the smooth isotonic regression

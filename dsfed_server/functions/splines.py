@@ -1,10 +1,10 @@
 """Smooth (spline) calibration at the sites: the knots of a restricted cubic spline of logit(p) from
-pooled quantiles, its basis, and the calibration errors of the fitted curve (issue 16 point 3;
-Austin & Steyerberg 2019, "The Integrated Calibration Index (ICI) and related metrics").
+pooled quantiles, its basis, and the calibration errors of the fitted curve (Austin & Steyerberg
+2019, "The Integrated Calibration Index (ICI) and related metrics").
 
-**Knots come from the sites (rule 3).** ``rms::rcs(qlogis(p), 4)`` puts its knots at the 5, 35, 65
-and 95 % type-7 quantiles of logit(p). A knot is a data-dependent parameter, and one of the
-analyst's choosing would be a differencing tool: the GLM's parts are sums of
+**Knots come from the sites**, as every data-dependent parameter does. ``rms::rcs(qlogis(p), 4)`` puts
+its knots at the 5, 35, 65 and 95 % type-7 quantiles of logit(p). A knot is a data-dependent parameter,
+and one of the analyst's choosing would be a differencing tool: the GLM's parts are sums of
 :math:`(x_i - t)_+^3` times outcomes, a piecewise cubic in :math:`t` whose breakpoints are the
 records' values, so a few fits at knots the analyst moves recover records; the GLM's saturation
 limit (parameters per record) does not stop that, since each fit has four parameters. So
@@ -17,7 +17,7 @@ such a symbol. What leaves is the knots (and the 1 and 99 % quantiles bounding t
 type-7 quantiles, as ``quantileMeanDS`` releases them, on at least ``quantile_min_multiple`` x q
 pooled records.
 
-**The knots are cuts (rule 2).** A knot :math:`t` (and a bound of the range) cuts the score column
+**The knots are cuts, which the site controls.** A knot :math:`t` (and a bound of the range) cuts the score column
 at :math:`\\mathrm{expit}(t)`: beside a cut released before on that column (an H-L break, a
 calibration bin, a threshold) it would single out the records between the two. So, once the search
 settles, one more pooled step counts the column's records between all cuts -- these with the

@@ -1,9 +1,9 @@
-"""Site parts of the validation of a binary prediction model (seeds 000, 001, 002).
+"""Site parts of the validation of a binary prediction model (Schalk et al. 2024; Huang 2020; Wu et al. 2012).
 
 Every function here takes the outcome ``truth`` (0/1) and the predicted
 ``score`` of the same records, drops records where either is missing, and
 refuses a release resting on fewer than q records, positives or negatives
-(rule A1 of seed 000; a binary outcome level below q is refused as in
+(rule A1 of Schalk et al. 2024; a binary outcome level below q is refused as in
 DataSHIELD's ``glmDS1``): a site's own in a per-site release, the sums over
 the sites in a pooled one. A table that stays on the site applies no count
 itself; the releases from it do. What leaves the site is a sum over at least q
@@ -100,7 +100,7 @@ def complete_pairs(ctx: CallContext, truth: pd.Series, scores: dict[str, pd.Seri
 def noisy_scores(ctx: CallContext, truth: pd.Series, score: pd.Series, epsilon: float | None,
                  delta: float | None, sensitivity: float | None) -> dict[str, Any]:
     """The scores of the negatives and of the positives with Gaussian noise, each sorted
-    (seed 000, "Approximating the global survivor functions"):
+    (Schalk et al. 2024, "Approximating the global survivor functions"):
     :math:`\\tilde F^{(k)} = F^{(k)} + r^{(k)}`, :math:`r \\sim N(0, \\tau^2)`, :math:`\\tau` from
     the analytic Gaussian mechanism with the site's epsilon, delta and sensitivity. The two
     classes are disjoint sets of records, so together they cost one (epsilon, delta).
@@ -167,7 +167,7 @@ def declared_score_range(ctx: CallContext, score: pd.Series) -> tuple[float, flo
 )
 def reference_scores(ctx: CallContext, negatives: list[float], positives: list[float]) -> pd.DataFrame:
     """Store the pooled (noisy) scores of all sites, as a table (score, class), for the placement
-    values (seed 000): the global survivor functions are built from it at the site."""
+    values (Schalk et al. 2024): the global survivor functions are built from it at the site."""
     if len(negatives) == 0 or len(positives) == 0:
         raise CallError("both negatives and positives must be given")
     parts = [np.asarray(v, dtype=float) for v in (negatives, positives)]
@@ -193,7 +193,7 @@ def _share_below(reference: np.ndarray, x: np.ndarray, ties: float) -> np.ndarra
 
 def reference_cdf(ctx: CallContext, table: pd.DataFrame, cls: int, p: np.ndarray, x: np.ndarray, ties: float,
                   root: RootColumn | None = None) -> np.ndarray:
-    """Seed 000's step function :func:`_share_below` of the class-``cls`` reference scores in
+    """Schalk et al.'s (2024) step function :func:`_share_below` of the class-``cls`` reference scores in
     ``table`` at x, as the site's rules let it be evaluated.
 
     With ``disclosure.cut_history`` the step function is written as a piecewise-linear CDF with
@@ -256,7 +256,7 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
     secure_sum=PLACEMENT_SUMS,
 )
 def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame) -> dict[str, Any]:
-    """Sums and sums of squares of this site's placement values (seed 000 eqs. 1-2; DeLong 1988).
+    """Sums and sums of squares of this site's placement values (Schalk et al. 2024, eqs. 1-2; DeLong 1988).
 
     For a positive with score :math:`x`, :math:`V_{10} = \\tilde S_0(x)` counts the reference
     negatives below :math:`x` (ties one half); for a negative, :math:`V_{01}` counts the reference
@@ -311,7 +311,7 @@ def placement_sums_result(batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> d
 )
 def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                  thresholds: int) -> pd.DataFrame:
-    """The site's intermediate ROC-GLM data (seed 000, "The ROC-GLM"), aggregated over thresholds.
+    """The site's intermediate ROC-GLM data (Schalk et al. 2024, "The ROC-GLM"), aggregated over thresholds.
 
     Placement values of the positives :math:`PV_i = \\tilde S_0(F_{1,i})` (share of reference
     negatives above the score), thresholds :math:`t_j = j/(n_T+1)`, responses
@@ -324,7 +324,7 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
 
 
 def roc_glm_table(pv: np.ndarray, thresholds: int, y: np.ndarray) -> pd.DataFrame:
-    """Seed 000's ROC-GLM rows from the positives' placement values: thresholds
+    """Schalk et al.'s (2024) ROC-GLM rows from the positives' placement values: thresholds
     :math:`t_j = j/(n_T+1)`, responses :math:`u_{ij} = 1(PV_i \\le t_j)` aggregated as
     ``(u, x = \\Phi^{-1}(t_j), w = count)``. Its counts summarize the site's records of outcome
     ``y``, so every release from it applies rule A1 to those records (:data:`RECORDS_BEHIND`): per
@@ -345,7 +345,7 @@ def roc_glm_table(pv: np.ndarray, thresholds: int, y: np.ndarray) -> pd.DataFram
 @register("brierDS", "aggregate", [_TRUTH, _SCORE], checks=_A1,
           secure_sum=SecureSum(("n", "sum_y", "sum_p", "sum_sq", "spiegelhalter_num", "spiegelhalter_var")))
 def brier(ctx: CallContext, truth: pd.Series, score: pd.Series) -> dict[str, Any]:
-    """Sums for the Brier score (seed 000 eq. 5) and Spiegelhalter's z (seed 001 §3.5.1).
+    """Sums for the Brier score (Schalk et al. 2024, eq. 5) and Spiegelhalter's z (Huang 2020, §3.5.1).
 
     :math:`BS = \\sum (y - p)^2 / n`; :math:`z = \\sum (y - p)(1 - 2p) /
     \\sqrt{\\sum (1 - 2p)^2 p (1 - p)}`.
@@ -390,7 +390,7 @@ def binned_sums(lower: float, upper: float) -> Callable[[Released], dict[str, An
     cells=True,
 )
 def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins: int) -> Intervals:
-    """Per-bin counts, sums of predictions and of outcomes for the calibration curve (seed 000),
+    """Per-bin counts, sums of predictions and of outcomes for the calibration curve (Schalk et al. 2024),
     over ``bins`` equal-width bins on [0, 1] (:func:`calibration_cuts`). The release gate
     (:mod:`dsfed_server.disclosure.gate`) merges a bin holding fewer than q records with the next
     (per site, or pooled over the sites under secure aggregation)."""
@@ -474,7 +474,7 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Inte
     cells=True,
 )
 def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: list[float]) -> Intervals:
-    """Observed and expected events per group for Hosmer-Lemeshow and ECE/MCE (seed 001 §3.5.3, §4.8).
+    """Observed and expected events per group for Hosmer-Lemeshow and ECE/MCE (Huang 2020, §3.5.3, §4.8).
 
     Groups are R's ``cut(score, breaks, include.lowest = TRUE)``: (b0, b1], ..., with the first
     closed. The release gate merges a group holding fewer than q records with the next.
@@ -493,7 +493,7 @@ def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: lis
 @register("calibrationFrameDS", "assign", [_TRUTH, _SCORE], checks=_A1)
 def calibration_frame(ctx: CallContext, truth: pd.Series, score: pd.Series) -> pd.DataFrame:
     """A table (y, lp = logit(p)) for logistic recalibration by the distributed GLM
-    (calibration intercept and slope, seed 001 §3.5; ``rms::val.prob``'s Intercept and Slope).
+    (calibration intercept and slope, Huang 2020, §3.5; ``rms::val.prob``'s Intercept and Slope).
     Records with p = 0 or 1 (infinite logit) are left out, as ``val.prob`` does. A table of the
     records themselves: the GLM on it applies q to its records and outcome levels, per site or pooled."""
     y, (p,) = complete_pairs(ctx, truth, {"score": score}, probability=True)
