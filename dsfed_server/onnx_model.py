@@ -1,6 +1,6 @@
 """ONNX graphs as prediction models: read strictly, described for the board, run by onnxruntime.
 
-The second model format of issue 12 (the first is the GLM of :mod:`dsfed_core.models`): an ONNX
+The second model format (the first is the GLM of :mod:`dsfed_core.models`): an ONNX
 graph (https://onnx.ai/onnx/repo-docs/IR.html) as ``skl2onnx`` writes an sklearn pipeline. Nothing
 in it is code: the site parses it with the ``onnx`` package, runs ``onnx.checker.check_model``,
 and walks every node, subgraphs included, against :mod:`dsfed_server.onnx_ops`. It refuses a graph

@@ -52,7 +52,7 @@ def _irls(X: np.ndarray, y: np.ndarray, w: np.ndarray, link: str, tol: float = 1
 
 
 def roc_glm(y: np.ndarray, p: np.ndarray, n_thresholds: int = 99) -> tuple[float, float, float]:
-    """Pooled ROC-GLM (Pepe 2003; seed 000): probit of u = 1(PV <= t) on Phi^-1(t), weighted."""
+    """Pooled ROC-GLM (Pepe 2003; Schalk et al. 2024): probit of u = 1(PV <= t) on Phi^-1(t), weighted."""
     neg = np.sort(p[y == 0])
     pv = (neg.size - np.searchsorted(neg, p[y == 1], side="right")) / neg.size
     t = np.arange(1, n_thresholds + 1) / (n_thresholds + 1)

@@ -646,9 +646,9 @@ class SiteService:
                       scope: CallScope, record: dict) -> dict[str, Any]:
         """First step of a relayed protocol (:mod:`dsfed_server.disclosure.relay`): as a pooled one,
         the sites derive every step's parameters from the summed step before, never taking them
-        from the analyst (rule 3), but every count is checked here, per site, before anything is
-        sealed, and the round needs no more sites than its peers (a GLM fit at two sites, or at
-        sites that check per site only). The analyst receives the sums over the sites."""
+        from the analyst (data-dependent parameters come from the sites), but every count is checked
+        here, per site, before anything is sealed, and the round needs no more sites than its peers (a
+        GLM fit at two sites, or at sites that check per site only). The analyst receives the sums over the sites."""
         if not spec.relayable:
             offered = ", ".join(s.name for s in self.registry if s.relayable)
             raise CallError(f"{spec.name} does not offer a relayed protocol", hint=f"functions that do: {offered}")

@@ -1,4 +1,4 @@
-"""Vector symbols held as how the site computes them, not as their values (issue 17: views).
+"""Vector symbols held as how the site computes them, not as their values (views).
 
 ``deriveDS``'s column and ``predictDS``'s predictions of a GLM (of an ONNX graph too, where the site
 asks) are kept as a :class:`ColumnView`: what the computation read, as the workspace held it when

@@ -116,7 +116,7 @@ class Guard:
         return Floor(self.q, margin, self.secret)
 
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
-        """Any aggregate rests on at least q records (rule A1 of seed 000; nfilter.tab); with
+        """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with
         ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count
         is summed over the sites and the pooled count is checked (:meth:`pooled_minimum`)."""
         q = self.q  # applied here or, deferred, on the pooled count
@@ -569,7 +569,7 @@ class Guard:
         """Placement values against a reference CDF are a step inside each of its bins ('tied'): linear
         inside a bin they are a strictly increasing function of each record's score, and against an
         analyst who knows every other record their sum is the last record's score (Matthews & Harel,
-        seed 004). As a step, the sum is one per cell the gate released. ``'linear'`` only where the
+        Matthews & Harel (2013)). As a step, the sum is one per cell the gate released. ``'linear'`` only where the
         rules keep no cut history (test profiles)."""
         if within_bin == "linear" and self.rule("disclosure.cut_history"):
             raise self._refuse(

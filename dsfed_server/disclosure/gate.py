@@ -32,7 +32,7 @@ released before from the same table, across columns
 (the requested cuts together with every cut of the relayed history), the sites add the counts and
 sums among themselves (:mod:`dsfed_server.disclosure.relay`), and each site takes the same
 decisions on the pooled counts with the largest q of the sites: the analyst sees pooled cells,
-so the pooled cells are what is checked (rule 1). A requested cut not kept moves to the history
+so the pooled cells are what is checked (check what is released). A requested cut not kept moves to the history
 cut nearest to it in value (or is dropped); the released cells are unions of refined cells, so no
 second round is needed for the cells. The sites' random picks and margins use a key only they know:
 the sum of a secret share every site adds to the pooled vector (:data:`NONCE`). Each site's records

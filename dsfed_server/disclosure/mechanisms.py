@@ -10,7 +10,7 @@ Theorem 8): the mechanism :math:`M(x) = f(x) + N(0, \\sigma^2)` with
           \\le \\delta ,
 
 and the smallest such :math:`\\sigma` is the root of equality (the left side
-decreases in :math:`\\sigma`). Seed 000 uses this mechanism for the noisy scores.
+decreases in :math:`\\sigma`). Schalk et al. (2024) use this mechanism for the noisy scores.
 
 Noise is drawn from a generator seeded by HMAC-SHA256 of the site's secret and
 the query's content (:func:`seeded_rng`): the same query on the same data gives

@@ -2,8 +2,8 @@
 
 Secure aggregation (:mod:`dsfed_server.disclosure.secure_sum`) gives the *analyst* the sum over
 sites. A pooled release gives it to the *sites* first, so that each site can check the pooled
-cells against its own rules before anything leaves (rule 1: check what is released), and
-derive the next round's parameters from an authenticated pooled result (rule 3):
+cells against its own rules before anything leaves (check what is released), and
+derive the next round's parameters from an authenticated pooled result (data-dependent parameters come from the sites):
 
 1. **Seal.** Site *i* encodes its vector :math:`x_i` in fixed point, adds its pairwise masks
    (``secure_sum.mask``: the masks cancel in the sum over sites) and encrypts the masked vector
@@ -25,7 +25,7 @@ derive the next round's parameters from an authenticated pooled result (rule 3):
 Each step of a round is sealed once and opened once. A function may declare a protocol of
 several steps (:class:`PooledSteps`): each pooled result then yields what the sites release now
 and, derived from it at every site alike, this site's vector for the next step -- the next probes
-of a quantile search, the next iterate of a GLM -- sealed in the same call (rule 3: the next
+of a quantile search, the next iterate of a GLM -- sealed in the same call (the next
 round's parameters come from the sites, not from the analyst).
 
 A **relayed** protocol (the ``relayed`` option; GLM fits) runs the same steps where pooled

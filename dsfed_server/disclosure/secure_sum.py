@@ -1,5 +1,5 @@
 """Secure aggregation: the analyst receives the sum over sites of a result vector, never one
-site's contribution (institutional privacy, seed 002: Wu et al. 2012, "secure summation").
+site's contribution (institutional privacy, Wu et al. 2012, "secure summation").
 
 Protocol (pairwise additive masks, as Bonawitz et al. 2017 without the drop-out recovery):
 
