@@ -7,7 +7,7 @@ question of where the leaves lie.
 Pooled releases (secure aggregation) at five in-process sites of ``default.toml`` (epsilon 1, delta
 1e-5) with ``secure_aggregation.honest_sites`` = 1 (shipped) and 5; exact class totals, levels
 1..L sharing the budget equally (decay 1); n = 500, one data set per design (binormal risk, AUC 0.75,
-prevalence 0.3; seed 000's). The expected absolute error of a normal error is 0.80 of its sd.
+prevalence 0.3; that of Schalk et al. 2024). The expected absolute error of a normal error is 0.80 of its sd.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Benchmark: coverage of the histogram AUC's 95 % interval (DeLong + noise variance) on seed 000's
+"""Benchmark: coverage of the histogram AUC's 95 % interval (DeLong + noise variance) on Schalk et al.'s (2024)
 simulation design, the default of ``validate()`` (pooled releases under secure aggregation).
 
     .venv/bin/python bench/coverage.py --reps 200      # the figure in bench/RESULTS.md (a few minutes)
     .venv/bin/python bench/coverage.py --reps 40       # quicker
     .venv/bin/python bench/coverage.py --design binormal --reps 100   # smooth risk (binormal AUC 0.75)
 
-Design (seed 000, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
+Design (Schalk et al. 2024, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
 y = 1(score >= 0.5) with a fraction gamma ~ U[0.5, 1] of the labels redrawn from Ber(0.5);
 split at random over 5 in-process sites running ``disclosure_rules/default.toml`` (epsilon = 1,
 delta = 1e-5, every site adding its full noise) with a budget large enough for the loop. For each
@@ -15,7 +15,7 @@ variance around the population AUC, so for the sample's own AUC it is generous; 
 is checked on its own too: z = (estimate - exact AUC) / noise sd should have sd about 1, and the
 bias, mean (estimate - exact AUC), is reported with its standard error. ``--design binormal``: a
 smooth risk instead (binormal scores, AUC 0.75, prevalence 0.3, same sizes), where a histogram's
-leaves hide pairs of different scores (seed 000's risk is flat but for a step at a leaf edge).
+leaves hide pairs of different scores (Schalk et al.'s (2024) risk is flat but for a step at a leaf edge).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Benchmark: federated ROC and PR curves from noisy hierarchical histograms (seed 003) against
-the exact pooled empirical curves: area error (seed 003, Definition 1) over Q and epsilon.
+"""Benchmark: federated ROC and PR curves from noisy hierarchical histograms (Xu & Cormode 2025) against
+the exact pooled empirical curves: area error (Xu & Cormode 2025, Definition 1) over Q and epsilon.
 
     .venv/bin/python bench/curves.py                          # K = 1 and 5 sites, 20 data sets
     .venv/bin/python bench/curves.py --sites 5 --reps 5       # quicker

@@ -1,16 +1,16 @@
 """Benchmark: AUC from histogram placement values (noisy hierarchical histograms, DeLong sums)
-against seed 000's paper-faithful mode (noisy scores, ROC-GLM), on seed 000's simulation design.
+against the paper-faithful mode of Schalk et al. (2024) (noisy scores, ROC-GLM), on their simulation design.
 
     .venv/bin/python bench/hist_auc.py --reps 250       # 250 simulated data sets (about 1-3 minutes)
     .venv/bin/python bench/hist_auc.py --reps 50        # quicker
     .venv/bin/python bench/hist_auc.py --design binormal --n 500 --secure --honest-sites 1 --no-paper \
         --min-levels 3 6 --reps 200                     # smooth risk, validate()'s default (pooled)
 
-Design (seed 000, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
+Design (Schalk et al. 2024, "Data generation"): n drawn from {100, 200, ..., 2500}; scores U[0, 1];
 y = 1(score >= 0.5) with a fraction gamma ~ U[0.5, 1] of the labels redrawn from Ber(0.5);
 split at random over 5 in-process sites. ``--design binormal``: a smooth risk instead (binormal
 scores, AUC 0.75, prevalence 0.3, :func:`dsfed_server.synthetic.binormal`) at ``--n`` records;
-seed 000's risk is flat except for a step at 0.5, always a leaf edge, so a histogram's bins hide
+Schalk et al.'s (2024) risk is flat except for a step at 0.5, always a leaf edge, so a histogram's bins hide
 nothing there. ``--cuts-first`` releases the calibration curve's bins and the Hosmer-Lemeshow H
 and C groups on the score before the AUC, as ``validate()`` did. Privacy: epsilon = 1, delta = 1e-5 at every site
 (a copy of ``disclosure_rules/default.toml`` with the score l2-sensitivity Delta2 = 0.1 for

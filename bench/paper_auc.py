@@ -8,8 +8,8 @@ make it usable?
 Each site adds Gaussian noise of standard deviation sigma(epsilon, delta, Delta) to every score
 (the analytic Gaussian; Delta = ``privacy.score_l2_sensitivity``). The reliability ratio of the
 pooled noisy scores, 1 - sigma^2 / var(noisy score), does not depend on n: the noise is per
-record. Designs: binormal risk (AUC 0.75, prevalence 0.3) and seed 000's (uniform scores, a step
-at 0.5), five in-process sites of ``default.toml`` (delta 1e-5, Delta 0.2) with a budget that
+record. Designs: binormal risk (AUC 0.75, prevalence 0.3) and that of Schalk et al. (2024)
+(uniform scores, a step at 0.5), five in-process sites of ``default.toml`` (delta 1e-5, Delta 0.2) with a budget that
 does not stop the loop; ``--epsilon`` values other than the shipped 1 are what-ifs, never a
 shipped value. Per setting: sigma, mean reliability, share of results flagged ``swamped``, share
 whose note names ``ds_hist_auc``, mean |ds_auc - pooled AUC|, and coverage of the pooled AUC by

@@ -1,8 +1,8 @@
 """What subsets, combined tables and views cost a site: bytes held after the call and peak bytes during it.
 
-One in-process site of ``--n`` records (binormal design: y, score, x1, x2 as Parquet, seed 000's
-rules of site1.toml), the analyst's calls measured with tracemalloc (numpy reports its buffers to
-it) from the moment before the call:
+One in-process site of ``--n`` records (binormal design: y, score, x1, x2 as Parquet, the rules of
+site1.toml, set for the method of Schalk et al. 2024), the analyst's calls measured with tracemalloc
+(numpy reports its buffers to it) from the moment before the call:
 
 - ``S <- dataFrameSubsetDS2(D, D$x1 > 0)``, ``S2 <- dataFrameSubsetDS2(S, S$score < 0.5)``: held
   should be the kept records' positions (4 bytes each), against a copy of the subset's columns;
@@ -14,7 +14,7 @@ it) from the moment before the call:
   (``gbsg2-gbm``, 100 trees) over a million GBSG2 records in a fresh process, its time and peak
   resident memory: what every read of its predictions pays as a view (``[catalog] onnx_predictions
   = "view"``; by default they are stored);
-- the peak above the start, against the bytes of the columns the call reads (issue 17's 3 x): a
+- the peak above the start, against the bytes of the columns the call reads (against a bound of 3 x): a
   condition's column as the call sees it and the site table column whose cut history checks it;
 - the same subset in pooled numpy (``frame[frame.x1 > 0]``) for time, in the same run.
 

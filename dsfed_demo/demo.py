@@ -5,7 +5,7 @@ Starts one ``dsfed-server`` process per site from ``opal_fixtures/`` and
 assigns the validation table, runs allowlisted aggregates (counts, means, a
 table, a histogram, quantiles by R if this machine has it, a subset), shows a
 disclosive request refused with the rule that refused it, validates the fixture's
-score, runs seed 000's workflow (:mod:`dsfed_demo.models`: models fitted on a
+score, runs Schalk et al.'s (2024) workflow (:mod:`dsfed_demo.models`: models fitted on a
 training site, approved, applied and validated at the five sites, compared paired),
 closes the session, stops the sites (also on Ctrl-C) and verifies every site's
 audit chain (the training site's too).
@@ -106,7 +106,7 @@ def _pooled_fixture(fixtures: Path) -> "pd.DataFrame":
 
 
 def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignore[no-untyped-def]
-    """Seed 000's analysis of the GBSG2 sites by the default method, each estimate beside the pooled one."""
+    """Schalk et al.'s (2024) analysis of the GBSG2 sites by the default method, each estimate beside the pooled one."""
     from dsfed_server import pooled  # noqa: PLC0415
     from dsfed_client.analyses.suite import validate  # noqa: PLC0415
 

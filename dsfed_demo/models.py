@@ -1,4 +1,4 @@
-"""Seed 000's workflow in the demo: models fitted on the GBSG2 training split, approved by the
+"""Schalk et al.'s (2024) workflow in the demo: models fitted on the GBSG2 training split, approved by the
 validation sites' boards, applied there, validated side by side.
 
 The training split is served by a site of its own (``opal_fixtures/training``, under site1's
@@ -11,7 +11,7 @@ code (:mod:`dsfed_core.models`):
 * an sklearn gradient-boosting model exported to ONNX (``opal_fixtures/scripts/fit_gbm_onnx.py``,
   ``opal_fixtures/models/gbsg2-gbm.onnx``, approved by its SHA-256 too).
 
-The fixture's own score column (seed 000's ranger forest) stays the third model.
+The fixture's own score column (Schalk et al.'s (2024) ranger forest) stays the third model.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ class Report:
     def __init__(self) -> None:
         self.results: dict[str, Any] = {}
         self.validation: tuple[Any, dict[str, Any]] | None = None  # (ValidationReport, study info) for the HTML
-        self.models: dict[str, Any] = {}  # ValidationReport by model label (seed 000's workflow)
+        self.models: dict[str, Any] = {}  # ValidationReport by model label (Schalk et al.'s (2024) workflow)
         self.comparison: Any = None  # ModelComparison of the last two models
 
     def section(self, title: str) -> None:
