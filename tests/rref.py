@@ -73,7 +73,7 @@ ece_ref <- function(y, p, g) {
 """
 
 R_ROCGLM_FIT = """
-# The ROC-GLM of seed 000 from each positive's placement value pv(s) against the pooled negatives: each
+# The ROC-GLM of Schalk et al. (2024) from each positive's placement value pv(s) against the pooled negatives: each
 # site's intermediate data u = 1(PV <= t_j) over t_j = j / (nT + 1), aggregated with weights, the rows
 # of all sites stacked ("the same intermediate data") and fitted by R's probit glm: (a, b).
 rocglm_fit <- function(y, p, site, nT, pv) {
@@ -100,7 +100,7 @@ rocglm_ref <- function(y, p, site, nT) {
 """
 
 R_CALCURVE = """
-# seed 000's calibration curve: bins [p_l, p_l+1), the last one closed
+# the calibration curve of Schalk et al. (2024): bins [p_l, p_l+1), the last one closed
 calcurve_ref <- function(y, p, nbins) {
   b <- cut(p, seq(0, 1, length.out = nbins + 1), right = FALSE, include.lowest = TRUE)
   c(as.vector(table(b)), as.vector(tapply(y, b, mean)), as.vector(tapply(p, b, mean)))

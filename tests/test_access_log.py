@@ -1,4 +1,4 @@
-"""The access log (issue 15): one line per HTTP request with its status and authenticated user,
+"""The access log: one line per HTTP request with its status and authenticated user,
 written by a real server on loopback, and never a password, token, header, query string or body."""
 
 from __future__ import annotations

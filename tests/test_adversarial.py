@@ -1,4 +1,4 @@
-"""A hostile analyst with valid credentials against a site at default rules (issue 11).
+"""A hostile analyst with valid credentials against a site at default rules.
 
 Every attack class the issue names, each as its own test, run through the native door (``/v1``)
 and the DataSHIELD door (``/ws``, the unmodified PyPI DataSHIELD client), with one account or
@@ -302,8 +302,8 @@ BISECTION: dict[str, Callable[[float, float], str]] = {
 
 def _record_between(result: Any, name: str, m: float) -> bool:
     """The bisection's reading of one answer: a record lies between a and m if the site would not
-    release m (an empty cell between a and m was released as such by the gate before issue 11's
-    last fix; a cell of one record never)."""
+    release m (an empty cell between a and m was released as such by the gate before the fixes
+    this file tests; a cell of one record never)."""
     if isinstance(result, Refused):
         return True
     if name == "countBelowDS":
@@ -552,7 +552,7 @@ def test_new_draws_run_out_of_one_budget_for_every_account(fed, scenario):
     assert np.median(errors) > 0.3 * sigma and np.median(errors) > 0.05
 
 
-# --- 5. Matthews & Harel (seed 004): every record known but one ----------------------------------
+# --- 5. Matthews & Harel (2013): every record known but one ----------------------------------
 
 MH_TARGETS = tuple(range(10, 42, 4))  # ranks (by score) of the held-out records
 

@@ -76,7 +76,7 @@ def test_match_binds_as_r_does(call: tuple[FunctionSpec, list[Arg]]) -> None:
     assert_binds_as_r(*call)
 
 
-ISSUE_CALLS = [  # issue 18: named arguments first, then the unnamed ones in order
+ISSUE_CALLS = [  # R's matching: named arguments first, then the unnamed ones in order
     ("histogramDS2", [None, None, None, None, "method.indicator", None, None],
      {"xvect": 1, "num.breaks": 2, "min": 3, "max": 4, "method.indicator": 5, "k": 6, "noise": 7}),
     ("glmDS1", [None, "family", None, None, None],

@@ -10,10 +10,10 @@
 4. a client sending a tiny sensitivity or a large epsilon/delta -- ``privacy.*``;
 5. smuggled code or serialized objects -- the parser and the structured-call reader;
 6. reconstructing a held-out record from a released ROC curve and the rest of the data
-   (seed 004, Matthews & Harel 2013): succeeds on an exact empirical ROC curve computed
+   (Matthews & Harel 2013): succeeds on an exact empirical ROC curve computed
    outside dsfed, fails on what dsfed releases (ROC-GLM (a, b); noisy scores);
 7. a crafted reference CDF (steps around one record) that turns histogram placement sums into
-   threshold counts, through the histogram reference or seed 000's reference scores -- the
+   threshold counts, through the histogram reference or Schalk et al.'s (2024) reference scores -- the
    site's reference cuts (``disclosure.cut_history``: q on the union of the references'
    bins and every cut released before, :mod:`dsfed_server.disclosure.gate`).
 
@@ -290,7 +290,7 @@ def test_serialized_objects_are_never_unpickled(site, tmp_path):
     assert marker.exists()
 
 
-# --- 6. ROC-curve reconstruction (seed 004) -----------------------------------------------------
+# --- 6. ROC-curve reconstruction (Matthews & Harel 2013) -----------------------------------------------------
 
 
 def _groups(y: np.ndarray, s: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
@@ -316,7 +316,7 @@ def _class_total(rates: np.ndarray, known: int) -> int | None:
 
 
 def roc_attack(fpr: np.ndarray, tpr: np.ndarray, y_known: np.ndarray, s_known: np.ndarray):
-    """Seed 004's attack for one held-out record: align the curve's steps with the known records'.
+    """Matthews & Harel's (2013) attack for one held-out record: align the curve's steps with the known records'.
     Returns the consistent (label, (low, high)) solutions: label exact, score up to its rank."""
     P = _class_total(tpr, int(y_known.sum()))
     N = _class_total(fpr, int((1 - y_known).sum()))
@@ -376,7 +376,7 @@ def test_roc_reconstruction_works_on_an_exact_curve_and_fails_on_roc_glm(gbsg2_p
     glm_fpr, glm_tpr = _binormal_step_curve(fit.a, fit.b, P, N)
     for i in HELD_OUT:
         keep = np.arange(y.size) != i
-        # an exact empirical ROC curve (computed outside dsfed) gives the record away: seed 004's result
+        # an exact empirical ROC curve (computed outside dsfed) gives the record away: Matthews & Harel's (2013) result
         assert _recovered(roc_attack(fpr, tpr, y[keep], s[keep]), int(y[i]), float(s[i]))
         # dsfed's ROC-GLM (two parameters under the sites' noise) does not
         assert not _recovered(roc_attack(glm_fpr, glm_tpr, y[keep], s[keep]), int(y[i]), float(s[i]))
@@ -532,7 +532,7 @@ def _step_pairs(provisioned, services, x, targets, function, reference):
 
 
 def test_crafted_reference_scores_cannot_read_a_label(site):
-    """The same attack through seed 000's placement sums (found in review): referenceScoresDS
+    """The same attack through Schalk et al.'s (2024) placement sums (found in review): referenceScoresDS
     with a single negative reference score t makes placementSumsDS count the positives above t.
     Exactly computed, two such sums around one record give its label; through dsfed the site
     keeps the step of at most one reference of every pair (rule disclosure.cut_history):

@@ -1,4 +1,4 @@
-"""Seed 000's AUC from noisy scores (``ds_auc``) against the known truth of the pooled records: its
+"""Schalk et al.'s (2024) AUC from noisy scores (``ds_auc``) against the known truth of the pooled records: its
 interval carries the noise's variance and its bias, and where the noise swamps the scores it gives
 no interval and names the estimator to use instead.
 

@@ -1,4 +1,4 @@
-"""Issue 15: the privacy budget's figures agree wherever they are shown, and a noisy call that would
+"""The privacy budget's figures agree wherever they are shown, and a noisy call that would
 use much of what remains warns first.
 
 Over real site processes on loopback with the noise on, two analysts run noisy calls; then the

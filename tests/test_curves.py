@@ -1,5 +1,5 @@
-"""Federated ROC/PR curves from hierarchical histograms (seed 003) and the histogram-placement
-AUC with DeLong CI and ROC-GLM (seed 000 estimators), through real in-process sessions.
+"""Federated ROC/PR curves from hierarchical histograms (Xu & Cormode 2025) and the histogram-placement
+AUC with DeLong CI and ROC-GLM (the estimators of Schalk et al. 2024), through real in-process sessions.
 
 References: pROC (``roc``, ``auc``, ``var``, ``ci.auc(method = "delong")``) through rpy2 for
 the ROC AUC and DeLong variance; R ``glm`` (probit) on the pooled ROC-GLM table built in R
@@ -314,7 +314,7 @@ def test_monotone_cumulative_is_a_cdf():
 
 
 def test_pchip_quantile_curves_converge_like_one_over_q():
-    """Seed 003 Theorem 1 without noise: AE_ROC = O(1/Q). Exact fine histograms (4096 leaves) of
+    """Xu & Cormode (2025) Theorem 1 without noise: AE_ROC = O(1/Q). Exact fine histograms (4096 leaves) of
     20 000 binormal scores; the bound checked is AE_ROC <= 1/Q + 0.002 (the leaves' own error)."""
     data = binormal(20_000, np.random.default_rng(9), 0.8, 0.3)
     y, p = data["y"].to_numpy(), data["score"].to_numpy()

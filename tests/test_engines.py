@@ -151,7 +151,7 @@ def test_a_csv_file_that_loses_records_after_a_read_refuses_the_next_read(tmp_pa
 
 N_BIG = 1_000_000
 WIDE = 150  # columns the validation does not read: 1.2 GB the in-memory engine loads, DuckDB only checks in SQL
-SUITE_RULES = ROOT / "disclosure_rules" / "site1.toml"  # bench/suite.py's: seed 000's noise, pooled releases
+SUITE_RULES = ROOT / "disclosure_rules" / "site1.toml"  # bench/suite.py's: noise as Schalk et al. 2024, pooled releases
 HEADROOM = 2**30  # the big site's address space beyond an idle site's: less than its table's WIDE columns
 
 

@@ -29,7 +29,7 @@ def sums(functions: list[str], where: bytes, roots: tuple[str, ...] = ("x",)) ->
 
 
 def test_a_group_answers_its_second_moments_and_a_quarter_of_its_values_beyond():
-    """8 records (rule 0.25): the column, its square, and two functions more; the third refused. 40
+    """8 records (share 0.25): the column, its square, and two functions more; the third refused. 40
     records: ten more."""
     cell, table = rows((0, 8)), rows((0, N))
     assert allowed(8, 0.25) == 2 and allowed(40, 0.25) == 10

@@ -1,4 +1,4 @@
-"""The conventional results of a distributed GLM (issue 15): named coefficients, Wald intervals,
+"""The conventional results of a distributed GLM: named coefficients, Wald intervals,
 log-likelihood, AIC, deviance and null deviance, the likelihood-ratio test of nested models and
 predictions kept at the sites, each against R's ``glm`` on the pooled GBSG2 records (noise off).
 

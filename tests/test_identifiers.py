@@ -1,4 +1,4 @@
-"""Identifier columns (issue 15): a column the data dictionary marks ``"identifier": true`` is read by
+"""Identifier columns: a column the data dictionary marks ``"identifier": true`` is read by
 no function. Two GBSG2 sites with a ``patient_id`` column run as real processes on loopback; the
 column is named through each entry point (an aggregate, a GLM formula, deriveDS, a table's
 variables, the DataSHIELD door) and every call is refused with the rule, while the same calls on

@@ -1,4 +1,4 @@
-"""Property-based search for call sequences that isolate a record (issue 11).
+"""Property-based search for call sequences that isolate a record.
 
 ``hypothesis`` generates sequences of releases a hostile analyst could ask for against a small
 known table at default rules: cuts on a column (``groupSumsDS``, ``countBelowDS``, ``histogramDS``,

@@ -1,4 +1,4 @@
-"""Paired comparison of two models on the same patients (issue 16, point 2), against R.
+"""Paired comparison of two models on the same patients, against R.
 
 References, on the pooled data: pROC's ``roc.test(method = "delong", paired = TRUE)`` (AUCs,
 z, p-value and the CI of the difference), R's ``t.test(paired = TRUE)`` on the squared errors

@@ -126,7 +126,7 @@ def test_histogram_and_cor_through_the_datashield_client(ds, native, gbsg2_poole
     ranges = ds.aggregate("histogramDS1(D$age, 1, 3, 0.25)")
     lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
     assert lo <= gbsg2_pooled["age"].min() and hi >= gbsg2_pooled["age"].max()
-    # R's matching: method.indicator by name, then k = 3 and noise = 0.25 by position (issue 18)
+    # R's matching: method.indicator by name, then k = 3 and noise = 0.25 by position
     typed = ds.aggregate(f"histogramDS2(D$age, 2, {lo}, {hi}, method.indicator = 1, 3, 0.25)")
     # a histogram object is no JSON for jsonlite::toJSON: Opal sends serializeJSON's typed form
     assert {t["value"][0]["attributes"]["class"]["value"][0] for t in typed.values()} == {"histogram"}

@@ -1,4 +1,4 @@
-"""What the DataSHIELD door (/ws) does not serve, answered in Opal's own documents (issue 18, point 5).
+"""What the DataSHIELD door (/ws) does not serve, answered in Opal's own documents.
 
 The unmodified PyPI clients (``datashield`` + ``datashield-opal``) call Opal routes a dsfed site does not
 serve: saved workspaces, projects, taxonomies, resources. Each answer is Opal's: an empty workspace list,

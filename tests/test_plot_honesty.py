@@ -1,4 +1,4 @@
-"""Plots that do not overstate (issue 15): a calibration bin the sites did not release gets no point
+"""Plots that do not overstate: a calibration bin the sites did not release gets no point
 (none on the diagonal), its dropped edge is a tick on the x axis with a note; an incomplete
 Hosmer-Lemeshow plot says "partial". Checked on the matplotlib artists."""
 

@@ -1,4 +1,4 @@
-"""dsBase's histogram at its default 20 breaks, pooled (issue 18, point 4): each site alone refuses
+"""dsBase's histogram at its default 20 breaks, pooled: each site alone refuses
 it (20 bins are more than ``factor_levels_density`` allows for ~50 records), but under secure
 aggregation the sites check the pooled count against the density rule and the pooled bins against
 q, and the pooled histogram equals R's ``hist`` on the pooled records. On GBSG2's ages the pooled

@@ -238,7 +238,7 @@ def test_validate_on_a_million_binormal_records(tmp_path):
 
 
 def test_the_noise_aware_interval_covers_the_exact_auc():
-    """bench/coverage.py's simulation (seed 000's design, epsilon = 1, delta = 1e-5, five sites at the
+    """bench/coverage.py's simulation (Schalk et al.'s (2024) design, epsilon = 1, delta = 1e-5, five sites at the
     default rules) on 40 data sets (the benchmark runs 200): the interval covers the exact pooled AUC
     in at least 93 %, and the noise variance alone explains the estimate's error: z = (estimate -
     exact) / noise sd has a standard deviation near 1 (each run draws new site secrets, so new noise;

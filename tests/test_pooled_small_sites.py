@@ -114,7 +114,7 @@ def test_per_site_releases_keep_their_own_counts(grid_sites):
 
 
 def test_seed000_design_at_100_records_is_released_pooled_under_the_default_rules(tmp_path):
-    """Seed 000's design (uniform scores, outcome a step at 0.5 with labels redrawn) at n = 100 over
+    """Schalk et al.'s (2024) design (uniform scores, outcome a step at 0.5 with labels redrawn) at n = 100 over
     five sites, the shipped default rules (noise on), site1 holding 2 positives: every pooled release
     of the validation is given, the exact ones equal R (Brier, calibration intercept and slope,
     Hosmer-Lemeshow C over ``hoslem.test``'s deciles); the histogram AUC rests on all 100 records."""

@@ -1,4 +1,4 @@
-"""Federated recalibration (seed 001, chapter 4): Platt scaling by the distributed GLM and smooth
+"""Federated recalibration (Huang 2020, chapter 4): Platt scaling by the distributed GLM and smooth
 isotonic regression by PAVA on disclosure-checked bin sums, applied at the sites by recalibrateDS.
 
 References: R's ``glm`` (Platt coefficients, to 1e-8); scipy's ``isotonic_regression`` on the pooled

@@ -54,7 +54,7 @@ def report(session):
 
 @pytest.fixture(scope="module")
 def paper(session):
-    """Seed 000's method, checked per site (GBSG2's small sites merge some calibration bins)."""
+    """Schalk et al.'s (2024) method, checked per site (GBSG2's small sites merge some calibration bins)."""
     return validate(session, "D$y", "D$score", method="paper", secure=False)
 
 

@@ -1,4 +1,4 @@
-"""Secure aggregation (issue 5 part 2; seed 002's institutional privacy): the analyst receives only
+"""Secure aggregation (the institutional privacy of Wu et al. 2012): the analyst receives only
 sums over sites. Each test checks one promise against an independent reference: the plain per-site
 sums, R's glm on the pooled data, a uniform distribution, or the rules file's refusal."""
 

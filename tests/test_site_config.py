@@ -1,4 +1,4 @@
-"""The site config as an administrator meets it (issue 15): ``dsfed-server identity``'s output pasted
+"""The site config as an administrator meets it: ``dsfed-server identity``'s output pasted
 under ``[federation]`` is a working peer entry, and a malformed credential hash stops the site with
 one line naming the file, the line, the user and the command to run, showing no hash."""
 

@@ -1,5 +1,5 @@
-"""Metrics at thresholds, Youden's threshold, decision curves and quantile-binned calibration
-(issue 16, points 1, 3 and 4), against pooled references: pROC's ``coords``, R's ``prop.test`` and
+"""Metrics at thresholds, Youden's threshold, decision curves and quantile-binned calibration,
+against pooled references: pROC's ``coords``, R's ``prop.test`` and
 ``binom.test``, scikit-learn's ``confusion_matrix`` and ``calibration_curve``, the net-benefit
 formula on the pooled data. Real sites over loopback (the GBSG2 fixtures, both transports; a
 larger synthetic federation as server processes) and an attack on the thresholds' cells."""

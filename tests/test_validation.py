@@ -70,7 +70,7 @@ def test_roc_glm_equals_R_probit_on_pooled_intermediate_data(dataset):
     np.testing.assert_allclose([fit.a, fit.b], [a, b], rtol=RTOL)
     assert fit.auc == pytest.approx(auc, rel=RTOL)
     assert fit.auc_integral == pytest.approx(auc_int, rel=1e-8)
-    # seed 000 eq. (3) by hand from the pooled DeLong variance
+    # Schalk et al. (2024) eq. (3) by hand from the pooled DeLong variance
     var = r_reference("proc_ref", R_PROC, y=y, p=p)[3]
     from scipy import special, stats
     half = stats.norm.ppf(0.975) * np.sqrt(var) / (auc * (1 - auc))
@@ -109,7 +109,7 @@ def test_calibration_curve_equals_R_on_the_released_bins(dataset, secure):
     filled = n > 0
     np.testing.assert_allclose(curve.mean_outcome[filled], sum_y[filled] / n[filled], rtol=1e-12)
     np.testing.assert_allclose(curve.mean_prediction[filled], sum_p[filled] / n[filled], rtol=1e-12)
-    if not curve.bins.was_coarsened:  # as requested: seed 000's curve itself
+    if not curve.bins.was_coarsened:  # as requested: Schalk et al.'s (2024) curve itself
         ref = r_reference("calcurve_ref", R_CALCURVE, y=y, p=p, nbins=np.array([10.0])).reshape(3, 10)
         np.testing.assert_array_equal(curve.n, ref[0])
         np.testing.assert_allclose(curve.mean_outcome[filled], ref[1][filled], rtol=1e-12)
