@@ -83,7 +83,9 @@ class DecileSearch:
         cuts = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
         refined = tuple(sorted(set(cuts) | set(self.history)))
         n, sums = gate.cell_sums(self.p, cuts, {"sum_y": self.y, "sum_p": self.p})
-        fields = {"n": n, **sums, "refined": gate.cell_sums(self.column, refined)[0]}
+        dominance = self.guard.rule("secure_aggregation.dominance_sites") > 0
+        fields = {"n": n, **sums, "refined": gate.cell_sums(self.column, refined)[0],
+                  gate.SQUARES: gate.squares(n, dominance)}
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[None, PooledSteps]:
             q = floor.q
@@ -93,7 +95,14 @@ class DecileSearch:
             cells = gate.own_cells(self.rows, gate.cell_index(self.p, kept), np.asarray(out["table"]["n"]),
                                    "$".join(self.key) if self.whole else "")
             fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], floor, self.key).all()
-            if not fits or set(self.guard.released_cuts(self.key)) - set(self.history):
+            if floor.dominance and dominated(groups.breaks, out["table"], pooled[gate.SQUARES], floor):
+                # a site that made up its records knows its own share of every group, and the breaks
+                out["table"], out["groups"], cells = None, [], []
+                out["table_withheld"] = (f"a group would hold fewer than {q} records outside its largest "
+                                         f"contributing site{'s' if floor.dominance > 1 else ''} (secure_aggregation."
+                                         "dominance_sites): the groups' counts and sums are withheld; the "
+                                         "statistics are exact")
+            elif not fits or set(self.guard.released_cuts(self.key)) - set(self.history):
                 out["table"], cells = None, []  # without their breaks the groups' counts bound no known cell
                 out["table_withheld"] = ("with the cuts released before on this score column, the groups' breaks "
                                          f"would single out fewer than {q} records; the statistics are exact")
@@ -108,6 +117,18 @@ class DecileSearch:
         # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
         # and a group of millions of records at a site needs fewer bits, which the analyst asks again with
         return PooledSteps(fields, advance, frac_bits=None, history_key=self.key)
+
+
+def dominated(breaks: np.ndarray, table: dict[str, Any], pooled_squares: np.ndarray, floor: gate.Floor) -> bool:
+    """Whether a group of the released ``table`` (the groups between ``breaks``, those below q merged) holds
+    fewer than q records outside its ``floor.dominance`` largest sites: per group an upper bound on what
+    those sites hold (:func:`~dsfed_server.disclosure.gate.largest_sites`), summed over the groups a merged
+    group joins (secure_aggregation.dominance_sites)."""
+    edges = np.asarray(table["edges"], dtype=float)
+    merged = np.searchsorted(edges[1:-1], np.asarray(breaks[1:], dtype=float), side="left")
+    largest = np.bincount(merged, weights=gate.largest_sites(pooled_squares, floor), minlength=edges.size - 1)
+    n = np.asarray(table["n"], dtype=float)
+    return bool(np.any((n > 0) & (n - np.minimum(largest, n) < floor.q)))
 
 
 def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
@@ -150,7 +171,8 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exa
         Param("g", P.INTEGER, "number of quantile groups (10: deciles of risk)", required=False, default=10,
               minimum=2, maximum=100),
     ],
-    checks=("disclosure.q_threshold", "disclosure.cut_history", "secure_aggregation.pooled_thresholds"),
+    checks=("disclosure.q_threshold", "disclosure.cut_history", "disclosure.subset_min_difference",
+            "secure_aggregation.pooled_thresholds", "secure_aggregation.dominance_sites"),
     pooled_only=True,
 )
 def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) -> PooledSteps:
