@@ -45,8 +45,9 @@ def _param_row(param: Param) -> str:
 
 def _entry(spec: FunctionSpec) -> list[str]:
     checks = ", ".join(f"`{c}`" for c in spec.checks) or "none (returns no record-level content)"
+    where = f" (`{spec.impl.__module__.replace('.', '/')}.py`)" if spec.backend != "R" else ""
     lines = [f"### `{spec.name}`", "",
-             f"*{spec.kind}*, implemented in {'R (through rpy2)' if spec.backend == 'R' else 'Python'}. "
+             f"*{spec.kind}*, implemented in {'R (through rpy2)' if spec.backend == 'R' else 'Python'}{where}. "
              f"Disclosure checks: {checks}.", ""]
     lines += [_markdown(inspect.cleandoc(spec.doc)) or "(undocumented)", ""]
     if spec.secure_sum is not None:

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import GBSG2_SITES, inprocess_builder
 from dsfed_client import FederatedCallError
-from dsfed_server.functions.dsbase import outward_range, r_seq
+from dsfed_server.functions.histogram import outward_range, r_seq
 from rref import r_eval
 from sitekit import make_sites, rules_variant
 

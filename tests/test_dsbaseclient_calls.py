@@ -16,7 +16,7 @@ import pytest
 
 from conftest import GBSG2_SITES
 from dsfed_server.functions.datamanagement import NO_MESSAGES
-from dsfed_server.functions.dsbase import SUBSET_DONE
+from dsfed_server.functions.tables import SUBSET_DONE
 from opalkit import ds_session, opal_value
 from rref import r_eval
 

@@ -1,18 +1,23 @@
-"""Assign functions that create tables on the site: table assignment and subsetting."""
+"""Assign functions that create tables on the site: table assignment and subsetting (the native
+``subsetDS`` and ``subsetRowsDS``, dsBase's ``dataFrameSubsetDS1``/``dataFrameSubsetDS2``, which also refuse
+a subset that leaves out fewer than ``subset_min`` rows)."""
 
 from __future__ import annotations
 
 import operator
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from dsfed_server.context import NOTE, CallContext
-from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_core.calltree import Column, Literal, Symbol
+from dsfed_core.errors import CallError, NotFound
+from dsfed_core.parser import parse
+from dsfed_server.context import NOTE, CallContext, r_class
 from dsfed_server.disclosure import missingness
+from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows, mark_rows, whole_table
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
-from dsfed_core.errors import CallError, NotFound
 from dsfed_server.functions.datamanagement import complete_cases_of
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet, column_names, complete_rows
@@ -150,3 +155,106 @@ def cut_cells(ctx: CallContext, column: pd.Series, cuts: tuple[Cut, ...], what: 
     present = ~np.isnan(values)
     return Intervals(values if present.all() else values[present], cuts, render=lambda released: None, what=what,
                      column=ctx.root_column(column))
+
+
+# --- subsetting ----------------------------------------------------------------------------
+
+_OPERATORS: dict[int, tuple[str, Callable[[Any, Any], Any]]] = {
+    1: ("==", operator.eq), 2: ("!=", operator.ne), 3: ("<", operator.lt),
+    4: ("<=", operator.le), 5: (">", operator.gt), 6: (">=", operator.ge),
+}
+
+
+def _operand(ctx: CallContext, text: str, n_rows: int) -> Any:
+    """``V1.name`` / ``V2.name``: a number or quoted string, or a vector named like ``D$age``."""
+    node = parse(text, ctx.limits)
+    if isinstance(node, Literal) and node.value is not None:
+        return node.value
+    if isinstance(node, (Symbol, Column)):
+        value = ctx.resolve(node)
+        if not isinstance(value, pd.Series):
+            raise CallError(f"{text!r} must name a vector, got a {r_class(value)}")
+        if len(value) not in (1, n_rows):
+            raise CallError(f"{text!r} must have length 1 or the table's {n_rows} rows")
+        return value.reset_index(drop=True) if len(value) == n_rows else value.iloc[0]
+    raise CallError(f"{text!r} must be a number, a quoted string or the name of a vector")
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, pd.Series):
+        if isinstance(value.dtype, pd.CategoricalDtype) or r_class(value) == "character":
+            return value.astype("string")
+        return value.astype("Float64")
+    return value
+
+
+def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
+    index = [int(c) for c in spec or []]
+    if any(c != v or not 1 <= c <= n_cols for c, v in zip(index, spec or [])):
+        raise CallError(f"{what} must be column numbers between 1 and {n_cols}")
+    return [c - 1 for c in index]
+
+
+_SUBSET_PARAMS = [
+        Param("df.name", P.TABLE, "the table to subset, e.g. \"D\"", rows_only=True),
+        Param("V1.name", P.STRING, "the vector compared, e.g. \"D$age\" (or \"ONES\" to keep every row)"),
+        Param("V2.name", P.STRING, "what it is compared with: a number (\"50\"), a quoted string, or a vector"),
+        Param("Boolean.operator.n", P.INTEGER, "1 ==, 2 !=, 3 <, 4 <=, 5 >, 6 >=", choices=tuple(_OPERATORS)),
+        Param("keep.cols", P.NUMBERS, "column numbers to keep, e.g. \"1,3\"", required=False),
+        Param("rm.cols", P.NUMBERS, "column numbers to drop, e.g. \"2\"", required=False),
+        Param("keep.NAs", P.BOOLEAN, "keep rows where the comparison is NA", required=False, default=False),
+]
+SUBSET_DONE = "Subsetting undertaken without problems"
+
+
+@register("dataFrameSubsetDS2", "assign", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
+def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name: str, V2_name: str,
+                      Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
+                      keep_NAs: bool) -> pd.DataFrame | RowSet:
+    """Rows of a table where ``V1 <op> V2`` holds, optionally some columns (dsBase ``dataFrameSubsetDS2``).
+
+    Refused when the subset, or the rows it leaves out, would hold fewer than
+    the site's ``subset_min`` rows (dsBase's nfilter.subset checks the subset only).
+    """
+    n_rows = len(df_name)
+    if keep_cols is not None and rm_cols is not None:
+        raise CallError("give keep.cols or rm.cols, not both")
+    if "ONES" in (V1_name, V2_name):
+        mask = np.ones(n_rows, dtype=bool)
+    else:
+        symbol, compare = _OPERATORS[Boolean_operator_n]
+        left = _comparable(_operand(ctx, V1_name, n_rows))
+        right = _comparable(_operand(ctx, V2_name, n_rows))
+        if not isinstance(left, pd.Series):
+            raise CallError(f"V1.name {V1_name!r} must name a vector of the table's length")
+        text = pd.api.types.is_string_dtype(left.dtype)
+        other_text = isinstance(right, str) or (isinstance(right, pd.Series) and pd.api.types.is_string_dtype(right.dtype))
+        if text != other_text:
+            raise CallError(f"{V1_name!r} and {V2_name!r} are not both numbers or both text/factor values")
+        if text and symbol not in ("==", "!="):
+            raise CallError(f"text and factor values can only be compared with == or !=, not {symbol}")
+        result = pd.array(compare(left, right), dtype="boolean")
+        mask = result.fillna(keep_NAs).to_numpy(dtype=bool)
+    numeric_literal = "ONES" not in (V1_name, V2_name) and not text and not isinstance(right, pd.Series)
+    condition = condition_cells(ctx, left, symbol, float(right)) if numeric_literal else None
+    n_cols = df_name.shape[1]
+    columns = None
+    if keep_cols is not None:
+        columns = _columns(keep_cols, n_cols, "keep.cols")
+    elif rm_cols is not None:
+        drop = set(_columns(rm_cols, n_cols, "rm.cols"))
+        columns = [j for j in range(n_cols) if j not in drop]
+    return ctx.subset(df_name, mask, ctx.guard.subset_rows(df_name, mask, condition), columns)
+
+
+@register("dataFrameSubsetDS1", "aggregate", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
+def data_frame_subset_check(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name: str, V2_name: str,
+                            Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
+                            keep_NAs: bool) -> str:
+    """The checks of ``dataFrameSubsetDS2`` with the same arguments, its subset not kept (dsBase
+    ``dataFrameSubsetDS1``, the first call of ``ds.dataFrameSubset``): a subset the site refuses is
+    refused here with the rule's name, before the assign call; otherwise dsBase's
+    ``"Subsetting undertaken without problems"`` (dsBase's warning about a subset close to the
+    table's size never arises: such a subset is refused by ``subset_min``)."""
+    data_frame_subset(ctx, df_name, V1_name, V2_name, Boolean_operator_n, keep_cols, rm_cols, keep_NAs)
+    return SUBSET_DONE
