@@ -441,6 +441,9 @@ class SiteService:
         pooled counts; ``relayed_cuts``: the sites' cut histories) it is returned as it is, for the
         gate to release pooled. ``relayed``: the first step of a relayed protocol (checked per site)."""
         spec = self._spec(call.function, session)
+        if spec.pooled_only and deferred is None:
+            raise CallError(f"{spec.name} runs only as a pooled release over the sites (secure aggregation)",
+                            function=spec.name, hint="ask with the pooled option (the dsfed client: secure=True)")
         guard = self._guard(spec.name, session, noise_share, deferred, relayed_cuts)
         ctx = CallContext(self, session, spec.name, guard, relayed)
         try:

@@ -106,3 +106,19 @@ def test_functions_listing_has_docs(gbsg2_session):
     assert by_name["quantileMeanDS"]["backend"] == "R" and by_name["quantileMeanDS"]["available"]
     assert all(f["doc"] for f in listing["functions"])
     assert "disclosure.q_threshold" in by_name["meanDS"]["checks"]
+
+
+def test_a_pooled_only_protocol_asked_per_site_is_refused_by_its_declaration(gbsg2_session):
+    """The registry declares the protocols released only pooled (``pooled_only``: the Hosmer-Lemeshow
+    deciles, the spline knots and errors); the service refuses them per site, before the function
+    runs, naming the function and the pooled option, and the same calls pooled are answered."""
+    from dsfed_client import FederatedCallError
+
+    with pytest.raises(FederatedCallError) as exc:
+        gbsg2_session.aggregate("decileGroupsDS", Ref("D$y"), Ref("D$score"), 10)
+    assert len(exc.value.failures) == 5
+    for failure in exc.value.failures.values():
+        assert failure.message.startswith("decileGroupsDS runs only as a pooled release over the sites")
+        assert "pooled option" in failure.hint
+    pooled = gbsg2_session.pooled("decileGroupsDS", Ref("D$y"), Ref("D$score"), 10)
+    assert pooled["df"] == 8

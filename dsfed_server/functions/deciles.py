@@ -33,7 +33,6 @@ from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.relay import PooledSteps
-from dsfed_core.errors import CallError
 from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
 from dsfed_server.functions.validation import outcome_and_score
 from dsfed_server.registry import P, Param, register
@@ -179,9 +178,6 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
     """Hosmer-Lemeshow C, ECE and MCE over R's type-7 quantile groups of the pooled predictions
     (``hoslem.test``'s grouping), found by the sites on pooled counts: a pooled protocol of several
     steps (see the module docstring); released only pooled, at the last step."""
-    if not ctx.pooled:
-        raise CallError("decileGroupsDS runs only as a pooled release over the sites (secure aggregation)",
-                        hint="use the pooled option; per site, use countBelowDS and groupSumsDS")
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     column = ctx.root_column(score)
     cells = gate.Intervals(p, (), render=lambda released: None, column=column)

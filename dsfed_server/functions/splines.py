@@ -179,9 +179,6 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
     other branches are refused, saying so: fewer than 100 records (the outer knots would be the 5th
     smallest and largest values, one record each); 5 % or more of the records tied at the lowest or
     highest value (``fractied``: knots moved to the next values); knots that are not distinct."""
-    if not ctx.pooled:
-        raise CallError("rcsKnotsDS runs only as a pooled release over the sites (secure aggregation)",
-                        hint="fit the spline calibration with the pooled option (secure=True)")
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     finite = (p > 0) & (p < 1)
     multiple = ctx.guard.rule("disclosure.quantile_min_multiple")
@@ -381,9 +378,6 @@ def spline_errors(ctx: CallContext, frame: pd.DataFrame, coefficients: list[floa
     :math:`\\hat c(p) = \\mathrm{expit}(\\beta^T x(\\mathrm{logit}\\,p))`, the pooled mean of :math:`e_i`
     and its type-7 median and 90th percentile, exactly (:class:`OrderSearch`), after the sites have
     checked on pooled sums that ``coefficients`` are the pooled maximum-likelihood fit (module docstring)."""
-    if not ctx.pooled:
-        raise CallError("splineErrorsDS runs only as a pooled release over the sites (secure aggregation)",
-                        hint="use the pooled option (secure=True)")
     y, terms = _frame_columns(frame)
     beta = np.asarray(coefficients, dtype=float)
     if beta.size != len(terms) + 1 or not np.all(np.isfinite(beta)):
