@@ -102,7 +102,7 @@ def integer_view(values: pd.Series) -> np.ndarray | None:
     return view
 
 
-def variable(table: pd.DataFrame, name: str) -> pd.Series:
+def formula_variable(table: pd.DataFrame, name: str) -> pd.Series:
     """The values of a formula's variable ``name`` in ``table``: a column, one it computes (:data:`COMPUTED`), or
     a computed term such as ``log(age)``."""
     if "(" in name:
@@ -149,7 +149,7 @@ def _computed(table: pd.DataFrame, name: str) -> pd.Series:
     """A formula's ``factor(x)``, ``I(expr)`` or ``log(expr)``, from the table's columns (the parser
     admitted arithmetic only: no comparison, so no cut)."""
     if name.startswith("factor("):
-        series = variable(table, name[len("factor("):-1])
+        series = formula_variable(table, name[len("factor("):-1])
         cat = series.astype("category")
         if pd.api.types.is_numeric_dtype(cat.cat.categories.dtype):
             cat = cat.cat.rename_categories([r_number(v) for v in cat.cat.categories])
@@ -160,7 +160,7 @@ def _computed(table: pd.DataFrame, name: str) -> pd.Series:
     node = parse_expression(inner, Limits(max_length=bound, max_name_length=bound, max_depth=bound))
 
     def read(leaf: Column | Symbol) -> np.ndarray:
-        series = variable(table, leaf.column if isinstance(leaf, Column) else leaf.name)
+        series = formula_variable(table, leaf.column if isinstance(leaf, Column) else leaf.name)
         if _is_factor(series):
             raise CallError(f"{name}: {leaf.to_text()} is a factor, not a number",
                             hint=f"compute {name} from numeric columns only, or enter {leaf.to_text()} as a "
@@ -221,7 +221,7 @@ def _complete_rows(table: pd.DataFrame, names: list[str], lazy: dict[str, Comput
     """The named variables on the records complete in all of them (R's ``na.omit``), and which those
     are; a ``lazy`` variable as the stored column it is computed from (missing where that is); a
     variable ``levels`` names as a factor of those levels (:func:`with_levels`)."""
-    series = {name: table[lazy[name].source] if name in lazy else variable(table, name)
+    series = {name: table[lazy[name].source] if name in lazy else formula_variable(table, name)
               for name in dict.fromkeys(names)}
     for name, given in (levels or {}).items():
         if name not in series:

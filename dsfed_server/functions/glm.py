@@ -34,7 +34,7 @@ from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_server.functions.derive import check_formula
 from dsfed_server.families import CLAMPED_BEYOND, FAMILY_NAMES, LINK_NAMES, Family, family as make_family
-from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, model_frame, variable
+from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, formula_variable, model_frame
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
@@ -201,21 +201,33 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
                  "(nearly) separated")
 
 
+# families and links whose start (R's mustart) has constant working weights: binomial's mustart (y + 0.5)/2 at
+# a 0/1 outcome gives mu (1 - mu) = 3/16 at every record; the Gaussian identity fit weighs each record 1. Any
+# other start weighs each record by a function of its outcome (a log-linked Gaussian by y^2)
+CONSTANT_START = {("binomial", "logit"), ("gaussian", "identity")}
+
+
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
                beta: np.ndarray | None, weights: str | None, offset: str | None) -> None:
     """The parts are exact sums over the model's records, counted with every sum released from the table
     (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
 
-    Where the working weights are constant (a binomial or Gaussian fit at its start, or at coefficients
-    with no slope, offset or prior weight) the parts are sums of the design columns, their squares and
-    their products with each other and with the outcome: a mean, variance or covariance of table columns
+    Where the working weights are constant (a logistic fit of a 0/1 outcome or a Gaussian identity fit at
+    its start, or any fit at coefficients with no slope; without offset or prior weights) the parts are
+    sums of the design columns, their squares and their products with each other and with the outcome
+    (an offset or a log link at the start weighs each record by a function of its values, counted as
+    below): a mean, variance or covariance of table columns
     is not counted, of derived columns it is (``y ~ s2 + s3`` with ``s2 = s^2``, ``s3 = s^3`` sums
     :math:`s^5`), as ``corDS``'s are. At any other coefficients the analyst sends, the information
     matrix, the score and the deviance are :math:`p(p+1)/2 + p + 1` new functions of every column of the
     model (``exp(k*x)`` summed for k = 1, 2, ... are power sums of ``exp(x)``, whose roots are the
     records' values; Denning & Schlörer 1983), each over the records where it is not 0."""
-    slopes = beta is not None and any(b != 0 for b, product in zip(beta, mf.products) if product)
-    constant = weights is None and fam.name != "poisson" and not (beta is not None and (slopes or offset))
+    if beta is None:  # R's start (mustart): its working weights are constant for a 0/1 logit or an identity fit
+        constant = (weights is None and offset is None and (fam.name, fam.link) in CONSTANT_START
+                    and (fam.name != "binomial" or bool(np.isin(mf.y, (0, 1)).all())))
+    else:  # no slope: a constant linear predictor, so constant weights, for every family but Poisson's deviance
+        slopes = any(b != 0 for b, product in zip(beta, mf.products) if product)
+        constant = weights is None and offset is None and not slopes and fam.name != "poisson"
     variables = {formula.response: None, **{v: None for product in mf.products for v, _ in product}}
     read = {v: _read(ctx, table, v) for v in [*variables, *(n for n in (weights, offset) if n)]}
     rows = ctx.record_rows(*(series for series, _ in read.values()))
@@ -266,7 +278,7 @@ def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, 
         source = table[computed.source]
         core, roots = ctx.written(source)
         return source, (f"{computed.function!r}({core})", roots)
-    series = variable(table, name)
+    series = formula_variable(table, name)
     return series, ctx.written(series)
 
 
