@@ -7,7 +7,7 @@ writes: a sign as ``(x - t)/sqrt((x - t)^2)`` or ``(x - t)/abs(x - t)``, a steep
 ``2/(1 + exp(1e9*(t - x))) - 1``, bumps ``exp(-40*(x - c)^2)`` and ``exp(-1e6*(x - c)^2)``, an
 indicator of the cell between two cuts, and negligible terms (``+ 1e-13*D$income``). Cut values and
 centres lie between neighbouring records of a column, mostly the two around one record, where
-differencing works (Dinur and Nissim 2003; Denning and Schlörer 1983 on trackers). After each column
+differencing works (Denning and Schlörer 1983; Dinur and Nissim 2003). After each column
 is derived the analyst asks for ``meanDS``, ``varDS``, ``quantileMeanDS``, ``histogramDS`` and
 ``thresholdBinsDS`` of it, per site, and on three in-process sites the pooled ``histogramDS`` and
 ``thresholdBinsDS`` (``session.pooled``) next to per-site means.
@@ -16,16 +16,19 @@ The oracle is computed from the truth, not the site's code: R evaluates every ac
 the true records (rpy2). A released exact sum of a column f over records R (a mean or the mean of
 ``quantileMeanDS``: f; a variance: f and f^2; a cell of ``thresholdBinsDS``: f over the cell) isolates
 a record when one record carries nearly all of it, |f(x_i)| >= (1 - 1e-6) sum_j |f(x_j)| with f
-nonzero somewhere, or when f is nonzero at one record only; so does the difference of two released
-sums, which the analyst holds as well. Counts (cells, and the records a column is valid at, which
-``Nmissing`` releases) are row sets; a record is isolated when its indicator lies in their span with
-the table's, ``rank([M | e_i]) == rank(M)`` (the test of ``tests/test_isolation_search.py``).
+nonzero somewhere, or when f is nonzero at one record only; so does f - a g for two released sums f
+and g (a = 1, or the scale that cancels them at one record), which the analyst holds as well.
+Counts (cells, and the records a column is valid at, which ``Nmissing`` releases) are row sets; a
+record is isolated when its indicator lies in their span with the table's, ``rank([M | e_i]) ==
+rank(M)`` (the test of ``tests/test_isolation_search.py``).
 Quantiles themselves are order statistics DataSHIELD releases by design (its ``quantileMeanDS``); the
-search counts only their mean.
+search counts only their mean. Nor does the oracle solve for a small group's values from many gentle
+functions summed over it (the moment attack; ``tests/test_moment_attacks.py`` measures that one).
 
 The property: no sequence released under the shipped rules isolates a record (refusals are fine).
 ``test_the_search_can_fail`` runs the same oracle on sequences as if every call had been released,
-and asks hypothesis to find one that isolates: without the rules the search finds one.
+and asks hypothesis to find one that isolates: without the rules the search finds one; and a site
+whose rules are opened releases attacks the oracle calls isolating.
 
 CI runs ``EXPRESSION_EXAMPLES`` examples per site (default 40; the pooled search a third of that);
 ``bench/RESULTS.md`` records a longer run: ``EXPRESSION_EXAMPLES=300 .venv/bin/python -m pytest
