@@ -100,3 +100,41 @@ def test_a_subgroup_that_differs_by_many_records_is_released_and_equals_pandas(t
         cells = pd.cut(frame.score, release["edges"], right=False)
         assert release["n"] == frame.groupby(cells, observed=False).size().tolist()
         assert release["sum_y"] == frame.groupby(cells, observed=False).y.sum().tolist()
+
+
+def test_three_pooled_releases_whose_remainder_is_small_read_no_outcome(tmp_path: Path):
+    """A red team's writing the pairwise check missed: the pooled metrics over the whole table (A), over the
+    patients aged 55 or more (B) and over those younger with an income under 60,000 (C). B and C are
+    disjoint and each differs from A by many records, but A - B - C in each score cell is the few younger
+    patients with the higher incomes: their outcomes, where they agree (15 records in 6 groups below q
+    before the check of remainders). Each site now subtracts a cell's disjoint earlier cells inside it."""
+    truth, builder = three_sites(tmp_path)
+    thresholds = [0.125 * k for k in range(1, 8)]
+    released: dict[str, dict] = {}
+    refusals: list[str] = []
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        session.assign_expr("B", 'dataFrameSubsetDS2("D", "D$age", "55", 6, NULL, NULL, FALSE)')
+        session.assign_expr("E", 'dataFrameSubsetDS2("D", "D$income", "60000", 3, NULL, NULL, FALSE)')
+        session.assign_expr("C", 'dataFrameSubsetDS2("E", "E$age", "55", 3, NULL, NULL, FALSE)')
+        for name, symbol in (("A", "D"), ("B", "B"), ("C", "C")):
+            try:
+                r = session.pooled("thresholdBinsDS", Ref(f"{symbol}$y"), Ref(f"{symbol}$score"), thresholds)
+            except FederatedCallError as exc:
+                refusals += [e.rule or e.kind for e in exc.failures.values()]
+                continue
+            released[name] = {(r["edges"][i], r["edges"][i + 1]): (n, e) for i, (n, e) in enumerate(zip(r["n"], r["sum_y"]))}
+    group = truth[(truth.age < 55) & (truth.income >= 60000)]
+    read = 0
+    if len(released) == 3:
+        for cell, (n_a, e_a) in released["A"].items():
+            if cell in released["B"] and cell in released["C"]:
+                n = n_a - released["B"][cell][0] - released["C"][cell][0]
+                events = e_a - released["B"][cell][1] - released["C"][cell][1]
+                inside = group[(group.score >= cell[0]) & (group.score < cell[1])]
+                assert (len(inside), int(inside.y.sum())) == (n, events)  # what is read is the truth
+                read += n if 0 < n < Q and events in (0, n) else 0
+    print(f"ATTACK pooled A - B - C (shipped rules, 3 sites of 90): read the outcomes of {read} records; "
+          f"refusals: {sorted(set(refusals))}")
+    assert read == 0
+    assert "disclosure.subset_min_difference" in refusals

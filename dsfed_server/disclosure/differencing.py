@@ -297,7 +297,53 @@ def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_di
                 return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
                         f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
                         "differ by fewer too: comparing the two would single those records out")
+        if _small_remainder(packed, cell, packed_earlier, min_difference):
+            return (f"a cell and earlier cells or subsets of the same table, each within the next, leave fewer than "
+                    f"{min_difference} records at this site, and their counts as the analyst sees them leave fewer "
+                    "too: subtracting them would single those records out")
     return None
+
+
+def _small_remainder(packed: np.ndarray, cell: PooledCell, earlier: list[tuple[np.ndarray, PooledCell]],
+                     min_difference: int) -> bool:
+    """Whether the new cell and earlier cells, one of them holding the others (disjoint from each other at
+    this site), leave a remainder of 1 to ``min_difference - 1`` records here whose count, the container's
+    less the others' as the analyst sees them, is below ``min_difference`` too (three or more cells:
+    ``A - B - C``, where no two differ by few records). The family subtracted is chosen greedily, largest
+    first, with the new cell in it (or holding it); cells with no record here, and families of intervals of
+    one column, which the gate keeps apart, are left out."""
+    size = set_size(packed)
+    if size == 0:
+        return False
+    inside = [(old, before, set_size(old)) for old, before in earlier]
+    inside = [(old, before, n) for old, before, n in inside if n > 0]
+
+    def within(a: np.ndarray, b: np.ndarray) -> bool:  # a holds no record b does not
+        return not np.any(np.bitwise_and(a, np.bitwise_not(b)))
+
+    def remainder(container: np.ndarray, total: int, count: int, family: list[tuple[np.ndarray, int, str]],
+                  columns: set[str]) -> bool:
+        taken = np.zeros_like(container)
+        counted, cells = 0, len(family)
+        for rows, n, column in family:
+            taken, counted = np.bitwise_or(taken, rows), counted + n
+            columns.add(column)
+        for old, before, n in sorted(inside, key=lambda item: -item[2]):
+            if n < total and within(old, container) and not np.any(np.bitwise_and(old, taken)):
+                taken, counted, cells = np.bitwise_or(taken, old), counted + before.count, cells + 1
+                columns.add(before.column)
+        left = total - set_size(taken)
+        if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
+            return False  # one cell subtracted is a pair, checked above
+        return not (len(columns) == 1 and "" not in columns)  # intervals of one column: the gate's
+
+    if remainder(packed, size, cell.count, [], {cell.column}):  # the new cell holds earlier ones
+        return True
+    for old, before, n in inside:  # an earlier cell holds the new one and others
+        if n > size and within(packed, old) and remainder(old, n, before.count, [(packed, cell.count, cell.column)],
+                                                          {before.column}):
+            return True
+    return False
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,

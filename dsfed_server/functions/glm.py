@@ -213,17 +213,17 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
 
     Where the working weights are constant (a logistic fit of a 0/1 outcome or a Gaussian identity fit at
-    its start, or any fit at coefficients with no slope; without offset or prior weights) the parts are
-    sums of the design columns, their squares and their products with each other and with the outcome
-    (an offset or a log link at the start weighs each record by a function of its values, counted as
-    below): a mean, variance or covariance of table columns
+    its start, or any fit at coefficients with no slope and no offset; without prior weights) the parts
+    are sums of the design columns, their squares and their products with each other, with the outcome
+    and, at a start, with the offset (another link at the start weighs each record by a function of its
+    outcome, counted as below): a mean, variance or covariance of table columns
     is not counted, of derived columns it is (``y ~ s2 + s3`` with ``s2 = s^2``, ``s3 = s^3`` sums
     :math:`s^5`), as ``corDS``'s are. At any other coefficients the analyst sends, the information
     matrix, the score and the deviance are :math:`p(p+1)/2 + p + 1` new functions of every column of the
     model (``exp(k*x)`` summed for k = 1, 2, ... are power sums of ``exp(x)``, whose roots are the
     records' values; Denning & Schlörer 1983), each over the records where it is not 0."""
     if beta is None:  # R's start (mustart): its working weights are constant for a 0/1 logit or an identity fit
-        constant = (weights is None and offset is None and (fam.name, fam.link) in CONSTANT_START
+        constant = (weights is None and (fam.name, fam.link) in CONSTANT_START
                     and (fam.name != "binomial" or bool(np.isin(mf.y, (0, 1)).all())))
     else:  # no slope: a constant linear predictor, so constant weights, for every family but Poisson's deviance
         slopes = any(b != 0 for b, product in zip(beta, mf.products) if product)
@@ -244,6 +244,14 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         # a factor's dummy sums a column over the records of one level, as a table by that factor does
         plain = [sorted(written[v][0] for v, _ in product) for product in mf.products]
         terms = [("*".join(d), r, nz) for d, r, nz in zip(plain, roots, nonzero)] + [y]
+        if offset and beta is None:  # the start's X'Wz sums each design column times the offset
+            o = (written[offset][0], written[offset][1], lambda: np.ones(mf.n, dtype=bool))
+            terms_with = [(t, o) for t in terms[:-1]]
+        else:
+            terms_with = []
+        for (fa, ra, sa), (fb, rb, sb) in terms_with:
+            function, over = (fb, sb) if not fa else ("*({}, {})".format(*sorted((fa, fb))), lambda sa=sa: sa())
+            functions.append((function, tuple(sorted({*ra, *rb})), over))
         for a in range(len(terms)):
             for b in range(a, len(terms)):
                 (fa, ra, sa), (fb, rb, sb) = terms[a], terms[b]
