@@ -612,14 +612,13 @@ class SiteService:
                                               dominance=self._floor_meta(rules)["dominance"] > 0)
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
-                release = gate.release_pooled(raw, plan, pooled, floor)
-
-                def released() -> Any:
+                def released(release: gate.PooledRelease) -> Any:
                     if isinstance(raw, gate.Intervals):
                         guard.record_pooled(raw.history_key, release.root_cuts)
                     return release.result
 
-                return None, guard.agreed(release.own_cells, raw.rows, released)
+                return None, guard.coarsened(lambda exclude: gate.release_pooled(raw, plan, pooled, floor, exclude),
+                                             raw.rows, released)
         elif isinstance(raw, relay.PooledSteps):
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits

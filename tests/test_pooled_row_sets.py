@@ -13,8 +13,9 @@ pooled metrics at nine thresholds (``thresholdBinsDS``: per cell between thresho
 events). The difference of two consecutive subsets' cells is the records of one age band in one score
 cell: where it holds fewer than q records and all of them had the event (or none did), the analyst
 reads their outcomes. Before the pooled audit, the analyst read the outcomes of records in groups
-below q; with it, no pooled release is both nested with an earlier one at some site by fewer than
-``subset_min_difference`` records and different from it pooled by fewer, so none is read.
+below q; with it, no pooled cell is both nested with an earlier one at some site by fewer than
+``subset_min_difference`` records and different from it pooled by fewer: the sites merge such a cell
+with its neighbour (as a site alone does), or refuse a table they cannot merge, so none is read.
 """
 
 from __future__ import annotations
@@ -33,14 +34,33 @@ from test_derived_column_attacks import fixed_secrets, synthetic_frame
 AGES = (25, 40, 50, 60, 70)  # the subsets age >= a; 25 is the whole table
 THRESHOLDS = [round(0.1 * k, 1) for k in range(1, 10)]
 Q = 5  # the shipped q_threshold and subset_min_difference
+AUDITED = "disclosure.subset_min_difference"  # the rule a release names when the audit coarsened or refused it
+STOPPED: list[str] = []  # the releases the audit coarsened (the cells it merged are not read)
 
 
 def pooled_cells(session, a: int) -> dict[tuple[float, float], tuple[int, int]] | None:
     """The pooled cells of ``thresholdBinsDS`` on the subset age >= a: (lower, upper) -> (records, events)."""
     session.assign_expr("T", f'dataFrameSubsetDS2("D", "D$age", "{a}", 6, NULL, NULL, FALSE)')
     release = session.pooled("thresholdBinsDS", Ref("T$y"), Ref("T$score"), THRESHOLDS)
+    if AUDITED in release.get("why", ""):
+        STOPPED.append(AUDITED)
     edges = release["edges"]
     return {(edges[i], edges[i + 1]): (int(n), int(e)) for i, (n, e) in enumerate(zip(release["n"], release["sum_y"]))}
+
+
+def common_cells(first: dict, second: dict) -> list[tuple[tuple[float, float], tuple[int, int], tuple[int, int]]]:
+    """The intervals between the edges two releases share, each with its (records, events) in both: where the
+    sites merged a cell in one release, the analyst still subtracts over the union of cells it spans."""
+    def edges(cells: dict) -> set[float]:
+        return {e for cell in cells for e in cell}
+
+    shared = sorted(edges(first) & edges(second))
+
+    def summed(cells: dict, lo: float, hi: float) -> tuple[int, int]:
+        inside = [v for (a, b), v in cells.items() if a >= lo and b <= hi]
+        return sum(n for n, _ in inside), sum(e for _, e in inside)
+
+    return [((lo, hi), summed(first, lo, hi), summed(second, lo, hi)) for lo, hi in zip(shared, shared[1:])]
 
 
 def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
@@ -56,10 +76,8 @@ def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
     for a, b in zip(AGES, AGES[1:]):
         if a not in released or b not in released:
             continue
-        for cell, (n_a, e_a) in released[a].items():
-            if cell not in released[b]:
-                continue
-            n, events = n_a - released[b][cell][0], e_a - released[b][cell][1]
+        for cell, (n_a, e_a), (n_b, e_b) in common_cells(released[a], released[b]):
+            n, events = n_a - n_b, e_a - e_b
             if 0 < n < Q and events in (0, n):
                 band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0]) & (truth.score < cell[1])]
                 assert len(band) == n and int(band.y.sum()) == events  # what the analyst reads is the truth
@@ -82,7 +100,7 @@ def test_pooled_cells_of_nested_subsets_read_no_outcome(tmp_path: Path):
     print(f"ATTACK pooled cells of nested subsets (shipped rules, 3 sites of 90): read the outcomes of {read} "
           f"records in {groups} groups below q; refusals: {sorted(set(refusals))}")
     assert read == 0
-    assert "disclosure.subset_min_difference" in refusals
+    assert AUDITED in refusals + STOPPED  # the audit refused a release or merged its cells
 
 
 def test_a_subgroup_that_differs_by_many_records_is_released_and_equals_pandas(tmp_path: Path):
@@ -123,18 +141,23 @@ def test_three_pooled_releases_whose_remainder_is_small_read_no_outcome(tmp_path
             except FederatedCallError as exc:
                 refusals += [e.rule or e.kind for e in exc.failures.values()]
                 continue
+            if AUDITED in r.get("why", ""):
+                refusals.append(AUDITED)  # coarsened by the audit: its merged cells are not read
             released[name] = {(r["edges"][i], r["edges"][i + 1]): (n, e) for i, (n, e) in enumerate(zip(r["n"], r["sum_y"]))}
     group = truth[(truth.age < 55) & (truth.income >= 60000)]
     read = 0
     if len(released) == 3:
-        for cell, (n_a, e_a) in released["A"].items():
-            if cell in released["B"] and cell in released["C"]:
-                n = n_a - released["B"][cell][0] - released["C"][cell][0]
-                events = e_a - released["B"][cell][1] - released["C"][cell][1]
-                inside = group[(group.score >= cell[0]) & (group.score < cell[1])]
-                assert (len(inside), int(inside.y.sum())) == (n, events)  # what is read is the truth
-                read += n if 0 < n < Q and events in (0, n) else 0
+        with_c = {cell: (b, c) for cell, b, c in common_cells(released["B"], released["C"])}
+        for cell, (n_a, e_a), _ in common_cells(released["A"], {**released["B"], **released["C"]}):
+            spans = [(b, c) for (lo, hi), (b, c) in with_c.items() if lo >= cell[0] and hi <= cell[1]]
+            if sum(hi - lo for (lo, hi) in with_c if lo >= cell[0] and hi <= cell[1]) < cell[1] - cell[0] - 1e-12:
+                continue  # B's and C's shared cells do not tile this one of A's
+            n = n_a - sum(b[0] + c[0] for b, c in spans)
+            events = e_a - sum(b[1] + c[1] for b, c in spans)
+            inside = group[(group.score >= cell[0]) & (group.score < cell[1])]
+            assert (len(inside), int(inside.y.sum())) == (n, events)  # what is read is the truth
+            read += n if 0 < n < Q and events in (0, n) else 0
     print(f"ATTACK pooled A - B - C (shipped rules, 3 sites of 90): read the outcomes of {read} records; "
           f"refusals: {sorted(set(refusals))}")
     assert read == 0
-    assert "disclosure.subset_min_difference" in refusals
+    assert AUDITED in refusals  # the audit refused a release or merged its cells

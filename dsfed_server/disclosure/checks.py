@@ -22,9 +22,11 @@ from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, isolated_records, packed_rows,
-                                                 pooled_pair_problem, row_set_audit, row_set_problem, rows_of,
+                                                 pooled_pair_problem, pooled_problem_cells, row_set_audit,
+                                                 row_set_problem, rows_of,
                                                  set_size)
-from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, cuts_from, decide_local,
+from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cuts_from,
+                                         decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
@@ -498,6 +500,41 @@ class Guard:
             return result, None
 
         return PooledSteps({"objections": np.asarray(float(problem is not None))}, advance, frac_bits=8)
+
+    def coarsened(self, attempt: Callable[[frozenset[Cut]], PooledRelease], rows: Rows | None,
+                  on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset()) -> PooledSteps:
+        """The last steps of a pooled release of cells, coarsened where it must be, as a per-site release is:
+        every site seals, per released cell of ``attempt(exclude)``, whether its own records of it fail its
+        audit (:meth:`pooled_cells_problem`); where no site objects to any, ``on_release`` releases the
+        result and the cells join this site's history; otherwise the cut above each cell objected to (the
+        one below, for the last) is dropped and every site tries again alike, and a release with no cut
+        left to drop is refused. The analyst sees only the result and the cuts it dropped, never which
+        site objected (``disclosure.subset_min_difference``)."""
+        release = attempt(exclude)
+        vector = np.zeros(max(release.n_cells, 1))
+        if self._audits(rows) and release.own_cells:
+            earlier = [PooledCell(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
+            earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+            vector[pooled_problem_cells(earlier, release.own_cells, self.rule("disclosure.subset_min_difference"))] = 1
+
+        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
+            objected = np.flatnonzero(np.ravel(pooled["objections"]) > 0.5)
+            if not objected.size:
+                result = on_release(release)
+                self.record_pooled_cells(release.own_cells, rows)
+                return result, None
+            cuts = release.cuts
+            if not cuts:
+                raise self._refuse(
+                    "a site's records of these pooled cells, with earlier cells or subsets of the same table, leave "
+                    f"fewer than {self.rule('disclosure.subset_min_difference')} records, and the pooled counts "
+                    "fewer too: comparing them would single those records out",
+                    "disclosure.subset_min_difference",
+                    "ask for fewer or wider cells, or over the whole table or a subset that differs more")
+            drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
+            return None, self.coarsened(attempt, rows, on_release, exclude | drop)
+
+        return PooledSteps({"objections": vector}, advance, frac_bits=8)
 
     def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
         if self._audits(rows) and cells:

@@ -286,21 +286,35 @@ def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_di
     difference; nor do two intervals of one column over all its records, which the gate keeps apart."""
     packed_earlier = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in earlier]
     for cell in new:
-        packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
-        size = set_size(packed)
-        for old, before in packed_earlier:
-            if cell.column and cell.column == before.column:
-                continue
-            differing = _differing(old, packed)
-            if (0 < differing < min_difference and abs(cell.count - before.count) < min_difference
-                    and differing == abs(set_size(old) - size)):  # nested: one holds the other
-                return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
-                        f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
-                        "differ by fewer too: comparing the two would single those records out")
-        if _small_remainder(packed, cell, packed_earlier, min_difference):
-            return (f"a cell and earlier cells or subsets of the same table, each within the next, leave fewer than "
-                    f"{min_difference} records at this site, and their counts as the analyst sees them leave fewer "
-                    "too: subtracting them would single those records out")
+        problem = _cell_problem(cell, packed_earlier, min_difference)
+        if problem:
+            return problem
+    return None
+
+
+def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_difference: int) -> list[int]:
+    """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse."""
+    packed_earlier = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in earlier]
+    return [j for j, cell in enumerate(new) if _cell_problem(cell, packed_earlier, min_difference)]
+
+
+def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, PooledCell]], min_difference: int
+                  ) -> str | None:
+    packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
+    size = set_size(packed)
+    for old, before in packed_earlier:
+        if cell.column and cell.column == before.column:
+            continue
+        differing = _differing(old, packed)
+        if (0 < differing < min_difference and abs(cell.count - before.count) < min_difference
+                and differing == abs(set_size(old) - size)):  # nested: one holds the other
+            return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
+                    f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
+                    "differ by fewer too: comparing the two would single those records out")
+    if _small_remainder(packed, cell, packed_earlier, min_difference):
+        return (f"a cell and earlier cells or subsets of the same table, each within the next, leave fewer than "
+                f"{min_difference} records at this site, and their counts as the analyst sees them leave fewer "
+                "too: subtracting them would single those records out")
     return None
 
 

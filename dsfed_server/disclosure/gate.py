@@ -829,6 +829,8 @@ class PooledRelease:
     result: Any
     root_cuts: list[Cut]
     own_cells: list[PooledCell]
+    cuts: tuple[Cut, ...] = ()  # the cuts between the released cells, in the values' units (none: categories)
+    n_cells: int = 0  # how many cells were released
 
 
 def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray, column: str = ""
@@ -850,10 +852,12 @@ def interval_column(cells: Intervals) -> str:
     return "" if cells.column is None or cells.subset else "$".join(cells.history_key)
 
 
-def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor) -> PooledRelease:
+def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor,
+                   exclude: Collection[Cut] = ()) -> PooledRelease:
     """The declaration's result from the pooled refined cells, decided with the pooled counts and
     the sites' shared ``floor`` (:func:`pooled_floor`), the cuts it released, in the column's units
-    (for every site's history), and this site's records of each released cell."""
+    (for every site's history), and this site's records of each released cell. Cuts in ``exclude``
+    (effective cuts a row-set audit of an earlier attempt objected to) are dropped, their cells merged."""
     q = floor.q
     counts = np.rint(pooled["counts"]).astype(np.int64)
     totals = {name[6:]: float(v[0]) for name, v in pooled.items() if name.startswith("total:")}
@@ -866,7 +870,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
             if np.any((counts > 0) & (others < q)):
                 raise _refuse_dominated(cells.what, floor)
         return PooledRelease(cells.render(Released((), counts, {}, pooled=True, totals=totals)), [],
-                             own_cells(cells.rows, cells.codes, counts))
+                             own_cells(cells.rows, cells.codes, counts), (), int(counts.size))
     position = {cut: i for i, cut in enumerate(plan.refined)}
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:
@@ -894,14 +898,23 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
         more = tuple(c for c in plan.requested if c in gone or moved.get(c) in gone)
         dropped, dominated = dropped + more, len(more)
         moved = {c: m for c, m in moved.items() if m not in gone}
+    audited = 0
+    if exclude:
+        gone = set(exclude)
+        kept = tuple(c for c in kept if c not in gone)
+        more = tuple(c for c in plan.requested if (c in gone or moved.get(c) in gone) and c not in dropped)
+        dropped, audited = dropped + more, len(more)
+        moved = {c: m for c, m in moved.items() if m not in gone}
     # released cell k = the refined cells between kept cut k - 1 and kept cut k
     bounds = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
     merged_counts = np.array([counts[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
     sums = {name[4:]: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
             for name in pooled if name.startswith("sum:")}
     released = Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals,
-                        why=coarsening_reason(floor, plan.history, dropped, moved, dominated=dominated))
+                        why=coarsening_reason(floor, plan.history, dropped, moved, audited=audited,
+                                              dominated=dominated))
     new = [c for c in kept if c not in plan.roots]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
     return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept],
-                         own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells)))
+                         own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells)),
+                         tuple(kept), len(kept) + 1)
