@@ -245,7 +245,9 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         plain = [sorted(written[v][0] for v, _ in product) for product in mf.products]
         terms = [("*".join(d), r, nz) for d, r, nz in zip(plain, roots, nonzero)] + [y]
         if offset and beta is None:  # the start's X'Wz sums each design column times the offset
-            o = (written[offset][0], written[offset][1], lambda: np.ones(mf.n, dtype=bool))
+            # over the records where it is not 0, as a design column's: one function summed over two row sets
+            # that differ by a few records (a logit offset is 0 at a score of 0.5) would count on those few
+            o = (written[offset][0], written[offset][1], lambda: np.asarray(mf.offset) != 0)
             terms_with = [(t, o) for t in terms[:-1]]
         else:
             terms_with = []
@@ -270,7 +272,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         x_roots = tuple(sorted({r for v, (_, rs) in written.items() if v != formula.response for r in rs}))
         all_roots = tuple(sorted({*x_roots, *y[1]}))
         p = len(text)
-        functions.append((f"{model}: deviance", all_roots, y[2]))
+        functions.append((f"{model}: deviance", all_roots, lambda: np.ones(mf.n, dtype=bool)))
         functions += [(f"{model}: information {text[j]}, {text[k]}", x_roots,
                        lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p)]
         functions += [(f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p)]
