@@ -33,7 +33,7 @@ from dsfed_client import FederatedCallError
 from rref import r_eval
 from sitekit import make_sites, rules_variant, serve
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_moment_attacks import BANDS, MAX_CELL, cell, scores_from_power_sums
+from test_moment_attacks import read_cells, scores_from_power_sums
 
 
 def coefficient_sums(session, m: int) -> np.ndarray:
@@ -74,27 +74,8 @@ WRITINGS = {"coefficients the analyst sends": coefficient_sums, "prior weights t
 
 
 def attack(session, truth: pd.DataFrame, writing: str) -> tuple[int, int, list[str]]:
-    """Cells through the gate, then the writing's power sums in each: (records read, records attacked,
-    the rules of the refusals met)."""
-    read, attacked, refusals = 0, 0, []
-    for lo, hi in BANDS:
-        for outcome in (0, 1):
-            try:
-                m = cell(session, lo, hi, outcome, "subsets")
-            except FederatedCallError as exc:
-                refusals += [e.rule or e.kind for e in exc.failures.values()]
-                continue
-            if m > MAX_CELL:
-                continue
-            truth_cell = truth[(truth.age >= lo) & (truth.age < hi) & (truth.y == outcome)]
-            attacked += len(truth_cell)
-            try:
-                found = np.round(WRITINGS[writing](session, m), 6)
-            except FederatedCallError as exc:
-                refusals += [e.rule or e.kind for e in exc.failures.values()]
-                continue
-            read += int(np.sum(np.isclose(found, np.sort(truth_cell.score.to_numpy()), rtol=0, atol=5e-7)))
-    return read, attacked, refusals
+    """Cells through the gate, then the writing's power sums in each (:func:`test_moment_attacks.read_cells`)."""
+    return read_cells(session, truth, lambda m, _: WRITINGS[writing](session, m))
 
 
 @pytest.mark.parametrize("writing", list(WRITINGS))

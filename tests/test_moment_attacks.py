@@ -20,6 +20,7 @@ power (that run's figure is the same as the loosened one).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -80,11 +81,11 @@ def power_sum(session, writing: str, k: int, cell: tuple[int, int, int], m: int,
     return total - (part["Nvalid"] - m) if constant_branch else total
 
 
-def attack(session, truth: pd.DataFrame, writing: str) -> tuple[int, int, list[str]]:
-    """Cells through the gate, then power sums of the score in each: (records read, records attacked,
-    the rules of the refusals met)."""
-    income = next(iter(session.aggregate_expr("meanDS(D$income)").values()))
-    income_total = income["EstimatedMean"] * income["Nvalid"]
+def read_cells(session, truth: pd.DataFrame, read_cell: Callable[[int, tuple[int, int, int]], np.ndarray],
+               writing: str = "subsets") -> tuple[int, int, list[str]]:
+    """Cells through the gate (:func:`cell`, as ``writing`` makes them), then ``read_cell(m, cell)``'s scores
+    of each cell of at most :data:`MAX_CELL` records: (records read exactly, records attacked, the rules of
+    the refusals met)."""
     read, attacked, refusals = 0, 0, []
     for lo, hi in BANDS:
         for outcome in (0, 1):
@@ -98,13 +99,23 @@ def attack(session, truth: pd.DataFrame, writing: str) -> tuple[int, int, list[s
             truth_cell = truth[(truth.age >= lo) & (truth.age < hi) & (truth.y == outcome)]
             attacked += len(truth_cell)
             try:
-                sums = [power_sum(session, writing, k, (lo, hi, outcome), m, income_total) for k in range(1, m + 1)]
+                found = np.round(read_cell(m, (lo, hi, outcome)), 6)
             except FederatedCallError as exc:
                 refusals += [e.rule or e.kind for e in exc.failures.values()]
                 continue
-            found = np.round(scores_from_power_sums(sums), 6)
             read += int(np.sum(np.isclose(found, np.sort(truth_cell.score.to_numpy()), rtol=0, atol=5e-7)))
     return read, attacked, refusals
+
+
+def attack(session, truth: pd.DataFrame, writing: str) -> tuple[int, int, list[str]]:
+    """Cells through the gate, then power sums of the score in each (:func:`read_cells`)."""
+    income = next(iter(session.aggregate_expr("meanDS(D$income)").values()))
+    income_total = income["EstimatedMean"] * income["Nvalid"]
+    def read_cell(m: int, where: tuple[int, int, int]) -> np.ndarray:
+        return scores_from_power_sums([power_sum(session, writing, k, where, m, income_total)
+                                       for k in range(1, m + 1)])
+
+    return read_cells(session, truth, read_cell, writing)
 
 
 @pytest.mark.parametrize("writing", list(WRITINGS))

@@ -465,57 +465,38 @@ class Guard:
         return pooled_pair_problem(pooled, [PooledCell(member, int(member.sum())) for member in row_sets],
                                    self.rule("disclosure.subset_min_difference"))
 
-    def pooled_cells_problem(self, cells: list[PooledCell], rows: Rows | None) -> str | None:
-        """None if this site's records of the cells of a pooled release (:class:`~dsfed_server.disclosure.
-        differencing.PooledCell`, :class:`~dsfed_server.disclosure.gate.PooledRelease`) pass against every subset, cell and pooled
-        cell released before from the same table, else the reason to refuse
-        (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`,
-        ``disclosure.subset_min_difference``). The sites release a pooled result only if none of them
-        finds a reason (:meth:`agreed`)."""
+    def _pooled_problems(self, cells: list[PooledCell], rows: Rows | None) -> list[int]:
+        """Which of this site's records of the cells of a pooled release (:class:`~dsfed_server.disclosure.
+        differencing.PooledCell`) fail against every subset, cell and pooled cell released before from the same
+        table (:func:`~dsfed_server.disclosure.differencing.pooled_problem_cells`,
+        ``disclosure.subset_min_difference``)."""
         if not self._audits(rows) or not cells:
-            return None
+            return []
         earlier = [PooledCell(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
         earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        return pooled_pair_problem(earlier, cells, self.rule("disclosure.subset_min_difference"))
+        return pooled_problem_cells(earlier, cells, self.rule("disclosure.subset_min_difference"))
 
-    def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any]
-               ) -> PooledSteps:
-        """The last step of a pooled release of cells: every site seals whether its own records of the
-        released ``cells`` (each with its pooled count) pass its audit (:meth:`pooled_cells_problem`);
-        ``release()`` runs, and the cells join this site's history, only if no site objects, and every
-        site refuses alike otherwise: no site's verdict is seen alone, the analyst learns only that the
-        count of objections was not 0."""
-        problem = self.pooled_cells_problem(cells, rows)
-
-        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, None]:
-            if float(pooled["objections"]) > 0.5:
-                raise self._refuse(
-                    "a site's records of these pooled cells differ from those of an earlier cell or subset of the "
-                    f"same table in fewer than {self.rule('disclosure.subset_min_difference')} rows, and the "
-                    "pooled counts of the two differ by fewer too: comparing the two would single those records out",
-                    "disclosure.subset_min_difference",
-                    "ask for fewer or wider cells, or over the whole table or a subset that differs more")
-            result = release()
-            self.record_pooled_cells(cells, rows)
-            return result, None
-
-        return PooledSteps({"objections": np.asarray(float(problem is not None))}, advance, frac_bits=8)
+    def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any]) -> PooledSteps:
+        """The last step of a pooled release of ``cells`` with no cut to merge (:meth:`coarsened`): ``release()``
+        runs only if no site objects to any of them, and every site refuses alike otherwise."""
+        return self.coarsened(lambda exclude: PooledRelease(None, [], cells), rows, lambda _: release())
 
     def coarsened(self, attempt: Callable[[frozenset[Cut]], PooledRelease], rows: Rows | None,
                   on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset()) -> PooledSteps:
         """The last steps of a pooled release of cells, coarsened where it must be, as a per-site release is:
         every site seals, per released cell of ``attempt(exclude)``, whether its own records of it fail its
-        audit (:meth:`pooled_cells_problem`); where no site objects to any, ``on_release`` releases the
+        audit (:meth:`_pooled_problems`); where no site objects to any, ``on_release`` releases the
         result and the cells join this site's history; otherwise the cut above each cell objected to (the
         one below, for the last) is dropped and every site tries again alike, and a release with no cut
         left to drop is refused. The analyst sees only the result and the cuts it dropped, never which
         site objected (``disclosure.subset_min_difference``)."""
         release = attempt(exclude)
-        vector = np.zeros(max(release.n_cells, 1))
-        if self._audits(rows) and release.own_cells:
-            earlier = [PooledCell(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
-            earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-            vector[pooled_problem_cells(earlier, release.own_cells, self.rule("disclosure.subset_min_difference"))] = 1
+        problems = self._pooled_problems(release.own_cells, rows)
+        if release.cuts:  # per released cell: the cuts beside those objected to are merged
+            vector = np.zeros(release.n_cells)
+            vector[problems] = 1
+        else:  # nothing to merge (categories, a protocol's groups): one objection, every site's vector alike
+            vector = np.asarray([float(bool(problems))])
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = np.flatnonzero(np.ravel(pooled["objections"]) > 0.5)

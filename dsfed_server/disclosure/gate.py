@@ -37,7 +37,7 @@ cut nearest to it in value (or is dropped); the released cells are unions of ref
 second round is needed for the cells. The sites' random picks and margins use a key only they know:
 the sum of a secret share every site adds to the pooled vector (:data:`NONCE`). Each site's records
 of the released cells (:class:`PooledRelease`) are then audited against its earlier cells and subsets
-of the table with the pooled counts (:meth:`dsfed_server.disclosure.checks.Guard.pooled_cells_problem`),
+of the table with the pooled counts (:meth:`dsfed_server.disclosure.checks.Guard.coarsened`),
 and the sites release the result only if none of them objects (a second pooled step).
 
 A fixed minimum count would still leak to an analyst who knows every record but one: which of
@@ -669,6 +669,18 @@ def largest_sites(pooled_squares: np.ndarray, floor: Floor) -> np.ndarray:
     pooled sum of the squares (each site's rounding to the fixed point allowed for)."""
     total = np.maximum(np.asarray(pooled_squares, dtype=float), 0.0) * SQUARE_UNIT + floor.sites
     return np.sqrt(floor.dominance * total)
+
+
+def dominated_groups(breaks: np.ndarray, edges: np.ndarray, counts: np.ndarray, pooled_squares: np.ndarray,
+                     floor: Floor) -> bool:
+    """Whether a released group (between ``edges``, the groups between ``breaks`` below q merged into it, with
+    pooled ``counts``) holds fewer than q records outside its ``floor.dominance`` largest sites: per group
+    the bound of :func:`largest_sites`, summed over the groups a merged group joins."""
+    edges = np.asarray(edges, dtype=float)
+    merged = np.searchsorted(edges[1:-1], np.asarray(breaks[1:], dtype=float), side="left")
+    largest = np.bincount(merged, weights=largest_sites(pooled_squares, floor), minlength=edges.size - 1)
+    n = np.asarray(counts, dtype=float)
+    return bool(np.any((n > 0) & (n - np.minimum(largest, n) < floor.q)))
 
 
 def _refuse_dominated(what: str, floor: Floor) -> DisclosureRefusal:

@@ -94,7 +94,8 @@ class DecileSearch:
             cells = gate.own_cells(self.rows, gate.cell_index(self.p, kept), np.asarray(out["table"]["n"]),
                                    "$".join(self.key) if self.whole else "")
             fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], floor, self.key).all()
-            if floor.dominance and dominated(groups.breaks, out["table"], pooled[gate.SQUARES], floor):
+            if floor.dominance and gate.dominated_groups(groups.breaks, out["table"]["edges"], out["table"]["n"],
+                                                         pooled[gate.SQUARES], floor):
                 # a site that made up its records knows its own share of every group, and the breaks
                 out["table"], out["groups"], cells = None, [], []
                 out["table_withheld"] = (f"a group would hold fewer than {q} records outside its largest "
@@ -116,18 +117,6 @@ class DecileSearch:
         # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
         # and a group of millions of records at a site needs fewer bits, which the analyst asks again with
         return PooledSteps(fields, advance, frac_bits=None, history_key=self.key)
-
-
-def dominated(breaks: np.ndarray, table: dict[str, Any], pooled_squares: np.ndarray, floor: gate.Floor) -> bool:
-    """Whether a group of the released ``table`` (the groups between ``breaks``, those below q merged) holds
-    fewer than q records outside its ``floor.dominance`` largest sites: per group an upper bound on what
-    those sites hold (:func:`~dsfed_server.disclosure.gate.largest_sites`), summed over the groups a merged
-    group joins (secure_aggregation.dominance_sites)."""
-    edges = np.asarray(table["edges"], dtype=float)
-    merged = np.searchsorted(edges[1:-1], np.asarray(breaks[1:], dtype=float), side="left")
-    largest = np.bincount(merged, weights=gate.largest_sites(pooled_squares, floor), minlength=edges.size - 1)
-    n = np.asarray(table["n"], dtype=float)
-    return bool(np.any((n > 0) & (n - np.minimum(largest, n) < floor.q)))
 
 
 def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
