@@ -114,15 +114,32 @@ def logit_se(auc: float, variance: float) -> float:
     return float(np.sqrt(variance) / (auc * (1 - auc)))
 
 
-def logit_ci(auc: float, variance: float, alpha: float) -> tuple[float, float]:
+def logit_ci(auc: float, variance: float, alpha: float, noise_variance: float = 0.0) -> tuple[float, float]:
     """Schalk et al. (2024) eq. (3): :math:`\\mathrm{logit}(AUC) \\pm \\Phi^{-1}(1-\\alpha/2)\\sqrt{var}/(AUC(1-AUC))`,
-    back-transformed, so the interval stays inside (0, 1).
+    back-transformed, so the interval stays inside (0, 1); ``variance`` is the sampling (DeLong) variance.
+
+    The error DP noise adds (``noise_variance``) is additive on the AUC's own scale, not on the logit
+    scale: near AUC = 1 the delta method would stretch it to the whole of (0, 1), and a noisy estimate
+    just below 1 would get an interval that excludes 1. The two errors are therefore combined by the
+    method of variance estimates recovery (Zou & Donner 2008): each limit lies
+    :math:`\\sqrt{d_s^2 + (z\\,sd_{noise})^2}` from the estimate, :math:`d_s` that limit's distance
+    in the sampling interval, clipped to [0, 1]. Without noise this is eq. (3) itself.
 
     >>> [round(v, 6) for v in logit_ci(0.8, 0.0025, 0.05)]  # expit(1.386294 -+ 1.959964 * 0.05 / 0.16)
     [0.684344, 0.880669]
+    >>> [round(v, 4) for v in logit_ci(0.99, 1e-6, 0.05, noise_variance=0.0001)]  # 0.99 -+ ~1.96 * 0.01
+    [0.9703, 1.0]
     """
-    half = stats.norm.ppf(1 - alpha / 2) * logit_se(auc, variance)
-    return float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
+    z = stats.norm.ppf(1 - alpha / 2)
+    if auc in (0.0, 1.0) and variance == 0.0:
+        lower = upper = float(auc)  # eq. (3) is degenerate at the bounds: the sampling interval is the point
+    else:
+        half = z * logit_se(auc, variance)
+        lower, upper = float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
+    if not noise_variance:
+        return lower, upper
+    noise = z * np.sqrt(noise_variance)
+    return (float(max(0.0, auc - np.hypot(auc - lower, noise))), float(min(1.0, auc + np.hypot(upper - auc, noise))))
 
 
 class AUCIntervals(Results):
@@ -147,9 +164,14 @@ class AUCIntervals(Results):
         return float(np.sqrt(self.total_variance))
 
     @property
+    def noise_error_variance(self) -> float:
+        """The variance of the error the DP noise adds to the estimate (NaN: not known)."""
+        return self.noise_variance
+
+    @property
     def total_variance(self) -> float:
-        """The sampling (DeLong) variance plus the noise variance."""
-        return self.variance + self.noise_variance
+        """The sampling (DeLong) variance plus the noise's."""
+        return self.variance + self.noise_error_variance
 
     @derived("{level} CI (DeLong)")
     def ci_delong(self) -> ConfInt:
@@ -161,11 +183,11 @@ class AUCIntervals(Results):
 
     @derived("{level} CI (logit, eq. 3)")
     def ci_logit(self) -> ConfInt:
-        """Schalk et al. (2024) eq. (3), with the sampling and the noise variance; NaN where the total variance
-        is not known."""
+        """Schalk et al. (2024) eq. (3) on the sampling variance, the noise's combined with it as
+        :func:`logit_ci` says; NaN where the total variance is not known."""
         if not np.isfinite(self.total_variance):
             return ConfInt(float("nan"), float("nan"))
-        return ConfInt(*logit_ci(self.auc, self.total_variance, self.alpha))
+        return ConfInt(*logit_ci(self.auc, self.variance, self.alpha, self.noise_error_variance))
 
 
 # below this reliability ratio the noise variance exceeds the scores' own: the noisy-score AUC says more
@@ -218,12 +240,11 @@ class EmpiricalAUC(AUCIntervals):
                 f"the AUC is pulled towards 0.5 by an unknown amount and no interval is given; {INSTEAD}")
 
     @property
-    def total_variance(self) -> float:
-        """DeLong's variance, the noise's, and the square of the noise's estimated bias; NaN where the
-        noise swamps the scores."""
+    def noise_error_variance(self) -> float:
+        """The noise's variance and the square of its estimated bias; NaN where the noise swamps the scores."""
         if self.swamped:
             return float("nan")
-        return self.variance + self.noise_variance + self.approximation_error**2
+        return self.noise_variance + self.approximation_error**2
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The empirical ROC of the pooled noisy scores (AUC and DeLong CI in the legend), optionally
@@ -382,8 +403,9 @@ class ROCGLMFit(Results):
 
     @derived("{level} CI (logit, eq. 3)", brief=".4f")
     def ci(self) -> ConfInt:
-        """Schalk et al. (2024) eq. (3) around the ROC-GLM AUC, with the sampling and the noise variance."""
-        return ConfInt(*logit_ci(self.auc, self.variance + self.noise_variance, self.alpha))
+        """Schalk et al. (2024) eq. (3) around the ROC-GLM AUC, the noise's variance combined with the
+        sampling variance as :func:`logit_ci` says."""
+        return ConfInt(*logit_ci(self.auc, self.variance, self.alpha, self.noise_variance))
 
     @derived("Fisher-scoring iterations")
     def iterations(self) -> int:
