@@ -45,6 +45,7 @@ from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
+from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError
 from dsfed_core.wire import encode_f64
@@ -206,13 +207,10 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     sizes = [v.size for v in negatives]
     leaves = gate.cuts_from(np.linspace(out["lower"], out["upper"], out["branching"] ** out["levels"] + 1)[1:-1],
                             inclusive=False)
-    cells = gate.Intervals(p, leaves, render=lambda released: None, column=ctx.root_column(score))
-    key, guard = cells.history_key, ctx.guard
-    history = guard.pooled_history(key)
-    refined = tuple(sorted(set(leaves) | set(history)))
+    cuts = ProtocolCuts(ctx.guard, p, ctx.root_column(score))
+    root_leaves = cuts.to_root(leaves)  # the leaf edges as cuts on the score column (a transform mapped back)
     fields = {"negatives": np.concatenate(negatives), "positives": np.concatenate(positives),
-              "variance": np.asarray(out["variance"]),
-              "refined": gate.cell_sums(cells.root, refined)[0]}
+              "variance": np.asarray(out["variance"]), "refined": cuts.counted(root_leaves)}
     if "n_negative" in out:
         fields["n_negative"] = np.asarray(float(out["n_negative"]))
         fields["n_positive"] = np.asarray(float(out["n_positive"]))
@@ -229,16 +227,16 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
                    "positives": [v.tolist() for v in np.split(pooled["positives"], split)]}
         if "n_negative" in pooled:
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
-        kept = gate.fits_pooled(leaves, refined, history, pooled["refined"], floor, key)
+        kept = cuts.fits(root_leaves, pooled["refined"], floor)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         name = session.keep_derived("ref", digest, derived_reference(release, kept), SITE_DERIVED, sources,
                                     name_length)
-        guard.record_pooled(key, [leaves[i] for i in np.flatnonzero(kept)])
+        cuts.record([root_leaves[i] for i in np.flatnonzero(kept)])
         release["reference"], release["reference_digest"] = name, session.definitions[name]
         release["reference_knots_dropped"] = int(len(leaves) - kept.sum())
         return release, None
 
-    return PooledSteps(fields, advance, history_key=key)
+    return PooledSteps(fields, advance, history_key=cuts.key)
 
 
 def derived_reference(release: dict[str, Any], kept: np.ndarray) -> pd.DataFrame:

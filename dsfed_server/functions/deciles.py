@@ -31,7 +31,7 @@ from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
-from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
 from dsfed_server.functions.validation import outcome_and_score
@@ -41,19 +41,16 @@ MAX_ROUNDS = 16  # each round narrows every bracket 100-fold; float resolution i
 
 
 class DecileSearch:
-    """One site's side of the protocol: its sorted predictions, the searches on pooled counts, the
-    score column's cut history (relayed: every site's) with the column's values (as stored), and where
-    the predictions' records sit in the table (``rows``: the groups' row-set audit, :meth:`Guard.agreed`;
-    ``whole``: the predictions are the column's, all its records)."""
+    """One site's side of the protocol: its sorted predictions, the searches on pooled counts, and
+    the gate's side of the groups' breaks (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`:
+    the score column's relayed cut history, its records, where the predictions' records sit in the table)."""
 
-    def __init__(self, y: np.ndarray, p: np.ndarray, g: int, guard: Guard, key: tuple[str, str],
-                 history: list[gate.Cut], column: np.ndarray, rows: Rows | None, whole: bool) -> None:
-        self.y, self.p, self.g, self.rows, self.whole = y, p, g, rows, whole
+    def __init__(self, y: np.ndarray, p: np.ndarray, g: int, guard: Guard, cuts: ProtocolCuts) -> None:
+        self.y, self.p, self.g, self.guard, self.cuts = y, p, g, guard, cuts
         self.x = np.sort(p)
         self.brackets: dict[int, Bracket] = {}
         self.rounds = 0
         self.n = 0
-        self.guard, self.key, self.history, self.column = guard, key, history, column
 
     def counts(self, thresholds: list[float]) -> PooledSteps:
         """This site's counts at or below ``thresholds``; pooled, they narrow the searches."""
@@ -73,50 +70,49 @@ class DecileSearch:
                 return None, self.counts(following)
             return None, self.group_sums()
 
-        return PooledSteps(fields, advance, frac_bits=0, history_key=self.key)
+        return PooledSteps(fields, advance, frac_bits=0, history_key=self.cuts.key)
 
     def group_sums(self) -> PooledSteps:
         """This site's count, outcomes and predictions per group of the settled breaks, and the
         column's counts between all cuts (the breaks with the history's), to decide on the table."""
         groups = type7_groups(self.brackets, self.n, self.g, 0.0, 1.0)
-        cuts = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
-        refined = tuple(sorted(set(cuts) | set(self.history)))
-        n, sums = gate.cell_sums(self.p, cuts, {"sum_y": self.y, "sum_p": self.p})
+        breaks = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
+        n, sums = gate.cell_sums(self.p, breaks, {"sum_y": self.y, "sum_p": self.p})
         dominance = self.guard.rule("secure_aggregation.dominance_sites") > 0
-        fields = {"n": n, **sums, "refined": gate.cell_sums(self.column, refined)[0],
+        fields = {"n": n, **sums, "refined": self.cuts.counted(self.cuts.to_root(breaks)),
                   gate.SQUARES: gate.squares(n, dominance)}
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[None, PooledSteps]:
             q = floor.q
             out = statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds)
             kept = gate.cuts_from(out["table"]["edges"][1:-1], inclusive=True)  # after merging small groups
-            # with the table, the groups are cells of known breaks: this site's records of each are audited
-            cells = gate.own_cells(self.rows, gate.cell_index(self.p, kept), np.asarray(out["table"]["n"]),
-                                   "$".join(self.key) if self.whole else "")
-            fits = gate.fits_pooled(kept, refined, self.history, pooled["refined"], floor, self.key).all()
+            root = self.cuts.to_root(kept)
+            cells: tuple[gate.Cut, ...] | None = kept
             if floor.dominance and gate.dominated_groups(groups.breaks, out["table"]["edges"], out["table"]["n"],
                                                          pooled[gate.SQUARES], floor):
                 # a site that made up its records knows its own share of every group, and the breaks
-                out["table"], out["groups"], cells = None, [], []
+                out["table"], out["groups"], cells = None, [], None
                 out["table_withheld"] = (f"a group would hold fewer than {q} records outside its largest "
                                          f"contributing site{'s' if floor.dominance > 1 else ''} (secure_aggregation."
                                          "dominance_sites): the groups' counts and sums are withheld; the "
                                          "statistics are exact")
-            elif not fits or set(self.guard.released_cuts(self.key)) - set(self.history):
-                out["table"], cells = None, []  # without their breaks the groups' counts bound no known cell
+            elif not self.cuts.fits(root, pooled["refined"], floor).all():
+                out["table"], cells = None, None  # without their breaks the groups' counts bound no known cell
                 out["table_withheld"] = ("with the cuts released before on this score column, the groups' breaks "
                                          f"would single out fewer than {q} records; the statistics are exact")
 
             def release() -> dict[str, Any]:
-                if out["table"] is not None:
-                    self.guard.record_pooled(self.key, list(kept))
+                if cells is not None:
+                    self.cuts.record(root)
                 return out
 
-            return None, self.guard.agreed(cells, self.rows, release)
+            if cells is None:  # with the table withheld, the groups are cells of unknown breaks: none audited
+                return None, self.guard.agreed([], self.cuts.rows, release)
+            return None, self.cuts.audited(self.p, cells, np.asarray(out["table"]["n"]), release)
 
         # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
         # and a group of millions of records at a site needs fewer bits, which the analyst asks again with
-        return PooledSteps(fields, advance, frac_bits=None, history_key=self.key)
+        return PooledSteps(fields, advance, frac_bits=None, history_key=self.cuts.key)
 
 
 def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
@@ -168,9 +164,6 @@ def decile_groups(ctx: CallContext, truth: pd.Series, score: pd.Series, g: int) 
     (``hoslem.test``'s grouping), found by the sites on pooled counts: a pooled protocol of several
     steps (see the module docstring); released only pooled, at the last step."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
-    column = ctx.root_column(score)
-    cells = gate.Intervals(p, (), render=lambda released: None, column=column)
-    key = cells.history_key
-    search = DecileSearch(y, p, g, ctx.guard, key, ctx.guard.pooled_history(key), cells.root,
-                          ctx.record_rows(truth, score), column is not None and not cells.subset)
+    cuts = ProtocolCuts(ctx.guard, p, ctx.root_column(score), ctx.record_rows(truth, score))
+    search = DecileSearch(y, p, g, ctx.guard, cuts)
     return search.counts(probes([], first=True, lower=0.0, upper=1.0))

@@ -23,7 +23,7 @@ calibration bin, a threshold) it would single out the records between the two. S
 settles, one more pooled step counts the column's records between all cuts -- these with the
 column's cut history, as ``decileGroupsDS`` checks its breaks -- and the sites release the knots
 only if, pooled, every cell between cuts holds 0 or at least q records
-(:func:`~dsfed_server.disclosure.gate.fits_pooled`), and otherwise refuse
+(:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`), and otherwise refuse
 (``disclosure.cut_history``). The 1 or 99 % quantile, a near-extreme record's value on a few
 hundred records, is released only where it fits too; else the range ends at the outer knot on that
 side (``range_withheld`` says so). The released cuts join the history.
@@ -52,9 +52,9 @@ from dsfed_core.splines import rcs_probs, rcs_term, rcs_term_names, type7_order,
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.modelframe import COMPUTED, ComputedColumn, LazyColumn
 from dsfed_server.disclosure import gate
-from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
+from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.functions.curves import SITE_DERIVED
 from dsfed_server.functions.validation import complete_pairs, derived_rows, kept, outcome_and_score
@@ -185,9 +185,7 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
     probs = rcs_probs(nk)
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
     name_length = ctx.limits.max_name_length
-    cells = gate.Intervals(p, (), render=lambda released: None, column=ctx.root_column(score))
-    key = cells.history_key
-    history = ctx.guard.pooled_history(key)
+    cuts = ProtocolCuts(ctx.guard, p, ctx.root_column(score))
 
     def keep(knots: list[float]) -> dict[str, Any]:
         """Every site keeps the knots as the symbol the release names."""
@@ -214,23 +212,24 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
             raise CallError(f"the {nk} knots at the {probs} quantiles of logit(p) are not distinct (tied scores)",
                             hint="ask for fewer knots (nk)")
         bounds = [type7_quantile(order, n, prob) for prob in RANGE_PROBS]
-        return _gated_knots(cells, knots, bounds, history, ctx.guard,
+        return _gated_knots(cuts, knots, bounds,
                             lambda final, released, moved, reason: {
                                 "knots": final, "range": released, "range_withheld": reason, "knots_moved": moved,
                                 "n": n, "nk": nk, **keep(final), "pooled": True})
 
     search = OrderSearch(np.sort(kept(p, finite)), special.logit, _quantile_ranks(probs + RANGE_PROBS), finish, {},
-                         history_key=key)
+                         history_key=cuts.key)
     return search.start()
 
 
-def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float], history: list[gate.Cut],
-                 guard: Guard, release: Callable[[list[float], list[float], list[list[float]], str | None],
-                                                 dict[str, Any]]) -> PooledSteps:
-    """The release gate's step on the knots and the range's ``bounds`` (logit(p)): this site's counts
-    of the score column between all cuts -- each value :math:`t` as the cut :math:`p \\le
-    \\mathrm{expit}(t)` in the column's units, with the column's released ``history`` -- and, pooled,
-    :func:`gate.fits_pooled` on them, as ``DecileSearch.group_sums`` decides on the H-L table.
+def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
+                 release: Callable[[list[float], list[float], list[list[float]], str | None], dict[str, Any]]
+                 ) -> PooledSteps:
+    """The release gate's step on the knots and the range's ``bounds`` (logit(p)): each value :math:`t`
+    as the cut :math:`p \\le \\mathrm{expit}(t)` on the score column, decided with the column's
+    released history on pooled counts between all cuts
+    (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`), as ``decileGroupsDS`` decides on
+    the H-L table.
 
     A knot the gate refuses moves to the nearest cut released before on the column
     (:func:`_moved_knots`): that cut is public already, so the knot adds nothing, and the spline's
@@ -241,41 +240,39 @@ def _gated_knots(cells: gate.Intervals, knots: list[float], bounds: list[float],
     in ``release``'s last argument). The released cuts join the history."""
     def as_cuts(logits: list[float]) -> tuple[gate.Cut, ...]:
         p_cuts = gate.cuts_from(sorted(set(special.expit(np.asarray(logits)).tolist())), inclusive=True)
-        return tuple(sorted(set(gate.Intervals(cells.x, p_cuts, render=cells.render, column=cells.column)
-                                .root_cuts())))
+        return tuple(sorted(set(cuts.to_root(p_cuts))))
 
     knot_cuts, bound_cuts = as_cuts(knots), [as_cuts([b])[0] for b in bounds]
-    refined = tuple(sorted(set(knot_cuts) | set(bound_cuts) | set(history)))
-    counts = gate.cell_sums(cells.root, refined)[0]
-    key = cells.history_key
-    identity = cells.column is None or cells.column.transform.identity
+    counts = cuts.counted(set(knot_cuts) | set(bound_cuts))
+    history = cuts.history
+    column = cuts.cells.column
+    identity = column is None or column.transform.identity
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
-        def fits(cuts: list[gate.Cut]) -> np.ndarray:
-            return gate.fits_pooled(cuts, refined, history, pooled["refined"], floor, key)
+        def fits(candidates: list[gate.Cut]) -> np.ndarray:
+            return cuts.fits(candidates, pooled["refined"], floor)
 
-        final, cuts, moved = _moved_knots(knots, list(knot_cuts), history, fits, movable=identity)
-        if final is None or set(guard.released_cuts(key)) - set(history):
+        final, knot_cuts_kept, moved = _moved_knots(knots, list(knot_cuts), history, fits, movable=identity)
+        if final is None:
             raise DisclosureRefusal(
                 f"the knots of logit(p), as cuts on the score column with the cuts released before on it, would "
                 f"single out fewer than {floor.q} records", rule="disclosure.cut_history",
                 hint="cuts released before on this score column (thresholds, calibration bins, H-L breaks) lie "
                      "within q records of a knot, and no earlier cut could take its place; the sites do not "
                      "release these knots for this column")
-        new = [c for c in cuts if c not in history]
-        used = sorted(set(history) | set(new))
+        new = [c for c in knot_cuts_kept if c not in history]
         ends = sorted(set(bound_cuts))
-        kept_ends = dict(zip(ends, gate.fits_pooled(ends, refined, used, pooled["refined"], floor, key)))
+        kept_ends = dict(zip(ends, cuts.fits(ends, pooled["refined"], floor, sorted(set(history) | set(new)))))
         kept = [kept_ends[c] for c in bound_cuts]
         released = [b if k else knot for b, k, knot in zip(bounds, kept, (final[0], final[-1]))]
-        guard.record_pooled(key, new + [c for c, k in zip(bound_cuts, kept) if k])
+        cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
         reason = None if all(kept) else (
             f"the {' and '.join(f'{100 * p:g} %' for p, k in zip(RANGE_PROBS, kept) if not k)} quantile of logit(p) "
             f"would single out fewer than {floor.q} records (with the knots and the cuts released before on the "
             "score column): the range ends at the outer knot there")
         return release(final, released, moved, reason), None
 
-    return PooledSteps({"refined": counts}, advance, frac_bits=0, history_key=key)
+    return PooledSteps({"refined": counts}, advance, frac_bits=0, history_key=cuts.key)
 
 
 def _moved_knots(knots: list[float], cuts: list[gate.Cut], history: list[gate.Cut],

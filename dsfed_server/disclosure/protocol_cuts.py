@@ -1,0 +1,99 @@
+"""Cuts a pooled protocol derives on a column: the breaks of Hosmer-Lemeshow's groups, a spline's
+knots, the leaf edges of a histogram reference. No analyst chooses them -- the sites find them on
+pooled counts -- but each is still a cut on the column it parts: beside a cut released before on
+that column (a threshold, a calibration bin) it would single out the records between the two. So
+the release gate decides on them as it decides on an analyst's cuts released pooled
+(:mod:`dsfed_server.disclosure.gate`, "Pooled"), in three steps every protocol shares:
+
+1. this site counts the column's records between the candidates and every cut of the column's
+   relayed history (:meth:`ProtocolCuts.counted`; a field of the protocol's pooled vector);
+2. on the pooled counts, every site keeps the same candidates: those leaving 0 or at least q
+   records (and the secret margin) beside every cut (:meth:`ProtocolCuts.fits`); what a protocol
+   does with a candidate the gate does not keep is its own (merge groups, move a knot onto an
+   earlier cut, drop a leaf edge);
+3. the cuts released join every site's history (:meth:`ProtocolCuts.record`), after this site's
+   records of the cells between them have passed the row-set audit where their counts are
+   released (:meth:`ProtocolCuts.audited`).
+
+A cut this site releases on the column while the protocol runs (another analyst's call) was not in
+the history the pooled counts were taken with: the protocol is refused, and asked again, checks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from dsfed_core.errors import DisclosureRefusal
+from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.provenance import RootColumn
+from dsfed_server.disclosure.relay import PooledSteps
+
+
+class ProtocolCuts:
+    """One site's side of the cuts a pooled protocol puts on the column ``column`` its ``values``
+    come from (None: values without provenance, whose cuts are kept under their own ordering).
+    Made at the protocol's first step: it reads the column's relayed history then
+    (:meth:`Guard.pooled_history`, which asks the analyst to relay a history that misses one of this
+    site's cuts). ``rows``: where ``values``' records sit in the table, for the row-set audit."""
+
+    def __init__(self, guard: Guard, values: np.ndarray, column: RootColumn | None, rows: Rows | None = None
+                 ) -> None:
+        self.guard, self.rows = guard, rows
+        self.cells = gate.Intervals(values, (), render=lambda released: None, column=column)
+        self.key = self.cells.history_key
+        self.history = guard.pooled_history(self.key)
+        self.refined: tuple[gate.Cut, ...] = ()
+
+    @property
+    def whole_column(self) -> bool:
+        """The values are all of a table column's records (not a subset, nor values without provenance)."""
+        return self.cells.column is not None and not self.cells.subset
+
+    def to_root(self, cuts: Sequence[gate.Cut]) -> tuple[gate.Cut, ...]:
+        """Cuts on the values as the column's cuts (a monotone transform mapped back)."""
+        return self.cells.to_root(cuts)
+
+    def counted(self, candidates: Sequence[gate.Cut]) -> np.ndarray:
+        """This site's counts of the column's records between ``candidates`` (the column's cuts) and every
+        cut of its history: the field the sites pool before :meth:`fits`."""
+        self.refined = tuple(sorted(set(candidates) | set(self.history)))
+        return gate.cell_sums(self.cells.root, self.refined)[0]
+
+    def fits(self, cuts: Sequence[gate.Cut], pooled_counts: np.ndarray, floor: gate.Floor,
+             history: Sequence[gate.Cut] | None = None) -> np.ndarray:
+        """Which of ``cuts`` (among the candidates counted) the gate keeps beside ``history`` (the
+        column's; default: all of it), on the sites' pooled ``counted`` vector: no moving, and of cuts
+        with no record between them the first (:func:`gate.fits_pooled`)."""
+        since = set(self.guard.released_cuts(self.key)) - set(self.history)
+        if since:
+            raise DisclosureRefusal(
+                "a release cut this score column at this site while the pooled protocol ran: the pooled counts "
+                "were taken without that cut, and a cut near it could single out the records between the two",
+                rule="disclosure.cut_history", hint="ask again: the sites then count with every cut released")
+        history = self.history if history is None else list(history)
+        return gate.fits_pooled(cuts, self.refined, history, pooled_counts, floor, self.key)
+
+    def cell_counts(self, kept: Sequence[gate.Cut], pooled_counts: np.ndarray) -> np.ndarray:
+        """The pooled count of each cell between ``kept`` (candidates counted), from the counted vector."""
+        position = {cut: i for i, cut in enumerate(self.refined)}
+        bounds = [0] + [position[c] + 1 for c in kept] + [len(self.refined) + 1]
+        counts = np.rint(np.asarray(pooled_counts, dtype=float)).astype(np.int64)
+        return np.array([counts[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
+
+    def audited(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray,
+                release: Callable[[], Any]) -> PooledSteps:
+        """The last step: ``release()`` runs if no site's records of the cells between ``cuts`` (on
+        ``values``, the protocol's records) with their pooled ``counts`` fail its row-set audit against
+        the cells and subsets released before from the table (:meth:`Guard.agreed`); every site refuses
+        alike otherwise."""
+        column = "$".join(self.key) if self.whole_column else ""
+        cells = gate.own_cells(self.rows, gate.cell_index(values, cuts), counts, column)
+        return self.guard.agreed(cells, self.rows, release)
+
+    def record(self, cuts: Sequence[gate.Cut]) -> None:
+        """The released cuts (the column's) join this site's history of the column."""
+        self.guard.record_pooled(self.key, list(cuts))
