@@ -32,7 +32,7 @@ from test_derived_column_attacks import fixed_secrets
 
 Q = 5  # the shipped default.toml's q_threshold
 MARGIN = 5  # the shipped default.toml's cut_margin: a cell holds q plus a secret margin of 0 to 5 records
-SHIFT = 0.2  # the copy's intercept: c = expit(0.2 + logit(p)); its midpoint, expit(-0.2) = 0.45, lies between thresholds
+SHIFT = 0.2  # the copy's intercept: c = expit(0.2 + logit(p)); its midpoint expit(-0.2) = 0.45 lies between thresholds
 
 
 def frame(seed: int, n: int) -> pd.DataFrame:
