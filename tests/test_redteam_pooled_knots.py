@@ -121,3 +121,56 @@ def test_a_padding_member_reads_no_honest_score_through_the_knots(tmp_path: Path
     print(f"ATTACK padding member walks the 5 % knot (shipped rules, dominance_sites = {dominance}): "
           f"{recovered} honest scores singled out exactly ({learnt} learnt); refusals {sorted(set(refusals))}")
     assert recovered == 0
+
+
+# --- the analyst alone: knots of subsets next to the table's knots ------------------------------------
+
+COLUMNS = ("age", "income", "weight", "height")
+SHARES = (0.1, 0.2, 0.3, 0.8, 0.9)  # conditions col >= v at these shares of each column (pooled quantiles)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING: the analyst alone (3 honest sites of 90, shipped rules): rcsKnotsDS(nk = 3) on D, then on 20 "
+    "subsets D[col >= v] (age, income, weight, height): 35 knots the cut history refused are shown in "
+    "knots_moved[i][0]; 5 of them are records' exact scores (a subset of odd size: its median is one record), "
+    "no released cut shows them; the other 30 are type-7 interpolations of two adjacent records; 0 allowed"))
+def test_the_analyst_alone_reads_no_refused_knot(tmp_path: Path):
+    """Three honest sites of 90 under the shipped rules. The table's knots (nk = 3: 10, 50, 90 %) are
+    released; then the knots of subsets ``D[col >= v]`` on four other columns. A subset of an odd number
+    of records has its median knot exactly on one record (type 7, h = 0); the subset's median lies a few
+    records from the table's, so the cut history refuses it -- and the release shows it in
+    ``knots_moved``. Counted: records whose exact score is read from a refused knot."""
+    from test_derived_column_attacks import synthetic_frame
+
+    frames = {f"s{k}": synthetic_frame(60 + k, 90) for k in range(1, 4)}
+    with fixed_secrets("redteam knots alone"):
+        provisioned, services = make_sites(tmp_path, frames)
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    scores = set(pooled.score.round(6).tolist())
+    refused: list[float] = []
+    released: list[float] = []
+    refusals: list[str] = []
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        first = session.pooled("rcsKnotsDS", Ref("D$y"), Ref("D$score"), nk=3)
+        released += released_values(first)
+        k = 0
+        for column in COLUMNS:
+            for share in SHARES:
+                v = float(np.quantile(pooled[column], share))  # any value: the analyst needs no data for it
+                k += 1
+                try:
+                    session.assign_expr(f"S{k}", f'dataFrameSubsetDS2("D", "D${column}", "{v}", 6, NULL, NULL, FALSE)')
+                    out = session.pooled("rcsKnotsDS", Ref(f"S{k}$y"), Ref(f"S{k}$score"), nk=3)
+                except FederatedCallError as exc:
+                    refusals += [e.rule or e.kind for e in exc.failures.values()]
+                    continue
+                released += out["knots"] + out["range"]
+                refused += [move[0] for move in out["knots_moved"]]
+    read = {p for p in np.round(special.expit(np.asarray(refused)), 6).tolist() if p in scores}
+    released_p = set(np.round(special.expit(np.asarray(released)), 6).tolist())
+    read -= released_p  # only what no released cut shows
+    print(f"ATTACK analyst alone, knots of {k} subsets next to the table's (shipped rules, 3 sites of 90): "
+          f"{len(refused)} refused knots shown in knots_moved, {len(read)} of them a record's exact score; "
+          f"refusals {sorted(set(refusals))}")
+    assert len(read) == 0
