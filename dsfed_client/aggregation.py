@@ -44,6 +44,14 @@ def no_pooled_release(exc: FederatedCallError) -> bool:
     return all(e.rule is not None and e.rule.startswith(_NO_POOLED_RULES) for e in exc.failures.values())
 
 
+def _as(asked: float, released: float) -> str:
+    """A released edge, with the digits that tell it from the edge asked (0.1 as 0.10000001)."""
+    for digits in range(4, 17):
+        if f"{released:.{digits}g}" != f"{asked:.{digits}g}":
+            return f"{released:.{digits}g}"
+    return f"{released:.4g}"
+
+
 @dataclass(frozen=True)
 class BinnedSums:
     """Per-cell counts, sums of predictions and sums of outcomes over all sites, on the cells the
@@ -87,7 +95,7 @@ class BinnedSums:
             if kept := [v for v in values if v not in moved]:
                 merged.append(f"{where}: {', '.join(f'{v:.4g}' for v in kept)}")
             if moved:
-                shifted.append(f"{where}: {', '.join(f'{a:.4g} as {b:.4g}' for a, b in moved.items())}")
+                shifted.append(f"{where}: {', '.join(f'{a:.4g} as {_as(a, b)}' for a, b in moved.items())}")
         what = ([f"cells merged with the next at edges {'; '.join(merged)}"] if merged else []) + (
             [f"edges released as cuts released before on this column ({'; '.join(shifted)})"] if shifted else [])
         reasons: dict[str, list[str]] = {}

@@ -1,12 +1,13 @@
 """A DataSHIELD user's first histogram of the score (``ds.histogram``'s ``histogramDS2`` with 10 breaks
 over the range ``histogramDS1`` gives, 0 to 1) and then the calibration curve's ten bins, on the
 messy corpus's four sites (400, 260, 150 and 90 records, scores rounded to three decimals), shipped
-default rules. The histogram's breaks are the curve's edges, but R's ``hist`` closes its cells on the
-right and the curve on the left: each edge parts the records tied at 0.1, 0.2, ... the other way.
-Per site the gate merges a cell between a new cut and one released before at, or a few records
-from, it, so the per-site curve loses those cells (it kept 1 of 10); its summary says why. Its cells
-hold R's counts and means on the edges released. On sites with no earlier histogram the curve keeps
-those edges (its top cells, of fewer than q records at a site, merged) and the note does not appear."""
+default rules. The histogram's breaks are the curve's edges, but R's ``hist`` shifts its breaks up by
+1e-7 of a bin and closes its cells on the right, the curve on the left: each edge parts the records
+tied at 0.1, 0.2, ... (0 to 3 at a site) from the histogram's break. Per site the gate used to merge
+the cell between the edge and the break (it kept 1 of 10 cells); it now moves the edge onto the break
+(dsfed_server/disclosure/snapping.py), so the curve keeps as many cells as on sites with no earlier
+histogram (8: its top cells hold fewer than q records at a site), and its note names the moves. Its
+cells hold R's counts and means on the edges released, with or without the histogram."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from dsfed_server.messy import write_corpus
 from rref import R_BINNED, r_reference
 from sitekit import make_sites
 
-WHY = "a histogram's break at the same value (R's hist closes its cells on the right, this curve on the left)"
+WHY = "are released at that cut, so the curve keeps its cells"
 
 
 def _curve(tmp: Path, frames: dict[str, pd.DataFrame], explore: bool):
@@ -58,15 +59,19 @@ def test_a_curve_after_a_histogram_on_the_same_breaks(tmp_path, frames):
     curve = _curve(tmp_path / "explored", frames, explore=True)
     tied = [int(np.sum(np.isclose(pooled.score, e))) for e in np.linspace(0.1, 0.9, 9)]
     assert any(0 < t for t in tied)  # rounded scores: records lie on the shared edges
-    # the histogram's breaks 0.1, 0.2 and 0.3 bound cells of 11 records or more at every site (q 5 plus a secret
-    # margin of at most 5): released whatever the draw; the curve's edges there are 0 to 3 tied records from
-    # them at a site, below q: merged per site
-    assert not any(np.isclose(curve.edges, e).any() for e in (0.1, 0.2, 0.3))
-    assert curve.n_bins < 10 and curve.coarsened
+    # the histogram's breaks bound cells of 11 records or more at every site (q 5 plus a secret margin of at
+    # most 5): released whatever the draw; the curve's edges there, 0 to 3 tied records from them at a site,
+    # are moved onto them, not merged
+    for e in (0.1, 0.2, 0.3):
+        assert not np.isclose(curve.edges, e, rtol=0, atol=1e-12).any()
+        assert np.isclose(curve.edges, e, rtol=0, atol=1e-6).any()  # the break, 1e-7 of a bin above e
+    assert all(moved for moved in curve.bins.moved.values()) and curve.coarsened
     assert any(WHY in note for note in curve._notes())
     assert WHY in " ".join(curve.summary().split())  # the summary wraps its notes
+    assert "0.1 as 0.10000001" in curve.bins.note()
     _check_against_R(curve, pooled)
     fresh = _curve(tmp_path / "fresh", frames, explore=False)
-    assert all(np.isclose(fresh.edges, e).any() for e in (0.1, 0.2, 0.3)) and fresh.n_bins > curve.n_bins
+    assert all(np.isclose(fresh.edges, e, rtol=0, atol=1e-12).any() for e in (0.1, 0.2, 0.3))
+    assert fresh.n_bins == curve.n_bins  # the earlier histogram costs the curve no cell (1 of 10 before the move)
     assert not any(WHY in note for note in fresh._notes())
     _check_against_R(fresh, pooled)

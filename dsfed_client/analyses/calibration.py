@@ -80,9 +80,6 @@ def ds_brier(session: FederatedSession, truth: str, score: str, *, secure: bool 
     )
 
 
-EARLIER_CUTS = "released before on this column by any analyst"  # the gate's reason names the column's history
-
-
 @result
 class CalibrationCurve(Results):
     """Pooled calibration curve over equal-width bins (``strategy="uniform"``) or quantile groups
@@ -146,19 +143,18 @@ class CalibrationCurve(Results):
     def _notes(self) -> tuple[str, ...]:
         inexact = () if self.exact_grouping else (
             "quantile breaks inexact: the per-site count search left some undecided",)
-        return (self.bins.note(), *self._merged_at_earlier_cuts(), *inexact)
+        return (self.bins.note(), *self._moved_onto_earlier_cuts(), *inexact)
 
-    def _merged_at_earlier_cuts(self) -> tuple[str, ...]:
-        """Why a per-site curve loses the cells whose edges an earlier histogram's breaks share: the
-        site merges a cell between an edge and a cut released before at, or a few records from, it
-        (only a pooled release moves such an edge onto the earlier cut)."""
-        merged = any(values for values in self.bins.coarsened.values())
-        if self.bins.pooled or not merged or not any(EARLIER_CUTS in text for text in self.bins.why.values()):
+    def _moved_onto_earlier_cuts(self) -> tuple[str, ...]:
+        """Why a curve's edges sit a hair from where they were asked: the gate released an edge at, or a
+        few records from, a cut released before on the score (an earlier histogram's break, by any
+        analyst) at that cut, rather than merge its cell, so the curve keeps its cells."""
+        if not any(self.bins.moved.values()):
             return ()
-        return ("per site, an edge at a cut released before, or a few records from one, is merged, not moved onto "
-                "that cut (as a pooled release moves it): a histogram's break at the same value (R's hist closes "
-                "its cells on the right, this curve on the left) parts the records tied at that value the other "
-                "way, and with rounded scores fewer than q records are tied there",)
+        return ("edges at, or a few records from, a cut released before on the score (by any analyst, e.g. a "
+                "histogram's break: R's hist shifts its breaks by 1e-7 of a bin and closes its cells on the right) "
+                "are released at that cut, so the curve keeps its cells; records tied at such an edge fall on the "
+                "earlier cut's side",)
 
     def plot(self, ax: Any = None, *, per_site: bool = True) -> Any:
         """Pooled points (sized by n), per-site curves (per-site release only), the diagonal, and a

@@ -623,12 +623,14 @@ def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclu
     decided = decide_local(cells, floor, history, site_pick(floor.key, cells), exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, floor, pooled=False)
+    from dsfed_server.disclosure.snapping import snap_dropped  # noqa: PLC0415 (it imports this module)
+    decided, snapped = snap_dropped(cells, floor, history, decided)  # a dropped cut onto a nearby earlier one
     kept, dropped, moved = _effective(cells.cuts, decided)
     idx = cell_index(cells.x, kept)
     size = len(kept) + 1
     counts = np.bincount(idx, minlength=size)
     sums = {name: np.bincount(idx, weights=v, minlength=size) for name, v in cells.sums.items()}
-    root_of = dict(zip(cells.cuts, cells.root_cuts()))
+    root_of = {**dict(zip(cells.cuts, cells.root_cuts())), **snapped}
     why = coarsening_reason(floor, history, dropped, moved, audited=sum(1 for c in dropped if c in exclude))
     return LocalRelease(cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals), why=why)),
                         [root_of[c] for c in kept], _row_sets(cells.rows, idx, size))
