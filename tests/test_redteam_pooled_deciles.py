@@ -1,0 +1,166 @@
+"""Red team: Hosmer-Lemeshow C's groups (``decileGroupsDS``) and the statistics released when the group
+table is withheld.
+
+Where a group would hold fewer than q records outside its largest site (``dominance_sites = 1``), or
+where the breaks do not fit the cut history, the sites withhold the group table -- but release C, ECE
+and MCE exactly ("the statistics are exact"). With two groups whose contents are unknown, C and ECE
+are two equations in two unknowns (the honest events a and the honest sum of p in the first group),
+so the withheld table is read back from the statistics.
+
+The padding member (docs/governance.md) makes that a walk over the honest records: L made-up records
+below every honest score (outcome 0), and many above (outcome 1, p near 1). With N pooled records the
+first type-7 break of g groups sits at rank 1 + (N - 1)/g, so the first group holds the L padding
+records and the k lowest honest records, k = floor(1 + (N - 1)/g) - L; the second the other honest
+records and padding; the rest padding only (the member knows its own share of every group: the ranks
+follow from N and g). g = 50, 49, ..., 40 walks k = 0, 1, ..., 10 on ONE table, no subset: the honest
+events of the first group, read from C and ECE, grow by the outcome of the k-th lowest honest record.
+
+Measured under the shipped rules (dominance_sites = 0) and with dominance_sites = 1; "read": honest
+records whose outcome the analyst learns (checked against the truth).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import optimize
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_client.calls import Ref
+from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
+from sitekit import make_sites, rules_variant
+from test_derived_column_attacks import fixed_secrets
+
+L = 40  # low padding
+N = 2000  # pooled records
+H_SITE = 20
+GS = range(50, 39, -1)  # k = 0 .. 10
+
+
+def honest(seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    score = rng.choice(np.arange(1_000, 999_000), H_SITE, replace=False) / 1_000_000
+    return pd.DataFrame({"y": (rng.uniform(size=H_SITE) < score).astype(np.int64), "score": score})
+
+
+def padding(n_honest: int) -> pd.DataFrame:
+    high = N - L - n_honest
+    low = pd.DataFrame({"y": 0, "score": np.arange(1, L + 1) * 1e-5})
+    top = pd.DataFrame({"y": 1, "score": 1 - np.arange(high, 0, -1) * 4e-7})  # increasing, above 0.999
+    return pd.concat([low, top], ignore_index=True)
+
+
+def sizes(g: int) -> np.ndarray:
+    """Records per group of R's type-7 groups of N distinct values (records at or below each break)."""
+    below = [0] + [min(math.floor(1 + m * (N - 1) / g + 1e-9), N) for m in range(1, g)] + [N]
+    return np.diff(below)
+
+
+def decode(g: int, release: dict, pad: pd.DataFrame, n_honest: int, o_h: float, e_h: float
+           ) -> tuple[int, int] | None:
+    """(k, honest events in group 1) from C and ECE, the member knowing its own share of every group."""
+    n = sizes(g)
+    k = int(n[0]) - L
+    if not 0 <= k <= n_honest or n[0] + n[1] < L + n_honest:
+        return None
+    x = np.sort(pad.score.to_numpy())
+    ys = pad.y.to_numpy()[np.argsort(pad.score.to_numpy())]
+    # the member's records per group: the low padding all in group 1, the high padding by rank
+    own_n = np.zeros(g)
+    own_o = np.zeros(g)
+    own_e = np.zeros(g)
+    bounds = np.concatenate([[0], np.cumsum(n)])
+    honest_at = (L, L + n_honest)  # pooled ranks [L, L + n_honest) are the honest records
+    for j in range(g):
+        lo, hi = bounds[j], bounds[j + 1]
+        for a, b in ((lo, min(hi, honest_at[0])), (max(lo, honest_at[1]), hi)):
+            if b > a:
+                member = slice(a if a < honest_at[0] else a - n_honest, b if b <= honest_at[0] else b - n_honest)
+                own_n[j] += b - a
+                own_o[j] += ys[member].sum()
+                own_e[j] += x[member].sum()
+    target_c, target_ece, target_mce = release["statistic"], release["ece"], release["mce"]
+
+    def term(n_: float, o: np.ndarray | float, e: np.ndarray | float) -> np.ndarray | float:
+        return (o - e) ** 2 / e + (o - e) ** 2 / (n_ - e)
+
+    rest_c = hosmer_lemeshow(n[2:], own_o[2:], own_e[2:]) if g > 2 else 0.0
+    rest_gap = np.abs(own_o[2:] - own_e[2:])
+
+    def c_of(a: int, s: np.ndarray | float) -> np.ndarray | float:
+        return (rest_c + term(n[0], own_o[0] + a, own_e[0] + s)
+                + term(n[1], own_o[1] + o_h - a, own_e[1] + e_h - s))
+
+    def check(a: int, s: float) -> bool:
+        o, e = own_o.copy(), own_e.copy()
+        o[0], e[0], o[1], e[1] = o[0] + a, e[0] + s, o[1] + o_h - a, e[1] + e_h - s
+        ece, mce = calibration_errors(n, o, e)
+        return abs(ece - target_ece) < 1e-9 and abs(mce - target_mce) < 1e-9
+
+    found = []
+    for a in range(k + 1):
+        if not k:
+            if abs(c_of(0, 0.0) - target_c) < 1e-7 * max(1.0, target_c) and check(0, 0.0):
+                found.append(a)
+            continue
+        grid = np.linspace(1e-9, 0.999 * k, 20001)
+        f = c_of(a, grid) - target_c
+        for i in np.flatnonzero(np.sign(f[:-1]) != np.sign(f[1:])):
+            root = optimize.brentq(lambda v: c_of(a, v) - target_c, grid[i], grid[i + 1], xtol=1e-15)
+            if check(a, root):
+                found.append(a)
+    return (k, found[0]) if len(set(found)) == 1 else None
+
+
+def walk(tmp_path: Path, dominance: int) -> tuple[int, int, list[str]]:
+    frames = {"h1": honest(51), "h2": honest(52)}
+    hon = pd.concat(frames.values(), ignore_index=True)
+    frames = {"pad": padding(len(hon)), **frames}
+    rules = rules_variant(tmp_path / "rules.toml", dominance_sites=str(dominance))
+    with fixed_secrets("redteam deciles"):
+        provisioned, services = make_sites(tmp_path, frames, rules)
+    outcomes = hon.sort_values("score").y.to_numpy()
+    events: dict[int, int] = {}
+    withheld, refusals = 0, []
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        brier = session.pooled("brierDS", Ref("D$y"), Ref("D$score"))
+        pad = frames["pad"]
+        o_h, e_h = brier["sum_y"] - pad.y.sum(), brier["sum_p"] - pad.score.sum()
+        for g in GS:
+            try:
+                out = session.pooled("decileGroupsDS", Ref("D$y"), Ref("D$score"), g)
+            except FederatedCallError as exc:
+                refusals += [e.rule or e.kind for e in exc.failures.values()]
+                continue
+            withheld += out.get("table") is None
+            got = decode(g, out, pad, len(hon), o_h, e_h)
+            if got is not None:
+                k, a = got
+                assert a == int(outcomes[:k].sum())  # what is read is the truth
+                events[k] = a
+    # between two decoded walks k1 < k2 lie the honest ranks k1 + 1 .. k2: their outcomes are read where
+    # a(k2) - a(k1) is 0 or k2 - k1 (one record: always)
+    ks = sorted(events)
+    read = sum(k2 - k1 for k1, k2 in zip(ks, ks[1:]) if events[k2] - events[k1] in (0, k2 - k1))
+    return read, withheld, refusals
+
+
+@pytest.mark.parametrize("dominance", [0, 1], ids=["shipped dominance_sites 0", "dominance_sites 1"])
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING: a padding member (40 made-up records below, 1920 above) and the analyst read the outcomes of the "
+    "10 lowest of 40 honest records (decileGroupsDS on one table with g = 50, 49, ..., 40, no subset; the honest "
+    "events of the first group decoded from the exact C, ECE and MCE, which are released where the group table "
+    "is withheld: 9 of 11 calls by the cut history at dominance_sites = 0, 11 of 11 by dominance_sites = 1; "
+    "brierDS pooled for the honest totals); 0 allowed"))
+def test_a_padding_member_reads_no_outcome_from_the_statistics(tmp_path: Path, dominance: int):
+    read, withheld, refusals = walk(tmp_path, dominance)
+    print(f"ATTACK padding member walks the first H-L break (dominance_sites = {dominance}): outcomes of {read} "
+          f"honest records read from C and ECE; group table withheld in {withheld} of {len(GS)} calls; "
+          f"refusals {sorted(set(refusals))}")
+    assert read == 0
