@@ -1,9 +1,9 @@
 """The transport to a site: HTTP, behind the :class:`Transport` interface.
 
-A site object in this process (simulation studies, fast tests) gives a transport of
-the same interface (``dsfed_server.inprocess``), sending the same request bodies to the
-same service operations and raising the same :mod:`dsfed_core.errors`, so an analysis
-run in-process behaves as it would over HTTP.
+A site in this process (simulation studies, fast tests) gives a transport of the same
+interface (``dsfed_server.inprocess``), sending the same requests through the site's own HTTP
+app without a socket and reading its answers with the same :func:`~dsfed_core.wire.read_answer`,
+so an analysis run in-process behaves as it would over HTTP.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import requests
 
-from dsfed_core.errors import SiteError, SiteUnavailable, from_wire
-from dsfed_core.wire import TransferStats, encode
+from dsfed_core.errors import SiteUnavailable
+from dsfed_core.wire import TransferStats, encode, read_answer
 
 
 class Transport(Protocol):
@@ -110,22 +110,7 @@ class HttpTransport:
                 hint="check that the site server is running and the URL is right, or ask the site's administrator",
             ) from None
         self.stats.bytes_received += len(response.content)
-        try:
-            payload, is_json = response.json(), True
-        except ValueError:
-            payload, is_json = None, False
-        error = payload.get("error") if isinstance(payload, dict) else None
-        if not is_json or (response.status_code >= 400 and not isinstance(error, dict)):
-            raise SiteError(
-                f"{self.url} answered HTTP {response.status_code} without dsfed's JSON: not a dsfed site",
-                site=self.site, function=function, status=response.status_code,
-                hint="check the URL: a dsfed site's address is the one its administrator gives (it serves /v1/health)",
-            ) from None
-        if response.status_code >= 400:
-            err = from_wire(error, site=self.site, status=response.status_code)
-            err.function = err.function or function
-            raise err
-        return payload
+        return read_answer(response.status_code, response.content, site=self.site, function=function, origin=self.url)
 
     def _send(self, method: str, path: str, data: bytes | None) -> requests.Response:
         """One request; a 429 that asks for a short wait (every password-check slot of the site

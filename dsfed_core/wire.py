@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from dsfed_core.errors import SiteError, from_wire
+
 
 def encode(body: dict[str, Any]) -> bytes:
     """The JSON bytes of a request body."""
@@ -31,6 +33,29 @@ class TransferStats:
     requests: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+
+
+def read_answer(status: int, content: bytes, *, site: str, function: str = "", origin: str = "") -> Any:
+    """A site's answer as both transports read it: the decoded JSON, or the site's error raised as
+    the :mod:`dsfed_core.errors` class its ``{"error": {...}}`` names. An answer that is not JSON,
+    or an error status without dsfed's error body, is not from a dsfed site (``origin``: where it
+    came from, for the message)."""
+    try:
+        payload, is_json = json.loads(content), True
+    except ValueError:
+        payload, is_json = None, False
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if not is_json or (status >= 400 and not isinstance(error, dict)):
+        raise SiteError(
+            f"{origin or site} answered HTTP {status} without dsfed's JSON: not a dsfed site",
+            site=site, function=function, status=status,
+            hint="check the URL: a dsfed site's address is the one its administrator gives (it serves /v1/health)",
+        )
+    if status >= 400:
+        err = from_wire(error, site=site, status=status)  # type: ignore[arg-type]
+        err.function = err.function or function
+        raise err
+    return payload
 
 
 def encode_f64(values: Any) -> dict[str, str]:
