@@ -59,6 +59,15 @@ run("table2", ds.table("D$y", "D$cens", datasources = conns),
 run("table2_refused", ds.table("D$menostat", "D$horTh", datasources = conns), function(r) "released")
 run("histogram", ds.histogram("D$age", num.breaks = 2, type = "combine", datasources = conns),
     function(r) list(breaks = r$breaks, counts = r$counts))
+if (!is.null(out$histogram$value)) {
+  # each site's answer to the call ds.histogram sent: type = "combine" adds the counts and drops the
+  # sites' invalidcells, merged and why (dsBaseClient shows invalidcells only with type = "split")
+  b <- out$histogram$value$breaks
+  run("histogram_sites", DSI::datashield.aggregate(conns, paste0("histogramDS2(D$age,2,", b[1], ",", b[length(b)],
+                                                                  ",1,3,0.25)")),
+      function(r) lapply(r, function(s) list(counts = s$histobject$counts, invalidcells = s$invalidcells,
+                                              merged = if (is.null(s$merged)) list() else s$merged)))
+}
 run("histogram_refused", ds.histogram("D$age", datasources = conns), function(r) "released")
 run("asFactor", ds.asFactor("D$cens", newobj.name = "censF", datasources = conns), function(r) r$all.unique.levels)
 run("asFactor_class", ds.class("censF", datasources = conns))

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -43,17 +45,29 @@ def _client_installed() -> bool:
     return check.returncode == 0
 
 
+@contextmanager
+def running_sites(tmp_path_factory: pytest.TempPathFactory, label: str,
+                  shipped: bool) -> Iterator[tuple[dict[str, ProvisionedSite], dict[str, str]]]:
+    """Five GBSG2 sites provisioned afresh for one R session: under the demo's rules as shipped, or
+    (``shipped`` False) as in conftest, without the cut history. Fresh, because the release gate
+    remembers every subset, cell and sum an account was given: sites other tests have used would
+    refuse this session's releases as differences of theirs."""
+    run = tmp_path_factory.mktemp(label)
+    (run / "rules").mkdir()
+    rules = {s: RULES / f"{s}.toml" if shipped else without_cut_history(RULES / f"{s}.toml", run / "rules" / f"{s}.toml")
+             for s in GBSG2_SITES}
+    provisioned = provision(run, {s: (FIXTURES / s, rules[s]) for s in GBSG2_SITES})
+    with LocalSites(provisioned.values(), tmp_path_factory.mktemp(f"{label}-run")) as sites:
+        yield provisioned, dict(sites.urls)
+
+
 @pytest.fixture(scope="module")
 def r_sites(tmp_path_factory) -> Iterator[tuple[dict[str, ProvisionedSite], dict[str, str]]]:
-    """The five GBSG2 sites as in conftest (the demo's rules without cut history), provisioned for this
-    module alone: the release gate remembers every subset and cell an account was given, so sites that
-    other tests have used would refuse this session's subsets as differences of theirs."""
-    run = tmp_path_factory.mktemp("r-client-sites")
-    (run / "rules").mkdir()
-    rules = {s: without_cut_history(RULES / f"{s}.toml", run / "rules" / f"{s}.toml") for s in GBSG2_SITES}
-    provisioned = provision(run, {s: (FIXTURES / s, rules[s]) for s in GBSG2_SITES})
-    with LocalSites(provisioned.values(), tmp_path_factory.mktemp("r-client-run")) as sites:
-        yield provisioned, dict(sites.urls)
+    """The five GBSG2 sites without a release history: the first hour's calls release cuts and
+    subsets on age that the history would weigh against each other (the shipped rules' outcome is
+    checked by ``shipped_session``); every call here is compared with R."""
+    with running_sites(tmp_path_factory, "r-client-sites", shipped=False) as sites:
+        yield sites
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +78,9 @@ def r_client_lib() -> Path:
     return R_LIB
 
 
-@pytest.fixture(scope="module")
-def session(r_client_lib, r_sites, tmp_path_factory) -> dict[str, Any]:
-    """Every call's outcome in one R session over the five sites."""
-    provisioned, urls = r_sites
-    work = tmp_path_factory.mktemp("r-client")
+def run_session(lib: Path, provisioned: dict[str, ProvisionedSite], urls: dict[str, str],
+                work: Path) -> dict[str, Any]:
+    """Every call's outcome in one R session (tests/r_client_session.R) over the sites."""
     sites = {}
     for name in GBSG2_SITES:
         cred = provisioned[name].credentials["analyst"]
@@ -76,12 +88,26 @@ def session(r_client_lib, r_sites, tmp_path_factory) -> dict[str, Any]:
         url = urls[name].replace("127.0.0.1", "localhost")
         sites[name] = {"url": url, "user": cred.user, "password": cred.password, "token": cred.token}
     config = work / "config.json"
-    config.write_text(json.dumps({"lib": str(r_client_lib), "sites": sites, "table": "GBSG2.validation"}))
+    config.write_text(json.dumps({"lib": str(lib), "sites": sites, "table": "GBSG2.validation"}))
     out = work / "out.json"
     run = subprocess.run(["Rscript", "--vanilla", str(SESSION), str(config), str(out)], capture_output=True,
                          text=True, timeout=900, cwd=work)
     assert run.returncode == 0 and out.exists(), run.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def session(r_client_lib, r_sites, tmp_path_factory) -> dict[str, Any]:
+    """Every call's outcome in one R session over the five sites without a release history."""
+    provisioned, urls = r_sites
+    return run_session(r_client_lib, provisioned, urls, tmp_path_factory.mktemp("r-client"))
+
+
+@pytest.fixture(scope="module")
+def shipped_session(r_client_lib, tmp_path_factory) -> dict[str, Any]:
+    """The same session on five fresh sites under the demo's rules files as shipped, unchanged."""
+    with running_sites(tmp_path_factory, "r-client-shipped", shipped=True) as (provisioned, urls):
+        return run_session(r_client_lib, provisioned, urls, tmp_path_factory.mktemp("r-client-shipped-session"))
 
 
 def ran(session: dict[str, Any], label: str) -> Any:
@@ -277,7 +303,12 @@ def test_glm_equals_pooled_R(session, gbsg2_pooled):
 
 
 def test_glmSLMA_equals_R_per_site_and_metafor(session, gbsg2_frames):
-    fit = ran(session, "glmSLMA")
+    glmSLMA_equals_R(ran(session, "glmSLMA"), gbsg2_frames)
+
+
+def glmSLMA_equals_R(fit: dict[str, Any], gbsg2_frames: dict[str, pd.DataFrame]) -> None:
+    """ds.glmSLMA's per-site estimates are R's glm on each site's records; the fixed-effect pooling
+    is the inverse-variance weighting of them."""
     assert fit["names"] == ["(Intercept)", "score", "age"]
     betas, ses = np.array(fit["betas"]), np.array(fit["ses"])
     for k, frame in enumerate(gbsg2_frames.values()):
@@ -319,3 +350,100 @@ def test_token_login_with_variables_and_logout(session, gbsg2_pooled, r_sites):
         assert len(signins) == len(signouts) == 2  # the password and the token sign-in, both ended
         closed = [r for r in records if r["function"] == "closeSession" and r["user"] == "analyst"]
         assert closed and closed[-1]["outcome"] == "ok"
+
+
+# --- the same session under the demo's rules as shipped (a release history kept) -----------------
+
+R_FISHER_STEPS = """
+# ds.glm's iterates on the pooled data (R/ds.glm.R): Fisher scoring from beta = 0
+X <- cbind(1, score, age); beta <- rep(0, 3)
+for (k in seq_len(steps)) {
+  mu <- plogis(drop(X %*% beta)); w <- mu * (1 - mu)
+  beta <- beta + drop(solve(t(X) %*% (X * w), t(X) %*% (y - mu)))
+}
+beta
+"""
+# calls whose sites' answers involve no cut of a numeric column and no subset: the same outcome under
+# every site secret (the cut margin is drawn with it)
+NO_CUTS = ("login", "ls", "dim", "length", "colnames", "class", "mean", "var", "quantileMean", "summary", "table1",
+           "table2", "asFactor", "asFactor_class", "asNumeric", "asNumeric_mean", "make", "make_mean",
+           "completeCases", "completeCases_dim", "cor", "tapply", "meanSdGp", "glmSLMA", "methods", "pkg_status",
+           "logout", "token_dim", "token_colnames", "token_logout")
+CREATES = {"asFactor": "censF", "asNumeric": "censN", "make": "age2", "dataFrameSubset": "older", "subset": "sub48",
+           "completeCases": "Dc"}
+
+
+def test_shipped_rules_refuse_ds_glm_where_its_sums_would_read_records(shipped_session, gbsg2_pooled):
+    """Under the shipped rules each site counts the exact sums ds.glm's iterations release
+    (disclosure.sums_per_record, a quarter of a group's records in functions beyond its second
+    moments): the start at beta = 0 has constant weights and is not counted, the second iteration's
+    sums fit in 45 to 55 records, the third's do not. Every site refuses it, naming the rule and the
+    fits that stand, and the message reaches the R user through datashield.errors(); the refused
+    command carries R's second Fisher-scoring iterate on the pooled data, so the first two iterations
+    were released and summed as R sums them."""
+    errors = refused(shipped_session, "glm", "disclosure.sums_per_record")
+    assert set(errors) == set(GBSG2_SITES)
+    want = r_num(R_FISHER_STEPS, steps=[2], y=gbsg2_pooled["y"], score=gbsg2_pooled["score"], age=gbsg2_pooled["age"])
+    for message in errors.values():
+        assert "function glmDS2" in message and "ds.glmSLMA" in message and "group of its records" in message
+        sent = re.search(r'glmDS2\(y ~ score \+ age, "binomial", "([^"]+)"', message)
+        assert sent is not None, message
+        np.testing.assert_allclose([float(b) for b in sent.group(1).split(",")], want, rtol=1e-10)
+
+
+def test_shipped_rules_release_ds_glmSLMA_equal_to_R(shipped_session, gbsg2_frames):
+    glmSLMA_equals_R(ran(shipped_session, "glmSLMA"), gbsg2_frames)
+
+
+def test_shipped_rules_histogram_is_Rs_or_coarsened_as_the_sites_say(shipped_session, gbsg2_frames):
+    """ds.histogram(type = "combine") under the shipped rules: refused naming a rule, or the sum of
+    the sites' answers, where each bin a site released as asked is R's hist() count on its records
+    and each run of bins it merged (listed in its answer, with why) holds R's count of that run,
+    spread over it. dsBaseClient's combine drops the sites' invalidcells: the R user sees the merge
+    only with type = "split" (a warning per site) or in the sites' answers."""
+    outcome = shipped_session["histogram"]
+    if outcome["errors"]:
+        refused(shipped_session, "histogram", "bins.small_bin_policy")
+        return
+    breaks = np.array(outcome["value"]["breaks"], dtype=float)
+    sites = ran(shipped_session, "histogram_sites")
+    np.testing.assert_allclose(outcome["value"]["counts"], np.sum([s["counts"] for s in sites.values()], axis=0),
+                               rtol=1e-14)
+    for site, answer in sites.items():
+        counts = np.array(answer["counts"], dtype=float)
+        want = r_num("hist(x, breaks = b, plot = FALSE)$counts", x=gbsg2_frames[site]["age"], b=breaks)
+        merged = np.array([any(lo <= breaks[i] and breaks[i + 1] <= hi for lo, hi in answer["merged"])
+                           for i in range(len(counts))])
+        assert answer["invalidcells"] == merged.sum()
+        np.testing.assert_array_equal(counts[~merged], want[~merged])
+        run_ids = np.cumsum(np.diff(np.concatenate([[0], merged.astype(int)])) == 1)
+        for k in set(run_ids[merged]):
+            in_run = merged & (run_ids == k)
+            assert counts[in_run].sum() == pytest.approx(want[in_run].sum(), rel=1e-14)
+
+
+def test_shipped_rules_each_call_as_without_history_or_refused_naming_the_rule(shipped_session, session):
+    """Every other call of the first hour under the shipped rules gives what it gives on sites without
+    a release history (which the tests above compare with R), or is refused at a site naming the
+    site and the rule, through datashield.errors(); a call on an object whose assignment was refused
+    at a site fails there naming the missing symbol. Calls involving no cut or subset are released."""
+    missing: dict[str, set[str]] = {site: set() for site in GBSG2_SITES}
+    for label, name in CREATES.items():
+        for site in shipped_session[label]["errors"] or {}:
+            missing[site].add(name)
+    for label, outcome in shipped_session.items():
+        if label in ("glm", "histogram", "histogram_sites"):
+            continue  # the tests above
+        if outcome["errors"]:
+            for site, message in outcome["errors"].items():
+                assert f"site '{site}'" in message, message
+                assert re.search(r"\[rule [a-z_]+\.[a-z_]+\]", message) or any(
+                    f"no symbol '{name}'" in message for name in missing[site]), (label, message)
+        elif label in ("ls_after", "ls_after_rm"):
+            for site, names in outcome["value"].items():
+                assert set(names) <= set(session[label]["value"][site])
+                assert set(session[label]["value"][site]) - set(names) <= missing[site], (label, site)
+        else:
+            assert outcome["value"] == session[label]["value"], label
+    for label in NO_CUTS:
+        ran(shipped_session, label)
