@@ -3,7 +3,10 @@ against the five GBSG2 sites on loopback, as a DataSHIELD user writes a first ho
 (tests/r_client_session.R, run by Rscript): DSLoginBuilder + datashield.login(assign = TRUE), the
 ds.* calls, datashield.methods / pkg_status, a token login and datashield.logout. Each result equals
 R on the pooled data (or, for a per-site part, on that site's data), or is refused naming the rule
-and the records it protects, the message reaching the R user through datashield.errors().
+and the records it protects, the message reaching the R user through datashield.errors(). The
+session runs twice: on sites without a release history, where every call is compared with R, and on
+sites under the demo's rules files as shipped, where each call gives the same or is refused naming the
+rule (ds.glm at its third iteration, disclosure.sums_per_record).
 
 The R library comes from ../shared/tools/r-datashield-client/install.sh (``make r-client-deps``
 puts it in .r-datashield/; DSFED_R_CLIENT_LIB names another). Without it this test fails, saying
