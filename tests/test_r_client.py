@@ -57,8 +57,8 @@ def running_sites(tmp_path_factory: pytest.TempPathFactory, label: str,
     refuse this session's releases as differences of theirs."""
     run = tmp_path_factory.mktemp(label)
     (run / "rules").mkdir()
-    rules = {s: RULES / f"{s}.toml" if shipped else without_cut_history(RULES / f"{s}.toml", run / "rules" / f"{s}.toml")
-             for s in GBSG2_SITES}
+    rules = {s: RULES / f"{s}.toml" if shipped
+             else without_cut_history(RULES / f"{s}.toml", run / "rules" / f"{s}.toml") for s in GBSG2_SITES}
     provisioned = provision(run, {s: (FIXTURES / s, rules[s]) for s in GBSG2_SITES})
     with LocalSites(provisioned.values(), tmp_path_factory.mktemp(f"{label}-run")) as sites:
         yield provisioned, dict(sites.urls)
