@@ -36,6 +36,7 @@ from dsfed_client import LoginBuilder  # noqa: E402
 from dsfed_client.analyses.curves import (  # noqa: E402
     area_errors, curves_from_histograms, ds_score_histograms, empirical_curves,
 )
+from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
 from dsfed_server.dictionary import write_dictionary  # noqa: E402
@@ -84,7 +85,7 @@ def login(prov, services, user: str = "analyst") -> LoginBuilder:
     builder = LoginBuilder()
     for name, service in services.items():
         cred = prov[name].credentials[user]
-        builder.append_inprocess(service, user=cred.user, password=cred.password)
+        builder.append_inprocess(in_process(service), user=cred.user, password=cred.password)
     return builder
 
 

@@ -32,6 +32,7 @@ from coverage import pooled_auc  # noqa: E402  (bench/coverage.py)
 from dsfed_client import LoginBuilder  # noqa: E402
 from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
 from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
+from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
 
@@ -46,7 +47,7 @@ def one_run(levels: int, workdir: Path) -> tuple[float, float, tuple[float, floa
     builder = LoginBuilder()
     for name, p in prov.items():
         cred = p.credentials["analyst"]
-        builder.append_inprocess(SiteService.from_config_file(p.config), user=cred.user, password=cred.password)
+        builder.append_inprocess(in_process(SiteService.from_config_file(p.config)), user=cred.user, password=cred.password)
     with builder.login() as session, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         session.assign_table("D", "GBSG2.validation")

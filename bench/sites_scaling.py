@@ -15,8 +15,9 @@ For each K and mode: the wall time of ``validate(session, "D$y", "D$score")``, t
 per site (``session.transfer_stats()``), the mean time per round trip (wall / trips), and where
 it goes. The sites do not return their compute time in their answers; a site process writes it
 to its access log (the duration of each request, from the request's arrival to its answer sent,
-dsfed_server/access_log.py), and an in-process site's time is measured around the service call
-(the transport's dispatch; its login check and the JSON round trip are counted as transport).
+dsfed_server/access_log.py), and an in-process site's time is measured around its HTTP app,
+which the in-process transport runs without a socket (the request's JSON encoding and the
+answer's decoding are counted as transport).
 The client times each request. The requests of one round go to every site at once, so per round:
 
 - site ms: the site time of the request that finished last (the slowest site bounds the round);
@@ -49,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from dsfed_client import LoginBuilder  # noqa: E402
 from dsfed_client.analyses.suite import validate  # noqa: E402
 from dsfed_client.session import FederatedSession  # noqa: E402
-from dsfed_server.inprocess import InProcessTransport  # noqa: E402
+from dsfed_server.inprocess import InProcessTransport, in_process  # noqa: E402
 from dsfed_server.launch import LocalSites  # noqa: E402
 from dsfed_server.provision import ProvisionedSite, provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
@@ -92,22 +93,28 @@ def timed_requests(session: FederatedSession) -> dict[str, list[Request]]:
     return log
 
 
+class TimedApp:
+    """A site's app, timed: each request's time through it (the site's side of a request) is logged."""
+
+    def __init__(self, app: Any, log: list[float]) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        start = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.log.append(time.perf_counter() - start)
+
+
 def timed_dispatch(session: FederatedSession) -> dict[str, list[float]]:
-    """Time every in-process site's service call (the transport's dispatch), per site."""
+    """Time every in-process site's handling of a request (its HTTP app, run without a socket), per site."""
     log: dict[str, list[float]] = {site: [] for site in session.transports}
     for site, transport in session.transports.items():
         if not isinstance(transport, InProcessTransport):
             raise TypeError(f"site {site}: not an in-process transport ({type(transport).__name__})")
-        dispatch = transport._dispatch
-
-        def timed(*args: Any, _dispatch: Callable[..., Any] = dispatch, _log: list[float] = log[site]) -> Any:
-            start = time.perf_counter()
-            try:
-                return _dispatch(*args)
-            finally:
-                _log.append(time.perf_counter() - start)
-
-        transport._dispatch = timed  # type: ignore[method-assign]
+        transport.app = TimedApp(transport.app, log[site])  # type: ignore[assignment]
     return log
 
 
@@ -182,7 +189,7 @@ def login(provisioned: dict[str, ProvisionedSite], *, urls: dict[str, str] | Non
             builder.append(name, urls[name], user=cred.user, password=cred.password)
         else:
             assert services is not None
-            builder.append_inprocess(services[name], user=cred.user, password=cred.password)
+            builder.append_inprocess(in_process(services[name]), user=cred.user, password=cred.password)
     return builder
 
 
@@ -205,8 +212,8 @@ def one_run(session: FederatedSession, provisioned: dict[str, ProvisionedSite], 
     # unwrap: the next run wraps afresh
     for transport in session.transports.values():
         del transport.request
-        if dispatch is not None:
-            del transport._dispatch
+        if dispatch is not None and isinstance(transport, InProcessTransport):
+            transport.app = transport.app.app  # type: ignore[attr-defined]
     trips = max(after[s]["requests"] - before[s]["requests"] for s in after)
     return {"wall_s": wall, "trips": trips, "auc": report.discrimination.auc, "suite_mode": report.mode, **breakdown(wall, trips, log)}
 

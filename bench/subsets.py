@@ -43,6 +43,7 @@ from dsfed_client import Call, LoginBuilder  # noqa: E402
 from dsfed_client.models import upload_model  # noqa: E402
 from dsfed_core.models import GLMModel  # noqa: E402
 from dsfed_server.onnx_model import parse_onnx, probabilities  # noqa: E402
+from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
 from dsfed_server.synthetic import write_sites  # noqa: E402
@@ -119,7 +120,7 @@ def main() -> None:
         frame = pd.read_parquet(work / "data" / "site1" / "SYNTH" / "validation.parquet")
         cred = provisioned["site1"].credentials["analyst"]
         builder = LoginBuilder()
-        builder.append_inprocess(service, user=cred.user, password=cred.password)
+        builder.append_inprocess(in_process(service), user=cred.user, password=cred.password)
         with builder.login() as session:
             session.assign_table("D", "SYNTH.validation")
             upload_model(session, MODEL)

@@ -26,7 +26,8 @@ from dsfed_client.transport import HttpTransport, Transport, encode
 
 
 class InProcessSite(Protocol):
-    """A site object in the analyst's process (``dsfed_server.service.SiteService``)."""
+    """A site in the analyst's process (``dsfed_server.inprocess.InProcessSite``): its name, and a
+    transport to it for given credentials."""
 
     name: str
 
@@ -130,13 +131,13 @@ class LoginBuilder:
         self._table(site, table)
         return self
 
-    def append_inprocess(self, service: InProcessSite, *, user: str, password: str | None = None,
+    def append_inprocess(self, site: InProcessSite, *, user: str, password: str | None = None,
                          token: str | None = None, table: str | None = None) -> "LoginBuilder":
-        """A site object in this process (simulation studies, fast tests): same service code path
-        (the site's :meth:`~dsfed_server.service.SiteService.connect` makes the transport)."""
-        self._check_new(service.name)
-        self.transports.append(service.connect(user=user, password=password, token=token))
-        self._table(service.name, table)
+        """A site in this process (simulation studies, fast tests): requests go through the site's
+        own HTTP app without a socket (the site's ``connect`` makes the transport)."""
+        self._check_new(site.name)
+        self.transports.append(site.connect(user=user, password=password, token=token))
+        self._table(site.name, table)
         return self
 
     def _table(self, site: str, table: str | None) -> None:

@@ -1,99 +1,84 @@
 """A site in the analyst's own Python process, behind the client's transport interface.
 
-Simulation studies and fast tests reach a :class:`~dsfed_server.service.SiteService` object
-through the same operations the HTTP API serves, with the same JSON round trip, so an
-analysis run in-process behaves as it would over HTTP (``LoginBuilder.append_inprocess``).
+Simulation studies and fast tests put a :class:`~dsfed_server.service.SiteService` in their own
+process as an :class:`InProcessSite` (``LoginBuilder.append_inprocess(in_process(service), ...)``).
+Its transport sends every request through the site's FastAPI app (:func:`dsfed_server.api.create_app`)
+without a socket, so a request runs the same authentication, validation, routes and error
+handlers as over HTTP, and its answer is read as the HTTP transport reads one.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import threading
+from collections import OrderedDict
 from typing import Any
 
-from dsfed_core.errors import SiteError, from_wire
-from dsfed_core.wire import TransferStats, encode
-from dsfed_server.config import User
-from dsfed_server.service import CallRequest, SiteService
+from fastapi import FastAPI
+
+from dsfed_core.wire import TransferStats, encode, read_answer
+from dsfed_server.api import create_app
+from dsfed_server.asgi_call import call_app
+from dsfed_server.service import SiteService
+
+
+class InProcessSite:
+    """A site served in this process: its service and the HTTP app over it, made once."""
+
+    def __init__(self, service: SiteService) -> None:
+        self.name = service.name
+        self.service = service
+        self.app: FastAPI = create_app(service)
+
+    def connect(self, *, user: str, password: str | None = None, token: str | None = None) -> InProcessTransport:
+        """A transport to this site for ``user`` (an API token, or a password)."""
+        return InProcessTransport(self.name, self.app, user=user, password=password, token=token)
 
 
 class InProcessTransport:
-    """A :class:`SiteService` in this Python process, reached through the same operations."""
+    """Requests to a site's app in this process, with the credentials the HTTP transport sends."""
 
-    def __init__(self, service: SiteService, *, user: str, password: str | None = None,
+    def __init__(self, site: str, app: FastAPI, *, user: str, password: str | None = None,
                  token: str | None = None) -> None:
-        self.site = service.name
-        self.service = service
-        self._user = user
-        self._password = password
-        self._token = token
+        self.site = site
+        self.app = app
+        if token:
+            self._authorization = f"Bearer {token}"
+        else:
+            self._authorization = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
         self.stats = TransferStats()
-
-    def _login(self) -> User:
-        if self._token:
-            return self.service.login_token(self._token)
-        return self.service.login_password(self._user, self._password or "")
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, *, function: str = "",
                 encoded: bytes | None = None) -> Any:
+        """Send one request to ``/v1{path}``; the decoded JSON, or the site's error raised."""
+        data = encoded if encoded is not None else b"" if body is None else encode(body)
         self.stats.requests += 1
-        self.stats.bytes_sent += len(encoded if encoded is not None else encode(body)) if body is not None else 0
-        try:
-            user = self._login()
-            result = self._dispatch(user, method, path, body or {})
-        except SiteError as exc:
-            exc.at(site=self.site)
-            err = from_wire(exc.to_wire(), site=self.site, status=exc.http_status)
-            err.function = err.function or function
-            raise err from None
-        # the same JSON round trip an HTTP answer takes
-        text = json.dumps(result)
-        self.stats.bytes_received += len(text)
-        return json.loads(text)
-
-    def _dispatch(self, user: User, method: str, path: str, body: dict[str, Any]) -> Any:
-        svc = self.service
-        parts = [p for p in path.split("/") if p]
-        route = (method, parts[0], len(parts))
-        if route == ("GET", "functions", 1):
-            return svc.functions(user)
-        if route == ("GET", "tables", 1):
-            return svc.tables(user)
-        if route == ("GET", "whoami", 1):
-            return {"user": user.name, "role": user.role, "site": svc.name}
-        if route == ("POST", "models", 1):
-            return svc.upload_model(user, json.dumps(body).encode())
-        if route == ("GET", "budget", 2) and parts[1] == "mine":
-            return svc.my_budget(user)
-        if route == ("GET", "audit", 1):
-            return svc.audit_records(user)
-        if parts[0] == "sessions":
-            if len(parts) == 1 and method == "POST":
-                return svc.open_session(user)
-            sid = parts[1]
-            if len(parts) == 2:
-                if method == "DELETE":
-                    svc.close_session(user, sid)
-                    return {"closed": sid}
-                return svc.session_exists(user, sid)
-            action = parts[2]
-            call = CallRequest(text=body.get("expr"), tree=body.get("call"), secure=body.get("secure"),
-                               handles=body.get("handles"))
-            if action == "aggregate":
-                return {"result": svc.aggregate(user, sid, call)}
-            if action == "cost":
-                return svc.cost(user, sid, call)
-            if action == "pooled":
-                return {"result": svc.release_pooled(user, sid, body)}
-            if action == "assign":
-                return svc.assign(user, sid, body["symbol"], call)
-            if action == "assign-table":
-                return svc.assign_table(user, sid, body["symbol"], body["table"], body.get("variables"))
-            if action == "symbols" and len(parts) == 3:
-                return svc.symbols(user, sid)
-            if action == "symbols" and len(parts) == 4 and method == "DELETE":
-                svc.remove_symbol(user, sid, parts[3])
-                return {"removed": parts[3]}
-        raise ValueError(f"no in-process route for {method} {path}")
+        self.stats.bytes_sent += len(data)
+        headers = {"authorization": self._authorization}
+        if data:
+            headers["content-type"] = "application/json"
+        answer = call_app(self.app, method, f"/v1{path}", body=data, headers=headers)
+        self.stats.bytes_received += len(answer.body)
+        return read_answer(answer.status, answer.body, site=self.site, function=function, origin="in-process")
 
     def close(self) -> None:
         pass
+
+
+RECENT_SITES = 16  # sites kept made: making a site's app (its routes' models) takes about a tenth of a second
+_recent: OrderedDict[int, InProcessSite] = OrderedDict()
+_recent_lock = threading.Lock()
+
+
+def in_process(service: SiteService) -> InProcessSite:
+    """The in-process site of ``service``: the same one for a service used again (tests and studies
+    log in to the same sites many times), made anew once :data:`RECENT_SITES` others were used since."""
+    with _recent_lock:
+        site = _recent.get(id(service))
+        if site is not None and site.service is service:
+            _recent.move_to_end(id(service))
+            return site
+        site = _recent[id(service)] = InProcessSite(service)
+        while len(_recent) > RECENT_SITES:
+            _recent.popitem(last=False)
+        return site

@@ -1,9 +1,10 @@
 """The site service: one object holding a site's config, rules, data, registry,
 sessions and audit log, with the operations both front doors call.
 
-The HTTP API (:mod:`dsfed_server.api`) and the in-process transport of the
-analyst client call exactly these methods, so a simulation run in one process
-exercises the code a deployed site runs. Every operation is audited.
+The HTTP API (:mod:`dsfed_server.api`, and the Opal routes beside it) calls these
+methods; a site in the analyst's own process (:mod:`dsfed_server.inprocess`) is reached
+through that same app, so a simulation run in one process exercises the code a deployed
+site runs. Every operation is audited.
 """
 
 from __future__ import annotations
@@ -264,13 +265,6 @@ class SiteService:
         return cls(config, base_dir=base)
 
     # --- authentication ---------------------------------------------------------------
-
-    def connect(self, *, user: str, password: str | None = None, token: str | None = None) -> Any:
-        """A transport to this site object from the analyst client in this process
-        (:class:`~dsfed_server.inprocess.InProcessTransport`)."""
-        from dsfed_server.inprocess import InProcessTransport  # noqa: PLC0415  (it imports this module)
-
-        return InProcessTransport(self, user=user, password=password, token=token)
 
     def login_password(self, name: str, password: str, address: str = "in-process") -> User:
         return self._login(name, address, lambda: self.auth.by_password(name, password))

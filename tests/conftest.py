@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from dsfed_client import LoginBuilder
+from dsfed_server.inprocess import in_process
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
@@ -84,7 +85,7 @@ def inprocess_builder(provisioned: dict[str, ProvisionedSite], services: dict[st
     builder = LoginBuilder()
     for name, service in services.items():
         cred = provisioned[name].credentials[user]
-        builder.append_inprocess(service, user=cred.user, password=cred.password)
+        builder.append_inprocess(in_process(service), user=cred.user, password=cred.password)
     return builder
 
 

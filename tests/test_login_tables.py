@@ -14,6 +14,7 @@ import pytest
 
 from dsfed_client import LoginBuilder, Ref
 from dsfed_client.analyses.glm import ds_glm
+from dsfed_server.inprocess import in_process
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from sitekit import DEFAULT_RULES, write_table
@@ -41,8 +42,8 @@ def _login(sites, tables: dict[str, str]) -> LoginBuilder:
     provisioned, services, _ = sites
     builder = LoginBuilder()
     for site, service in services.items():
-        builder.append_inprocess(service, user="analyst", password=provisioned[site].credentials["analyst"].password,
-                                 table=tables.get(site))
+        builder.append_inprocess(in_process(service), user="analyst",
+                                 password=provisioned[site].credentials["analyst"].password, table=tables.get(site))
     return builder
 
 
