@@ -152,7 +152,7 @@ def walk(tmp_path: Path, dominance: int) -> tuple[int, int, list[str]]:
 
 
 @pytest.mark.parametrize("dominance", [0, 1], ids=["shipped dominance_sites 0", "dominance_sites 1"])
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "FINDING: a padding member (40 made-up records below, 1920 above) and the analyst read the outcomes of the "
     "10 lowest of 40 honest records (decileGroupsDS on one table with g = 50, 49, ..., 40, no subset; the honest "
     "events of the first group decoded from the exact C, ECE and MCE, which are released where the group table "
@@ -164,3 +164,76 @@ def test_a_padding_member_reads_no_outcome_from_the_statistics(tmp_path: Path, d
           f"honest records read from C and ECE; group table withheld in {withheld} of {len(GS)} calls; "
           f"refusals {sorted(set(refusals))}")
     assert read == 0
+
+
+# --- the analyst alone: a withheld table read from its statistics, against the table of another g -------
+
+
+def two_groups(n: np.ndarray, total_o: float, total_e: float, release: dict) -> tuple[int, float] | None:
+    """Group 1's events and sum of p of a two-group H-L release, from its exact C, ECE and MCE and the
+    subset's totals (brierDS)."""
+    def term(n_: float, o, e):
+        return (o - e) ** 2 / e + (o - e) ** 2 / (n_ - e)
+
+    def c_of(a: int, s):
+        return term(n[0], a, s) + term(n[1], total_o - a, total_e - s)
+
+    found = []
+    for a in range(int(n[0]) + 1):
+        grid = np.linspace(1e-9, n[0] - 1e-9, 40001)
+        f = c_of(a, grid) - release["statistic"]
+        for i in np.flatnonzero(np.sign(f[:-1]) != np.sign(f[1:])):
+            s = optimize.brentq(lambda v: c_of(a, v) - release["statistic"], grid[i], grid[i + 1], xtol=1e-15)
+            ece, mce = calibration_errors(n, np.array([a, total_o - a]), np.array([s, total_e - s]))
+            if abs(ece - release["ece"]) < 1e-9 and abs(mce - release["mce"]) < 1e-9:
+                found.append((a, s))
+    return found[0] if len({a for a, _ in found}) == 1 else None
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "FINDING: the analyst alone (3 honest sites of 90, shipped rules) reads one record's outcome AND exact "
+    "score: decileGroupsDS(D, g = 4) releases its table (breaks at pooled ranks 68, 135, 202); S = D[score > "
+    "break 2] (a released cut, so allowed); decileGroupsDS(S, g = 2) has its median one record above break 3, so "
+    "the table is withheld (cut history) but C, ECE, MCE are exact; with brierDS(S) they give S's first group "
+    "(events, sum of p); less D's third group, the one record between (pooled rank 203): its outcome and exact "
+    "score 0.711705; 1 record read; 0 allowed"))
+def test_the_analyst_alone_reads_no_record_from_a_withheld_table(tmp_path: Path):
+    from test_derived_column_attacks import synthetic_frame
+
+    frames = {f"s{k}": synthetic_frame(20 + k, 90) for k in range(1, 4)}
+    with fixed_secrets("redteam deciles alone"):
+        provisioned, services = make_sites(tmp_path, frames)
+    pooled = pd.concat(frames.values(), ignore_index=True).sort_values("score", ignore_index=True)
+    n_all = len(pooled)
+    read, withheld = [], 0
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        d = session.pooled("decileGroupsDS", Ref("D$y"), Ref("D$score"), 4)
+        edges, counts = d["table"]["edges"], np.rint(d["table"]["n"]).astype(int)
+        below = np.cumsum(counts)  # records at or below each break (the last: all)
+        events = np.concatenate([[0.0], np.cumsum(d["table"]["sum_y"])])
+        sums = np.concatenate([[0.0], np.cumsum(d["table"]["sum_p"])])
+        for i in range(len(edges) - 2):  # S = D[score > break i + 1]
+            r = int(below[i])
+            n_s = n_all - r
+            n1 = math.floor(1 + (n_s - 1) / 2 + 1e-9)
+            j = next((j for j in range(len(below) - 1) if 0 < r + n1 - below[j] < 5), None)
+            if j is None:
+                continue
+            session.assign_expr("S", f'dataFrameSubsetDS2("D", "D$score", "{edges[i + 1]!r}", 5, NULL, NULL, FALSE)')
+            totals = session.pooled("brierDS", Ref("S$y"), Ref("S$score"))
+            out = session.pooled("decileGroupsDS", Ref("S$y"), Ref("S$score"), 2)
+            withheld += out.get("table") is None
+            got = two_groups(np.array([n1, n_s - n1]), totals["sum_y"], totals["sum_p"], out)
+            if got is None:
+                continue
+            a, s = got
+            k = r + n1 - int(below[j])  # records between break j + 1 of D and S's median
+            o_between, p_between = a - (events[j + 1] - events[i + 1]), s - (sums[j + 1] - sums[i + 1])
+            rows = pooled.iloc[int(below[j]):r + n1]
+            assert round(o_between) == rows.y.sum() and p_between == pytest.approx(rows.score.sum(), abs=1e-9)
+            if k == 1 or round(o_between) in (0, k):
+                read += rows.score.round(6).tolist()
+    print(f"ATTACK analyst alone, a withheld two-group table read from C, ECE, MCE (shipped rules, 3 sites of 90): "
+          f"{len(read)} records' outcomes read (and, one alone, its exact score: {read}); tables withheld {withheld}")
+    assert not read

@@ -100,7 +100,7 @@ def outcomes_read(counts: dict[int, np.ndarray]) -> int:
     return int(sum(n[j] for j in range(LEAVES) if 0 < n[j] < Q and (counts[0][j] == 0 or counts[1][j] == 0)))
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "FINDING: per-site exact placement sums (histPlacementSumsDS) against ten site-derived references "
     "(scoreHistogramDS pooled, epsilon 0.4 each) decode every site's exact positives and negatives per leaf; "
     "the outcomes of 11 of 270 records (leaves a site holds 1..4 of, one outcome) are read; 0 allowed"))
@@ -128,7 +128,7 @@ def test_per_site_placement_sums_against_derived_references_read_no_outcome(tmp_
 SUBSETS = (25, 33, 41, 50)  # age >= a: 25 is the whole table; each step removes 5 or more records per site
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "FINDING: the same decode on the subsets age >= 25, 33, 41, 50 (same references, no more budget) gives by "
     "difference each site's records of the age bands 25-32, 33-40, 41-49 per score leaf with their outcomes: "
     "86 of those 110 records' outcomes read (leaf groups below q of one outcome); 0 allowed"))
@@ -160,7 +160,7 @@ def test_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
     assert read == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "FINDING: pooled (secure-sum) placement sums over the subsets age >= 25, 33, 41, 50 against the same ten "
     "derived references decode the POOLED exact class counts per leaf of each subset (the noise of the "
     "histograms gone); by difference, the age bands' records per leaf: 60 of 110 records' outcomes read "
