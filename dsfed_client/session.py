@@ -163,8 +163,6 @@ class FederatedSession:
                  tables: dict[str, str] | None = None) -> None:
         self.transports = {t.site: t for t in transports}
         self.site_tables = dict(tables or {})  # site -> project.table (LoginBuilder's per-site tables)
-        # symbols assigned from tables that differ between sites -> the tables: no pooled release reads them
-        self._own_tables: dict[str, dict[str, str]] = {}
         # preview every noisy call's cost and warn (BudgetWarning) when a site flags it
         self.warn_budget = warn_budget
         self._noisy: frozenset[str] | None = None  # the sites' noisy functions, listed at the first need
@@ -324,7 +322,6 @@ class FederatedSession:
         fewer bits, down to 0; if values still do not fit, it raises. If a site fails, the call
         raises and nothing is decoded.
         """
-        self._check_shared(function, args, kwargs)
         round_id, roster = self._round()
         call = call_body(Call(function, *args, **kwargs))
         while True:
@@ -356,7 +353,6 @@ class FederatedSession:
         parameters from the previous step's pooled result; the analyst relays sealed vectors and
         chooses nothing but when to stop. ``relayed``: each site checks its own counts instead of
         the pooled ones (a relayed protocol: any number of sites, a site checking per site only)."""
-        self._check_shared(function, args, kwargs)
         round_id, roster = self._round()
         call = call_body(Call(function, *args, **kwargs))
         yielded = False
@@ -416,17 +412,7 @@ class FederatedSession:
         once the symbol is removed or replaced, see :class:`~dsfed_client.calls.Ref`)."""
         function = value.function if isinstance(value, Call) else "$"
         answers = self._in_session(function, "POST", "/assign", {"symbol": symbol, **call_body(value)})
-        return self._derived(symbol, answers, {name.split("$", 1)[0] for name in _symbols([value])})
-
-    def _derived(self, symbol: str, answers: dict[str, Any], reads: set[str]) -> Ref:
-        """The handle of a symbol made from the symbols ``reads``; a plain reference, kept from pooled
-        releases as they are, if one of them was assigned from each site's own table."""
-        tables = next((self._own_tables[name] for name in sorted(reads) if name in self._own_tables), None)
-        self._own_tables.pop(symbol, None)
-        if tables is None:
-            return self._handle(symbol, answers)
-        self._own_tables[symbol] = tables
-        return Ref(symbol)
+        return self._handle(symbol, answers)
 
     @staticmethod
     def _handle(symbol: str, answers: dict[str, Any]) -> Ref:
@@ -441,7 +427,7 @@ class FederatedSession:
         handle. ``function`` names the call in errors (default: the text's function, ``$`` for a column)."""
         function = function or (expr.split("(", 1)[0].strip() if "(" in expr else "$")
         answers = self._in_session(function, "POST", "/assign", {"symbol": symbol, "expr": expr})
-        return self._derived(symbol, answers, set(re.findall(r"[A-Za-z.][A-Za-z0-9._]*", expr)))
+        return self._handle(symbol, answers)
 
     def derive(self, symbol: str, expression: str) -> Ref:
         """A new column computed at every site from columns and numbers, kept there as ``symbol``:
@@ -453,12 +439,10 @@ class FederatedSession:
     def assign_table(self, symbol: str, table: str | None = None, variables: list[str] | None = None) -> Ref:
         """Load ``project.table`` (optionally some variables) as ``symbol`` at every site; its handle.
         Without ``table``, each site loads its own, as the login named it (``LoginBuilder.append(...,
-        table=...)``). Where those tables differ, each site's definition of ``symbol`` names its own
-        table, so the result is a plain reference (no digest) and no pooled release or protocol of
-        the sites (:meth:`pooled`, :meth:`pooled_steps`, :meth:`secure_sum`; a GLM fit relays one
-        even per site) may read the symbol or one made from it: the sites bind those to definitions
-        they share. Per-site calls read it."""
-        self._own_tables.pop(symbol, None)
+        table=...)``): every site is sent the whole map (``assignTable(tables = "site=project.table",
+        ...)``), so the sites share the symbol's definition, and pooled releases and protocols read it as
+        they read a table of one name (the sites name it by the map's label, bound to the tables and the
+        sites: dsfed_server/disclosure/shared_tables.py)."""
         if table is not None:
             body = {"symbol": symbol, "table": table, "variables": variables}
             return self._handle(symbol, _noted(self._in_session("assignTable", "POST", "/assign-table", body)))
@@ -467,26 +451,13 @@ class FederatedSession:
             raise ValueError(f"assign_table({symbol!r}) without a table: the login names no table for "
                              f"{', '.join(unnamed)}; give one (assign_table({symbol!r}, 'project.table')) or name "
                              "each site's with LoginBuilder.append(..., table='project.table')")
-        per_site = {site: {"symbol": symbol, "table": self.site_tables[site], "variables": variables}
-                    for site in self.sites}
-        answers = _noted(self._in_session("assignTable", "POST", "/assign-table", per_site=per_site))
-        if len({self.site_tables[site] for site in self.sites}) == 1:
-            return self._handle(symbol, answers)
-        self._own_tables[symbol] = {site: self.site_tables[site] for site in self.sites}
-        return Ref(symbol)
-
-    def _check_shared(self, function: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Refuse, before any site is asked, a pooled release that reads a symbol assigned from each
-        site's own table (:meth:`assign_table`)."""
-        for symbol in _symbols([*args, *kwargs.values()]):
-            tables = self._own_tables.get(symbol.split("$", 1)[0])
-            if tables:
-                shown = ", ".join(f"{site} {table}" for site, table in tables.items())
-                raise ValueError(
-                    f"{function}: a pooled release cannot read {symbol!r}: it was assigned from each site's own "
-                    f"table ({shown}), and the sites bind a pooled release or protocol (a GLM fit too) to a "
-                    "definition they share; per-site calls read it; for this call, load the same table name at "
-                    "every site")
+        tables = {site: self.site_tables[site] for site in self.sites}
+        if len(set(tables.values())) == 1:
+            return self.assign_table(symbol, next(iter(tables.values())), variables)
+        pairs = [f"{site}={table}" for site, table in sorted(tables.items())]
+        call = Call("assignTable", tables=pairs, **({"variables": list(variables)} if variables else {}))
+        answers = _noted(self._in_session("assignTable", "POST", "/assign", {"symbol": symbol, **call_body(call)}))
+        return self._handle(symbol, answers)
 
     def symbols(self) -> SiteResults:
         return SiteResults("listSymbols", self._in_session("listSymbols", "GET", "/symbols"))
@@ -612,15 +583,6 @@ class FederatedSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _symbols(values: list[Any]) -> Iterator[str]:
-    """The symbols (``D``, ``D$age``) that call arguments read, nested calls included."""
-    for value in values:
-        if isinstance(value, Ref):
-            yield value.symbol
-        elif isinstance(value, Call):
-            yield from _symbols([*value.args, *value.kwargs.values()])
 
 
 def _noted(answers: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ symbols and ``table$column`` references against the caller's own workspace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import combinations
 from typing import Any, Callable, Protocol
@@ -156,8 +156,12 @@ class CallContext:
             self.guard.quantiles_of(self.record_rows(vector), written[1], tuple(sorted(r.column for r in found.roots)))
 
     def root_column(self, vector: pd.Series) -> RootColumn | None:
-        """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`)."""
-        return root_column(self.service.catalog, vector)
+        """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`);
+        in a pooled release on a table assigned with each site's own (``assignTable(tables = ...)``), named by
+        the map's label, the same at every site (:mod:`~dsfed_server.disclosure.shared_tables`)."""
+        root = root_column(self.service.catalog, vector)
+        shared = self.session.shared_tables.get(root.table) if root is not None and self.pooled else None
+        return root if shared is None or root is None else replace(root, table=shared)
 
     def meaning(self, vector: pd.Series) -> Meaning:
         """What ``vector`` is as a function of root columns (:func:`~dsfed_server.disclosure.provenance.meaning`)."""

@@ -41,7 +41,7 @@ from dsfed_server.disclosure.accountant import ACCOUNTANT, ZERO, Caps, Cost, sta
 from dsfed_server.disclosure.ledger import Ledger
 from dsfed_server.disclosure.scope import CallScope
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE, Rules, load_rules
-from dsfed_server.disclosure import gate, relay, secure_sum
+from dsfed_server.disclosure import gate, relay, secure_sum, shared_tables
 from dsfed_server.disclosure.identifiers import refuse_identifiers
 from dsfed_core.errors import (
     BackendUnavailable, CallError, DisclosureRefusal, Forbidden, InternalError, NotEnabled, NotFound, SiteError,
@@ -679,6 +679,7 @@ class SiteService:
         ``finish``, what the pooled vector becomes) until the analyst relays the others'. A step on a
         table column carries this site's share of the key of the gate's draws (:func:`gate.nonce`)."""
         if history_key is not None:
+            shared_tables.check_round(history_key, keys)  # a label names the round's sites, no others
             fields = {**fields, gate.NONCE: gate.nonce(self.secret, history_key)}
         layout = {name: list(np.shape(v)) for name, v in fields.items()}
         flat = [secure_sum.encode_fixed(np.ravel(v), frac_bits, len(keys)) for v in fields.values()]
@@ -748,7 +749,7 @@ class SiteService:
         """This site's cut history of a column, as a pooled release's answers carry it (the analyst
         relays the union of the sites' histories with the next pooled release on the column)."""
         return {"table": key[0], "column": key[1],
-                "cuts": [[c.value, c.inclusive] for c in self.history.cuts(*key)]}
+                "cuts": [[c.value, c.inclusive] for c in self.history.cuts(*shared_tables.own_key(key, self.name))]}
 
     def assign(self, user: User, sid: str, symbol: str, request: CallRequest) -> dict[str, str]:
         function, text = self._label(request)

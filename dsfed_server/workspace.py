@@ -64,6 +64,8 @@ class Session:
     definitions: dict[str, str] = field(default_factory=dict, repr=False)
     # secure-aggregation rounds: this site's X25519 key pair per round (never released)
     rounds: dict[str, Any] = field(default_factory=dict, repr=False)
+    # site table -> the label pooled releases name it by (assignTable's per-site map: shared_tables.py)
+    shared_tables: dict[str, str] = field(default_factory=dict, repr=False)
 
     def memo(self, key: tuple, source: object, build: Callable[[], Any], size: int = 8, *,
              one_per_kind: bool = False) -> Any:

@@ -1,10 +1,10 @@
 """A per-site table map in the login (DataSHIELD's ``DSLoginBuilder`` has one): each site names its
 table as its administrator did (``main.north``, ``main.south``, ...), ``assign_table("D")`` loads each
 site's own, and every per-site answer is that site's table's (each site's mean equals pandas' mean
-of that site's file). A symbol made from tables that differ between sites is kept from pooled
-releases with an error that names the tables, before any site is asked (the sites bind a pooled
-release to the definitions they share); the same table everywhere gives an ordinary handle and
-pooled releases. Three in-process sites under the shipped default rules."""
+of that site's file). Every site is sent the whole map, so the sites share the symbol's definition
+and pooled releases and protocols read it (dsfed_server/disclosure/shared_tables.py); the same table
+everywhere gives an ordinary handle and pooled releases. Three in-process sites under the shipped
+default rules."""
 
 from __future__ import annotations
 
@@ -51,25 +51,19 @@ def test_each_site_assigns_its_own_table_and_answers_from_it(sites):
     _, _, frames = sites
     with _login(sites, {site: f"main.{table}" for site, table in TABLES.items()}).login() as session:
         handle = session.assign_table("D")
-        assert handle == Ref("D")  # each site's definition names its own table: no shared digest
+        assert handle.digest is not None  # every site is sent the whole map: one definition
         means = session.aggregate("meanDS", Ref("D$age"))
         assert {site: means[site]["EstimatedMean"] for site in TABLES} == pytest.approx(
             {site: frame["age"].mean() for site, frame in frames.items()}, rel=1e-12)
         pooled = session.mean("D$age")  # per-site means and counts, pooled by the client
         assert pooled.mean == pytest.approx(pd.concat(frames.values())["age"].mean(), rel=1e-12)
         age = session.assign("age", Ref("D$age"))
-        assert age == Ref("age")
-        with pytest.raises(ValueError) as refused:
-            session.pooled("table1DDS", Ref("D$sex"))
-        assert str(refused.value) == (
-            "table1DDS: a pooled release cannot read 'D': it was assigned from each site's own table "
-            "(site1 main.north, site2 main.south, site3 main.valley), and the sites bind a pooled release or "
-            "protocol (a GLM fit too) to a definition they share; per-site calls read it; for this call, load the "
-            "same table name at every site")
-        with pytest.raises(ValueError, match="cannot read 'age': it was assigned from each site's own table"):
-            session.secure_sum("meanDS", Ref("age"))
-        with pytest.raises(ValueError, match="glmDS2: a pooled release cannot read 'D'"):
-            ds_glm(session, "age ~ 1", "D", family="gaussian", secure=False)  # relayed even per site
+        assert age.digest is not None
+        table = session.pooled("table1DDS", Ref("D$sex"))  # pooled, by the map's label
+        assert dict(zip(table["levels"], table["counts"])) == pd.concat(frames.values())["sex"].value_counts().to_dict()
+        for secure in (True, False):  # a pooled protocol, and one relayed per site
+            fit = ds_glm(session, "age ~ 1", "D", family="gaussian", secure=secure)
+            assert fit.params.iloc[0] == pytest.approx(pd.concat(frames.values())["age"].mean(), rel=1e-9)
 
 
 def test_a_site_without_a_table_in_the_map_is_named(sites):

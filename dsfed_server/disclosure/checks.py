@@ -25,6 +25,7 @@ from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Row
                                                  pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of,
                                                  set_size)
+from dsfed_server.disclosure.shared_tables import own_key
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cuts_from,
                                          decide_local,
                                          margin_note, release_local, site_pick)
@@ -305,11 +306,12 @@ class Guard:
     def _cut_history(self, key: tuple[str, str]) -> list[Cut]:
         if self.history is None or not self.rule("disclosure.cut_history"):
             return []
-        return self.history.cuts(*key)
+        return self.history.cuts(*own_key(key, self.site))  # a label's cuts are kept under this site's table
 
     def _record_cuts(self, key: tuple[str, str], cuts: list[Cut], mode: str) -> None:
         if self.history is not None and self.rule("disclosure.cut_history"):
-            self.history.record_cuts(*key, cuts, mode=mode, analyst=self._analyst, function=self.function)
+            self.history.record_cuts(*own_key(key, self.site), cuts, mode=mode, analyst=self._analyst,
+                                     function=self.function)
 
     def release(self, cells: Cells) -> Any:
         """A declaration of cells released by this site alone, through the release gate

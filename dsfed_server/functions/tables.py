@@ -14,7 +14,7 @@ from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse
 from dsfed_server.context import NOTE, CallContext, r_class
-from dsfed_server.disclosure import missingness
+from dsfed_server.disclosure import missingness, shared_tables
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows, mark_rows, whole_table
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
@@ -30,19 +30,35 @@ _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.l
     "assignTable",
     "assign",
     [
-        Param("table", P.STRING, "the table, as project.table (e.g. GBSG2.validation)"),
+        Param("table", P.STRING, "the table, as project.table (e.g. GBSG2.validation)", required=False),
         Param("variables", P.STRINGS, "variables to keep (default: all)", required=False),
+        Param("tables", P.STRINGS, "instead of table: each site's own, as site=project.table (the same list at "
+              "every site; pooled releases then name the tables by it)", required=False),
     ],
     checks=("disclosure.cut_history", *missingness.RULES),
 )
-def assign_table(ctx: CallContext, table: str, variables: list[str] | None) -> pd.DataFrame:
+def assign_table(ctx: CallContext, table: str | None, variables: list[str] | None,
+                 tables: list[str] | None = None) -> pd.DataFrame:
     """Load a table of this site's Opal-like projects into the session, optionally only some variables.
 
     This is what Opal's ``PUT .../symbol/{name}/table/{project.table}`` does. Where the site keeps a
     release history, the records whose pattern of missing values few records of the table share are
     left out, for every analyst (:mod:`dsfed_server.disclosure.missingness`), and the answer says how
-    many.
+    many. With ``tables`` (each site's own table, the same list at every site) this site loads its
+    entry, and pooled releases on the table name it by the list's label
+    (:mod:`dsfed_server.disclosure.shared_tables`).
     """
+    if (table is None) == (tables is None):
+        raise CallError("give the table (project.table), or each site's as tables = site=project.table, not both")
+    if tables is not None:
+        per_site = shared_tables.entries(tables)
+        if ctx.service.name not in per_site:
+            raise CallError(f"tables names no table for this site ({ctx.service.name})",
+                            hint="name every site's table (LoginBuilder.append(..., table=...))")
+        table = per_site[ctx.service.name]
+        ctx.session.shared_tables[table] = shared_tables.label(per_site)
+    else:
+        ctx.session.shared_tables.pop(table, None)
     catalog = ctx.service.catalog
     frame = catalog.frame(table, variables or None)
     ctx.note_source(table)  # provenance: the privacy ledger's table key
