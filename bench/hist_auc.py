@@ -39,10 +39,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client import FederatedCallError  # noqa: E402
-from dsfed_client.analyses.curves import auc_levels, ds_hist_auc  # noqa: E402
-from dsfed_client.analyses.discrimination import ds_roc_glm  # noqa: E402
+from dsfed_client.analyses.curves import auc_levels, ds_hist_auc, noise_variance  # noqa: E402
+from dsfed_client.analyses.discrimination import ds_roc_glm, logit_ci  # noqa: E402
 from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
 from dsfed_server.synthetic import PROJECT, binormal, seed000_scores  # noqa: E402
+import dsfed_server.functions.curves as site_curves  # noqa: E402
+from dsfed_core.histograms import global_cdfs  # noqa: E402
+
+
+def isotonic_reference(levels, variances, branching):  # noqa: ANN001, ANN201
+    """The sites' reference as it was derived before: made monotone (isotonic regression)."""
+    return global_cdfs(levels, variances, branching, monotone=True)
 
 
 def pooled_delong(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
@@ -76,6 +83,9 @@ def main() -> int:
     parser.add_argument("--min-levels", type=int, nargs="*", default=[6],
                         help="fewest levels of the depth rule (several: one histogram mode each)")
     parser.add_argument("--design", choices=("seed000", "binormal"), default="seed000")
+    parser.add_argument("--references", nargs="+", choices=("linear", "isotonic"), default=["linear"],
+                        help="the sites' derived reference (pooled): the consistent cumulative counts (linear, "
+                             "shipped) or made monotone as before (isotonic; patched into the in-process sites)")
     parser.add_argument("--n", type=int, default=None, help="records per data set (default: seed 000's draw)")
     parser.add_argument("--cuts-first", action="store_true",
                         help="release calibration bins and H-L groups on the score before the AUC")
@@ -98,12 +108,15 @@ def main() -> int:
     # each mode on its own copy of a data set: a site keeps the cuts released on a table for every
     # analyst, so a second mode on the same table would have its references coarsened against the
     # first one's cuts (rule disclosure.cut_history)
-    hist_modes = {f"hist{per_leaf:g}L{m}": (per_leaf, m) for per_leaf in args.per_leaf for m in args.min_levels}
+    hist_modes = {f"hist{per_leaf:g}L{m}" + ("_iso" if ref == "isotonic" else ""): (per_leaf, m, ref)
+                  for per_leaf in args.per_leaf for m in args.min_levels for ref in args.references}
     modes = ([] if args.no_paper else ["paper"]) + list(hist_modes)
     data = {f"rep{r}_{mode}": frame for r, frame in enumerate(scores) for mode in modes}
     rows, refused = [], []
-    signed: dict[str, list[float]] = {k: [] for mode in hist_modes for k in (mode, f"{mode}_rocglm")}
-    covered: dict[str, list[bool]] = {mode: [] for mode in hist_modes}
+    # "_equal": the equal mean of the two placement means (the estimator before the inverse-variance weights),
+    # from the same call
+    signed: dict[str, list[float]] = {k: [] for mode in hist_modes for k in (mode, f"{mode}_equal", f"{mode}_rocglm")}
+    covered: dict[str, list[bool]] = {k: [] for mode in hist_modes for k in (mode, f"{mode}_equal", f"{mode}_rocglm")}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
         honest = args.honest_sites if args.honest_sites is not None else (args.sites if args.secure else 1)
@@ -126,7 +139,8 @@ def main() -> int:
                         row["paper_empirical"] = abs(paper.empirical.auc - auc)
                         lo, hi = paper.empirical.ci_delong
                         row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
-                    for mode, (per_leaf, min_levels) in hist_modes.items():
+                    for mode, (per_leaf, min_levels, reference) in hist_modes.items():
+                        site_curves.global_cdfs = isotonic_reference if reference == "isotonic" else global_cdfs
                         session.assign_table("D", f"{PROJECT}.rep{rep}_{mode}")
                         if args.cuts_first:
                             release_cuts_first(session, args.secure)
@@ -141,6 +155,13 @@ def main() -> int:
                         signed[f"{mode}_rocglm"].append(res.roc_glm.auc - auc)
                         lo, hi = res.ci_logit
                         covered[mode].append(lo <= auc <= hi)
+                        equal = (res.auc_positives + res.auc_negatives) / 2
+                        row[f"{mode}_equal"] = abs(equal - auc)
+                        signed[f"{mode}_equal"].append(equal - auc)
+                        lo, hi = logit_ci(equal, res.variance, res.alpha, noise_variance(res.histograms, 0.5))
+                        covered[f"{mode}_equal"].append(lo <= auc <= hi)
+                        lo, hi = res.roc_glm.ci
+                        covered[f"{mode}_rocglm"].append(lo <= auc <= hi)
                 except FederatedCallError as exc:  # a site below q positives or negatives (rule A1)
                     refused.append((rep, n, str(exc).splitlines()[1].strip()))
                     continue

@@ -106,9 +106,11 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     ``epsilon`` and ``delta`` may only ask for more privacy than the sites' rules give.
     With noise on, pooled counts of level ``l`` carry noise variance
     :math:`\\sum_k sd_{k,l}^2`; the leaves are estimated by :func:`tree_least_squares` and
-    the cumulative counts by :func:`monotone_cumulative`. ``totals='exact'`` asks the sites for
-    their exact class totals (counts of at least q, as every seed-000 function releases them)
-    instead of a noisy level 0, so levels 1..L share the whole budget and the totals are known.
+    the cumulative counts by :func:`monotone_cumulative` (the reference the sites derive for the
+    histogram AUC under ``secure=True`` skips this step: :mod:`dsfed_core.histograms`).
+    ``totals='exact'`` asks the sites for their exact class totals (counts of at least q, as every
+    seed-000 function releases them) instead of a noisy level 0, so levels 1..L share the whole budget
+    and the totals are known.
 
     ``secure=True``: a pooled release: the sites sum their noisy counts among themselves and
     release only the sums (secure aggregation). Each site then adds the share :math:`1/h` of its
@@ -133,7 +135,7 @@ def ds_score_histograms(session: FederatedSession, truth: str, score: str, *, le
     if summed.exact is not None:
         return _exact_histograms(summed.exact)
     variances = level_variances(summed.variance, summed.first_level)
-    cums = global_cdfs(summed.counts, variances, branching)
+    cums = global_cdfs(summed.counts, variances, branching, monotone=True)
     edges = np.linspace(lower, upper, branching**levels + 1)
     return ScoreHistograms(edges, cums["negatives"], cums["positives"], float(cums["negatives"][-1]),
                            float(cums["positives"][-1]), False, variances, summed.mechanism, branching,
@@ -389,9 +391,11 @@ class HistogramAUC(AUCIntervals):
     logit interval ``ci_logit`` (with the noise variance; the one reported) and ``ci_delong``,
     and the ROC-GLM fitted on the same placement values (``roc_glm``).
 
-    ``auc`` averages the two placement estimates: :math:`\\bar V_{10}` rests on the negatives'
-    CDF, :math:`\\bar V_{01}` on the positives'. With exact references both equal the
-    Mann-Whitney AUC; with noisy ones their noise is independent, so the mean halves its variance.
+    ``auc`` weighs the two placement estimates, :math:`w \\bar V_{10} + (1 - w) \\bar V_{01}`:
+    :math:`\\bar V_{10}` rests on the negatives' CDF, :math:`\\bar V_{01}` on the positives'. With exact
+    references both equal the Mann-Whitney AUC (``weight`` one half); with noisy ones their noise is
+    independent, and ``weight`` is the inverse-variance weight (:func:`placement_weight`) that makes
+    the noise's variance least.
 
     References
     ----------
@@ -415,6 +419,7 @@ class HistogramAUC(AUCIntervals):
     histograms: ScoreHistograms = hidden()
     noise_variance: float = stat("Noise variance", default=0.0)  # what the histograms' DP noise adds
     roc_glm_failed: str = stat(default="")  # why the ROC-GLM was not fitted ("": fitted, or not asked)
+    weight: float = stat("Weight of mean V10", default=0.5)  # auc = weight * V10 + (1 - weight) * V01
 
     @derived("ROC-GLM AUC", brief=".4f", export=False)
     def roc_glm_auc(self) -> float | None:
@@ -524,21 +529,22 @@ def separating_leaves(session: FederatedSession, truth: str, score: str, hist: S
     return hist
 
 
-def noise_variance(hist: ScoreHistograms) -> float:
-    r"""The variance the histograms' DP noise adds to the histogram AUC (to first order).
+def placement_noise_variances(hist: ScoreHistograms) -> tuple[float, float]:
+    r"""The variances the histograms' DP noise adds to the two mean placement values,
+    :math:`\bar V_{10}` and :math:`\bar V_{01}` (to first order; both 0 with noise off).
 
     The leaf estimates are linear in the noisy counts of every level,
     :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed here column by column), and the
     mean placement value of the positives is a linear function of the negatives' leaf estimates:
-    :math:`ar V_{10} = N_0^{-1} \sum_k a_k \hat\ell_{0,k}` with :math:`a_k` the share of positives
+    :math:`\bar V_{10} = N_0^{-1} \sum_k a_k \hat\ell_{0,k}` with :math:`a_k` the share of positives
     above leaf k plus half the share inside it (uniform within a leaf, as the linear CDF assumes),
     estimated from the positives' histogram. So its noise variance is
     :math:`N_0^{-2} \sum_i (T^T a)_i^2 \sigma_i^2`, :math:`\sigma_i^2` the pooled noise variance of
-    count i's level; likewise for :math:`ar V_{01}`, and the AUC, their mean, has a quarter of the
-    sum. Zero with noise off. The isotonic step and the sampling of the scores are left out (the
-    latter is DeLong's variance)."""
+    count i's level; likewise for :math:`\bar V_{01}` on the positives' counts. The two classes' counts
+    carry independent noise, so the two errors are independent. The isotonic step and the sampling of
+    the scores are left out (the latter is DeLong's variance)."""
     if hist.noise_off or hist.level_variance.size == 0:
-        return 0.0
+        return 0.0, 0.0
     b, leaves = hist.branching, hist.edges.size - 1
     sizes = [b**lv for lv in range(hist.level_variance.size)]
     if sizes[-1] != leaves:
@@ -556,7 +562,34 @@ def noise_variance(hist: ScoreHistograms) -> float:
 
     v10 = mean_placement(hist.cum_positives) @ T / hist.n_negative
     v01 = mean_placement(hist.cum_negatives) @ T / hist.n_positive
-    return float((np.sum(v10**2 * per_count) + np.sum(v01**2 * per_count)) / 4.0)
+    return float(np.sum(v10**2 * per_count)), float(np.sum(v01**2 * per_count))
+
+
+def placement_weight(hist: ScoreHistograms) -> float:
+    r"""The weight :math:`w` of :math:`\bar V_{10}` in the AUC :math:`w \bar V_{10} + (1 - w) \bar V_{01}`
+    that makes the noise's variance least: :math:`w = v_{01} / (v_{10} + v_{01})` (inverse-variance
+    weights of two unbiased estimates with independent errors, the variances of
+    :func:`placement_noise_variances`); one half with noise off, where both means are the
+    Mann-Whitney AUC.
+
+    :math:`\bar V_{10}` carries the noise of the negatives' counts divided by :math:`N_0`,
+    :math:`\bar V_{01}` that of the positives' divided by :math:`N_1`: the mean over the larger class
+    is the better one (prevalence 0.3: :math:`v_{01} \approx 5 v_{10}`), and the equal mean has
+    :math:`(v_{10} + v_{01}) / 4`, :math:`(v_{10} + v_{01})^2 / (4 v_{10} v_{01})` times the least variance
+    :math:`v_{10} v_{01} / (v_{10} + v_{01})` (1.8 at :math:`v_{01} = 5 v_{10}`).
+    The weight is computed from the released counts only (post-processing: no budget)."""
+    v10, v01 = placement_noise_variances(hist)
+    return 0.5 if v10 + v01 <= 0 else v01 / (v10 + v01)
+
+
+def noise_variance(hist: ScoreHistograms, weight: float = 0.5) -> float:
+    r"""The variance the histograms' DP noise adds to the histogram AUC
+    :math:`w \bar V_{10} + (1 - w) \bar V_{01}` (to first order; 0 with noise off):
+    :math:`w^2 v_{10} + (1 - w)^2 v_{01}` from :func:`placement_noise_variances`; ``weight`` one half
+    for the equal mean of the two (a paired comparison's AUCs), :func:`placement_weight` for
+    :func:`ds_hist_auc`'s."""
+    v10, v01 = placement_noise_variances(hist)
+    return float(weight**2 * v10 + (1.0 - weight) ** 2 * v01)
 
 
 @validate_params({"alpha": ALPHA, "within_bin": [Options({"tied", "linear"})], "n_thresholds": N_THRESHOLDS,
@@ -572,10 +605,11 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     2. each site evaluates them at its own exact scores: :math:`V_{10} = \\tilde F_0(x)` for
        its positives, :math:`V_{01} = 1 - \\tilde F_1(x)` for its negatives, and returns only
        the counts, sums and sums of squares (rule A1);
-    3. :math:`\\widehat{AUC} = (\\bar V_{10} + \\bar V_{01})/2`,
-       :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; Schalk et al. 2024, eqs.
-       1-2), plus the variance the histograms' noise adds (:func:`noise_variance`); CI by Schalk et al. (2024)
-       eq. (3) with both;
+    3. :math:`\\widehat{AUC} = w \\bar V_{10} + (1 - w) \\bar V_{01}`, ``w`` the inverse-variance weight of
+       the two means under the noise (:func:`placement_weight`; one half with noise off, where both are the
+       Mann-Whitney AUC), :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; Schalk et
+       al. 2024, eqs. 1-2), plus the variance the histograms' noise adds (:func:`noise_variance`); CI by
+       Schalk et al. (2024) eq. (3) with both;
     4. the ROC-GLM (Schalk et al. 2024) by the distributed probit GLM on each site's table of
        :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
 
@@ -623,8 +657,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
         m = placement_moments(agg.sum("histPlacementSumsDS", *args, within_bin=within_bin))
-        auc = float(np.clip((m.mean10 + m.mean01) / 2, 0.0, 1.0))
-        noise = noise_variance(hist)
+        v10, v01 = placement_noise_variances(hist)
+        weight = 0.5 if v10 + v01 <= 0 else v01 / (v10 + v01)  # placement_weight
+        auc = float(np.clip(weight * m.mean10 + (1.0 - weight) * m.mean01, 0.0, 1.0))
+        noise = weight**2 * v10 + (1.0 - weight) ** 2 * v01
         fit, failed = None, ""
         if roc_glm:
             try:
@@ -638,6 +674,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 failed = f"{type(exc).__name__}: {exc}"
             else:
                 a, b = (float(v) for v in glm.params)
-                fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, noise)
+                # the ROC-GLM rests on the V10 alone: their noise
+                fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, v10)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
-                        hist, noise, failed)
+                        hist, noise, failed, weight)
