@@ -80,6 +80,9 @@ def test_an_edge_beside_an_earlier_cut_moves_onto_it_and_counts_stay_exact(floor
     cell = np.searchsorted(edges, x, side="right") - 1
     np.testing.assert_array_equal(released.counts, np.bincount(cell, minlength=4))
     np.testing.assert_array_equal(released.sums["y"], np.bincount(cell, weights=y, minlength=4))
+    # an edge the row-set audit objected to (excluded) is dropped, not moved
+    again = release_local(cells, floor, [earlier], exclude={near}).result
+    assert not again.moved and near in again.dropped and earlier not in again.cuts
 
 
 def test_only_a_nearby_earlier_cut_is_a_target() -> None:

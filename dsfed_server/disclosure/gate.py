@@ -624,7 +624,7 @@ def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclu
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, floor, pooled=False)
     from dsfed_server.disclosure.snapping import snap_dropped  # noqa: PLC0415 (it imports this module)
-    decided, snapped = snap_dropped(cells, floor, history, decided)  # a dropped cut onto a nearby earlier one
+    decided, snapped = snap_dropped(cells, floor, history, decided, exclude)  # a dropped cut onto an earlier one
     kept, dropped, moved = _effective(cells.cuts, decided)
     idx = cell_index(cells.x, kept)
     size = len(kept) + 1

@@ -26,7 +26,7 @@ answer the gate gives for any requested cut.
 from __future__ import annotations
 
 import bisect
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -48,21 +48,21 @@ def nearby_history_cut(cuts: Sequence[Cut], i: int, history: Sequence[Cut]) -> C
     return min(near, key=lambda h: (abs(h.value - value), h), default=None)
 
 
-def snap_dropped(cells: Intervals, floor: Floor, history: Sequence[Cut], decided: list[Any]
-                 ) -> tuple[list[Any], dict[Cut, Cut]]:
+def snap_dropped(cells: Intervals, floor: Floor, history: Sequence[Cut], decided: list[Any],
+                 exclude: Collection[Cut] = ()) -> tuple[list[Any], dict[Cut, Cut]]:
     """:func:`~dsfed_server.disclosure.gate.decide_local`'s answers with each dropped requested cut
     (None; not a twin of a kept cut) moved onto its :func:`nearby_history_cut` where the cells beside
     the moved cut, among every cut released, hold enough records in the release's own records and in
     the column's (``floor``, as :func:`~dsfed_server.disclosure.gate.decide` checks a new cell; an
     empty cell at an end of the range is that end's answer); the moves that fail are undone (the cut
     dropped) one at a time, lowest first, until every move passes. ``history``: the column's cuts
-    released before (its units). Also returns each move's target mapped to the column's cut, for
-    the history."""
+    released before (its units). A cut in ``exclude`` (one the row-set audit objected to) is not
+    moved. Also returns each move's target mapped to the column's cut, for the history."""
     roots = cells.from_root(history)  # history cut in the values' units -> the column's cut
     out = list(decided)
     targets: dict[int, Cut] = {}
     for i, d in enumerate(decided):
-        if d is None:
+        if d is None and cells.cuts[i] not in exclude:
             target = nearby_history_cut(cells.cuts, i, list(roots))
             if target is not None:
                 targets[i] = target
