@@ -129,10 +129,15 @@ def logit_ci(auc: float, variance: float, alpha: float, noise_variance: float = 
     [0.684344, 0.880669]
     >>> [round(v, 4) for v in logit_ci(0.99, 1e-6, 0.05, noise_variance=0.0001)]  # 0.99 -+ ~1.96 * 0.01
     [0.9703, 1.0]
+    >>> [round(v, 4) for v in logit_ci(1.0, 4e-6, 0.05, noise_variance=0.0001)]  # clipped at 1: 1 - 1.96 * 0.01
+    [0.9804, 1.0]
     """
     z = stats.norm.ppf(1 - alpha / 2)
-    if auc in (0.0, 1.0) and variance == 0.0:
-        lower = upper = float(auc)  # eq. (3) is degenerate at the bounds: the sampling interval is the point
+    if auc in (0.0, 1.0):
+        # eq. (3) is degenerate at the bounds (logit +-inf, its standard error infinite): the sampling
+        # interval is the point, whatever the variance; a noisy estimate clipped to 1 (or 0) with a
+        # positive DeLong variance otherwise made the interval NaN, returned as the whole of (0, 1)
+        lower = upper = float(auc)
     else:
         half = z * logit_se(auc, variance)
         lower, upper = float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
