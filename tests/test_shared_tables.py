@@ -2,7 +2,8 @@
 ``main.valley``: each hospital names its table after its file, and the login maps each site to its
 own). ``assign_table("D")`` sends every site the whole map, so the sites share D's definition, and
 pooled releases name the table by the map's label, bound to the tables and the round's sites
-(dsfed_server/disclosure/shared_tables.py). Three in-process sites under the shipped default rules.
+(dsfed_server/disclosure/shared_tables.py): a pooled validate() and the pooled Hosmer-Lemeshow C,
+calibration curve and Brier equal R's. Three in-process sites under the shipped default rules.
 
 The attack: a label the analyst could choose freely (here: the map with a site that is not in the
 round) would draw the gate's secret margins afresh for the same pooled cells. An analyst who knows
@@ -23,11 +24,12 @@ import pytest
 from conftest import inprocess_builder
 from dsfed_client import Call, LoginBuilder, Ref
 from dsfed_client.analyses.calibration import ds_brier, ds_calibration_curve, ds_hosmer_lemeshow
+from dsfed_client.analyses.suite import validate
 from dsfed_client.errors import FederatedCallError
 from dsfed_server.disclosure import shared_tables
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
-from rref import R_BINNED, R_HOSLEM, R_VALPROB, r_reference
+from rref import R_BINNED, R_HOSLEM, R_VALPROB, r_eval, r_reference
 from sitekit import DEFAULT_RULES, write_table
 from test_derived_column_attacks import fixed_secrets
 
@@ -94,6 +96,24 @@ def test_pooled_releases_over_differently_named_tables_equal_r(tmp_path, frames)
     np.testing.assert_allclose(curve.mean_prediction[filled], sum_p[filled] / n[filled], rtol=1e-9)
     r_brier = r_reference("valprob_ref", R_VALPROB, y=y, p=p)[0]
     assert brier.brier == pytest.approx(r_brier, rel=1e-9) and brier.n == len(pooled)
+
+
+def test_pooled_validate_over_differently_named_tables_equals_r(tmp_path, frames):
+    """validate(secure=True) over the three tables: every section computed (the pooled GLMs, the
+    splines' knots, the AUC's leaves and the deciles name the table by the label too); its Brier,
+    calibration intercept, slope and in-the-large equal R's glm on the pooled records."""
+    provisioned, services = _sites(tmp_path, frames)
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    with _login(provisioned, services).login() as session:
+        session.assign_table("D")
+        result = validate(session, "D$y", "D$score", secure=True)
+    assert result.failed == {} and result.curve.bins.pooled
+    y, p = pooled["y"].to_numpy(dtype=float), pooled["score"].to_numpy()
+    assert result.brier.brier == pytest.approx(float(np.mean((p - y) ** 2)), rel=1e-9)
+    intercept, slope, citl = r_eval("c(coef(glm(y ~ qlogis(p), family = binomial)), "
+                                    "coef(glm(y ~ offset(qlogis(p)), family = binomial)))", y=y, p=p)
+    assert (result.logistic.intercept, result.logistic.slope, result.logistic.citl) == pytest.approx(
+        (intercept, slope, citl), rel=1e-6)
 
 
 def _cut_above_target(frames: dict[str, pd.DataFrame]) -> float:
