@@ -231,9 +231,10 @@ def noisy_sites(tmp_path_factory):
 
 
 def test_noisy_curves_within_bound_and_repeatable(noisy_sites):
-    """Bound: area errors <= 0.015 (ROC) and <= 0.04 (PR) at epsilon 1 -- about 4x the benchmark's
-    mean at K = 5 (bench/RESULTS.md). Each run provisions new site secrets, so each run draws new
-    noise: the bound is set for that (several standard deviations of the benchmark's spread)."""
+    """Bound: area errors <= 0.015 (ROC) and <= 0.04 (PR; 0.05 with 64 quantiles) at epsilon 1 --
+    about 4x the benchmark's mean at K = 5 (bench/RESULTS.md). Each run provisions new site secrets,
+    so each run draws new noise: the bound is set for that (several standard deviations of the
+    spread measured over runs)."""
     session, y, p = noisy_sites
     hist = ds_score_histograms(session, "D$y", "D$score", levels=8)
     assert not hist.noise_off and set(hist.mechanism) == {f"site{i}" for i in range(1, 6)}
@@ -242,10 +243,15 @@ def test_noisy_curves_within_bound_and_repeatable(noisy_sites):
     fpr, tpr, _ = empirical_curves(y, p)
     exact = (fpr, tpr, float(y.sum()), float(y.size - y.sum()))
     auc = float(np.trapezoid(tpr, fpr))
+    # the PR area error's spread over 46 runs of this body (fresh secrets each): mean 0.0143, sd 0.0064,
+    # largest 0.027 with Q = 64 quantiles; mean 0.0094-0.0103, sd 0.0029-0.0037, largest 0.018 with 128,
+    # 256 or the leaf edges. At 0.04 the Q = 64 curve sat 4.0 sd out (about 3e-5 to 2e-4 of runs failing,
+    # with the sd's own uncertainty); 0.05 is 5.6 sd. The ROC area error: mean 0.0034, sd 0.0006
+    pr_bound = {64: 0.05}
     for q in (64, 128, 256, None):
         curves = curves_from_histograms(hist, q)
         errors = area_errors(exact, curves)
-        assert errors["ae_roc"] <= 0.015 and errors["ae_pr"] <= 0.04, (q, errors)
+        assert errors["ae_roc"] <= 0.015 and errors["ae_pr"] <= pr_bound.get(q, 0.04), (q, errors)
         assert abs(curves.roc_auc - auc) <= 0.015
         assert np.all(np.diff(curves.fpr) >= 0) and np.all(np.diff(curves.tpr) >= 0)
         assert np.all((curves.precision >= 0) & (curves.precision <= 1))
