@@ -203,8 +203,8 @@ def test_a_renamed_copy_shares_its_columns_cut_history(tmp_path):
     """The attack: release a histogram of D$x cut at 20, then one of a cbindDS copy of x under another
     name cut at 21; the two differ by the one record in (20, 21]. The copy's column remembers the
     table column it copies, so the second cut meets the first in the column's history: the shipped
-    policy merges the bins beside it (refusing, under policy refuse), and the record's presence is
-    not told."""
+    policy moves it onto the first (dsfed_server/disclosure/snapping.py; refusing, under policy
+    refuse), so the second histogram repeats the first, and the record's presence is not told."""
     frame = pd.DataFrame({"x": np.arange(40.0)})
     with inprocess_builder(*make_sites(tmp_path, {"s": frame})).login() as s:
         s.assign_table("D", "P.t")
@@ -213,7 +213,8 @@ def test_a_renamed_copy_shares_its_columns_cut_history(tmp_path):
         second = _one(s.aggregate_expr("histogramDS(B$renamed, c(0, 21, 39))"))
     assert first["counts"] == [21, 19]
     # no released cell ends at 21: no difference of counts is the one record in (20, 21]
-    assert 21.0 not in second["edges"] and second["dropped"] == [21.0] and second["counts"] == [40]
+    assert 21.0 not in second["edges"] and second["moved"] == [[21.0, 20.0]]
+    assert second["edges"] == first["edges"] and second["counts"] == first["counts"]
 
 
 def test_numbers_become_text_as_R_writes_them():
