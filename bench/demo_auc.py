@@ -47,7 +47,8 @@ def one_run(levels: int, workdir: Path) -> tuple[float, float, tuple[float, floa
     builder = LoginBuilder()
     for name, p in prov.items():
         cred = p.credentials["analyst"]
-        builder.append_inprocess(in_process(SiteService.from_config_file(p.config)), user=cred.user, password=cred.password)
+        site = in_process(SiteService.from_config_file(p.config))
+        builder.append_inprocess(site, user=cred.user, password=cred.password)
     with builder.login() as session, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         session.assign_table("D", "GBSG2.validation")
