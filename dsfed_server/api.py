@@ -19,7 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dsfed_server import __version__
 from dsfed_server.access_log import AccessLogMiddleware, note_user
@@ -150,6 +152,39 @@ def _error_body(request: Request, err: SiteError) -> dict[str, Any]:
     return opal_dto.error(err) if request.url.path.startswith("/ws/") else {"error": err.to_wire()}
 
 
+class BodyLimitAndHead:
+    """Refuses a request whose Content-Length is above the site's limit before the body is read
+    (413, in the shape of the API it went to), and sends the audit chain's head with every answer
+    but a 401 and ``/v1/health``'s. A plain ASGI middleware: Starlette's ``@app.middleware("http")``
+    costs a task and two streams per request."""
+
+    def __init__(self, app: ASGIApp, *, service: SiteService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        length = request.headers.get("content-length")
+        limit = self.service.config.listen.max_body_mb << 20
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            err = CallError(f"request body larger than the site's limit of {limit >> 20} MiB", site=self.service.name,
+                            hint="send less data per call")
+            await JSONResponse(_error_body(request, err), status_code=413)(scope, receive, send)
+            return
+        health = scope["path"] == "/v1/health"
+
+        async def send_with_head(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 401 and not health:
+                # a copy of the audit chain's head, held elsewhere
+                MutableHeaders(scope=message)[HEAD_HEADER] = self.service.audit.head
+            await send(message)
+
+        await self.app(scope, receive, send_with_head)
+
+
 def create_app(service: SiteService) -> FastAPI:
     docs = service.config.listen.api_docs  # /docs and /openapi.json need no credentials: off by default
     app = FastAPI(title=f"dsfed site {service.name}", version=__version__, docs_url="/docs" if docs else None,
@@ -159,19 +194,7 @@ def create_app(service: SiteService) -> FastAPI:
     generated = app.openapi
     app.openapi = lambda: describe_symbol_names(generated(), service.rules.strings.max_name_length)  # type: ignore[method-assign]
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
-        length = request.headers.get("content-length")
-        limit = service.config.listen.max_body_mb << 20
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            err = CallError(f"request body larger than the site's limit of {limit >> 20} MiB", site=service.name,
-                            hint="send less data per call")
-            return JSONResponse(_error_body(request, err), status_code=413)
-        response = await call_next(request)
-        if response.status_code != 401 and request.url.path != "/v1/health":
-            response.headers[HEAD_HEADER] = service.audit.head  # a copy of the audit chain's head, held elsewhere
-        return response
-
+    app.add_middleware(BodyLimitAndHead, service=service)
     app.add_middleware(AccessLogMiddleware, logger=service.access_log)  # outermost: sees every request
 
     @app.exception_handler(SiteError)
