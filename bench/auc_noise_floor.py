@@ -4,6 +4,7 @@ question of where the leaves lie.
 
     .venv/bin/python bench/auc_noise_floor.py                 # seconds; the figures in bench/RESULTS.md
     .venv/bin/python bench/auc_noise_floor.py --monte-carlo --levels 3 4 6 --reps 400   # no sites (a minute)
+    .venv/bin/python bench/auc_noise_floor.py --read-levels --levels 3 4 6               # no sites (seconds)
 
 Pooled releases (secure aggregation) at five in-process sites of ``default.toml`` (epsilon 1, delta
 1e-5) with ``secure_aggregation.honest_sites`` = 1 (shipped) and 5; exact class totals, levels
@@ -20,6 +21,11 @@ AUC's error against the pooled empirical AUC for three estimators: the equal mea
 CDFs (isotonic: the estimator before), the weighted mean against the consistent cumulative counts
 (linear: the one shipped), and the same plus a within-leaf tie correction (``tie_correction``: tried,
 not shipped), with the share of errors within 1.96 reported noise sds.
+
+``--read-levels``: no sites; the weighted AUC's noise sd (the first-order formula of
+:func:`~dsfed_client.analyses.curves.placement_noise_variances`, exact leaf shares) when the AUC is read
+from level l of a tree of L levels (its reference's edges those of level l), for every l <= L: what
+reading a coarser level of the released tree would save.
 """
 
 from __future__ import annotations
@@ -68,6 +74,34 @@ def tie_correction(l0: np.ndarray, l1: np.ndarray) -> tuple[float, np.ndarray, n
     B[np.arange(l0.size - 1), np.arange(1, l0.size)] = k
     B[np.arange(1, l0.size), np.arange(l0.size - 1)] = -k
     return value, g0, g1, B
+
+
+def read_levels(args: argparse.Namespace) -> None:
+    sigma2 = 5 * analytic_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=1.0) ** 2
+    rng = np.random.default_rng(1)
+    for design in ("binormal", "seed000"):
+        frame = binormal(args.n, rng, 0.75, 0.3) if design == "binormal" else seed000_scores(args.n, rng)
+        y, p = frame["y"].to_numpy(), frame["score"].to_numpy()
+        out = []
+        for L in args.levels:
+            variances = level_variances(np.full(L, sigma2 * L), 1)
+            sizes = [2**lv for lv in range(L + 1)]
+            unit, off = np.eye(sum(sizes)), np.cumsum([0] + sizes)
+            T = tree_least_squares([unit[off[lv]:off[lv + 1]] for lv in range(L + 1)], variances, 2)
+            per = np.repeat(variances, sizes)
+            leaf = np.clip(np.floor(p * 2**L), 0, 2**L - 1).astype(int)
+            n0, n1 = (np.bincount(leaf[y == c], minlength=2**L).astype(float) for c in (0, 1))
+            for read in range(1, L + 1):
+                group = 2 ** (L - read)
+
+                def weights(other: np.ndarray) -> np.ndarray:  # placement weights, constant in a level-`read` node
+                    share = other.reshape(-1, group).sum(axis=1) / other.sum()
+                    return np.repeat(1.0 - np.cumsum(share) + 0.5 * share, group)
+
+                v10 = float(np.sum((weights(n1) / n0.sum() @ T) ** 2 * per))
+                v01 = float(np.sum((weights(n0) / n1.sum() @ T) ** 2 * per))
+                out.append(f"{2**L}->{2**read}: {np.sqrt(v10 * v01 / (v10 + v01)):.4f}")
+        print(f"{design} (tree leaves -> leaves read: weighted noise sd) " + "; ".join(out))
 
 
 def monte_carlo(args: argparse.Namespace) -> None:
@@ -146,9 +180,13 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[3, 4, 5, 6, 8])
     parser.add_argument("--monte-carlo", action="store_true", help="the estimators' errors without sites")
     parser.add_argument("--reps", type=int, default=400, help="data sets per design (--monte-carlo)")
+    parser.add_argument("--read-levels", action="store_true", help="noise sd reading each level of the tree")
     args = parser.parse_args()
     if args.monte_carlo:
         monte_carlo(args)
+        return 0
+    if args.read_levels:
+        read_levels(args)
         return 0
     rng = np.random.default_rng(5)
     data = {"binormal": binormal(args.n, rng, 0.75, 0.3)[["y", "score"]], "seed000": seed000_scores(args.n, rng)}

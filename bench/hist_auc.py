@@ -17,7 +17,10 @@ and C groups on the score before the AUC, as ``validate()`` did. Privacy: epsilo
 the paper's mode and a budget large enough for the loop). Error = |estimate - empirical AUC
 of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends; bias = the mean
 signed error with its standard error over the data sets; coverage = how often the reported interval
-(sampling and noise variance) holds the pooled AUC.
+(sampling and noise variance) holds the pooled AUC. Rows ``_equal``: the equal mean of the two
+placement means from the same call (the estimator before the inverse-variance weights), with its
+noise variance; ``--references linear isotonic``: rows ``_iso`` from the sites' reference made
+monotone as before, on the same table and noise (paired).
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ def main() -> int:
     parser.add_argument("--design", choices=("seed000", "binormal"), default="seed000")
     parser.add_argument("--references", nargs="+", choices=("linear", "isotonic"), default=["linear"],
                         help="the sites' derived reference (pooled): the consistent cumulative counts (linear, "
-                             "shipped) or made monotone as before (isotonic; patched into the in-process sites)")
+                             "shipped) or made monotone as before (isotonic; patched into the in-process sites; "
+                             "with both, on the same table and noise)")
     parser.add_argument("--n", type=int, default=None, help="records per data set (default: seed 000's draw)")
     parser.add_argument("--cuts-first", action="store_true",
                         help="release calibration bins and H-L groups on the score before the AUC")
@@ -108,11 +112,15 @@ def main() -> int:
     # each mode on its own copy of a data set: a site keeps the cuts released on a table for every
     # analyst, so a second mode on the same table would have its references coarsened against the
     # first one's cuts (rule disclosure.cut_history)
+    references = sorted(args.references, reverse=True)  # linear first: the isotonic one reads its table after it
     hist_modes = {f"hist{per_leaf:g}L{m}" + ("_iso" if ref == "isotonic" else ""): (per_leaf, m, ref)
-                  for per_leaf in args.per_leaf for m in args.min_levels for ref in args.references}
-    modes = ([] if args.no_paper else ["paper"]) + list(hist_modes)
+                  for per_leaf in args.per_leaf for m in args.min_levels for ref in references}
+    # the isotonic reference reads the linear one's table right after it: the same query on the same data
+    # gets the same seeded noise and the same leaf edges (cuts released again), a paired comparison
+    modes = ([] if args.no_paper else ["paper"]) + sorted({mode.removesuffix("_iso") for mode in hist_modes})
     data = {f"rep{r}_{mode}": frame for r, frame in enumerate(scores) for mode in modes}
     rows, refused = [], []
+    paired: dict[str, np.ndarray] = {}
     # "_equal": the equal mean of the two placement means (the estimator before the inverse-variance weights),
     # from the same call
     signed: dict[str, list[float]] = {k: [] for mode in hist_modes for k in (mode, f"{mode}_equal", f"{mode}_rocglm")}
@@ -141,12 +149,17 @@ def main() -> int:
                         row["paper_ci"] = abs(lo - (auc - half)) + abs(hi - (auc + half))
                     for mode, (per_leaf, min_levels, reference) in hist_modes.items():
                         site_curves.global_cdfs = isotonic_reference if reference == "isotonic" else global_cdfs
-                        session.assign_table("D", f"{PROJECT}.rep{rep}_{mode}")
-                        if args.cuts_first:
+                        session.assign_table("D", f"{PROJECT}.rep{rep}_{mode.removesuffix('_iso')}")
+                        if args.cuts_first and not (reference == "isotonic" and "linear" in args.references):
                             release_cuts_first(session, args.secure)
                         levels = auc_levels(n, 1 if args.secure else args.sites, per_leaf, min_levels)
                         res = ds_hist_auc(session, "D$y", "D$score", levels=levels, epsilon=args.epsilon,
                                           delta=args.delta, secure=args.secure, decay=args.decay)
+                        if reference == "isotonic" and "linear" in args.references:  # paired: same noise
+                            twin = paired.pop(mode.removesuffix("_iso"))
+                            assert np.array_equal(twin, res.histograms.cum_negatives), "not the same noise"
+                        else:
+                            paired[mode] = res.histograms.cum_negatives
                         row[mode] = abs(res.auc - auc)
                         row[f"{mode}_rocglm"] = abs(res.roc_glm.auc - auc)
                         lo, hi = res.ci_delong
