@@ -192,7 +192,9 @@ class PerSite(Aggregation):
 
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
         results = self.session.aggregate(function, *args, **kwargs)
-        return {k: float(sum(r[k] for r in results.values())) for k in next(iter(results.values()))}
+        first = next(iter(results.values()))
+        return {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
         results = self.session.aggregate(function, *args)
@@ -286,7 +288,7 @@ class Pooled(Aggregation):
                            np.asarray(t["edges"]), True, {}, {}) if t else None)
         merged = int(r["merged_groups"])
         cells = "groups found and checked pooled over the sites" + (
-            f"; {merged} group(s) below q merged with the next" if merged else "")
+            f"; {merged} group(s) merged with the next: {r.get('why') or 'below q'}" if merged else "")
         return RiskGroups(bins, bool(r["exact_grouping"]), 0, cells, merged > 0, tuple(r["groups"]),
                           float(r["statistic"]), int(r["df"]), (float(r["ece"]), float(r["mce"])),
                           r.get("table_withheld") or "")

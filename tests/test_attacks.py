@@ -429,8 +429,8 @@ def test_crafted_step_reference_cannot_read_a_label(site):
     record's label. On the raw data (outside dsfed) the attack reads every targeted label. Through
     dsfed the site keeps only edges whose cuts, with every cut the analyst used before, leave 0 or at
     least q records between them (rule disclosure.cut_history): the second step
-    of a pair (or the first) is dropped, the site evaluates that reference without its step (one bin,
-    every score tied), and the difference no longer reads the label."""
+    of a pair (or the first) is dropped, its bin merged with the next (the result's placement_cells say
+    so), the site evaluates that reference without its step, and the difference no longer reads the label."""
     provisioned, services, frame = site
     order = np.argsort(frame.score.to_numpy(), kind="stable")
     x = frame.score.to_numpy()[order]
@@ -441,20 +441,24 @@ def test_crafted_step_reference_cannot_read_a_label(site):
     n0 = int((frame.y == 0).sum())
     with inprocess_builder(provisioned, services).login() as s:
         s.assign_table("D", "P.t")
-        raw, dsfed, linear = [], [], []
+        raw, dsfed, read = [], [], []
         for k in targets:
-            sums = []
+            sums, stepped = [], []
             for t in ((x[k - 1] + x[k]) / 2, (x[k] + x[k + 1]) / 2):
                 s.assign("R", Call("histReferenceDS", [0.0, t, t + 1e-9, 1.0], [0, 0, n0, n0], [0, 0, 1, 1]))
-                sums.append(s.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))["a"]["sum_v10"])
+                got = s.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref("R"))["a"]
+                sums.append(got["sum_v10"])
+                cells = got["placement_cells"]
+                # the step stands where the analyst put it: t or t + 1e-9 released there, not moved
+                stepped.append(not cells["moved"] and not {t, t + 1e-9} <= set(cells["dropped"]))
             raw.append(_step_sum(pos, (x[k - 1] + x[k]) / 2) - _step_sum(pos, (x[k] + x[k + 1]) / 2))
             dsfed.append(sums[0] - sums[1])
-            linear.append(sums)
+            if all(stepped):  # both steps where asked: their difference is (a half of) the record's label
+                read.append(k)
     np.testing.assert_array_equal(raw, labels[targets])  # the attack works on exact sums
     assert not np.array_equal(np.round(dsfed), labels[targets])  # and fails through dsfed
-    # the two steps of a pair are one record apart: the site kept at most one of them, and evaluated
-    # the other query against a reference of one bin, where every positive counts as tied (one half)
-    assert all(np.isclose(pair, len(pos) / 2, rtol=1e-12).any() for pair in linear)
+    # the two steps of a pair are one record apart: the site never releases both where they were asked
+    assert read == []
 
 
 def test_reference_cuts_keep_every_bin_at_zero_or_q_records(tmp_path):
@@ -497,18 +501,25 @@ def test_reference_cuts_keep_every_bin_at_zero_or_q_records(tmp_path):
     assert answered > 20, answered
 
 
-def test_crafted_two_edge_references_are_refused(site):
+def test_crafted_two_edge_references_read_no_label(site):
     """The same attack with references of two edges only (both of them end edges, found in
-    review): the second step of every pair cuts within q records of the first and is refused
-    (rule disclosure.cut_history), so no pair of sums around a record is ever released."""
+    review): the ends of a reference are cuts too (below the first edge a positive's placement is 0),
+    and the second step of every pair cuts within q records of the first: it is dropped, its bin merged
+    (rule disclosure.cut_history), so no pair of sums around a record is released as the attack asks."""
     provisioned, services, frame = site
     x = np.sort(frame.score.to_numpy())
     targets = [k for k in range(20, 100) if x[k - 1] < x[k] < x[k + 1]]
     n0 = int((frame.y == 0).sum())
+    pos = frame.score[frame.y == 1].to_numpy()
+    labels = frame.y.to_numpy()[np.argsort(frame.score.to_numpy(), kind="stable")]
     pairs, rules = _step_pairs(provisioned, services, x, targets, "histPlacementSumsDS",
                                lambda t: Call("histReferenceDS", [t, t + 1e-9], [0, n0], [0, 1]))
-    assert len(targets) > 40 and all(None in pair for pair in pairs)
-    assert rules == {("disclosure_refused", "disclosure.cut_history")}
+    # a step at t: every positive at or above t counts 1 (none below): on exact sums, the pair's difference
+    steps = [(_step_sum(pos, (x[k - 1] + x[k]) / 2), _step_sum(pos, (x[k] + x[k + 1]) / 2)) for k in targets]
+    np.testing.assert_array_equal([a - b for a, b in steps], labels[targets])  # the attack works on exact sums
+    read = [k for k, got, want in zip(targets, pairs, steps) if None not in got
+            and np.allclose(got, want, rtol=0, atol=1e-9)]
+    assert len(targets) > 40 and read == [] and rules <= {("disclosure_refused", "disclosure.cut_history")}
 
 
 def _step_pairs(provisioned, services, x, targets, function, reference):
@@ -558,8 +569,7 @@ def test_crafted_reference_on_a_subset_cannot_read_a_label(tmp_path, margin):
     """The step attack split over the table and a subset of it (found in review): the first step
     on D, the second on S = D without its 10 lowest scores. S's own score ordering is new, but its
     scores are the table column's, and the site keeps the cuts of that column too: the second
-    step cuts within q of the first and is dropped. Without a cut margin that holds for every
-    target (S summed against one bin: each positive tied, one half); with the default margin the
+    step cuts within q of the first and is dropped (its bin merged); with the default margin the
     site may drop the first step instead, and then the first sum is not the step the attack
     needs: either way no target gets both steps evaluated as asked."""
     frame = _frame()
@@ -590,8 +600,6 @@ def test_crafted_reference_on_a_subset_cannot_read_a_label(tmp_path, margin):
     np.testing.assert_array_equal([a - b for a, b in steps], labels[targets])  # the attack works on exact sums
     read = [k for k, got, want in zip(targets, released, steps) if np.allclose(got, want, rtol=0, atol=1e-9)]
     assert read == []
-    if margin == "0":  # every second step dropped
-        np.testing.assert_allclose([got[1] for got in released], np.sum(pos > cut) / 2, rtol=1e-12)
 
 
 def test_reference_scores_closer_than_any_margin_are_evaluated(site):

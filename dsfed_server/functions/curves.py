@@ -49,9 +49,7 @@ from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError
 from dsfed_core.wire import encode_f64
-from dsfed_server.functions.validation import (
-    PLACEMENT_SUMS, complete_pairs, outcome_and_score, placement_sums_result, roc_glm_table,
-)
+from dsfed_server.functions.validation import complete_pairs, outcome_and_score, roc_glm_table
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 
@@ -311,11 +309,11 @@ def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -
         Param("reference", P.TABLE, "global CDFs of both classes, from histReferenceDS"),
         _WITHIN,
     ],
-    checks=_A1 + ("disclosure.cut_history", "disclosure.cut_margin"),
-    secure_sum=PLACEMENT_SUMS,
+    checks=GATE_RULES,
+    cells=True,
 )
 def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
-                        within_bin: str) -> dict[str, Any]:
+                        within_bin: str) -> Intervals:
     """Sums and sums of squares of this site's placement values against the histogram CDFs.
 
     For a positive with score :math:`x`, :math:`V_{10} = \\tilde F_0(x)` (share of all negatives
@@ -324,10 +322,59 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     DeLong's placement values exactly (ties one half); with ``'linear'`` that holds when, in
     addition, every score lies at its bin's mid-point. ``'linear'`` is refused where the site keeps
     a cut history (:meth:`~dsfed_server.disclosure.checks.Guard.placement_within_bin`).
+
+    **The reference's bins are cells.** A placement value depends on a record only through its bin
+    (and, ``'linear'``, its score within it), so the sums are linear in each bin's counts of both
+    classes -- and the reference's step values, noisy reals the analyst knows, weigh those counts
+    differently in every reference: the sums against a handful of references, or even one at full
+    precision, give the counts per bin back. So the bins are released as the cells they are
+    (:class:`~dsfed_server.disclosure.gate.Intervals` between the reference's edges, per site or
+    pooled: the cut history, the row-set audit, the secret margin, the dominance rule), and the sums
+    are computed from the released cells only: the CDFs at the released cells' bounds (linear between
+    the reference's edges), a bin the gate merged counting as one. The reference's ends are cuts
+    too (below the first edge a positive's :math:`V_{10}` is 0, above the last 1).
     """
     ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
-    return placement_sums_result(hist_placements(ctx, reference, y, p, score, within_bin))
+    if not {"edge", "neg", "pos"} <= set(reference.columns):
+        raise CallError("the reference must be a table made by histReferenceDS or derived by scoreHistogramDS")
+    edges = reference["edge"].to_numpy(dtype=float)
+    cdfs = {name: reference[name].to_numpy(dtype=float) for name in ("neg", "pos")}
+    positive = y == 1
+    sums = {"n1": positive.astype(float)}
+    if within_bin == "linear":
+        sums |= {"p1": np.where(positive, p, 0.0), "p0": np.where(positive, 0.0, p),
+                 "pp1": np.where(positive, p * p, 0.0), "pp0": np.where(positive, 0.0, p * p)}
+
+    def render(released: Released) -> dict[str, Any]:
+        bounds = np.array([-np.inf, *(c.value for c in released.cuts), np.inf])
+        finite = np.clip(bounds, edges[0], edges[-1])  # a cell beyond the reference's range: its CDF is flat
+        n = np.asarray(released.counts, dtype=float)
+        n1 = np.asarray(released.sums["n1"], dtype=float)
+        out = {"n1": int(round(n1.sum())), "n0": int(round((n - n1).sum()))}
+        for name, cdf, count, linear_sums, complement in (("v10", cdfs["neg"], n1, ("p1", "pp1"), False),
+                                                           ("v01", cdfs["pos"], n - n1, ("p0", "pp0"), True)):
+            at = np.interp(finite, edges, cdf) / cdf[-1]  # the CDF at the released cells' bounds: 0 below, 1 above
+            if within_bin == "linear":  # V = a + b x within a cell
+                width = np.diff(finite)
+                slope = np.divide(np.diff(at), width, out=np.zeros_like(width), where=width > 0)
+                a, b = at[:-1] - slope * finite[:-1], slope
+                if complement:
+                    a, b = 1.0 - a, -b
+                s1, s2 = (np.asarray(released.sums[k], dtype=float) for k in linear_sums)
+                total, squares = a * count + b * s1, a * a * count + 2 * a * b * s1 + b * b * s2
+            else:  # V is the CDF at the cell's mid-point, ties one half
+                value = 0.5 * (at[:-1] + at[1:])
+                value = 1.0 - value if complement else value
+                total, squares = value * count, value * value * count
+            out[f"sum_{name}"], out[f"sumsq_{name}"] = float(total.sum()), float(squares.sum())
+        return {**out, "placement_cells": released.describe()}
+
+    # the reference's ends are cuts too: below the first edge a score's CDF is 0, above the last 1
+    cuts = (gate.Cut(float(edges[0]), False), *cuts_from(edges[1:-1], inclusive=False),
+            gate.Cut(float(edges[-1]), True))
+    return Intervals(p, cuts, render, sums, what="reference's bins", column=ctx.root_column(score),
+                     rows=ctx.record_rows(truth, score))
 
 
 def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p: np.ndarray, score: pd.Series,
