@@ -109,18 +109,21 @@ def walk(tmp_path: Path, rules: Path | None) -> tuple[int, int, list[str]]:
 
 
 @pytest.mark.parametrize("dominance", [0, 1], ids=["shipped dominance_sites 0", "dominance_sites 1"])
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "FINDING: a padding member and the analyst read the 11 lowest honest scores exactly (rcsKnotsDS on 11 "
-    "subsets W = D[age <= 111][age >= -U], N = 1201, 261, 281, ..., 441): rank 1 from the 1 % bound, rank 6 as "
-    "a released knot (5 honest records above rank 1: the padding makes the column's cells pass), ranks 2-5 "
-    "and 7-11 from knots_moved[i][0], the refused 5 % knot's exact value; 18 honest scores learnt, 11 singled "
-    "out; the same with dominance_sites = 1; 0 allowed"))
 def test_a_padding_member_reads_no_honest_score_through_the_knots(tmp_path: Path, dominance: int):
+    """On the code before, the walk singled out the 11 lowest honest scores (18 learnt) at dominance_sites 0
+    and 1 alike: rank 1 from the 1 % bound, rank 6 as a released knot, the others from the refused knots'
+    values in ``knots_moved``. Now ``knots_moved`` names a knot's quantile, not its value, and under the
+    board's dominance rule a cell between the knots must hold q records outside its largest site (the
+    padding member's cells do not): nothing is read. Off (the shipped files' choice, docs/governance.md
+    "Member sites"), the member still reads the knots and the bound released next to its padding."""
     rules = rules_variant(tmp_path / "rules.toml", dominance_sites=str(dominance))
     recovered, learnt, refusals = walk(tmp_path, rules)
     print(f"ATTACK padding member walks the 5 % knot (shipped rules, dominance_sites = {dominance}): "
           f"{recovered} honest scores singled out exactly ({learnt} learnt); refusals {sorted(set(refusals))}")
-    assert recovered == 0
+    if dominance:
+        assert recovered == 0 and learnt == 0 and set(refusals) == {"secure_aggregation.dominance_sites"}
+    else:
+        assert 0 < recovered < 11  # the attack is real where the rule is off, without knots_moved's values
 
 
 # --- the analyst alone: knots of subsets next to the table's knots ------------------------------------
@@ -129,17 +132,14 @@ COLUMNS = ("age", "income", "weight", "height")
 SHARES = (0.1, 0.2, 0.3, 0.8, 0.9)  # conditions col >= v at these shares of each column (pooled quantiles)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "FINDING: the analyst alone (3 honest sites of 90, shipped rules): rcsKnotsDS(nk = 3) on D, then on 20 "
-    "subsets D[col >= v] (age, income, weight, height): 35 knots the cut history refused are shown in "
-    "knots_moved[i][0]; 5 of them are records' exact scores (a subset of odd size: its median is one record), "
-    "no released cut shows them; the other 30 are type-7 interpolations of two adjacent records; 0 allowed"))
 def test_the_analyst_alone_reads_no_refused_knot(tmp_path: Path):
     """Three honest sites of 90 under the shipped rules. The table's knots (nk = 3: 10, 50, 90 %) are
     released; then the knots of subsets ``D[col >= v]`` on four other columns. A subset of an odd number
     of records has its median knot exactly on one record (type 7, h = 0); the subset's median lies a few
-    records from the table's, so the cut history refuses it -- and the release shows it in
-    ``knots_moved``. Counted: records whose exact score is read from a refused knot."""
+    records from the table's, so the cut history refuses it -- and the release showed it in
+    ``knots_moved`` (on the code before: 35 refused knots shown, 5 of them records' exact scores no
+    released cut shows). Now a move names the knot's quantile and the cut it moved onto. Counted:
+    records whose exact score is read from a refused knot."""
     from test_derived_column_attacks import synthetic_frame
 
     frames = {f"s{k}": synthetic_frame(60 + k, 90) for k in range(1, 4)}

@@ -207,6 +207,7 @@ def test_a_knot_beside_a_released_threshold_moves_onto_it(tmp_path):
     assert released[0] == pytest.approx(c, rel=1e-12), (
         f"the knot beside {c} was released at {released[0]} (the true knot {cut} isolates {isolated} records)")
     assert not np.any(np.isclose(fit.knots, knot, rtol=1e-9)) and "1 knot(s) moved" in fit.knots_note
+    assert f"{1 / (1 + np.exp(-knot)):.4g}" not in fit.knots_note  # the refused knot is not told either
     frames = _frames()  # the records the sites hold
     y = np.concatenate([f["y"].to_numpy(float) for f in frames.values()])
     p_all = np.concatenate([f["score"].to_numpy(float) for f in frames.values()])

@@ -158,10 +158,11 @@ def ds_spline_calibration(session: FederatedSession, truth: str, score: str, *, 
 
 
 def _moves_note(moved: list[list[float]]) -> str:
-    """The knots the release gate moved to cuts released before on the score column, in words."""
+    """The knots the release gate moved to cuts released before on the score column, in words
+    (``[quantile, to]``: the knot at that quantile of logit(p), the cut it moved onto)."""
     if not moved:
         return ""
-    moves = ", ".join(f"p = {special.expit(a):.4g} to {special.expit(b):.4g}" for a, b in moved)
+    moves = ", ".join(f"the {100 * prob:g} % knot to p = {special.expit(b):.4g}" for prob, b in moved)
     return (f"{len(moved)} knot(s) moved to cuts released before on the score column ({moves}): at rms's quantile "
             "they would single out fewer than q records beside such a cut; the fit is the spline at these knots")
 

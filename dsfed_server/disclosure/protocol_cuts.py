@@ -77,6 +77,29 @@ class ProtocolCuts:
         history = self.history if history is None else list(history)
         return gate.fits_pooled(cuts, self.refined, history, pooled_counts, floor, self.key)
 
+    def squares(self, counts: np.ndarray) -> np.ndarray:
+        """This site's share of the pooled squares of ``counted`` (:func:`gate.squares`; zeros where
+        its rules do not apply ``secure_aggregation.dominance_sites``)."""
+        return gate.squares(counts, self.guard.rule("secure_aggregation.dominance_sites") > 0)
+
+    def dominated(self, kept: Sequence[gate.Cut], pooled_counts: np.ndarray, pooled_squares: np.ndarray,
+                  floor: gate.Floor) -> bool:
+        """Whether a cell between ``kept`` (candidates counted, or the history's) holds fewer than q of the
+        column's records outside its ``floor.dominance`` largest sites (:func:`gate.largest_sites`, summed
+        over the counted cells it spans): a member that made up its records could place the cuts among
+        the others' few."""
+        if not floor.dominance:
+            return False
+        position = {cut: i for i, cut in enumerate(self.refined)}
+        bounds = [0] + [position[c] + 1 for c in sorted(set(kept))] + [len(self.refined) + 1]
+        counts = np.rint(np.asarray(pooled_counts, dtype=float))
+        largest = gate.largest_sites(pooled_squares, floor)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            n = counts[a:b].sum()
+            if n > 0 and n - min(largest[a:b].sum(), n) < floor.q:
+                return True
+        return False
+
     def cell_counts(self, kept: Sequence[gate.Cut], pooled_counts: np.ndarray) -> np.ndarray:
         """The pooled count of each cell between ``kept`` (candidates counted), from the counted vector."""
         position = {cut: i for i, cut in enumerate(self.refined)}

@@ -166,7 +166,8 @@ def _enough(multiple: float, n: int, floor: Floor, what: str) -> None:
     [Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
      Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
      Param("nk", P.INTEGER, "number of knots (rms::rcs)", required=False, default=4, minimum=3, maximum=7)],
-    checks=_CHECKS + ("disclosure.cut_history", "secure_aggregation.pooled_thresholds"),
+    checks=_CHECKS + ("disclosure.cut_history", "secure_aggregation.pooled_thresholds",
+                      "secure_aggregation.dominance_sites"),
     pooled_only=True,
 )
 def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> PooledSteps:
@@ -214,7 +215,8 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
         bounds = [type7_quantile(order, n, prob) for prob in RANGE_PROBS]
         return _gated_knots(cuts, knots, bounds,
                             lambda final, released, moved, reason: {
-                                "knots": final, "range": released, "range_withheld": reason, "knots_moved": moved,
+                                "knots": final, "range": released, "range_withheld": reason,
+                                "knots_moved": [[probs[i], to] for i, to in moved],
                                 "n": n, "nk": nk, **keep(final), "pooled": True})
 
     search = OrderSearch(np.sort(kept(p, finite)), special.logit, _quantile_ranks(probs + RANGE_PROBS), finish, {},
@@ -223,7 +225,7 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
 
 
 def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
-                 release: Callable[[list[float], list[float], list[list[float]], str | None], dict[str, Any]]
+                 release: Callable[[list[float], list[float], list[tuple[int, float]], str | None], dict[str, Any]]
                  ) -> PooledSteps:
     """The release gate's step on the knots and the range's ``bounds`` (logit(p)): each value :math:`t`
     as the cut :math:`p \\le \\mathrm{expit}(t)` on the score column, decided with the column's
@@ -234,7 +236,8 @@ def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
     A knot the gate refuses moves to the nearest cut released before on the column
     (:func:`_moved_knots`): that cut is public already, so the knot adds nothing, and the spline's
     fit at it is as good a calibration curve (the knots are a convention, not an estimate); the
-    release lists the moves (``release``'s third argument). Knots that cannot so move (no earlier
+    release lists the moves (``release``'s third argument: which knot, onto which cut; not the refused
+    value). Knots that cannot so move (no earlier
     cut, a transformed column, two knots on one cut) are refused. Then each bound is released where
     it fits with the knots and the history, else replaced by the outer knot on its side (the reason
     in ``release``'s last argument). The released cuts join the history."""
@@ -244,6 +247,7 @@ def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
 
     knot_cuts, bound_cuts = as_cuts(knots), [as_cuts([b])[0] for b in bounds]
     counts = cuts.counted(set(knot_cuts) | set(bound_cuts))
+    fields = {"refined": counts, gate.SQUARES: cuts.squares(counts)}
     history = cuts.history
     column = cuts.cells.column
     identity = column is None or column.transform.identity
@@ -265,6 +269,14 @@ def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
         kept_ends = dict(zip(ends, cuts.fits(ends, pooled["refined"], floor, sorted(set(history) | set(new)))))
         kept = [kept_ends[c] for c in bound_cuts]
         released = [b if k else knot for b, k, knot in zip(bounds, kept, (final[0], final[-1]))]
+        cells = knot_cuts_kept + [c for c, k in zip(bound_cuts, kept) if k]
+        if cuts.dominated(cells, pooled["refined"], pooled[gate.SQUARES], floor):
+            raise DisclosureRefusal(
+                f"a cell between the knots (and the range's ends) would hold fewer than {floor.q} records outside "
+                "its largest contributing site: a site that made up its records could have placed a knot on "
+                "another site's record", rule="secure_aggregation.dominance_sites",
+                hint="use the binned calibration curve (ds_calibration_curve), or ask over records the sites "
+                     "hold in more even shares")
         cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
         reason = None if all(kept) else (
             f"the {' and '.join(f'{100 * p:g} %' for p, k in zip(RANGE_PROBS, kept) if not k)} quantile of logit(p) "
@@ -272,16 +284,18 @@ def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
             "score column): the range ends at the outer knot there")
         return release(final, released, moved, reason), None
 
-    return PooledSteps({"refined": counts}, advance, frac_bits=0, history_key=cuts.key)
+    # the analyst's fraction bits: the squares travel as counts squared over gate.SQUARE_UNIT
+    return PooledSteps(fields, advance, frac_bits=None, history_key=cuts.key)
 
 
 def _moved_knots(knots: list[float], cuts: list[gate.Cut], history: list[gate.Cut],
                  fits: Callable[[list[gate.Cut]], np.ndarray], *, movable: bool
-                 ) -> tuple[list[float] | None, list[gate.Cut], list[list[float]]]:
+                 ) -> tuple[list[float] | None, list[gate.Cut], list[tuple[int, float]]]:
     """The knots the gate keeps: each refused one (logit scale, with its cut ``cuts[i]`` on the
     column) moved to the nearest cut of ``history`` strictly inside (0, 1), until every new knot fits
     with the history and the moved ones; ``None`` where that fails (the knots must stay distinct).
-    Returns the knots, their cuts, and the moves ``[from, to]`` (logit scale)."""
+    Returns the knots, their cuts, and the moves ``(i, to)``: which knot moved onto which cut (logit
+    scale) -- never the value it moved from, which the gate refused to release."""
     knots, cuts, moved = list(knots), list(cuts), []
     inside = [c for c in history if 0 < c.value < 1]
     for _ in range(len(knots)):
@@ -293,7 +307,7 @@ def _moved_knots(knots: list[float], cuts: list[gate.Cut], history: list[gate.Cu
             return None, cuts, moved
         for i in (new[j] for j in np.flatnonzero(~kept)):
             nearest = min(inside, key=lambda c: abs(c.value - cuts[i].value))
-            moved.append([knots[i], float(special.logit(nearest.value))])
+            moved.append((i, float(special.logit(nearest.value))))
             knots[i], cuts[i] = moved[-1][1], nearest
         if len(set(knots)) < len(knots) or knots != sorted(knots):
             return None, cuts, moved
