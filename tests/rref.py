@@ -51,6 +51,15 @@ def gaussian_spent_reference(k: int, *, epsilon: float, delta: float, sensitivit
 # --- R references for the validation estimators (written here, in R, from the methods'
 # definitions; nothing of dsfed's code is used) ---------------------------------------------
 
+def r_hl_on_edges(y: Any, p: Any, edges: Any) -> float:
+    """Hosmer-Lemeshow C over the groups between ``edges`` (R's ``cut(p, edges, include.lowest = TRUE)``,
+    as ``hoslem.test`` cuts at its quantiles), written out in R: the reference for groups the sites merged."""
+    return float(r_eval("g <- cut(p, e, include.lowest = TRUE); o <- tapply(y, g, sum); x <- tapply(p, g, sum); "
+                        "n <- tapply(p, g, length); k <- !is.na(n); sum(((o - x)^2 / (x * (1 - x / n)))[k])",
+                        y=np.asarray(y, dtype=float), p=np.asarray(p, dtype=float),
+                        e=np.asarray(edges, dtype=float))[0])
+
+
 R_HOSLEM = """
 hl_ref <- function(y, p, breaks) {
   cutp <- cut(p, breaks = breaks, include.lowest = TRUE)

@@ -21,7 +21,7 @@ from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from dsfed_server.synthetic import binormal
 from conftest import FIXTURES, GBSG2_SITES, RULES, inprocess_builder
-from rref import R_HOSLEM, R_PROC, r_reference
+from rref import R_HOSLEM, r_eval, r_hl_on_edges, r_reference
 from sitekit import ROOT, make_sites, rules_variant
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -39,9 +39,10 @@ def gbsg2_fresh(tmp_path_factory):
 
 def test_gbsg2_calibration_is_exact_at_small_sites(gbsg2_fresh, gbsg2_pooled):
     """Five sites of 45-55 records, q = 5: checked per site, bins and groups are merged and the table
-    of menopausal status by outcome is refused (two sites hold a cell below q); checked pooled, H-L C
-    and H, the calibration curve, ECE and MCE equal R on the pooled records to 1e-8 with nothing
-    merged, C over R's deciles with df 8, and the table is released, equal to R's table()."""
+    of menopausal status by outcome is refused (two sites hold a cell below q); checked pooled, H and
+    the calibration curve equal R on the pooled records to 1e-8 with nothing merged, H-L C, ECE and MCE
+    equal R over R's deciles less those the calibration curve's edges make the sites drop (stated), and
+    the table is released, equal to R's table()."""
     y, p = gbsg2_pooled.y.to_numpy(), gbsg2_pooled.score.to_numpy()
     with inprocess_builder(*gbsg2_fresh).login() as s:
         s.assign_table("D", "GBSG2.validation")
@@ -52,15 +53,21 @@ def test_gbsg2_calibration_is_exact_at_small_sites(gbsg2_fresh, gbsg2_pooled):
     assert v.mode == "pooled" and v.mode_note == ""
     hl_c = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     hl_h = r_reference("hl_h", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    assert v.hl_c.statistic == pytest.approx(hl_c[0], rel=1e-8) and v.hl_c.df == hl_c[1] == 8
-    np.testing.assert_array_equal(v.hl_c.group_sizes, hl_c[3:])  # 25 each, ties aside
+    assert hl_c[1] == 8
     # the deciles' breaks would, with the calibration curve's edges released first, cut cells of 3 and 4
-    # records: the group table is withheld, the statistics are not (nothing coarsened)
-    assert v.hl_c.table.empty and "fewer than 5 records" in v.hl_c.table_withheld
+    # records: those breaks are dropped, their groups merged, and C is the merged groups' (R's deciles merged)
+    edges = np.asarray(v.hl_c.table.lower.tolist() + [v.hl_c.table.upper.iloc[-1]])
+    deciles = r_eval("unique(quantile(p, 0:10/10))", p=p)
+    assert all(np.isclose(deciles, e, rtol=0, atol=1e-12).any() for e in edges[1:-1])
+    assert 4 <= len(edges) < len(deciles)
+    assert v.hl_c.statistic == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-8)
+    assert v.hl_c.df == len(edges) - 3 and not v.hl_c.complete and "disclosure.cut_history" in v.hl_c.note()
     assert v.hl_h.statistic == pytest.approx(hl_h[0], rel=1e-8) and v.hl_h.df == hl_h[1]
-    ece, mce = r_reference("ece_ref", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
+    ece, mce = r_eval("g <- cut(p, e, include.lowest = TRUE); d <- abs(tapply(y, g, mean) - tapply(p, g, mean)); "
+                      "n <- tapply(p, g, length); k <- !is.na(n); c(sum((n * d)[k]) / length(p), max(d[k]))",
+                      y=y, p=p, e=edges)  # over the groups released
     assert v.errors.ece == pytest.approx(ece, rel=1e-8) and v.errors.mce == pytest.approx(mce, rel=1e-8)
-    assert v.hl_c.complete and v.hl_h.complete and v.errors.complete and not v.curve.bins.was_coarsened
+    assert v.hl_h.complete and not v.curve.bins.was_coarsened
     idx = np.clip(np.searchsorted(np.linspace(0, 1, 11), p, side="right") - 1, 0, 9)
     n = np.bincount(idx, minlength=10)
     np.testing.assert_array_equal(v.curve.n, n)

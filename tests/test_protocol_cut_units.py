@@ -10,9 +10,10 @@ the threshold cells, and refused the whole call -- the statistic with the table.
 An honest analysis on three sites under the shipped default rules: metrics at nine thresholds (pooled)
 that happen to lie 4 records above the pooled deciles of the score, then H-L C of a recalibrated copy
 (a = 0.2, b = 1; made first, as its map's midpoint is a cut too). Before, the sites refused the call.
-Now the statistic equals R's ``hoslem.test`` grouping on the copy's values, and the group table is
-withheld only where, in the score's units, a break lies within q + the largest margin of a threshold
-(checked on the truth); where released, it reads no record beside the thresholds.
+Now a break that lies, in the score's units, within q + the largest margin of a threshold is dropped
+and its groups merged (checked on the truth), the others are released, the statistic is that of the
+groups released (R's ``hoslem.test`` grouping on the copy's values, merged so), and the table reads no
+record beside the thresholds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from scipy import special
 
 from conftest import inprocess_builder
 from dsfed_client.calls import Call, Ref
-from rref import r_eval
+from rref import r_eval, r_hl_on_edges
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets
 
@@ -88,16 +89,19 @@ def test_a_recalibrated_copy_s_groups_meet_the_score_s_thresholds(tmp_path: Path
         bins = session.pooled("thresholdBinsDS", Ref("D$y"), Ref("D$score"), grid)
         assert np.allclose(bins["edges"][1:-1], grid)  # every threshold released
         out = session.pooled("decileGroupsDS", Ref("D$y"), Ref("copy"), 10)
-    statistic = r_eval("g <- cut(p, unique(quantile(p, 0:10/10)), include.lowest = TRUE); "
-                       "o <- tapply(y, g, sum); e <- tapply(p, g, sum); n <- tapply(p, g, length); "
-                       "sum((o - e)^2 / (e * (1 - e / n)))", y=pooled.y.to_numpy(), p=c)
-    assert out["statistic"] == pytest.approx(float(statistic[0]), rel=1e-8) and out["df"] == 8
-    # R's breaks on the copy, as records of the score: how many lie between each break and each threshold
+    # R's breaks on the copy, as records of the score: how many lie between each break and the thresholds
     breaks = r_eval("quantile(p, 1:9/10)", p=c)
-    between = [k for b in breaks for t in grid if (k := abs(int(np.sum(c <= b)) - int(np.sum(p < t))))]
-    print(f"closest break to a threshold: {min(between)} records; table "
-          f"{'withheld' if out['table'] is None else 'released'}")
-    if out["table"] is None:
-        assert min(between) < Q + MARGIN and "cuts released before" in out["table_withheld"]
-    else:
-        assert min(between) >= Q and records_read(bins, out["table"], pooled) == 0
+    edges = np.asarray(out["table"]["edges"])
+
+    def nearest(b: float) -> int:  # records between the break b (the copy's) and the nearest threshold
+        return min(k for t in grid if (k := abs(int(np.sum(c <= b)) - int(np.sum(p < t)))))
+
+    kept = [b for b in breaks if np.isclose(edges[1:-1], b, rtol=0, atol=1e-12).any()]
+    dropped = [b for b in breaks if b not in kept]
+    print(f"breaks released {len(kept)}, merged {len(dropped)}: records to the nearest threshold "
+          f"{[nearest(b) for b in kept]} released, {[nearest(b) for b in dropped]} merged")
+    assert dropped and all(nearest(b) < Q + MARGIN for b in dropped) and all(nearest(b) >= Q for b in kept)
+    assert "disclosure.cut_history" in out["why"] and records_read(bins, out["table"], pooled) == 0
+    # the statistic is the released groups', R's hoslem.test grouping on the copy's values, merged so
+    assert out["statistic"] == pytest.approx(r_hl_on_edges(pooled.y.to_numpy(), c, edges), rel=1e-8)
+    assert out["df"] == len(edges) - 3

@@ -90,7 +90,6 @@ def decode(g: int, release: dict, pad: pd.DataFrame, n_honest: int, o_h: float, 
         return (o - e) ** 2 / e + (o - e) ** 2 / (n_ - e)
 
     rest_c = hosmer_lemeshow(n[2:], own_o[2:], own_e[2:]) if g > 2 else 0.0
-    rest_gap = np.abs(own_o[2:] - own_e[2:])
 
     def c_of(a: int, s: np.ndarray | float) -> np.ndarray | float:
         return (rest_c + term(n[0], own_o[0] + a, own_e[0] + s)
@@ -117,6 +116,16 @@ def decode(g: int, release: dict, pad: pd.DataFrame, n_honest: int, o_h: float, 
     return (k, found[0]) if len(set(found)) == 1 else None
 
 
+def first_group(release: dict, pad: pd.DataFrame) -> tuple[int, int] | None:
+    """(k, honest events) of a released table's first group: its count and events less the member's own
+    records in it (the member knows them; the group's upper edge is released)."""
+    t = release["table"]
+    upper = t["edges"][1]
+    mine = pad[pad.score <= upper]
+    k, events = int(round(t["n"][0])) - len(mine), int(round(t["sum_y"][0])) - int(mine.y.sum())
+    return (k, events) if 0 <= k <= 2 * H_SITE else None
+
+
 def walk(tmp_path: Path, dominance: int) -> tuple[int, int, list[str]]:
     frames = {"h1": honest(51), "h2": honest(52)}
     hon = pd.concat(frames.values(), ignore_index=True)
@@ -139,7 +148,7 @@ def walk(tmp_path: Path, dominance: int) -> tuple[int, int, list[str]]:
                 refusals += [e.rule or e.kind for e in exc.failures.values()]
                 continue
             withheld += out.get("table") is None
-            got = decode(g, out, pad, len(hon), o_h, e_h)
+            got = decode(g, out, pad, len(hon), o_h, e_h) if out.get("table") is None else first_group(out, pad)
             if got is not None:
                 k, a = got
                 assert a == int(outcomes[:k].sum())  # what is read is the truth
@@ -152,18 +161,20 @@ def walk(tmp_path: Path, dominance: int) -> tuple[int, int, list[str]]:
 
 
 @pytest.mark.parametrize("dominance", [0, 1], ids=["shipped dominance_sites 0", "dominance_sites 1"])
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "FINDING: a padding member (40 made-up records below, 1920 above) and the analyst read the outcomes of the "
-    "10 lowest of 40 honest records (decileGroupsDS on one table with g = 50, 49, ..., 40, no subset; the honest "
-    "events of the first group decoded from the exact C, ECE and MCE, which are released where the group table "
-    "is withheld: 9 of 11 calls by the cut history at dominance_sites = 0, 11 of 11 by dominance_sites = 1; "
-    "brierDS pooled for the honest totals); 0 allowed"))
 def test_a_padding_member_reads_no_outcome_from_the_statistics(tmp_path: Path, dominance: int):
+    """On the code before the statistics were released only over groups that may leave (C, ECE and MCE
+    exact where the table was withheld), the walk read the outcomes of the 10 lowest of 40 honest records
+    at dominance_sites 0 and 1 alike. Now a break the gate drops merges its groups and the statistics are
+    those of the merged groups: with the board's dominance rule on, nothing is read; off (the shipped
+    files' choice, docs/governance.md "Member sites"), a padding member reads what the released groups
+    hold, as from any pooled cell."""
     read, withheld, refusals = walk(tmp_path, dominance)
     print(f"ATTACK padding member walks the first H-L break (dominance_sites = {dominance}): outcomes of {read} "
-          f"honest records read from C and ECE; group table withheld in {withheld} of {len(GS)} calls; "
-          f"refusals {sorted(set(refusals))}")
-    assert read == 0
+          f"honest records read from the statistics or the released groups; group table withheld in {withheld} "
+          f"of {len(GS)} calls; refusals {sorted(set(refusals))}")
+    assert withheld == 0  # the statistics leave only with the groups they are computed on
+    if dominance:
+        assert read == 0
 
 
 # --- the analyst alone: a withheld table read from its statistics, against the table of another g -------
@@ -190,14 +201,13 @@ def two_groups(n: np.ndarray, total_o: float, total_e: float, release: dict) -> 
     return found[0] if len({a for a, _ in found}) == 1 else None
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "FINDING: the analyst alone (3 honest sites of 90, shipped rules) reads one record's outcome AND exact "
-    "score: decileGroupsDS(D, g = 4) releases its table (breaks at pooled ranks 68, 135, 202); S = D[score > "
-    "break 2] (a released cut, so allowed); decileGroupsDS(S, g = 2) has its median one record above break 3, so "
-    "the table is withheld (cut history) but C, ECE, MCE are exact; with brierDS(S) they give S's first group "
-    "(events, sum of p); less D's third group, the one record between (pooled rank 203): its outcome and exact "
-    "score 0.711705; 1 record read; 0 allowed"))
 def test_the_analyst_alone_reads_no_record_from_a_withheld_table(tmp_path: Path):
+    """decileGroupsDS(D, g = 4) releases its table (breaks at pooled ranks 68, 135, 202); S = D[score >
+    break 2] (a released cut, so allowed); decileGroupsDS(S, g = 2) has its median one record above break 3.
+    On the code before, its table was withheld (cut history) but C, ECE, MCE were exact: with brierDS(S)
+    they gave S's first group (events, sum of p); less D's third group, the one record between (pooled rank
+    203): its outcome and exact score 0.711705, 1 record read. Now the median is dropped and, with fewer
+    than three groups left, the call is refused."""
     from test_derived_column_attacks import synthetic_frame
 
     frames = {f"s{k}": synthetic_frame(20 + k, 90) for k in range(1, 4)}
@@ -222,7 +232,10 @@ def test_the_analyst_alone_reads_no_record_from_a_withheld_table(tmp_path: Path)
                 continue
             session.assign_expr("S", f'dataFrameSubsetDS2("D", "D$score", "{edges[i + 1]!r}", 5, NULL, NULL, FALSE)')
             totals = session.pooled("brierDS", Ref("S$y"), Ref("S$score"))
-            out = session.pooled("decileGroupsDS", Ref("S$y"), Ref("S$score"), 2)
+            try:
+                out = session.pooled("decileGroupsDS", Ref("S$y"), Ref("S$score"), 2)
+            except FederatedCallError:  # refused: nothing to decode
+                continue
             withheld += out.get("table") is None
             got = two_groups(np.array([n1, n_s - n1]), totals["sum_y"], totals["sum_p"], out)
             if got is None:

@@ -269,12 +269,16 @@ def test_a_coarsened_curve_says_which_edges_it_merged_and_no_more(messy_explored
     assert per_site.curve.bins.was_coarsened, "the exploratory histogram's cuts coarsened the per-site curve"
 
 
-def test_a_withheld_hosmer_lemeshow_group_table_is_explained_not_drawn_empty(messy_explored):
+def test_merged_hosmer_lemeshow_groups_are_drawn_and_explained(messy_explored):
+    """After the exploratory histogram, some deciles of risk lie a few records from its edges: the sites
+    merge those groups (the statistics are the merged groups', never the withheld ones') and the
+    report draws the groups released and says which were merged, and why."""
     tmp, _, pooled, _ = messy_explored
-    assert pooled.hl_c.table.empty and pooled.hl_c.table_withheld, "the sites withheld the pooled group table"
-    html = write_report(pooled, tmp / "withheld.html").read_text()
-    assert 'id="hosmer-lemeshow-absent"' in html
-    assert 'data-plot="hosmer-lemeshow"' not in html
-    reason = html.split('id="hosmer-lemeshow-absent">', 1)[1].split("</p>", 1)[0]
-    assert f"C = {pooled.hl_c.statistic:.4g}, df {pooled.hl_c.df}" in reason
-    assert pooled.hl_c.table_withheld.replace("'", "&#x27;") in reason
+    c = pooled.hl_c
+    assert not c.table.empty and not c.complete and len(c.table) < 10, "the sites merged groups beside earlier cuts"
+    assert c.df == len(c.table) - 2
+    html = write_report(pooled, tmp / "merged.html").read_text()
+    assert 'data-plot="hosmer-lemeshow"' in html and 'id="hosmer-lemeshow-absent"' not in html
+    note = f"Hosmer-Lemeshow C: {c.note()}".replace("'", "&#x27;")
+    assert note in html and "disclosure.cut_history" in note
+

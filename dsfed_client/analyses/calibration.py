@@ -260,7 +260,7 @@ class HosmerLemeshow(Results):
         parts = [self.cells] if self.cells else []
         if self.table_withheld:
             parts.append(f"group table withheld: {self.table_withheld}")
-        if not self.exact_grouping:
+        if not self.exact_grouping and self.uncertain_records:
             parts.append(f"group edges uncertain: at most {self.uncertain_records} records may lie in a neighbouring "
                          "group (counts the sites' release gate withheld)")
         return "; ".join(parts)

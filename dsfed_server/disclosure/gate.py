@@ -475,9 +475,9 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, agai
         while group[-1] + 1 < n and tuple(requested[group[-1] + 1] for _, requested in spaces) == ranks:
             group.append(group[-1] + 1)
         k = group[-1] + 1
-        if any(outside[i] for i in group):
+        if any(outside[i] for i in group):  # beside a cut outside the declared range: no record between
             for i in group:
-                out[i] = KEEP if outside[i] else None
+                out[i] = KEEP if outside[i] or floor.q <= 1 else None  # q <= 1: nothing to hide between cuts
             continue
         before = next((i for i in group if again[i]), None)
         fits, end = True, floor.q <= 1  # single records may be released: nothing to hide between cuts
@@ -673,16 +673,21 @@ def largest_sites(pooled_squares: np.ndarray, floor: Floor) -> np.ndarray:
     return np.sqrt(floor.dominance * total)
 
 
-def dominated_groups(breaks: np.ndarray, edges: np.ndarray, counts: np.ndarray, pooled_squares: np.ndarray,
-                     floor: Floor) -> bool:
-    """Whether a released group (between ``edges``, the groups between ``breaks`` below q merged into it, with
-    pooled ``counts``) holds fewer than q records outside its ``floor.dominance`` largest sites: per group
-    the bound of :func:`largest_sites`, summed over the groups a merged group joins."""
-    edges = np.asarray(edges, dtype=float)
-    merged = np.searchsorted(edges[1:-1], np.asarray(breaks[1:], dtype=float), side="left")
-    largest = np.bincount(merged, weights=largest_sites(pooled_squares, floor), minlength=edges.size - 1)
-    n = np.asarray(counts, dtype=float)
-    return bool(np.any((n > 0) & (n - np.minimum(largest, n) < floor.q)))
+def dominated_group(counts: np.ndarray, keep: Sequence[bool], pooled_squares: np.ndarray, floor: Floor) -> int | None:
+    """The first group holding fewer than q records outside its ``floor.dominance`` largest sites, of the
+    groups between the breaks ``keep`` marks (one per break between the groups of pooled ``counts``; a
+    group the breaks not kept merge spans the groups it joins): the bound of :func:`largest_sites` per
+    group, summed over the groups it joins. None: none is, or the rule is off."""
+    if not floor.dominance:
+        return None
+    n = np.rint(np.asarray(counts, dtype=float)).astype(np.int64)
+    largest = largest_sites(pooled_squares, floor)
+    bounds = [0] + [i + 1 for i, k in enumerate(keep) if k] + [n.size]
+    for j, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        count = n[a:b].sum()
+        if count > 0 and count - min(largest[a:b].sum(), count) < floor.q:
+            return j
+    return None
 
 
 def _refuse_dominated(what: str, floor: Floor) -> DisclosureRefusal:

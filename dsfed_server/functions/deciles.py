@@ -12,12 +12,15 @@ analyst relays sealed vectors and learns nothing until the last step.
    ``unique(quantile(p, seq(0, 1, 1/g), type = 7))`` grouping, exactly.
 2. Every site sums its records' outcomes and predictions per group; pooled, the sites check that
    every group holds at least q records (the largest q of the sites; a smaller group is merged
-   with the next and the result says so), and release the statistics: C with its df, the group
-   sizes, ECE and MCE. The group table (the breaks, observed and expected events per group) is
-   released too where its breaks, with every cut released before on the score's column, leave 0
-   or at least q records between cuts (the release gate's rule, on pooled counts); otherwise the
-   breaks would difference against earlier bins into fewer than q records, and only the statistics
-   leave (the result says why). The statistics are non-linear in the group sums and release no cell.
+   with the next), that every break, with every cut released before on the score's column, leaves
+   0 or at least q records between cuts (the release gate's rule, on pooled counts; else the break
+   would difference against earlier bins into fewer than q records) and, under
+   ``secure_aggregation.dominance_sites``, that every group holds q records outside its largest sites.
+   A break that fails is dropped and its groups merged, and the sites release the group table with
+   the statistics of the groups released -- C with its df, the group sizes, ECE and MCE -- saying
+   what was merged and why (``exact_grouping`` False). The statistics are functions of the groups'
+   sums: released only over groups that may leave themselves (three non-linear functions of groups
+   kept back would give their sums again).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dsfed_core.errors import DisclosureRefusal
 from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
@@ -74,7 +78,7 @@ class DecileSearch:
 
     def group_sums(self) -> PooledSteps:
         """This site's count, outcomes and predictions per group of the settled breaks, and the
-        column's counts between all cuts (the breaks with the history's), to decide on the table."""
+        column's counts between all cuts (the breaks with the history's), to decide on the groups."""
         groups = type7_groups(self.brackets, self.n, self.g, 0.0, 1.0)
         breaks = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
         n, sums = gate.cell_sums(self.p, breaks, {"sum_y": self.y, "sum_p": self.p})
@@ -83,50 +87,72 @@ class DecileSearch:
                   gate.SQUARES: gate.squares(n, dominance)}
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[None, PooledSteps]:
-            q = floor.q
-            out = statistics(groups.breaks, pooled, q, exact=groups.exact, rounds=self.rounds)
-            kept = gate.cuts_from(out["table"]["edges"][1:-1], inclusive=True)  # after merging small groups
-            root = self.cuts.to_root(kept)
-            cells: tuple[gate.Cut, ...] | None = kept
-            if floor.dominance and gate.dominated_groups(groups.breaks, out["table"]["edges"], out["table"]["n"],
-                                                         pooled[gate.SQUARES], floor):
-                # a site that made up its records knows its own share of every group, and the breaks
-                out["table"], out["groups"], cells = None, [], None
-                out["table_withheld"] = (f"a group would hold fewer than {q} records outside its largest "
-                                         f"contributing site{'s' if floor.dominance > 1 else ''} (secure_aggregation."
-                                         "dominance_sites): the groups' counts and sums are withheld; the "
-                                         "statistics are exact")
-            elif not self.cuts.fits(root, pooled["refined"], floor).all():
-                out["table"], cells = None, None  # without their breaks the groups' counts bound no known cell
-                out["table_withheld"] = ("with the cuts released before on this score column, the groups' breaks "
-                                         f"would single out fewer than {q} records; the statistics are exact")
+            keep, why = self.coarsened(breaks, small_groups_merged(pooled["n"], floor.q), pooled, floor)
+            out = statistics(groups.breaks, pooled, keep, exact=groups.exact, rounds=self.rounds, why=why)
+            kept = tuple(c for c, k in zip(breaks, keep) if k)
 
             def release() -> dict[str, Any]:
-                if cells is not None:
-                    self.cuts.record(root)
+                self.cuts.record(self.cuts.to_root(kept))
                 return out
 
-            if cells is None:  # with the table withheld, the groups are cells of unknown breaks: none audited
-                return None, self.guard.agreed([], self.cuts.rows, release)
-            return None, self.cuts.audited(self.p, cells, np.asarray(out["table"]["n"]), release)
+            return None, self.cuts.audited(self.p, kept, np.asarray(out["table"]["n"]), release)
 
         # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
         # and a group of millions of records at a site needs fewer bits, which the analyst asks again with
         return PooledSteps(fields, advance, frac_bits=None, history_key=self.cuts.key)
 
+    def coarsened(self, breaks: tuple[gate.Cut, ...], keep: list[bool], pooled: dict[str, np.ndarray],
+                  floor: gate.Floor) -> tuple[list[bool], str]:
+        """Which breaks the sites release, and why the others are not: a break the release gate would not
+        keep beside the cuts released before on the score column (it would single out the records between
+        the two) and, under ``secure_aggregation.dominance_sites``, the break above a group holding fewer
+        than q records outside its largest sites (the one below, for the last group) are dropped, their
+        groups merged, until every group passes. The statistics are then those of the merged groups:
+        functions of cells that may leave, as the table itself."""
+        keep, why = list(keep), []
+        while True:
+            kept = [i for i, k in enumerate(keep) if k]
+            fits = self.cuts.fits(self.cuts.to_root([breaks[i] for i in kept]), pooled["refined"], floor)
+            if not fits.all():
+                for i in np.flatnonzero(~fits):
+                    keep[kept[i]] = False
+                why.append(f"{int((~fits).sum())} break(s) within {floor.q} records (and the site's secret margin) "
+                           "of cuts released before on this score column (disclosure.cut_history)")
+                continue
+            dominated = gate.dominated_group(pooled["n"], keep, pooled[gate.SQUARES], floor) if kept else None
+            if dominated is None:
+                break
+            keep[kept[min(dominated, len(kept) - 1)]] = False
+            if not why or "dominance" not in why[-1]:
+                why.append(f"groups holding fewer than {floor.q} records outside their largest contributing "
+                           "site merged with the next (secure_aggregation.dominance_sites)")
+        if why and sum(keep) < 2:
+            raise DisclosureRefusal(
+                f"fewer than 3 of the {len(breaks) + 1} risk groups are left once merged where a group would "
+                f"single out fewer than {floor.q} records: {'; '.join(why)}", rule=(
+                    "secure_aggregation.dominance_sites" if any("dominance" in w for w in why)
+                    else "disclosure.cut_history"),
+                hint="Hosmer-Lemeshow H (equal-width bins) or the calibration curve may still be released")
+        return keep, "; ".join(why)
 
-def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exact: bool, rounds: int
-               ) -> dict[str, Any]:
-    """H-L C (df = groups - 2), ECE and MCE from the pooled group sums; a group holding fewer than
-    q records is merged with the next first (the result then says the grouping is not R's)."""
-    n = np.rint(pooled["n"]).astype(np.int64)
+
+def small_groups_merged(counts: np.ndarray, q: int) -> list[bool]:
+    """Per break, whether it stays once every group holding fewer than ``q`` records of the pooled ``counts``
+    is merged with the next (as :func:`gate.decide` merges cells, without margin: the sites' own groups)."""
+    n = np.rint(counts).astype(np.int64)
     below = np.cumsum(n)[:-1]
     ranks = {0: gate.Cut(-np.inf, False), int(n.sum()): gate.Cut(np.inf, False)}
     none = [False] * below.size
-    # the sites' own groups of this call, merged as R would see them merged: no margin
     decided = gate.decide([(ranks, [int(r) for r in below])], gate.Floor(q), again=none, outside=none,
                           pick=gate.first)
-    keep = [d is gate.KEEP for d in decided]
+    return [d is gate.KEEP for d in decided]
+
+
+def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], keep: list[bool], *, exact: bool, rounds: int,
+               why: str) -> dict[str, Any]:
+    """H-L C (df = groups - 2), ECE and MCE from the pooled group sums, the groups between the breaks
+    ``keep`` marks merged (the result then says the grouping is not R's, and ``why``)."""
+    n = np.rint(pooled["n"]).astype(np.int64)
     bounds = [0] + [i + 1 for i, k in enumerate(keep) if k] + [n.size]
     merged = {name: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
               for name in ("n", "sum_y", "sum_p")}
@@ -140,6 +166,7 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], q: int, *, exa
         "kind": "C", "statistic": hosmer_lemeshow(ng, o1, e1), "df": int(ng.size - 2), "groups": ng.tolist(),
         "ece": ece, "mce": mce,
         "exact_grouping": bool(exact and all(keep)), "merged_groups": int(len(keep) - sum(keep)), "rounds": rounds,
+        "why": why,
         "table": {"edges": edges.tolist(), "n": merged["n"].tolist(), "sum_y": merged["sum_y"].tolist(),
                   "sum_p": merged["sum_p"].tolist()},
         "pooled": True,
