@@ -79,8 +79,8 @@ def test_a_padding_member_reads_no_honest_record_of_the_groups(tmp_path: Path, d
     y, p = pooled.y.to_numpy(), pooled.score.to_numpy()
     # the statistic is that of the groups released (R's deciles, merged where the rule merges them)
     edges = out["table"]["edges"]
-    deciles = r_eval("unique(quantile(p, 0:10/10))", p=p)
-    assert all(np.isclose(deciles, e, rtol=0, atol=1e-12).any() for e in edges[1:-1])
+    deciles = r_eval("unique(quantile(p, 0:10/10))", p=p)  # each released break parts the records as one of R's
+    assert {int(np.sum(p <= e)) for e in edges[1:-1]} <= {int(np.sum(p <= d)) for d in deciles}
     assert out["statistic"] == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-8)
     if dominance:
         assert read == 0 and len(edges) < 11 and "dominance_sites" in out["why"]
