@@ -38,7 +38,7 @@ def _subset_release(floor: Floor) -> tuple[Released, float, float]:
     cells = Intervals(x, (Cut(40.0, False), Cut(60.0, False)), render=lambda released: released, sums={"y": y},
                       column=RootColumn("P.t", "score", column, whole=False))
     history = [Cut(40.5, False)]
-    return release_local(cells, floor, history).result, 45.0, 1.0
+    return release_local(cells, floor, history, snap=snapping.snap_dropped).result, 45.0, 1.0
 
 
 def _recovered(released: Released, target: float, outcome: float) -> int:
@@ -72,7 +72,7 @@ def test_an_edge_beside_an_earlier_cut_moves_onto_it_and_counts_stay_exact(floor
     near = Cut(float(np.sort(x)[98]), False)  # 3 records below it: fewer than q
     cells = Intervals(x, (Cut(0.25, False), near, Cut(0.75, False)), render=lambda released: released,
                       sums={"y": y}, column=RootColumn("P.t", "score", np.sort(x), whole=True))
-    released = release_local(cells, floor, [earlier]).result
+    released = release_local(cells, floor, [earlier], snap=snapping.snap_dropped).result
     assert released.moved == {near: earlier}
     assert released.cuts == (Cut(0.25, False), earlier, Cut(0.75, False))
     assert "moved" in released.why and "disclosure.cut_history" in released.why
@@ -81,7 +81,7 @@ def test_an_edge_beside_an_earlier_cut_moves_onto_it_and_counts_stay_exact(floor
     np.testing.assert_array_equal(released.counts, np.bincount(cell, minlength=4))
     np.testing.assert_array_equal(released.sums["y"], np.bincount(cell, weights=y, minlength=4))
     # an edge the row-set audit objected to (excluded) is dropped, not moved
-    again = release_local(cells, floor, [earlier], exclude={near}).result
+    again = release_local(cells, floor, [earlier], exclude={near}, snap=snapping.snap_dropped).result
     assert not again.moved and near in again.dropped and earlier not in again.cuts
 
 

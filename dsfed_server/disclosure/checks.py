@@ -30,6 +30,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
+from dsfed_server.disclosure.snapping import snap_dropped
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.disclosure.rules import Rules
@@ -331,7 +332,7 @@ class Guard:
             history = self._cut_history(cells.history_key)
             exclude: set[Cut] = set()
             while True:
-                released = release_local(cells, self.floor, history, exclude)
+                released = release_local(cells, self.floor, history, exclude, snap=snap_dropped)
                 culprit = self._row_set_culprit(released.row_sets, cells.rows)
                 if culprit is None:
                     break

@@ -608,10 +608,15 @@ def _row_sets(rows: Rows | None, cell_of_record: np.ndarray, size: int) -> list[
     return out
 
 
-def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclude: Collection[Cut] = ()
-                  ) -> LocalRelease:
+Snap = Callable[[Intervals, Floor, Sequence[Cut], list[Any], Collection[Cut]], tuple[list[Any], dict[Cut, Cut]]]
+
+
+def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclude: Collection[Cut] = (),
+                  snap: Snap | None = None) -> LocalRelease:
     """The declaration's result as this site releases it alone (module docstring), with the cuts it
-    released and its cells' row sets; ``floor``: keyed by the site's secret (:func:`decide_local`)."""
+    released and its cells' row sets; ``floor``: keyed by the site's secret (:func:`decide_local`);
+    ``snap``: moves a dropped cut onto an earlier one where it may
+    (:func:`~dsfed_server.disclosure.snapping.snap_dropped`; None: dropped cuts stay dropped)."""
     q = floor.q
     if isinstance(cells, Categories):
         size = int(np.prod(cells.shape))
@@ -623,8 +628,7 @@ def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclu
     decided = decide_local(cells, floor, history, site_pick(floor.key, cells), exclude)
     if cells.policy == "refuse" and any(d is None for d in decided):
         raise _refuse_small_bin(cells.what, floor, pooled=False)
-    from dsfed_server.disclosure.snapping import snap_dropped  # noqa: PLC0415 (it imports this module)
-    decided, snapped = snap_dropped(cells, floor, history, decided, exclude)  # a dropped cut onto an earlier one
+    decided, snapped = snap(cells, floor, history, decided, exclude) if snap is not None else (decided, {})
     kept, dropped, moved = _effective(cells.cuts, decided)
     idx = cell_index(cells.x, kept)
     size = len(kept) + 1
