@@ -239,7 +239,9 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
 
 def derived_reference(release: dict[str, Any], kept: np.ndarray) -> pd.DataFrame:
     """The global CDFs of both classes (cumulative counts at the leaf edges ``kept``, and the two
-    ends) from a pooled histogram release, as every site derives them (:mod:`dsfed_core.histograms`)."""
+    ends) from a pooled histogram release, as every site derives them (:mod:`dsfed_core.histograms`):
+    the tree's consistent cumulative counts, not made monotone (the AUC is linear in them, so the noise
+    adds no bias), so a noisy CDF may dip, and a placement value fall a little outside [0, 1]."""
     levels = {cls: ([np.array([release[key]])] if key in release else [])
               + [np.asarray(v, dtype=float) for v in release[cls]]
               for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
