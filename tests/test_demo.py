@@ -48,10 +48,11 @@ def test_demo_runs_end_to_end(demo, gbsg2_pooled):
 
 
 def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_pooled):
-    """The default validation of the demo (pooled releases, histogram AUC), against pooled R:
-    every calibration statistic to 1e-8 with nothing merged, H-L C over R's deciles with df 8,
-    and the exact pooled AUC inside the noise-aware interval."""
-    from rref import R_HOSLEM, R_PROC, r_reference
+    """The default validation of the demo (pooled releases, histogram AUC), against pooled R: every
+    calibration statistic to 1e-8, the curve and H with nothing merged, H-L C, ECE and MCE over R's
+    deciles less those beside the curve's edges (merged, and said), and the exact pooled AUC inside
+    the noise-aware interval."""
+    from rref import R_HOSLEM, R_PROC, r_eval, r_hl_on_edges, r_reference
 
     stdout, data, _ = demo
     v, ref = data["validation"], data["validation_pooled"]
@@ -59,10 +60,19 @@ def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_poo
     assert v["mode"] == "pooled"
     hl_c = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     hl_h = r_reference("hl_h", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    ece, mce = r_reference("ece_ref", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     got_c, got_h = v["hl_c"], v["hl_h"]
-    assert got_c["statistic"] == pytest.approx(hl_c[0], rel=1e-8) and got_c["df"] == hl_c[1] == 8
-    assert got_c["group_sizes"] == list(hl_c[3:]) and got_c["complete"]
+    # H-L C's groups are R's deciles, those beside the calibration curve's edges (released first) merged
+    # with the next (stated): C, ECE and MCE equal R over the groups released
+    assert hl_c[1] == 8 and got_c["df"] == len(got_c["group_sizes"]) - 2
+    r_below = np.cumsum(hl_c[3:])
+    assert set(np.cumsum(got_c["group_sizes"])) <= set(r_below)
+    deciles = r_eval("unique(quantile(p, 0:10/10))", p=p)
+    edges = [deciles[0]] + [deciles[1 + list(r_below).index(b)] for b in np.cumsum(got_c["group_sizes"])]
+    assert got_c["statistic"] == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-8)
+    assert got_c["complete"] == (len(edges) == 11) and (got_c["complete"] or "disclosure.cut_history" in got_c["cells"])
+    ece, mce = r_eval("g <- cut(p, e, include.lowest = TRUE); d <- abs(tapply(y, g, mean) - tapply(p, g, mean)); "
+                      "n <- tapply(p, g, length); k <- !is.na(n); c(sum((n * d)[k]) / length(p), max(d[k]))",
+                      y=y, p=p, e=np.asarray(edges))
     assert got_h["statistic"] == pytest.approx(hl_h[0], rel=1e-8) and got_h["df"] == hl_h[1] and got_h["complete"]
     assert v["errors"]["ece"] == pytest.approx(ece, rel=1e-8) and v["errors"]["mce"] == pytest.approx(mce, rel=1e-8)
     curve = v["curve"]
