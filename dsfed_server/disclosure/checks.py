@@ -522,7 +522,8 @@ class Guard:
 
     def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
         if self._audits(rows) and cells:
-            self.history.record_pooled_row_sets(rows.lineage, cells, analyst=self._analyst)  # type: ignore[union-attr]
+            self.history.record_pooled_row_sets(rows.lineage, rows.n_root, cells,  # type: ignore[union-attr]
+                                                analyst=self._analyst)
 
     def _record_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
         if self._audits(rows):

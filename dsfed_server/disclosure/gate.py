@@ -858,15 +858,17 @@ class PooledRelease:
 
 def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray, column: str = ""
               ) -> list[PooledCell]:
-    """Per cell, this site's records of it over the table (none too) with the cell's pooled count;
+    """Per cell, this site's records of it over the table (none too; packed, 1 bit a record: a release of
+    many cells over a large table holds them all until the audit) with the cell's pooled count;
     ``column``: the column the cells are intervals of, over all its records ("": other cells)."""
     if rows is None or rows.index.size != cell_of_record.size:
         return []
     out = []
+    member = np.zeros(rows.n_root, dtype=bool)
     for k, count in enumerate(np.ravel(counts)):
-        member = np.zeros(rows.n_root, dtype=bool)
+        member[:] = False
         member[rows.index[cell_of_record == k]] = True
-        out.append(PooledCell(member, int(count), column))
+        out.append(PooledCell(np.packbits(member), int(count), column))
     return out
 
 

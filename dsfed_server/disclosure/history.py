@@ -156,12 +156,13 @@ class History:
                               "AND n_root = ?", (table, n_root)).fetchall()
         return [PooledCell(np.frombuffer(row, dtype=np.uint8), int(count), column) for row, count, column in rows]
 
-    def record_pooled_row_sets(self, table: str, cells: list[PooledCell], *, analyst: str) -> None:
+    def record_pooled_row_sets(self, table: str, n_root: int, cells: list[PooledCell], *, analyst: str) -> None:
+        """Keep this site's records of pooled cells of ``table`` (of ``n_root`` records; boolean or packed)."""
         now = utc_now()
         with self._connect() as db:
             db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(table, int(c.rows.size), np.packbits(c.rows).tobytes(), c.count, c.column, analyst, now)
-                            for c in cells])
+                           [(table, n_root, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes(),
+                             c.count, c.column, analyst, now) for c in cells])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:
