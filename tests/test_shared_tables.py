@@ -29,7 +29,7 @@ from dsfed_client.errors import FederatedCallError
 from dsfed_server.disclosure import shared_tables
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
-from rref import R_BINNED, R_HOSLEM, R_VALPROB, r_eval, r_reference
+from rref import R_BINNED, R_HOSLEM, R_VALPROB, r_eval, r_hl_on_edges, r_reference
 from sitekit import DEFAULT_RULES, write_table
 from test_derived_column_attacks import fixed_secrets
 
@@ -71,7 +71,8 @@ def frames() -> dict[str, pd.DataFrame]:
 
 def test_pooled_releases_over_differently_named_tables_equal_r(tmp_path, frames):
     """A per-site histogram first (its breaks join each site's history under its own table), then the
-    pooled Hosmer-Lemeshow C, calibration curve and Brier score on D: equal to R on the pooled records
+    pooled Hosmer-Lemeshow C (its groups beside the breaks merged), calibration curve and Brier score on
+    D: equal to R on the pooled records
     (the curve's cells on the edges released, after the sites relayed their histories by the label)."""
     provisioned, services = _sites(tmp_path, frames)
     pooled = pd.concat(frames.values(), ignore_index=True)
@@ -85,8 +86,12 @@ def test_pooled_releases_over_differently_named_tables_equal_r(tmp_path, frames)
         brier = ds_brier(session, "D$y", "D$score", secure=True)
         relayed = {key[0] for key in session._cut_histories}
     assert relayed == {shared_tables.label(TABLES)}  # the sites answered and read their histories by the label
+    # H-L C over R's deciles, those beside the histogram's breaks merged (said): equal to R over the groups
     ref = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
-    assert hl.pooled and hl.statistic == pytest.approx(ref[0], rel=1e-9)
+    edges = np.asarray(hl.table.lower.tolist() + [hl.table.upper.iloc[-1]])
+    assert set(np.cumsum(hl.group_sizes)) <= set(np.cumsum(ref[3:]))  # R's groups, merged
+    assert hl.pooled and hl.statistic == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-9)
+    assert hl.complete == (len(edges) == 11)
     assert curve.bins.pooled
     n, sum_y, sum_p = r_reference("binned_ref", R_BINNED, y=y, p=p, breaks=np.asarray(curve.edges, dtype=float),
                                   right=np.array([0.0])).reshape(3, -1)
