@@ -141,7 +141,7 @@ def band_read(decoded: dict, frame_of: dict, a: int, b: int) -> tuple[int, int, 
     for key, frame in frame_of.items():
         band = frame[(frame.age >= a) & (frame.age < b)]
         records += len(band)
-        first, second = decoded[a][key], decoded[b][key]
+        first, second = decoded[a].get(key), decoded[b].get(key)
         if first is None or second is None:
             continue  # refused: nothing decoded
         common = sorted(set(first[0]) & set(second[0]))
@@ -181,7 +181,9 @@ def test_per_site_placement_sums_against_derived_references_read_no_outcome(tmp_
 SUBSETS = (25, 33, 41, 50)  # age >= a: 25 is the whole table; each step removes 5 or more records per site
 
 
-def test_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
+def over_subsets(tmp_path: Path, ask) -> tuple[dict, dict[int, dict], list]:
+    """The placement sums of every subset ``age >= a`` against every reference, as ``ask(session, reference)``
+    returns them (key -> result, a site or "pooled"), decoded per key; a refused subset decodes nothing."""
     frames, builder = federation(tmp_path)
     decoded: dict[int, dict] = {}
     refused = []
@@ -190,22 +192,29 @@ def test_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
         refs = references(session)
         for a in SUBSETS:
             session.assign_expr("T", f'dataFrameSubsetDS2("D", "D$age", "{a}", 6, NULL, NULL, FALSE)')
-            sums = {site: [] for site in frames}
             try:
-                for release in refs:
-                    per = session.aggregate("histPlacementSumsDS", Ref("T$y"), Ref("T$score"),
-                                            Ref(release["reference"]))
-                    for site in frames:
-                        sums[site].append(per[site])
+                answers = [ask(session, release["reference"]) for release in refs]
             except FederatedCallError as exc:  # a site refused: nothing decoded for this subset
                 refused.append(sorted({e.rule or e.kind for e in exc.failures.values()}))
-                decoded[a] = {site: None for site in frames}
+                decoded[a] = {}
                 continue
-            decoded[a] = {site: decode(refs, sums[site]) for site in frames}
-    read = band_records = compared = 0
+            decoded[a] = {key: decode(refs, [answer[key] for answer in answers]) for key in answers[0]}
+    return frames, decoded, refused
+
+
+def tally(decoded: dict[int, dict], frame_of: dict) -> tuple[int, int, int]:
+    """:func:`band_read` over the consecutive subsets."""
+    read = records = compared = 0
     for a, b in zip(SUBSETS, SUBSETS[1:]):
-        r, n, c = band_read(decoded, frames, a, b)
-        read, band_records, compared = read + r, band_records + n, compared + c
+        r, n, c = band_read(decoded, frame_of, a, b)
+        read, records, compared = read + r, records + n, compared + c
+    return read, records, compared
+
+
+def test_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
+    frames, decoded, refused = over_subsets(tmp_path, lambda session, ref: session.aggregate(
+        "histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(ref)))
+    read, band_records, compared = tally(decoded, frames)
     print(f"ATTACK placement sums over nested subsets age >= {SUBSETS} (shipped rules): outcomes read of {read} "
           f"of the {band_records} records in the age bands ({compared} of 9 site differences decoded); refused "
           f"{refused}")
@@ -213,27 +222,9 @@ def test_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
 
 
 def test_pooled_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
-    frames, builder = federation(tmp_path)
-    pooled_truth = pd.concat(frames.values(), ignore_index=True)
-    decoded: dict[int, dict] = {}
-    refused = []
-    with builder.login() as session:
-        session.assign_table("D", "P.t")
-        refs = references(session)
-        for a in SUBSETS:
-            session.assign_expr("T", f'dataFrameSubsetDS2("D", "D$age", "{a}", 6, NULL, NULL, FALSE)')
-            try:
-                sums = [session.pooled("histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(release["reference"]))
-                        for release in refs]
-            except FederatedCallError as exc:  # refused: nothing decoded for this subset
-                refused.append(sorted({e.rule or e.kind for e in exc.failures.values()}))
-                decoded[a] = {"pooled": None}
-                continue
-            decoded[a] = {"pooled": decode(refs, sums)}
-    read = band_records = compared = 0
-    for a, b in zip(SUBSETS, SUBSETS[1:]):
-        r, n, c = band_read(decoded, {"pooled": pooled_truth}, a, b)
-        read, band_records, compared = read + r, band_records + n, compared + c
+    frames, decoded, refused = over_subsets(tmp_path, lambda session, ref: {"pooled": session.pooled(
+        "histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(ref))})
+    read, band_records, compared = tally(decoded, {"pooled": pd.concat(frames.values(), ignore_index=True)})
     print(f"ATTACK pooled placement sums over nested subsets age >= {SUBSETS} (shipped rules): outcomes read of "
           f"{read} of the {band_records} records in the age bands (pooled over 3 sites; {compared} of 3 "
           f"differences decoded); refused {refused}")
