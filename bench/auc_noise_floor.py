@@ -19,8 +19,10 @@ leaf edge kept (the sites' gate, which merges leaves holding fewer than q + marg
 ``bench/hist_auc.py``), and the placement values computed from the exact leaf counts; per depth, the
 AUC's error against the pooled empirical AUC for three estimators: the equal mean against the monotone
 CDFs (isotonic: the estimator before), the weighted mean against the consistent cumulative counts
-(linear: the one shipped), and the same plus a within-leaf tie correction (``tie_correction``: tried,
-not shipped), with the share of errors within 1.96 reported noise sds.
+(linear: the one shipped), the same plus a within-leaf tie correction (``tie_correction``: tried,
+not shipped), and each placement mean corrected by its class's own mean placement against the same
+reference (``control_variates``: a sum the sites do not return yet), with the share of errors within
+1.96 reported noise sds.
 
 ``--read-levels``: no sites; the weighted AUC's noise sd (the first-order formula of
 :func:`~dsfed_client.analyses.curves.placement_noise_variances`, exact leaf shares) when the AUC is read
@@ -74,6 +76,31 @@ def tie_correction(l0: np.ndarray, l1: np.ndarray) -> tuple[float, np.ndarray, n
     B[np.arange(l0.size - 1), np.arange(1, l0.size)] = k
     B[np.arange(1, l0.size), np.arange(l0.size - 1)] = -k
     return value, g0, g1, B
+
+
+def control_variates(means: tuple[float, float, float, float], shares: tuple[np.ndarray, np.ndarray],
+                     totals: tuple[float, float], T: np.ndarray, per: np.ndarray) -> tuple[float, float]:
+    r"""The two placement means each corrected by a control variate, then weighted: the AUC and its noise variance.
+
+    Besides :math:`\bar V_{10}` (positives against the negatives' reference) the sites would return
+    :math:`\bar V_{00}`, the negatives' own mean placement against the same reference: it is exactly one half
+    without noise (ties one half, any partition into cells), and its noise comes from the same leaf estimates,
+    so :math:`\bar V_{10} - \beta (\bar V_{00} - \tfrac12)`, :math:`\beta = \mathrm{cov}/\mathrm{var}`
+    (Glynn & Szechtman 2002, the control variate with known mean), keeps the AUC and loses the noise the two
+    share: a shift of the reference moves both alike. Likewise :math:`\bar V_{01}` with :math:`\bar V_{11}`.
+    ``means``: :math:`\bar V_{10}, \bar V_{00}, \bar V_{01}, \bar V_{11}`; ``shares``: the negatives' and the
+    positives' placement weights by leaf (from the released counts); ``totals``: :math:`N_0, N_1`; ``T``, ``per``:
+    the tree's least-squares map and the noise variance of each count."""
+    m10, m00, m01, m11 = means
+    (a0, a1), (n0, n1) = shares, totals
+    g10, g00, g01, g11 = a1 @ T / n0, a0 @ T / n0, -(a0 @ T) / n1, a1 @ T / n1
+    beta10 = float(np.sum(g10 * g00 * per) / np.sum(g00**2 * per))
+    beta01 = float(np.sum(g01 * g11 * per) / np.sum(g11**2 * per))
+    r10 = float(np.sum((g10 - beta10 * g00) ** 2 * per))
+    r01 = float(np.sum((g01 - beta01 * g11) ** 2 * per))
+    w = r01 / (r10 + r01)
+    auc = w * (m10 - beta10 * (m00 - 0.5)) + (1 - w) * (m01 - beta01 * (m11 - 0.5))
+    return auc, r10 * r01 / (r10 + r01)
 
 
 def read_levels(args: argparse.Namespace) -> None:
@@ -168,6 +195,12 @@ def monte_carlo(args: argparse.Namespace) -> None:
                 var = float(np.sum(c0**2 * per) + np.sum(c1**2 * per) + np.trace(B @ S @ B.T @ S))
                 errors.setdefault((L, "linear, weighted, tie-corr."), []).append(
                     (weighted + value - pooled_auc, var))
+                own0 = (ref["negatives"][:-1] + ref["negatives"][1:]) / 2 / ref["negatives"][-1]
+                own1 = (ref["positives"][:-1] + ref["positives"][1:]) / 2 / ref["positives"][-1]
+                cv = control_variates((m10, float(n0 @ own0 / n0.sum()), m01, float(n1 @ own1 / n1.sum())),
+                                      (placement(cdf["negatives"]), placement(cdf["positives"])),
+                                      (n0.sum(), n1.sum()), T, per)
+                errors.setdefault((L, "linear, control variates"), []).append((cv[0] - pooled_auc, cv[1]))
         for (L, name), rows in errors.items():
             e, v = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
             print(f"{design:<9} {2**L:>6} {name:<28} {e.mean():+.4f} ({e.std(ddof=1) / np.sqrt(e.size):.4f}) "
