@@ -23,6 +23,7 @@ the truth.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ from scipy import special
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.calls import Ref
+from dsfed_core.splines import rcs_probs
 from sitekit import make_sites, rules_variant
 from test_derived_column_attacks import fixed_secrets
 
@@ -174,3 +176,108 @@ def test_the_analyst_alone_reads_no_refused_knot(tmp_path: Path):
           f"{len(refused)} refused knots shown in knots_moved, {len(read)} of them a record's exact score; "
           f"refusals {sorted(set(refusals))}")
     assert len(read) == 0
+
+
+# --- the analyst alone: the table's knot cells against a subset's counts ------------------------------
+
+NK = 7  # knots: eight cells between them
+AUDITED = "disclosure.subset_min_difference"
+BAND_SHARE = 0.1  # subsets D[col >= v], v the 10 % quantile: the records left out are a band of about 9 a site
+
+
+def knot_cells(out: dict) -> dict[float, int]:
+    """The pooled records of the knots' table at or below each released knot and bound (logit(p)), from
+    their type-7 ranks alone (distinct scores): a value at rank 1 + prob (n - 1) has its floor below it.
+    Moved knots (on an earlier cut: their rank is not theirs) and withheld bounds are left out."""
+    n, probs = out["n"], rcs_probs(out["nk"])
+    moved = {prob for prob, _ in out["knots_moved"]}
+    below = {t: math.floor(1 + prob * (n - 1) + 1e-9) for prob, t in zip(probs, out["knots"]) if prob not in moved}
+    if out["range_withheld"] is None:
+        below.update({t: math.floor(1 + prob * (n - 1) + 1e-9) for prob, t in zip((0.01, 0.99), out["range"])})
+    return below
+
+
+def test_the_analyst_alone_reads_no_band_through_the_knots_cells(tmp_path: Path):
+    """Three honest sites of 90 under the shipped rules. rcsKnotsDS(nk = 7) on the table D releases its
+    knots; their ranks give the pooled records of D at or below each (no site's share, no cell's sums).
+    Then countBelowDS pooled on a subset S = D[col >= v] at the same knots -- cuts released before, so the
+    cut history passes them -- gives S's records at or below each. D less S between two knots is the band
+    col < v in that score cell: a few records (the subset rules keep the band at 5 or more per site, not
+    per cell). Per site the row-set audit compares two releases' cells; the knots' cells were neither
+    audited nor kept as pooled row sets, so the subset's cells passed beside them: on the code before,
+    15 records placed in 5 score cells holding 1 to 4 of their band. Now each site audits its records
+    of the knots' cells (``ProtocolCuts.audited``) and keeps them, and the subset's cells that differ
+    from them by a few records are merged. Counted: the band's records placed in a score cell holding 1
+    to q - 1 of them (checked against the truth), as tests/test_pooled_row_sets.py counts groups below q."""
+    from test_derived_column_attacks import synthetic_frame
+
+    frames = {f"s{k}": synthetic_frame(70 + k, 90) for k in range(1, 4)}
+    with fixed_secrets("redteam knot cells"):
+        provisioned, services = make_sites(tmp_path, frames)
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    singled, groups, audited, refusals = 0, 0, 0, []
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        table = knot_cells(session.pooled("rcsKnotsDS", Ref("D$y"), Ref("D$score"), nk=NK))
+        knots = sorted(table)
+        thresholds = special.expit(np.asarray(knots)).tolist()  # the knots' cuts p <= expit(t), as the sites make them
+        for column in COLUMNS:
+            v = float(np.quantile(pooled[column], BAND_SHARE))  # any value: the analyst needs no data for it
+            try:
+                session.assign_expr("S", f'dataFrameSubsetDS2("D", "D${column}", "{v}", 6, NULL, NULL, FALSE)')
+                out = session.pooled("countBelowDS", Ref("S$score"), thresholds)
+            except FederatedCallError as exc:
+                refusals += [e.rule or e.kind for e in exc.failures.values()]
+                continue
+            audited += AUDITED in out["why"]
+            # the band (col < v) at or below each knot both releases show, then per cell between them
+            shown = [(t, p, table[t] - c) for t, p, c in zip(knots, thresholds, out["counts"]) if c is not None]
+            lower, before = 0.0, 0
+            for t, p, band_below in shown:
+                m = band_below - before
+                if 0 < m < Q:
+                    cell = pooled[(pooled[column] < v) & (pooled.score > lower) & (pooled.score <= p)]
+                    assert len(cell) == m  # what the analyst reads is the truth
+                    singled, groups = singled + m, groups + 1
+                lower, before = p, band_below
+    print(f"ATTACK analyst alone, the table's knot cells less a subset's counts (shipped rules, 3 sites of 90, "
+          f"bands col < its 10 % quantile, col in {COLUMNS}): {singled} records placed in {groups} score cells "
+          f"holding fewer than q of their band; {audited} of the subsets' releases merged by the row-set audit; "
+          f"refusals {sorted(set(refusals))}")
+    assert singled == 0 and audited
+
+
+R_KNOTS_FIT = """
+lp <- qlogis(p)
+c(Hmisc::rcspline.eval(lp, nk = 4, knots.only = TRUE), coef(glm(y ~ rms::rcs(lp, k), family = binomial)))
+"""
+
+
+def test_an_honest_subgroup_spline_is_released_beside_the_table_cells_and_equals_r(tmp_path: Path):
+    """The control: pooled calibration bins and Hosmer-Lemeshow groups over the whole table, then the
+    spline calibration (``ds_spline_calibration``) over the table and over the patients aged 50 or more.
+    The knots' cells pass the row-set audit (the subgroup's differ from the table's by many records in
+    every cell) and are released. The table's knots are R's ``rcspline.eval`` knots; the subgroup's are
+    too, but for those the cut history moved onto the table's knots (the result says which), and each
+    fit equals R's ``glm(y ~ rms::rcs(lp, knots))`` at the knots released, on the pooled records."""
+    from dsfed_client.analyses.smooth_calibration import ds_spline_calibration
+    from rref import r_eval
+    from test_derived_column_attacks import synthetic_frame
+
+    frames = {f"s{k}": synthetic_frame(70 + k, 90) for k in range(1, 4)}
+    with fixed_secrets("honest knot cells"):
+        provisioned, services = make_sites(tmp_path, frames)
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        session.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 4)
+        session.pooled("decileGroupsDS", Ref("D$y"), Ref("D$score"), 10)
+        whole = ds_spline_calibration(session, "D$y", "D$score", secure=True)
+        session.assign_expr("T", 'dataFrameSubsetDS2("D", "D$age", "50", 6, NULL, NULL, FALSE)')
+        older = ds_spline_calibration(session, "T$y", "T$score", secure=True)
+    assert not whole.knots_note and older.knots_note  # the subgroup's knots beside the table's: moved, and said
+    for spline, frame in ((whole, pooled), (older, pooled[pooled.age >= 50])):
+        reference = r_eval(R_KNOTS_FIT, y=frame.y.to_numpy(), p=frame.score.to_numpy(), k=spline.knots)
+        moved = int(spline.knots_note.split(" knot(s) moved")[0] or 0)
+        assert sum(k == pytest.approx(r, rel=1e-8) for k, r in zip(spline.knots, reference[:4])) == 4 - moved
+        np.testing.assert_allclose(spline.fit.params, reference[4:], rtol=1e-8)

@@ -26,7 +26,12 @@ only if, pooled, every cell between cuts holds 0 or at least q records
 (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`), and otherwise refuse
 (``disclosure.cut_history``). The 1 or 99 % quantile, a near-extreme record's value on a few
 hundred records, is released only where it fits too; else the range ends at the outer knot on that
-side (``range_withheld`` says so). The released cuts join the history.
+side (``range_withheld`` says so). The cells between the released cuts are a pooled release of cells
+too, whose counts the knots' ranks tell: each site's records of them pass the row-set audit against
+the cells and subsets released before from the table, as Hosmer-Lemeshow's groups do (two releases
+whose cells differ by a few records would place those records between two knots), or the sites refuse
+the knots (``disclosure.subset_min_difference``). The released cuts join the history, and the cells
+the table's pooled row sets.
 
 **Coefficients come from the pooled fit.** ``splineErrorsDS`` evaluates the fitted curve at the
 records only at the maximum-likelihood coefficients of the pooled data: its first step pools the
@@ -52,6 +57,7 @@ from dsfed_core.splines import rcs_probs, rcs_term, rcs_term_names, type7_order,
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.modelframe import COMPUTED, ComputedColumn, LazyColumn
 from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
@@ -166,8 +172,8 @@ def _enough(multiple: float, n: int, floor: Floor, what: str) -> None:
     [Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
      Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
      Param("nk", P.INTEGER, "number of knots (rms::rcs)", required=False, default=4, minimum=3, maximum=7)],
-    checks=_CHECKS + ("disclosure.cut_history", "secure_aggregation.pooled_thresholds",
-                      "secure_aggregation.dominance_sites"),
+    checks=_CHECKS + ("disclosure.cut_history", "disclosure.subset_min_difference",
+                      "secure_aggregation.pooled_thresholds", "secure_aggregation.dominance_sites"),
     pooled_only=True,
 )
 def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> PooledSteps:
@@ -186,7 +192,10 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
     probs = rcs_probs(nk)
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
     name_length = ctx.limits.max_name_length
-    cuts = ProtocolCuts(ctx.guard, p, ctx.root_column(score))
+    values, rows = kept(p, finite), ctx.record_rows(truth, score)
+    if rows is not None and not finite.all():
+        rows = Rows(rows.lineage, rows.index[finite], rows.n_root)
+    cuts = ProtocolCuts(ctx.guard, values, ctx.root_column(score), rows)
 
     def keep(knots: list[float]) -> dict[str, Any]:
         """Every site keeps the knots as the symbol the release names."""
@@ -213,18 +222,18 @@ def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> 
             raise CallError(f"the {nk} knots at the {probs} quantiles of logit(p) are not distinct (tied scores)",
                             hint="ask for fewer knots (nk)")
         bounds = [type7_quantile(order, n, prob) for prob in RANGE_PROBS]
-        return _gated_knots(cuts, knots, bounds,
+        return _gated_knots(cuts, values, knots, bounds,
                             lambda final, released, moved, reason: {
                                 "knots": final, "range": released, "range_withheld": reason,
                                 "knots_moved": [[probs[i], to] for i, to in moved],
                                 "n": n, "nk": nk, **keep(final), "pooled": True})
 
-    search = OrderSearch(np.sort(kept(p, finite)), special.logit, _quantile_ranks(probs + RANGE_PROBS), finish, {},
+    search = OrderSearch(np.sort(values), special.logit, _quantile_ranks(probs + RANGE_PROBS), finish, {},
                          history_key=cuts.key)
     return search.start()
 
 
-def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
+def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bounds: list[float],
                  release: Callable[[list[float], list[float], list[tuple[int, float]], str | None], dict[str, Any]]
                  ) -> PooledSteps:
     """The release gate's step on the knots and the range's ``bounds`` (logit(p)): each value :math:`t`
@@ -240,19 +249,26 @@ def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
     value). Knots that cannot so move (no earlier
     cut, a transformed column, two knots on one cut) are refused. Then each bound is released where
     it fits with the knots and the history, else replaced by the outer knot on its side (the reason
-    in ``release``'s last argument). The released cuts join the history."""
+    in ``release``'s last argument). Last, the cells between the released cuts -- each site's records
+    of ``values`` (the protocol's, 0 < p < 1) in each, with its pooled count -- pass the row-set audit
+    against the cells and subsets released before from the table, as Hosmer-Lemeshow's groups do
+    (:meth:`ProtocolCuts.audited`; their counts follow from the knots' ranks), or every site refuses;
+    the released cuts join the history and the cells the table's pooled row sets."""
+    on_values = {v: gate.cuts_from([float(special.expit(v))], inclusive=True)[0] for v in [*knots, *bounds]}
+    to_values = dict(zip(cuts.to_root(list(on_values.values())), on_values.values()))  # column's cut -> p's
+
     def as_cuts(logits: list[float]) -> tuple[gate.Cut, ...]:
-        p_cuts = gate.cuts_from(sorted(set(special.expit(np.asarray(logits)).tolist())), inclusive=True)
-        return tuple(sorted(set(cuts.to_root(p_cuts))))
+        return tuple(sorted(set(cuts.to_root([on_values[v] for v in logits]))))
 
     knot_cuts, bound_cuts = as_cuts(knots), [as_cuts([b])[0] for b in bounds]
     counts = cuts.counted(set(knot_cuts) | set(bound_cuts))
-    fields = {"refined": counts, gate.SQUARES: cuts.squares(counts)}
     history = cuts.history
     column = cuts.cells.column
     identity = column is None or column.transform.identity
+    grid = sorted(set(on_values.values()) | (set(history) if identity else set()))  # where a released cut can lie
+    fields = {"refined": counts, gate.SQUARES: cuts.squares(counts), "own": gate.cell_sums(values, grid)[0]}
 
-    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
+    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[None, PooledSteps]:
         def fits(candidates: list[gate.Cut]) -> np.ndarray:
             return cuts.fits(candidates, pooled["refined"], floor)
 
@@ -277,12 +293,21 @@ def _gated_knots(cuts: ProtocolCuts, knots: list[float], bounds: list[float],
                 "another site's record", rule="secure_aggregation.dominance_sites",
                 hint="use the binned calibration curve (ds_calibration_curve), or ask over records the sites "
                      "hold in more even shares")
-        cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
         reason = None if all(kept) else (
             f"the {' and '.join(f'{100 * p:g} %' for p, k in zip(RANGE_PROBS, kept) if not k)} quantile of logit(p) "
             f"would single out fewer than {floor.q} records (with the knots and the cuts released before on the "
             "score column): the range ends at the outer knot there")
-        return release(final, released, moved, reason), None
+        on_p = sorted({to_values.get(c, c) for c in cells})  # the cells' cuts on the protocol's values
+        position = {c: i for i, c in enumerate(grid)}
+        ends = [0, *(position[c] + 1 for c in on_p), len(grid) + 1]
+        own = np.rint(pooled["own"]).astype(np.int64)
+
+        def released_knots() -> dict[str, Any]:
+            cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
+            return release(final, released, moved, reason)
+
+        return None, cuts.audited(values, on_p, np.array([own[a:b].sum() for a, b in zip(ends[:-1], ends[1:])]),
+                                  released_knots)
 
     # the analyst's fraction bits: the squares travel as counts squared over gate.SQUARE_UNIT
     return PooledSteps(fields, advance, frac_bits=None, history_key=cuts.key)
