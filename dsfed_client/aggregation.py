@@ -45,8 +45,9 @@ def no_pooled_release(exc: FederatedCallError) -> bool:
 
 
 def _as(asked: float, released: float) -> str:
-    """A released edge, with the digits that tell it from the edge asked (0.1 as 0.10000001)."""
-    for digits in range(4, 17):
+    """A released edge, with the digits that tell it from the edge asked (0.1 as 0.10000001; 17
+    significant digits tell any two doubles apart, 0.3 from 0.30000000000000004)."""
+    for digits in range(4, 18):
         if f"{released:.{digits}g}" != f"{asked:.{digits}g}":
             return f"{released:.{digits}g}"
     return f"{released:.4g}"
@@ -79,8 +80,21 @@ class BinnedSums:
     why: dict[str, str] = field(default_factory=dict)
 
     @property
+    def asked(self) -> np.ndarray:
+        """The edges of the cells asked for: the requested edges, and the released cells' outer ends
+        where they lie beyond them (a request of inner edges only, such as decision thresholds,
+        asks for one cell more than it names edges)."""
+        if self.edges.size == 0:
+            return self.requested
+        if self.requested.size == 0:
+            return self.edges[[0, -1]]
+        lo, hi = float(self.edges[0]), float(self.edges[-1])
+        return np.concatenate([[lo] if lo < self.requested[0] else [], self.requested,
+                               [hi] if hi > self.requested[-1] else []])
+
+    @property
     def was_coarsened(self) -> bool:
-        return self.edges.size != self.requested.size or not np.array_equal(self.edges, self.requested)
+        return self.edges.size != self.asked.size or not np.array_equal(self.edges, self.asked)
 
     def note(self) -> str:
         """One line on how the cells were checked and what the gate did to them: the edges whose
@@ -101,9 +115,9 @@ class BinnedSums:
         reasons: dict[str, list[str]] = {}
         for where, text in self.why.items():
             if text:
-                reasons.setdefault(text, []).append(where)
-        why = "".join(f". Why ({', '.join(where)}): {text}" for text, where in reasons.items()).rstrip(".")
-        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.requested.size - 1} cells asked: "
+                reasons.setdefault(text.rstrip(". "), []).append(where)
+        why = "".join(f". Why ({', '.join(where)}): {text}" for text, where in reasons.items())
+        return (f"{how}; COARSENED to {self.edges.size - 1} of {self.asked.size - 1} cells asked: "
                 + "; ".join(what or ["edges differ from those asked"]) + why)
 
 

@@ -157,11 +157,15 @@ def render(title: str, rows: list[tuple[str, str]], *, table: pd.DataFrame | Non
 
 def _table_text(table: pd.DataFrame, fmt: str) -> str:
     """A table as text; where that is wider than :data:`MAX_WIDTH`, its text columns (notes) are
-    written left-aligned after the numbers and wrapped under themselves."""
+    written left-aligned after the numbers and wrapped under themselves, and a table of numbers
+    only is written in blocks of the columns that fit (pandas' ``line_width``)."""
     body = table.to_string(float_format=lambda v: format(v, fmt), na_rep="-")
     text = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])]
-    if max(map(len, body.splitlines()), default=0) <= MAX_WIDTH or not text or len(text) == table.shape[1]:
+    if max(map(len, body.splitlines()), default=0) <= MAX_WIDTH:
         return body
+    if not text or len(text) == table.shape[1]:
+        blocks = table.to_string(float_format=lambda v: format(v, fmt), na_rep="-", line_width=MAX_WIDTH)
+        return "\n".join(line.rstrip() for line in blocks.splitlines())
     numbers = table.drop(columns=text).to_string(float_format=lambda v: format(v, fmt), na_rep="-").splitlines()
     left = max(map(len, numbers))
     room = max(20, MAX_WIDTH - left - 2)
