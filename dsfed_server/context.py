@@ -41,7 +41,7 @@ RECORDS_BEHIND = "dsfed.records_behind"
 
 
 class Site(Protocol):
-    """What a call reaches of its site (:class:`~dsfed_server.service.SiteService` is one): its name,
+    """What a call reaches of its site (the service's :class:`~dsfed_server.service.calls.CallPipeline`): its name,
     configuration, rules and limits, its tables, its approved models, its secure-aggregation identity,
     and the calls nested in an argument."""
 

@@ -4,7 +4,8 @@ pass, and no module takes part in an import circle.
 The contracts: the shared core imports neither the client nor the server, the client and the
 server never import each other (only the demo, :mod:`dsfed_demo`, imports both), the client's
 analyses sit above its session, and on the server the in-process site above the HTTP app, the app
-above the service, and the disclosure layer below the functions. Both
+above the service, and the disclosure layer below the functions; in the site service, its parts
+above the call pipeline above the site's state. Both
 checks read every import, those inside functions and under ``TYPE_CHECKING`` included, with grimp
 (the graph import-linter builds).
 """
