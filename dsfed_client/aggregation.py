@@ -53,6 +53,12 @@ def _as(asked: float, released: float) -> str:
     return f"{released:.4g}"
 
 
+def _moves(pairs: Any) -> list[tuple[float, float]]:
+    """The (asked, released) edges a site moved onto a cut released before, less those the cut
+    equals: an edge released at an earlier cut of its own value is released as asked."""
+    return [(float(a), float(b)) for a, b in pairs if float(a) != float(b)]
+
+
 @dataclass(frozen=True)
 class BinnedSums:
     """Per-cell counts, sums of predictions and sums of outcomes over all sites, on the cells the
@@ -221,8 +227,8 @@ class PerSite(Aggregation):
                                                "n": n_k.astype(int),
                                                "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
                                                "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan)})
-        coarsened = {s: sorted(r["dropped"] + [a for a, _ in r["moved"]]) for s, r in results.items()}
-        moved = {s: [(float(a), float(b)) for a, b in r["moved"]] for s, r in results.items()}
+        moved = {s: _moves(r["moved"]) for s, r in results.items()}
+        coarsened = {s: sorted(r["dropped"] + [a for a, _ in moved[s]]) for s, r in results.items()}
         return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site,
                           moved, {s: str(r.get("why", "")) for s, r in results.items()})
 
@@ -274,7 +280,7 @@ class Pooled(Aggregation):
 
     def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
         r = self.session.pooled(function, *args)
-        moved = [(float(a), float(b)) for a, b in r["moved"]]
+        moved = _moves(r["moved"])
         return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in _BIN_FIELDS),
                           requested, True, {"pooled": sorted(r["dropped"] + [a for a, _ in moved])}, {},
                           {"pooled": moved}, {"pooled": str(r.get("why", ""))})

@@ -95,3 +95,48 @@ def test_metrics_at_nineteen_thresholds_fit_100_columns_and_keep_every_count(rec
         assert column in text
         for value in frame[column]:
             assert ("-" if np.isnan(value) else format(value, ".6g")) in text, (column, value)
+
+
+class _Sites:
+    """A stand-in for the sites: each answers ``thresholdBinsDS`` with the cells of its records on
+    ``edges``, and reports the asked edges in ``moved`` as moved onto cuts released before."""
+
+    def __init__(self, parts: dict[str, tuple[np.ndarray, np.ndarray]], edges: np.ndarray,
+                 moved: list[tuple[float, float]]) -> None:
+        self.answers = {site: self._answer(y, p, edges, moved) for site, (y, p) in parts.items()}
+        self.whole = self._answer(np.concatenate([y for y, _ in parts.values()]),
+                                  np.concatenate([p for _, p in parts.values()]), edges, moved)
+
+    @staticmethod
+    def _answer(y: np.ndarray, p: np.ndarray, edges: np.ndarray, moved: list[tuple[float, float]]) -> dict:
+        b = _bins(y, p, edges, edges)
+        return {"edges": edges.tolist(), "n": b.n.tolist(), "sum_p": b.sum_p.tolist(), "sum_y": b.sum_y.tolist(),
+                "dropped": [], "moved": [list(m) for m in moved], "why": ""}
+
+    def aggregate(self, function: str, *args: object) -> dict[str, dict]:
+        return self.answers
+
+    def pooled(self, function: str, *args: object) -> dict:
+        return self.whole
+
+
+@pytest.mark.parametrize("strategy", ["PerSite", "Pooled"])
+def test_a_threshold_released_at_an_earlier_cut_of_its_own_value_is_released(records, strategy):
+    """validate()'s calibration curve releases the cuts 0.8 and 0.9; its decision grid then asks for
+    0.85, 0.9 and 0.95, and the sites release the cells at 0.8 and 0.9, reporting 0.85 -> 0.8,
+    0.9 -> 0.9 and 0.95 -> 0.9 as moved onto cuts released before (measured on three_hospitals,
+    pooled and at every site). 0.9 is released as asked: its metrics are the records' (numpy),
+    where it was reported withheld; 0.85 and 0.95 are not released."""
+    from dsfed_client import aggregation
+
+    y, p = records
+    parts = {"a": (y[:900], p[:900]), "b": (y[900:], p[900:])}
+    asked = np.array([0.5, 0.85, 0.9, 0.95])
+    sites = _Sites(parts, np.array([0.0, 0.5, 0.8, 0.9, 1.0]), [(0.85, 0.8), (0.9, 0.9), (0.95, 0.9)])
+    b = getattr(aggregation, strategy)(sites).bins("thresholdBinsDS", asked)
+    m = threshold_metrics(b, asked, ">=", 0.05, "wilson")
+    assert list(m.thresholds) == [0.5, 0.9] and m.withheld == (0.85, 0.95)
+    called = p >= 0.9
+    assert (m.tp[1], m.fp[1], m.tn[1], m.fn[1]) == (np.sum(called & (y == 1)), np.sum(called & (y == 0)),
+                                                    np.sum(~called & (y == 0)), np.sum(~called & (y == 1)))
+    assert "0.9 as" not in b.note() and "0.95 as 0.9" in b.note()
