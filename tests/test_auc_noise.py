@@ -49,6 +49,7 @@ def test_swamped_by_the_default_noise_the_auc_says_so(tmp_path):
     assert "ds_hist_auc" in result.note and "swamps" in result.note
 
 
+@pytest.mark.slow  # 149 s on two cores
 def test_the_interval_carries_the_noise_where_it_leaves_signal(tmp_path):
     """Where the noise leaves most of the scores' variance (epsilon 10 in the sites' rules, noise sd
     0.1; the shipped epsilon 1 swamps the scores, the test above), ten data sets of 20,000 records

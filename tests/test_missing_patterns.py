@@ -110,6 +110,7 @@ def test_every_assignment_of_the_table_holds_the_same_records(site):
     assert age["EstimatedMean"] == pytest.approx(truth.drop(index=LONE).age.mean(), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # two per-site validate() runs and a comparison over HTTP: 217 s on two idle cores
 def test_per_site_validation_two_scores_and_group_means_on_a_messy_export(tmp_path: Path):
     """Three hospitals of the messy corpus (897, 690 and 413 records, scores and BMI missing at a few

@@ -246,6 +246,7 @@ def test_validate_on_a_million_binormal_records(tmp_path):
 
 # 120 secure pooled AUCs over five sites (bench/RESULTS.md: 200 in 19 s) took 794 s on two cores shared with
 # other test runs (load 20), beyond the 300 s default
+@pytest.mark.slow  # 136 s on two cores
 @pytest.mark.timeout(1800)
 def test_the_noise_aware_interval_covers_the_exact_auc():
     """bench/coverage.py's simulation (Schalk et al.'s (2024) design, epsilon = 1, delta = 1e-5, five sites at the
