@@ -1,0 +1,130 @@
+"""A DataSHIELD user's first hour on the messy corpus under the shipped default rules: three sites
+made from the three hospitals' exports by ``dsfed-server init`` (unreviewed), run as real processes,
+and the unmodified PyPI ``datashield`` client through ``/ws`` sending dsBaseClient's call texts:
+login, a mean, a derived column (``ds.make``), a table, group means (``ds.meanSdGp``), a subset and a
+GLM step with a boolean covariate at the analyst's coefficients (``ds.glm``), in that order. Each
+answer equals pandas' (or numpy's) on the records the site keeps (its export read with every
+missing-value spelling, less the records of a rare pattern of missing values: docs/governance.md),
+but the group means after the table, refused at one site (a finding, marked). The histograms are in
+tests/test_first_histogram.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from datashield import DSLoginBuilder, DSSession
+from datashield.interface import DSError
+
+from dsfed_server.launch import LocalSites
+from dsfed_server.messy import NA_SPELLINGS, write_corpus
+from dsfed_server.provision import Credential, ProvisionedSite
+from opalkit import opal_value
+from sitekit import dsfed_server, kept_by_pattern
+
+STAGES = ("I", "II", "III", "IV")
+
+
+@pytest.fixture(scope="module")
+def first_hour(tmp_path_factory) -> Any:
+    """The sites as ``init`` makes them, served, and what each keeps (pandas)."""
+    tmp = tmp_path_factory.mktemp("first-hour")
+    sites, passwords, kept = [], {}, {}
+    for messy in write_corpus(tmp / "corpus", dataset="three_hospitals", seed=37):
+        site_dir = tmp / messy.name
+        made = dsfed_server("init", str(site_dir), "--csv", str(messy.csv), "--name", messy.name, "--port", "0")
+        assert made.returncode == 0, made.stderr
+        passwords[messy.name] = re.search(r"analyst \(analyst\): password (\S+)", made.stdout).group(1)
+        sites.append(ProvisionedSite(messy.name, site_dir / "site.toml", site_dir / f"{messy.name}-audit.jsonl",
+                                     {"analyst": Credential("analyst", "analyst", passwords[messy.name], "")},
+                                     site_dir / "site.secret"))
+        read = pd.read_csv(messy.csv, na_values=list(NA_SPELLINGS), keep_default_na=False)
+        kept[messy.name] = kept_by_pattern(read.assign(sex=read.sex.str.strip()))
+    with LocalSites(sites, tmp / "run") as local:
+        builder = DSLoginBuilder()
+        for site in sites:
+            builder.add(site.name, local.urls[site.name], user="analyst", password=passwords[site.name])
+        session = DSSession(builder.build())
+        session.open()
+        try:
+            session.assign_table("D", table="main.patients", asynchronous=False)
+            yield session, kept
+        finally:
+            session.close()
+
+
+def _each(session: DSSession, text: str) -> dict[str, Any]:
+    return {site: opal_value(answer) for site, answer in session.aggregate(text, asynchronous=False).items()}
+
+
+def test_a_mean_and_a_derived_column(first_hour):
+    session, kept = first_hour
+    for site, answer in _each(session, "meanDS(D$bmi)").items():
+        assert answer["EstimatedMean"] == pytest.approx(kept[site].bmi.mean(), rel=1e-12)
+        assert (answer["Nvalid"], answer["Nmissing"]) == (kept[site].bmi.notna().sum(), kept[site].bmi.isna().sum())
+    session.assign_expr("age2", "D$age*2", asynchronous=False)  # ds.make("D$age*2", "age2")
+    for site, answer in _each(session, "meanDS(age2)").items():
+        assert answer["EstimatedMean"] == pytest.approx(2 * kept[site].age.mean(), rel=1e-12)
+
+
+def test_a_table_of_the_stage(first_hour):
+    session, kept = first_hour
+    table = _each(session, 'tableDS(rvar.transmit = "D$stage", cvar.transmit = NULL, stvar.transmit = NULL, '
+                           f'rvar.all.unique.levels.transmit = "{",".join(STAGES)}", cvar.all.unique.levels.transmit = '
+                           'NULL, stvar.all.unique.levels.transmit = NULL, exclude.transmit = NULL, '
+                           'useNA.transmit = "always", force.nfilter.transmit = NULL)')
+    for site, counts in table.items():
+        stage = kept[site].stage
+        assert list(counts) == [int((stage == s).sum()) for s in STAGES] + [int(stage.isna().sum())]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: after ds.table of the stage, ds.meanSdGp of "
+                   "the BMI by stage is refused at hospital3 (disclosure.subset_min_difference), its message naming "
+                   "'an earlier release's cell', not the BMI missing in 3 stage-III records and 1 stage-IV record")
+def test_group_means_of_the_bmi_by_stage_after_the_table(first_hour):
+    """The groups are the stage's records with a BMI: at hospital3 the stage-III and stage-IV groups
+    differ from the table's cells by the 3 and 1 records of those stages missing their BMI, and the
+    row-set audit refuses the group means (asked alone, on fresh sites, they are released). What the refusal protects is
+    the records of a stage missing their BMI; the message does not say so."""
+    session, kept = first_hour
+    answers: dict[str, Any] = {}
+    refused: dict[str, str] = {}
+    try:
+        answers = _each(session, "meanSdGpDS(D$bmi, D$stage)")
+    except DSError:
+        refused = {site: str(error) for site, error in session.get_errors().items()}
+    assert refused == {}, refused
+    for site, answer in answers.items():
+        frame = kept[site].dropna(subset=["bmi", "stage"])
+        assert answer["Mean_gp"] == pytest.approx(list(frame.groupby("stage").bmi.mean()), rel=1e-12)
+        assert list(answer["N_gp"]) == list(frame.groupby("stage").size())
+
+
+def test_a_subset_of_the_older_patients(first_hour):
+    session, kept = first_hour
+    assert set(_each(session, 'dataFrameSubsetDS1("D", "D$age", "50", 6, NULL, NULL, FALSE)').values()) == {
+        "Subsetting undertaken without problems"}
+    session.assign_expr("older", 'dataFrameSubsetDS2("D", "D$age", "50", 6, NULL, NULL, FALSE)', asynchronous=False)
+    for site, dims in _each(session, "dimDS(older)").items():
+        assert list(dims) == [int((kept[site].age >= 50).sum()), kept[site].shape[1]]
+
+
+def test_a_glm_step_with_a_boolean_covariate(first_hour):
+    """glmDS2 at the analyst's coefficients (what ds.glm sends at each iteration): the deviance, score
+    and information matrix of ``y ~ bmi + smoker`` (smoker 0/1) equal numpy's on the complete records."""
+    session, kept = first_hour
+    beta = np.array([-2.0, 0.02, 0.4])
+    answers = _each(session, f'glmDS2(y ~ bmi + smoker, "binomial", "{",".join(map(str, beta))}", NULL, NULL, "D")')
+    for site, answer in answers.items():
+        frame = kept[site].dropna(subset=["y", "bmi", "smoker"])
+        x = np.column_stack([np.ones(len(frame)), frame.bmi, frame.smoker.astype(float)])
+        mu = 1 / (1 + np.exp(-x @ beta))
+        y = frame.y.to_numpy(float)
+        assert answer["Nvalid"] == len(frame)
+        assert answer["dev"] == pytest.approx(-2 * np.sum(y * np.log(mu) + (1 - y) * np.log(1 - mu)), rel=1e-10)
+        np.testing.assert_allclose(np.ravel(answer["score.vect"]), x.T @ (y - mu), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(answer["info.matrix"], dtype=float),
+                                   x.T @ (x * (mu * (1 - mu))[:, None]), rtol=1e-9)
