@@ -29,7 +29,8 @@ from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.gate import Floor
-from dsfed_server.disclosure.provenance import PUBLIC_DESIGN
+from dsfed_server.disclosure.expressions import forms
+from dsfed_server.disclosure.provenance import NO_TABLE, PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_server.functions.derive import check_formula
@@ -208,7 +209,7 @@ CONSTANT_START = {("binomial", "logit"), ("gaussian", "identity")}
 
 
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
-               beta: np.ndarray | None, weights: str | None, offset: str | None) -> None:
+               beta: np.ndarray | None, weights: str | None, offset: str | None, *, iterates: bool = False) -> None:
     """The parts are exact sums over the model's records, counted with every sum released from the table
     (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
 
@@ -221,7 +222,17 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     :math:`s^5`), as ``corDS``'s are. At any other coefficients the analyst sends, the information
     matrix, the score and the deviance are :math:`p(p+1)/2 + p + 1` new functions of every column of the
     model (``exp(k*x)`` summed for k = 1, 2, ... are power sums of ``exp(x)``, whose roots are the
-    records' values; Denning & Schlörer 1983), each over the records where it is not 0."""
+    records' values; Denning & Schlörer 1983), each over the records where it is not 0.
+
+    ``iterates``: the start of a fit whose later iterates the sites derive (the pooled or relayed
+    protocol). Where the start is counted, its functions stand for the fit's, named by the family and
+    the offset and weights written exactly (:func:`_exactly`), not up to a straight line as a start's
+    own sums are: each later step is at an iterate no analyst chose, but the offset and the weights are
+    the analyst's and the fit does not absorb them as it absorbs a rescaled covariate, so inside the
+    inverse link each slope is another function (at the first iterate of Poisson ``y ~ 1`` with the
+    offset :math:`o = k s` the information is :math:`e^{\beta^{(1)}} \sum_i e^{k s_i}`, the k-th power sum
+    of :math:`e^{s}`; docs/governance.md). The same fit again has the same iterates and counts nothing
+    new."""
     if beta is None:  # R's start (mustart): its working weights are constant for a 0/1 logit or an identity fit
         constant = (weights is None and (fam.name, fam.link) in CONSTANT_START
                     and (fam.name != "binomial" or bool(np.isin(mf.y, (0, 1)).all())))
@@ -264,20 +275,40 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
                         (lambda sa=sa, sb=sb: sa() & sb())
                 if function:
                     functions.append((function, tuple(sorted({*ra, *rb})), over))
-    else:
-        text = ["*".join(d) or "1" for d in design]
-        eta = " + ".join(f"{b:.17g}*{d}" for b, d in zip(beta, text)) if beta is not None else "start"
-        model = (f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
-                 + (f"; weights {written[weights][0]}" if weights else "") + ")")
-        x_roots = tuple(sorted({r for v, (_, rs) in written.items() if v != formula.response for r in rs}))
-        all_roots = tuple(sorted({*x_roots, *y[1]}))
+    text = ["*".join(d) or "1" for d in design]
+    x_roots = tuple(sorted({r for v, (_, rs) in written.items() if v != formula.response for r in rs}))
+    all_roots = tuple(sorted({*x_roots, *y[1]}))
+
+    def parts_at(model: str) -> None:
+        """The deviance, information and score at one coefficient vector, as functions named ``model``."""
         p = len(text)
         functions.append((f"{model}: deviance", all_roots, lambda: np.ones(mf.n, dtype=bool)))
-        functions += [(f"{model}: information {text[j]}, {text[k]}", x_roots,
-                       lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p)]
-        functions += [(f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p)]
-    ctx.guard.exact_sums(rows, functions, hint="fit the model pooled (the sites derive every coefficient: the "
-                         "dsfed client's ds_glm, or DataSHIELD's ds.glmSLMA), or over more records")
+        functions.extend((f"{model}: information {text[j]}, {text[k]}", x_roots,
+                          lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p))
+        functions.extend((f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p))
+
+    if iterates and not constant:  # one fit, its offset and weights written exactly
+        exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
+        parts_at(f"glm({fam.name}, {fam.link}; fit" + (f" + {exact[offset]}" if offset else "")
+                 + (f"; weights {exact[weights]}" if weights else "") + ")")
+    elif not constant:
+        eta = " + ".join(f"{b:.17g}*{d}" for b, d in zip(beta, text)) if beta is not None else "start"
+        parts_at(f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
+                 + (f"; weights {written[weights][0]}" if weights else "") + ")")
+    ctx.guard.exact_sums(rows, functions, hint=(
+        "fewer fits with other offsets or prior weights over the same records, or over more records" if iterates
+        else "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
+             "ds.glmSLMA), or over more records"))
+
+
+def _exactly(ctx: CallContext, vector: pd.Series) -> str:
+    """``vector`` as the function of its root columns it is, constants and all (not up to a straight line:
+    inside a link, :math:`e^{k o}` is another function for every k); its core where the site cannot write
+    it so (:meth:`~dsfed_server.context.CallContext.written`)."""
+    found = ctx.meaning(vector)
+    written = forms(found)
+    known = written is not None and not any(r.table == NO_TABLE for r in found.roots)
+    return written[0] if known else ctx.written(vector)[0]  # type: ignore[index]
 
 
 def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, tuple[str, tuple[str, ...]]]:
@@ -372,7 +403,7 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
     table = _model_table(dataName, formula, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
-        count_sums(ctx, fam, mf, table, formula, None, weights, offset)  # the first step's; the rest the sites steer
+        count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
         return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:

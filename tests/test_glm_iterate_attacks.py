@@ -1,0 +1,88 @@
+"""Red team: the later steps of a GLM fit whose iterates the sites derive (the pooled or relayed protocol,
+``glm.irls_steps``). ``disclosure.sums_per_record`` counts the sums of such a fit's start; each later step
+releases the information, score and deviance at an iterate no analyst chose, and these were not counted.
+
+The iterate is the data's, but the function it is evaluated through is the analyst's: a Poisson model
+``y ~ 1`` with the offset :math:`o_i = k c\\,s_i` (a straight line in the score, so its start sums count
+as the score's: one function for every k) has at its first iterate :math:`\\beta^{(1)}` (which the sites
+derive from the start's pooled sums, and so does the analyst) the information
+:math:`e^{\\beta^{(1)}} \\sum_i e^{k c s_i}`: the k-th power sum of :math:`e^{c s}` over the fit's records.
+k = 1 ... m over a subset of m records give its m scores (Newton's identities; Denning & Schlörer 1983), as
+analyst-chosen coefficients did before they were counted (tests/test_glm_sum_attacks.py).
+
+One site of 60 records under the shipped rules, the dsfed client's relayed fit (the sites derive every
+iterate); subsets by age band of 12 records or more (a Poisson start counts three functions, which a
+subset of 12 answers). "Read": a subset's records whose exact score (6 decimals) the analyst recovers.
+On the code before the fit was counted with its offset written exactly: 10 of 54 read, nothing refused.
+Now a counted start stands for its fit, named by its offset as it is (``score*3`` and ``score*6`` are two
+fits): the second slope is refused in every band. The honest fits with an offset or weights still equal
+R's ``glm`` (tests/test_glm.py, ``test_weights_and_offset_equal_R``; tests/test_pooled_small_sites.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_client.calls import Formula, Ref
+from sitekit import make_sites
+from test_derived_column_attacks import fixed_secrets, synthetic_frame
+from test_moment_attacks import scores_from_power_sums
+
+BANDS = ((25, 39), (39, 53), (53, 67), (81, 90))  # age bands of 12 to 15 of the 60 records
+C = 3.0  # the offset's slope per power: e^{3 s} keeps the powers apart and the sums within the fixed point
+
+
+def first_iterate_information(session, symbol: str) -> float:
+    """The information of the relayed fit ``y ~ 1`` (Poisson, offset ``o``) at its first iterate, over
+    e^{beta(1)}: the sum of e^o over the fit's records."""
+    steps = session.pooled_steps("glmDS2", Formula("y ~ 1"), "poisson", None, "o", None, Ref(symbol), relayed=True)
+    start = next(steps)
+    beta = np.linalg.solve(np.asarray(start["info.matrix"]), np.ravel(start["xwz"]))  # as every site derives it
+    first = next(steps)
+    steps.close()
+    return float(np.asarray(first["info.matrix"])[0, 0] / np.exp(beta[0]))
+
+
+def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
+    read, attacked, refusals = 0, 0, []
+    for lo, hi in BANDS:
+        cell = np.sort(truth[(truth.age >= lo) & (truth.age < hi)].score.to_numpy())
+        try:
+            session.assign_expr("A", f'dataFrameSubsetDS2("D", "D$age", "{lo}", 6, NULL, NULL, FALSE)')
+            session.assign_expr("S", f'dataFrameSubsetDS2("A", "A$age", "{hi}", 3, NULL, NULL, FALSE)')
+            m = next(iter(session.aggregate_expr("dimDS(S)").values()))[0]
+        except FederatedCallError as exc:
+            refusals += [e.rule or e.kind for e in exc.failures.values()]
+            continue
+        attacked += cell.size
+        try:
+            sums = []
+            for k in range(1, m + 1):
+                session.derive("O", f"S$score*{k * C:g}")
+                session.assign_expr("T", 'cbindDS("S$y,O", "y,o")')
+                sums.append(first_iterate_information(session, "T"))
+        except FederatedCallError as exc:
+            refusals += [e.rule or e.kind for e in exc.failures.values()]
+            continue
+        found = np.round(np.log(np.clip(scores_from_power_sums(sums), 1e-300, None)) / C, 6)
+        read += int(np.sum(np.isclose(found, cell, rtol=0, atol=5e-7)))
+    return read, attacked, refusals
+
+
+def test_the_later_iterates_of_a_site_derived_fit_read_no_record(tmp_path: Path):
+    truth = synthetic_frame(7, 60)
+    with fixed_secrets("glm iterates"):
+        provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        read, attacked, refusals = attack(session, truth)
+    print(f"ATTACK power sums through the first site-derived iterate of Poisson fits with the offset k*{C:g}*score "
+          f"(shipped rules, one site of 60): read {read} of {attacked} records attacked; "
+          f"refusals {sorted(set(refusals))}")
+    assert attacked >= 36  # the subsets were made
+    assert read == 0 and "disclosure.sums_per_record" in refusals
