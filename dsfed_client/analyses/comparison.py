@@ -42,16 +42,20 @@ def paired_delong(total: dict[str, float]) -> tuple[float, float, float]:
     each: positives V10 A (1, 1), B (1, 0); negatives V01 A (1, 1), B (0, 1):
 
     >>> t = {"n1_a": 2, "n0_a": 2, "sum_v10_a": 2, "sumsq_v10_a": 2, "sum_v01_a": 2, "sumsq_v01_a": 2,
-    ...      "sum_v10_b": 1, "sumsq_v10_b": 1, "sum_v01_b": 1, "sumsq_v01_b": 1, "cross_v10": 1, "cross_v01": 1}
+    ...      "sum_v10_b": 1, "sumsq_v10_b": 1, "sum_v01_b": 1, "sumsq_v01_b": 1, "cross_v10": 1, "cross_v01": 1,
+    ...      "joint_v10_a": 2, "joint_v10_b": 1, "joint_v01_a": 2, "joint_v01_b": 1}
     >>> paired_delong(t)  # var(B's V10) = var(B's V01) = 0.5, A's constant: (0.5 / 2 + 0.5 / 2)
     (1.0, 0.5, 0.5)
     """
     n1, n0 = total["n1_a"], total["n0_a"]
 
     def cov(cls: str, n: float, first: str, second: str) -> float:
-        sa, sb = total[f"sum_v{cls}_{first}"], total[f"sum_v{cls}_{second}"]
-        cross = total[f"sumsq_v{cls}_{first}"] if first == second else total[f"cross_v{cls}"]
-        return (cross - sa * sb / n) / (n - 1)
+        if first == second:
+            s, squares = total[f"sum_v{cls}_{first}"], total[f"sumsq_v{cls}_{first}"]
+            return (squares - s * s / n) / (n - 1)
+        # the cross products are over the joint cells the sites released, with each model's sums there
+        sa, sb = total[f"joint_v{cls}_{first}"], total[f"joint_v{cls}_{second}"]
+        return (total[f"cross_v{cls}"] - sa * sb / n) / (n - 1)
 
     aucs = [(total[f"sum_v10_{s}"] / n1 + total[f"sum_v01_{s}"] / n0) / 2 for s in ("a", "b")]
     s10 = cov("10", n1, "a", "a") + cov("10", n1, "b", "b") - 2 * cov("10", n1, "a", "b")
@@ -94,6 +98,7 @@ class ModelComparison(Results):
     noise_off: bool = stat("Noise off (exact)")
     calibration: dict[str, LogisticCalibration] = hidden()
     histograms: tuple[ScoreHistograms, ScoreHistograms] = hidden()
+    joint_coarsened: int = stat("Sites that merged the joint cells (the covariance read coarser)", default=0)
 
     @derived("AUC difference (A - B)", brief=".4f")
     def auc_difference(self) -> float:
@@ -179,7 +184,9 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
        ``discrimination.result.histograms``), which spends no further privacy budget;
     2. each site returns both models' placement sums and their cross products
        (``pairedPlacementDS``): :func:`paired_delong` gives the AUCs and the variance of
-       their difference, to which both histograms' noise variances are added;
+       their difference, to which both histograms' noise variances are added; the cross products are
+       over the joint cells of the two models' cells that each site releases (merged in pairs where a
+       joint cell would hold fewer than q records: ``joint_coarsened`` counts the sites that did);
     3. the paired Brier difference :math:`\\bar d`, :math:`d = (y - p_A)^2 - (y - p_B)^2`, and its
        variance :math:`s_d^2/n` (``pairedBrierDS``);
     4. each model's logistic calibration (:func:`ds_logistic_calibration`).
@@ -220,4 +227,5 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
     return ModelComparison(
         tuple(labels), auc_a, auc_b, variance, noise_variance(hists[0]) + noise_variance(hists[1]),
         float(brier_a), float(brier_b), float(brier_variance), n, int(round(total["n1_a"])),
-        int(round(total["n0_a"])), alpha, all(h.noise_off for h in hists), calibration, hists)
+        int(round(total["n0_a"])), alpha, all(h.noise_off for h in hists), calibration, hists,
+        int(round(total["joint_coarsened"])))

@@ -11,8 +11,9 @@ the records complete in the outcome and both scores:
   the per-record differences :math:`d_i = (y_i - p_{A,i})^2 - (y_i - p_{B,i})^2`, for the two
   Brier scores and the paired test of their difference.
 
-Only sums over at least q records, positives and negatives leave the site (rule A1); the
-references go through the same checks as the single-score placement sums.
+Only sums over at least q records, positives and negatives leave the site; each score's reference is
+read at the cells the release gate passes, as for the single-score placement sums, and the cross
+products at the joint cells of the two, released as a two-way table is.
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.context import CallContext
-from dsfed_server.functions.curves import _WITHIN, hist_placements
+from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.gate import Categories, Cut
+from dsfed_server.functions.curves import _WITHIN, placement_cells, placements
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -31,7 +37,7 @@ _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _A1 = ("disclosure.q_threshold",)
 PAIRED_PLACEMENT_SUMS = SecureSum(tuple(
     f"{field}_{side}" for side in ("a", "b") for field in ("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01")
-) + ("cross_v10", "cross_v01"))
+) + ("cross_v10", "cross_v01", "joint_v10_a", "joint_v10_b", "joint_v01_a", "joint_v01_b", "joint_coarsened"))
 
 
 @register(
@@ -45,26 +51,66 @@ PAIRED_PLACEMENT_SUMS = SecureSum(tuple(
         Param("reference_b", P.TABLE, "global CDFs of both classes of score_b, from histReferenceDS"),
         _WITHIN,
     ],
-    checks=_A1 + ("disclosure.cut_history", "disclosure.cut_margin"),
+    checks=GATE_RULES,
     secure_sum=PAIRED_PLACEMENT_SUMS,
 )
 def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series, reference_a: pd.DataFrame,
                           score_b: pd.Series, reference_b: pd.DataFrame, within_bin: str) -> dict[str, Any]:
-    """Both scores' placement sums (``_a``, ``_b``) and the cross products
-    :math:`\\sum V^A_{10} V^B_{10}` over the positives and :math:`\\sum V^A_{01} V^B_{01}` over
-    the negatives, on the records complete in the outcome and both scores."""
+    """Both scores' placement sums (``_a``, ``_b``) and the cross products :math:`\\sum V^A_{10} V^B_{10}`
+    over the positives and :math:`\\sum V^A_{01} V^B_{01}` over the negatives, on the records complete in the
+    outcome and both scores.
+
+    Each score's sums are read at the cells of its reference's bins this site releases
+    (:func:`~dsfed_server.functions.curves.placement_cells`), as ``histPlacementSumsDS``'s are. The cross
+    products depend on a record through the pair of its cells, so they are sums over the **joint cells**
+    (a cell of A's with one of B's), released as a two-way table is: every non-empty joint cell holds at
+    least q records, and their row sets pass the audit. Where they do not, A's and B's cells are merged in
+    pairs until they do (at worst one joint cell: no covariance between the models is released). The cross
+    products and each score's sums over the same joint cells (``joint_v10_a``, ...: the covariance's means)
+    are computed there; ``joint_coarsened`` is 1 where this site merged them, and ``joint_cells`` names the
+    joint cells' cuts and why."""
     ctx.guard.placement_within_bin(within_bin)
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b})
-    batches_a, batches_b = (hist_placements(ctx, reference_a, y, pa, score_a, within_bin),
-                            hist_placements(ctx, reference_b, y, pb, score_b, within_bin))
-    sides = {"a": PlacementSums(), "b": PlacementSums()}
-    cross = np.zeros(2)
-    for (a10, a01), (b10, b01) in zip(batches_a, batches_b):  # the same records' batches, in order
-        cross += (np.dot(a10, b10), np.dot(a01, b01))
-        sides["a"].add(a10, a01)
-        sides["b"].add(b10, b01)
-    return {**{f"{k}_{side}": v for side, s in sides.items() for k, v in s.sums.items()},
-            "cross_v10": float(cross[0]), "cross_v01": float(cross[1])}
+    rows = ctx.record_rows(truth, score_a, score_b)
+    sides = {"a": (pa, reference_a, score_a), "b": (pb, reference_b, score_b)}
+    cells = {side: placement_cells(ctx, p, ref, score, rows) for side, (p, ref, score) in sides.items()}
+    joint_a, joint_b, why = joint_cells(ctx, pa, pb, cells["a"][0], cells["b"][0], rows)
+    out: dict[str, Any] = {}
+    values = {}
+    for side, (p, ref, _), joint in zip(sides, sides.values(), (joint_a, joint_b)):
+        sums = PlacementSums()
+        sums.add(*placements(ref, cells[side][0], y, p, within_bin))
+        out |= {f"{k}_{side}": v for k, v in sums.sums.items()}
+        out[f"placement_cells_{side}"] = cells[side][1]
+        values[side] = placements(ref, joint, y, p, within_bin)
+    for k, cls in enumerate(("v10", "v01")):
+        a, b = values["a"][k], values["b"][k]
+        out |= {f"cross_{cls}": float(np.dot(a, b)), f"joint_{cls}_a": float(a.sum()), f"joint_{cls}_b": float(b.sum())}
+    out["joint_coarsened"] = float(bool(why))
+    out["joint_cells"] = {"a": [[c.value, c.inclusive] for c in joint_a], "b": [[c.value, c.inclusive] for c in joint_b],
+                          "why": why}
+    return out
+
+
+def joint_cells(ctx: CallContext, pa: np.ndarray, pb: np.ndarray, cuts_a: tuple[Cut, ...], cuts_b: tuple[Cut, ...],
+                rows: Rows | None) -> tuple[tuple[Cut, ...], tuple[Cut, ...], str]:
+    """The cuts of A's and B's cells whose joint cells this site releases as a two-way table
+    (:class:`~dsfed_server.disclosure.gate.Categories` through :meth:`Guard.release`: every non-empty cell at
+    least q records, the row-set audit), merging each score's cells in pairs until they pass, and why it merged."""
+    why = ""
+    while True:
+        na, nb = len(cuts_a) + 1, len(cuts_b) + 1
+        codes = gate.cell_index(pa, cuts_a) * nb + gate.cell_index(pb, cuts_b)
+        try:
+            ctx.guard.release(Categories(codes, (na, nb), lambda released: None,
+                                         what="joint cells of the two scores' reference bins", rows=rows))
+            return cuts_a, cuts_b, why
+        except DisclosureRefusal as refusal:
+            if not cuts_a and not cuts_b:
+                raise
+            why = (f"joint cells of the two scores merged in pairs (to {(na + 1) // 2} x {(nb + 1) // 2}): {refusal} "
+                   "-- the covariance of the two AUCs is read over coarser cells")
+            cuts_a, cuts_b = cuts_a[1::2], cuts_b[1::2]
 
 
 @register(

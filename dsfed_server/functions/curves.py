@@ -33,7 +33,7 @@ evaluate them at their own exact scores and release only sums over at least q re
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -278,28 +278,63 @@ def hist_reference(ctx: CallContext, edges: list[float], negatives: list[float],
     return pd.DataFrame({"edge": e, "neg": c0, "pos": c1})
 
 
-def site_reference(ctx: CallContext, reference: pd.DataFrame, p: np.ndarray, score: pd.Series) -> pd.DataFrame:
-    """The reference as this site evaluates it at its scores ``p``: one the sites derived from pooled
-    histograms as it is; an analyst's reference (``histReferenceDS``) coarsened so that no
-    combination of the references the analyst used isolates fewer than q records
-    (:meth:`Guard.reference_edges`)."""
+def reference_table(reference: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The reference's edges and the cumulative counts of both classes at them (``neg``, ``pos``)."""
     if not {"edge", "neg", "pos"} <= set(reference.columns):
         raise CallError("the reference must be a table made by histReferenceDS or derived by scoreHistogramDS")
-    if ctx.session.derived_by_sites(reference, SITE_DERIVED):
-        return reference
-    edges = reference["edge"].to_numpy(dtype=float)
-    return reference[ctx.guard.reference_edges(p, edges, ctx.root_column(score))]
+    return reference["edge"].to_numpy(dtype=float), {name: reference[name].to_numpy(dtype=float)
+                                                      for name in ("neg", "pos")}
 
 
-def _cdf(reference: pd.DataFrame, column: str, x: np.ndarray, within_bin: str) -> np.ndarray:
-    """The reference CDF of one class at x: linear inside a bin, or the bin's mid-point value ('tied')."""
-    e = reference["edge"].to_numpy(dtype=float)
-    c = reference[column].to_numpy(dtype=float)
+def reference_cells(edges: np.ndarray) -> tuple[gate.Cut, ...]:
+    """The cuts of the reference's bins: its edges, the ends included (below the first edge a score's CDF is
+    0, above the last 1)."""
+    return (gate.Cut(float(edges[0]), False), *cuts_from(edges[1:-1], inclusive=False),
+            gate.Cut(float(edges[-1]), True))
+
+
+def cell_lines(cuts: Sequence[gate.Cut], edges: np.ndarray, cdf: np.ndarray, within_bin: str, complement: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """A placement value per cell between ``cuts`` as a line :math:`V = a + b x` in the score (``b = 0``
+    for 'tied': the CDF at the cell's mid-point; 'linear': the CDF interpolated between the cell's bounds),
+    with the CDF the reference's (``cdf`` at ``edges``, linear between them, 0 below and 1 above);
+    ``complement``: one minus it (a negative's :math:`V_{01} = 1 - \\tilde F_1`)."""
+    bounds = np.array([-np.inf, *(c.value for c in cuts), np.inf])
+    finite = np.clip(bounds, edges[0], edges[-1])  # a cell beyond the reference's range: its CDF is flat
+    at = np.interp(finite, edges, cdf) / cdf[-1]  # the CDF at the cells' bounds
     if within_bin == "linear":
-        return np.interp(x, e, c) / c[-1]
-    j = np.clip(np.searchsorted(e, x, side="right") - 1, 0, e.size - 2)
-    mid = 0.5 * (c[j] + c[j + 1])
-    return np.where(x < e[0], 0.0, np.where(x > e[-1], c[-1], mid)) / c[-1]
+        width = np.diff(finite)
+        b = np.divide(np.diff(at), width, out=np.zeros_like(width), where=width > 0)
+        a = at[:-1] - b * finite[:-1]
+    else:  # ties one half
+        a, b = 0.5 * (at[:-1] + at[1:]), np.zeros(at.size - 1)
+    return (1.0 - a, -b) if complement else (a, b)
+
+
+def placement_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: pd.Series, rows: Rows | None
+                    ) -> tuple[tuple[gate.Cut, ...], dict[str, Any]]:
+    """The cells of the reference's bins this site releases for the scores ``p`` alone (the release gate:
+    the cut history, the secret margin, the row-set audit; :meth:`Guard.release`), and what the gate did.
+    A table that stays on the site but is built from the reference (the ROC-GLM's) is read through these
+    cells, as the placement sums are: anything computed from it depends on a record only through its cell."""
+    edges, _ = reference_table(reference)
+    return ctx.guard.release(Intervals(p, reference_cells(edges), lambda released: (released.cuts,
+                                                                                    released.describe()),
+                                       what="reference's bins", column=ctx.root_column(score), rows=rows))
+
+
+def placements(reference: pd.DataFrame, cuts: Sequence[gate.Cut], y: np.ndarray, p: np.ndarray, within_bin: str
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Placement values against the reference read at the cells between ``cuts``: :math:`V_{10} = \\tilde
+    F_0(x)` of the positives and :math:`V_{01} = 1 - \\tilde F_1(x)` of the negatives, in record order."""
+    edges, cdfs = reference_table(reference)
+    out = []
+    for cls, cdf, complement in ((1, cdfs["neg"], False), (0, cdfs["pos"], True)):
+        x = p[y == cls]
+        a, b = cell_lines(cuts, edges, cdf, within_bin, complement)
+        cell = gate.cell_index(x, cuts)
+        out.append(a[cell] + b[cell] * x)
+    return out[0], out[1]
 
 
 @register(
@@ -340,8 +375,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     y, p = outcome_and_score(ctx, truth, score)
     if not {"edge", "neg", "pos"} <= set(reference.columns):
         raise CallError("the reference must be a table made by histReferenceDS or derived by scoreHistogramDS")
-    edges = reference["edge"].to_numpy(dtype=float)
-    cdfs = {name: reference[name].to_numpy(dtype=float) for name in ("neg", "pos")}
+    edges, cdfs = reference_table(reference)
     positive = y == 1
     sums = {"n1": positive.astype(float)}
     if within_bin == "linear":
@@ -349,50 +383,20 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
                  "pp1": np.where(positive, p * p, 0.0), "pp0": np.where(positive, 0.0, p * p)}
 
     def render(released: Released) -> dict[str, Any]:
-        bounds = np.array([-np.inf, *(c.value for c in released.cuts), np.inf])
-        finite = np.clip(bounds, edges[0], edges[-1])  # a cell beyond the reference's range: its CDF is flat
         n = np.asarray(released.counts, dtype=float)
         n1 = np.asarray(released.sums["n1"], dtype=float)
         out = {"n1": int(round(n1.sum())), "n0": int(round((n - n1).sum()))}
         for name, cdf, count, linear_sums, complement in (("v10", cdfs["neg"], n1, ("p1", "pp1"), False),
                                                            ("v01", cdfs["pos"], n - n1, ("p0", "pp0"), True)):
-            at = np.interp(finite, edges, cdf) / cdf[-1]  # the CDF at the released cells' bounds: 0 below, 1 above
-            if within_bin == "linear":  # V = a + b x within a cell
-                width = np.diff(finite)
-                slope = np.divide(np.diff(at), width, out=np.zeros_like(width), where=width > 0)
-                a, b = at[:-1] - slope * finite[:-1], slope
-                if complement:
-                    a, b = 1.0 - a, -b
-                s1, s2 = (np.asarray(released.sums[k], dtype=float) for k in linear_sums)
-                total, squares = a * count + b * s1, a * a * count + 2 * a * b * s1 + b * b * s2
-            else:  # V is the CDF at the cell's mid-point, ties one half
-                value = 0.5 * (at[:-1] + at[1:])
-                value = 1.0 - value if complement else value
-                total, squares = value * count, value * value * count
+            a, b = cell_lines(released.cuts, edges, cdf, within_bin, complement)  # V = a + b x within a cell
+            s1, s2 = ((np.asarray(released.sums[k], dtype=float) for k in linear_sums) if within_bin == "linear"
+                      else (np.zeros_like(count), np.zeros_like(count)))
+            total, squares = a * count + b * s1, a * a * count + 2 * a * b * s1 + b * b * s2
             out[f"sum_{name}"], out[f"sumsq_{name}"] = float(total.sum()), float(squares.sum())
         return {**out, "placement_cells": released.describe()}
 
-    # the reference's ends are cuts too: below the first edge a score's CDF is 0, above the last 1
-    cuts = (gate.Cut(float(edges[0]), False), *cuts_from(edges[1:-1], inclusive=False),
-            gate.Cut(float(edges[-1]), True))
-    return Intervals(p, cuts, render, sums, what="reference's bins", column=ctx.root_column(score),
+    return Intervals(p, reference_cells(edges), render, sums, what="reference's bins", column=ctx.root_column(score),
                      rows=ctx.record_rows(truth, score))
-
-
-def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p: np.ndarray, score: pd.Series,
-                    within_bin: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """This site's placement values against the histogram CDFs of ``reference`` as the site evaluates
-    it (:func:`site_reference`, decided before the first batch): :math:`V_{10}` of the positives,
-    :math:`V_{01}` of the negatives, in record order, a batch of rows at a time."""
-    reference = site_reference(ctx, reference, p, score)
-
-    def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for rows in row_batches(y.size):
-            yb, pb = y[rows], p[rows]
-            yield (_cdf(reference, "neg", pb[yb == 1], within_bin),
-                   1.0 - _cdf(reference, "pos", pb[yb == 0], within_bin))
-
-    return batches()
 
 
 @register(
@@ -406,13 +410,20 @@ def hist_placements(ctx: CallContext, reference: pd.DataFrame, y: np.ndarray, p:
               maximum=1000),
         _WITHIN,
     ],
-    checks=_A1 + ("disclosure.cut_history", "disclosure.cut_margin"),
+    checks=GATE_RULES,
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
                       thresholds: int, within_bin: str) -> pd.DataFrame:
     """The site's intermediate ROC-GLM table (Schalk et al. 2024, "The ROC-GLM") from the histogram CDF:
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
-    stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site."""
+    stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site.
+
+    The table's counts ``w`` are read like any column (a mean of ``w`` over its rows ``u = 1`` is linear in the
+    positives' placement values, on a grid the analyst picks), so :math:`\\tilde F_0` is read at the cells of
+    the reference's bins the site releases (:func:`placement_cells`), as the placement sums are: the table
+    then tells no more than those cells' counts of each class."""
+    ctx.guard.placement_within_bin(within_bin)
     y, (p,) = complete_pairs(ctx, truth, {"score": score})
-    return roc_glm_table(1.0 - _cdf(site_reference(ctx, reference, p, score), "neg", p[y == 1], within_bin),
-                         thresholds, y)
+    cuts, _ = placement_cells(ctx, p, reference, score, ctx.record_rows(truth, score))
+    v10, _ = placements(reference, cuts, y, p, within_bin)
+    return roc_glm_table(1.0 - v10, thresholds, y)
