@@ -28,7 +28,7 @@ from dsfed_server.modelframe import integer_view
 from dsfed_server.models import ModelStore
 from dsfed_server.rowsets import RowSet, subset_of
 from dsfed_server.views import ColumnView, Held, read_value
-from dsfed_core.errors import CallError
+from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
 
@@ -38,6 +38,9 @@ NOTE = "dsfed.note"
 # ROC-GLM's counts over a site's positives), by what they count; every call that reads the table applies q
 # to each (CallContext._read), this site's own or, in a pooled release, summed over the sites
 RECORDS_BEHIND = "dsfed.records_behind"
+# table attribute: the table holds counts at the resolution of cells released pooled (a site-derived reference's
+# leaves), which this site's own records of a cell may not fill: only a pooled release reads it (CallContext._read)
+POOLED_ONLY = "dsfed.pooled_only"
 
 
 class Site(Protocol):
@@ -188,7 +191,14 @@ class CallContext:
             scope.sources.add(table)
 
     def _read(self, name: str, value: Any) -> Any:
-        for what, n in getattr(self.session.get(name), "attrs", {}).get(RECORDS_BEHIND, {}).items():
+        attrs = getattr(self.session.get(name), "attrs", {})
+        if attrs.get(POOLED_ONLY) and self.guard.deferred is None:
+            raise DisclosureRefusal(
+                f"{name} holds this site's counts in cells released pooled, which its own records of a cell may not "
+                "fill: only a pooled release over the sites reads it", rule="disclosure.q_threshold",
+                hint="read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it "
+                     "for this site alone (pooled = FALSE)")
+        for what, n in attrs.get(RECORDS_BEHIND, {}).items():
             self.guard.min_count(n, what)
         scope = self.session.scope
         if scope is not None:

@@ -35,7 +35,9 @@ import numpy as np
 import pandas as pd
 
 from dsfed_client import FederatedCallError
+from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
+from rref import r_eval
 from test_redteam_pooled_placement import (LEAVES, cell_of, decode, federation, outcomes_read, references,
                                            released_cuts, steps, truth_counts)
 
@@ -128,6 +130,45 @@ def test_the_roc_glm_table_of_a_derived_reference_reads_no_outcome(tmp_path: Pat
           f"the cells released at {at_cells}; outcomes read of {read} of 270 records; refused "
           f"{refused_1 + refused_0}")
     assert read == 0
+
+
+def test_a_pooled_roc_glm_table_is_read_only_by_pooled_releases(tmp_path: Path):
+    """Made for a pooled fit (``pooled = TRUE``), the table holds the reference at the cells the pooled placement
+    sums over the same records released (and is refused before there are any): no per-site read of it, a copy
+    or a subset of it is made or released, and the pooled ROC-GLM fit over it equals R's glm over the pooled
+    table."""
+    frames, builder = federation(tmp_path)
+    refused: list[set] = []
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        release = session.pooled("scoreHistogramDS", Ref("D$y"), Ref("D$score"), levels=4, epsilon=0.4)
+        table = Call("histRocGlmDataDS", Ref("D$y"), Ref("D$score"), Ref(release["reference"]), 50, within_bin="tied",
+                     pooled=True)
+        try:
+            session.assign("T", table)
+        except FederatedCallError as exc:  # no pooled placement sums over these records yet
+            refused.append({e.kind for e in exc.failures.values()})
+        sums = session.pooled("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref(release["reference"]))
+        session.assign("T", table)
+        for attempt in (lambda: session.aggregate("meanDS", Ref("T$w")),
+                        lambda: session.assign_expr("U", 'dataFrameSubsetDS2("T", "T$u", "0.5", 5, NULL, NULL, FALSE)'),
+                        lambda: session.derive("V", "T$w * 2"),
+                        lambda: session.aggregate("quantileMeanDS", Ref("T$w"))):
+            try:
+                attempt()
+            except FederatedCallError as exc:
+                refused.append({e.rule for e in exc.failures.values()})
+        fit = ds_glm(session, "u ~ x", "T", family="binomial", link="probit", weights="w", secure=True,
+                     null_model=False)  # the ROC-GLM, pooled: its iterates derived by the sites
+    assert refused == [{"bad_call"}] + [{"disclosure.q_threshold"}] * 4
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    cuts = released_cuts(release, sums["placement_cells"])  # the cells the pooled placement sums released
+    pv = (1.0 - steps(release, cuts)[0])[cell_of(pooled, cuts)[pooled.y == 1]]  # each positive's, at its cell
+    expected = r_eval("t <- (1:50) / 51; o <- sapply(t, function(v) sum(pv <= v)); "
+                      "d <- data.frame(u = rep(c(0, 1), 50), x = rep(qnorm(t), each = 2), "
+                      "w = as.vector(rbind(length(pv) - o, o))); "
+                      "coef(glm(u ~ x, binomial(link = 'probit'), data = d, weights = w))", pv=pv)
+    np.testing.assert_allclose(np.asarray(fit.params, dtype=float), expected, rtol=1e-5)  # both stop at 1e-8 deviance
 
 
 def as_single(paired: dict) -> dict:

@@ -667,7 +667,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 with session.temporary("hroc") as roc_data, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds,
-                                                         within_bin=within_bin))
+                                                         within_bin=within_bin, pooled=agg.pooled))
                     glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
                                  secure=agg.pooled, null_model=False)
             except (ConvergenceError, FederatedCallError) as exc:  # e.g. scores that separate the classes

@@ -33,12 +33,13 @@ evaluate them at their own exact scores and release only sums over at least q re
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
-from dsfed_server.context import CallContext
+from dsfed_server.context import POOLED_ONLY, CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
@@ -337,6 +338,13 @@ def placements(reference: pd.DataFrame, cuts: Sequence[gate.Cut], y: np.ndarray,
     return out[0], out[1]
 
 
+def pooled_cells_key(reference: pd.DataFrame, rows: Rows | None) -> tuple[bytes, bytes]:
+    """Which reference, read at which records: the key of :attr:`Session.pooled_cells`."""
+    edges, cdfs = reference_table(reference)
+    records = hashlib.sha256(b"" if rows is None else rows.lineage.encode() + np.ascontiguousarray(rows.index).tobytes())
+    return content_digest(edges, cdfs["neg"], cdfs["pos"]), records.digest()
+
+
 @register(
     "histPlacementSumsDS",
     "aggregate",
@@ -393,10 +401,13 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
                       else (np.zeros_like(count), np.zeros_like(count)))
             total, squares = a * count + b * s1, a * a * count + 2 * a * b * s1 + b * b * s2
             out[f"sum_{name}"], out[f"sumsq_{name}"] = float(total.sum()), float(squares.sum())
+        if released.pooled:  # a ROC-GLM table for a pooled fit over the same records reads the reference here
+            ctx.session.pooled_cells[pooled_cells_key(reference, rows)] = released.cuts
         return {**out, "placement_cells": released.describe()}
 
+    rows = ctx.record_rows(truth, score)
     return Intervals(p, reference_cells(edges), render, sums, what="reference's bins", column=ctx.root_column(score),
-                     rows=ctx.record_rows(truth, score))
+                     rows=rows)
 
 
 @register(
@@ -409,21 +420,39 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
         Param("thresholds", P.INTEGER, "number of equidistant thresholds t_j = j / (n + 1)", minimum=2,
               maximum=1000),
         _WITHIN,
+        Param("pooled", P.BOOLEAN, "TRUE: read only by pooled releases (a site-derived reference's leaves); FALSE: "
+              "read per site too (the cells this site releases)", required=False, default=False),
     ],
     checks=GATE_RULES,
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
-                      thresholds: int, within_bin: str) -> pd.DataFrame:
+                      thresholds: int, within_bin: str, pooled: bool) -> pd.DataFrame:
     """The site's intermediate ROC-GLM table (Schalk et al. 2024, "The ROC-GLM") from the histogram CDF:
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site.
 
     The table's counts ``w`` are read like any column (a mean of ``w`` over its rows ``u = 1`` is linear in the
-    positives' placement values, on a grid the analyst picks), so :math:`\\tilde F_0` is read at the cells of
-    the reference's bins the site releases (:func:`placement_cells`), as the placement sums are: the table
-    then tells no more than those cells' counts of each class."""
+    positives' placement values, on a grid the analyst picks), so the table tells this site's counts of
+    each class per cell of the reference's bins it reads (and so do the sums of a fit over it: linear in
+    ``w`` at each iterate). ``pooled = FALSE``: :math:`\\tilde F_0` is read at the cells this site releases
+    (:func:`placement_cells`), as per-site placement sums are. ``pooled = TRUE``: at the cells a pooled
+    release of the placement sums against the same reference, over the same records, released
+    (``histPlacementSumsDS`` pooled first: the pooled gate, the row-set audit, the dominance rule), and the
+    table is read only by pooled releases (:data:`~dsfed_server.context.POOLED_ONLY`), whose sums over the
+    sites tell no more than those pooled cells' counts."""
     ctx.guard.placement_within_bin(within_bin)
     y, (p,) = complete_pairs(ctx, truth, {"score": score})
-    cuts, _ = placement_cells(ctx, p, reference, score, ctx.record_rows(truth, score))
+    rows = ctx.record_rows(truth, score)
+    if pooled:
+        cuts = ctx.session.pooled_cells.get(pooled_cells_key(reference, rows))
+        if cuts is None:
+            raise CallError("pooled = TRUE reads the reference at the cells a pooled release of its placement sums "
+                            "over the same records released, and there was none",
+                            hint="release histPlacementSumsDS against this reference pooled first (the dsfed client "
+                                 "does), or make the table for this site alone (pooled = FALSE)")
+    else:
+        cuts = placement_cells(ctx, p, reference, score, rows)[0]
     v10, _ = placements(reference, cuts, y, p, within_bin)
-    return roc_glm_table(1.0 - v10, thresholds, y)
+    table = roc_glm_table(1.0 - v10, thresholds, y)
+    table.attrs[POOLED_ONLY] = pooled
+    return table
