@@ -72,19 +72,16 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     ctx.guard.placement_within_bin(within_bin)
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b})
     rows = ctx.record_rows(truth, score_a, score_b)
-    sides = {"a": (pa, reference_a, score_a), "b": (pb, reference_b, score_b)}
-    cells = {side: placement_cells(ctx, p, ref, score, rows) for side, (p, ref, score) in sides.items()}
-    joint_a, joint_b, why = joint_cells(ctx, pa, pb, cells["a"][0], cells["b"][0], rows)
-    out: dict[str, Any] = {}
-    values = {}
-    for side, (p, ref, _), joint in zip(sides, sides.values(), (joint_a, joint_b)):
+    (cuts_a, cells_a), (cuts_b, cells_b) = (placement_cells(ctx, p, ref, score, rows) for p, ref, score in
+                                            ((pa, reference_a, score_a), (pb, reference_b, score_b)))
+    joint_a, joint_b, why = joint_cells(ctx, pa, pb, cuts_a, cuts_b, rows)
+    out: dict[str, Any] = {"placement_cells_a": cells_a, "placement_cells_b": cells_b}
+    for side, p, ref, cuts in (("a", pa, reference_a, cuts_a), ("b", pb, reference_b, cuts_b)):
         sums = PlacementSums()
-        sums.add(*placements(ref, cells[side][0], y, p, within_bin))
+        sums.add(*placements(ref, cuts, y, p, within_bin))
         out |= {f"{k}_{side}": v for k, v in sums.sums.items()}
-        out[f"placement_cells_{side}"] = cells[side][1]
-        values[side] = placements(ref, joint, y, p, within_bin)
-    for k, cls in enumerate(("v10", "v01")):
-        a, b = values["a"][k], values["b"][k]
+    for cls, a, b in zip(("v10", "v01"), placements(reference_a, joint_a, y, pa, within_bin),
+                         placements(reference_b, joint_b, y, pb, within_bin)):
         out |= {f"cross_{cls}": float(np.dot(a, b)), f"joint_{cls}_a": float(a.sum()), f"joint_{cls}_b": float(b.sum())}
     out["joint_coarsened"] = float(bool(why))
     out["joint_cells"] = {"a": [[c.value, c.inclusive] for c in joint_a], "b": [[c.value, c.inclusive] for c in joint_b],
