@@ -11,10 +11,13 @@ and new gate margins), and ``validate()``'s order of releases on the score: the 
 bins and the Hosmer-Lemeshow H and C groups, then the histogram AUC (pooled releases) at each depth
 asked. Bias = mean signed error over the runs with its standard error; coverage = how often the
 reported interval (sampling and noise variance) holds the pooled AUC. ``--auc-first``: the histogram AUC
-on fresh sites before any other cut on the score (the order tried for ``validate()``, not shipped: it leaves
-the calibration curve and the H-L groups merged beside the AUC's leaves).
+on fresh sites before the calibration bins and H-L groups (the order tried for ``validate()``, not shipped);
+either way a run reports what the curve and the groups kept.
 ``--control-variates``: also the AUC with each placement mean corrected by its class's own
-(``bench/hist_auc.py``: the in-process sites wrapped to return the two sums).
+(``bench/hist_auc.py``: the in-process sites wrapped to return the two sums). ``--kept-edges``: how many of the
+tree's inner leaf edges the sites keep in the reference they derive (the in-process sites' ``derived_reference``
+wrapped to note them), and the error of the pooled AUC with the scores binned at those edges (exact counts, ties
+one half): the bias the merged leaves leave without any noise.
 """
 
 from __future__ import annotations
@@ -36,20 +39,54 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from coverage import pooled_auc  # noqa: E402  (bench/coverage.py)
 from hist_auc import corrected_auc, with_own_class_sums  # noqa: E402  (bench/hist_auc.py)
-from dsfed_client import LoginBuilder  # noqa: E402
+from dsfed_client import FederatedCallError, LoginBuilder  # noqa: E402
 from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
 from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
 from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
+import dsfed_server.functions.curves as site_curves  # noqa: E402
 
 SITES = ("site1", "site2", "site3", "site4", "site5")
 
 
+def noting_kept_edges() -> list[np.ndarray]:
+    """Wrap the in-process sites' ``derived_reference`` so that the edges of every reference they derive are
+    noted (the inner ones) in the list returned."""
+    derive, kept = site_curves.derived_reference, []
+
+    def noted(release, leaves):  # noqa: ANN001, ANN202
+        reference = derive(release, leaves)
+        kept.append(reference["edge"].to_numpy()[1:-1])
+        return reference
+
+    site_curves.derived_reference = noted
+    return kept
+
+
+def binned_auc(y: np.ndarray, p: np.ndarray, inner: np.ndarray) -> float:
+    """The Mann-Whitney AUC of the scores binned at the ``inner`` edges (bins [e_j, e_{j+1}), ties one half)."""
+    return pooled_auc(y, np.searchsorted(np.asarray(inner, dtype=float), p, side="right").astype(float))
+
+
+def binned_sections(session: Any) -> tuple[bool, int, int]:
+    """The calibration curve's bins and the Hosmer-Lemeshow H and C groups on the score, as ``validate()`` asks
+    them: (the curve coarsened, H's groups, C's groups: 0 where refused)."""
+    curve = ds_calibration_curve(session, "D$y", "D$score", n_bins=10, secure=True)
+    groups = []
+    for kind in ("H", "C"):
+        try:
+            groups.append(len(ds_hosmer_lemeshow(session, "D$y", "D$score", kind=kind, secure=True).group_sizes))
+        except FederatedCallError:  # fewer than three groups left once merged
+            groups.append(0)
+    return bool(curve.coarsened), groups[0], groups[1]
+
+
 def one_run(levels: int, workdir: Path, cuts_first: bool = True, own_sums: dict[str, Any] | None = None
-            ) -> tuple[float, float, tuple[float, float], float]:
-    """Fresh GBSG2 sites; the calibration bins and H-L groups (``cuts_first``), then the AUC at ``levels``:
-    (empirical AUC, ROC-GLM AUC, reported interval, control-variate AUC: NaN without ``own_sums``)."""
+            ) -> tuple[float, float, tuple[float, float], float, tuple[bool, int, int]]:
+    """Fresh GBSG2 sites; the calibration bins and H-L groups, then the AUC at ``levels`` (``cuts_first``), or
+    the other way round: (empirical AUC, ROC-GLM AUC, reported interval, control-variate AUC: NaN without
+    ``own_sums``, :func:`binned_sections`)."""
     prov = provision(workdir, {s: (ROOT / "opal_fixtures" / s, ROOT / "disclosure_rules" / f"{s}.toml")
                                for s in SITES})
     builder = LoginBuilder()
@@ -60,13 +97,11 @@ def one_run(levels: int, workdir: Path, cuts_first: bool = True, own_sums: dict[
     with builder.login() as session, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         session.assign_table("D", "GBSG2.validation")
-        if cuts_first:
-            ds_calibration_curve(session, "D$y", "D$score", n_bins=10, secure=True)
-            for kind in ("H", "C"):
-                ds_hosmer_lemeshow(session, "D$y", "D$score", kind=kind, secure=True)
+        sections = binned_sections(session) if cuts_first else None
         res = ds_hist_auc(session, "D$y", "D$score", secure=True, levels=levels)
+        sections = sections or binned_sections(session)
     cv = float("nan") if own_sums is None else corrected_auc(res, own_sums)[0]
-    return res.auc, res.roc_glm.auc, tuple(res.ci_logit), cv
+    return res.auc, res.roc_glm.auc, tuple(res.ci_logit), cv, sections
 
 
 def main() -> int:
@@ -75,6 +110,8 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[6])
     parser.add_argument("--auc-first", action="store_true",
                         help="the AUC before the calibration bins and H-L groups")
+    parser.add_argument("--kept-edges", action="store_true",
+                        help="the leaf edges the sites keep in their reference, and the exact AUC binned at them")
     parser.add_argument("--control-variates", action="store_true",
                         help="also the AUC with each placement mean corrected by its class's own")
     args = parser.parse_args()
@@ -84,16 +121,28 @@ def main() -> int:
     print(f"GBSG2, 5 sites, site*.toml, {args.runs} runs per depth, {order}; pooled empirical AUC {truth:.4f}")
     t0 = time.perf_counter()
     own_sums = with_own_class_sums() if args.control_variates else None
+    kept = noting_kept_edges() if args.kept_edges else None
     with tempfile.TemporaryDirectory(prefix="dsfed-demo-auc-") as tmp:
         for levels in args.levels:
-            runs = [one_run(levels, Path(tmp) / f"L{levels}-{r}", not args.auc_first, own_sums)
-                    for r in range(args.runs)]
+            runs, edges = [], []
+            for r in range(args.runs):
+                runs.append(one_run(levels, Path(tmp) / f"L{levels}-{r}", not args.auc_first, own_sums))
+                if kept is not None:
+                    edges.append(kept[-1])
             emp, glm, cv = (np.array([r[i] for r in runs]) - truth for i in (0, 1, 3))
-            covered = np.mean([lo <= truth <= hi for _, _, (lo, hi), _ in runs])
+            covered = np.mean([lo <= truth <= hi for _, _, (lo, hi), _, _ in runs])
+            coarsened, h, c = (np.array([r[4][i] for r in runs]) for i in range(3))
             se = np.sqrt(args.runs)
             print(f"  {2**levels:>4} leaves: empirical bias {emp.mean():+.4f} (SE {emp.std(ddof=1) / se:.4f}), "
                   f"MAE {np.abs(emp).mean():.4f}; ROC-GLM bias {glm.mean():+.4f} (SE {glm.std(ddof=1) / se:.4f}); "
                   f"coverage {covered:.3f}")
+            print(f"              calibration curve coarsened in {coarsened.sum()} of {args.runs}; H-L H groups "
+                  f"{h.min()}-{h.max()}; H-L C groups {c.min()}-{c.max()}, refused in {(c == 0).sum()}")
+            if kept is not None:
+                binned = np.array([binned_auc(pooled["y"].to_numpy(), pooled["score"].to_numpy(), e) for e in edges])
+                print(f"              inner edges kept {np.mean([e.size for e in edges]):.1f} of {2**levels - 1} "
+                      f"({min(e.size for e in edges)}-{max(e.size for e in edges)}); exact counts binned at them: "
+                      f"bias {binned.mean() - truth:+.4f}")
             if own_sums is not None:
                 print(f"              control variates: bias {cv.mean():+.4f} (SE {cv.std(ddof=1) / se:.4f}), "
                       f"MAE {np.abs(cv).mean():.4f}")
