@@ -205,9 +205,9 @@ def test_the_analyst_alone_reads_no_band_through_the_knots_cells(tmp_path: Path)
     col < v in that score cell: a few records (the subset rules keep the band at 5 or more per site, not
     per cell). Per site the row-set audit compares two releases' cells; the knots' cells were neither
     audited nor kept as pooled row sets, so the subset's cells passed beside them: on the code before,
-    15 records placed in 5 score cells holding 1 to 4 of their band. Now each site audits its records
-    of the knots' cells (``ProtocolCuts.audited``) and keeps them, and the subset's cells that differ
-    from them by a few records are merged. Counted: the band's records placed in a score cell holding 1
+    15 records placed in 5 score cells holding 1 to 4 of their band. Now each site keeps its records of
+    the knots' cells as pooled row sets (``ProtocolCuts.record_cells``), and the subset's cells that
+    differ from them by a few records are merged by the audit. Counted: the band's records placed in a score cell holding 1
     to q - 1 of them (checked against the truth), as tests/test_pooled_row_sets.py counts groups below q."""
     from test_derived_column_attacks import synthetic_frame
 
@@ -256,8 +256,8 @@ c(Hmisc::rcspline.eval(lp, nk = 4, knots.only = TRUE), coef(glm(y ~ rms::rcs(lp,
 def test_an_honest_subgroup_spline_is_released_beside_the_table_cells_and_equals_r(tmp_path: Path):
     """The control: pooled calibration bins and Hosmer-Lemeshow groups over the whole table, then the
     spline calibration (``ds_spline_calibration``) over the table and over the patients aged 50 or more.
-    The knots' cells pass the row-set audit (the subgroup's differ from the table's by many records in
-    every cell) and are released. The table's knots are R's ``rcspline.eval`` knots; the subgroup's are
+    Both are released, their cells kept as pooled row sets (the subgroup's differ from the table's by
+    many records in every cell). The table's knots are R's ``rcspline.eval`` knots; the subgroup's are
     too, but for those the cut history moved onto the table's knots (the result says which), and each
     fit equals R's ``glm(y ~ rms::rcs(lp, knots))`` at the knots released, on the pooled records."""
     from dsfed_client.analyses.smooth_calibration import ds_spline_calibration

@@ -12,8 +12,10 @@ the release gate decides on them as it decides on an analyst's cuts released poo
    does with a candidate the gate does not keep is its own (merge groups, move a knot onto an
    earlier cut, drop a leaf edge);
 3. the cuts released join every site's history (:meth:`ProtocolCuts.record`), after this site's
-   records of the cells between them have passed the row-set audit where their counts are
-   released (:meth:`ProtocolCuts.audited`).
+   records of the cells between them have passed the row-set audit where the protocol releases sums
+   over them (:meth:`ProtocolCuts.audited`), or, where it releases only the counts its ranks tell (a
+   spline's knots), have joined the table's pooled row sets for later releases' audits
+   (:meth:`ProtocolCuts.record_cells`).
 
 A cut this site releases on the column while the protocol runs (another analyst's call) was not in
 the history the pooled counts were taken with: the protocol is refused, and asked again, checks it.
@@ -28,7 +30,7 @@ import numpy as np
 from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
-from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.differencing import PooledCell, Rows
 from dsfed_server.disclosure.provenance import RootColumn
 from dsfed_server.disclosure.relay import PooledSteps
 
@@ -113,9 +115,17 @@ class ProtocolCuts:
         ``values``, the protocol's records) with their pooled ``counts`` fail its row-set audit against
         the cells and subsets released before from the table (:meth:`Guard.agreed`); every site refuses
         alike otherwise."""
+        return self.guard.agreed(self._own_cells(values, cuts, counts), self.rows, release)
+
+    def record_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> None:
+        """This site's records of the cells between ``cuts`` (on ``values``) with their pooled ``counts``
+        join the table's pooled row sets, unaudited: every later release of the table is audited
+        against them (a release of counts only, whose cuts the history kept apart on the column)."""
+        self.guard.record_pooled_cells(self._own_cells(values, cuts, counts), self.rows)
+
+    def _own_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> list[PooledCell]:
         column = "$".join(self.key) if self.whole_column else ""
-        cells = gate.own_cells(self.rows, gate.cell_index(values, cuts), counts, column)
-        return self.guard.agreed(cells, self.rows, release)
+        return gate.own_cells(self.rows, gate.cell_index(values, cuts), counts, column)
 
     def record(self, cuts: Sequence[gate.Cut]) -> None:
         """The released cuts (the column's) join this site's history of the column."""

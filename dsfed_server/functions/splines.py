@@ -26,12 +26,12 @@ only if, pooled, every cell between cuts holds 0 or at least q records
 (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`), and otherwise refuse
 (``disclosure.cut_history``). The 1 or 99 % quantile, a near-extreme record's value on a few
 hundred records, is released only where it fits too; else the range ends at the outer knot on that
-side (``range_withheld`` says so). The cells between the released cuts are a pooled release of cells
-too, whose counts the knots' ranks tell: each site's records of them pass the row-set audit against
-the cells and subsets released before from the table, as Hosmer-Lemeshow's groups do (two releases
-whose cells differ by a few records would place those records between two knots), or the sites refuse
-the knots (``disclosure.subset_min_difference``). The released cuts join the history, and the cells
-the table's pooled row sets.
+side (``range_withheld`` says so). The released cuts join the history, and the cells between them the
+table's pooled row sets: the knots' ranks tell their pooled counts, so a later release over a subset at
+the same cuts would difference against them into the few records the two differ by; the row-set audit
+of every later release sees them (as it sees Hosmer-Lemeshow's groups). The knots themselves release no
+sum over their cells and are not audited against earlier cells (a refusal would be their only answer:
+docs/governance.md, "Pooled releases").
 
 **Coefficients come from the pooled fit.** ``splineErrorsDS`` evaluates the fitted curve at the
 records only at the maximum-likelihood coefficients of the pooled data: its first step pools the
@@ -172,8 +172,8 @@ def _enough(multiple: float, n: int, floor: Floor, what: str) -> None:
     [Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y"),
      Param("score", P.VECTOR, "the predicted probability, e.g. D$score"),
      Param("nk", P.INTEGER, "number of knots (rms::rcs)", required=False, default=4, minimum=3, maximum=7)],
-    checks=_CHECKS + ("disclosure.cut_history", "disclosure.subset_min_difference",
-                      "secure_aggregation.pooled_thresholds", "secure_aggregation.dominance_sites"),
+    checks=_CHECKS + ("disclosure.cut_history", "secure_aggregation.pooled_thresholds",
+                      "secure_aggregation.dominance_sites"),
     pooled_only=True,
 )
 def rcs_knots(ctx: CallContext, truth: pd.Series, score: pd.Series, nk: int) -> PooledSteps:
@@ -249,11 +249,10 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
     value). Knots that cannot so move (no earlier
     cut, a transformed column, two knots on one cut) are refused. Then each bound is released where
     it fits with the knots and the history, else replaced by the outer knot on its side (the reason
-    in ``release``'s last argument). Last, the cells between the released cuts -- each site's records
-    of ``values`` (the protocol's, 0 < p < 1) in each, with its pooled count -- pass the row-set audit
-    against the cells and subsets released before from the table, as Hosmer-Lemeshow's groups do
-    (:meth:`ProtocolCuts.audited`; their counts follow from the knots' ranks), or every site refuses;
-    the released cuts join the history and the cells the table's pooled row sets."""
+    in ``release``'s last argument). The released cuts join the history, and the cells between them --
+    each site's records of ``values`` (the protocol's, 0 < p < 1) in each, with its pooled count, which
+    the knots' ranks tell -- the table's pooled row sets (:meth:`ProtocolCuts.record_cells`), against
+    which every later release is audited."""
     on_values = {v: gate.cuts_from([float(special.expit(v))], inclusive=True)[0] for v in [*knots, *bounds]}
     to_values = dict(zip(cuts.to_root(list(on_values.values())), on_values.values()))  # column's cut -> p's
 
@@ -268,7 +267,7 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
     grid = sorted(set(on_values.values()) | (set(history) if identity else set()))  # where a released cut can lie
     fields = {"refined": counts, gate.SQUARES: cuts.squares(counts), "own": gate.cell_sums(values, grid)[0]}
 
-    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[None, PooledSteps]:
+    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
         def fits(candidates: list[gate.Cut]) -> np.ndarray:
             return cuts.fits(candidates, pooled["refined"], floor)
 
@@ -302,12 +301,9 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
         ends = [0, *(position[c] + 1 for c in on_p), len(grid) + 1]
         own = np.rint(pooled["own"]).astype(np.int64)
 
-        def released_knots() -> dict[str, Any]:
-            cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
-            return release(final, released, moved, reason)
-
-        return None, cuts.audited(values, on_p, np.array([own[a:b].sum() for a, b in zip(ends[:-1], ends[1:])]),
-                                  released_knots)
+        cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
+        cuts.record_cells(values, on_p, np.array([own[a:b].sum() for a, b in zip(ends[:-1], ends[1:])]))
+        return release(final, released, moved, reason), None
 
     # the analyst's fraction bits: the squares travel as counts squared over gate.SQUARE_UNIT
     return PooledSteps(fields, advance, frac_bits=None, history_key=cuts.key)
