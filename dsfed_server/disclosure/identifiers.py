@@ -5,8 +5,8 @@ A data dictionary marks a column that identifies records (``"identifier": true``
 one nonetheless (``meanDS(D$patient_id)``, a formula ``"y ~ patient_id"``, ``assignTable``'s
 variables, ``deriveDS(log(D$patient_id))``) is refused here with the rule that refuses it, instead
 of the "no such column" it would otherwise meet: both front doors read every call through
-``SiteService._tree``, which calls :func:`refuse_identifiers`. The names are the site's, over all
-its tables, as a call's symbols are not tied to a table until it runs.
+``CallPipeline.tree`` (:mod:`dsfed_server.service.calls`), which calls :func:`refuse_identifiers`. The
+names are the site's, over all its tables, as a call's symbols are not tied to a table until it runs.
 """
 
 from __future__ import annotations
