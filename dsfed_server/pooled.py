@@ -66,7 +66,7 @@ def roc_glm(y: np.ndarray, p: np.ndarray, n_thresholds: int = 99) -> tuple[float
 
 def hosmer_lemeshow(y: np.ndarray, p: np.ndarray, g: int = 10, kind: str = "C") -> tuple[float, int]:
     """hoslem.test's C (type-7 quantile breaks, unique, include.lowest) or H (equal-width bins)."""
-    breaks = np.unique(np.quantile(p, np.linspace(0, 1, g + 1))) if kind == "C" else np.linspace(0, 1, g + 1)
+    breaks = np.unique(np.quantile(p, np.linspace(0, 1, g + 1))) if kind == "C" else np.arange(g + 1) / g
     idx = np.clip(np.searchsorted(breaks, p, side="left") - 1, 0, breaks.size - 2)
     n = np.bincount(idx, minlength=breaks.size - 1).astype(float)
     o = np.bincount(idx, weights=y, minlength=breaks.size - 1)
@@ -96,7 +96,7 @@ def suite(y: np.ndarray, p: np.ndarray, *, n_bins: int = 10, g: int = 10) -> dic
     finite = (p > 0) & (p < 1)
     lp = special.logit(p[finite])
     intercept, slope = _irls(np.column_stack([np.ones_like(lp), lp]), y[finite], np.ones_like(lp), "logit")
-    edges = np.linspace(0, 1, n_bins + 1)
+    edges = np.arange(n_bins + 1) / n_bins
     idx = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, n_bins - 1)
     counts = np.bincount(idx, minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -72,7 +72,7 @@ hl_ref <- function(y, p, breaks) {
 }
 # hoslem.test's grouping: type-7 quantile breaks, unique, cut(include.lowest = TRUE)
 hl_c <- function(y, p, g) hl_ref(y, p, unique(quantile(p, probs = seq(0, 1, 1 / g), type = 7)))
-hl_h <- function(y, p, g) hl_ref(y, p, seq(0, 1, length.out = g + 1))
+hl_h <- function(y, p, g) hl_ref(y, p, (0:g) / g)
 ece_ref <- function(y, p, g) {
   cutp <- cut(p, breaks = unique(quantile(p, probs = seq(0, 1, 1 / g), type = 7)), include.lowest = TRUE)
   n <- as.vector(table(cutp)); keep <- n > 0
@@ -111,7 +111,7 @@ rocglm_ref <- function(y, p, site, nT) {
 R_CALCURVE = """
 # the calibration curve of Schalk et al. (2024): bins [p_l, p_l+1), the last one closed
 calcurve_ref <- function(y, p, nbins) {
-  b <- cut(p, seq(0, 1, length.out = nbins + 1), right = FALSE, include.lowest = TRUE)
+  b <- cut(p, (0:nbins) / nbins, right = FALSE, include.lowest = TRUE)
   c(as.vector(table(b)), as.vector(tapply(y, b, mean)), as.vector(tapply(p, b, mean)))
 }
 """

@@ -68,7 +68,7 @@ def test_gbsg2_calibration_is_exact_at_small_sites(gbsg2_fresh, gbsg2_pooled):
                       y=y, p=p, e=edges)  # over the groups released
     assert v.errors.ece == pytest.approx(ece, rel=1e-8) and v.errors.mce == pytest.approx(mce, rel=1e-8)
     assert v.hl_h.complete and not v.curve.bins.was_coarsened
-    idx = np.clip(np.searchsorted(np.linspace(0, 1, 11), p, side="right") - 1, 0, 9)
+    idx = np.clip(np.searchsorted(np.arange(11) / 10, p, side="right") - 1, 0, 9)
     n = np.bincount(idx, minlength=10)
     np.testing.assert_array_equal(v.curve.n, n)
     filled = n > 0

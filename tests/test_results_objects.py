@@ -192,7 +192,7 @@ def test_calibration_curve_presentation(paper, report):
     assert set(data) == {"table", "n_bins", "n_total", "pooled", "coarsened", "requested_edges", "not_released",
                          "strategy", "exact_grouping"}
     assert [row["n"] for row in data["table"]] == c.n.tolist() and data["n_bins"] == len(c.n)
-    assert data["requested_edges"] == np.linspace(0, 1, 11).tolist() and data["not_released"]
+    assert data["requested_edges"] == (np.arange(11) / 10).tolist() and data["not_released"]
     assert not report.curve.bins.was_coarsened and report.curve.bins.pooled  # pooled: as requested
     ax = c.plot()
     (pooled,) = _by_gid(ax, "calibration-pooled")

@@ -203,7 +203,7 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
                              f"({groups.withheld}); ask per site (secure=False), or use strategy='uniform'")
         b, exact = groups.bins, groups.exact
     else:
-        b = agg.bins("calibrationBinsDS", np.linspace(0, 1, n_bins + 1), Ref(truth), Ref(score), n_bins)
+        b = agg.bins("calibrationBinsDS", np.arange(n_bins + 1) / n_bins, Ref(truth), Ref(score), n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.where(b.n > 0, b.sum_p / b.n, np.nan)
         mean_y = np.where(b.n > 0, b.sum_y / b.n, np.nan)
@@ -341,7 +341,7 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_g
     if kind == "C":
         groups = agg.risk_groups(truth, score, n_groups)
     else:
-        breaks = np.linspace(0.0, 1.0, n_groups + 1)
+        breaks = np.arange(n_groups + 1) / n_groups  # k / g exactly, as the calibration bins' edges
         b = agg.bins("groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
         groups = RiskGroups(b, True, 0, b.note(), b.was_coarsened)
     table = _EMPTY_TABLE if groups.bins is None else group_table(groups.bins)

@@ -15,7 +15,7 @@ from dsfed_client.analyses.thresholds import ThresholdMetrics, ds_threshold_metr
 from dsfed_client.results import Results, derived, hidden, result
 from dsfed_client.session import FederatedSession
 
-DEFAULT_GRID = np.arange(1, 100) / 100  # 0.01, ..., 0.99; k/100 is the calibration bins' edge k/10 exactly
+DEFAULT_GRID = np.arange(1, 100) / 100  # 0.01, ..., 0.99; 10k/100 is the calibration bins' edge k/10 exactly
 # validate()'s grid, 0.05, ..., 0.95: every threshold a site releases stays a cut in the score column's
 # history for good (any later analysis of the column is checked against it), so the default spends few
 VALIDATE_GRID = np.arange(1, 20) / 20

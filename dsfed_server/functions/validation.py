@@ -363,9 +363,12 @@ def brier(ctx: CallContext, truth: pd.Series, score: pd.Series) -> dict[str, Any
 
 def calibration_cuts(n_bins: int) -> tuple[Cut, ...]:
     """The inner cuts of ``n_bins`` equal-width bins on [0, 1], closed on the left (the last bin
-    also on the right, so 0 is in the first bin and 1 in the last; R: ``cut(p, seq(0, 1, length.out =
-    n_bins + 1), right = FALSE, include.lowest = TRUE)``)."""
-    return cuts_from(np.linspace(0.0, 1.0, n_bins + 1)[1:-1], inclusive=False)
+    also on the right, so 0 is in the first bin and 1 in the last; R: ``cut(p, (0:n_bins) / n_bins,
+    right = FALSE, include.lowest = TRUE)``). The edges are k / n_bins as division rounds them (0.3, not
+    ``seq``'s or ``linspace``'s 3 * 0.1 = 0.30000000000000004), so a decision threshold of 0.3 is the same
+    cut as the bins' edge, not a second cut a float's last bit beside it (which the release gate would
+    drop)."""
+    return cuts_from(np.arange(1, n_bins) / n_bins, inclusive=False)
 
 
 def binned_sums(lower: float, upper: float) -> Callable[[Released], dict[str, Any]]:
