@@ -29,7 +29,8 @@ from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Categories, Cut
-from dsfed_server.functions.curves import _WITHIN, placement_cells, placements
+from dsfed_server.functions.curves import (_WITHIN, SITE_DERIVED, placement_cells, placements, reference_cells,
+                                          reference_table)
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -61,8 +62,9 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     outcome and both scores.
 
     Each score's sums are read at the cells of its reference's bins this site releases
-    (:func:`~dsfed_server.functions.curves.placement_cells`), as ``histPlacementSumsDS``'s are. The cross
-    products depend on a record through the pair of its cells, so they are sums over the **joint cells**
+    (:func:`~dsfed_server.functions.curves.placement_cells`), as ``histPlacementSumsDS``'s are (in a pooled
+    release, a reference the sites derived at its leaves: :func:`side_cells`).
+    The cross products depend on a record through the pair of its cells, so they are sums over the **joint cells**
     (a cell of A's with one of B's), released as a two-way table is: every non-empty joint cell holds at
     least q records, and their row sets pass the audit. Where they do not, A's and B's cells are merged in
     pairs until they do (at worst one joint cell: no covariance between the models is released). The cross
@@ -72,7 +74,7 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     ctx.guard.placement_within_bin(within_bin)
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b})
     rows = ctx.record_rows(truth, score_a, score_b)
-    (cuts_a, cells_a), (cuts_b, cells_b) = (placement_cells(ctx, p, ref, score, rows) for p, ref, score in
+    (cuts_a, cells_a), (cuts_b, cells_b) = (side_cells(ctx, p, ref, score, rows) for p, ref, score in
                                             ((pa, reference_a, score_a), (pb, reference_b, score_b)))
     joint_a, joint_b, why = joint_cells(ctx, pa, pb, cuts_a, cuts_b, rows)
     out: dict[str, Any] = {"placement_cells_a": cells_a, "placement_cells_b": cells_b}
@@ -82,11 +84,23 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
         out |= {f"{k}_{side}": v for k, v in sums.sums.items()}
     for cls, a, b in zip(("v10", "v01"), placements(reference_a, joint_a, y, pa, within_bin),
                          placements(reference_b, joint_b, y, pb, within_bin)):
-        out |= {f"cross_{cls}": float(np.dot(a, b)), f"joint_{cls}_a": float(a.sum()), f"joint_{cls}_b": float(b.sum())}
+        out |= {f"cross_{cls}": float(np.dot(a, b)), f"joint_{cls}_a": float(a.sum()),
+                f"joint_{cls}_b": float(b.sum())}
     out["joint_coarsened"] = float(bool(why))
-    out["joint_cells"] = {"a": [[c.value, c.inclusive] for c in joint_a], "b": [[c.value, c.inclusive] for c in joint_b],
-                          "why": why}
+    out["joint_cells"] = {"a": [[c.value, c.inclusive] for c in joint_a],
+                          "b": [[c.value, c.inclusive] for c in joint_b], "why": why}
     return out
+
+
+def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: pd.Series, rows: Rows | None
+               ) -> tuple[tuple[Cut, ...], dict[str, Any]]:
+    """The cells one score's sums are read at: in a pooled release, a reference the sites derived at its
+    leaves (their edges released on the pooled counts of the records it was derived from), else the cells
+    this site releases (:func:`~dsfed_server.functions.curves.placement_cells`)."""
+    if ctx.guard.deferred is not None and ctx.session.derived_by_sites(reference, SITE_DERIVED):
+        edges, _ = reference_table(reference)
+        return reference_cells(edges), {"pooled": True, "cells": "the reference's leaves"}
+    return placement_cells(ctx, p, reference, score, rows)
 
 
 def joint_cells(ctx: CallContext, pa: np.ndarray, pb: np.ndarray, cuts_a: tuple[Cut, ...], cuts_b: tuple[Cut, ...],
