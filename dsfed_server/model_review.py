@@ -65,7 +65,7 @@ def _describe_glm(model: GLMModel, path: Path) -> str:
         "  Kind: a generalised linear model given by numbers only (no code runs at the site)",
         f"  Formula: {model.formula}  (family {model.family}, link {model.link})",
         f"  Reads the table's variables: {', '.join(variables) or 'none'}",
-        *([f"  Declares units (checked against the site's data dictionary): "
+        *(["  Declares units (checked against the site's data dictionary): "
            + ", ".join(f"{k} in {v}" for k, v in model.units.items())] if model.units else []),
         f"  Computes: x'b over {len(model.coefficients)} coefficients, then {_LINKS[model.link]}",
         "  Coefficients:",

@@ -44,7 +44,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from dsfed_core.calltree import Column, Formula, Limits, Node, Symbol
+from dsfed_core.calltree import Column, Formula, Limits, Node
 from dsfed_core.errors import CallError
 from dsfed_core.parser import parse_expression
 from dsfed_server.arithmetic import Condition, Leaf, evaluate
