@@ -131,6 +131,13 @@ def logit_ci(auc: float, variance: float, alpha: float, noise_variance: float = 
     [0.9703, 1.0]
     >>> [round(v, 4) for v in logit_ci(1.0, 4e-6, 0.05, noise_variance=0.0001)]  # clipped at 1: 1 - 1.96 * 0.01
     [0.9804, 1.0]
+
+    Within one sampling standard error of a bound the logit's linearisation fails (at 1 - 4e-5 with
+    :math:`\sqrt{var}` = 0.002, eq. (3) would give the whole of (0, 1)); there the sampling interval is
+    the Wald interval on the AUC's scale, clipped (1.96 * 0.002, combined with 1.96 * 0.01 of noise):
+
+    >>> [round(v, 4) for v in logit_ci(0.99996, 4e-6, 0.05, noise_variance=0.0001)]
+    [0.98, 1.0]
     """
     z = stats.norm.ppf(1 - alpha / 2)
     if auc in (0.0, 1.0):
@@ -138,6 +145,11 @@ def logit_ci(auc: float, variance: float, alpha: float, noise_variance: float = 
         # interval is the point, whatever the variance; a noisy estimate clipped to 1 (or 0) with a
         # positive DeLong variance otherwise made the interval NaN, returned as the whole of (0, 1)
         lower = upper = float(auc)
+    elif min(auc, 1.0 - auc) < np.sqrt(variance):
+        # within one standard error of a bound (a noisy estimate just below 1 with the noisy placements'
+        # variance): the logit scale's delta method stretches the interval to the whole of (0, 1)
+        half = z * np.sqrt(variance)
+        lower, upper = max(0.0, float(auc - half)), min(1.0, float(auc + half))
     else:
         half = z * logit_se(auc, variance)
         lower, upper = float(special.expit(special.logit(auc) - half)), float(special.expit(special.logit(auc) + half))
