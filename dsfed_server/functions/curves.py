@@ -341,8 +341,8 @@ def placements(reference: pd.DataFrame, cuts: Sequence[gate.Cut], y: np.ndarray,
 def pooled_cells_key(reference: pd.DataFrame, rows: Rows | None) -> tuple[bytes, bytes]:
     """Which reference, read at which records: the key of :attr:`Session.pooled_cells`."""
     edges, cdfs = reference_table(reference)
-    records = hashlib.sha256(b"" if rows is None else rows.lineage.encode() + np.ascontiguousarray(rows.index).tobytes())
-    return content_digest(edges, cdfs["neg"], cdfs["pos"]), records.digest()
+    records = b"" if rows is None else rows.lineage.encode() + np.ascontiguousarray(rows.index).tobytes()
+    return content_digest(edges, cdfs["neg"], cdfs["pos"]), hashlib.sha256(records).digest()
 
 
 @register(
@@ -381,8 +381,6 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     """
     ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
-    if not {"edge", "neg", "pos"} <= set(reference.columns):
-        raise CallError("the reference must be a table made by histReferenceDS or derived by scoreHistogramDS")
     edges, cdfs = reference_table(reference)
     positive = y == 1
     sums = {"n1": positive.astype(float)}
