@@ -153,6 +153,21 @@ def band_read(decoded: dict, frame_of: dict, a: int, b: int) -> tuple[int, int, 
     return read, records, compared
 
 
+def decode_sites(frames: dict[str, pd.DataFrame], refs: list[dict], sums: dict[str, list[dict]]) -> tuple[int, int]:
+    """Every site's sums against every reference decoded (:func:`decode`), each checked on the truth: the
+    outcomes read and the cells decoded, over the sites."""
+    read = cells = 0
+    for site, frame in frames.items():
+        found = decode(refs, sums[site])
+        assert found is not None  # the cells the site released, decoded
+        cuts, counts = found
+        truth = truth_counts(frame, cuts)
+        assert all((counts[c] == truth[c]).all() for c in (0, 1))  # what is decoded is the truth, exactly
+        cells += len(cuts) + 1
+        read += outcomes_read(counts)
+    return read, cells
+
+
 def test_per_site_placement_sums_against_derived_references_read_no_outcome(tmp_path: Path):
     frames, builder = federation(tmp_path)
     with builder.login() as session:
@@ -163,15 +178,7 @@ def test_per_site_placement_sums_against_derived_references_read_no_outcome(tmp_
             per = session.aggregate("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref(release["reference"]))
             for site in frames:
                 sums[site].append(per[site])
-    read = cells = 0
-    for site, frame in frames.items():
-        found = decode(refs, sums[site])
-        assert found is not None  # the cells the site released, decoded
-        cuts, counts = found
-        truth = truth_counts(frame, cuts)
-        assert all((counts[c] == truth[c]).all() for c in (0, 1))  # what is decoded is the truth, exactly
-        cells += len(cuts) + 1
-        read += outcomes_read(counts)
+    read, cells = decode_sites(frames, refs, sums)
     print(f"ATTACK per-site placement sums x {REFERENCES} derived references (shipped rules, 3 sites of 90): "
           f"decoded every site's exact class counts in its {cells} released cells (of {3 * (LEAVES + 2)} "
           f"asked); outcomes read of {read} of 270 records")

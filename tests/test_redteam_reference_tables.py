@@ -38,7 +38,7 @@ from dsfed_client import FederatedCallError
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
 from rref import r_eval
-from test_redteam_pooled_placement import (LEAVES, cell_of, decode, federation, outcomes_read, references,
+from test_redteam_pooled_placement import (LEAVES, cell_of, decode_sites, federation, outcomes_read, references,
                                            released_cuts, steps, truth_counts)
 
 THRESHOLDS = [*range(40, 130, 3), 250, 500, 1000]  # 33 grids t_j = j / (T + 1)
@@ -189,15 +189,7 @@ def test_paired_placement_sums_against_derived_references_read_no_outcome(tmp_pa
             per = session.aggregate("pairedPlacementDS", Ref("D$y"), Ref("D$score"), ref, Ref("D$score"), ref)
             for site in frames:
                 sums[site].append(as_single(per[site]))
-    read = cells = 0
-    for site, frame in frames.items():
-        found = decode(refs, sums[site])
-        assert found is not None  # the cells the site released, decoded
-        cuts, counts = found
-        truth = truth_counts(frame, cuts)
-        assert all((counts[c] == truth[c]).all() for c in (0, 1))  # what is decoded is the truth, exactly
-        cells += len(cuts) + 1
-        read += outcomes_read(counts)
+    read, cells = decode_sites(frames, refs, sums)
     print(f"ATTACK per-site paired placement sums x {len(refs)} derived references (shipped rules, 3 sites of 90): "
           f"decoded every site's class counts in its {cells} cells; outcomes read of {read} of 270 records")
     assert read == 0
