@@ -28,7 +28,7 @@ from dsfed_server.modelframe import integer_view
 from dsfed_server.models import ModelStore
 from dsfed_server.rowsets import RowSet, subset_of
 from dsfed_server.views import ColumnView, Held, read_value
-from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import CallError
 from dsfed_core.parser import parse
 from dsfed_server.workspace import Session
 
@@ -192,12 +192,8 @@ class CallContext:
 
     def _read(self, name: str, value: Any) -> Any:
         attrs = getattr(self.session.get(name), "attrs", {})
-        if attrs.get(POOLED_ONLY) and self.guard.deferred is None:
-            raise DisclosureRefusal(
-                f"{name} holds this site's counts in cells released pooled, which its own records of a cell may not "
-                "fill: only a pooled release over the sites reads it", rule="disclosure.q_threshold",
-                hint="read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it "
-                     "for this site alone (pooled = FALSE)")
+        if attrs.get(POOLED_ONLY):
+            self.guard.pooled_only(name)
         for what, n in attrs.get(RECORDS_BEHIND, {}).items():
             self.guard.min_count(n, what)
         scope = self.session.scope

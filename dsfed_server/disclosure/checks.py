@@ -119,6 +119,16 @@ class Guard:
         margin = self.rule("disclosure.cut_margin") if self.rule("disclosure.cut_history") else 0
         return Floor(self.q, margin, self.secret)
 
+    def pooled_only(self, name: str) -> None:
+        """A table of counts in cells released pooled (the ROC-GLM's for a pooled fit): this site's own
+        records of a cell may not fill it, so only a pooled release over the sites reads it."""
+        if self.deferred is None:
+            raise self._refuse(
+                f"{name} holds this site's counts in cells released pooled, which its own records of a cell may not "
+                "fill: only a pooled release over the sites reads it", "disclosure.q_threshold",
+                "read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it for "
+                "this site alone (pooled = FALSE)")
+
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with
         ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count
