@@ -26,8 +26,8 @@ from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Row
                                                  row_set_problem, rows_of,
                                                  set_size)
 from dsfed_server.disclosure.shared_tables import own_key
-from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cuts_from,
-                                         decide_local,
+from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
+                                         cuts_from, decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
@@ -118,6 +118,26 @@ class Guard:
         none without ``disclosure.cut_history``)."""
         margin = self.rule("disclosure.cut_margin") if self.rule("disclosure.cut_history") else 0
         return Floor(self.q, margin, self.secret)
+
+    def joint_cells(self, xa: np.ndarray, xb: np.ndarray, cuts_a: tuple[Cut, ...], cuts_b: tuple[Cut, ...],
+                    rows: Rows | None) -> tuple[tuple[Cut, ...], tuple[Cut, ...], str]:
+        """The cuts of two scores' cells whose joint cells this site releases as a two-way table (:meth:`release`
+        of :class:`~dsfed_server.disclosure.gate.Categories`: every non-empty cell at least q records, the row-set
+        audit), each score's cells merged in pairs until they pass, and why they were merged."""
+        why = ""
+        while True:
+            na, nb = len(cuts_a) + 1, len(cuts_b) + 1
+            codes = cell_index(xa, cuts_a) * nb + cell_index(xb, cuts_b)
+            try:
+                self.release(Categories(codes, (na, nb), lambda released: None,
+                                        what="joint cells of the two scores' reference bins", rows=rows))
+                return cuts_a, cuts_b, why
+            except DisclosureRefusal as refusal:
+                if not cuts_a and not cuts_b:
+                    raise
+                why = (f"joint cells of the two scores merged in pairs (to {(na + 1) // 2} x {(nb + 1) // 2}): "
+                       f"{refusal} -- the covariance of the two AUCs is read over coarser cells")
+                cuts_a, cuts_b = cuts_a[1::2], cuts_b[1::2]
 
     def pooled_only(self, name: str) -> None:
         """A table of counts in cells released pooled (the ROC-GLM's for a pooled fit): this site's own

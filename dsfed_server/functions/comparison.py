@@ -23,12 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.context import CallContext
-from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows
-from dsfed_server.disclosure.gate import Categories, Cut
+from dsfed_server.disclosure.gate import Cut
 from dsfed_server.functions.curves import (_WITHIN, SITE_DERIVED, placement_cells, placements, reference_cells,
                                           reference_table)
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
@@ -66,8 +64,9 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     release, a reference the sites derived at its leaves: :func:`side_cells`).
     The cross products depend on a record through the pair of its cells, so they are sums over the **joint cells**
     (a cell of A's with one of B's), released as a two-way table is: every non-empty joint cell holds at
-    least q records, and their row sets pass the audit. Where they do not, A's and B's cells are merged in
-    pairs until they do (at worst one joint cell: no covariance between the models is released). The cross
+    least q records, and their row sets pass the audit (:meth:`Guard.joint_cells`). Where they do not, A's and
+    B's cells are merged in pairs until they do (at worst one joint cell: no covariance between the models is
+    released). The cross
     products and each score's sums over the same joint cells (``joint_v10_a``, ...: the covariance's means)
     are computed there; ``joint_coarsened`` is 1 where this site merged them, and ``joint_cells`` names the
     joint cells' cuts and why."""
@@ -76,7 +75,7 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     rows = ctx.record_rows(truth, score_a, score_b)
     (cuts_a, cells_a), (cuts_b, cells_b) = (side_cells(ctx, p, ref, score, rows) for p, ref, score in
                                             ((pa, reference_a, score_a), (pb, reference_b, score_b)))
-    joint_a, joint_b, why = joint_cells(ctx, pa, pb, cuts_a, cuts_b, rows)
+    joint_a, joint_b, why = ctx.guard.joint_cells(pa, pb, cuts_a, cuts_b, rows)
     out: dict[str, Any] = {"placement_cells_a": cells_a, "placement_cells_b": cells_b}
     for side, p, ref, cuts in (("a", pa, reference_a, cuts_a), ("b", pb, reference_b, cuts_b)):
         sums = PlacementSums()
@@ -101,27 +100,6 @@ def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: 
         edges, _ = reference_table(reference)
         return reference_cells(edges), {"pooled": True, "cells": "the reference's leaves"}
     return placement_cells(ctx, p, reference, score, rows)
-
-
-def joint_cells(ctx: CallContext, pa: np.ndarray, pb: np.ndarray, cuts_a: tuple[Cut, ...], cuts_b: tuple[Cut, ...],
-                rows: Rows | None) -> tuple[tuple[Cut, ...], tuple[Cut, ...], str]:
-    """The cuts of A's and B's cells whose joint cells this site releases as a two-way table
-    (:class:`~dsfed_server.disclosure.gate.Categories` through :meth:`Guard.release`: every non-empty cell at
-    least q records, the row-set audit), merging each score's cells in pairs until they pass, and why it merged."""
-    why = ""
-    while True:
-        na, nb = len(cuts_a) + 1, len(cuts_b) + 1
-        codes = gate.cell_index(pa, cuts_a) * nb + gate.cell_index(pb, cuts_b)
-        try:
-            ctx.guard.release(Categories(codes, (na, nb), lambda released: None,
-                                         what="joint cells of the two scores' reference bins", rows=rows))
-            return cuts_a, cuts_b, why
-        except DisclosureRefusal as refusal:
-            if not cuts_a and not cuts_b:
-                raise
-            why = (f"joint cells of the two scores merged in pairs (to {(na + 1) // 2} x {(nb + 1) // 2}): {refusal} "
-                   "-- the covariance of the two AUCs is read over coarser cells")
-            cuts_a, cuts_b = cuts_a[1::2], cuts_b[1::2]
 
 
 @register(
