@@ -139,6 +139,14 @@ class Guard:
                        f"{refusal} -- the covariance of the two AUCs is read over coarser cells")
                 cuts_a, cuts_b = cuts_a[1::2], cuts_b[1::2]
 
+    def group_cells(self, codes: np.ndarray, n_cells: int, rows: Rows | None) -> list[int]:
+        """The groups of one or two factors (each record's cell ``codes``, ``n_cells`` in all) released as a
+        table of counts (:meth:`release` of :class:`~dsfed_server.disclosure.gate.Categories`: every non-empty
+        group at least q records, the row-set audit), before anything is computed by group: a release of
+        several steps, the sums by group read over the released groups (and kept on the site by an assign,
+        which releases nothing yet checks the same groups). Returns the groups withheld (:meth:`release_groups`)."""
+        return self.release_groups(Categories(codes, (n_cells,), lambda released: None, what="groups", rows=rows))
+
     def pooled_only(self, name: str) -> None:
         """A table of counts in cells released pooled (the ROC-GLM's for a pooled fit): this site's own
         records of a cell may not fill it, so only a pooled release over the sites reads it."""
