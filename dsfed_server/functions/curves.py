@@ -378,6 +378,16 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     are computed from the released cells only: the CDFs at the released cells' bounds (linear between
     the reference's edges), a bin the gate merged counting as one. The reference's ends are cuts
     too (below the first edge a positive's :math:`V_{10}` is 0, above the last 1).
+
+    **Each class against its own CDF.** ``sum_v00`` sums the negatives' :math:`V_{00} = \\tilde F_0(x)`,
+    ``sum_v11`` the positives' :math:`V_{11} = \\tilde F_1(x)`, at the same released cells, as
+    :math:`V_{10}` and :math:`V_{01}` are. With ties one half, an exact reference and cells whose bounds are
+    the reference's edges, each mean is one half whatever the data (:math:`\\sum_c n_c (C_{c-1} + n_c/2) =
+    N^2/2`); under the noise it moves with the same leaf estimates as :math:`\\bar V_{10}` (resp.
+    :math:`\\bar V_{01}`), which makes it a control variate of known mean for them (Glynn & Szechtman 2002).
+    Both are further linear combinations of the released cells' class counts with the reference's values,
+    as ``sum_v10`` and ``sum_v01`` are, so the same gate covers them: no new rule, and they are pooled
+    wherever the other fields are (the pooled release renders them from the pooled cells).
     """
     ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
@@ -392,13 +402,17 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
         n = np.asarray(released.counts, dtype=float)
         n1 = np.asarray(released.sums["n1"], dtype=float)
         out = {"n1": int(round(n1.sum())), "n0": int(round((n - n1).sum()))}
+        # v10, v01: each class against the other's CDF; v00, v11: each class against its own (sums only)
         for name, cdf, count, linear_sums, complement in (("v10", cdfs["neg"], n1, ("p1", "pp1"), False),
-                                                           ("v01", cdfs["pos"], n - n1, ("p0", "pp0"), True)):
+                                                           ("v01", cdfs["pos"], n - n1, ("p0", "pp0"), True),
+                                                           ("v00", cdfs["neg"], n - n1, ("p0", "pp0"), False),
+                                                           ("v11", cdfs["pos"], n1, ("p1", "pp1"), False)):
             a, b = cell_lines(released.cuts, edges, cdf, within_bin, complement)  # V = a + b x within a cell
             s1, s2 = ((np.asarray(released.sums[k], dtype=float) for k in linear_sums) if within_bin == "linear"
                       else (np.zeros_like(count), np.zeros_like(count)))
-            total, squares = a * count + b * s1, a * a * count + 2 * a * b * s1 + b * b * s2
-            out[f"sum_{name}"], out[f"sumsq_{name}"] = float(total.sum()), float(squares.sum())
+            out[f"sum_{name}"] = float((a * count + b * s1).sum())
+            if name in ("v10", "v01"):
+                out[f"sumsq_{name}"] = float((a * a * count + 2 * a * b * s1 + b * b * s2).sum())
         if released.pooled:  # a ROC-GLM table for a pooled fit over the same records reads the reference here
             ctx.session.pooled_cells[pooled_cells_key(reference, rows)] = released.cuts
         return {**out, "placement_cells": released.describe()}
