@@ -213,8 +213,9 @@ class PerSite(Aggregation):
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
         results = self.session.aggregate(function, *args, **kwargs)
         first = next(iter(results.values()))
+        # a field only some sites return (a newer server's) has no sum: left out, as if none had returned it
         return {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in results.values())}
 
     def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
         results = self.session.aggregate(function, *args)

@@ -395,7 +395,10 @@ class HistogramAUC(AUCIntervals):
     :math:`\\bar V_{10}` rests on the negatives' CDF, :math:`\\bar V_{01}` on the positives'. With exact
     references both equal the Mann-Whitney AUC (``weight`` one half); with noisy ones their noise is
     independent, and ``weight`` is the inverse-variance weight (:func:`placement_weight`) that makes
-    the noise's variance least.
+    the noise's variance least. Under the noise each mean is first corrected by its class's own mean
+    placement against the same reference (``mean_v00``, ``mean_v11``; one half without noise), with the
+    coefficients ``beta10``, ``beta01`` of :func:`control_variates`; ``estimator`` says whether it was,
+    and why not (noise off: nothing to correct; sites that do not return the own-class sums).
 
     References
     ----------
@@ -419,7 +422,12 @@ class HistogramAUC(AUCIntervals):
     histograms: ScoreHistograms = hidden()
     noise_variance: float = stat("Noise variance", default=0.0)  # what the histograms' DP noise adds
     roc_glm_failed: str = stat(default="")  # why the ROC-GLM was not fitted ("": fitted, or not asked)
-    weight: float = stat("Weight of mean V10", default=0.5)  # auc = weight * V10 + (1 - weight) * V01
+    weight: float = stat("Weight of mean V10", default=0.5)  # auc = weight * V10c + (1 - weight) * V01c
+    mean_v00: float = stat("Mean V00 (own class)", default=float("nan"))  # NaN: the sites did not return it
+    mean_v11: float = stat("Mean V11 (own class)", default=float("nan"))
+    beta10: float = stat("Control variate beta (V10)", default=0.0)  # V10c = V10 - beta10 (V00 - 1/2)
+    beta01: float = stat("Control variate beta (V01)", default=0.0)  # V01c = V01 - beta01 (V11 - 1/2)
+    estimator: str = stat("Estimator", default="weighted means")  # which one, and why not the other
 
     @derived("ROC-GLM AUC", brief=".4f", export=False)
     def roc_glm_auc(self) -> float | None:
@@ -429,6 +437,9 @@ class HistogramAUC(AUCIntervals):
     def mechanism(self) -> dict[str, dict[str, Any]]:
         """Per site (or ``"pooled"``) the mechanism of the histograms' release."""
         return self.histograms.mechanism
+
+    def _notes(self) -> tuple[str, ...]:
+        return (f"Estimator: {self.estimator}.",) if self.estimator.startswith("weighted means (") else ()
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The ROC-GLM fitted on the histogram placement values (its CI in the legend) over the ROC
@@ -529,22 +540,19 @@ def separating_leaves(session: FederatedSession, truth: str, score: str, hist: S
     return hist
 
 
-def placement_noise_variances(hist: ScoreHistograms) -> tuple[float, float]:
-    r"""The variances the histograms' DP noise adds to the two mean placement values,
-    :math:`\bar V_{10}` and :math:`\bar V_{01}` (to first order; both 0 with noise off).
+def _placement_gradients(hist: ScoreHistograms) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    r"""The noise of the four mean placement values as linear functions of the pooled noisy counts: the
+    gradients :math:`g` of :math:`\bar V_{10}, \bar V_{00}` (both on the negatives' counts) and
+    :math:`\bar V_{01}, \bar V_{11}` (on the positives'), and each count's noise variance; None with noise off.
 
-    The leaf estimates are linear in the noisy counts of every level,
-    :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed here column by column), and the
-    mean placement value of the positives is a linear function of the negatives' leaf estimates:
-    :math:`\bar V_{10} = N_0^{-1} \sum_k a_k \hat\ell_{0,k}` with :math:`a_k` the share of positives
-    above leaf k plus half the share inside it (uniform within a leaf, as the linear CDF assumes),
-    estimated from the positives' histogram. So its noise variance is
-    :math:`N_0^{-2} \sum_i (T^T a)_i^2 \sigma_i^2`, :math:`\sigma_i^2` the pooled noise variance of
-    count i's level; likewise for :math:`\bar V_{01}` on the positives' counts. The two classes' counts
-    carry independent noise, so the two errors are independent. The isotonic step and the sampling of
-    the scores are left out (the latter is DeLong's variance)."""
+    Class c's mean placement against the negatives' reference is :math:`N_0^{-1} \sum_k a_{c,k} \hat\ell_{0,k}`
+    (:math:`\bar V_{10}` for the positives, :math:`\bar V_{00}` for the negatives), :math:`a_{c,k}` the share of
+    class c above leaf k plus half its share inside it (from the released histograms), and
+    :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed column by column); so
+    :math:`g_{10} = T^T a_1 / N_0`, :math:`g_{00} = T^T a_0 / N_0`, :math:`g_{01} = -T^T a_0 / N_1`,
+    :math:`g_{11} = T^T a_1 / N_1`."""
     if hist.noise_off or hist.level_variance.size == 0:
-        return 0.0, 0.0
+        return None
     b, leaves = hist.branching, hist.edges.size - 1
     sizes = [b**lv for lv in range(hist.level_variance.size)]
     if sizes[-1] != leaves:
@@ -560,9 +568,76 @@ def placement_noise_variances(hist: ScoreHistograms) -> tuple[float, float]:
         share = share / share.sum() if share.sum() > 0 else np.full(leaves, 1.0 / leaves)
         return 1.0 - np.cumsum(share) + 0.5 * share
 
-    v10 = mean_placement(hist.cum_positives) @ T / hist.n_negative
-    v01 = mean_placement(hist.cum_negatives) @ T / hist.n_positive
-    return float(np.sum(v10**2 * per_count)), float(np.sum(v01**2 * per_count))
+    a1, a0 = mean_placement(hist.cum_positives) @ T, mean_placement(hist.cum_negatives) @ T
+    return {"v10": a1 / hist.n_negative, "v00": a0 / hist.n_negative, "v01": -a0 / hist.n_positive,
+            "v11": a1 / hist.n_positive}, per_count
+
+
+def placement_noise_variances(hist: ScoreHistograms) -> tuple[float, float]:
+    r"""The variances the histograms' DP noise adds to the two mean placement values,
+    :math:`\bar V_{10}` and :math:`\bar V_{01}` (to first order; both 0 with noise off).
+
+    The leaf estimates are linear in the noisy counts of every level,
+    :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed here column by column), and the
+    mean placement value of the positives is a linear function of the negatives' leaf estimates:
+    :math:`\bar V_{10} = N_0^{-1} \sum_k a_k \hat\ell_{0,k}` with :math:`a_k` the share of positives
+    above leaf k plus half the share inside it (uniform within a leaf, as the linear CDF assumes),
+    estimated from the positives' histogram. So its noise variance is
+    :math:`N_0^{-2} \sum_i (T^T a)_i^2 \sigma_i^2`, :math:`\sigma_i^2` the pooled noise variance of
+    count i's level; likewise for :math:`\bar V_{01}` on the positives' counts. The two classes' counts
+    carry independent noise, so the two errors are independent. The isotonic step and the sampling of
+    the scores are left out (the latter is DeLong's variance)."""
+    grads = _placement_gradients(hist)
+    if grads is None:
+        return 0.0, 0.0
+    g, per_count = grads
+    return float(np.sum(g["v10"] ** 2 * per_count)), float(np.sum(g["v01"] ** 2 * per_count))
+
+
+@dataclass(frozen=True)
+class ControlVariates:
+    """The control variates' coefficients and the noise variances of the two corrected means
+    (:func:`control_variates`)."""
+
+    beta10: float
+    beta01: float
+    variance10: float
+    variance01: float
+
+
+def control_variates(hist: ScoreHistograms) -> ControlVariates:
+    r"""Each class's own mean placement as a control variate of the other mean on the same counts.
+
+    :math:`\bar V_{00}`, the negatives against their own CDF, is one half without noise (ties one half,
+    the reference's edges as cells: :math:`\sum_c n_c (C_{c-1} + n_c / 2) = N^2 / 2`), and its noise comes
+    from the same leaf estimates as :math:`\bar V_{10}`'s: a shift of the negatives' reference moves both
+    alike. So :math:`\bar V_{10} - \beta_{10} (\bar V_{00} - \tfrac12)` keeps the AUC and drops the noise the
+    two share, least at :math:`\beta_{10} = \mathrm{cov}(\bar V_{10}, \bar V_{00}) / \mathrm{var}(\bar V_{00})
+    = \sum_i g_{10,i} g_{00,i} \sigma_i^2 / \sum_i g_{00,i}^2 \sigma_i^2` (the control variate with known mean;
+    Glynn & Szechtman 2002), its noise variance :math:`\sum_i (g_{10,i} - \beta_{10} g_{00,i})^2 \sigma_i^2`
+    (gradients of :func:`_placement_gradients`); likewise :math:`\bar V_{01}` with :math:`\bar V_{11}` on the
+    positives' counts. Both coefficients come from the released counts (post-processing: no budget).
+    Noise off, both are 0 and the variances too: the estimator is the weighted mean of the two, pROC's AUC.
+
+    >>> edges = np.linspace(0.0, 1.0, 5)
+    >>> hist = ScoreHistograms(edges, np.array([0., 2, 3, 7, 9]), np.array([0., 1, 4, 5, 9]), 9.0, 9.0, True,
+    ...                        np.empty(0), {})
+    >>> control_variates(hist)
+    ControlVariates(beta10=0.0, beta01=0.0, variance10=0.0, variance01=0.0)
+    """
+    grads = _placement_gradients(hist)
+    if grads is None:
+        return ControlVariates(0.0, 0.0, 0.0, 0.0)
+    g, per = grads
+
+    def corrected(target: np.ndarray, own: np.ndarray) -> tuple[float, float]:
+        own_variance = float(np.sum(own**2 * per))
+        beta = float(np.sum(target * own * per)) / own_variance if own_variance > 0 else 0.0
+        return beta, float(np.sum((target - beta * own) ** 2 * per))
+
+    beta10, var10 = corrected(g["v10"], g["v00"])
+    beta01, var01 = corrected(g["v01"], g["v11"])
+    return ControlVariates(beta10, beta01, var10, var01)
 
 
 def placement_weight(hist: ScoreHistograms) -> float:
@@ -609,7 +684,12 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
        the two means under the noise (:func:`placement_weight`; one half with noise off, where both are the
        Mann-Whitney AUC), :math:`\\widehat{var} = s^2(V_{10})/n_1 + s^2(V_{01})/n_0` (DeLong 1988; Schalk et
        al. 2024, eqs. 1-2), plus the variance the histograms' noise adds (:func:`noise_variance`); CI by
-       Schalk et al. (2024) eq. (3) with both;
+       Schalk et al. (2024) eq. (3) with both. Under the noise each mean is first corrected by its class's
+       own mean placement, :math:`\\bar V_{10} - \\beta_{10} (\\bar V_{00} - \\tfrac12)` and
+       :math:`\\bar V_{01} - \\beta_{01} (\\bar V_{11} - \\tfrac12)` (:func:`control_variates`; Glynn &
+       Szechtman 2002), which halves the noise's standard deviation; the weights and the noise variance are
+       then those of the corrected means. Noise off, :math:`\\beta = 0`. Sites that do not return the
+       own-class sums (a server before them) get the weighted means as before, and ``estimator`` says so;
     4. the ROC-GLM (Schalk et al. 2024) by the distributed probit GLM on each site's table of
        :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
 
@@ -656,11 +736,21 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
-        m = placement_moments(agg.sum("histPlacementSumsDS", *args, within_bin=within_bin))
+        sums = agg.sum("histPlacementSumsDS", *args, within_bin=within_bin)
+        m = placement_moments(sums)
         v10, v01 = placement_noise_variances(hist)
-        weight = 0.5 if v10 + v01 <= 0 else v01 / (v10 + v01)  # placement_weight
-        auc = float(np.clip(weight * m.mean10 + (1.0 - weight) * m.mean01, 0.0, 1.0))
-        noise = weight**2 * v10 + (1.0 - weight) ** 2 * v01
+        own = (sums["sum_v00"] / m.n0, sums["sum_v11"] / m.n1) if {"sum_v00", "sum_v11"} <= sums.keys() \
+            else (float("nan"), float("nan"))
+        mean10, mean01, betas, why = m.mean10, m.mean01, (0.0, 0.0), _estimator(hist, within_bin, own)
+        if not why:  # each mean corrected by its class's own mean placement (one half without noise)
+            cv = control_variates(hist)
+            betas, r10, r01 = (cv.beta10, cv.beta01), cv.variance10, cv.variance01
+            mean10, mean01 = mean10 - cv.beta10 * (own[0] - 0.5), mean01 - cv.beta01 * (own[1] - 0.5)
+        else:
+            r10, r01 = v10, v01
+        weight = 0.5 if r10 + r01 <= 0 else r01 / (r10 + r01)  # placement_weight, of the corrected means
+        auc = float(np.clip(weight * mean10 + (1.0 - weight) * mean01, 0.0, 1.0))
+        noise = weight**2 * r10 + (1.0 - weight) ** 2 * r01
         fit, failed = None, ""
         if roc_glm:
             try:
@@ -677,4 +767,17 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 # the ROC-GLM rests on the V10 alone: their noise
                 fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, v10)
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
-                        hist, noise, failed, weight)
+                        hist, noise, failed, weight, *own, *betas,
+                        "control variates" if not why else f"weighted means ({why})")
+
+
+def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float]) -> str:
+    """Why :func:`ds_hist_auc` keeps the plain weighted means instead of the control variates ("": it does not)."""
+    if hist.noise_off:
+        return "noise off: nothing to correct, beta = 0"
+    if not np.isfinite(own).all():
+        return ("the sites did not return the own-class placement sums sum_v00, sum_v11 (a server before "
+                "them): the noise's variance is about twice that of the control variates'")
+    if within_bin != "tied":
+        return "within_bin = 'linear': the own-class means are not one half without noise"
+    return ""

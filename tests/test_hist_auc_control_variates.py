@@ -1,0 +1,193 @@
+"""The histogram AUC's control variates: each class's own mean placement against the same reference
+(``histPlacementSumsDS``'s ``sum_v00``, ``sum_v11``), which is one half without noise, corrects the other
+class's mean (:func:`dsfed_client.analyses.curves.control_variates`; Glynn & Szechtman 2002).
+
+* noise off: the own-class sums equal an independent numpy computation of the placement values at the
+  released cells (the records' cells found with ``searchsorted`` on the released cuts, the CDF at the
+  cells' bounds counted from the data), and their means are one half exactly where the reference is the
+  data's own CDF and every record sits in a cell whose bounds are the reference's edges (a pooled release),
+  and not where a site merges its own cells or the reference is another data set's;
+* noise off: :func:`ds_hist_auc` equals pROC's AUC and DeLong interval (R through rpy2), with beta = 0 and
+  the own-class means one half, so the correction is zero twice over;
+* noise on: the corrected estimator's reported noise variance against the variance of its error over
+  repeated noise draws on one fixed pooled data set, and its mean absolute error against the weighted
+  means' on the same draws;
+* a server that does not return the own-class sums: the weighted means as before, and the result says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from conftest import inprocess_builder
+from dsfed_client import Ref
+from dsfed_client.analyses.curves import ds_hist_auc, noise_variance, placement_weight
+from dsfed_client.calls import Call
+from dsfed_server.registry import REGISTRY
+from dsfed_server.synthetic import binormal
+from rref import R_PROC, r_reference
+from sitekit import DEFAULT_RULES, NO_NOISE, make_sites, rules_variant, write_table
+
+LEAVES = 16
+
+
+def split(data: pd.DataFrame, sizes: tuple[int, ...], rng: np.random.Generator) -> dict[str, pd.DataFrame]:
+    """``data`` split at random into sites of ``sizes`` records."""
+    order = rng.permutation(len(data))
+    bounds = np.cumsum((0, *sizes))
+    return {f"site{k + 1}": data.iloc[np.sort(order[bounds[k]:bounds[k + 1]])].reset_index(drop=True)
+            for k in range(len(sizes))}
+
+
+def below(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """How many of ``values`` lie below each edge (continuous scores: none on an edge)."""
+    return np.searchsorted(np.sort(values), edges, "left").astype(float)
+
+
+def own_means(frame: pd.DataFrame, edges: np.ndarray, cum0: np.ndarray, cum1: np.ndarray,
+              cells: dict) -> tuple[float, float, float, float]:
+    """Sums of V00 over the negatives and of V11 over the positives of ``frame``, and of V10, V01, against the
+    reference (``cum0``, ``cum1`` at ``edges``) read at the cells the release says it released: the reference's
+    edges, less those it dropped, those it moved at their new value; a record's value the mean of the
+    reference's CDF at its cell's bounds (ties one half)."""
+    moved = {a: b for a, b in cells["moved"]}
+    cuts = np.array(sorted({moved.get(e, e) for e in edges if e not in set(cells["dropped"])}))
+    bounds = np.clip(np.concatenate([[-np.inf], cuts, [np.inf]]), edges[0], edges[-1])
+
+    def mean_cdf(cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+        at = np.interp(bounds, edges, cum) / cum[-1]
+        cell = np.searchsorted(cuts, x, "left")
+        return 0.5 * (at[cell] + at[cell + 1])
+
+    neg, pos = (frame.score.to_numpy()[frame.y.to_numpy() == c] for c in (0, 1))
+    return (float(mean_cdf(cum0, neg).sum()), float(mean_cdf(cum1, pos).sum()), float(mean_cdf(cum0, pos).sum()),
+            float((1.0 - mean_cdf(cum1, neg)).sum()))
+
+
+def test_noise_off_own_class_sums_are_one_half_only_where_that_is_true(tmp_path: Path) -> None:
+    """The shipped test profile (noise off, q = 5): a small site merges tail leaves of its own."""
+    rng = np.random.default_rng(381)
+    data = binormal(420, rng, 0.75, 0.3)[["y", "score"]]
+    frames = split(data, (200, 180, 40), rng)
+    y, p = data.y.to_numpy(), data.score.to_numpy()
+    edges = np.linspace(0.0, 1.0, LEAVES + 1)
+    own = (below(p[y == 0], edges), below(p[y == 1], edges))
+    other = binormal(420, np.random.default_rng(9), 0.9, 0.5)  # another data set's CDFs
+    foreign = (below(other.score[other.y == 0].to_numpy(), edges), below(other.score[other.y == 1].to_numpy(), edges))
+    with inprocess_builder(*make_sites(tmp_path, frames, rules=NO_NOISE)).login() as session:
+        session.assign_table("D", "P.t")
+        args = (Ref("D$y"), Ref("D$score"))
+        for name, (cum0, cum1) in (("own", own), ("foreign", foreign)):
+            reference = session.assign(f"ref_{name}", Call("histReferenceDS", edges, cum0, cum1))
+            pooled = session.pooled("histPlacementSumsDS", *args, reference, within_bin="tied")
+            want = own_means(data, edges, cum0, cum1, pooled["placement_cells"])
+            got = [pooled[f"sum_{v}"] for v in ("v00", "v11", "v10", "v01")]
+            assert got == pytest.approx(want, rel=1e-9)
+            n0, n1 = pooled["n0"], pooled["n1"]
+            half = (pooled["sum_v00"] / n0 == pytest.approx(0.5, abs=1e-12),
+                    pooled["sum_v11"] / n1 == pytest.approx(0.5, abs=1e-12))
+            # pooled cells are the reference's leaves, some merged: one half exactly against the data's own CDF
+            assert half == ((True, True) if name == "own" else (False, False)), name
+            per_site = session.aggregate("histPlacementSumsDS", *args, reference, within_bin="tied")
+            for site, r in per_site.items():
+                want = own_means(frames[site], edges, cum0, cum1, r["placement_cells"])
+                assert [r[f"sum_{v}"] for v in ("v00", "v11", "v10", "v01")] == pytest.approx(want, rel=1e-12)
+            if name == "own":  # the small site merged tail leaves of its own: no longer one half summed
+                assert per_site["site3"]["placement_cells"]["dropped"]
+                total = sum(r["sum_v00"] for r in per_site.values()) / n0
+                assert abs(total - 0.5) > 1e-6
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["per-site", "pooled"])
+def test_noise_off_equals_pROC_with_beta_zero(tmp_path: Path, secure: bool) -> None:
+    """The test profile with q = 1, as in test_noise_off_exact.py: the leaves are refined until each that holds
+    both classes holds one distinct score, which needs cells of one record."""
+    rng = np.random.default_rng(382)
+    data = binormal(300, rng, 0.75, 0.3)[["y", "score"]]
+    rules = rules_variant(tmp_path / "q1.toml", base=NO_NOISE, q_threshold=1)
+    with inprocess_builder(*make_sites(tmp_path, split(data, (120, 100, 80), rng), rules=rules)).login() as session:
+        session.assign_table("D", "P.t")
+        result = ds_hist_auc(session, "D$y", "D$score", secure=secure, roc_glm=False)
+    auc, lower, upper, variance = r_reference("proc_ref", R_PROC, y=data.y.to_numpy(), p=data.score.to_numpy())
+    assert result.auc == pytest.approx(auc, abs=1e-12)
+    assert result.variance == pytest.approx(variance, abs=1e-12)
+    assert tuple(result.ci_delong) == pytest.approx((lower, upper), abs=1e-10)
+    # beta is 0 with noise off, and the correction it would multiply is zero too
+    assert (result.beta10, result.beta01, result.noise_variance) == (0.0, 0.0, 0.0)
+    assert (result.mean_v00, result.mean_v11) == pytest.approx((0.5, 0.5), abs=1e-12)
+    assert result.estimator.startswith("weighted means (noise off")
+
+
+def noisy_tables(tmp_path: Path, data: pd.DataFrame, draws: int, rng: np.random.Generator) -> Path:
+    """``draws`` tables t0, t1, ... at three sites, each the same pooled data split at random anew. A site
+    seeds its noise by its secret and the query's data, so one table asked again gives the same noise; a new
+    split gives every site new data, so new noise, on the same pooled data."""
+    for r in range(draws):
+        for site, frame in split(data, (200, 200, 200), rng).items():
+            write_table(tmp_path / "data" / site, frame, table=f"t{r}")
+    # the shipped rules, but a budget for ``draws`` AUCs of one analyst
+    return rules_variant(tmp_path / "budget.toml", base=DEFAULT_RULES, epsilon_per_table="1000.0",
+                         epsilon_per_analyst="1000.0", delta_per_table="0.5", delta_per_analyst="0.5")
+
+
+def test_noise_on_reported_variance_is_the_noise_and_mae_falls(tmp_path: Path) -> None:
+    """Binormal scores (AUC 0.75, prevalence 0.3), n = 600 over three sites of the shipped rules (epsilon 1,
+    every site adding its full noise), pooled, 64 leaves (:func:`auc_levels`'s depth here); 50 noise draws."""
+    draws, rng = 50, np.random.default_rng(383)
+    data = binormal(600, rng, 0.75, 0.3)[["y", "score"]]
+    rules = noisy_tables(tmp_path, data, draws, rng)
+    y, p = data.y.to_numpy(), data.score.to_numpy()
+    pooled_auc = r_reference("proc_ref", R_PROC, y=y, p=p)[0]
+    corrected, reported, plain, plain_reported = [], [], [], []
+    with inprocess_builder(*make_sites(tmp_path, split(data, (200, 200, 200), rng), rules=rules)).login() as session:
+        for r in range(draws):
+            session.assign_table("D", f"P.t{r}")
+            res = ds_hist_auc(session, "D$y", "D$score", secure=True, roc_glm=False)
+            assert res.estimator == "control variates" and res.histograms.edges.size == 65
+            w = placement_weight(res.histograms)
+            corrected.append(res.auc)
+            reported.append(res.noise_variance)
+            plain.append(w * res.auc_positives + (1 - w) * res.auc_negatives)
+            plain_reported.append(noise_variance(res.histograms, w))
+    corrected, plain = np.asarray(corrected), np.asarray(plain)
+    # the error's variance over the draws against the mean reported: the ratio of a sample variance of `draws`
+    # normal errors to their variance lies in this band with probability 0.998
+    band = stats.chi2.ppf([0.001, 0.999], draws - 1) / (draws - 1)
+    ratio = corrected.var(ddof=1) / np.mean(reported)
+    assert band[0] < ratio < band[1], ratio
+    assert band[0] < plain.var(ddof=1) / np.mean(plain_reported) < band[1]
+    # the control variates halve the noise's sd (a quarter of its variance here), on the same draws
+    assert np.mean(reported) < 0.5 * np.mean(plain_reported)
+    assert np.abs(corrected - pooled_auc).mean() < 0.75 * np.abs(plain - pooled_auc).mean()
+
+
+def test_a_server_without_the_own_class_sums_gets_the_weighted_means(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sites whose ``histPlacementSumsDS`` returns only the fields of before (its render wrapped here)."""
+    spec = REGISTRY.get("histPlacementSumsDS")
+
+    def older(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        cells = spec.impl(*args, **kwargs)
+        render = cells.render
+        cells.render = lambda released: {k: v for k, v in render(released).items() if k not in ("sum_v00", "sum_v11")}
+        return cells
+
+    monkeypatch.setitem(REGISTRY._specs, spec.name, replace(spec, impl=older))
+    rng = np.random.default_rng(384)
+    data = binormal(600, rng, 0.75, 0.3)[["y", "score"]]
+    with inprocess_builder(*make_sites(tmp_path, split(data, (200, 200, 200), rng))).login() as session:
+        session.assign_table("D", "P.t")
+        res = ds_hist_auc(session, "D$y", "D$score", secure=True, roc_glm=False)
+    w = placement_weight(res.histograms)
+    assert res.estimator.startswith("weighted means (the sites did not return the own-class placement sums")
+    assert "did not return the own-class placement sums" in " ".join(res.summary().split())
+    assert "control variates" not in repr(res) and (res.beta10, res.beta01) == (0.0, 0.0)
+    assert np.isnan(res.mean_v00) and np.isnan(res.mean_v11)
+    assert res.weight == w and res.auc == pytest.approx(w * res.auc_positives + (1 - w) * res.auc_negatives)
+    assert res.noise_variance == pytest.approx(noise_variance(res.histograms, w))
