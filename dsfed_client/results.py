@@ -284,7 +284,9 @@ class Results:
             if meta["brief"] is None:
                 continue
             value = getattr(self, name)
-            if isinstance(value, tuple):
+            if value is None:  # e.g. a ROC-GLM AUC where no ROC-GLM was fitted
+                shown = "None"
+            elif isinstance(value, tuple):
                 shown = "(" + ", ".join(format(float(v), meta["brief"]) for v in value) + ")"
             elif isinstance(value, (float, np.floating)):
                 shown = format(float(value), meta["brief"])
