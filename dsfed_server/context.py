@@ -102,7 +102,8 @@ class CallContext:
                by: tuple[pd.Series, ...] = (), cells: np.ndarray | None = None) -> None:
         """The release gives exact sums of ``vectors`` over the records with a value in all of them and in
         the factors ``by`` (and of their squares, and of each two's product), in each of the groups
-        ``cells`` numbers (one number a record; None: all of them together): the site counts the
+        ``cells`` numbers (one number a record, negative for a record of no group: a group withheld; None:
+        all of them together): the site counts the
         functions each group of records answers (:meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
         A sum is over the records where the summed values are not 0 (a column that is 0 outside a cell,
         ``ifelse(cell, f(x), 0)``, is summed over the cell). A vector the site cannot write as a function
@@ -129,7 +130,7 @@ class CallContext:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         elif products:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
-        groups = None if cells is None else [cells == c for c in np.unique(cells)]
+        groups = None if cells is None else [cells == c for c in np.unique(cells) if c >= 0]
         self.guard.exact_sums(rows, functions, groups)
 
     def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:

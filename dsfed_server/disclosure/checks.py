@@ -384,6 +384,30 @@ class Guard:
             self._record_row_sets(released.row_sets, cells.rows)
         return released.result
 
+    def release_groups(self, cells: Categories) -> list[int]:
+        """A table of groups (:class:`~dsfed_server.disclosure.gate.Categories`) released group by group: a
+        group of 0 < n < q records refuses the whole answer, as :meth:`release` does; a group whose records
+        differ from the table, an earlier subset or an earlier release's cell in fewer than
+        ``disclosure.subset_min_difference`` records is withheld, the others released (their row sets
+        audited together, as :meth:`release` audits a table's, and kept). Returns the withheld groups (cell
+        numbers, ascending): the caller releases nothing computed over a withheld group's records, nor any
+        total over the groups that would give their count. What a withheld group protects is the few records
+        that tell it from the earlier row set: their number, and any sum over them (Denning & Schlörer 1983)."""
+        size = int(np.prod(cells.shape))
+        lock = self.history.lock if self.history is not None else nullcontext()
+        with lock:
+            released = release_local(cells, self.floor)
+            if not self._audits(cells.rows) or not released.row_sets:
+                return []
+            rows: Rows = cells.rows  # type: ignore[assignment]
+            held = [c for c in range(size) if np.any(cells.codes == c)]  # the row sets' order
+            earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+            minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
+            withheld = [cell for cell, member in zip(held, released.row_sets)
+                        if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)]
+            self._audit_row_sets([m for c, m in zip(held, released.row_sets) if c not in withheld], rows)
+        return withheld
+
     def exact_sums(self, rows: Rows | None,
                    functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
                    groups: list[np.ndarray] | None = None,

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import CallError
+from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
 from dsfed_server.registry import P, Param, register
@@ -38,10 +38,11 @@ def _statistic(name: str) -> Callable[[np.ndarray], float]:
     return functions[key]
 
 
-def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]
+            ) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
     """The values of the records complete in ``X`` and every factor, and each one's cell (column-major
-    over the factors' levels), the cell counts passed through the release gate; and the factors'
-    numbers of levels."""
+    over the factors' levels), the cell counts passed through the release gate; the factors' numbers of
+    levels; and the cells the gate withholds (:meth:`~dsfed_server.disclosure.checks.Guard.release_groups`)."""
     x = numeric(X, "X")
     for factor in factors:
         if r_class(factor) != "factor":
@@ -60,8 +61,27 @@ def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]) -> tuple[n
     for factor, n_levels in zip(factors, shape):
         cells += stride * factor.cat.codes.to_numpy()[complete].astype(np.int64)
         stride *= n_levels
-    ctx.guard.group_cells(cells, stride, ctx.record_rows(X, *factors))
-    return x[complete], cells, shape
+    withheld = ctx.guard.group_cells(cells, stride, ctx.record_rows(X, *factors))
+    return x[complete], cells, shape, withheld
+
+
+def _withheld_reason(ctx: CallContext, X: pd.Series, factors: list[pd.Series], withheld: list[int]) -> str:
+    """Why the groups ``withheld`` (cells, column-major over the factors' levels) are withheld, naming
+    them; where each holds records missing ``X``, it says so (how many is what it protects: never said)."""
+    shape = tuple(len(f.cat.categories) for f in factors)
+    has_factors = np.logical_and.reduce([f.notna().to_numpy() for f in factors])
+    cell = np.ravel_multi_index([f.cat.codes.to_numpy()[has_factors] for f in factors], shape, order="F")
+    missing = np.bincount(cell[X.isna().to_numpy()[has_factors]], minlength=int(np.prod(shape)))
+    levels = [np.unravel_index(c, shape, order="F") for c in withheld]
+    names = ", ".join(".".join(str(f.cat.categories[i]) for f, i in zip(factors, at)) for at in levels)
+    minimum = ctx.guard.rule("disclosure.subset_min_difference")
+    if all(missing[c] > 0 for c in withheld):
+        return (f"{len(withheld)} group(s) withheld ({names}): the variable is missing at fewer than {minimum} of "
+                "each one's records, and its records with a value differ from an earlier release over all the "
+                "group's records (a table of the factor, by any analyst) by just those: the two would give how "
+                "many miss it, and sums over both those records' values (rule disclosure.subset_min_difference)")
+    return (f"{len(withheld)} group(s) withheld ({names}): their records differ from the table, an earlier subset "
+            f"or an earlier release's cell in fewer than {minimum} records (rule disclosure.subset_min_difference)")
 
 
 
@@ -87,21 +107,33 @@ def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> dict[s
     level numbers, which name them in dsBase's arrays (its ``cbind`` turns the factor into numbers). A group of 0 < n < q
     records refuses the whole answer (``disclosure.q_threshold``), where dsBase answers
     ``Table_valid = FALSE``.
+
+    A group whose records with a value differ from an earlier row set of the table (the group's cell of an
+    earlier table of ``INDEX``, say) by fewer than ``disclosure.subset_min_difference`` records -- a few of
+    the group's records missing ``X`` -- is withheld and the others released: the withheld group's mean,
+    SD and size are None (R's NA), ``Nvalid`` and ``Nmissing`` are None too (with the released groups they
+    would give the withheld groups' size), ``withheld`` lists their level numbers and ``Message`` says
+    which and why (:meth:`~dsfed_server.disclosure.checks.Guard.release_groups`).
     """
-    values, cells, shape = _groups(ctx, X, [INDEX])
-    ctx.summed(X, squares=True, by=(INDEX,), cells=cells)
+    values, cells, shape, withheld = _groups(ctx, X, [INDEX])
+    ctx.summed(X, squares=True, by=(INDEX,), cells=np.where(np.isin(cells, withheld), -1, cells))
     held = [c for c in range(shape[0]) if np.any(cells == c)]
     sd = _statistic("sd")
+
+    def each(statistic: Callable[[np.ndarray], float | int]) -> list[float | int | None]:
+        return [None if c in withheld else statistic(values[cells == c]) for c in held]
+
     return {
         "Table_valid": True,
-        "Mean_gp": [float(np.mean(values[cells == c])) for c in held],
-        "StDev_gp": [sd(values[cells == c]) for c in held],
-        "N_gp": [int(np.sum(cells == c)) for c in held],
-        "Nvalid": int(values.size),
-        "Nmissing": len(X) - int(values.size),
+        "Mean_gp": each(lambda v: float(np.mean(v))),
+        "StDev_gp": each(sd),
+        "N_gp": each(lambda v: int(v.size)),
+        "Nvalid": None if withheld else int(values.size),
+        "Nmissing": None if withheld else len(X) - int(values.size),
         "Ntotal": len(X),
-        "Message": VALID,
+        "Message": _withheld_reason(ctx, X, [INDEX], withheld) if withheld else VALID,
         "groups": [str(c + 1) for c in held],
+        "withheld": [str(c + 1) for c in withheld],
     }
 
 
@@ -125,7 +157,11 @@ def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
     factors = [ctx.resolve(ctx.parse_reference(n)) for n in names]
     if not all(isinstance(f, pd.Series) for f in factors):
         raise CallError("INDEX.names.transmit must name factors (vectors), e.g. \"D$tgrade\"")
-    values, cells, shape = _groups(ctx, x_name, factors)
+    values, cells, shape, withheld = _groups(ctx, x_name, factors)
+    if withheld:
+        raise DisclosureRefusal(_withheld_reason(ctx, x_name, factors, withheld),
+                                rule="disclosure.subset_min_difference",
+                                hint="ds.meanSdGp of one factor releases the other groups and withholds these")
     ctx.summed(x_name, squares=fun_name.lower() == "sd", by=tuple(factors), cells=cells)
     n_cells = int(np.prod(shape))
     label = {"mean": "Mean", "sd": "SD", "sum": "Sum"}[fun_name.lower()]

@@ -224,7 +224,8 @@ def histogram(native: dict[str, Any]) -> RList:
 
 def mean_sd_by_group(native: dict[str, Any]) -> RList:
     """``meanSdGpDS``: 1-d arrays over the groups holding records, named by their level numbers;
-    ``N_gp`` a ``table`` (``table(group)``), which makes Opal's R server send the typed form."""
+    ``N_gp`` a ``table`` (``table(group)``), which makes Opal's R server send the typed form; after
+    dsBase's elements, where some are withheld, ``withheld``: their level numbers (their figures NA)."""
     groups = native["groups"]
     one_d = {"dim": [len(groups)], "dimnames": [groups]}
     return RList({
@@ -234,6 +235,7 @@ def mean_sd_by_group(native: dict[str, Any]) -> RList:
         "N_gp": RArray(native["N_gp"], dimnames_names=["group"], r_class="table", type="integer", **one_d),
         **{key: RVector([native[key]], type="integer") for key in ("Nvalid", "Nmissing", "Ntotal")},
         "Message": native["Message"],
+        **({"withheld": RVector(native["withheld"], type="character")} if native["withheld"] else {}),
     })
 
 
