@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from datashield import DSLoginBuilder, DSSession
-from datashield.interface import DSError
 
 from dsfed_server.launch import LocalSites
 from dsfed_server.messy import NA_SPELLINGS, write_corpus
