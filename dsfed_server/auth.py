@@ -8,7 +8,12 @@ time does not tell which names exist. Failed logins are counted per client
 address and per user name (:class:`Throttle`); past the site's limit the
 address or name is refused without a password check until the window passes.
 At most ``[login] concurrent_checks`` scrypts run at once, so a flood of guesses
-from many addresses cannot take every core from the analysts' calls.
+from many addresses cannot take every core from the analysts' calls. A login past them
+waits in a queue of at most ``check_queue`` logins, ``check_wait_s`` for a native login
+(its client waits as ``Retry-After`` says and sends again) and ``signin_wait_s`` for a
+sign-in at the Opal door, whose clients (DataSHIELD's, which dsfed cannot change) give up
+at a 429; past the queue a login is refused at once. An unknown name waits in the same
+queue as a known one, for its dummy check, so the waits do not tell names apart either.
 """
 
 from __future__ import annotations
@@ -132,13 +137,28 @@ class Authenticator:
         self._lock = threading.Lock()
         self._dummy = hash_password(secrets.token_urlsafe(16))  # what an unknown name is checked against
         self._checks = threading.BoundedSemaphore(limits.concurrent_checks)
+        self._waiting = 0  # logins waiting for a slot (at most limits.check_queue)
         self.throttle = Throttle(limits)
 
-    def _check_password(self, password: str, stored: str) -> bool:
-        """scrypt, in one of the site's ``concurrent_checks`` slots (429 if none frees in time)."""
-        if not self._checks.acquire(timeout=self.throttle.limits.check_wait_s):
-            raise LoginsBusy("the site is checking too many passwords at once", rule="login.concurrent_checks",
-                             hint="try again in 1 s", retry_after=1)
+    def _check_password(self, password: str, stored: str, wait_s: float) -> bool:
+        """scrypt, in one of the site's ``concurrent_checks`` slots, waiting up to ``wait_s`` in a queue of
+        at most ``check_queue`` logins (429 if the queue is full, or if no slot frees in time)."""
+        limits = self.throttle.limits
+        if not self._checks.acquire(blocking=False):
+            with self._lock:
+                full = self._waiting >= limits.check_queue
+                self._waiting += not full
+            if full:
+                raise LoginsBusy(f"the site is checking too many passwords at once and {limits.check_queue} more "
+                                 "logins are waiting", rule="login.check_queue", hint="try again in 1 s",
+                                 retry_after=1)
+            try:
+                if not self._checks.acquire(timeout=wait_s):
+                    raise LoginsBusy(f"the site is checking too many passwords at once (waited {wait_s:g} s)",
+                                     rule="login.concurrent_checks", hint="try again in 1 s", retry_after=1)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
         try:
             return check_password(password, stored)
         finally:
@@ -155,16 +175,19 @@ class Authenticator:
                 "checked until then", rule=rule, hint=f"try again in {math.ceil(wait)} s",
                 retry_after=math.ceil(wait))
 
-    def by_password(self, name: str, password: str) -> User:
+    def by_password(self, name: str, password: str, *, wait_s: float | None = None) -> User:
+        """The user of these credentials; a password check waits for a slot up to ``wait_s`` (None: the
+        site's ``check_wait_s``)."""
+        wait = self.throttle.limits.check_wait_s if wait_s is None else wait_s
         user = self._users.get(name)
         if user is None or not user.password_hash:
-            self._check_password(password, self._dummy)  # the same time as a known name's wrong password
+            self._check_password(password, self._dummy, wait)  # the same time as a known name's wrong password
             raise AuthError("wrong user name or password")
         mark = hmac.new(self._key, f"{name}\0{password}\0{user.password_hash}".encode(), "sha256").digest()
         with self._lock:
             if mark in self._verified:
                 return user
-        if not self._check_password(password, user.password_hash):
+        if not self._check_password(password, user.password_hash, wait):
             raise AuthError("wrong user name or password")
         with self._lock:
             self._verified.add(mark)

@@ -36,6 +36,8 @@ Example (``dsfed-server init`` writes one)::
     window_s = 60
     concurrent_checks = 1                      # password checks at once (default: half the cores)
     check_wait_s = 2                           # a login past them waits this long, then gets 429
+    signin_wait_s = 30                         # ... a sign-in at /ws (DataSHIELD's clients give up at a 429)
+    check_queue = 32                           # logins waiting at once; past them, 429 at once
 
     [[users]]
     name = "analyst"
@@ -145,6 +147,12 @@ class LoginLimits(_Section):
     concurrent_checks: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), ge=1, le=256,
                                    description="password checks (scrypt) at once; default half the cores")
     check_wait_s: float = Field(2.0, ge=0, le=10, description="how long a login waits for a check, then gets 429")
+    signin_wait_s: float = Field(30.0, ge=0, le=120,
+                                 description="how long a sign-in at the Opal door (/ws, DataSHIELD's clients, which "
+                                             "give up at a 429) waits for a check, then gets 429")
+    check_queue: int = Field(32, ge=0, le=1024, description="logins waiting for a check at once; past them a login "
+                                                            "gets 429 at once (each waits in one of the server's "
+                                                            "worker threads)")
 
 
 _SCRYPT = re.compile(r"scrypt\$(\d+)\$(\d+)\$(\d+)\$([A-Za-z0-9+/]+={0,2})\$([A-Za-z0-9+/]+={0,2})")

@@ -105,7 +105,9 @@ def _credentials(request: Request) -> User | None:
             name, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
             raise AuthError("malformed credentials", site=service.name) from None
-        return service.login_password(name, password, client_address(request))
+        # DataSHIELD's clients give up at a 429: a sign-in here waits longer than a native login
+        return service.login_password(name, password, client_address(request),
+                                      wait_s=service.config.login.signin_wait_s)
     if scheme.lower() == "bearer" and value:
         return service.login_token(value.strip(), client_address(request))
     return None

@@ -63,9 +63,10 @@ class SiteService(SiteState):
 
     # --- authentication (admin.py) ------------------------------------------------------
 
-    def login_password(self, name: str, password: str, address: str = "in-process") -> User:
+    def login_password(self, name: str, password: str, address: str = "in-process", *,
+                       wait_s: float | None = None) -> User:
         """The user whose password this is (:meth:`Administration.login_password`)."""
-        return self.admin.login_password(name, password, address)
+        return self.admin.login_password(name, password, address, wait_s=wait_s)
 
     def login_token(self, token: str, address: str = "in-process") -> User:
         """The user whose API token this is (:meth:`Administration.login_token`)."""
@@ -113,7 +114,8 @@ class SiteService(SiteState):
         """Keep a call's value as ``symbol`` (:meth:`CallPipeline.assign`)."""
         return self.calls.assign(user, sid, symbol, request)
 
-    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None) -> dict[str, str]:
+    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None
+                     ) -> dict[str, str]:
         """Opal's table assignment (:meth:`CallPipeline.assign_table`)."""
         return self.calls.assign_table(user, sid, symbol, table, variables)
 

@@ -22,9 +22,11 @@ class Administration:
         self.state = state
         self.calls = calls
 
-    def login_password(self, name: str, password: str, address: str = "in-process") -> User:
-        """The user whose password this is."""
-        return self._login(name, address, lambda: self.state.auth.by_password(name, password))
+    def login_password(self, name: str, password: str, address: str = "in-process", *,
+                       wait_s: float | None = None) -> User:
+        """The user whose password this is; its check waits for a slot up to ``wait_s`` (None: the site's
+        ``[login] check_wait_s``)."""
+        return self._login(name, address, lambda: self.state.auth.by_password(name, password, wait_s=wait_s))
 
     def login_token(self, token: str, address: str = "in-process") -> User:
         """The user whose API token this is."""
