@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
 import numpy as np
 
-from dsfed_core.calltree import NUMBER_LIMIT, Arith, Column, Formula, Literal, Node, NumericVector, Symbol, Vector, check_number
+from dsfed_core.calltree import (NUMBER_LIMIT, Arith, Column, Formula, Literal, Node, NumericVector, Symbol, Vector,
+                                 check_number)
+from dsfed_server.disclosure.gate import Categories, Intervals
+from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.disclosure.rules import rule_keys
 from dsfed_server.param_types import P
 from dsfed_core.errors import CallError
@@ -56,6 +59,16 @@ class SecureSum:
     public: tuple[str, ...] = ()
 
 
+# what an implementation returns, by the release it goes through: a declaration of cells (the release gate),
+# a protocol's steps (pooled or relayed), or a value its own checks released
+Release = Lit["cells", "steps", "value"]
+
+
+class UndeclaredRelease(TypeError):
+    """An implementation returned what its registry entry does not declare (cells from an entry without
+    ``cells=True``, say): a programming error in the function set, never the analyst's."""
+
+
 @dataclass(frozen=True)
 class FunctionSpec:
     name: str
@@ -80,6 +93,28 @@ class FunctionSpec:
     def poolable(self) -> bool:
         """Offered as a pooled release (disclosure/relay.py): cells, additive fields, or a protocol."""
         return self.cells or self.pooled_only or self.secure_sum is not None
+
+    def release_of(self, result: Any) -> Release:
+        """The release ``result`` goes through, as this entry declares it: ``"cells"`` (the release gate),
+        ``"steps"`` (a protocol, pooled or relayed) or ``"value"`` (released by the implementation's own
+        checks). A result the entry does not declare raises :class:`UndeclaredRelease`: a declaration of
+        cells from an entry without ``cells``; steps from one that is neither pooled nor relayed; a value
+        from an entry that declares only cells, or only a protocol of pooled steps."""
+        if isinstance(result, (Intervals, Categories)):
+            if not self.cells:
+                raise UndeclaredRelease(f"{self.name} returned a declaration of cells ({type(result).__name__}) "
+                                        "but its registry entry does not declare cells=True")
+            return "cells"
+        if isinstance(result, PooledSteps):
+            if not (self.pooled_only or self.relayable or self.secure_sum is not None):
+                raise UndeclaredRelease(f"{self.name} returned a protocol's steps but its registry entry declares "
+                                        "neither pooled_only, relayable nor a secure sum")
+            return "steps"
+        if self.pooled_only or (self.cells and self.secure_sum is None and not self.relayable):
+            declared = "pooled_only" if self.pooled_only else "cells=True"
+            raise UndeclaredRelease(f"{self.name} returned a {type(result).__name__}, but its registry entry "
+                                    f"declares {declared} and nothing else")
+        return "value"
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -131,6 +166,13 @@ class Registry:
         if spec.opal_shape is not None:
             raise ValueError(f"{name} already has an Opal shape adapter")
         self._specs[name] = replace(spec, opal_shape=adapter)
+
+    def declare_cells(self, name: str) -> None:
+        """Declare an existing entry as returning cells (``cells=True``) where its register call does not."""
+        spec = self._specs[name]
+        if spec.cells:
+            raise ValueError(f"{name} already declares cells")
+        self._specs[name] = replace(spec, cells=True)
 
     def __iter__(self):
         return iter(self._specs.values())

@@ -25,7 +25,7 @@ from dsfed_core.parser import from_json, parse
 from dsfed_server import rbridge
 from dsfed_server.config import User
 from dsfed_server.context import NOTE, CallContext, r_class
-from dsfed_server.disclosure import gate, secure_sum
+from dsfed_server.disclosure import secure_sum
 from dsfed_server.disclosure.accountant import Caps
 from dsfed_server.disclosure.checks import Guard, enforce_contract
 from dsfed_server.disclosure.gate import Cut
@@ -192,10 +192,12 @@ class CallPipeline:
     def invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
                deferred: list[tuple[str, int]] | None = None,
                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None, relayed: bool = False) -> Any:
-        """Run ``call``. A declaration of cells (:mod:`~dsfed_server.disclosure.gate`) goes through the
-        release gate per site; in a pooled release (``deferred``: the minimum counts to check on the
-        pooled counts; ``relayed_cuts``: the sites' cut histories) it is returned as it is, for the
-        gate to release pooled. ``relayed``: the first step of a relayed protocol (checked per site)."""
+        """Run ``call``. What it returns is released as its registry entry declares
+        (:meth:`~dsfed_server.registry.FunctionSpec.release_of`): a declaration of cells
+        (:mod:`~dsfed_server.disclosure.gate`) through the release gate per site, or, in a pooled release
+        (``deferred``: the minimum counts to check on the pooled counts; ``relayed_cuts``: the sites' cut
+        histories), as it is, for the gate to release pooled. ``relayed``: the first step of a relayed
+        protocol (checked per site)."""
         spec = self.spec(call.function, session)
         if spec.pooled_only and deferred is None:
             raise CallError(f"{spec.name} runs only as a pooled release over the sites (secure aggregation)",
@@ -207,7 +209,7 @@ class CallPipeline:
             guard.check_analyst_data(spec.params, bound)
             args = {python_name(name): value for name, value in bound.items()}
             result = spec.impl(ctx, **args)
-            if isinstance(result, (gate.Intervals, gate.Categories)) and deferred is None:
+            if spec.release_of(result) == "cells" and deferred is None:
                 result = guard.release(result)
             enforce_contract(guard, spec.checks)
             return result
@@ -322,7 +324,8 @@ class CallPipeline:
                 said = value.attrs.get(NOTE) if function == "assignTable" and isinstance(value, pd.DataFrame) else None
         return {"symbol": symbol, "class": cls, "digest": digest, **({"note": said} if said else {})}
 
-    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None) -> dict[str, str]:
+    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None
+                     ) -> dict[str, str]:
         """Opal's table assignment, served by the registry's ``assignTable`` entry."""
         args: dict[str, Any] = {"table": {"lit": table}}
         if variables:

@@ -142,7 +142,8 @@ class SecureRounds:
         site's counts and sums for the other sites, and keep how to release them once they are pooled."""
         if not spec.poolable:
             offered = [s.name for s in self.state.registry if s.poolable]
-            raise CallError(f"{spec.name} does not offer pooled release", hint=f"functions that do: {', '.join(offered)}")
+            raise CallError(f"{spec.name} does not offer pooled release",
+                            hint=f"functions that do: {', '.join(offered)}")
         rules = self.state.session_rules(session)
         option = request.secure or {}
         rnd, keys = self._round_keys(session, option)
@@ -161,17 +162,17 @@ class SecureRounds:
         relayed = relayed_history(option.get("cuts"))
         try:
             raw = self.calls.invoke(session, node, noise_share=noise, deferred=deferred, relayed_cuts=relayed)
+            kind = spec.release_of(raw)
             guard = self.calls.guard(spec.name, session, relayed_cuts=relayed)
-            if isinstance(raw, gate.Intervals):
-                history = guard.pooled_history(raw.history_key)
+            # intervals on a column are checked against the cuts released on it before, at every site
+            history = guard.pooled_history(raw.history_key) if isinstance(raw, gate.Intervals) else ()
         except HistoryBehind as behind:  # the analyst relays the union next time; nothing is sealed
             return {"history": self._history_answer(behind.key)}
         secure_sum.check_peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name,
                                   rules.secure_aggregation)
         history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
-        if isinstance(raw, (gate.Intervals, gate.Categories)):
-            plan, fields = gate.pooled_vector(raw, history if isinstance(raw, gate.Intervals) else (),
-                                              dominance=floor_meta(rules)["dominance"] > 0)
+        if kind == "cells":
+            plan, fields = gate.pooled_vector(raw, history, dominance=floor_meta(rules)["dominance"] > 0)
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
                 def released(release: gate.PooledRelease) -> Any:
@@ -181,15 +182,16 @@ class SecureRounds:
 
                 return None, guard.coarsened(lambda exclude: gate.release_pooled(raw, plan, pooled, floor, exclude),
                                              raw.rows, released)
-        elif isinstance(raw, relay.PooledSteps):
+        elif kind == "steps":
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits
             history_key = raw.history_key
         else:
             result = jsonable(raw)
-            fields = {name: np.asarray(result[name], dtype=float) for name in spec.secure_sum.fields  # type: ignore[union-attr]
-                      if name in result}
-            public = {name: result[name] for name in spec.secure_sum.public if name in result}  # type: ignore[union-attr]
+            fields = {name: np.asarray(result[name], dtype=float)
+                      for name in spec.secure_sum.fields if name in result}  # type: ignore[union-attr]
+            public = {name: result[name]
+                      for name in spec.secure_sum.public if name in result}  # type: ignore[union-attr]
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
                 return {**public, **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()},
@@ -222,7 +224,7 @@ class SecureRounds:
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [relayed over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
         raw = self.calls.invoke(session, node, relayed=True)
-        if not isinstance(raw, relay.PooledSteps):
+        if spec.release_of(raw) != "steps":
             raise CallError(f"{spec.name} with these arguments is no protocol of several steps, so it is not relayed",
                             hint="leave out the arguments the sites derive themselves (glmDS2: beta.vect)")
         digest = secure_sum.call_digest(definition(canonical_call(request), session, scope) + "\0relayed",
