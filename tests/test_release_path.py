@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,6 +124,7 @@ def test_no_function_module_calls_the_gate_but_the_named_multi_step_releases():
 
 
 def test_the_walk_finds_a_call_of_the_gate():
-    source = "def f(ctx):\n    return ctx.guard.release(cells)\nfrom dsfed_server.disclosure.gate import release_local\n"
+    source = ("def f(ctx):\n    return ctx.guard.release(cells)\n"
+              "from dsfed_server.disclosure.gate import release_local\n")
     assert _gate_calls(ast.parse(source)) == [("f", 2), ("<module>", 3)]
 
