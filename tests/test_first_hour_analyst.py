@@ -1,9 +1,10 @@
 """An analyst's first hour on the messy corpus with the native dsfed client, under the shipped default
 rules: three sites made from the three hospitals' exports by ``dsfed-server init`` (unreviewed), their
 administrators pinning each other's identity keys (``dsfed-server identity``), run as real processes.
-A multi-covariate GLM, a subgroup's GLM and mean, and the budget view, each against an independent reference: R's ``glm`` on the pooled records the sites keep (their exports read with every
-missing-value spelling, less the records of a rare pattern of missing values, worked out with pandas:
-docs/governance.md), pandas, and the Gaussian mechanism's spending written out independently
+A multi-covariate GLM, a subgroup's GLM and mean, and the budget view, each against an independent
+reference: R's ``glm`` on the pooled records the sites keep (their exports read with every missing-value
+spelling, less the records of a rare pattern of missing values, worked out with pandas: docs/governance.md),
+pandas, and the Gaussian mechanism's spending written out independently
 (:func:`rref.gaussian_spent_reference`). ``validate()`` and the report on the corpus are in
 tests/test_messy_corpus.py and tests/test_report.py; the DataSHIELD user's first hour in
 tests/test_first_hour_datashield.py."""
