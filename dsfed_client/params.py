@@ -9,10 +9,11 @@ Examples
 ...     return x
 >>> f(1, alpha=0.1)
 1
->>> f(1, alpha=1.0)
-Traceback (most recent call last):
-...
-dsfed_client.params.InvalidParameterError: The 'alpha' parameter of f must be a float in the range (0, 1). Got 1.0 instead.
+>>> try:
+...     f(1, alpha=1.0)
+... except InvalidParameterError as exc:
+...     print(exc)
+The 'alpha' parameter of f must be a float in the range (0, 1). Got 1.0 instead.
 >>> f(1, kind="D")
 Traceback (most recent call last):
 ...

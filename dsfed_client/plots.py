@@ -55,7 +55,8 @@ def roc_axes(ax: "Axes") -> "Axes":
     return ax
 
 
-def plot_roc(fpr_fit: np.ndarray, tpr_fit: np.ndarray, *, label: str, empirical: tuple[np.ndarray, np.ndarray] | None = None,
+def plot_roc(fpr_fit: np.ndarray, tpr_fit: np.ndarray, *, label: str,
+             empirical: tuple[np.ndarray, np.ndarray] | None = None,
              empirical_label: str = "empirical", overlay: tuple[np.ndarray, np.ndarray] | None = None,
              overlay_label: str = "histogram ROC", ax: "Axes | None" = None) -> "Axes":
     """A fitted ROC curve, optionally over an empirical step curve and one more curve (arrays fpr, tpr)."""

@@ -80,7 +80,8 @@ def progress(description: str, total: float | None = None) -> Iterator[Bar]:
                 outer.remove_task(task)
         return
     from rich.console import Console  # noqa: PLC0415
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,  # noqa: PLC0415
+                               TextColumn, TimeElapsedColumn)
 
     display = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn(), console=Console(file=sys.stderr), transient=_terminal())

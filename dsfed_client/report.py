@@ -355,7 +355,8 @@ def _discrimination_section(report: "ValidationReport", roc_overlay: tuple[Seque
         rows.append(["noise standard error of the AUC", d.noise_variance ** 0.5, None, None,
                      f"DeLong standard error {d.variance ** 0.5:.4f}"])
     overlay = {} if roc_overlay is None else {"fpr": roc_overlay[0], "tpr": roc_overlay[1]}
-    caption = (("The ROC of the " if "ROC-GLM" in report.failed else "ROC-GLM fit Phi(a + b Phi^-1(t)) over the ROC of the ")
+    caption = (("The ROC of the " if "ROC-GLM" in report.failed
+                else "ROC-GLM fit Phi(a + b Phi^-1(t)) over the ROC of the ")
                + ("pooled noisy scores at the fit's threshold grid" if d.method == "paper"
                   else "global CDFs the sites' histograms give")
                + ("; orange: the histogram-based curve" if overlay else "") + ".")
@@ -384,7 +385,8 @@ def _calibration_section(report: "ValidationReport") -> str:
               f"df {hl.df}" + ("" if hl.complete else "; groups merged or inexact (see disclosure control)")]
              for hl in (c, h) if hl is not None]
     if e is not None:
-        rows += [["ECE", e.ece, None, None, None, "groups of H-L C"], ["MCE", e.mce, None, None, None, "groups of H-L C"]]
+        rows += [["ECE", e.ece, None, None, None, "groups of H-L C"],
+                 ["MCE", e.mce, None, None, None, "groups of H-L C"]]
     hl_rows = ([[f"({r.lower:.4g}, {r.upper:.4g}]", int(r.n), r.observed_1, r.expected_1, r.observed_0, r.expected_0]
                 for r in c.table.itertuples()] if c is not None else [])
     figs = [_calibration_figure(report)] if report.curve is not None else []
@@ -473,7 +475,8 @@ def _disclosure_section(report: "ValidationReport", rules_info: dict[str, dict[s
                      f"Calibration curve: {_e(report.curve.bins.note())}.</p>")
     for hl in (report.hl_c, report.hl_h):
         if hl is not None:
-            parts.append(f'<p class="{"ok" if hl.complete else "warn"}">Hosmer-Lemeshow {hl.kind}: {_e(hl.note())}.</p>')
+            parts.append(f'<p class="{"ok" if hl.complete else "warn"}">'
+                         f'Hosmer-Lemeshow {hl.kind}: {_e(hl.note())}.</p>')
     dc = report.decision_curve
     for what, counts in (("Metrics at thresholds", report.threshold_metrics),
                          ("Decision curve", dc.counts if dc is not None else None)):
@@ -516,7 +519,8 @@ def _page(title: str, notes: Sequence[str], sections: Sequence[tuple[str, str, s
 def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str, Any]] | None = None,
                   rules_info: dict[str, dict[str, Any]] | None = None, data_info: dict[str, Any] | None = None,
                   budget_info: dict[str, dict[str, Any]] | None = None,
-                  title: str = "Federated validation report", roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
+                  title: str = "Federated validation report",
+                  roc_overlay: tuple[Sequence[float], Sequence[float]] | None = None,
                   pr_curve: dict[str, Any] | None = None, curves: Any = None, notes: Sequence[str] = ()) -> str:
     """The report as one HTML string (see :func:`write_report`)."""
     sites_info, rules_info, data_info = sites_info or {}, rules_info or {}, data_info or {}
@@ -535,7 +539,8 @@ def render_report(report: "ValidationReport", *, sites_info: dict[str, dict[str,
         ("thresholds", "Decisions at thresholds", _thresholds_section(report)),
         ("per-site", "Per-site panels", _per_site_figure(report) or "<p>No per-site results released.</p>"),
         ("heterogeneity", "Heterogeneity across sites", _heterogeneity_section(report)),
-        ("disclosure", "Disclosure control: what the sites checked and coarsened", _disclosure_section(report, rules_info)),
+        ("disclosure", "Disclosure control: what the sites checked and coarsened",
+         _disclosure_section(report, rules_info)),
         ("software", "Software and methods", _software_section(report, software_versions())),
     ])
 

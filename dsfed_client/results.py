@@ -170,7 +170,8 @@ def _table_text(table: pd.DataFrame, fmt: str) -> str:
     left = max(map(len, numbers))
     room = max(20, MAX_WIDTH - left - 2)
     header = len(numbers) - len(table)
-    out = [f"{line:<{left}}  {' / '.join(map(str, text))}" if i == 0 else line for i, line in enumerate(numbers[:header])]
+    out = [f"{line:<{left}}  {' / '.join(map(str, text))}" if i == 0 else line
+           for i, line in enumerate(numbers[:header])]
     for line, (_, row) in zip(numbers[header:], table[text].iterrows()):
         cell = "; ".join(str(v) for v in row if isinstance(v, str) and v)
         wrapped = textwrap.wrap(cell, room) or [""]

@@ -48,7 +48,8 @@ def check_number(value: int | float, where: str) -> None:
     bound to its parameter (:func:`dsfed_server.registry.convert`), so the refusal names it."""
     ok = abs(value) <= NUMBER_LIMIT if isinstance(value, int) else math.isfinite(value) and abs(value) <= NUMBER_LIMIT
     if not ok:
-        shown = str(value) if not isinstance(value, int) or abs(value) < 10**20 else f"a {len(str(abs(value)))}-digit number"
+        shown = (str(value) if not isinstance(value, int) or abs(value) < 10**20
+                 else f"a {len(str(abs(value)))}-digit number")
         raise CallError(f"{where}: {shown} is not a finite number within +-{NUMBER_LIMIT:g}",
                         hint="numbers in a call are finite and at most 1e15 in magnitude")
 
@@ -262,7 +263,8 @@ def depth(node: Node) -> int:
 # --- structured JSON form -------------------------------------------------------------
 #
 #   {"lit": 1.5} | {"sym": "D"} | {"col": ["D", "age"]} | {"vec": [1, 2, 3]}
-#   {"formula": "y ~ x1 + x2"} | {"expr": "log(D$pnodes + 1)"} | {"call": "meanDS", "args": [node, ...], "kwargs": {"name": node}}
+#   {"formula": "y ~ x1 + x2"} | {"expr": "log(D$pnodes + 1)"}
+#   | {"call": "meanDS", "args": [node, ...], "kwargs": {"name": node}}
 #   {"f64": "<base64 of little-endian float64 values>"}  (a long vector of numbers, read as raw numbers)
 
 

@@ -107,7 +107,8 @@ class _Parser:
     # grammar
     def parse_root(self) -> Node:
         first, second = self.peek(), self.peek(1)
-        a_call = first.kind == "NAME" and second.kind == "PUNCT" and second.text == "(" and first.text not in ARITH_FUNCTIONS
+        a_call = (first.kind == "NAME" and second.kind == "PUNCT" and second.text == "("
+                  and first.text not in ARITH_FUNCTIONS)
         node = self.arith(level=0) if self.arithmetic and not a_call else self.expr(level=0)
         tok = self.peek()
         if tok.kind == "OP":
@@ -362,7 +363,8 @@ class _Parser:
     def _add_term(self, terms: list[FormulaTerm], variables: tuple[str, ...], sign: str) -> None:
         term = FormulaTerm(variables)
         if sign == "-":
-            raise CallError(f"cannot parse {self.text!r}: removing a term with '-' is only allowed for the intercept (- 1)")
+            raise CallError(f"cannot parse {self.text!r}: removing a term with '-' is only allowed for the "
+                            "intercept (- 1)")
         if term not in terms:
             terms.append(term)
 

@@ -64,7 +64,8 @@ def room() -> tuple[int, str] | None:
     mapped = _kib("/proc/self/status", "VmSize")
     if soft != resource.RLIM_INFINITY and mapped is not None:
         found.append((max(soft - mapped, 0), f"the site process's address-space limit (RLIMIT_AS: ulimit -v or the "
-                                             f"container's limit) of {soft >> 20:,} MB, {mapped >> 20:,} MB of it mapped"))
+                                             f"container's limit) of {soft >> 20:,} MB, {mapped >> 20:,} MB of it "
+                                             "mapped"))
     available = _kib("/proc/meminfo", "MemAvailable")
     if available is not None:
         found.append((available, f"the memory this machine has available ({available >> 20:,} MB)"))

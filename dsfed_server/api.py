@@ -192,7 +192,8 @@ def create_app(service: SiteService) -> FastAPI:
                   generate_unique_id_function=operation_id, responses=ERROR_RESPONSES)
     app.state.service = service
     generated = app.openapi
-    app.openapi = lambda: describe_symbol_names(generated(), service.rules.strings.max_name_length)  # type: ignore[method-assign]
+    app.openapi = lambda: describe_symbol_names(  # type: ignore[method-assign]
+        generated(), service.rules.strings.max_name_length)
 
     app.add_middleware(BodyLimitAndHead, service=service)
     app.add_middleware(AccessLogMiddleware, logger=service.access_log)  # outermost: sees every request

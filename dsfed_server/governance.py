@@ -48,7 +48,8 @@ def weak_settings(rules: Rules) -> list[str]:
     warnings = []
     if rules.disclosure.q_threshold < 3:
         warnings.append(f"disclosure.q_threshold = {rules.disclosure.q_threshold}: a released count may rest on "
-                        "one or two records (DataSHIELD's default nfilter.tab is 3; the ROC-GLM paper's analysis uses 5)")
+                        "one or two records (DataSHIELD's default nfilter.tab is 3; the ROC-GLM paper's analysis "
+                        "uses 5)")
     if not rules.noise_off and rules.privacy.epsilon > 10:
         warnings.append(f"privacy.epsilon = {rules.privacy.epsilon:g}: above 10 per query the noise protects "
                         "little (e^10 = 22026 is the factor by which one record may change any outcome's odds)")

@@ -299,5 +299,5 @@ def model_frame(
         raise CallError("weights must be non-negative")
     o = rows[offset].to_numpy(dtype=float) if offset else np.broadcast_to(0.0, (n,))
     y = integer_view(y_series)  # a whole-number outcome as stored (the arithmetic is exact either way)
-    return ModelFrame(y_series.to_numpy(dtype=float) if y is None else y, tuple(c[1] for c in columns), names, w, o, len(table),
-                      factors, levels, tuple(products))
+    return ModelFrame(y_series.to_numpy(dtype=float) if y is None else y, tuple(c[1] for c in columns), names, w, o,
+                      len(table), factors, levels, tuple(products))

@@ -33,7 +33,8 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {status: {"model": ErrorBody, "description": text} for status, text in (
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in (
     (400, "a request the site cannot read"),
     (401, "credentials missing or wrong"),
     (403, "refused by the disclosure rules, not enabled here, or not this role's"),

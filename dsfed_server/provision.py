@@ -77,7 +77,8 @@ def write_site_config(
         f"max_body_mb = {max_body_mb}",
     ]
     if peers:
-        lines += ["", "[federation]", "# identity keys of the sites this site joins in secure sums (dsfed-server identity)",
+        lines += ["", "[federation]",
+                  "# identity keys of the sites this site joins in secure sums (dsfed-server identity)",
                   *(peer_line(n, k) for n, k in sorted(peers.items()))]
     for c in credentials:
         lines += [

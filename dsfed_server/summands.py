@@ -126,4 +126,5 @@ def columns_read(node: Node) -> list[Leaf]:
         return [node]
     if not isinstance(node, Arith):
         return []
-    return list(dict.fromkeys(leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol))))  # type: ignore[misc]
+    leaves = (leaf for leaf in node.leaves() if isinstance(leaf, (Column, Symbol)))
+    return list(dict.fromkeys(leaves))  # type: ignore[misc]

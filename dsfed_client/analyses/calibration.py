@@ -472,7 +472,8 @@ class LogisticCalibration(Results):
         return frame
 
     def plot(self, ax: Any = None) -> Any:
-        """The recalibration curve :math:`p \\mapsto \\mathrm{expit}(a + b\\,\\mathrm{logit}(p))` against the diagonal."""
+        """The recalibration curve :math:`p \\mapsto \\mathrm{expit}(a + b\\,\\mathrm{logit}(p))` against the
+        diagonal."""
         from dsfed_client.plots import new_axes  # noqa: PLC0415
 
         ax = new_axes(ax, figsize=(4.5, 4.5))

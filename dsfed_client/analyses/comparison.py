@@ -165,7 +165,8 @@ class ModelComparison(Results):
         for label, colour in zip(self.labels, colours):
             cal = self.calibration[label]
             observed = 1 / (1 + np.exp(-(cal.intercept + cal.slope * np.log(p / (1 - p)))))
-            ax[1].plot(p, observed, color=colour, label=f"{label}: intercept {cal.intercept:.2f}, slope {cal.slope:.2f}")
+            ax[1].plot(p, observed, color=colour,
+                       label=f"{label}: intercept {cal.intercept:.2f}, slope {cal.slope:.2f}")
         ax[1].set(xlabel="predicted probability", ylabel="observed (logistic calibration)", xlim=(0, 1), ylim=(0, 1))
         ax[1].legend(loc="upper left", fontsize=8)
         return ax

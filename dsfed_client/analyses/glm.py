@@ -256,8 +256,8 @@ def _parts_stream(agg: Aggregation, *args: Any, link: str | None, xlev: list[str
 
     The sites sum their parts among themselves, release the sums and derive every iterate
     :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` themselves (Wu et al. 2012), so
-    the analyst chooses no coefficient: under :class:`~dsfed_client.aggregation.Pooled`, a pooled protocol (counts checked pooled over the
-    sites); otherwise a relayed one (each site checks its own counts)."""
+    the analyst chooses no coefficient: under :class:`~dsfed_client.aggregation.Pooled`, a pooled protocol (counts
+    checked pooled over the sites); otherwise a relayed one (each site checks its own counts)."""
     for release in agg.steps("glmDS2", *args, link=link, frac_bits=24, **({"xlev": xlev} if xlev else {})):
         yield _Parts(tuple(release["coef.names"]), release["link"], np.asarray(release["info.matrix"], dtype=float),
                      np.asarray(release["xwz"], dtype=float), float(release["dev"]), int(round(release["Npositive"])))

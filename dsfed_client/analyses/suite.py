@@ -86,8 +86,8 @@ class Discrimination(Results):
                  "noisy scores per site (seed 000): " + ", ".join(f"{s} sigma {v:.4g}" for s, v in
                                                                    r.reference.sigma.items())
                  + ("; " + e.note if e.swamped else "; the intervals carry the noise's variance and estimated bias"))
-        return cls("paper", e.auc, e.ci_delong, e.variance, e.total_variance - e.variance, r.auc, r.ci, r.a, r.b, r.iterations,
-                   r.n_thresholds, e.n_positive, e.n_negative, r.alpha, r.reference.noise_off, noise, r)
+        return cls("paper", e.auc, e.ci_delong, e.variance, e.total_variance - e.variance, r.auc, r.ci, r.a, r.b,
+                   r.iterations, r.n_thresholds, e.n_positive, e.n_negative, r.alpha, r.reference.noise_off, noise, r)
 
     @derived()
     def mechanism(self) -> dict[str, dict[str, Any]]:
@@ -182,7 +182,8 @@ class ValidationReport(Results):
             rows.append(("H-L C", c.statistic, nan, nan, c.pvalue,
                          f"df {c.df}" + ("" if c.complete else ", groups merged or inexact")))
         if h is not None:
-            rows.append(("H-L H", h.statistic, nan, nan, h.pvalue, f"df {h.df}" + ("" if h.complete else ", groups merged")))
+            rows.append(("H-L H", h.statistic, nan, nan, h.pvalue,
+                         f"df {h.df}" + ("" if h.complete else ", groups merged")))
         if e is not None:
             rows += [("ECE", e.ece, nan, nan, nan, "groups of H-L C"), ("MCE", e.mce, nan, nan, nan, "groups of H-L C")]
         for metric in ("sensitivity", "specificity") if m is not None else ():

@@ -483,7 +483,8 @@ def _turns(monotone: int, degree: int | None, describe: str, root: Root) -> None
         raise ExpressionRefused(
             f"{describe} rises and falls over the declared range of {root.column}: a bump, a fold or a kink "
             "at a value the analyst chose picks out the records there, as a cut would",
-            f"use a comparison the site checks as a cut (ifelse(D${root.column} > t, ..., ...), abs(D${root.column} - t), "
+            f"use a comparison the site checks as a cut (ifelse(D${root.column} > t, ..., ...), "
+            f"abs(D${root.column} - t), "
             f"pmin, pmax), a monotone transform, or a polynomial of degree at most {MAX_DEGREE}")
 
 
@@ -805,7 +806,8 @@ class _Walker:
                 "only", "use a number as the exponent (D$age^2), or exp(log(...)) of one column")
         p = exponent.number
         if not np.isfinite(p):
-            raise ExpressionRefused(f"{node.to_text()[:60]!r}: the exponent is not a finite number", "check the expression")
+            raise ExpressionRefused(f"{node.to_text()[:60]!r}: the exponent is not a finite number",
+                                    "check the expression")
         if base.fn is not None:
             return self.one(Fn("^", (base.fn,), value=p), base.roots, node)
         if p == 1:
@@ -872,5 +874,6 @@ def _number(op: str, values: list[float], node: Node) -> float:
     elif op in ("+", "-", "*", "/"):
         fn = Fn(op, (_const(values[0]), _const(values[1])))
     else:
-        raise ExpressionRefused(f"{node.to_text()[:60]!r}: the site cannot read {op!r} of numbers", "check the expression")
+        raise ExpressionRefused(f"{node.to_text()[:60]!r}: the site cannot read {op!r} of numbers",
+                                "check the expression")
     return float(fn(np.zeros(1))[0])

@@ -17,8 +17,8 @@ same declaration is released in one of two ways:
 and every cut of the history this site keeps for the variable
 (:mod:`dsfed_server.disclosure.history`), hold at least q of the site's records (and the secret
 margin below); otherwise it is dropped and its cell merged with the next (the result lists the
-dropped cuts: coarsened, never suppressed, so every record is counted). A cell with no record between two different cuts is not
-released either (of such cuts one is kept, at random): that "empty" and "one record" answer alike
+dropped cuts: coarsened, never suppressed, so every record is counted). A cell with no record between two different
+cuts is not released either (of such cuts one is kept, at random): that "empty" and "one record" answer alike
 is what stops a bisection from reading a record's value. A cut that would leave a non-empty cell
 below q refuses the whole release when the declaration asks to refuse rather than merge
 (``bins.small_bin_policy = "refuse"`` for histograms). Categorical cells are not merged: one
@@ -194,7 +194,8 @@ class Intervals:
         if self.column is None or self.column.transform.identity:
             return tuple(cuts)
         transform = self.column.transform
-        values = transform.inverse(np.array([c.value for c in cuts], dtype=float), np.array([c.inclusive for c in cuts]))
+        values = transform.inverse(np.array([c.value for c in cuts], dtype=float),
+                                   np.array([c.inclusive for c in cuts]))
         if self._sorted_root is None:
             self._sorted_root = self.root_values()
         return tuple(root_cut(c, float(v), transform, self._sorted_root) for v, c in zip(values, cuts))
@@ -732,7 +733,8 @@ def pooled_vector(cells: Cells, history: Sequence[Cut] = (), *, dominance: bool 
     totals = {f"total:{name}": np.array([float(v)]) for name, v in cells.totals.items()}
     if isinstance(cells, Categories):
         counts = np.bincount(cells.codes, minlength=int(np.prod(cells.shape))).astype(float)
-        return PooledPlan((), (), (), cells.shape, False), {"counts": counts, SQUARES: squares(counts, dominance), **totals}
+        return PooledPlan((), (), (), cells.shape, False), {"counts": counts, SQUARES: squares(counts, dominance),
+                                                            **totals}
     roots = cells.from_root(history)  # a transformed column's history in the values' units (every site alike)
     own_history = tuple(sorted(roots))
     refined = tuple(sorted(set(cells.cuts) | set(own_history)))

@@ -209,8 +209,8 @@ class Disclosure(_RulesSection):
             "about 1.5, exp(x/5) on [0, 100] about 2.9; a step, a kink, a spike or a steep ramp grows "
             "without bound as it narrows. Protects against cuts in disguise -- (x - t)/sqrt((x - t)^2), "
             "2/(1 + exp(1e9*(t - x))) - 1 -- whose exact sums count and read the records next to a value the "
-            "analyst chose (the ends of the range are derived_dominance's); comparisons, ifelse, pmin, pmax and abs are cuts "
-            "the release gate checks instead. Functions that rise and fall (a bump) are refused unless "
+            "analyst chose (the ends of the range are derived_dominance's); comparisons, ifelse, pmin, pmax and abs "
+            "are cuts the release gate checks instead. Functions that rise and fall (a bump) are refused unless "
             "they are polynomials of degree 3 at most; non-linear functions of several columns are "
             "refused (see docs/governance.md)."
         ),

@@ -119,7 +119,8 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
         covariates.insert(0, (f"outcome {formula.response}", mf.y))
     for what, column in covariates:  # a computed column (modelframe.LazyColumn) is read a batch at a time
         if guard.deferred is not None:  # pooled: the two values a 0/1 variable takes, counted at every site
-            counts = [sum(int(np.count_nonzero(column[rows] == value)) for rows in row_batches(mf.n)) for value in (0, 1)]
+            counts = [sum(int(np.count_nonzero(column[rows] == value)) for rows in row_batches(mf.n))
+                      for value in (0, 1)]
             binary = sum(counts) == mf.n  # no other value here: a 0/1 variable (a continuous one that is 0 at a
             for value, count in zip((0, 1), counts):  # few records is none), as the per-site check reads it
                 guard.min_count(count if binary else 0, f"{what}: value {value}", allow_zero=True)

@@ -123,7 +123,8 @@ def check_rises(ctx: CallContext, p: np.ndarray, knots: np.ndarray, values: np.n
     present = np.sort(p[~np.isnan(p)])
     below = np.searchsorted(present, knots, side="right")
     for i in np.flatnonzero(np.diff(values) > 0):
-        what = f"records between the map's knots {i + 1} and {i + 2} ({knots[i]:.6g} to {knots[i + 1]:.6g}), where it rises"
+        what = (f"records between the map's knots {i + 1} and {i + 2} ({knots[i]:.6g} to {knots[i + 1]:.6g}), "
+                "where it rises")
         try:
             ctx.guard.min_count(int(below[i + 1] - below[i]), what, allow_zero=True)
         except DisclosureRefusal as refused:

@@ -244,7 +244,8 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name:
         if not isinstance(left, pd.Series):
             raise CallError(f"V1.name {V1_name!r} must name a vector of the table's length")
         text = pd.api.types.is_string_dtype(left.dtype)
-        other_text = isinstance(right, str) or (isinstance(right, pd.Series) and pd.api.types.is_string_dtype(right.dtype))
+        other_text = isinstance(right, str) or (isinstance(right, pd.Series)
+                                                 and pd.api.types.is_string_dtype(right.dtype))
         if text != other_text:
             raise CallError(f"{V1_name!r} and {V2_name!r} are not both numbers or both text/factor values")
         if text and symbol not in ("==", "!="):

@@ -114,7 +114,8 @@ class SiteService(SiteState):
         """Keep a call's value as ``symbol`` (:meth:`CallPipeline.assign`)."""
         return self.calls.assign(user, sid, symbol, request)
 
-    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None) -> dict[str, str]:
+    def assign_table(self, user: User, sid: str, symbol: str, table: str, variables: list[str] | None
+                     ) -> dict[str, str]:
         """Opal's table assignment (:meth:`CallPipeline.assign_table`)."""
         return self.calls.assign_table(user, sid, symbol, table, variables)
 

@@ -94,7 +94,8 @@ class SiteState:
                 "site %s: DIFFERENTIAL-PRIVACY NOISE IS OFF (rules file %s): %s",
                 self.name, self.rules_path, self.rules.privacy.no_noise_acknowledged,
             )
-        needs_r = [n for n in self.rules.functions.enabled if registry.get(n).backend == "R"]  # type: ignore[union-attr]
+        needs_r = [n for n in self.rules.functions.enabled
+                   if registry.get(n).backend == "R"]  # type: ignore[union-attr]
         if needs_r and not rbridge.installed():
             log.warning("site %s: R is not available; %s will be refused: %s",
                         self.name, ", ".join(needs_r), rbridge.unavailable_reason())
