@@ -303,7 +303,8 @@ class Guard:
         reading of derived columns)."""
         if len(found.roots) > 1:
             raise self._refuse(
-                f"{what} of a column computed from several columns ({', '.join(sorted(r.column for r in found.roots))}) "
+                f"{what} of a column computed from several columns "
+                f"({', '.join(sorted(r.column for r in found.roots))}) "
                 "would give one record's values of all of them", "disclosure.derived_concentration",
                 "ask for the quantiles of each column, or for sums (meanDS, varDS, corDS) of the combination")
         if found.function is None or not found.monotone:
@@ -435,7 +436,8 @@ class Guard:
         with self.history.lock:  # type: ignore[union-attr]
             earlier = self.history.sums(rows.lineage, rows.n_root)  # type: ignore[union-attr]
             try:
-                columns = too_many(earlier, list(dict.fromkeys(new)), rows.n_root, per_record)  # type: ignore[union-attr]
+                columns = too_many(earlier, list(dict.fromkeys(new)), rows.n_root,  # type: ignore[union-attr]
+                                   per_record)
             except AuditTooLarge as exc:
                 raise self._refuse(f"the sums released from this table are too many to check ({exc})", SUMS_RULE,
                                    "ask the site's administrator") from None
@@ -479,7 +481,8 @@ class Guard:
                         "(by any analyst): a quantile weighs the same two neighbouring records alike under every "
                         "monotone function, so the two give those records' values", SUMS_RULE,
                         "ask for the quantiles of the column itself, or over other records")
-            self.history.record_sums(rows.lineage, rows.n_root, [mine], analyst=self._analyst)  # type: ignore[union-attr]
+            self.history.record_sums(rows.lineage, rows.n_root, [mine],  # type: ignore[union-attr]
+                                     analyst=self._analyst)
 
     def _base(self, rows: Rows) -> np.ndarray:
         """The row set every release of ``rows``' table is over (packed): the records the site keeps."""
@@ -537,7 +540,8 @@ class Guard:
         ``disclosure.subset_min_difference``)."""
         if not self._audits(rows) or not cells:
             return []
-        earlier = [PooledCell(old, set_size(old)) for old in self.history.row_sets(rows.lineage, rows.n_root)]  # type: ignore[union-attr]
+        before = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        earlier = [PooledCell(old, set_size(old)) for old in before]
         earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         return pooled_problem_cells(earlier, cells, self.rule("disclosure.subset_min_difference"))
 
@@ -639,12 +643,14 @@ class Guard:
                           render=lambda released: None, what="reference", column=root)
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
-            decided = decide_local(cells, self.floor, self._cut_history(cells.history_key), site_pick(self.secret, cells))
+            decided = decide_local(cells, self.floor, self._cut_history(cells.history_key),
+                                   site_pick(self.secret, cells))
             if decided[0] is not KEEP or decided[-1] is not KEEP:
                 raise self._refuse(
                     f"the reference's range [{edges[0]:g}, {edges[-1]:g}] cuts this site's records within {self.q} of "
                     "where this or an earlier release did; widen it to cover every score",
-                    "disclosure.cut_history", "use the range the data dictionary declares for the scores (e.g. [0, 1] for probabilities)")
+                    "disclosure.cut_history",
+                    "use the range the data dictionary declares for the scores (e.g. [0, 1] for probabilities)")
             keep = np.array([d is KEEP for d in decided])
             self._record_cuts(cells.history_key, [c for c, k in zip(cells.root_cuts(), keep) if k], "reference")
         return keep
