@@ -104,8 +104,8 @@ def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> dict[s
 
     Returns dsBase's ``Table_valid``, ``Mean_gp``, ``StDev_gp`` and ``N_gp`` over the groups that
     hold records, ``Nvalid``, ``Nmissing``, ``Ntotal`` and ``Message``, then ``groups``: the groups'
-    level numbers, which name them in dsBase's arrays (its ``cbind`` turns the factor into numbers). A group of 0 < n < q
-    records refuses the whole answer (``disclosure.q_threshold``), where dsBase answers
+    level numbers, which name them in dsBase's arrays (its ``cbind`` turns the factor into numbers). A group
+    of 0 < n < q records refuses the whole answer (``disclosure.q_threshold``), where dsBase answers
     ``Table_valid = FALSE``.
 
     A group whose records with a value differ from an earlier row set of the table (the group's cell of an
