@@ -683,8 +683,6 @@ def report_from_sites_file(sites_file: str | Path, out: str | Path, *, table: st
 
     ``table``, ``truth`` and ``score`` given here win over the file's.
     """
-    import json  # noqa: PLC0415
-
     from dsfed_client.session import LoginBuilder  # noqa: PLC0415
 
     spec = read_sites_file(Path(sites_file))
