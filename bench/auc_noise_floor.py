@@ -19,10 +19,10 @@ leaf edge kept (the sites' gate, which merges leaves holding fewer than q + marg
 ``bench/hist_auc.py``), and the placement values computed from the exact leaf counts; per depth, the
 AUC's error against the pooled empirical AUC for three estimators: the equal mean against the monotone
 CDFs (isotonic: the estimator before), the weighted mean against the consistent cumulative counts
-(linear: the one shipped), the same plus a within-leaf tie correction (``tie_correction``: tried,
-not shipped), and each placement mean corrected by its class's own mean placement against the same
-reference (``control_variates``: a sum the sites do not return yet), with the share of errors within
-1.96 reported noise sds.
+(linear: the one shipped before), the same plus a within-leaf tie correction (``tie_correction``:
+tried, not shipped), and each placement mean corrected by its class's own mean placement against the
+same reference (``control_variates``: what :func:`~dsfed_client.analyses.curves.ds_hist_auc` ships now),
+with the share of errors within 1.96 reported noise sds.
 
 ``--read-levels``: no sites; the weighted AUC's noise sd (the first-order formula of
 :func:`~dsfed_client.analyses.curves.placement_noise_variances`, exact leaf shares) when the AUC is read
@@ -82,7 +82,7 @@ def control_variates(means: tuple[float, float, float, float], shares: tuple[np.
                      totals: tuple[float, float], T: np.ndarray, per: np.ndarray) -> tuple[float, float]:
     r"""The two placement means each corrected by a control variate, then weighted: the AUC and its noise variance.
 
-    Besides :math:`\bar V_{10}` (positives against the negatives' reference) the sites would return
+    Besides :math:`\bar V_{10}` (positives against the negatives' reference) the sites return
     :math:`\bar V_{00}`, the negatives' own mean placement against the same reference: it is exactly one half
     without noise (ties one half, any partition into cells), and its noise comes from the same leaf estimates,
     so :math:`\bar V_{10} - \beta (\bar V_{00} - \tfrac12)`, :math:`\beta = \mathrm{cov}/\mathrm{var}`
@@ -173,7 +173,7 @@ def monte_carlo(args: argparse.Namespace) -> None:
                 weighted = w * m10 + (1 - w) * m01
                 errors.setdefault((L, "isotonic, equal (before)"), []).append(
                     ((i10 + i01) / 2 - pooled_auc, noise_variance(hist)))
-                errors.setdefault((L, "linear, weighted (now)"), []).append(
+                errors.setdefault((L, "linear, weighted (before)"), []).append(
                     (weighted - pooled_auc, noise_variance(hist, w)))
                 # the tie correction's noise: its gradients with the weighted means', through the tree, and
                 # the bilinear term's own variance tr(B S1 B' S0)

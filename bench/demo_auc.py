@@ -13,8 +13,8 @@ asked. Bias = mean signed error over the runs with its standard error; coverage 
 reported interval (sampling and noise variance) holds the pooled AUC. ``--auc-first``: the histogram AUC
 on fresh sites before the calibration bins and H-L groups (the order tried for ``validate()``, not shipped);
 either way a run reports what the curve and the groups kept.
-``--control-variates``: also the AUC with each placement mean corrected by its class's own
-(``bench/hist_auc.py``: the in-process sites wrapped to return the two sums). ``--kept-edges``: how many of the
+The shipped AUC corrects each placement mean by its class's own (control variates); every run also
+reports the weighted means without that correction (the estimator before). ``--kept-edges``: how many of the
 tree's inner leaf edges the sites keep in the reference they derive (the in-process sites' ``derived_reference``
 wrapped to note them), and the error of the pooled AUC with the scores binned at those edges (exact counts, ties
 one half): the bias the merged leaves leave without any noise.
@@ -38,10 +38,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from coverage import pooled_auc  # noqa: E402  (bench/coverage.py)
-from hist_auc import corrected_auc, with_own_class_sums  # noqa: E402  (bench/hist_auc.py)
 from dsfed_client import FederatedCallError, LoginBuilder  # noqa: E402
 from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
-from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
+from dsfed_client.analyses.curves import ds_hist_auc, placement_weight  # noqa: E402
 from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
@@ -82,11 +81,11 @@ def binned_sections(session: Any) -> tuple[bool, int, int]:
     return bool(curve.coarsened), groups[0], groups[1]
 
 
-def one_run(levels: int, workdir: Path, cuts_first: bool = True, own_sums: dict[str, Any] | None = None
+def one_run(levels: int, workdir: Path, cuts_first: bool = True
             ) -> tuple[float, float, tuple[float, float], float, tuple[bool, int, int]]:
     """Fresh GBSG2 sites; the calibration bins and H-L groups, then the AUC at ``levels`` (``cuts_first``), or
-    the other way round: (empirical AUC, ROC-GLM AUC, reported interval, control-variate AUC: NaN without
-    ``own_sums``, :func:`binned_sections`)."""
+    the other way round: (empirical AUC, ROC-GLM AUC, reported interval, the weighted means without the control
+    variates, :func:`binned_sections`)."""
     prov = provision(workdir, {s: (ROOT / "opal_fixtures" / s, ROOT / "disclosure_rules" / f"{s}.toml")
                                for s in SITES})
     builder = LoginBuilder()
@@ -100,8 +99,9 @@ def one_run(levels: int, workdir: Path, cuts_first: bool = True, own_sums: dict[
         sections = binned_sections(session) if cuts_first else None
         res = ds_hist_auc(session, "D$y", "D$score", secure=True, levels=levels)
         sections = sections or binned_sections(session)
-    cv = float("nan") if own_sums is None else corrected_auc(res, own_sums)[0]
-    return res.auc, res.roc_glm.auc, tuple(res.ci_logit), cv, sections
+    w = placement_weight(res.histograms)
+    return res.auc, res.roc_glm.auc, tuple(res.ci_logit), w * res.auc_positives + (1 - w) * res.auc_negatives, \
+        sections
 
 
 def main() -> int:
@@ -112,21 +112,18 @@ def main() -> int:
                         help="the AUC before the calibration bins and H-L groups")
     parser.add_argument("--kept-edges", action="store_true",
                         help="the leaf edges the sites keep in their reference, and the exact AUC binned at them")
-    parser.add_argument("--control-variates", action="store_true",
-                        help="also the AUC with each placement mean corrected by its class's own")
     args = parser.parse_args()
     pooled = pd.concat([pd.read_csv(ROOT / "opal_fixtures" / s / "GBSG2" / "validation.csv") for s in SITES])
     truth = pooled_auc(pooled["y"].to_numpy(), pooled["score"].to_numpy())
     order = "AUC first" if args.auc_first else "bins and H-L groups first"
     print(f"GBSG2, 5 sites, site*.toml, {args.runs} runs per depth, {order}; pooled empirical AUC {truth:.4f}")
     t0 = time.perf_counter()
-    own_sums = with_own_class_sums() if args.control_variates else None
     kept = noting_kept_edges() if args.kept_edges else None
     with tempfile.TemporaryDirectory(prefix="dsfed-demo-auc-") as tmp:
         for levels in args.levels:
             runs, edges = [], []
             for r in range(args.runs):
-                runs.append(one_run(levels, Path(tmp) / f"L{levels}-{r}", not args.auc_first, own_sums))
+                runs.append(one_run(levels, Path(tmp) / f"L{levels}-{r}", not args.auc_first))
                 if kept is not None:
                     edges.append(kept[-1])
             emp, glm, cv = (np.array([r[i] for r in runs]) - truth for i in (0, 1, 3))
@@ -143,9 +140,8 @@ def main() -> int:
                 print(f"              inner edges kept {np.mean([e.size for e in edges]):.1f} of {2**levels - 1} "
                       f"({min(e.size for e in edges)}-{max(e.size for e in edges)}); exact counts binned at them: "
                       f"bias {binned.mean() - truth:+.4f}")
-            if own_sums is not None:
-                print(f"              control variates: bias {cv.mean():+.4f} (SE {cv.std(ddof=1) / se:.4f}), "
-                      f"MAE {np.abs(cv).mean():.4f}")
+            print(f"              weighted means without the control variates (before): bias {cv.mean():+.4f} "
+                  f"(SE {cv.std(ddof=1) / se:.4f}), MAE {np.abs(cv).mean():.4f}")
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     return 0
 

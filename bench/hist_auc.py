@@ -17,14 +17,14 @@ and C groups on the score before the AUC, as ``validate()`` did. Privacy: epsilo
 the paper's mode and a budget large enough for the loop). Error = |estimate - empirical AUC
 of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends; bias = the mean
 signed error with its standard error over the data sets; coverage = how often the reported interval
-(sampling and noise variance) holds the pooled AUC. Rows ``_equal``: the equal mean of the two
-placement means from the same call (the estimator before the inverse-variance weights), with its
-noise variance; ``--references linear isotonic``: rows ``_iso`` from the sites' reference made
-monotone as before, on the same table and noise (paired). ``--control-variates``: rows ``_cv``, each placement
-mean corrected by the class's own placement mean against the same reference (exactly one half without noise:
-``control_variates`` in ``bench/auc_noise_floor.py``); the sites do not return those two sums, so this bench
-wraps the in-process sites' ``histPlacementSumsDS`` to add them, computed from the released cells as the
-others are (what the proposed site change would return; a measurement, not the shipped sites).
+(sampling and noise variance) holds the pooled AUC. The rows without a suffix are the shipped
+estimator: each placement mean corrected by its class's own mean placement against the same reference
+(control variates, :func:`~dsfed_client.analyses.curves.control_variates`), then weighted. Rows
+``_weighted``: the inverse-variance weighted means without the correction, from the same call (the
+estimator before, and what a site without the own-class sums gets), with their noise variance; rows
+``_equal``: the equal mean of the two placement means (the estimator before the weights); ``--references
+linear isotonic``: rows ``_iso`` from the sites' reference made monotone as before, on the same table and
+noise (paired).
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,79 +46,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client import FederatedCallError  # noqa: E402
-from dsfed_client.analyses.curves import auc_levels, ds_hist_auc, noise_variance  # noqa: E402
+from dsfed_client.analyses.curves import auc_levels, ds_hist_auc, noise_variance, placement_weight  # noqa: E402
 from dsfed_client.analyses.discrimination import ds_roc_glm, logit_ci  # noqa: E402
 from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
 from dsfed_server.synthetic import PROJECT, binormal, seed000_scores  # noqa: E402
 import dsfed_server.functions.curves as site_curves  # noqa: E402
-import dsfed_client.analyses.curves as client_curves  # noqa: E402
-from dsfed_core.histograms import global_cdfs, tree_least_squares  # noqa: E402
-from dsfed_server.registry import REGISTRY  # noqa: E402
-from auc_noise_floor import control_variates  # noqa: E402  (bench/auc_noise_floor.py)
+from dsfed_core.histograms import global_cdfs  # noqa: E402
 
 
 def isotonic_reference(levels, variances, branching):  # noqa: ANN001, ANN201
     """The sites' reference as it was derived before: made monotone (isotonic regression)."""
     return global_cdfs(levels, variances, branching, monotone=True)
-
-
-def with_own_class_sums() -> dict[str, Any]:
-    """Wrap the in-process sites' ``histPlacementSumsDS`` so that its release also holds each class's own
-    placement sums against the same reference and cells, ``sum_v00`` (negatives against the negatives' CDF)
-    and ``sum_v11`` (positives against the positives'), and the client's moments so that the raw pooled sums
-    are kept: returns the dict the last call's sums are put in."""
-    spec = REGISTRY.get("histPlacementSumsDS")
-    last: dict[str, Any] = {}
-
-    def impl(ctx, truth, score, reference, within_bin):  # noqa: ANN001, ANN202
-        cells = spec.impl(ctx, truth, score, reference, within_bin)
-        edges = reference["edge"].to_numpy(dtype=float)
-        render = cells.render
-
-        def own(released):  # noqa: ANN001, ANN202
-            bounds = np.clip(np.array([-np.inf, *(c.value for c in released.cuts), np.inf]), edges[0], edges[-1])
-            n1 = np.asarray(released.sums["n1"], dtype=float)
-            n0 = np.asarray(released.counts, dtype=float) - n1
-            out = render(released)
-            for name, column, count in (("v00", "neg", n0), ("v11", "pos", n1)):
-                cdf = reference[column].to_numpy(dtype=float)
-                at = np.interp(bounds, edges, cdf) / cdf[-1]
-                out[f"sum_{name}"] = float((0.5 * (at[:-1] + at[1:]) * count).sum())
-            return out
-
-        cells.render = own
-        return cells
-
-    REGISTRY._specs[spec.name] = replace(spec, impl=impl)
-    moments = client_curves.placement_moments
-
-    def keep(sums):  # noqa: ANN001, ANN202
-        last.clear()
-        last.update(sums)
-        return moments(sums)
-
-    client_curves.placement_moments = keep
-    return last
-
-
-def corrected_auc(res, sums: dict[str, Any]) -> tuple[float, float]:  # noqa: ANN001
-    """The control-variate AUC and its noise variance from a call's pooled sums and histograms."""
-    hist = res.histograms
-    sizes = [hist.branching**lv for lv in range(hist.level_variance.size)]
-    unit, off = np.eye(sum(sizes)), np.cumsum([0] + sizes)
-    T = tree_least_squares([unit[off[lv]:off[lv + 1]] for lv in range(len(sizes))], hist.level_variance,
-                           hist.branching)
-    per = np.repeat(hist.level_variance, sizes)
-
-    def placement(cum: np.ndarray) -> np.ndarray:
-        share = np.clip(np.diff(cum), 0.0, None)
-        share = share / share.sum()
-        return 1.0 - np.cumsum(share) + 0.5 * share
-
-    n1, n0 = float(sums["n1"]), float(sums["n0"])
-    means = (sums["sum_v10"] / n1, sums["sum_v00"] / n0, sums["sum_v01"] / n0, sums["sum_v11"] / n1)
-    return control_variates(means, (placement(hist.cum_negatives), placement(hist.cum_positives)), (n0, n1),
-                            T, per)
 
 
 def pooled_delong(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
@@ -165,9 +101,6 @@ def main() -> int:
                         help="secure_aggregation.honest_sites of the rules (default: K with --secure, else 1)")
     parser.add_argument("--decay", type=float, default=1.0,
                         help="scoreHistogramDS's decay: level l's share of the budget is proportional to decay^l")
-    parser.add_argument("--control-variates", action="store_true",
-                        help="also the AUC with each placement mean corrected by its class's own (rows _cv; the "
-                             "in-process sites wrapped to return the two sums)")
     parser.add_argument("--secure", action="store_true",
                         help="histogram mode by secure aggregation, each site adding 1/K of the noise variance "
                              "(rules: secure_aggregation.honest_sites = K)")
@@ -194,10 +127,9 @@ def main() -> int:
     paired: dict[str, np.ndarray] = {}
     # "_equal": the equal mean of the two placement means (the estimator before the inverse-variance weights),
     # from the same call
-    kinds = ("", "_equal", "_rocglm") + (("_cv",) if args.control_variates else ())
+    kinds = ("", "_weighted", "_equal", "_rocglm")
     signed: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
     covered: dict[str, list[bool]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
-    own_sums = with_own_class_sums() if args.control_variates else {}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
         honest = args.honest_sites if args.honest_sites is not None else (args.sites if args.secure else 1)
@@ -241,6 +173,13 @@ def main() -> int:
                         signed[f"{mode}_rocglm"].append(res.roc_glm.auc - auc)
                         lo, hi = res.ci_logit
                         covered[mode].append(lo <= auc <= hi)
+                        assert res.estimator == "control variates", res.estimator
+                        w = placement_weight(res.histograms)  # the weighted means without the correction
+                        weighted = w * res.auc_positives + (1 - w) * res.auc_negatives
+                        row[f"{mode}_weighted"] = abs(weighted - auc)
+                        signed[f"{mode}_weighted"].append(weighted - auc)
+                        lo, hi = logit_ci(weighted, res.variance, res.alpha, noise_variance(res.histograms, w))
+                        covered[f"{mode}_weighted"].append(lo <= auc <= hi)
                         equal = (res.auc_positives + res.auc_negatives) / 2
                         row[f"{mode}_equal"] = abs(equal - auc)
                         signed[f"{mode}_equal"].append(equal - auc)
@@ -248,12 +187,6 @@ def main() -> int:
                         covered[f"{mode}_equal"].append(lo <= auc <= hi)
                         lo, hi = res.roc_glm.ci
                         covered[f"{mode}_rocglm"].append(lo <= auc <= hi)
-                        if args.control_variates:
-                            cv, cv_noise = corrected_auc(res, own_sums)
-                            row[f"{mode}_cv"] = abs(cv - auc)
-                            signed[f"{mode}_cv"].append(cv - auc)
-                            lo, hi = logit_ci(cv, res.variance, res.alpha, cv_noise)
-                            covered[f"{mode}_cv"].append(lo <= auc <= hi)
                 except FederatedCallError as exc:  # a site below q positives or negatives (rule A1)
                     refused.append((rep, n, str(exc).splitlines()[1].strip()))
                     continue
