@@ -85,7 +85,8 @@ def test_a_table_of_the_stage(first_hour):
 def test_group_means_of_the_bmi_by_stage_after_the_table(first_hour):
     """The groups are the stage's records with a BMI: at hospital3 the stage-III and stage-IV groups
     differ from the table's cells by the few records of those stages missing their BMI (3 and 1), and
-    the site withholds those two groups and releases the others: their means, SDs and sizes equal
+    the site withholds those two groups, and stage II with them (4 in all would still be told apart by the
+    mean BMI's Nvalid less the released groups), and releases stage I: its mean, SD and size equal
     pandas' on the records they claim; the withheld groups' figures, ``Nvalid`` and ``Nmissing`` are NA,
     and the message names the groups, the missing values and the rule. The other sites, whose groups
     differ from the cells by none or by at least 5, answer in full. What the withholding protects:
@@ -98,7 +99,11 @@ def test_group_means_of_the_bmi_by_stage_after_the_table(first_hour):
         complete = frame.dropna(subset=["bmi"]).groupby("stage").bmi
         shown = [s for s in STAGES if s in complete.groups]
         withheld = [STAGES[int(g) - 1] for g in np.atleast_1d(answer.get("withheld", []))]
-        assert withheld == [s for s in shown if 0 < lacking[s] < 5], site
+        want = [s for s in shown if 0 < lacking[s] < 5]  # each alone told apart by a few missing BMIs
+        if 0 < sum(lacking[s] for s in want) < 5:  # together too: the released group missing fewest joins them
+            want = sorted([*want, min((s for s in shown if lacking[s] and s not in want), key=lacking.get)],
+                          key=STAGES.index)
+        assert withheld == want, (site, dict(lacking))
         for at, stage in enumerate(shown):
             if stage in withheld:
                 assert [answer[k][at] for k in ("Mean_gp", "StDev_gp", "N_gp")] == [NA] * 3
@@ -112,7 +117,7 @@ def test_group_means_of_the_bmi_by_stage_after_the_table(first_hour):
             assert "missing" in answer["Message"] and "disclosure.subset_min_difference" in answer["Message"]
         else:
             assert answer["Nvalid"] == frame.bmi.notna().sum() and answer["Message"] == "All tables valid"
-    assert [STAGES[int(g) - 1] for g in answers["hospital3"]["withheld"]] == ["III", "IV"], answers["hospital3"]
+    assert [STAGES[int(g) - 1] for g in answers["hospital3"]["withheld"]] == ["II", "III", "IV"], answers["hospital3"]
 
 
 def test_a_subset_of_the_older_patients(first_hour):

@@ -10,6 +10,12 @@ group missing their BMI: 3 records, below the site's q of 5, which a table of gr
 would refuse. Under the shipped rules the site withholds groups a and b and says why: the attack reads
 nothing. With the row-set audit's minimum difference at 1 (the protection removed), every call passes
 and the attack reads the count and the mean age of the 3 records of each group exactly.
+
+The withheld groups together: where a's 3 and b's 1 missing BMIs are all the withheld groups hold, the
+mean of ``D$age + 0*D$bmi`` over the whole table (``meanDS``) less the released groups' sums is the sum
+over a and b's records with a BMI, and the whole groups' sums less it the 4 records' ages. The site then
+withholds group c too (6 missing: released alone, it would complete the sum): the attack reads nothing;
+with that rule taken out (``superset_gap`` patched to 0) it reads the 4 records' count and mean age.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import pandas as pd
 import pytest
 
 from conftest import http_builder
+from dsfed_server.disclosure import checks
 from sitekit import make_sites, rules_variant, serve
 from test_derived_column_attacks import synthetic_frame
 
@@ -93,5 +100,45 @@ def test_the_withheld_groups_are_named_with_their_reason(tmp_path: Path):
     assert answer["withheld"] == ["1", "2"] and answer["Nvalid"] is None
     assert answer["Mean_gp"][:2] == [None, None] and answer["N_gp"][2] == 20
     assert answer["Mean_gp"][2] == pytest.approx(truth[truth.group == "c"].bmi.mean(), rel=1e-12)
-    assert answer["Message"].startswith("2 group(s) withheld (a, b): the variable is missing at fewer than 5")
+    assert answer["Message"].startswith("2 group(s) withheld (a, b): their records with a value differ from an "
+                                        "earlier release over all their records (a table of the factor")
+    assert "by the records missing the variable, fewer than 5 in a group or in the withheld groups" in answer["Message"]
     assert "disclosure.subset_min_difference" in answer["Message"]
+
+
+UNION = {"a": [0, 3, 6], "b": [1], "c": [2, 5, 8, 11, 14, 17]}  # 10 missing BMIs: a pattern the site keeps
+
+
+@pytest.mark.parametrize("union_rule", [True, False], ids=["shipped", "union-rule-removed"])
+def test_the_withheld_groups_together_read_nothing_either(tmp_path: Path, monkeypatch, union_rule: bool):
+    truth = frame()
+    truth["bmi"] = np.round(np.random.default_rng(2).normal(26, 4, 60), 1)
+    for rows in UNION.values():
+        truth.loc[rows, "bmi"] = np.nan
+    if not union_rule:
+        monkeypatch.setattr(checks, "superset_gap", lambda member, sets: 0)
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
+        session.assign_table("D", "P.t")
+        table = session.table1d("D$group").as_dict()
+        whole = next(iter(session.aggregate_expr("meanSdGpDS(D$age, D$group)").values()))
+        session.derive("V", "D$age + 0*D$bmi")
+        overall = next(iter(session.aggregate_expr("meanDS(V)").values()))
+        part = next(iter(session.aggregate_expr("meanSdGpDS(V, D$group)").values()))
+    withheld = [("a", "b", "c")[int(g) - 1] for g in part["withheld"]]
+    released = [at for at in range(3) if part["N_gp"][at] is not None]
+    n_with = overall["Nvalid"] - sum(part["N_gp"][at] for at in released)
+    age_with = overall["EstimatedMean"] * overall["Nvalid"] - sum(
+        part["Mean_gp"][at] * part["N_gp"][at] for at in released)
+    hidden = [at for at in range(3) if at not in released]
+    lacking = sum(table[("a", "b", "c")[at]] for at in hidden) - n_with
+    ages = sum(whole["Mean_gp"][at] * whole["N_gp"][at] for at in hidden) - age_with
+    rows = UNION["a"] + UNION["b"]
+    read = lacking == len(rows) and abs(ages / lacking - truth.loc[rows, "age"].mean()) < 1e-6
+    print(f"ATTACK withheld groups together, union rule {'on' if union_rule else 'off'}: withheld {withheld}; the "
+          f"hidden groups' records missing the BMI read as {lacking} (mean age {ages / max(lacking, 1):.4f}); the 4 "
+          f"records of a and b: {len(rows)}, mean age {truth.loc[rows, 'age'].mean():.4f}; read: {read}")
+    if union_rule:
+        assert withheld == ["a", "b", "c"] and not read and lacking == len(sum(UNION.values(), []))
+    else:
+        assert withheld == ["a", "b"] and read

@@ -24,7 +24,7 @@ from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, M
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, isolated_records, packed_rows,
                                                  pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of,
-                                                 set_size)
+                                                 set_size, superset_gap)
 from dsfed_server.disclosure.shared_tables import own_key
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
                                          cuts_from, decide_local,
@@ -393,7 +393,14 @@ class Guard:
         audited together, as :meth:`release` audits a table's, and kept). Returns the withheld groups (cell
         numbers, ascending): the caller releases nothing computed over a withheld group's records, nor any
         total over the groups that would give their count. What a withheld group protects is the few records
-        that tell it from the earlier row set: their number, and any sum over them (Denning & Schlörer 1983)."""
+        that tell it from the earlier row set: their number, and any sum over them (Denning & Schlörer 1983).
+
+        The withheld groups together are told apart by the same records from the earlier sets that hold them:
+        an earlier total over all the groups (``meanDS`` of the variable) less the released groups is their
+        union. Where the gaps of the withheld groups (:func:`~dsfed_server.disclosure.differencing.
+        superset_gap`) sum to 1 .. ``subset_min_difference`` - 1 records, the released group of the
+        smallest gap above 0 is withheld too, until they sum to at least that; where none is left, the whole
+        answer is refused."""
         size = int(np.prod(cells.shape))
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
@@ -406,6 +413,18 @@ class Guard:
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             withheld = [cell for cell, member in zip(held, released.row_sets)
                         if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)]
+            if withheld:
+                gaps = {c: superset_gap(np.packbits(m), [base, *earlier]) for c, m in zip(held, released.row_sets)}
+                while 0 < sum(gaps[c] for c in withheld) < minimum:
+                    more = sorted((gap, c) for c, gap in gaps.items() if gap > 0 and c not in withheld)
+                    if not more:
+                        raise self._refuse(
+                            f"the groups' records differ from an earlier release over them (a table of the factor, "
+                            f"say) by fewer than {minimum} records in all: withholding some would still single "
+                            "those out", "disclosure.subset_min_difference",
+                            "ask for the summary of a variable without missing values, or before a table of the "
+                            "factor on fresh data")
+                    withheld = sorted([*withheld, more[0][1]])
             self._audit_row_sets([m for c, m in zip(held, released.row_sets) if c not in withheld], rows)
         return withheld
 

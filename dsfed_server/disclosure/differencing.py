@@ -360,6 +360,16 @@ def _small_remainder(packed: np.ndarray, cell: PooledCell, earlier: list[tuple[n
     return False
 
 
+def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
+    """How few records tell the row set ``member`` (packed) from the smallest of ``sets`` (packed) that
+    holds it: 0 when one of them is the same rows; the table's size when none holds it (``sets`` should
+    hold the table's). Withheld groups whose gaps sum to 1 .. ``subset_min_difference`` - 1 would be
+    singled out together by a total over the groups less the released ones."""
+    size = set_size(member)
+    gaps = [set_size(rows) - size for rows in sets if not np.any(np.bitwise_and(member, np.bitwise_not(rows)))]
+    return min(gaps, default=member.size * 8)
+
+
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
                     base: np.ndarray | None = None) -> str | None:
     """None if row sets ``new`` (boolean row indicators) may be released after the row sets ``earlier``

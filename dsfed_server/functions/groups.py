@@ -76,10 +76,10 @@ def _withheld_reason(ctx: CallContext, X: pd.Series, factors: list[pd.Series], w
     names = ", ".join(".".join(str(f.cat.categories[i]) for f, i in zip(factors, at)) for at in levels)
     minimum = ctx.guard.rule("disclosure.subset_min_difference")
     if all(missing[c] > 0 for c in withheld):
-        return (f"{len(withheld)} group(s) withheld ({names}): the variable is missing at fewer than {minimum} of "
-                "each one's records, and its records with a value differ from an earlier release over all the "
-                "group's records (a table of the factor, by any analyst) by just those: the two would give how "
-                "many miss it, and sums over both those records' values (rule disclosure.subset_min_difference)")
+        return (f"{len(withheld)} group(s) withheld ({names}): their records with a value differ from an earlier "
+                "release over all their records (a table of the factor, by any analyst) by the records missing the "
+                f"variable, fewer than {minimum} in a group or in the withheld groups together: the two would give "
+                "how many miss it, and sums over both those records' values (rule disclosure.subset_min_difference)")
     return (f"{len(withheld)} group(s) withheld ({names}): their records differ from the table, an earlier subset "
             f"or an earlier release's cell in fewer than {minimum} records (rule disclosure.subset_min_difference)")
 
