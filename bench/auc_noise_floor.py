@@ -22,7 +22,8 @@ CDFs (isotonic: the estimator before), the weighted mean against the consistent 
 (linear: the one shipped before), the same plus a within-leaf tie correction (``tie_correction``:
 tried, not shipped), and each placement mean corrected by its class's own mean placement against the
 same reference (``control_variates``: what :func:`~dsfed_client.analyses.curves.ds_hist_auc` ships now),
-with the share of errors within 1.96 reported noise sds.
+and the same with its gradients and β from the exact leaf shares instead of the noisy histograms (an
+oracle: what estimating them costs), with the share of errors within 1.96 reported noise sds.
 
 ``--read-levels``: no sites; the weighted AUC's noise sd (the first-order formula of
 :func:`~dsfed_client.analyses.curves.placement_noise_variances`, exact leaf shares) when the AUC is read
@@ -201,6 +202,13 @@ def monte_carlo(args: argparse.Namespace) -> None:
                                       (placement(cdf["negatives"]), placement(cdf["positives"])),
                                       (n0.sum(), n1.sum()), T, per)
                 errors.setdefault((L, "linear, control variates"), []).append((cv[0] - pooled_auc, cv[1]))
+                # the same with the gradients and beta from the exact leaf shares (an oracle): what estimating
+                # them from the same noisy counts costs in bias
+                exact_cum = {c: np.concatenate([[0.0], np.cumsum(exact[c][-1])]) for c in exact}
+                oracle = control_variates((m10, float(n0 @ own0 / n0.sum()), m01, float(n1 @ own1 / n1.sum())),
+                                          (placement(exact_cum["negatives"]), placement(exact_cum["positives"])),
+                                          (n0.sum(), n1.sum()), T, per)
+                errors.setdefault((L, "control variates, oracle"), []).append((oracle[0] - pooled_auc, oracle[1]))
         for (L, name), rows in errors.items():
             e, v = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
             print(f"{design:<9} {2**L:>6} {name:<28} {e.mean():+.4f} ({e.std(ddof=1) / np.sqrt(e.size):.4f}) "
