@@ -38,7 +38,8 @@ from dsfed_client import FederatedCallError
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
 from rref import r_eval
-from test_redteam_pooled_placement import (LEAVES, cell_of, decode_sites, federation, outcomes_read, references,
+from test_redteam_pooled_placement import (LEAVES, SUBSETS, cell_of, decode_sites, federation, outcomes_read,
+                                           over_subsets, references, tally,
                                            released_cuts, steps, truth_counts)
 
 THRESHOLDS = [*range(40, 130, 3), 250, 500, 1000]  # 33 grids t_j = j / (T + 1)
@@ -212,3 +213,19 @@ def test_joint_cells_of_two_scores_hold_q_records(tmp_path: Path):
         print(site, len(joint["a"]) + 1, "x", len(joint["b"]) + 1, "joint cells, smallest non-empty", counts.min(),
               joint["why"][:80])
         assert counts.min() >= 5
+
+
+def test_pooled_paired_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
+    """The pooled paired sums over nested subsets (``age >= a``) against references the sites derived on the whole
+    table: the reference's leaves were released on the pooled counts of the table's records, not of a subset's,
+    so a pooled read at the leaves over two subsets tells, by difference, the band's records per leaf."""
+    def ask(session, ref: str) -> dict:
+        paired = session.pooled("pairedPlacementDS", Ref("T$y"), Ref("T$score"), Ref(ref), Ref("T$score"), Ref(ref))
+        return {"pooled": as_single(paired)}
+
+    frames, decoded, refused = over_subsets(tmp_path, ask)
+    read, band_records, compared = tally(decoded, {"pooled": pd.concat(frames.values(), ignore_index=True)})
+    print(f"ATTACK pooled paired sums over nested subsets age >= {SUBSETS} (shipped rules): outcomes read of {read} "
+          f"of the {band_records} records in the age bands ({compared} of 3 differences decoded); refused {refused}")
+    assert read == 0
+    assert refused == [["disclosure.subset_min_difference"]] * (len(SUBSETS) - 1)  # the whole table (25) passes

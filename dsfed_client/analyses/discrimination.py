@@ -133,7 +133,7 @@ def logit_ci(auc: float, variance: float, alpha: float, noise_variance: float = 
     [0.9804, 1.0]
 
     Within one sampling standard error of a bound the logit's linearisation fails (at 1 - 4e-5 with
-    :math:`\sqrt{var}` = 0.002, eq. (3) would give the whole of (0, 1)); there the sampling interval is
+    :math:`\\sqrt{var}` = 0.002, eq. (3) would give the whole of (0, 1)); there the sampling interval is
     the Wald interval on the AUC's scale, clipped (1.96 * 0.002, combined with 1.96 * 0.01 of noise):
 
     >>> [round(v, 4) for v in logit_ci(0.99996, 4e-6, 0.05, noise_variance=0.0001)]

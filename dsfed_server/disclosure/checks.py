@@ -157,6 +157,18 @@ class Guard:
                 "read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it for "
                 "this site alone (pooled = FALSE)")
 
+    def derived_leaves(self, same_records: bool) -> None:
+        """A reference the sites derived from pooled histograms had its leaves checked on the pooled counts of the
+        records it was derived from (the cut history, the row-set audit), and of no others: a pooled release reads
+        it at its leaves over those records only. Over a subset of them, two such releases would tell the records
+        between the subsets leaf by leaf."""
+        if not same_records:
+            raise self._refuse(
+                "a reference the sites derived is read at its leaves only over the records it was derived from, and "
+                "these records differ from them", "disclosure.subset_min_difference",
+                "derive the reference on the records of this call (the outcome and both scores complete: a table of "
+                "the complete records), or read it per site")
+
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with
         ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count

@@ -27,8 +27,8 @@ from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.functions.curves import (_WITHIN, SITE_DERIVED, placement_cells, placements, reference_cells,
-                                          reference_table)
+from dsfed_server.functions.curves import (_WITHIN, DERIVED_RECORDS, SITE_DERIVED, placement_cells, placements,
+                                          records_digest, reference_cells, reference_table)
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -94,9 +94,12 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
 def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: pd.Series, rows: Rows | None
                ) -> tuple[tuple[Cut, ...], dict[str, Any]]:
     """The cells one score's sums are read at: in a pooled release, a reference the sites derived at its
-    leaves (their edges released on the pooled counts of the records it was derived from), else the cells
-    this site releases (:func:`~dsfed_server.functions.curves.placement_cells`)."""
+    leaves (their edges released on the pooled counts of the records it was derived from, and read over those
+    records only: :meth:`Guard.derived_leaves`), else the cells this site releases
+    (:func:`~dsfed_server.functions.curves.placement_cells`)."""
     if ctx.guard.deferred is not None and ctx.session.derived_by_sites(reference, SITE_DERIVED):
+        derived_from = reference.attrs.get(DERIVED_RECORDS)
+        ctx.guard.derived_leaves(rows is not None and derived_from == records_digest(rows))
         edges, _ = reference_table(reference)
         return reference_cells(edges), {"pooled": True, "cells": "the reference's leaves"}
     return placement_cells(ctx, p, reference, score, rows)

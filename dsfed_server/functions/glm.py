@@ -231,7 +231,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     own sums are: each later step is at an iterate no analyst chose, but the offset and the weights are
     the analyst's and the fit does not absorb them as it absorbs a rescaled covariate, so inside the
     inverse link each slope is another function (at the first iterate of Poisson ``y ~ 1`` with the
-    offset :math:`o = k s` the information is :math:`e^{\beta^{(1)}} \sum_i e^{k s_i}`, the k-th power sum
+    offset :math:`o = k s` the information is :math:`e^{\\beta^{(1)}} \\sum_i e^{k s_i}`, the k-th power sum
     of :math:`e^{s}`; docs/governance.md). The same fit again has the same iterates and counts nothing
     new."""
     if beta is None:  # R's start (mustart): its working weights are constant for a 0/1 logit or an identity fit
