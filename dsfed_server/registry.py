@@ -167,13 +167,6 @@ class Registry:
             raise ValueError(f"{name} already has an Opal shape adapter")
         self._specs[name] = replace(spec, opal_shape=adapter)
 
-    def declare_cells(self, name: str) -> None:
-        """Declare an existing entry as returning cells (``cells=True``) where its register call does not."""
-        spec = self._specs[name]
-        if spec.cells:
-            raise ValueError(f"{name} already declares cells")
-        self._specs[name] = replace(spec, cells=True)
-
     def __iter__(self):
         return iter(self._specs.values())
 

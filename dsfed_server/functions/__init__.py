@@ -1,7 +1,5 @@
 """The function set. Importing this package registers every entry in the registry."""
 
-from dsfed_server.registry import REGISTRY
-
 from dsfed_server.functions import contingency, glm, histogram, quantiles, summaries, tables, validation  # noqa: F401
 from dsfed_server.functions import predict, recalibration  # noqa: F401,E402
 from dsfed_server.functions import comparison, curves, deciles, derive, secure  # noqa: F401,E402
@@ -9,7 +7,3 @@ from dsfed_server.functions import splines  # noqa: F401,E402
 
 # dsBase-compatible entries, and dsBase's R result shapes for the Opal front door (after the entries they adapt)
 from dsfed_server.functions import datamanagement, glm_slma, groups, opal_shapes  # noqa: F401,E402
-
-# scoreHistogramDS releases its exact leaves as cells when the site's noise is off (and noisy sums otherwise):
-# declared here until its register call in curves.py says cells=True
-REGISTRY.declare_cells("scoreHistogramDS")

@@ -133,10 +133,11 @@ def level_weights(levels: int, decay: float) -> np.ndarray:
     secure_sum=SecureSum(("negatives", "positives", "n_negative", "n_positive", "variance"),
                          public=("mechanism", "lower", "upper", "levels", "branching", "decay", "first_level", "sd",
                                  "epsilon", "delta", "sensitivity")),
+    cells=True,  # the exact leaves, noise off
 )
 def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower: float, upper: float, levels: int,
                     branching: int, decay: float, totals: str, epsilon: float | None, delta: float | None,
-                    edges: list[float] | None) -> dict[str, Any] | Intervals:
+                    edges: list[float] | None) -> dict[str, Any] | Intervals | PooledSteps:
     """Hierarchical histograms of the negatives' and the positives' scores (Xu & Cormode 2025,
     "Quantiles Estimation via Histograms"), noised per level with the site's Gaussian mechanism, or
     exact leaves under the site's small-bin policy when noise is off, at equal leaves or at
