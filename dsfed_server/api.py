@@ -12,8 +12,10 @@ fitting status; nothing reaches the client as a bare 500.
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any
+import contextlib
+from typing import Annotated, Any, AsyncIterator
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -185,11 +187,31 @@ class BodyLimitAndHead:
         await self.app(scope, receive, send_with_head)
 
 
+CALL_THREADS = 40  # worker threads for calls and other synchronous routes: anyio's default
+
+
+def _threads_for(service: SiteService) -> Any:
+    """The server's worker threads: the calls' :data:`CALL_THREADS` and, beside them, one for every login the
+    site lets check or wait at once (``[login] concurrent_checks`` and ``check_queue``), so that logins waiting
+    for a password check (a flood of guesses at the Opal door waits up to ``signin_wait_s``) never hold the
+    threads the analysts' calls run in."""
+    login = service.config.login
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = CALL_THREADS + login.concurrent_checks + login.check_queue
+        yield
+
+    return lifespan
+
+
 def create_app(service: SiteService) -> FastAPI:
     docs = service.config.listen.api_docs  # /docs and /openapi.json need no credentials: off by default
     app = FastAPI(title=f"dsfed site {service.name}", version=__version__, docs_url="/docs" if docs else None,
                   redoc_url=None, openapi_url="/openapi.json" if docs else None,
-                  generate_unique_id_function=operation_id, responses=ERROR_RESPONSES)
+                  generate_unique_id_function=operation_id, responses=ERROR_RESPONSES,
+                  lifespan=_threads_for(service))
     app.state.service = service
     generated = app.openapi
     app.openapi = lambda: describe_symbol_names(  # type: ignore[method-assign]

@@ -10,16 +10,19 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import numpy as np
 import pandas as pd
 import pytest
 import requests
 from datashield import DSLoginBuilder, DSSession
 
+from dsfed_server.api import create_app
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import ProvisionedSite, provision
 from opalkit import opal_value
-from sitekit import ACCESS_LINE, DEFAULT_RULES, write_table
+from sitekit import ACCESS_LINE, DEFAULT_RULES, make_sites, write_table
 
 ANALYSTS = 24
 SIGN_IN = "/ws/system/subject-profile/_current"  # where R's opalr sends the credentials first
@@ -108,3 +111,20 @@ def test_sign_ins_past_the_queue_are_refused_at_once_naming_the_rule(tmp_path: P
             body = answers[user].json()
             assert "login.check_queue" in str(body) and answers[user].headers["Retry-After"] == "1", body
         assert all(sign_in(user).status_code == 200 for user in refused)
+
+
+def test_logins_waiting_for_a_check_get_threads_of_their_own(tmp_path: Path):
+    """The server's worker threads are the calls' 40 (anyio's default) and one for every login the site lets
+    check or wait at once: sign-ins waiting up to ``signin_wait_s`` (a flood of guesses at the Opal door fills
+    the queue) hold none of the threads the analysts' calls run in. The app's lifespan, as uvicorn runs it,
+    sets the limiter of the loop it serves on."""
+    _, services = make_sites(tmp_path, {"s1": pd.DataFrame({"v": np.arange(10.0)})})
+    service = services["s1"]
+    app = create_app(service)
+
+    async def tokens() -> float:
+        async with app.router.lifespan_context(app):
+            return anyio.to_thread.current_default_thread_limiter().total_tokens
+
+    login = service.config.login
+    assert anyio.run(tokens) == 40 + login.concurrent_checks + login.check_queue == 40 + login.concurrent_checks + 32

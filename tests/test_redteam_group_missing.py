@@ -101,8 +101,9 @@ def test_the_withheld_groups_are_named_with_their_reason(tmp_path: Path):
     assert answer["Mean_gp"][:2] == [None, None] and answer["N_gp"][2] == 20
     assert answer["Mean_gp"][2] == pytest.approx(truth[truth.group == "c"].bmi.mean(), rel=1e-12)
     assert answer["Message"].startswith("2 group(s) withheld (a, b): their records with a value differ from an "
-                                        "earlier release over all their records (a table of the factor")
-    assert "by the records missing the variable, fewer than 5 in a group or in the withheld groups" in answer["Message"]
+                                        "earlier release over their records (a table of the factor")
+    assert "in a group or in the withheld groups together, by fewer than 5 records, for instance those missing the " \
+        "variable" in answer["Message"]
     assert "disclosure.subset_min_difference" in answer["Message"]
 
 

@@ -65,24 +65,19 @@ def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]
     return x[complete], cells, shape, withheld
 
 
-def _withheld_reason(ctx: CallContext, X: pd.Series, factors: list[pd.Series], withheld: list[int]) -> str:
+def _withheld_reason(ctx: CallContext, factors: list[pd.Series], withheld: list[int]) -> str:
     """Why the groups ``withheld`` (cells, column-major over the factors' levels) are withheld, naming
-    them; where each holds records missing ``X``, it says so (how many is what it protects: never said)."""
+    them. The same words whatever the cause (records missing the variable, or another earlier release):
+    which it is depends on counts that are not released."""
     shape = tuple(len(f.cat.categories) for f in factors)
-    has_factors = np.logical_and.reduce([f.notna().to_numpy() for f in factors])
-    cell = np.ravel_multi_index([f.cat.codes.to_numpy()[has_factors] for f in factors], shape, order="F")
-    missing = np.bincount(cell[X.isna().to_numpy()[has_factors]], minlength=int(np.prod(shape)))
     levels = [np.unravel_index(c, shape, order="F") for c in withheld]
     names = ", ".join(".".join(str(f.cat.categories[i]) for f, i in zip(factors, at)) for at in levels)
     minimum = ctx.guard.rule("disclosure.subset_min_difference")
-    if all(missing[c] > 0 for c in withheld):
-        return (f"{len(withheld)} group(s) withheld ({names}): their records with a value differ from an earlier "
-                "release over all their records (a table of the factor, by any analyst) by the records missing the "
-                f"variable, fewer than {minimum} in a group or in the withheld groups together: the two would give "
-                "how many miss it, and sums over both those records' values (rule disclosure.subset_min_difference)")
-    return (f"{len(withheld)} group(s) withheld ({names}): their records differ from the table, an earlier subset "
-            f"or an earlier release's cell in fewer than {minimum} records (rule disclosure.subset_min_difference)")
-
+    return (f"{len(withheld)} group(s) withheld ({names}): their records with a value differ from an earlier "
+            "release over their records (a table of the factor, an earlier subset or cell, by any analyst), in a "
+            f"group or in the withheld groups together, by fewer than {minimum} records, for instance those missing "
+            "the variable: the two would give how many they are, and sums over their values "
+            "(rule disclosure.subset_min_difference)")
 
 
 def _by_cell(values: np.ndarray, cells: np.ndarray, n_cells: int, fun: Callable[[np.ndarray], float]
@@ -131,7 +126,7 @@ def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> dict[s
         "Nvalid": None if withheld else int(values.size),
         "Nmissing": None if withheld else len(X) - int(values.size),
         "Ntotal": len(X),
-        "Message": _withheld_reason(ctx, X, [INDEX], withheld) if withheld else VALID,
+        "Message": _withheld_reason(ctx, [INDEX], withheld) if withheld else VALID,
         "groups": [str(c + 1) for c in held],
         "withheld": [str(c + 1) for c in withheld],
     }
@@ -159,7 +154,7 @@ def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
         raise CallError("INDEX.names.transmit must name factors (vectors), e.g. \"D$tgrade\"")
     values, cells, shape, withheld = _groups(ctx, x_name, factors)
     if withheld:
-        raise DisclosureRefusal(_withheld_reason(ctx, x_name, factors, withheld),
+        raise DisclosureRefusal(_withheld_reason(ctx, factors, withheld),
                                 rule="disclosure.subset_min_difference",
                                 hint="ds.meanSdGp of one factor releases the other groups and withholds these")
     ctx.summed(x_name, squares=fun_name.lower() == "sd", by=tuple(factors), cells=cells)
