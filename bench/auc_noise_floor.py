@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client.analyses.curves import (  # noqa: E402
-    ScoreHistograms, ds_score_histograms, noise_variance, placement_weight,
+    ScoreHistograms, control_variates, ds_score_histograms, noise_variance, placement_weight,
 )
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares  # noqa: E402
 from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma  # noqa: E402
@@ -79,9 +80,10 @@ def tie_correction(l0: np.ndarray, l1: np.ndarray) -> tuple[float, np.ndarray, n
     return value, g0, g1, B
 
 
-def control_variates(means: tuple[float, float, float, float], shares: tuple[np.ndarray, np.ndarray],
+def leaf_control_variates(means: tuple[float, float, float, float], shares: tuple[np.ndarray, np.ndarray],
                      totals: tuple[float, float], T: np.ndarray, per: np.ndarray) -> tuple[float, float]:
-    r"""The two placement means each corrected by a control variate, then weighted: the AUC and its noise variance.
+    r"""The two placement means each corrected by a control variate, then weighted: the AUC and its noise variance,
+    with the gradients and β from the given leaf shares (the estimator before: the monotone leaf CDFs' shares).
 
     Besides :math:`\bar V_{10}` (positives against the negatives' reference) the sites return
     :math:`\bar V_{00}`, the negatives' own mean placement against the same reference: it is exactly one half
@@ -136,7 +138,8 @@ def monte_carlo(args: argparse.Namespace) -> None:
     sigma2 = 5 * analytic_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=1.0) ** 2  # pooled, per unit share
     print(f"Monte Carlo, no sites: n = {args.n}, {args.reps} data sets per design; error = estimate - pooled AUC; "
           "noise cover: |error| <= 1.96 reported noise sd")
-    print(f"{'design':<9} {'leaves':>6} {'estimator':<28} {'bias (SE)':>17} {'sd':>7} {'MAE':>7} {'cover':>6}")
+    print(f"{'design':<9} {'leaves':>6} {'estimator':<28} {'bias (SE)':>17} {'sd':>7} {'MAE':>7} {'cover':>6} "
+          f"{'rep/emp':>7}")
     for design in ("binormal", "seed000"):
         rng = np.random.default_rng(38)
         errors: dict[tuple[int, str], list[tuple[float, float]]] = {}
@@ -198,21 +201,30 @@ def monte_carlo(args: argparse.Namespace) -> None:
                     (weighted + value - pooled_auc, var))
                 own0 = (ref["negatives"][:-1] + ref["negatives"][1:]) / 2 / ref["negatives"][-1]
                 own1 = (ref["positives"][:-1] + ref["positives"][1:]) / 2 / ref["positives"][-1]
-                cv = control_variates((m10, float(n0 @ own0 / n0.sum()), m01, float(n1 @ own1 / n1.sum())),
-                                      (placement(cdf["negatives"]), placement(cdf["positives"])),
-                                      (n0.sum(), n1.sum()), T, per)
-                errors.setdefault((L, "linear, control variates"), []).append((cv[0] - pooled_auc, cv[1]))
+                cv = leaf_control_variates((m10, float(n0 @ own0 / n0.sum()), m01, float(n1 @ own1 / n1.sum())),
+                                           (placement(cdf["negatives"]), placement(cdf["positives"])),
+                                           (n0.sum(), n1.sum()), T, per)
+                errors.setdefault((L, "control variates, leaves"), []).append((cv[0] - pooled_auc, cv[1]))
+                # shipped: beta, weight and variance from the coarse consistent shares, less the Stein bias
+                ship = control_variates(replace(hist, consistent_negatives=ref["negatives"],
+                                                consistent_positives=ref["positives"]))
+                m00, m11 = float(n0 @ own0 / n0.sum()), float(n1 @ own1 / n1.sum())
+                est = (ship.weight * (m10 - ship.beta10 * (m00 - 0.5))
+                       + (1 - ship.weight) * (m01 - ship.beta01 * (m11 - 0.5)) - ship.bias)
+                errors.setdefault((L, "control variates, shipped"), []).append(
+                    (est - pooled_auc, ship.weight**2 * ship.variance10 + (1 - ship.weight) ** 2 * ship.variance01))
                 # the same with the gradients and beta from the exact leaf shares (an oracle): what estimating
                 # them from the same noisy counts costs in bias
                 exact_cum = {c: np.concatenate([[0.0], np.cumsum(exact[c][-1])]) for c in exact}
-                oracle = control_variates((m10, float(n0 @ own0 / n0.sum()), m01, float(n1 @ own1 / n1.sum())),
-                                          (placement(exact_cum["negatives"]), placement(exact_cum["positives"])),
-                                          (n0.sum(), n1.sum()), T, per)
+                oracle = leaf_control_variates((m10, float(n0 @ own0 / n0.sum()), m01, float(n1 @ own1 / n1.sum())),
+                                               (placement(exact_cum["negatives"]), placement(exact_cum["positives"])),
+                                               (n0.sum(), n1.sum()), T, per)
                 errors.setdefault((L, "control variates, oracle"), []).append((oracle[0] - pooled_auc, oracle[1]))
         for (L, name), rows in errors.items():
             e, v = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
             print(f"{design:<9} {2**L:>6} {name:<28} {e.mean():+.4f} ({e.std(ddof=1) / np.sqrt(e.size):.4f}) "
-                  f"{e.std():7.4f} {np.abs(e).mean():7.4f} {np.mean(np.abs(e) <= 1.96 * np.sqrt(v)):6.3f}")
+                  f"{e.std():7.4f} {np.abs(e).mean():7.4f} {np.mean(np.abs(e) <= 1.96 * np.sqrt(v)):6.3f} "
+                  f"{v.mean() / e.var():7.3f}")
 
 
 def main() -> int:

@@ -17,14 +17,17 @@ and C groups on the score before the AUC, as ``validate()`` did. Privacy: epsilo
 the paper's mode and a budget large enough for the loop). Error = |estimate - empirical AUC
 of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends; bias = the mean
 signed error with its standard error over the data sets; coverage = how often the reported interval
-(sampling and noise variance) holds the pooled AUC. The rows without a suffix are the shipped
+(sampling and noise variance) holds the pooled AUC; noise cover = how often the error is within 1.96 reported
+noise sds, and the mean reported noise variance over the errors' variance (the target is the pooled AUC, so the
+error is the noise's, and the tie bias's). The rows without a suffix are the shipped
 estimator: each placement mean corrected by its class's own mean placement against the same reference
 (control variates, :func:`~dsfed_client.analyses.curves.control_variates`), then weighted. Rows
 ``_weighted``: the inverse-variance weighted means without the correction, from the same call (the
 estimator before, and what a site without the own-class sums gets), with their noise variance; rows
 ``_equal``: the equal mean of the two placement means (the estimator before the weights); ``--references
 linear isotonic``: rows ``_iso`` from the sites' reference made monotone as before, on the same table and
-noise (paired).
+noise (paired); rows ``_leaves``: the control variates as shipped before, their β, weight and noise variance from
+the leaves' own shares of the monotone CDFs and no correction of the bias that leaves (from the same call).
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client import FederatedCallError  # noqa: E402
-from dsfed_client.analyses.curves import auc_levels, ds_hist_auc, noise_variance, placement_weight  # noqa: E402
+from dsfed_client.analyses.curves import (  # noqa: E402
+    auc_levels, control_variates, ds_hist_auc, noise_variance, placement_weight,
+)
 from dsfed_client.analyses.discrimination import ds_roc_glm, logit_ci  # noqa: E402
 from dsfed_client.analyses.calibration import ds_calibration_curve, ds_hosmer_lemeshow  # noqa: E402
 from dsfed_server.synthetic import PROJECT, binormal, seed000_scores  # noqa: E402
@@ -127,9 +132,10 @@ def main() -> int:
     paired: dict[str, np.ndarray] = {}
     # "_equal": the equal mean of the two placement means (the estimator before the inverse-variance weights),
     # from the same call
-    kinds = ("", "_weighted", "_equal", "_rocglm")
+    kinds = ("", "_weighted", "_equal", "_rocglm", "_leaves")
     signed: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
     covered: dict[str, list[bool]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
+    noise: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds if k != "_rocglm"}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
         honest = args.honest_sites if args.honest_sites is not None else (args.sites if args.secure else 1)
@@ -173,6 +179,7 @@ def main() -> int:
                         signed[f"{mode}_rocglm"].append(res.roc_glm.auc - auc)
                         lo, hi = res.ci_logit
                         covered[mode].append(lo <= auc <= hi)
+                        noise[mode].append(res.noise_variance)
                         assert res.estimator == "control variates", res.estimator
                         w = placement_weight(res.histograms)  # the weighted means without the correction
                         weighted = w * res.auc_positives + (1 - w) * res.auc_negatives
@@ -180,11 +187,24 @@ def main() -> int:
                         signed[f"{mode}_weighted"].append(weighted - auc)
                         lo, hi = logit_ci(weighted, res.variance, res.alpha, noise_variance(res.histograms, w))
                         covered[f"{mode}_weighted"].append(lo <= auc <= hi)
+                        noise[f"{mode}_weighted"].append(noise_variance(res.histograms, w))
                         equal = (res.auc_positives + res.auc_negatives) / 2
                         row[f"{mode}_equal"] = abs(equal - auc)
                         signed[f"{mode}_equal"].append(equal - auc)
                         lo, hi = logit_ci(equal, res.variance, res.alpha, noise_variance(res.histograms, 0.5))
                         covered[f"{mode}_equal"].append(lo <= auc <= hi)
+                        noise[f"{mode}_equal"].append(noise_variance(res.histograms, 0.5))
+                        # the control variates before: beta, weight, variance from the leaves' monotone shares
+                        old = control_variates(res.histograms, coarse_nodes=res.histograms.edges.size - 1,
+                                               stein=False, consistent=False)
+                        before = (old.weight * (res.auc_positives - old.beta10 * (res.mean_v00 - 0.5))
+                                  + (1 - old.weight) * (res.auc_negatives - old.beta01 * (res.mean_v11 - 0.5)))
+                        old_noise = old.weight**2 * old.variance10 + (1 - old.weight) ** 2 * old.variance01
+                        row[f"{mode}_leaves"] = abs(before - auc)
+                        signed[f"{mode}_leaves"].append(before - auc)
+                        lo, hi = logit_ci(before, res.variance, res.alpha, old_noise)
+                        covered[f"{mode}_leaves"].append(lo <= auc <= hi)
+                        noise[f"{mode}_leaves"].append(old_noise)
                         lo, hi = res.roc_glm.ci
                         covered[f"{mode}_rocglm"].append(lo <= auc <= hi)
                 except FederatedCallError as exc:  # a site below q positives or negatives (rule A1)
@@ -206,6 +226,10 @@ def main() -> int:
     for mode, errors in signed.items():
         e = np.asarray(errors)
         cover = f"; coverage {np.mean(covered[mode]):.3f}" if mode in covered else ""
+        if noise.get(mode):  # the noise alone: its reported variance against the errors' over the data sets
+            v = np.asarray(noise[mode])
+            cover += (f"; noise cover {np.mean(np.abs(e) <= 1.959963984540054 * np.sqrt(v)):.3f}, "
+                      f"reported/empirical noise variance {v.mean() / e.var(ddof=1):.2f}")
         print(f"  {mode:<22} bias {e.mean():+.4f} (SE {e.std(ddof=1) / np.sqrt(e.size):.4f}){cover}")
     for rep, n, why in refused:
         print(f"data set {rep} (n = {n}) left out, refused by a site: {why}")
