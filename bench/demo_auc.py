@@ -14,10 +14,11 @@ reported interval (sampling and noise variance) holds the pooled AUC. ``--auc-fi
 on fresh sites before the calibration bins and H-L groups (the order tried for ``validate()``, not shipped);
 either way a run reports what the curve and the groups kept.
 The shipped AUC corrects each placement mean by its class's own (control variates); every run also
-reports the weighted means without that correction (the estimator before). ``--kept-edges``: how many of the
-tree's inner leaf edges the sites keep in the reference they derive (the in-process sites' ``derived_reference``
-wrapped to note them), and the error of the pooled AUC with the scores binned at those edges (exact counts, ties
-one half): the bias the merged leaves leave without any noise.
+reports the weighted means without that correction (the estimator before). ``--kept-edges``: how many inner edges
+the reference the sites derive has -- the tree's leaf edges they keep and the cuts released before that they add
+(``curves.earlier_edges``; the in-process sites' ``derived_reference`` wrapped to note them) -- and the error of
+the pooled AUC with the scores binned at those edges (exact counts, ties one half): the bias the merged leaves
+leave without any noise.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -45,27 +46,29 @@ from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
 from dsfed_server.service import SiteService  # noqa: E402
 import dsfed_server.functions.curves as site_curves  # noqa: E402
+from dsfed_server.disclosure.gate import Cut, cell_index  # noqa: E402
+from dsfed_server.functions.curves import reference_cuts  # noqa: E402
 
 SITES = ("site1", "site2", "site3", "site4", "site5")
 
 
-def noting_kept_edges() -> list[np.ndarray]:
+def noting_kept_edges() -> list[tuple[Cut, ...]]:
     """Wrap the in-process sites' ``derived_reference`` so that the edges of every reference they derive are
-    noted (the inner ones) in the list returned."""
+    noted (the inner ones, as cuts: the leaf edges kept and the earlier cuts added) in the list returned."""
     derive, kept = site_curves.derived_reference, []
 
-    def noted(release, leaves):  # noqa: ANN001, ANN202
-        reference = derive(release, leaves)
-        kept.append(reference["edge"].to_numpy()[1:-1])
+    def noted(release, leaves, added=()):  # noqa: ANN001, ANN202
+        reference = derive(release, leaves, added)
+        kept.append(reference_cuts(reference)[1:-1])
         return reference
 
     site_curves.derived_reference = noted
     return kept
 
 
-def binned_auc(y: np.ndarray, p: np.ndarray, inner: np.ndarray) -> float:
-    """The Mann-Whitney AUC of the scores binned at the ``inner`` edges (bins [e_j, e_{j+1}), ties one half)."""
-    return pooled_auc(y, np.searchsorted(np.asarray(inner, dtype=float), p, side="right").astype(float))
+def binned_auc(y: np.ndarray, p: np.ndarray, inner: Sequence[Cut]) -> float:
+    """The Mann-Whitney AUC of the scores binned at the ``inner`` cuts (ties one half)."""
+    return pooled_auc(y, cell_index(np.asarray(p, dtype=float), inner).astype(float))
 
 
 def binned_sections(session: Any) -> tuple[bool, int, int]:
@@ -111,7 +114,8 @@ def main() -> int:
     parser.add_argument("--auc-first", action="store_true",
                         help="the AUC before the calibration bins and H-L groups")
     parser.add_argument("--kept-edges", action="store_true",
-                        help="the leaf edges the sites keep in their reference, and the exact AUC binned at them")
+                        help="the inner edges of the sites' reference (leaf edges kept, earlier cuts added), and "
+                             "the exact AUC binned at them")
     args = parser.parse_args()
     pooled = pd.concat([pd.read_csv(ROOT / "opal_fixtures" / s / "GBSG2" / "validation.csv") for s in SITES])
     truth = pooled_auc(pooled["y"].to_numpy(), pooled["score"].to_numpy())
@@ -137,8 +141,9 @@ def main() -> int:
                   f"{h.min()}-{h.max()}; H-L C groups {c.min()}-{c.max()}, refused in {(c == 0).sum()}")
             if kept is not None:
                 binned = np.array([binned_auc(pooled["y"].to_numpy(), pooled["score"].to_numpy(), e) for e in edges])
-                print(f"              inner edges kept {np.mean([e.size for e in edges]):.1f} of {2**levels - 1} "
-                      f"({min(e.size for e in edges)}-{max(e.size for e in edges)}); exact counts binned at them: "
+                sizes = [len(e) for e in edges]
+                print(f"              inner edges {np.mean(sizes):.1f} ({min(sizes)}-{max(sizes)}): the leaf edges "
+                      f"kept of {2**levels - 1} and the earlier cuts added; exact counts binned at them: "
                       f"bias {binned.mean() - truth:+.4f}")
             print(f"              weighted means without the control variates (before): bias {cv.mean():+.4f} "
                   f"(SE {cv.std(ddof=1) / se:.4f}), MAE {np.abs(cv).mean():.4f}")

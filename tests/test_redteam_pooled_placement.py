@@ -39,6 +39,7 @@ import pandas as pd
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.calls import Ref
+from dsfed_server.disclosure.gate import Cut
 from dsfed_server.functions.curves import derived_reference
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
@@ -59,9 +60,11 @@ def federation(tmp_path: Path, rules: Path | None = None):
 
 def released_cuts(release: dict, cells: dict) -> list[tuple[float, bool]]:
     """The cuts of the cells a placement-sums call released: the reference's edges (the ends included,
-    the last one inclusive) less those dropped, with those moved at the cut they moved to."""
+    the last one inclusive, and the cuts released before that the sites added, ``reference_edges_added``)
+    less those dropped, with those moved at the cut they moved to."""
     edges = np.linspace(release["lower"], release["upper"], LEAVES + 1)
-    asked = [(float(edges[0]), False), *((float(e), False) for e in edges[1:-1]), (float(edges[-1]), True)]
+    asked = sorted([(float(edges[0]), False), *((float(e), False) for e in edges[1:-1]), (float(edges[-1]), True),
+                    *((float(v), bool(c)) for v, c in release.get("reference_edges_added", []))])
     gone = set(cells["dropped"]) | {a for a, _ in cells["moved"]}
     return sorted([c for c in asked if c[0] not in gone] + [(float(b), False) for _, b in cells["moved"]])
 
@@ -69,7 +72,8 @@ def released_cuts(release: dict, cells: dict) -> list[tuple[float, bool]]:
 def steps(release: dict, cuts: list[tuple[float, bool]]) -> tuple[np.ndarray, np.ndarray]:
     """The step value per released cell ('tied'), as the sites compute it: V10 = F0 at the cell's mid for
     a positive, V01 = 1 - F1 mid for a negative (the analyst derives the reference as the sites do)."""
-    ref = derived_reference(release, np.ones(LEAVES - 1, dtype=bool))
+    ref = derived_reference(release, np.ones(LEAVES - 1, dtype=bool),
+                            [Cut(float(v), bool(c)) for v, c in release.get("reference_edges_added", [])])
     e, c0, c1 = ref.edge.to_numpy(), ref.neg.to_numpy(), ref.pos.to_numpy()
     bounds = np.clip([-np.inf, *(v for v, _ in cuts), np.inf], e[0], e[-1])
     f0, f1 = np.interp(bounds, e, c0) / c0[-1], np.interp(bounds, e, c1) / c1[-1]

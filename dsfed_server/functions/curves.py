@@ -60,6 +60,7 @@ _A1 = ("disclosure.q_threshold",)
 MAX_LEAVES = 4096
 SITE_DERIVED = "site-derived:"  # the definition of a reference the sites derived from a pooled release: + its digest
 DERIVED_RECORDS = "dsfed.derived_records"  # a site-derived reference's attribute: the records it was derived from
+CLOSED = "closed"  # a site-derived reference's column: the edge is a cut ``<= edge`` released before
 _WITHIN = Param("within_bin", P.STRING, "'tied': every score of a bin counts as tied (one half); 'linear': the CDF "
                 "is linear inside a bin (only where the rules keep no cut history)", required=False, default="tied",
                 choices=("linear", "tied"))
@@ -231,23 +232,82 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
         if "n_negative" in pooled:
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
         kept = cuts.fits(root_leaves, pooled["refined"], floor)
+        added = earlier_edges(cuts, out["lower"], out["upper"], leaves, root_leaves, kept, pooled["refined"], floor)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
-        reference = derived_reference(release, kept)
+        reference = derived_reference(release, kept, added)
         reference.attrs[DERIVED_RECORDS] = records_digest(rows)
         name = session.keep_derived("ref", digest, reference, SITE_DERIVED, sources, name_length)
         cuts.record([root_leaves[i] for i in np.flatnonzero(kept)])
         release["reference"], release["reference_digest"] = name, session.definitions[name]
         release["reference_knots_dropped"] = int(len(leaves) - kept.sum())
+        release["reference_edges_added"] = [[c.value, c.inclusive] for c in added]
         return release, None
 
     return PooledSteps(fields, advance, history_key=cuts.key)
 
 
-def derived_reference(release: dict[str, Any], kept: np.ndarray) -> pd.DataFrame:
-    """The global CDFs of both classes (cumulative counts at the leaf edges ``kept``, and the two
-    ends) from a pooled histogram release, as every site derives them (:mod:`dsfed_core.histograms`):
-    the tree's consistent cumulative counts, not made monotone (the AUC is linear in them, so the noise
-    adds no bias), so a noisy CDF may dip, and a placement value fall a little outside [0, 1]."""
+def earlier_edges(cuts: ProtocolCuts, lower: float, upper: float, leaves: Sequence[gate.Cut],
+                  root_leaves: Sequence[gate.Cut], kept: np.ndarray, counted: np.ndarray, floor: gate.Floor
+                  ) -> list[gate.Cut]:
+    """The cuts released before on the score's column (``cuts.history``: a calibration curve's bins, the
+    Hosmer-Lemeshow breaks) inside the reference's range (``lower``, ``upper``) that the reference takes as
+    edges besides the leaf edges ``kept``, in the score's units, in increasing order.
+
+    A leaf edge within q records (and the margin) of an earlier cut is dropped (:meth:`ProtocolCuts.fits`),
+    merging two leaves into one cell whose pairs count one half. The earlier cut itself is released already:
+    as an edge it costs no new disclosure, and the reference's cell beside it is bounded by two released cuts
+    instead of reaching to the next kept leaf edge. An earlier cut is taken where, on the pooled counts between
+    all cuts (``counted``, :meth:`ProtocolCuts.counted`), the cells it bounds in the reference -- to the edge
+    taken before it and to the next kept leaf edge -- hold enough records (``floor``, as the gate asks of a new
+    cell; a kept leaf edge holds enough to every earlier cut already). Not taken at a leaf edge's value (no
+    two edges of one value); mapped from the column to the score as
+    :meth:`ProtocolCuts.to_root` maps the other way (a decreasing transform: the order and the closed side
+    turn; a score without provenance: its own history, as it is)."""
+    on_score = cuts.cells.from_root(cuts.history)  # the score's cut -> the column's
+    values = {c.value for c in leaves}
+    candidates = {c: r for c, r in on_score.items() if lower < c.value < upper and c.value not in values}
+    if not candidates:
+        return []
+    position = {cut: i for i, cut in enumerate(cuts.refined)}
+    below = np.concatenate([[0], np.cumsum(np.rint(np.asarray(counted, dtype=float)).astype(np.int64))])
+    n = int(below[-1])
+    increasing = cuts.cells.column is None or cuts.cells.column.transform.increasing
+
+    def rank(root: gate.Cut) -> int:  # the pooled records below a cut of the column, counted from the score's low end
+        r = int(below[position[root] + 1])
+        return r if increasing else n - r
+
+    floor = floor.on(*cuts.key)
+
+    def enough(a: int, b: int) -> bool:  # the cell between the score's ranks a < b, drawn as the gate does (column)
+        return floor.holds(a, b) if increasing else floor.holds(n - b, n - a)
+
+    order = sorted([(leaf, rank(root), True) for leaf, root, keep in zip(leaves, root_leaves, kept) if keep]
+                   + [(c, rank(root), False) for c, root in candidates.items()])
+    nexts, following = [], n  # the rank of the next kept leaf edge above each (the upper end: all records)
+    for _, r, leaf in reversed(order):
+        nexts.append(following)
+        following = r if leaf else following
+    added, last = [], 0
+    for (cut, r, leaf), after in zip(order, reversed(nexts)):
+        if leaf:
+            last = r
+        elif (last < r < after and enough(last, r) and enough(r, after)
+              and not (added and added[-1].value == cut.value)):
+            added.append(cut)
+            last = r
+    return added
+
+
+def derived_reference(release: dict[str, Any], kept: np.ndarray, added: Sequence[gate.Cut] = ()) -> pd.DataFrame:
+    """The global CDFs of both classes (cumulative counts at the leaf edges ``kept``, the cuts released
+    before ``added`` (:func:`earlier_edges`) and the two ends) from a pooled histogram release, as every
+    site derives them (:mod:`dsfed_core.histograms`): the tree's consistent cumulative counts, not made
+    monotone (the AUC is linear in them, so the noise adds no bias), so a noisy CDF may dip, and a
+    placement value fall a little outside [0, 1]. At an added edge each class's count is interpolated
+    linearly inside its leaf, as :func:`cell_lines` reads the reference between edges; the column
+    ``closed`` says which edges are cuts ``<= edge`` (R's ``(a, b]``: a Hosmer-Lemeshow break), the others
+    ``< edge`` (:func:`reference_cuts`)."""
     levels = {cls: ([np.array([release[key]])] if key in release else [])
               + [np.asarray(v, dtype=float) for v in release[cls]]
               for cls, key in (("negatives", "n_negative"), ("positives", "n_positive"))}
@@ -255,7 +315,13 @@ def derived_reference(release: dict[str, Any], kept: np.ndarray) -> pd.DataFrame
     cums = global_cdfs(levels, variances, int(release["branching"]))
     edges = np.linspace(release["lower"], release["upper"], int(release["branching"]) ** int(release["levels"]) + 1)
     keep = np.concatenate([[True], kept, [True]])
-    return pd.DataFrame({"edge": edges[keep], "neg": cums["negatives"][keep], "pos": cums["positives"][keep]})
+    extra = np.array([c.value for c in added], dtype=float)
+    at = np.concatenate([edges[keep], extra])
+    order = np.argsort(at, kind="stable")
+    table = {"edge": at, **{name: np.concatenate([cums[cls][keep], np.interp(extra, edges, cums[cls])])
+                             for name, cls in (("neg", "negatives"), ("pos", "positives"))},
+             CLOSED: np.concatenate([np.zeros(keep.sum(), dtype=bool), [c.inclusive for c in added]])}
+    return pd.DataFrame({k: v[order] for k, v in table.items()}).reset_index(drop=True)
 
 
 @register(
@@ -292,11 +358,20 @@ def reference_table(reference: pd.DataFrame) -> tuple[np.ndarray, dict[str, np.n
                                                       for name in ("neg", "pos")}
 
 
-def reference_cells(edges: np.ndarray) -> tuple[gate.Cut, ...]:
+def reference_cells(edges: np.ndarray, closed: np.ndarray | None = None) -> tuple[gate.Cut, ...]:
     """The cuts of the reference's bins: its edges, the ends included (below the first edge a score's CDF is
-    0, above the last 1)."""
-    return (gate.Cut(float(edges[0]), False), *cuts_from(edges[1:-1], inclusive=False),
-            gate.Cut(float(edges[-1]), True))
+    0, above the last 1); an inner edge is a cut ``< edge``, or ``<= edge`` where ``closed``."""
+    inner = (cuts_from(edges[1:-1], inclusive=False) if closed is None
+             else tuple(gate.Cut(float(e), bool(c)) for e, c in zip(edges[1:-1], closed[1:-1])))
+    return (gate.Cut(float(edges[0]), False), *inner, gate.Cut(float(edges[-1]), True))
+
+
+def reference_cuts(reference: pd.DataFrame) -> tuple[gate.Cut, ...]:
+    """:func:`reference_cells` of a reference table (its column ``closed``, where it has one: a site-derived
+    reference whose edges include cuts released before, :func:`derived_reference`)."""
+    edges, _ = reference_table(reference)
+    closed = reference[CLOSED].to_numpy(dtype=bool) if CLOSED in reference.columns else None
+    return reference_cells(edges, closed)
 
 
 def cell_lines(cuts: Sequence[gate.Cut], edges: np.ndarray, cdf: np.ndarray, within_bin: str, complement: bool
@@ -323,8 +398,7 @@ def placement_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, sc
     the cut history, the secret margin, the row-set audit; :meth:`Guard.release`), and what the gate did.
     A table that stays on the site but is built from the reference (the ROC-GLM's) is read through these
     cells, as the placement sums are: anything computed from it depends on a record only through its cell."""
-    edges, _ = reference_table(reference)
-    return ctx.guard.release(Intervals(p, reference_cells(edges), lambda released: (released.cuts,
+    return ctx.guard.release(Intervals(p, reference_cuts(reference), lambda released: (released.cuts,
                                                                                     released.describe()),
                                        what="reference's bins", column=ctx.root_column(score), rows=rows))
 
@@ -353,7 +427,8 @@ def records_digest(rows: Rows | None) -> bytes:
 def pooled_cells_key(reference: pd.DataFrame, rows: Rows | None) -> tuple[bytes, bytes]:
     """Which reference, read at which records: the key of :attr:`Session.pooled_cells`."""
     edges, cdfs = reference_table(reference)
-    return content_digest(edges, cdfs["neg"], cdfs["pos"]), hashlib.sha256(records_digest(rows)).digest()
+    closed = (reference[CLOSED].to_numpy(dtype=float),) if CLOSED in reference.columns else ()
+    return content_digest(edges, cdfs["neg"], cdfs["pos"], *closed), hashlib.sha256(records_digest(rows)).digest()
 
 
 @register(
@@ -429,7 +504,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
         return {**out, "placement_cells": released.describe()}
 
     rows = ctx.record_rows(truth, score)
-    return Intervals(p, reference_cells(edges), render, sums, what="reference's bins", column=ctx.root_column(score),
+    return Intervals(p, reference_cuts(reference), render, sums, what="reference's bins", column=ctx.root_column(score),
                      rows=rows)
 
 
