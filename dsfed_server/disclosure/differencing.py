@@ -70,6 +70,13 @@ class Rows:
         return self
 
 
+def records_digest(rows: Rows | None) -> bytes:
+    """Which records of which table (b"" where not known)."""
+    if rows is None:
+        return b""
+    return hashlib.sha256(rows.lineage.encode() + np.ascontiguousarray(rows.index).tobytes()).digest()
+
+
 @functools.lru_cache(maxsize=8)
 def whole_table(lineage: str, n: int) -> Rows:
     """The rows of a whole table of ``n`` records: positions 0 .. n - 1, one read-only array per table

@@ -28,7 +28,7 @@ from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.functions.curves import (_WITHIN, DERIVED_RECORDS, SITE_DERIVED, placement_cells, placements,
-                                          records_digest, reference_cuts)
+                                          reference_cuts)
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -98,8 +98,7 @@ def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: 
     records only: :meth:`Guard.derived_leaves`), else the cells this site releases
     (:func:`~dsfed_server.functions.curves.placement_cells`)."""
     if ctx.guard.deferred is not None and ctx.session.derived_by_sites(reference, SITE_DERIVED):
-        derived_from = reference.attrs.get(DERIVED_RECORDS)
-        ctx.guard.derived_leaves(rows is not None and derived_from == records_digest(rows))
+        ctx.guard.derived_leaves(reference.attrs.get(DERIVED_RECORDS), rows)
         return reference_cuts(reference), {"pooled": True, "cells": "the reference's leaves"}
     return placement_cells(ctx, p, reference, score, rows)
 

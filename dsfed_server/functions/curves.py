@@ -33,7 +33,6 @@ evaluate them at their own exact scores and release only sums over at least q re
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,7 +42,7 @@ from dsfed_server.context import POOLED_ONLY, CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
-from dsfed_server.disclosure.differencing import Rows
+from dsfed_server.disclosure.differencing import Rows, records_digest
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
@@ -417,18 +416,11 @@ def placements(reference: pd.DataFrame, cuts: Sequence[gate.Cut], y: np.ndarray,
     return out[0], out[1]
 
 
-def records_digest(rows: Rows | None) -> bytes:
-    """Which records of which table (b"" where not known)."""
-    if rows is None:
-        return b""
-    return hashlib.sha256(rows.lineage.encode() + np.ascontiguousarray(rows.index).tobytes()).digest()
-
-
 def pooled_cells_key(reference: pd.DataFrame, rows: Rows | None) -> tuple[bytes, bytes]:
     """Which reference, read at which records: the key of :attr:`Session.pooled_cells`."""
     edges, cdfs = reference_table(reference)
     closed = (reference[CLOSED].to_numpy(dtype=float),) if CLOSED in reference.columns else ()
-    return content_digest(edges, cdfs["neg"], cdfs["pos"], *closed), hashlib.sha256(records_digest(rows)).digest()
+    return content_digest(edges, cdfs["neg"], cdfs["pos"], *closed), records_digest(rows)
 
 
 @register(

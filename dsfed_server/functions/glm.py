@@ -226,7 +226,12 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     records' values; Denning & Schlörer 1983), each over the records where it is not 0.
 
     ``iterates``: the start of a fit whose later iterates the sites derive (the pooled or relayed
-    protocol). Where the start is counted, its functions stand for the fit's, named by the family and
+    protocol). A logistic fit of a 0/1 outcome with an offset starts at moments, but at its first iterate
+    the offset :math:`o = k s` gives the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the
+    score :math:`\\sum_i y_i - \\sigma(\\beta^{(1)}_k + k s_i)`, two equations in a group's scores for every k:
+    it counts as one function of the offset's columns, named by the offset written exactly (as many as a
+    calibration-in-the-large can afford on a site of 45 records; a family of slopes cannot).
+    Where the start is counted, its functions stand for the fit's, named by the family and
     the offset and weights written exactly (:func:`_exactly`), not up to a straight line as a start's
     own sums are: each later step is at an iterate no analyst chose, but the offset and the weights are
     the analyst's and the fit does not absorb them as it absorbs a rescaled covariate, so inside the
@@ -288,6 +293,12 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
                           lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p))
         functions.extend((f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p))
 
+    if iterates and constant and offset and (fam.name, fam.link) != ("gaussian", "identity"):
+        # a logistic fit of a 0/1 outcome with an offset: its start's sums are moments, but at its iterates the
+        # offset sits inside the inverse link, where each slope of it is another function of its column
+        exact_offset = _exactly(ctx, read[offset][0])
+        functions.append((f"glm({fam.name}, {fam.link}; fit + {exact_offset})", all_roots,
+                          lambda: np.ones(mf.n, dtype=bool)))
     if iterates and not constant:  # one fit, its offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
         parts_at(f"glm({fam.name}, {fam.link}; fit" + (f" + {exact[offset]}" if offset else "")
