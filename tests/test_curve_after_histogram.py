@@ -72,6 +72,8 @@ def test_a_curve_after_a_histogram_on_the_same_breaks(tmp_path, frames):
     _check_against_R(curve, pooled)
     fresh = _curve(tmp_path / "fresh", frames, explore=False)
     assert all(np.isclose(fresh.edges, e, rtol=0, atol=1e-12).any() for e in (0.1, 0.2, 0.3))
-    assert fresh.n_bins == curve.n_bins  # the earlier histogram costs the curve no cell (1 of 10 before the move)
+    # the earlier histogram costs the curve no cell (1 of 10 before the move); the secret margin, drawn afresh
+    # for each federation, can cost the fresh curve's top cells one more merge than the explored one's
+    assert curve.n_bins >= fresh.n_bins
     assert not any(WHY in note for note in fresh._notes())
     _check_against_R(fresh, pooled)
