@@ -33,12 +33,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
 from rref import r_eval
-from test_redteam_pooled_placement import (LEAVES, SUBSETS, cell_of, decode_sites, federation, outcomes_read,
+from test_redteam_pooled_placement import (LEAVES, SUBSETS, cell_of, decode, decode_sites, federation, outcomes_read,
                                            over_subsets, references, tally,
                                            released_cuts, steps, truth_counts)
 
@@ -229,3 +230,35 @@ def test_pooled_paired_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
           f"of the {band_records} records in the age bands ({compared} of 3 differences decoded); refused {refused}")
     assert read == 0
     assert refused == [["disclosure.subset_min_difference"]] * (len(SUBSETS) - 1)  # the whole table (25) passes
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a reference derived per subset is read at "
+                   "its leaves over that subset's records, and the leaves are not audited by row sets against another "
+                   "subset's: 60 of 110 band records' outcomes read")
+def test_pooled_paired_sums_against_references_derived_per_subset_read_no_outcome(tmp_path: Path):
+    """The nested-subset difference again, each subset with references the sites derived on that subset's own
+    records (ten pooled histograms of epsilon 0.04 each: 1.6 of the analyst's budget over four subsets), so that
+    :meth:`Guard.derived_leaves` passes every read. The leaves are gated on each subset's pooled counts and the
+    cut history, which the same leaf edges pass; nothing compares the two subsets' leaf cells by row sets."""
+    frames, builder = federation(tmp_path)
+    decoded: dict[int, dict] = {}
+    refused = []
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        for a in SUBSETS:
+            session.assign_expr("T", f'dataFrameSubsetDS2("D", "D$age", "{a}", 6, NULL, NULL, FALSE)')
+            try:
+                refs = [session.pooled("scoreHistogramDS", Ref("T$y"), Ref("T$score"), levels=4, epsilon=0.04,
+                                       decay=1.0 + 0.01 * r + 0.001 * a) for r in range(10)]
+                sums = [as_single(session.pooled("pairedPlacementDS", Ref("T$y"), Ref("T$score"), Ref(h["reference"]),
+                                                 Ref("T$score"), Ref(h["reference"]))) for h in refs]
+            except FederatedCallError as exc:
+                refused.append(sorted({e.rule or e.kind for e in exc.failures.values()}))
+                decoded[a] = {}
+                continue
+            decoded[a] = {"pooled": decode(refs, sums)}
+    read, band_records, compared = tally(decoded, {"pooled": pd.concat(frames.values(), ignore_index=True)})
+    print(f"ATTACK pooled paired sums over nested subsets, references derived per subset (shipped rules): outcomes "
+          f"read of {read} of the {band_records} records in the age bands ({compared} of 3 differences decoded); "
+          f"refused {refused}")
+    assert read == 0, f"{read} of {band_records} read"
