@@ -557,15 +557,8 @@ def _placement_gradients(hist: ScoreHistograms) -> tuple[dict[str, np.ndarray], 
     :math:`g_{11} = T^T a_1 / N_1`."""
     if hist.noise_off or hist.level_variance.size == 0:
         return None
-    b, leaves = hist.branching, hist.edges.size - 1
-    sizes = [b**lv for lv in range(hist.level_variance.size)]
-    if sizes[-1] != leaves:
-        raise ValueError("the histograms' level variances do not match their leaves")
-    unit = np.eye(sum(sizes))
-    offsets = np.cumsum([0] + sizes)
-    T = tree_least_squares([unit[offsets[lv]:offsets[lv + 1]] for lv in range(len(sizes))],
-                           hist.level_variance, b)
-    per_count = np.repeat(hist.level_variance, sizes)
+    leaves = hist.edges.size - 1
+    T, per_count = _tree_map(hist)
 
     def mean_placement(other: np.ndarray) -> np.ndarray:
         share = np.clip(np.diff(other), 0.0, None)
