@@ -15,7 +15,8 @@ The withheld groups together: where a's 3 and b's 1 missing BMIs are all the wit
 mean of ``D$age + 0*D$bmi`` over the whole table (``meanDS``) less the released groups' sums is the sum
 over a and b's records with a BMI, and the whole groups' sums less it the 4 records' ages. The site then
 withholds group c too (6 missing: released alone, it would complete the sum): the attack reads nothing;
-with that rule taken out (``superset_gap`` patched to 0) it reads the 4 records' count and mean age.
+with that rule taken out (``superset_gap`` patched to 0, and ``spanned_gap``, which finds the same 4 records
+as the two groups' cells less their union) it reads the 4 records' count and mean age.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def test_the_withheld_groups_together_read_nothing_either(tmp_path: Path, monkey
         truth.loc[rows, "bmi"] = np.nan
     if not union_rule:
         monkeypatch.setattr(checks, "superset_gap", lambda member, sets: 0)
+        monkeypatch.setattr(checks, "spanned_gap", lambda member, sets, n: 0)
     provisioned, services = make_sites(tmp_path, {"s1": truth})
     with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
         session.assign_table("D", "P.t")

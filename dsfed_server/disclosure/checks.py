@@ -24,7 +24,7 @@ from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, M
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, isolated_records, packed_rows,
                                                  pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  records_digest, row_set_problem, rows_of,
-                                                 set_size, superset_gap)
+                                                 set_size, spanned_gap, superset_gap)
 from dsfed_server.disclosure.shared_tables import own_key
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
                                          cuts_from, decide_local,
@@ -424,11 +424,18 @@ class Guard:
             held = [c for c in range(size) if np.any(cells.codes == c)]  # the row sets' order
             earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
+            sets = [base, *earlier]
+
+            def near(members: list[np.ndarray]) -> bool:  # their union within a few records of a combination
+                return 0 < spanned_gap(np.packbits(np.logical_or.reduce(members)), sets, rows.n_root) < minimum
+
             withheld = [cell for cell, member in zip(held, released.row_sets)
-                        if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)]
+                        if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)
+                        or near([member])]
             if withheld:
-                gaps = {c: superset_gap(np.packbits(m), [base, *earlier]) for c, m in zip(held, released.row_sets)}
-                while 0 < sum(gaps[c] for c in withheld) < minimum:
+                gaps = {c: superset_gap(np.packbits(m), sets) for c, m in zip(held, released.row_sets)}
+                while 0 < sum(gaps[c] for c in withheld) < minimum or \
+                        near([m for c, m in zip(held, released.row_sets) if c in withheld]):
                     more = sorted((gap, c) for c, gap in gaps.items() if gap > 0 and c not in withheld)
                     if not more:
                         raise self._refuse(

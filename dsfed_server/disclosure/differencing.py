@@ -247,6 +247,16 @@ def _atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
 def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_atoms` of more than :data:`CODED_SETS` sets: 8 bytes a record for the labels, as many
     for their numbers, and a running maximum of those for the atoms' first records."""
+    label = _atom_labels(sets, n)
+    counts = np.bincount(label)
+    running = np.maximum.accumulate(label)  # atoms are numbered as their first records come
+    first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
+    return first, counts
+
+
+def _atom_labels(sets: list[np.ndarray], n: int) -> np.ndarray:
+    """Each record's atom of ``sets``, numbered 0, 1, ... as the atoms first occur: a 64-bit label doubled
+    and given the record's bit set by set, numbered again before it would overflow."""
     label = np.zeros(n, dtype=np.int64)
     top = 1  # every label is below it
     for rows in sets:
@@ -256,11 +266,7 @@ def _labelled_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndar
         label <<= 1
         np.bitwise_or(label, bits(rows, n), out=label)
         top <<= 1
-    label = _numbered(label)
-    counts = np.bincount(label)
-    running = np.maximum.accumulate(label)  # atoms are numbered as their first records come
-    first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
-    return first, counts
+    return _numbered(label)
 
 
 def _numbered(label: np.ndarray) -> np.ndarray:
@@ -375,6 +381,55 @@ def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
     size = set_size(member)
     gaps = [set_size(rows) - size for rows in sets if not np.any(np.bitwise_and(member, np.bitwise_not(rows)))]
     return min(gaps, default=member.size * 8)
+
+
+def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int) -> int:
+    """How few records tell the row set ``member`` (packed, of a table of ``n`` records) from a combination
+    of the row sets ``sets`` (packed): the fewest records in one and not the other, over the two unions of
+    atoms of ``sets`` (records that belong to the same sets) nearest ``member`` -- the atoms it touches
+    (``A + B - G`` for a group ``G`` that is two cells less a few records) and the atoms it holds whole
+    (``G - A - B``) -- that lie in the span of ``sets``; 0 when neither does, or one is ``member`` itself.
+
+    :func:`superset_gap` and the pairwise check compare ``member`` with one set at a time, and
+    :func:`isolated_records` finds a single record in the span: a group that two or more sets make
+    within a few records (Chin & Ozsoyoglu 1982) passes all three, and the difference of the sums is
+    the sum over those few. The two unions are the candidates a combination of any number of the sets
+    can come nearest ``member`` by; a combination that splits an atom cannot come nearer than the atom's
+    records ``member`` lacks or holds, so the check is bounded, not complete. The span is tested over
+    the atoms as in :func:`isolated_records` (:math:`R` of :math:`W`'s QR, a batch of atoms at a time).
+    Where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`, 1: too near to release."""
+    if not sets:
+        return 0
+    label = _atom_labels(sets, n)
+    counts = np.bincount(label)
+    held = np.bincount(label, weights=bits(member, n), minlength=counts.size)
+    candidates = [(int(counts[held > 0].sum() - held.sum()), held > 0),
+                  (int(held.sum() - counts[held == counts].sum()), held == counts)]
+    candidates = [(gap, atoms) for gap, atoms in candidates if gap > 0 and atoms.any()]
+    if not candidates:
+        return 0
+    first = np.full(counts.size, n, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n))
+    if first.size * len(sets) ** 2 > MAX_AUDIT_WORK:
+        return 1
+    weights = np.sqrt(counts)
+    r = np.zeros((0, len(sets)))
+    projected = np.zeros((len(sets), len(candidates)))
+    wanted = np.column_stack([atoms for _, atoms in candidates]).astype(float) * weights[:, None]
+    batch = atom_batch(len(sets))
+    for start in range(0, first.size, batch):
+        w = _incidence(sets, first[start:start + batch]) * weights[start:start + batch, None]
+        r = np.linalg.qr(np.vstack([r, w]), mode="r")
+        projected += w.T @ wanted[start:start + batch]
+    _, s, vt = np.linalg.svd(r, full_matrices=False)
+    if s[0] == 0:
+        return 0
+    kept = s > s[0] * max(first.size, len(sets)) * np.finfo(float).eps * 10
+    tolerance = max(1e-8, TOLERANCE_FACTOR * np.finfo(float).eps * s[0] / s[kept][-1])
+    inside = ((vt[kept] @ projected) / s[kept, None]) ** 2  # the candidates in the span's orthonormal basis
+    leverage = inside.sum(axis=0) / np.einsum("ij,ij->j", wanted, wanted)
+    gaps = [gap for (gap, _), share in zip(candidates, leverage) if share > 1 - tolerance]
+    return min(gaps, default=0)
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
