@@ -512,14 +512,23 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
         _WITHIN,
         Param("pooled", P.BOOLEAN, "TRUE: read only by pooled releases (a site-derived reference's leaves); FALSE: "
               "read per site too (the cells this site releases)", required=False, default=False),
+        Param("placed", P.STRING, "'positives': the positives' placement values against the negatives' CDF "
+              "(the ROC curve); 'negatives': the negatives' against the positives' CDF (its inverse)",
+              required=False, default="positives", choices=("negatives", "positives")),
     ],
     checks=GATE_RULES,
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
-                      thresholds: int, within_bin: str, pooled: bool) -> pd.DataFrame:
+                      thresholds: int, within_bin: str, pooled: bool, placed: str) -> pd.DataFrame:
     """The site's intermediate ROC-GLM table (Schalk et al. 2024, "The ROC-GLM") from the histogram CDF:
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site.
+
+    ``placed = 'negatives'``: the same table from the negatives' placement values against the positives'
+    CDF, :math:`PV_j = 1 - \\tilde F_1(x_j)`, whose distribution is the inverse of the ROC curve,
+    :math:`P(PV_j \\le s) = ROC^{-1}(s)` (placement values of either class: Pepe & Cai 2004). The
+    client fits it where the positives' CDF carries the less noise; the cells read are the same, so is what the
+    table tells.
 
     The table's counts ``w`` are read like any column (a mean of ``w`` over its rows ``u = 1`` is linear in the
     positives' placement values, on a grid the analyst picks), so the table tells this site's counts of
@@ -542,7 +551,7 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
                                  "does), or make the table for this site alone (pooled = FALSE)")
     else:
         cuts = placement_cells(ctx, p, reference, score, rows)[0]
-    v10, _ = placements(reference, cuts, y, p, within_bin)
-    table = roc_glm_table(1.0 - v10, thresholds, y)
+    v10, v01 = placements(reference, cuts, y, p, within_bin)
+    table = roc_glm_table(1.0 - v10 if placed == "positives" else v01, thresholds, y)
     table.attrs[POOLED_ONLY] = pooled
     return table
