@@ -71,6 +71,11 @@ SHAPES_DIFFER = "has another length than this site's"
 has another length than its own: the sites computed answers of different shapes (a model over a factor
 whose levels differ between sites); the client recognises it and aligns the levels."""
 
+NOT_A_PEER = "is not a peer of this site"
+"""What a site says (rule ``secure_aggregation.peers``) of a roster entry whose site it has not pinned
+(``[federation] peers``): it takes part in no secure sum and no relayed protocol with it. The client
+recognises it and fits a plain GLM at coefficients it sends instead, as DataSHIELD's ``ds.glm`` does."""
+
 
 class DisclosureRefusal(SiteError):
     """A result would disclose too much under the site's rules; nothing is returned."""

@@ -17,7 +17,7 @@ fit on the pooled data: the same path, step by step.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Generator, Iterator
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from dsfed_client.params import ALPHA, Interval, Options, validate_params
 from dsfed_client.progress import progress
 from dsfed_client.results import Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
-from dsfed_core.errors import SHAPES_DIFFER
+from dsfed_core.errors import NOT_A_PEER, SHAPES_DIFFER
 from dsfed_core.models import GLMModel
 from dsfed_core.parser import parse_formula
 
@@ -100,6 +100,8 @@ class GLMResults(Results):
     null_deviance: float | None = stat("Null deviance", default=None)  # None: not fitted (see null_note)
     weighted: bool = hidden(default=False)  # fitted with prior weights
     null_note: str = hidden(default="")  # why the null deviance is missing, if it is
+    # the iterates came from the analyst (DataSHIELD's ds.glm protocol): the sites pinned no peers to relay with
+    analyst_iterates: bool = hidden(default=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.params, pd.Series):
@@ -188,9 +190,9 @@ class GLMResults(Results):
     @validate_params({"alpha": ALPHA})
     def summary(self, alpha: float = 0.05) -> str:
         """A statsmodels-style text table: the fit's header, then one row per coefficient."""
+        how = (ANALYST_ITERATES if self.analyst_iterates else "every iterate derived by the sites from summed parts")
         return render(self._title, self._rows(), table=self.to_frame(alpha), notes=(
-            f"{1 - alpha:.0%} Wald intervals; every iterate derived by the sites from summed parts",
-            *self._notes()))
+            f"{1 - alpha:.0%} Wald intervals; {how}", *self._notes()))
 
     def lr_test(self, other: "GLMResults") -> LRTest:
         """Likelihood-ratio test of this model against ``other``, one nested in the other (either
@@ -251,7 +253,17 @@ class _Parts:
     n: int
 
 
-def _parts_stream(agg: Aggregation, *args: Any, link: str | None, xlev: list[str] | None = None) -> Iterator[_Parts]:
+UNPINNED_NOTE = ("ds_glm sent these coefficients because the sites have pinned no peers ([federation] keys): "
+                 "without them the sites cannot derive the iterates from each other's sealed parts, so each site "
+                 "evaluates the analyst's coefficients under its own rules and counts every iterate. To fit without "
+                 "that count, ask the sites' governance to pin each other's identity keys (docs/site-admin.md); "
+                 "until then fit fewer coefficients, over more records, or each site alone (ds.glmSLMA)")
+ANALYST_ITERATES = ("every iterate sent by the client to every site and evaluated there (DataSHIELD's ds.glm "
+                    "protocol): the sites have pinned no peers to derive the iterates with")
+
+
+def _parts_stream(agg: Aggregation, *args: Any, link: str | None, xlev: list[str] | None = None
+                  ) -> Generator[_Parts, np.ndarray, None]:
     """The summed parts at each iterate of Fisher scoring, starting from R's ``mustart``.
 
     The sites sum their parts among themselves, release the sums and derive every iterate
@@ -261,6 +273,37 @@ def _parts_stream(agg: Aggregation, *args: Any, link: str | None, xlev: list[str
     for release in agg.steps("glmDS2", *args, link=link, frac_bits=24, **({"xlev": xlev} if xlev else {})):
         yield _Parts(tuple(release["coef.names"]), release["link"], np.asarray(release["info.matrix"], dtype=float),
                      np.asarray(release["xwz"], dtype=float), float(release["dev"]), int(round(release["Npositive"])))
+
+
+def _analyst_stream(session: FederatedSession, formula: Formula, family: str, offset: str | None,
+                    weights: str | None, table: Ref, *, link: str | None, xlev: list[str] | None = None
+                    ) -> Generator[_Parts, np.ndarray, None]:
+    """The summed parts at each iterate the client sends (DataSHIELD's ``ds.glm`` protocol, Wu et al. 2012):
+    every site evaluates ``glmDS2`` at the coefficients it is sent (first at R's ``mustart``) and releases its
+    own parts, which the client sums; the next coefficients are sent back in (``generator.send``). Where the
+    sites have pinned no peers they cannot derive the iterates from parts the others sealed for them; each site
+    then applies its rules for coefficients from the analyst (``disclosure.glm_analyst_coefficients``,
+    ``glm_max_linear_predictor``) and counts each iterate's parts (``disclosure.sums_per_record``)."""
+    beta: np.ndarray | None = None
+    while True:
+        try:
+            sent = None if beta is None else [float(b) for b in beta]
+            answers = session.aggregate("glmDS2", formula, family, sent, offset, weights, table, link=link,
+                                        **({"xlev": xlev} if xlev else {}))
+        except FederatedCallError as exc:
+            exc.add_note(UNPINNED_NOTE)
+            raise
+        first = next(iter(answers.values()))
+        beta = yield _Parts(
+            tuple(first["coef.names"]), first["link"],
+            sum(np.asarray(a["info.matrix"], dtype=float) for a in answers.values()),
+            sum(np.asarray(a["xwz"], dtype=float) for a in answers.values()),
+            float(sum(a["dev"] for a in answers.values())), int(sum(a["Npositive"] for a in answers.values())))
+
+
+def _unpinned(exc: FederatedCallError) -> bool:
+    """Whether the sites refused a relayed fit only because they have not pinned each other's identity keys."""
+    return all(f.rule == "secure_aggregation.peers" and NOT_A_PEER in f.message for f in exc.failures.values())
 
 
 @validate_params({
@@ -298,8 +341,11 @@ def ds_glm(
     secure : bool or None
         Either way the sites sum their parts among themselves, release only the sums and derive
         every iterate themselves (Wu et al. 2012), so no coefficient of the analyst's choosing is
-        involved. ``True``: a pooled protocol under secure aggregation, the sites checking the
-        pooled counts (records, factor levels, saturation) against their rules; ``False``: a
+        involved; except that with ``False``, where the sites have pinned no peers (no
+        ``[federation]`` keys, docs/site-admin.md), the client sends every iterate and sums each
+        site's parts, as DataSHIELD's ``ds.glm`` does (each site's rules on analyst coefficients
+        apply; ``analyst_iterates`` says so). ``True``: a pooled protocol under secure aggregation,
+        the sites checking the pooled counts (records, factor levels, saturation) against their rules; ``False``: a
         relayed protocol, each site checking its own counts (any number of sites); ``None``: pooled
         where every site offers it (:meth:`FederatedSession.aggregation`). The parts travel
         in fixed point: the first round with 24 fraction bits, the next ones with as many as the
@@ -391,12 +437,20 @@ def _fit(session: FederatedSession, agg: Aggregation, formula: str, table: Ref, 
     bar counts its rounds and ends at the round it converged in. ``xlev``: the factors' levels,
     the same at every site (:func:`_union_levels`)."""
     stream = _parts_stream(agg, Formula(formula), family, None, offset, weights, table, link=link, xlev=xlev)
-    summed = next(stream)
+    analyst = False
+    try:
+        summed = next(stream)
+    except FederatedCallError as exc:  # a plain fit over sites without peers: the analyst's iterates, per site
+        if not (agg.per_site_parts and _unpinned(exc)):
+            raise
+        stream, analyst = _analyst_stream(session, Formula(formula), family, offset, weights, table, link=link,
+                                          xlev=xlev), True
+        summed = next(stream)
     names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
         for iteration in range(1, maxit + 1):
             beta = np.linalg.solve(info, xwz)
-            summed = next(stream)
+            summed = stream.send(beta)
             info_used = info
             info, xwz, dev = summed.info, summed.xwz, summed.dev
             bar.advance()
@@ -415,5 +469,5 @@ def _fit(session: FederatedSession, agg: Aggregation, formula: str, table: Ref, 
         formula=formula, family=family, link=summed.link, names=names, params=beta,
         cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
         nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=agg.pooled,
-        weighted=weights is not None,
+        weighted=weights is not None, analyst_iterates=analyst,
     )

@@ -52,7 +52,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dsfed_server.disclosure.rules import SecureAggregation
-from dsfed_core.errors import CallError, DisclosureRefusal
+from dsfed_core.errors import NOT_A_PEER, CallError, DisclosureRefusal
 from dsfed_core.wire import decode_f64
 
 ROUND_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -175,8 +175,10 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
         else:
             if name not in peers:
                 raise DisclosureRefusal(
-                    f"{name} is not a peer of this site", rule="secure_aggregation.peers",
-                    hint="site governance pins its peers' identity keys in the site config [federation] peers")
+                    f"{name} {NOT_A_PEER}", rule="secure_aggregation.peers",
+                    hint="a secure or pooled release needs every site to pin the others' identity keys "
+                         "([federation] peers in each site config, docs/site-admin.md); ask the sites' governance, "
+                         "or ask per site (secure=False)")
             try:
                 peers[name].verify(signature, _signed_message(rnd.round_id, name, public, pooled))
             except InvalidSignature:
