@@ -42,6 +42,7 @@ from scipy import integrate, interpolate
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
+from dsfed_client.aggregation import Aggregation
 from dsfed_client.analyses.glm import ConvergenceError, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
@@ -402,7 +403,8 @@ class HistogramAUC(AUCIntervals):
     the noise's variance least. Under the noise each mean is first corrected by its class's own mean
     placement against the same reference (``mean_v00``, ``mean_v11``; one half without noise), with the
     coefficients ``beta10``, ``beta01`` of :func:`control_variates`; ``estimator`` says whether it was,
-    and why not (noise off: nothing to correct; sites that do not return the own-class sums).
+    and why not (noise off: nothing to correct; sites that do not return the own-class sums; per site, a site that
+    merged or moved cells of its own, where the own-class means are not one half without noise).
 
     References
     ----------
@@ -552,22 +554,39 @@ def _placement_gradients(hist: ScoreHistograms) -> tuple[dict[str, np.ndarray], 
     Class c's mean placement against the negatives' reference is :math:`N_0^{-1} \sum_k a_{c,k} \hat\ell_{0,k}`
     (:math:`\bar V_{10}` for the positives, :math:`\bar V_{00}` for the negatives), :math:`a_{c,k}` the share of
     class c above leaf k plus half its share inside it (from the released histograms), and
-    :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed column by column); so
-    :math:`g_{10} = T^T a_1 / N_0`, :math:`g_{00} = T^T a_0 / N_0`, :math:`g_{01} = -T^T a_0 / N_1`,
-    :math:`g_{11} = T^T a_1 / N_1`."""
+    :math:`\hat\ell = T z` (:func:`tree_least_squares`, computed column by column), divided by the reference's
+    total :math:`\hat N_0 = \sum_k \hat\ell_{0,k}` (:func:`_centred_placements`); so
+    :math:`g_{10} = T^T (a_1 - \bar V_{10}) / N_0`, :math:`g_{00} = T^T (a_0 - \tfrac12) / N_0`,
+    :math:`g_{01} = -T^T (a_0 - 1 + \bar V_{01}) / N_1`, :math:`g_{11} = T^T (a_1 - \tfrac12) / N_1`, the means
+    from the same shares."""
     if hist.noise_off or hist.level_variance.size == 0:
         return None
     leaves = hist.edges.size - 1
     T, per_count = _tree_map(hist)
 
-    def mean_placement(other: np.ndarray) -> np.ndarray:
-        share = np.clip(np.diff(other), 0.0, None)
-        share = share / share.sum() if share.sum() > 0 else np.full(leaves, 1.0 / leaves)
-        return 1.0 - np.cumsum(share) + 0.5 * share
+    def shares(cum: np.ndarray) -> np.ndarray:
+        share = np.clip(np.diff(cum), 0.0, None)
+        return share / share.sum() if share.sum() > 0 else np.full(leaves, 1.0 / leaves)
 
-    a1, a0 = mean_placement(hist.cum_positives) @ T, mean_placement(hist.cum_negatives) @ T
-    return {"v10": a1 / hist.n_negative, "v00": a0 / hist.n_negative, "v01": -a0 / hist.n_positive,
-            "v11": a1 / hist.n_positive}, per_count
+    u = _centred_placements(shares(hist.cum_negatives), shares(hist.cum_positives), hist.n_negative,
+                            hist.n_positive)
+    return {name: v @ T for name, v in u.items()}, per_count
+
+
+def _centred_placements(s0: np.ndarray, s1: np.ndarray, n0: float, n1: float) -> dict[str, np.ndarray]:
+    r"""The gradients of the four mean placement values in their reference's leaf estimates, from each class's
+    shares by leaf ``s0``, ``s1`` (each summing to one) and totals ``n0``, ``n1``.
+
+    The sites divide a reference's cumulative counts by its total, :math:`\tilde F_0(x) = \hat C_0(x) / \hat N_0`
+    with :math:`\hat N_0 = \sum_k \hat\ell_{0,k}`, so :math:`\bar V_{10} = \sum_k a_{1,k} \hat\ell_{0,k} / \hat N_0`
+    (:math:`a_{1,k}` the positives' share above leaf k plus half their share inside it) has the gradient
+    :math:`(a_{1,k} - \bar V_{10}) / N_0`; likewise :math:`\bar V_{00}` with :math:`a_0` (its mean one half),
+    :math:`\bar V_{01} = 1 - \sum_k a_{0,k} \hat\ell_{1,k} / \hat N_1` and :math:`\bar V_{11}`. With exact class
+    totals the leaf estimates' noise sums to zero and the centring changes nothing; with noisy totals it is
+    the CDF's normalisation (a shift of every leaf alike moves no placement value)."""
+    a0, a1 = (1.0 - np.cumsum(s) + 0.5 * s for s in (s0, s1))
+    return {"v10": (a1 - a1 @ s0) / n0, "v00": (a0 - a0 @ s0) / n0, "v01": -(a0 - a0 @ s1) / n1,
+            "v11": (a1 - a1 @ s1) / n1}
 
 
 def placement_noise_variances(hist: ScoreHistograms) -> tuple[float, float]:
@@ -621,29 +640,32 @@ def _tree_map(hist: ScoreHistograms) -> tuple[np.ndarray, np.ndarray]:
     return T, np.repeat(hist.level_variance, sizes)
 
 
-def _coarse_placement(leaves: np.ndarray, group: int) -> np.ndarray:
-    """A class's placement weights by leaf (its share above the leaf plus half the share inside it) from its
-    leaf estimates summed over nodes of ``group`` leaves and spread evenly inside each: linear in the leaves."""
-    share = np.repeat(leaves.reshape(-1, group).sum(axis=1) / group, group) / leaves.sum()
-    return 1.0 - np.cumsum(share) + 0.5 * share
+def _coarse_shares(leaves: np.ndarray, group: int) -> np.ndarray:
+    """A class's shares by leaf from its leaf estimates summed over nodes of ``group`` leaves and spread evenly
+    inside each: linear in the leaves (up to the total they are divided by)."""
+    return np.repeat(leaves.reshape(-1, group).sum(axis=1) / group, group) / leaves.sum()
+
+
+def _coarse_gradients(l0: np.ndarray, l1: np.ndarray, group: int) -> dict[str, np.ndarray]:
+    """:func:`_centred_placements` from the two classes' coarse shares (:func:`_coarse_shares`)."""
+    return _centred_placements(_coarse_shares(l0, group), _coarse_shares(l1, group), l0.sum(), l1.sum())
 
 
 def _nuisance(l0: np.ndarray, l1: np.ndarray, T: np.ndarray, per: np.ndarray, group: int) -> np.ndarray:
-    r""":math:`(w, \beta_{10}, \beta_{01}, r_{10}, r_{01})` from the two classes' leaf estimates: with
-    :math:`h_c = T^T a_c` (:func:`_coarse_placement`), :math:`g_{00} = h_0 / N_0`, :math:`g_{11} = h_1 / N_1`,
-    :math:`g_{10} = h_1 / N_0`, :math:`g_{01} = -h_0 / N_1`, and :math:`A = g_{00}^T D g_{00}`,
-    :math:`C = g_{11}^T D g_{11}`, :math:`B = g_{00}^T D g_{11}` (D the counts' noise variances):
-    :math:`\beta_{10} = (N_1/N_0) B / A`, :math:`\beta_{01} = -(N_0/N_1) B / C`,
-    :math:`r_{10} = (N_1/N_0)^2 (C - B^2/A)`, :math:`r_{01} = (N_0/N_1)^2 (A - B^2/C)`,
+    r""":math:`(w, \beta_{10}, \beta_{01}, r_{10}, r_{01})` from the two classes' leaf estimates: with the means'
+    gradients in the counts :math:`g = T^T u` (:func:`_coarse_gradients`) and D the counts' noise variances,
+    :math:`\beta_{10} = g_{10}^T D g_{00} / g_{00}^T D g_{00}`, :math:`r_{10} = g_{10}^T D g_{10} - \beta_{10}
+    g_{10}^T D g_{00}`, likewise :math:`\beta_{01}, r_{01}` with :math:`g_{01}, g_{11}`, and
     :math:`w = r_{01} / (r_{10} + r_{01})`."""
-    n0, n1 = l0.sum(), l1.sum()
-    h0, h1 = _coarse_placement(l0, group) @ T, _coarse_placement(l1, group) @ T
-    A, C, B = np.sum(h0**2 * per) / n0**2, np.sum(h1**2 * per) / n1**2, np.sum(h0 * h1 * per) / (n0 * n1)
+    g = {name: u @ T for name, u in _coarse_gradients(l0, l1, group).items()}
+    A, C = np.sum(g["v00"] ** 2 * per), np.sum(g["v11"] ** 2 * per)
     if A <= 0 or C <= 0:
         return np.array([0.5, 0.0, 0.0, 0.0, 0.0])
-    r10, r01 = (n1 / n0) ** 2 * max(C - B**2 / A, 0.0), (n0 / n1) ** 2 * max(A - B**2 / C, 0.0)
+    b10, b01 = np.sum(g["v10"] * g["v00"] * per) / A, np.sum(g["v01"] * g["v11"] * per) / C
+    r10 = max(np.sum(g["v10"] ** 2 * per) - b10**2 * A, 0.0)
+    r01 = max(np.sum(g["v01"] ** 2 * per) - b01**2 * C, 0.0)
     w = 0.5 if r10 + r01 <= 0 else r01 / (r10 + r01)
-    return np.array([w, (n1 / n0) * B / A, -(n0 / n1) * B / C, r10, r01])
+    return np.array([w, b10, b01, r10, r01])
 
 
 def control_variates(hist: ScoreHistograms, *, coarse_nodes: int = COARSE_NODES, stein: bool = True,
@@ -705,7 +727,7 @@ def control_variates(hist: ScoreHistograms, *, coarse_nodes: int = COARSE_NODES,
         return ControlVariates(float(beta10), float(beta01), float(r10), float(r01), float(w))
     S = (T * per) @ T.T
     n0, n1 = l0.sum(), l1.sum()
-    a0, a1 = _coarse_placement(l0, group), _coarse_placement(l1, group)
+    u = _coarse_gradients(l0, l1, group)
     zero = np.zeros(leaves)
 
     def slope(index: Any, d0: np.ndarray, d1: np.ndarray) -> float:
@@ -718,8 +740,8 @@ def control_variates(hist: ScoreHistograms, *, coarse_nodes: int = COARSE_NODES,
             _nuisance(l0 - step * d0, l1 - step * d1, T, per, group)
         return float((index(up) - index(down)) / (2 * step))
 
-    bias = (slope(lambda v: v[0], S @ a1 / n0, zero) - slope(lambda v: v[0] * v[1], S @ a0 / n0, zero)
-            + slope(lambda v: v[0], zero, S @ a0 / n1) - slope(lambda v: (1 - v[0]) * v[2], zero, S @ a1 / n1))
+    bias = (slope(lambda v: v[0], S @ u["v10"], zero) - slope(lambda v: v[0] * v[1], S @ u["v00"], zero)
+            - slope(lambda v: v[0], zero, S @ u["v01"]) - slope(lambda v: (1 - v[0]) * v[2], zero, S @ u["v11"]))
     return ControlVariates(float(beta10), float(beta01), float(r10), float(r01), float(w), bias)
 
 
@@ -776,7 +798,11 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
        Noise off, :math:`\\beta = 0`. Sites that do not return the
        own-class sums (a server before them) get the weighted means as before, and ``estimator`` says so;
     4. the ROC-GLM (Schalk et al. 2024) by the distributed probit GLM on each site's table of
-       :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`.
+       :math:`u_{ij} = 1(1 - V_{10,i} \\le t_j)`; where the negatives' reference carries more noise than the
+       positives' (:math:`v_{10} > v_{01}`: fewer negatives), on the negatives' table of
+       :math:`1(V_{01,j} \\le s_k)` instead, whose probit line is the inverse curve's (Pepe & Cai 2004;
+       ``roc_glm.placed``): the curve's noise, and the bias a nonlinear fit makes of it, are then those of the
+       larger class's reference. Noise off, the positives' (Schalk et al.'s).
 
     A ROC-GLM that cannot be fitted (scores that separate the classes make its slope infinite: the
     fit does not converge or its information matrix is singular) leaves ``roc_glm`` None and
@@ -821,12 +847,12 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
-        sums = agg.sum("histPlacementSumsDS", *args, within_bin=within_bin)
+        sums, merged = _placement_sums(session, agg, args, within_bin)
         m = placement_moments(sums)
         v10, v01 = placement_noise_variances(hist)
         own = (sums["sum_v00"] / m.n0, sums["sum_v11"] / m.n1) if {"sum_v00", "sum_v11"} <= sums.keys() \
             else (float("nan"), float("nan"))
-        mean10, mean01, betas, why = m.mean10, m.mean01, (0.0, 0.0), _estimator(hist, within_bin, own)
+        mean10, mean01, betas, why = m.mean10, m.mean01, (0.0, 0.0), _estimator(hist, within_bin, own, merged)
         if not why:  # each mean corrected by its class's own mean placement (one half without noise)
             cv = control_variates(hist)
             betas, r10, r01, weight, bias = (cv.beta10, cv.beta01), cv.variance10, cv.variance01, cv.weight, cv.bias
@@ -841,23 +867,48 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
             try:
                 with session.temporary("hroc") as roc_data, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
+                    # the placement values against the reference of less noise (noise off: the positives')
+                    inverse = {"placed": "negatives"} if v10 > v01 else {}
                     data = session.assign(roc_data, Call("histRocGlmDataDS", *args, n_thresholds,
-                                                         within_bin=within_bin, pooled=agg.pooled))
+                                                         within_bin=within_bin, pooled=agg.pooled, **inverse))
                     glm = ds_glm(session, "u ~ x", data, family="binomial", link="probit", weights="w",
                                  secure=agg.pooled, null_model=False)
             except (ConvergenceError, FederatedCallError) as exc:  # e.g. scores that separate the classes
                 failed = f"{type(exc).__name__}: {exc}"
             else:
                 a, b = (float(v) for v in glm.params)
-                # the ROC-GLM rests on the V10 alone: their noise
-                fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm, v10)
+                if inverse:  # the inverse curve's coefficients (c, d): Phi^-1(t) = c + d Phi^-1(ROC(t))
+                    a, b = -a / b, 1.0 / b
+                # the ROC-GLM rests on one class's placement values alone: their noise
+                fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm,
+                                v01 if inverse else v10, "negatives" if inverse else "positives")
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
                         hist, noise, failed, weight, *own, *betas,
                         "control variates" if not why else f"weighted means ({why})")
 
 
-def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float]) -> str:
-    """Why :func:`ds_hist_auc` keeps the plain weighted means instead of the control variates ("": it does not)."""
+def _placement_sums(session: FederatedSession, agg: Aggregation, args: tuple[Any, ...], within_bin: str
+                    ) -> tuple[dict[str, float], bool]:
+    """``histPlacementSumsDS`` summed over the sites, and whether a site released the reference's cells
+    coarsened by its own gate (per site only: a pooled release's cells are the same at every site)."""
+    if agg.pooled:
+        return agg.sum("histPlacementSumsDS", *args, within_bin=within_bin), False
+    results = session.aggregate("histPlacementSumsDS", *args, within_bin=within_bin)
+    first = next(iter(results.values()))
+    # a field only some sites return (a newer server's) has no sum: left out, as if none had returned it
+    sums = {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in results.values())}
+    return sums, any(bool(r.get("placement_cells", {}).get("coarsened")) for r in results.values())
+
+
+def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float], merged: bool) -> str:
+    """Why :func:`ds_hist_auc` keeps the plain weighted means instead of the control variates ("": it does not).
+
+    The own-class means are one half without noise where every record's cell is bounded by the reference's edges
+    at every site alike (:math:`\\sum_c n_c (C_{c-} + n_c/2) = N^2/2` over the pooled cells); where a site
+    merged or moved cells of its own (``merged``: per site), each site's sum is that of its own cells, and the
+    total is one half only on average over how the records fall in them: the correction would add
+    :math:`\\beta (\\bar V_{00} - \\tfrac12)` of that, so there is none."""
     if hist.noise_off:
         return "noise off: nothing to correct, beta = 0"
     if not np.isfinite(own).all():
@@ -865,4 +916,7 @@ def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float])
                 "them): the noise's variance is about twice that of the control variates'")
     if within_bin != "tied":
         return "within_bin = 'linear': the own-class means are not one half without noise"
+    if merged:
+        return ("a site merged or moved cells of the reference of its own (per site): the own-class means are not "
+                "one half without noise; secure=True releases the cells pooled")
     return ""

@@ -17,7 +17,6 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
 from scipy import integrate, special, stats
 
 from dsfed_client.analyses.glm import GLMResults, ds_glm
@@ -400,6 +399,12 @@ class ROCGLMFit(Results):
     (what DP noise adds, where estimated). :func:`ds_hist_auc` gives this fit on histogram
     placement values; :class:`ROCGLM` extends it with Schalk et al.'s (2024) noisy-score reference.
 
+    ``placed``: whose placement values the probit model ``glm`` was fitted on. ``'positives'`` (Schalk et al.):
+    :math:`PV = 1 - \\tilde F_0(x)` of the positives, whose distribution is the ROC curve, so ``glm``'s
+    coefficients are (a, b). ``'negatives'``: :math:`1 - \\tilde F_1(x)` of the negatives, whose distribution
+    is the inverse curve, :math:`\\Phi^{-1}(ROC^{-1}(s)) = c + d\\,\\Phi^{-1}(s)` (Pepe & Cai 2004), so
+    ``glm``'s coefficients are (c, d), and :math:`a = -c/d`, :math:`b = 1/d`.
+
     References
     ----------
     Schalk, Rehms et al. (2024), "Distributed non-disclosive validation of predictive models by a modified
@@ -417,6 +422,7 @@ class ROCGLMFit(Results):
     n_thresholds: int = stat("Thresholds", brief="")
     glm: GLMResults = hidden()
     noise_variance: float = stat("Noise variance", default=0.0)
+    placed: str = stat("Placement values of", default="positives")  # 'negatives': glm fits the inverse curve
 
     @derived("{level} CI (logit, eq. 3)", brief=".4f")
     def ci(self) -> ConfInt:
