@@ -16,7 +16,7 @@ adapter says what the value is in R (see :mod:`dsfed_server.rvalues`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Callable, Literal as Lit
 
 import numpy as np
@@ -99,7 +99,12 @@ class FunctionSpec:
         ``"steps"`` (a protocol, pooled or relayed) or ``"value"`` (released by the implementation's own
         checks). A result the entry does not declare raises :class:`UndeclaredRelease`: a declaration of
         cells from an entry without ``cells``; steps from one that is neither pooled nor relayed; a value
-        from an entry that declares only cells, or only a protocol of pooled steps."""
+        from an entry that declares only cells, or only a protocol of pooled steps; and the steps a
+        function declares part-way (a generator, :mod:`~dsfed_server.disclosure.declared`) not yet
+        driven, which the service releases before what the function returns."""
+        if isinstance(result, Generator):
+            raise UndeclaredRelease(f"{self.name} declares releases part-way (a generator): the service releases "
+                                    "them (disclosure.declared.run) before it releases what the function returns")
         if isinstance(result, (Intervals, Categories)):
             if not self.cells:
                 raise UndeclaredRelease(f"{self.name} returned a declaration of cells ({type(result).__name__}) "

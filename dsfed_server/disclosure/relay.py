@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -59,17 +60,23 @@ _NONCE = b"\0" * 12  # every key seals exactly one vector
 MAX_PENDING = 64  # sealed steps a round keeps waiting for their relay
 
 
+# what a pooled step gives: what the sites release now, and this site's next step
+Step = tuple[dict[str, Any] | None, "PooledSteps | None"]
+
+
 @dataclass
 class PooledSteps:
     """A pooled protocol declared by a function: this site's vector for the first step (``fields``)
     and ``advance``: from a step's pooled vector and the sites' shared floor (:class:`gate.Floor`:
     the largest q and cut margin of the sites, keyed by the pooled nonce), what the sites
-    release now (None: nothing) and this site's next step (None: the protocol is done).
+    release now (None: nothing) and this site's next step (None: the protocol is done). A step that
+    releases cuts or cells before that is a generator: it yields their declarations
+    (:mod:`dsfed_server.disclosure.declared`), which the service releases, and returns the pair.
     ``frac_bits``: the fixed-point bits of this step's vector (None: those the analyst asked for, which
     the analyst lowers and asks again when values did not fit)."""
 
     fields: dict[str, np.ndarray]
-    advance: Callable[[dict[str, np.ndarray], "Floor"], tuple[dict[str, Any] | None, "PooledSteps | None"]]
+    advance: Callable[[dict[str, np.ndarray], "Floor"], Step | Generator[Any, Any, Step]]
     frac_bits: int | None = None
     history_key: tuple[str, str] | None = None  # the table column whose cut history the protocol uses
 

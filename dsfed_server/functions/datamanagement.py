@@ -228,7 +228,8 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
     return frame
 
 
-def complete_cases_of(ctx: CallContext, value: pd.DataFrame | RowSet | pd.Series) -> Any:
+def complete_cases_of(ctx: CallContext, value: pd.DataFrame | RowSet | pd.Series
+                      ) -> pd.DataFrame | RowSet | pd.Series:
     """The complete cases of a table, a subset or a vector (R's ``complete.cases``), through the subset guard."""
     frame = value.to_frame() if isinstance(value, pd.Series) else value
     mask = complete_rows(frame)
@@ -291,7 +292,7 @@ def cbind(ctx: CallContext, x_names_transmit: str, colnames_transmit: str) -> pd
 
 @register("completeCasesDS", "assign",
           [Param("x1.transmit", P.OBJECT, "the table or vector, e.g. \"D\"")], checks=_SUBSET)
-def complete_cases(ctx: CallContext, x1_transmit: Any) -> Any:
+def complete_cases(ctx: CallContext, x1_transmit: Any) -> pd.DataFrame | RowSet | pd.Series:
     """The rows (of a table) or values (of a vector) with nothing missing (dsBase ``completeCasesDS``).
 
     The rows dropped go through the subset guard (dsBase checks nothing): refused when the complete

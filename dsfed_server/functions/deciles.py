@@ -25,6 +25,7 @@ analyst relays sealed vectors and learns nothing until the last step.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.declared import Declared, ProtocolCells
 from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
@@ -86,16 +88,15 @@ class DecileSearch:
         fields = {"n": n, **sums, "refined": self.cuts.counted(self.cuts.to_root(breaks)),
                   gate.SQUARES: gate.squares(n, dominance)}
 
-        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[None, PooledSteps]:
+        def advance(pooled: dict[str, np.ndarray], floor: gate.Floor
+                    ) -> Generator[Declared, Any, tuple[None, PooledSteps]]:
             keep, why = self.coarsened(breaks, small_groups_merged(pooled["n"], floor.q), pooled, floor)
             out = statistics(groups.breaks, pooled, keep, exact=groups.exact, rounds=self.rounds, why=why)
             kept = tuple(c for c, k in zip(breaks, keep) if k)
-
-            def release() -> dict[str, Any]:
-                self.cuts.record(self.cuts.to_root(kept))
-                return out
-
-            return None, self.cuts.audited(self.p, kept, np.asarray(out["table"]["n"]), release)
+            # the groups' records audited on pooled objections, then the breaks recorded and the table released
+            audit = yield ProtocolCells(self.cuts, self.cuts.to_root(kept), self.p, kept,
+                                        np.asarray(out["table"]["n"]), audited=True, result=out)
+            return None, audit
 
         # the analyst's fraction bits (40 unless asked for fewer): sums of predictions need the fraction,
         # and a group of millions of records at a site needs fewer bits, which the analyst asks again with

@@ -2,15 +2,18 @@
 and ``tapplyDS.assign`` under their names and signatures (dsfed's own implementation).
 
 The group sizes are a table of counts like ``table1DDS``'s and go through the same release gate
-(:class:`~dsfed_server.disclosure.gate.Categories`): a group holding 0 < n < q records refuses the
-whole answer (dsBase answers ``Table_valid = FALSE`` or an error text instead). ``tapplyDS.assign``
-applies the same rule although nothing leaves the site -- stricter than dsBase, which applies none
-there: a group mean of one record is that record's value, and any later release built on it
-would release it.
+(:class:`~dsfed_server.disclosure.gate.Categories`), released before anything is computed by group: each
+function is a generator that declares them (``yield`` :class:`~dsfed_server.disclosure.declared.Groups`)
+and receives the groups withheld, the service releasing them (:func:`~dsfed_server.disclosure.declared.run`).
+A group holding 0 < n < q records refuses the whole answer (dsBase answers ``Table_valid = FALSE`` or an
+error text instead). ``tapplyDS.assign`` applies the same rule although nothing leaves the site --
+stricter than dsBase, which applies none there: a group mean of one record is that record's value, and
+any later release built on it would release it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any, Callable
 
 import numpy as np
@@ -19,6 +22,7 @@ import pandas as pd
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_server.disclosure.checks import GATE_RULES, LEVEL_RULES
+from dsfed_server.disclosure.declared import Declared, Groups
 from dsfed_server.registry import P, Param, register
 
 _CHECKS = (*LEVEL_RULES, *GATE_RULES, "disclosure.sums_per_record")
@@ -39,10 +43,12 @@ def _statistic(name: str) -> Callable[[np.ndarray], float]:
 
 
 def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]
-            ) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+            ) -> Generator[Declared, Any, tuple[np.ndarray, np.ndarray, list[int], list[int]]]:
     """The values of the records complete in ``X`` and every factor, and each one's cell (column-major
-    over the factors' levels), the cell counts passed through the release gate; the factors' numbers of
-    levels; and the cells the gate withholds (:meth:`~dsfed_server.disclosure.checks.Guard.release_groups`)."""
+    over the factors' levels), the cell counts declared for release (:class:`~dsfed_server.disclosure.
+    declared.Groups`, which the service releases before anything is computed by group); the factors'
+    numbers of levels; and the cells the release withholds
+    (:meth:`~dsfed_server.disclosure.checks.Guard.release_groups`)."""
     x = numeric(X, "X")
     for factor in factors:
         if r_class(factor) != "factor":
@@ -61,7 +67,7 @@ def _groups(ctx: CallContext, X: pd.Series, factors: list[pd.Series]
     for factor, n_levels in zip(factors, shape):
         cells += stride * factor.cat.codes.to_numpy()[complete].astype(np.int64)
         stride *= n_levels
-    withheld = ctx.guard.group_cells(cells, stride, ctx.record_rows(X, *factors))
+    withheld = yield Groups(cells, stride, ctx.record_rows(X, *factors))
     return x[complete], cells, shape, withheld
 
 
@@ -93,7 +99,7 @@ def _by_cell(values: np.ndarray, cells: np.ndarray, n_cells: int, fun: Callable[
     Param("X", P.VECTOR, "a numeric vector, e.g. D$age"),
     Param("INDEX", P.VECTOR, "a factor, e.g. D$tgrade"),
 ], checks=_CHECKS)
-def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> dict[str, Any]:
+def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> Generator[Declared, Any, dict[str, Any]]:
     """Mean, standard deviation and size of ``X`` in each group of the factor ``INDEX`` (dsBase
     ``meanSdGpDS``, as ``ds.meanSdGp`` sends it), over the records complete in both.
 
@@ -110,7 +116,7 @@ def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> dict[s
     would give the withheld groups' size), ``withheld`` lists their level numbers and ``Message`` says
     which and why (:meth:`~dsfed_server.disclosure.checks.Guard.release_groups`).
     """
-    values, cells, shape, withheld = _groups(ctx, X, [INDEX])
+    values, cells, shape, withheld = yield from _groups(ctx, X, [INDEX])
     ctx.summed(X, squares=True, by=(INDEX,), cells=np.where(np.isin(cells, withheld), -1, cells))
     held = [c for c in range(shape[0]) if np.any(cells == c)]
     sd = _statistic("sd")
@@ -141,7 +147,8 @@ _TAPPLY = [
 ]
 
 
-def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str) -> dict[str, Any]:
+def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
+            ) -> Generator[Declared, Any, dict[str, Any]]:
     """``tapply(X, INDEX, FUN)`` and ``tapply(X, INDEX, length)`` over the complete records, each
     flat in R's column-major order (empty cells None, R's NA), with ``dim`` and ``dimnames`` (each
     dimension's names ``<factor>.<level>``, as dsBase names them)."""
@@ -152,7 +159,7 @@ def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
     factors = [ctx.resolve(ctx.parse_reference(n)) for n in names]
     if not all(isinstance(f, pd.Series) for f in factors):
         raise CallError("INDEX.names.transmit must name factors (vectors), e.g. \"D$tgrade\"")
-    values, cells, shape, withheld = _groups(ctx, x_name, factors)
+    values, cells, shape, withheld = yield from _groups(ctx, x_name, factors)
     if withheld:
         raise DisclosureRefusal(_withheld_reason(ctx, factors, withheld),
                                 rule="disclosure.subset_min_difference",
@@ -167,17 +174,19 @@ def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
 
 
 @register("tapplyDS", "aggregate", _TAPPLY, checks=_CHECKS)
-def tapply(ctx: CallContext, X_name: pd.Series, INDEX_names_transmit: str, FUN_name: str) -> dict[str, Any]:
+def tapply(ctx: CallContext, X_name: pd.Series, INDEX_names_transmit: str, FUN_name: str
+           ) -> Generator[Declared, Any, dict[str, Any]]:
     """A summary (mean, sd or sum) of a variable in each cell of one or two factors, and the cells'
     sizes (dsBase ``tapplyDS``, as ``ds.tapply`` sends it): ``Mean`` (or ``SD``, ``Sum``) and ``N``,
     flat in R's column-major order, with ``dim`` and ``dimnames`` (``<factor>.<level>``); through
     the DataSHIELD door, dsBase's ``list(Mean = <array>, N = <array>)``. A cell of 0 < n < q records refuses the answer
     (``disclosure.q_threshold``; dsBase answers an error text). Quantiles by group are not offered."""
-    return _tapply(ctx, X_name, INDEX_names_transmit, FUN_name)
+    return (yield from _tapply(ctx, X_name, INDEX_names_transmit, FUN_name))
 
 
 @register("tapplyDS.assign", "assign", _TAPPLY, checks=_CHECKS)
-def tapply_assign(ctx: CallContext, X_name: pd.Series, INDEX_names_transmit: str, FUN_name: str) -> pd.DataFrame:
+def tapply_assign(ctx: CallContext, X_name: pd.Series, INDEX_names_transmit: str, FUN_name: str
+                  ) -> Generator[Declared, Any, pd.DataFrame]:
     """``tapplyDS``'s summary kept on the site (dsBase ``tapplyDS.assign``, as ``ds.tapply.assign``
     sends it), as a table with one row per cell (R's column-major order over the factors' levels)
     and the columns ``<Mean|SD|Sum>`` and ``N`` (dsBase keeps an R list of two arrays).
@@ -186,6 +195,6 @@ def tapply_assign(ctx: CallContext, X_name: pd.Series, INDEX_names_transmit: str
     dsBase, which checks nothing: a cell summary of fewer than q records would be released by any
     later function that reads it.
     """
-    summary = _tapply(ctx, X_name, INDEX_names_transmit, FUN_name)
+    summary = yield from _tapply(ctx, X_name, INDEX_names_transmit, FUN_name)
     return pd.DataFrame({label: pd.Series(values, dtype="Int64" if label == "N" else "float64")
                          for label, values in summary.items() if label not in ("dim", "dimnames")})

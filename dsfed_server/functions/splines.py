@@ -44,6 +44,7 @@ curve of the analyst's making turns the errors into a record's indicator).
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -57,6 +58,7 @@ from dsfed_core.splines import rcs_probs, rcs_term, rcs_term_names, type7_order,
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.modelframe import COMPUTED, ComputedColumn, LazyColumn
 from dsfed_server.disclosure import gate
+from dsfed_server.disclosure.declared import Declared, ProtocolCells
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
@@ -249,10 +251,12 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
     value). Knots that cannot so move (no earlier
     cut, a transformed column, two knots on one cut) are refused. Then each bound is released where
     it fits with the knots and the history, else replaced by the outer knot on its side (the reason
-    in ``release``'s last argument). The released cuts join the history, and the cells between them --
-    each site's records of ``values`` (the protocol's, 0 < p < 1) in each, with its pooled count, which
-    the knots' ranks tell -- the table's pooled row sets (:meth:`ProtocolCuts.record_cells`), against
-    which every later release is audited."""
+    in ``release``'s last argument). The step declares its release
+    (:class:`~dsfed_server.disclosure.declared.ProtocolCells`), which the service carries out before the
+    knots leave: the released cuts join the history, and the cells between them -- each site's records of
+    ``values`` (the protocol's, 0 < p < 1) in each, with its pooled count, which the knots' ranks tell --
+    the table's pooled row sets (:meth:`ProtocolCuts.record_cells`), against which every later release is
+    audited."""
     on_values = {v: gate.cuts_from([float(special.expit(v))], inclusive=True)[0] for v in [*knots, *bounds]}
     to_values = dict(zip(cuts.to_root(list(on_values.values())), on_values.values()))  # column's cut -> p's
 
@@ -267,7 +271,8 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
     grid = sorted(set(on_values.values()) | (set(history) if identity else set()))  # where a released cut can lie
     fields = {"refined": counts, gate.SQUARES: cuts.squares(counts), "own": gate.cell_sums(values, grid)[0]}
 
-    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], None]:
+    def advance(pooled: dict[str, np.ndarray], floor: Floor
+                ) -> Generator[Declared, Any, tuple[dict[str, Any], None]]:
         def fits(candidates: list[gate.Cut]) -> np.ndarray:
             return cuts.fits(candidates, pooled["refined"], floor)
 
@@ -301,8 +306,8 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
         ends = [0, *(position[c] + 1 for c in on_p), len(grid) + 1]
         own = np.rint(pooled["own"]).astype(np.int64)
 
-        cuts.record(new + [c for c, k in zip(bound_cuts, kept) if k])
-        cuts.record_cells(values, on_p, np.array([own[a:b].sum() for a, b in zip(ends[:-1], ends[1:])]))
+        yield ProtocolCells(cuts, new + [c for c, k in zip(bound_cuts, kept) if k], values, on_p,
+                            np.array([own[a:b].sum() for a, b in zip(ends[:-1], ends[1:])]))
         return release(final, released, moved, reason), None
 
     # the analyst's fraction bits: the squares travel as counts squared over gate.SQUARE_UNIT

@@ -14,6 +14,7 @@ import math
 import reprlib
 from contextlib import contextmanager
 from dataclasses import dataclass
+from collections.abc import Generator
 from typing import Any, Iterator, Literal, Protocol
 
 import numpy as np
@@ -25,7 +26,7 @@ from dsfed_core.parser import from_json, parse
 from dsfed_server import rbridge
 from dsfed_server.config import User
 from dsfed_server.context import NOTE, CallContext, r_class
-from dsfed_server.disclosure import secure_sum
+from dsfed_server.disclosure import declared, secure_sum
 from dsfed_server.disclosure.accountant import Caps
 from dsfed_server.disclosure.checks import Guard, enforce_contract
 from dsfed_server.disclosure.gate import Cut
@@ -192,12 +193,13 @@ class CallPipeline:
     def invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
                deferred: list[tuple[str, int]] | None = None,
                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None, relayed: bool = False) -> Any:
-        """Run ``call``. What it returns is released as its registry entry declares
-        (:meth:`~dsfed_server.registry.FunctionSpec.release_of`): a declaration of cells
-        (:mod:`~dsfed_server.disclosure.gate`) through the release gate per site, or, in a pooled release
-        (``deferred``: the minimum counts to check on the pooled counts; ``relayed_cuts``: the sites' cut
-        histories), as it is, for the gate to release pooled. ``relayed``: the first step of a relayed
-        protocol (checked per site)."""
+        """Run ``call``. A function that releases part-way yields its declarations
+        (:mod:`~dsfed_server.disclosure.declared`), each released here before it goes on. What it returns is
+        released as its registry entry declares (:meth:`~dsfed_server.registry.FunctionSpec.release_of`): a
+        declaration of cells (:mod:`~dsfed_server.disclosure.gate`) through the release gate per site, or, in a
+        pooled release (``deferred``: the minimum counts to check on the pooled counts; ``relayed_cuts``: the
+        sites' cut histories), as it is, for the gate to release pooled. ``relayed``: the first step of a
+        relayed protocol (checked per site)."""
         spec = self.spec(call.function, session)
         if spec.pooled_only and deferred is None:
             raise CallError(f"{spec.name} runs only as a pooled release over the sites (secure aggregation)",
@@ -209,6 +211,8 @@ class CallPipeline:
             guard.check_analyst_data(spec.params, bound)
             args = {python_name(name): value for name, value in bound.items()}
             result = spec.impl(ctx, **args)
+            if isinstance(result, Generator):  # releases declared part-way, released as they come
+                result = declared.run(result, guard)
             if spec.release_of(result) == "cells" and deferred is None:
                 result = guard.release(result)
             enforce_contract(guard, spec.checks)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from dsfed_core.calltree import Call
 from dsfed_core.errors import CallError, DisclosureRefusal, SiteError
 from dsfed_server.config import User
-from dsfed_server.disclosure import gate, relay, secure_sum, shared_tables
+from dsfed_server.disclosure import declared, gate, relay, secure_sum, shared_tables
 from dsfed_server.disclosure.checks import HistoryBehind
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.rules import Rules
@@ -294,6 +295,8 @@ class SecureRounds:
         for name in [name for name in fields if name.startswith("min:")]:
             guard.pooled_minimum(name.split(":", 2)[2], float(fields.pop(name)), floor.q)  # min:<i>:<kind>:<what>
         out = pending.finish(fields, floor)
+        if isinstance(out, Generator):  # a protocol's step that declares releases part-way
+            out = declared.run(out, guard)
         history = {} if pending.history_key is None else {"history": self._history_answer(pending.history_key)}
         if not isinstance(out, tuple):
             return {"release": jsonable(out), **history}
