@@ -53,6 +53,21 @@ def _as(asked: float, released: float) -> str:
     return f"{released:.4g}"
 
 
+# the same binned sums asked on explicit edges: edges -> (function, arguments)
+Again = Callable[[np.ndarray], tuple[str, tuple[Any, ...]]]
+
+
+def _misaligned(binned: BinnedSums) -> dict[float, float]:
+    """Requested edges that some sites moved onto one cut released before (all of them onto the same one)
+    where the summed cells have no edge at that cut: each with that cut."""
+    targets: dict[float, set[float]] = {}
+    for pairs in binned.moved.values():
+        for asked, released in pairs:
+            targets.setdefault(asked, set()).add(released)
+    kept = set(binned.edges.tolist())
+    return {e: next(iter(c)) for e, c in targets.items() if len(c) == 1 and next(iter(c)) not in kept}
+
+
 def _moves(pairs: Any) -> list[tuple[float, float]]:
     """The (asked, released) edges a site moved onto a cut released before, less those the cut
     equals: an edge released at an earlier cut of its own value is released as asked."""
@@ -84,6 +99,9 @@ class BinnedSums:
     per_site: dict[str, pd.DataFrame]
     moved: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)
+    # per site: requested edges it released as asked, then was asked again at the cut other sites had moved
+    # them onto (released before on the column), so that every site's cells line up (PerSite.bins)
+    aligned: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def asked(self) -> np.ndarray:
@@ -111,13 +129,24 @@ class BinnedSums:
             return f"{how}; released as requested"
         merged, shifted = [], []
         for where, values in self.coarsened.items():
-            moved = dict(self.moved.get(where, ()))
-            if kept := [v for v in values if v not in moved]:
+            moved = {a: b for a, b in self.moved.get(where, ()) if (a, b) not in self.aligned.get(where, ())}
+            if kept := [v for v in values if v not in moved and v not in dict(self.aligned.get(where, ()))]:
                 merged.append(f"{where}: {', '.join(f'{v:.4g}' for v in kept)}")
             if moved:
                 shifted.append(f"{where}: {', '.join(f'{a:.4g} as {_as(a, b)}' for a, b in moved.items())}")
         what = ([f"cells merged with the next at edges {'; '.join(merged)}"] if merged else []) + (
             [f"edges released as cuts released before on this column ({'; '.join(shifted)})"] if shifted else [])
+        aligned = {a: b for pairs in self.aligned.values() for a, b in pairs}
+        if aligned:
+            what.append("edges asked again at every site at the cut other sites had moved them onto, so that the "
+                        "sites' cells line up (" + "; ".join(
+                            f"{a:.4g} as {_as(a, b)} at {', '.join(w for w, p in self.aligned.items() if a in dict(p))}"
+                            for a, b in aligned.items()) + ")")
+        if differ := self._differ():
+            what.append("cells merged in the sum over the sites, which released different edges there (" + "; ".join(
+                f"{e:.4g}: " + ", ".join(f"{where} {released}" for where, released in sites.items())
+                for e, sites in differ.items()) + "); per site (secure=False) a summed cell is one every site "
+                "released; ask pooled (secure=True), where the sites check the pooled cells, or fewer, wider bins")
         reasons: dict[str, list[str]] = {}
         for where, text in self.why.items():
             if text:
@@ -125,6 +154,23 @@ class BinnedSums:
         why = "".join(f". Why ({', '.join(where)}): {text}" for text, where in reasons.items())
         return (f"{how}; COARSENED to {self.edges.size - 1} of {self.asked.size - 1} cells asked: "
                 + "; ".join(what or ["edges differ from those asked"]) + why)
+
+    def _differ(self) -> dict[float, dict[str, str]]:
+        """Per site, of each requested inner edge that no summed cell has although some site released it
+        (as asked or moved): what each site released there (per site only)."""
+        if self.pooled or not self.per_site:
+            return {}
+        released = {site: set(frame["lower"].tolist()[1:]) for site, frame in self.per_site.items()}
+        moved = {site: dict(self.moved.get(site, ())) for site in self.per_site}
+        kept = set(self.edges.tolist())
+        out: dict[float, dict[str, str]] = {}
+        for e in self.requested.tolist()[1:-1]:
+            at = {site: moved[site].get(e, e) for site in self.per_site}
+            if any(v in kept for v in at.values()) or not any(v in released[s] for s, v in at.items()):
+                continue
+            out[e] = {site: (f"at {_as(e, v)}" if v != e else "as asked") if v in released[site] else "merged"
+                      for site, v in at.items()}
+        return out
 
 
 @dataclass(frozen=True)
@@ -178,8 +224,10 @@ class Aggregation(ABC):
         """The additive numeric fields of an aggregate, summed over the sites."""
 
     @abstractmethod
-    def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
-        """A binned-sums function (``calibrationBinsDS``, ``groupSumsDS``) on ``requested`` edges."""
+    def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
+        """A binned-sums function (``calibrationBinsDS``, ``groupSumsDS``) on ``requested`` edges.
+        ``again``: the same sums asked on explicit edges (the function and its arguments), with
+        which per site the sites are asked to line up their cells where some moved an edge."""
 
     @abstractmethod
     def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -217,9 +265,26 @@ class PerSite(Aggregation):
         return {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in results.values())}
 
-    def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
-        results = self.session.aggregate(function, *args)
+    def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
+        """Each site's cells, summed on the edges every site released. Where some sites moved a requested
+        edge onto a cut released before on the column and others released it elsewhere (each site's
+        gate and secret margin decide alone), the summed cell would merge; given ``again``, every site
+        is asked once more at the cut the moving sites agree on (a cut each released before: no new
+        cut where the earlier release was at every site), and the answer with more summed cells is kept."""
+        first = self._binned(self.session.aggregate(function, *args), requested)
+        targets = _misaligned(first)
+        if again is None or not targets:
+            return first
+        function, call = again(np.array([targets.get(e, e) for e in requested.tolist()], dtype=float))
+        second = self._binned(self.session.aggregate(function, *call), requested, first, targets)
+        return second if second.edges.size > first.edges.size else first
+
+    def _binned(self, results: dict[str, Any], requested: np.ndarray, first: BinnedSums | None = None,
+                targets: dict[float, float] | None = None) -> BinnedSums:
+        """The sites' binned sums; of a second ask at the edges ``targets`` moved, with the first ask's
+        moves and reasons, and the moved edges named as requested."""
         edges, sums = pooling.pooled_bins(results, _BIN_FIELDS)
+        back = {c: e for e, c in (targets or {}).items()}
         per_site = {}
         for site, r in results.items():
             n_k, p_k, y_k = (np.asarray(r[f], dtype=float) for f in _BIN_FIELDS)
@@ -228,10 +293,19 @@ class PerSite(Aggregation):
                                                "n": n_k.astype(int),
                                                "mean_prediction": np.where(n_k > 0, p_k / n_k, np.nan),
                                                "mean_outcome": np.where(n_k > 0, y_k / n_k, np.nan)})
-        moved = {s: _moves(r["moved"]) for s, r in results.items()}
-        coarsened = {s: sorted(r["dropped"] + [a for a, _ in moved[s]]) for s, r in results.items()}
+        moved = {s: [(back.get(a, a), b) for a, b in _moves(r["moved"])] for s, r in results.items()}
+        dropped = {s: [back.get(float(v), float(v)) for v in r["dropped"]] for s, r in results.items()}
+        why = {s: str(r.get("why", "")) for s, r in results.items()}
+        aligned: dict[str, list[tuple[float, float]]] = {}
+        if first is not None and targets:
+            for s in results:
+                before = dict(first.moved.get(s, ()))
+                aligned[s] = [(e, c) for e, c in targets.items() if e not in before and e not in dict(moved[s])]
+                moved[s] = sorted({**before, **dict(aligned[s]), **dict(moved[s])}.items())
+                why[s] = why[s] or first.why.get(s, "")
+        coarsened = {s: sorted(set(dropped[s]) | {a for a, _ in moved[s]}) for s in results}
         return BinnedSums(edges, sums["n"], sums["sum_p"], sums["sum_y"], requested, False, coarsened, per_site,
-                          moved, {s: str(r.get("why", "")) for s, r in results.items()})
+                          moved, why, {s: pairs for s, pairs in aligned.items() if pairs})
 
     def steps(self, function: str, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         return self.session.pooled_steps(function, *args, relayed=True, **kwargs)
@@ -279,8 +353,8 @@ class Pooled(Aggregation):
         release = self.session.pooled(function, *args, **kwargs)
         return {k: float(v) for k, v in release.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
-    def bins(self, function: str, requested: np.ndarray, *args: Any) -> BinnedSums:
-        r = self.session.pooled(function, *args)
+    def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
+        r = self.session.pooled(function, *args)  # one set of cells, checked pooled: nothing to line up
         moved = _moves(r["moved"])
         return BinnedSums(np.asarray(r["edges"], dtype=float), *(np.asarray(r[f], dtype=float) for f in _BIN_FIELDS),
                           requested, True, {"pooled": sorted(r["dropped"] + [a for a, _ in moved])}, {},

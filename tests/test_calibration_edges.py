@@ -14,11 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from conftest import inprocess_builder
+from dsfed_client import Ref
 from dsfed_client.analyses.calibration import ds_calibration_curve
 from dsfed_client.analyses.decision import VALIDATE_GRID, ds_decision_curve
+from dsfed_server.messy import write_corpus
+from rref import R_BINNED, r_reference
 from sitekit import make_sites
+from test_derived_column_attacks import fixed_secrets
 
 
 def test_decision_thresholds_at_the_calibration_edges_are_released_after_the_curve(tmp_path: Path):
@@ -40,3 +45,51 @@ def test_decision_thresholds_at_the_calibration_edges_are_released_after_the_cur
         treated = pooled.score >= t
         assert decision.counts.tp[at[t]] == np.sum(treated & (pooled.y == 1))
         assert decision.counts.fp[at[t]] == np.sum(treated & (pooled.y == 0))
+
+
+def _corpus_curves(tmp: Path, frames: dict[str, pd.DataFrame], secrets: str, explore: bool):
+    """The per-site calibration curve on the three hospitals (shipped rules, site secrets fixed by
+    ``secrets``), after a DataSHIELD user's histogram of the score (``ds.histogram``'s 10 breaks on
+    [0, 1], which R's ``hist`` shifts up by 1e-7 of a bin) or on a fresh ledger; with the histogram
+    also the summed cells of the sites' first answer alone (the client before it asked again)."""
+    with fixed_secrets(secrets):
+        provisioned, services = make_sites(tmp, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        first = None
+        if explore:
+            session.aggregate_expr("histogramDS2(D$score, 10, 0.0, 1.0, 1, 3, 0.25)")
+            first = session.aggregation(False).bins("calibrationBinsDS", np.arange(11) / 10, Ref("D$y"),
+                                                    Ref("D$score"), 10)
+        return ds_calibration_curve(session, "D$y", "D$score", n_bins=10, secure=False), first
+
+
+@pytest.mark.parametrize("secrets", ["b", "c", "e"])
+def test_sites_that_snap_an_edge_differently_are_asked_again_at_the_cut(tmp_path: Path, secrets: str):
+    """After the histogram, hospital1 and hospital3 move the curve's edge 0.1 onto the histogram's break
+    0.10000001 (a few records between them) and hospital2 keeps 0.1 (its margin's draw): summed, the
+    cell merged (8 of the 9 cells a fresh ledger gives, at these draws). The client now asks every site
+    again at the cut the others moved the edge onto, keeps the fresh ledger's 9 cells, with R's counts and
+    means on the edges released, and its note says which edge, at which site, why and what to do; the
+    first answer's note names the summed cell the sites' different edges merged."""
+    frames = {s.name: s.truth[["y", "risk_score"]].dropna().rename(columns={"risk_score": "score"})
+              .reset_index(drop=True) for s in write_corpus(tmp_path / "corpus", dataset="three_hospitals", seed=37)}
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    fresh, _ = _corpus_curves(tmp_path / "fresh", frames, secrets, explore=False)
+    curve, first = _corpus_curves(tmp_path / "explored", frames, secrets, explore=True)
+    assert first.edges.size < fresh.edges.size == curve.edges.size == 10
+    n, sum_y, sum_p = r_reference("binned_ref", R_BINNED, y=pooled.y.to_numpy(), p=pooled.score.to_numpy(),
+                                  breaks=np.asarray(curve.edges, dtype=float), right=np.array([0.0])).reshape(3, -1)
+    np.testing.assert_array_equal(curve.n, n)
+    filled = n > 0
+    np.testing.assert_allclose(curve.mean_outcome[filled], sum_y[filled] / n[filled], rtol=1e-12)
+    np.testing.assert_allclose(curve.mean_prediction[filled], sum_p[filled] / n[filled], rtol=1e-12)
+    assert curve.bins.aligned == {"hospital2": [(0.1, 0.10000001)]}
+    note = curve.bins.note()
+    assert "edges asked again at every site at the cut other sites had moved them onto" in note
+    assert "0.1 as 0.10000001 at hospital2" in note and "hospital1: 0.1 as 0.10000001" in note
+    assert "released before on this column by any analyst" in note and "To do:" in note
+    merged = first.note()
+    assert ("cells merged in the sum over the sites, which released different edges there (0.1: hospital1 at "
+            "0.10000001, hospital2 as asked, hospital3 at 0.10000001)") in merged
+    assert "ask pooled (secure=True)" in merged

@@ -203,7 +203,8 @@ def ds_calibration_curve(session: FederatedSession, truth: str, score: str, *, n
                              f"({groups.withheld}); ask per site (secure=False), or use strategy='uniform'")
         b, exact = groups.bins, groups.exact
     else:
-        b = agg.bins("calibrationBinsDS", np.arange(n_bins + 1) / n_bins, Ref(truth), Ref(score), n_bins)
+        b = agg.bins("calibrationBinsDS", np.arange(n_bins + 1) / n_bins, Ref(truth), Ref(score), n_bins,
+                     again=lambda edges: ("thresholdBinsDS", (Ref(truth), Ref(score), edges[1:-1].tolist())))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_p = np.where(b.n > 0, b.sum_p / b.n, np.nan)
         mean_y = np.where(b.n > 0, b.sum_y / b.n, np.nan)
