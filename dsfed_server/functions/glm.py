@@ -416,7 +416,8 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     table = _model_table(dataName, formula, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
         count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
-        return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None)
+        return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None,
+                          least=ctx.guard.rule("disclosure.q_threshold"))
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
         if beta.size != len(mf.names):
@@ -434,8 +435,15 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
     """R's ``glm.fit`` quantities at ``beta`` (or, for None, at the family's ``mustart``), summed
     over rows in batches of :data:`~dsfed_server.rowbatches.BATCH_ROWS` (the working vectors of a
     batch are all the memory a call adds to the model frame)."""
+    return _parts(fam, mf, beta)[0]
+
+
+def _parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> tuple[dict[str, Any], float]:
+    """:func:`parts`, and how many records the working weights :math:`W` rest on: Kish's effective
+    sample size :math:`(\sum_i W_i)^2 / \sum_i W_i^2` (Kish 1965; 0 where every weight is 0)."""
     p = len(mf.names)
     info, score, xwz, dev = np.zeros((p, p)), np.zeros(p), np.zeros(p), 0.0
+    total = squares = 0.0
     for rows in row_batches(mf.n):
         X, y, weights, offset = mf.design(rows), mf.y[rows], mf.weights[rows], mf.offset[rows]
         if beta is None:
@@ -451,6 +459,7 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
         w = np.where(good, weights * mu_eta**2 / np.where(good, variance, 1.0), 0.0)
         resid = (y - mu) / mu_eta
         z = eta - offset + resid
+        total, squares = total + float(w.sum()), squares + float(np.dot(w, w))
         xw = X * w[:, None]
         info += xw.T @ X
         score += xw.T @ resid
@@ -458,7 +467,7 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
         dev += float(np.sum(fam.dev_resids(y, mu, weights)))
     if not np.isfinite(dev):
         raise CallError("the deviance is not finite at these coefficients; try other starting values")
-    return {
+    return ({
         "info.matrix": info.tolist(),
         "score.vect": score.tolist(),
         "xwz": xwz.tolist(),
@@ -468,7 +477,7 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
         "Npositive": int(np.count_nonzero(mf.weights > 0)),
         "Nmissing": mf.n_total - mf.n,
         "Ntotal": mf.n_total,
-    }
+    }, total**2 / squares if squares > 0 else 0.0)
 
 
 FIRST_HEADROOM = 24  # bits to spare for the parts of the first iterate after the start
@@ -500,7 +509,8 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
     return frame
 
 
-def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None) -> PooledSteps:
+def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, least: float
+               ) -> PooledSteps:
     """The distributed Fisher scoring as a pooled protocol (the iterates come from the sites).
 
     Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
@@ -508,9 +518,26 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     derives :math:`\\beta^{(t+1)} = (\\sum_k X_k^T W_k X_k)^{-1} \\sum_k X_k^T W_k z_k` itself (Wu et al. 2012,
     Newton-Raphson on summed parts). No coefficient comes from the analyst, so none can saturate
     the linear predictor into a step around a record. ``frame`` gives the model frame
-    (:func:`_weak_frame`)."""
+    (:func:`_weak_frame`).
+
+    But the data steer the iterates, and the analyst chooses the data: where the covariates separate
+    a binary outcome (the outcome ``ifelse(s > t, 1, 0)`` against ``s``), Fisher scoring does not converge
+    and the slope grows at every step (Albert & Anderson 1984). At a steep step the weights
+    :math:`W_i = \mu_i(1 - \mu_i)` vanish but at the records next to the boundary, and the information's
+    three sums :math:`\sum_i W_i (1, s_i, s_i^2)` are three equations in those two or three records' values,
+    the steep smooth step that :mod:`~dsfed_server.disclosure.expressions` refuses as a derived column. So a
+    binomial step whose weights rest on fewer than ``least`` records (``disclosure.q_threshold``; Kish's
+    effective sample size, :func:`_parts`) is refused: the fit is (nearly) separated, and R's ``glm`` would
+    warn that fitted probabilities of 0 or 1 occurred."""
     mf = frame()
-    mine = parts(fam, mf, beta)
+    mine, effective = _parts(fam, mf, beta)
+    if beta is not None and fam.name == "binomial" and effective < least:
+        raise DisclosureRefusal(
+            f"at this iterate the fit's working weights rest on {'fewer than' if effective else 'none of'} "
+            f"{least:g} of the records: the covariates (nearly) separate the outcome, and the fit's sums would be "
+            "sums over the few records next to the boundary", rule="disclosure.q_threshold",
+            hint="the fit does not converge: use the last iterate released, or a model whose covariates do not "
+                 "separate the outcome (fewer covariates, or a coarser one)")
     names = list(mf.names)
     del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
@@ -524,7 +551,7 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, collinear covariates, or covariates that "
                             "separate the outcomes, whose fitted probabilities then reach 0 or 1)") from None
-        step = irls_steps(fam, frame, following)
+        step = irls_steps(fam, frame, following, least=least)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
         # an identity-link gaussian model's X'WX and X'Wz do not depend on beta at all

@@ -1,0 +1,135 @@
+"""Red team: the later steps of a logistic fit without an offset whose iterates the sites derive (the relayed
+protocol, ``glm.irls_steps``). Its start is at constant working weights, so the start's sums are moments;
+each later step releases the information, score and deviance at an iterate no analyst chose, and these
+were not counted.
+
+The iterate is the data's, but the data are the analyst's choice: the outcome ``ifelse(D$score > t, 1, 0)``
+(a cut, which the gate passes with q records and its secret margin on either side) against the covariate
+``score`` is separated. Fisher scoring then never converges: the slope grows at every step (to thousands),
+and the information :math:`\\sum_i \\sigma'(\\beta_0 + \\beta_1 s_i)\\,(1, s_i, s_i^2)` at a late step is a
+sum over the one or two records next to the boundary, the rest weighing :math:`e^{-\\beta_1 |s_i - t|}`:
+the steep smooth step the derived-column gate refuses (Albert & Anderson 1984 on separation; the moment
+attack of Denning & Schlörer 1983 on its few terms). Three sums at one step are three equations in the
+two scores next to the boundary; solved at every late step, a value the solves agree on to six decimals
+is read.
+
+One site of 60 records under the shipped rules, the dsfed client's relayed fit, cuts every 0.05 where the
+gate passes them (8 of 17; the fit's start is counted as the cut's sums are, which refuses 2 more). "Read":
+a record whose exact score (6 decimals) the attack reports. On the code before the steps were checked: 171
+steps released (to slopes of several thousand), 3 scores read exactly (0.141557, 0.16021, 0.285053), a
+fourth reported wrongly. Now a binomial step whose working weights rest on fewer than q records (Kish's
+effective sample size; ``glm.irls_steps``) is refused: 30 steps released, each fit stopped at slopes of 30
+to 400, nothing read. The control takes the check out (the effective records reported as infinite) and
+reads the same 3 scores.
+
+What the steps up to the refusal leave: at the cut 0.45 six records lie within 0.03 of each other around
+the boundary and keep the weights on five records up to a slope of 387; least squares over those steps,
+started at the true scores of the 6 to 10 records nearest the cut (more than any attacker knows), does
+not pin one score exactly (the other records' weights still count) but lands within about 1e-3.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_client.calls import Formula, Ref
+from dsfed_server.functions import glm
+from sitekit import make_sites
+from test_derived_column_attacks import fixed_secrets, synthetic_frame
+
+CUTS = np.round(np.arange(0.10, 0.95, 0.05), 2)
+MAX_STEPS = 50
+
+
+def late_steps(session, cut: float) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
+    """The relayed fit ``yc ~ s`` with ``yc = ifelse(score > cut, 1, 0)``: each step's coefficients (as every
+    site derives them from the previous step's pooled parts) and its information, until the fit fails or is
+    refused; and the refusals."""
+    session.derive("Y", f"ifelse(D$score > {cut:g}, 1, 0)")
+    session.assign_expr("T", 'cbindDS("Y,D$score", "yc,s")')
+    steps = session.pooled_steps("glmDS2", Formula("yc ~ s"), "binomial", None, None, None, Ref("T"), relayed=True)
+    out: list[tuple[np.ndarray, np.ndarray]] = []
+    refusals: list[str] = []
+    beta = None
+    try:
+        for _ in range(MAX_STEPS):
+            step = next(steps)
+            info = np.asarray(step["info.matrix"], dtype=float)
+            if beta is not None:
+                out.append((beta, info))
+            beta = np.linalg.solve(info, np.ravel(step["xwz"]))
+    except FederatedCallError as exc:
+        refusals += [e.rule or e.kind for e in exc.failures.values()]
+    except np.linalg.LinAlgError:
+        pass
+    finally:
+        steps.close()
+    return out, refusals
+
+
+def boundary_scores(beta: np.ndarray, info: np.ndarray) -> list[float]:
+    """The two scores, one each side of the step's boundary, whose weights :math:`\\sigma'(\\eta)` give the
+    step's information (least squares from a few starts); empty where the step is not steep."""
+    b0, b1 = beta
+    if not (np.all(np.isfinite(beta)) and b1 > 100 and 0 < -b0 / b1 < 1 and info[0, 0] > 0):
+        return []
+    centre, wanted = -b0 / b1, np.array([info[0, 0], info[0, 1], info[1, 1]])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        mu = expit(b0 + b1 * x)
+        w = mu * (1 - mu)
+        return (np.array([w.sum(), (w * x).sum(), (w * x * x).sum()]) - wanted) / wanted[0]
+
+    fits = [least_squares(residuals, [centre - a, centre + b], bounds=([0, centre], [centre, 1]), xtol=1e-15,
+                          ftol=1e-15, gtol=1e-15) for a in (1e-3, 5e-3) for b in (1e-3, 5e-3)]
+    best = min(fits, key=lambda fit: fit.cost)
+    return [round(float(v), 6) for v in best.x] if best.cost < 1e-12 else []
+
+
+def attack(session) -> tuple[set[float], list[str], int]:
+    """The scores read (values two late steps agree on), the refusals, and the steps released."""
+    read: set[float] = set()
+    refusals: list[str] = []
+    released = 0
+    for cut in CUTS:
+        try:
+            out, refused = late_steps(session, float(cut))
+        except FederatedCallError as exc:  # the gate keeps this cut too near an earlier one
+            refusals += [e.rule or e.kind for e in exc.failures.values()]
+            continue
+        refusals += refused
+        released += len(out)
+        votes = Counter(v for beta, info in out for v in set(boundary_scores(beta, info)))
+        read |= {v for v, n in votes.items() if n >= 2}
+    return read, refusals, released
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["shipped", "separation-check-removed"])
+def test_the_steep_steps_of_a_separated_logistic_fit_read_no_record(tmp_path: Path, monkeypatch, check: bool):
+    truth = synthetic_frame(7, 60)
+    if not check:  # every step's weights reported as resting on infinitely many records
+        original = glm._parts
+        monkeypatch.setattr(glm, "_parts", lambda fam, mf, beta: (original(fam, mf, beta)[0], float("inf")))
+    with fixed_secrets("glm separation"):
+        provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        read, refusals, released = attack(session)
+    scores = truth.score.to_numpy()
+    exact = sorted(v for v in read if np.any(np.abs(scores - v) < 5e-7))
+    print(f"ATTACK the late steps of relayed logistic fits ifelse(score > t, 1, 0) ~ score (shipped rules, one site "
+          f"of 60, separation check {'on' if check else 'off'}): {released} steps released; read {len(exact)} of 60 "
+          f"scores exactly {exact} (reported {len(read)}); refusals {Counter(refusals)}")
+    assert released > 0
+    if check:
+        assert exact == [] and "disclosure.q_threshold" in refusals
+    else:
+        assert len(exact) >= 2
