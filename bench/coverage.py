@@ -57,8 +57,8 @@ def simulate(reps: int, *, sites: int = 5, epsilon: float = 1.0, delta: float = 
     sizes = rng.choice(np.arange(100, 2501, 100), size=reps)
     data = {f"rep{r}": seed000_scores(int(n), rng) if design == "seed000" else
             binormal(int(n), rng, 0.75, 0.3)[["y", "score"]] for r, n in enumerate(sizes)}
-    prov, services = inprocess_sites(workdir, sites, data, bench_rules(workdir / "rules.toml", epsilon=epsilon, delta=delta),
-                                     seed=seed)
+    rules = bench_rules(workdir / "rules.toml", epsilon=epsilon, delta=delta)
+    prov, services = inprocess_sites(workdir, sites, data, rules, seed=seed)
     rows = []
     with login(prov, services).login() as session:
         for rep, pooled in enumerate(data.values()):
@@ -98,7 +98,8 @@ def main() -> int:
           f"(DeLong alone: {df.covered_delong_only.mean():.3f})")
     print(f"mean |AUC error| {err.mean():.4f}; mean noise sd {df.noise_sd.mean():.4f}; "
           f"mean DeLong sd {df.delong_sd.mean():.4f}; mean interval width {(df.upper - df.lower).mean():.4f}")
-    print(f"noise alone: z = (estimate - exact) / noise sd has mean {df.z_noise.mean():.3f}, sd {df.z_noise.std():.3f}; "
+    print(f"noise alone: z = (estimate - exact) / noise sd has mean {df.z_noise.mean():.3f}, "
+          f"sd {df.z_noise.std():.3f}; "
           f"|z| <= 1.96 in {(df.z_noise.abs() <= 1.959964).mean():.3f} of the data sets")
     for name, part in (("n <= 1000", df[df.n <= 1000]), ("n > 1000", df[df.n > 1000])):
         print(f"  {name}: {len(part)} data sets, coverage {part.covered.mean():.3f} "

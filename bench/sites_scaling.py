@@ -203,7 +203,8 @@ def one_run(session: FederatedSession, provisioned: dict[str, ProvisionedSite], 
     wall = time.perf_counter() - t0
     after = session.transfer_stats()
     for name, requests in log.items():
-        times = dispatch[name] if dispatch is not None else access_durations(access_log_path(provisioned[name]), requests)
+        times = (dispatch[name] if dispatch is not None
+                 else access_durations(access_log_path(provisioned[name]), requests))
         if len(times) != len(requests):
             raise RuntimeError(f"site {name}: {len(requests)} requests sent but {len(times)} site times "
                                f"({'dispatch' if dispatch is not None else 'access log'}); cannot pair them")
@@ -215,7 +216,8 @@ def one_run(session: FederatedSession, provisioned: dict[str, ProvisionedSite], 
         if dispatch is not None and isinstance(transport, InProcessTransport):
             transport.app = transport.app.app  # type: ignore[attr-defined]
     trips = max(after[s]["requests"] - before[s]["requests"] for s in after)
-    return {"wall_s": wall, "trips": trips, "auc": report.discrimination.auc, "suite_mode": report.mode, **breakdown(wall, trips, log)}
+    return {"wall_s": wall, "trips": trips, "auc": report.discrimination.auc, "suite_mode": report.mode,
+            **breakdown(wall, trips, log)}
 
 
 def fits(k: int, n_per_site: int, site_mb: float) -> tuple[bool, str]:
@@ -290,7 +292,8 @@ def main() -> int:
                           if mode == "http" else f"process RSS +{r['rss_growth_mb']:.0f} MB")
                 print(f"{k:>3} {mode:>9} {r['n_per_site']:>8,} {r['wall_s']:>7.2f} {r['trips']:>6} "
                       f"{r['ms_per_trip']:>8.1f} {r['site_ms']:>8.1f} {r['transport_ms']:>9.1f} "
-                      f"{r['client_ms']:>9.1f} {r['auc']:>7.4f} {r['suite_mode']:>7}  {r['slowest']}; {memory}", flush=True)
+                      f"{r['client_ms']:>9.1f} {r['auc']:>7.4f} {r['suite_mode']:>7}  {r['slowest']}; {memory}",
+                      flush=True)
                 append_json(args.json, r)
     return 0
 

@@ -123,8 +123,8 @@ def run_sites(n_total: int, sites_dir: Path, workdir: Path, repeat: int, *, vari
               catalog: dict | Callable[[str], dict] | None, engine: str | None, skip_r: bool) -> dict:
     n_per_site = n_total // 5
     rules = ROOT / "disclosure_rules" / "site1.toml"
-    provisioned = provision(workdir / f"run{n_total}", {f"site{k}": (sites_dir / f"site{k}", rules) for k in range(1, 6)},
-                            catalog=catalog)
+    provisioned = provision(workdir / f"run{n_total}",
+                            {f"site{k}": (sites_dir / f"site{k}", rules) for k in range(1, 6)}, catalog=catalog)
     frames = [pd.read_parquet(sites_dir / f"site{k}" / "SYNTH" / "validation.parquet", columns=["y", "score"])
               for k in range(1, 6)]
     data = pd.concat(frames, ignore_index=True)
@@ -200,7 +200,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
-    variables = None if args.assign_variables == "all" else [v.strip() for v in args.assign_variables.split(",") if v.strip()]
+    variables = None if args.assign_variables == "all" else [
+        v.strip() for v in args.assign_variables.split(",") if v.strip()]
     print(f"machine: {platform.node()} {platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores; assign {args.assign_variables}; "
           f"engine {args.engine or 'site default'}; repeat {args.repeat}")

@@ -2,8 +2,8 @@
 and for ``bench/suite.py --engine postgresql``.
 
 :func:`cluster` runs Debian's PostgreSQL server binaries (scripts/install-postgresql.sh), as the
-``postgres`` OS user when the tests run as root (initdb refuses root): a data directory in a fresh temporary directory, a
-server listening on 127.0.0.1 only at a free port picked at run time, its unix socket in the same
+``postgres`` OS user when the tests run as root (initdb refuses root): a data directory in a fresh
+temporary directory, a server listening on 127.0.0.1 only at a free port picked at run time, its unix socket in the same
 directory, fsync off. The tests' superuser connects over the socket (trust, local only); every TCP
 login needs a password (scram-sha-256). The cluster is stopped and deleted at the end.
 """

@@ -121,7 +121,8 @@ def serve(service: SiteService) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def datashield_aggregate(url: str, auth: tuple[str, str], table: str, text: str, symbol: str = "D") -> requests.Response:
+def datashield_aggregate(url: str, auth: tuple[str, str], table: str, text: str, symbol: str = "D"
+                         ) -> requests.Response:
     """``text`` sent through the DataSHIELD door (/ws) in a session of its own, with ``table``
     assigned as ``symbol``; the session is closed after."""
     ws = f"{url}/ws/datashield/session"

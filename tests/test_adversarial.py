@@ -402,7 +402,8 @@ def _young_low(frame: pd.DataFrame) -> tuple[int, float, int]:
         for k in range(Q + MARGIN, N - Q - MARGIN):
             t = (x[k - 1] + x[k]) / 2
             hit = young & (frame.score <= t)
-            if hit.sum() == 1 and min((~young & (frame.score <= t)).sum(), (~young & (frame.score > t)).sum()) >= Q + MARGIN:
+            if hit.sum() == 1 and min((~young & (frame.score <= t)).sum(),
+                                      (~young & (frame.score > t)).sum()) >= Q + MARGIN:
                 return int(a0), float(t), int(np.flatnonzero(hit)[0])
     raise AssertionError("the table offers no cross-column pair")
 

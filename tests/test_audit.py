@@ -36,7 +36,8 @@ def test_calls_are_recorded_with_outcome_and_rule(gbsg2_provisioned, gbsg2_servi
     records = [json.loads(line) for line in gbsg2_provisioned["site2"].audit_log.read_text().splitlines()]
     mine = [r for r in records if r["session"] == sid]
     assert [(r["function"], r["outcome"]) for r in mine] == [
-        ("openSession", "ok"), ("assignTable", "ok"), ("meanDS", "ok"), ("table2DDS", "refused"), ("closeSession", "ok"),
+        ("openSession", "ok"), ("assignTable", "ok"), ("meanDS", "ok"), ("table2DDS", "refused"),
+        ("closeSession", "ok"),
     ]
     refused = mine[3]
     assert refused["rule"] == "disclosure.q_threshold" and refused["user"] == "analyst"

@@ -127,7 +127,8 @@ def test_what_the_http_layer_refuses_comes_in_the_site_error_shape(site):
     url, creds = site
     auth = (creds["analyst"].user, creds["analyst"].password)
     sid = requests.post(f"{url}/v1/sessions", auth=auth, timeout=10).json()["session"]
-    cases = [("POST", f"/v1/sessions/{sid}/aggregate", {"data": b"{not json", "headers": {"Content-Type": "application/json"}}),
+    cases = [("POST", f"/v1/sessions/{sid}/aggregate",
+              {"data": b"{not json", "headers": {"Content-Type": "application/json"}}),
              ("GET", "/v1/no-such-route", {}), ("PUT", "/v1/whoami", {}), ("GET", "/ws/no-such-route", {})]
     for method, path, extra in cases:
         response = requests.request(method, url + path, auth=auth, timeout=10, **extra)

@@ -129,7 +129,8 @@ FORMULAS = [
 def test_formulas_with_factor_I_and_log_equal_R_glm(gbsg2_session, gbsg2_pooled, formula, family, link):
     ref = r_glm(gbsg2_pooled, formula, family, link)
     names = r_eval(f"d <- data.frame(tgrade = factor(tgrade, levels = c('I', 'II', 'III')), "
-                   "menostat = factor(menostat, levels = c('Pre', 'Post')), horTh = factor(horTh, levels = c('no', 'yes')),"
+                   "menostat = factor(menostat, levels = c('Pre', 'Post')), "
+                   "horTh = factor(horTh, levels = c('no', 'yes')),"
                    " age = age, tsize = tsize, pnodes = pnodes, estrec = estrec, y = y); "
                    f"colnames(model.matrix({formula}, d))",
                    **{c: gbsg2_pooled[c].to_numpy() for c in ("tgrade", "menostat", "horTh", "age", "tsize",

@@ -752,7 +752,8 @@ def test_quantiles_of_folds_name_no_score(tmp_path: Path) -> None:
                         for candidate in (a - np.sqrt(v), a + np.sqrt(v), a - v, a + v):
                             named[round(float(candidate), 6)] = named.get(round(float(candidate), 6), 0) + 1
     recovered = len({round(float(v), 6) for v in frame.score} & {v for v, c in named.items() if c >= 3})
-    print(f"ATTACK quantiles of folds (1 site, 41 records): {recovered} scores named; refused by {sorted(set(refusals))}")
+    print(f"ATTACK quantiles of folds (1 site, 41 records): {recovered} scores named; "
+          f"refused by {sorted(set(refusals))}")
     assert recovered == 0
 
 

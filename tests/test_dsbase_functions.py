@@ -138,7 +138,8 @@ def test_histogramDS2_equals_R_hist_with_values_on_the_breaks(tmp_path):
 
 def test_r_seq_is_Rs_seq():
     for lo, hi, n in [(0.0, 1.0, 3), (21.3, 80.7, 7), (-5.0, 5.0, 10), (0.1, 0.7, 6)]:
-        np.testing.assert_array_equal(r_seq(lo, hi, (hi - lo) / n), r_eval(f"seq({lo!r}, {hi!r}, by = ({hi!r} - {lo!r}) / {n})"))
+        np.testing.assert_array_equal(r_seq(lo, hi, (hi - lo) / n),
+                                      r_eval(f"seq({lo!r}, {hi!r}, by = ({hi!r} - {lo!r}) / {n})"))
 
 
 def test_histogramDS2_small_bins_refused_or_merged_by_policy(tmp_path):
@@ -198,7 +199,8 @@ def test_corDS_pooled_equals_R_cor(gbsg2_session, gbsg2_pooled):
     frame = gbsg2_pooled[["age", "tsize", "score"]]
     ref = r_eval("as.vector(cor(cbind(a, t, s)))", a=frame["age"], t=frame["tsize"], s=frame["score"]).reshape(3, 3)
     np.testing.assert_allclose(cor, ref, rtol=1e-12)
-    assert all(p["class"] == "data.frame" and p["na.counts"]["Number of NAs in each column"] == [[0, 0, 0]] for p in parts)
+    assert all(p["class"] == "data.frame" and p["na.counts"]["Number of NAs in each column"] == [[0, 0, 0]]
+               for p in parts)
 
 
 def test_corDS_rules(tmp_path):
@@ -237,7 +239,8 @@ def test_dataFrameSubsetDS2_equals_pandas(gbsg2_session, gbsg2_pooled):
 
 
 def test_dataFrameSubsetDS2_rules(tmp_path):
-    frame = pd.DataFrame({"x": np.arange(40.0), "g": ["a"] * 37 + ["b"] * 3, "y": [np.nan] * 2 + [float(i) for i in range(38)]})
+    frame = pd.DataFrame({"x": np.arange(40.0), "g": ["a"] * 37 + ["b"] * 3,
+                          "y": [np.nan] * 2 + [float(i) for i in range(38)]})
     provisioned, services = make_sites(tmp_path, {"s": frame})
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("T", "P.t")

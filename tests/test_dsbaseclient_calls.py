@@ -95,7 +95,8 @@ def test_asFactorDS2_then_testObjExistsDS(outcomes):
 
 def test_ds_table_main_call_equals_R_table(outcomes, gbsg2_frames):
     for site, frame in gbsg2_frames.items():
-        want = r_eval(f"as.vector(table(factor(factor(x, levels = {DICTIONARY['menostat']}), levels = c('Post', 'Pre')), "
+        want = r_eval(f"as.vector(table(factor(factor(x, levels = {DICTIONARY['menostat']}), "
+                      "levels = c('Post', 'Pre')), "
                       "useNA = 'always'))", x=frame["menostat"].to_numpy())
         assert _ran(outcomes["table-main"][site]) == [int(v) for v in want]
 

@@ -91,7 +91,8 @@ def test_a_function_is_counted_up_to_a_straight_line_in_it(a, b, same):
     root = Root("t", "x", (1.0, 100.0))
 
     def core(text: str) -> str:
-        node = parse_expression(re.sub(r"\bx\b", "D$x", text), Limits(max_length=1000, max_name_length=100, max_depth=50))
+        node = parse_expression(re.sub(r"\bx\b", "D$x", text),
+                                Limits(max_length=1000, max_name_length=100, max_depth=50))
         meaning = classify(node, lambda _: Meaning.of_root(root), 3.0, 20.0).meaning
         return forms(meaning)[1]  # type: ignore[index]
 

@@ -1,10 +1,11 @@
 """A DataSHIELD user's first histogram comes back under the shipped rules: ``ds.histogram``'s calls
 (``histogramDS1`` for the range, ``histogramDS2`` with 5, 10 or 20 breaks) through ``/ws`` with the
-unmodified PyPI ``datashield`` client (a coarsened answer's bins as released in its ``released``), and the pooled histogram through dsfed's own client, both over
-real servers on loopback, on the messy corpus's three hospitals (897, 690 and 413 records, a few BMI
-values missing). A bin of fewer than q records is merged with a neighbour, never zeroed or refused:
-the bins released as asked hold R's ``hist()`` counts, the merged ones are named with the site's
-reason, every released bin holds 0 or at least q records, and every record is counted."""
+unmodified PyPI ``datashield`` client (a coarsened answer's bins as released in its ``released``), and
+the pooled histogram through dsfed's own client, both over real servers on loopback, on the messy
+corpus's three hospitals (897, 690 and 413 records, a few BMI values missing). A bin of fewer than q
+records is merged with a neighbour, never zeroed or refused: the bins released as asked hold R's
+``hist()`` counts, the merged ones are named with the site's reason, every released bin holds 0 or at
+least q records, and every record is counted."""
 
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def test_ds_histogram_through_ws_is_released_coarsened_and_named(hospitals):
             answers = session.aggregate(f"histogramDS2(D$bmi, {n}, {lo!r}, {hi!r}, 1, 3, 0.25)")
             for site, answer in answers.items():
                 value, requested = opal_value(answer), r_breaks(lo, hi, n)
-                if "released" in value:  # on the breaks asked for, for ds.histogram's combine (test_r_histogram_combine)
+                # on the breaks asked for, for ds.histogram's combine (test_r_histogram_combine)
+                if "released" in value:
                     h = value["histobject"]
                     np.testing.assert_allclose(h["breaks"], requested, rtol=0, atol=1e-9)
                     assert sum(h["counts"]) == pytest.approx(sum(value["released"]["counts"]), abs=1e-9)

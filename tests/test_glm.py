@@ -170,7 +170,8 @@ def test_a_boolean_covariate_is_a_0_1_covariate(tmp_path):
     pooled = pd.concat(frames.values(), ignore_index=True)
     ref = r_glm(pooled.assign(flag=pooled.flag.astype(int)), "y ~ x + flag", "binomial", "logit")
     beta = [0.1, 0.5, -0.2]
-    deviance = r_eval("eta <- b[1] + b[2] * x + b[3] * flag; mu <- plogis(eta); -2 * sum(y * log(mu) + (1 - y) * log(1 - mu))",
+    deviance = r_eval("eta <- b[1] + b[2] * x + b[3] * flag; mu <- plogis(eta); "
+                      "-2 * sum(y * log(mu) + (1 - y) * log(1 - mu))",
                       b=np.array(beta), x=pooled.x.to_numpy(), flag=pooled.flag.astype(int).to_numpy(),
                       y=pooled.y.to_numpy())[0]
     provisioned, services = make_sites(tmp_path, frames)

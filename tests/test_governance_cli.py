@@ -208,7 +208,8 @@ def test_audit_show_refuses_charges_without_the_budget_they_were_charged_against
     (RDP converts at the budget's delta): a clear error naming the site, exit status 2."""
     log = AuditLog(tmp_path / "audit.jsonl", "siteB", audit_key(b"k" * 32))
     common = dict(session="s", function="noisyScoresDS", kind="aggregate", call="", outcome="ok", rule=None, message="")
-    log.record(user="ana", **common, privacy={"charges": [{"table": "P.t", "epsilon": 0.5, "delta": 1e-5, "rho": 0.01}]})
+    log.record(user="ana", **common,
+               privacy={"charges": [{"table": "P.t", "epsilon": 0.5, "delta": 1e-5, "rho": 0.01}]})
     result = dsfed("audit", "show", log.path)
     assert result.returncode == 2 and "site siteB" in result.stderr and "privacy.budget" in result.stderr
     empty = tmp_path / "empty.jsonl"

@@ -106,7 +106,8 @@ def test_the_datashield_door_refuses_it_and_does_not_list_it(sites):
             for site, error in errors.items():
                 body = error.get_error()
                 assert body["code"] == 403 and body["status"] == "disclosure_refused"
-                assert (body["error"]["site"], body["error"]["function"], body["error"]["rule"]) == (site, function, RULE)
+                error = body["error"]
+                assert (error["site"], error["function"], error["rule"]) == (site, function, RULE)
                 assert "'patient_id' is an identifier column" in body["error"]["message"]
     url, cred = running.urls["site1"], provisioned["site1"].credentials["analyst"]
     variables = requests.get(f"{url}/ws/datasource/GBSG2/table/validation/variables",

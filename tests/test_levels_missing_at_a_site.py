@@ -30,7 +30,8 @@ def _frames() -> dict[str, pd.DataFrame]:
         ward = rng.choice(LEVELS, n, p=[0.2, 0.4, 0.4]) if k < 2 else rng.choice(LEVELS[1:], n)
         x = np.round(rng.normal(0, 1, n), 3)
         eta = -0.3 + 0.8 * x + np.select([ward == "icu", ward == "med"], [1.0, 0.4], 0.0)
-        frames[f"site{k + 1}"] = pd.DataFrame({"ward": ward, "x": x, "y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int)})
+        frames[f"site{k + 1}"] = pd.DataFrame({"ward": ward, "x": x,
+                                               "y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int)})
     return frames
 
 

@@ -69,7 +69,8 @@ def test_a_table_beyond_the_address_space_limit_is_refused_at_once(tmp_path):
     failure = _refusal(refused)
     assert failure.message.startswith(f"reading {wide + 2} column(s) of table P.t (about {(wide + 2) * n * 8 >> 20:,} "
                                       "MB as the site holds them) does not fit in the memory this site may use: ")
-    assert f"address-space limit (RLIMIT_AS: ulimit -v or the container's limit) of {limit >> 20:,} MB" in failure.message
+    assert (f"address-space limit (RLIMIT_AS: ulimit -v or the container's limit) of {limit >> 20:,} MB"
+            in failure.message)
     assert failure.rule is None  # no rules key sets it: the process's own limit
     assert took < 10  # refused before reading (measured 0.2 s), not when the site runs short
     assert mean == pytest.approx(frame["score"].mean(), rel=1e-12)
@@ -90,7 +91,8 @@ def test_the_engines_memory_limit_is_named(tmp_path):
         mean = session.aggregate("meanDS", "D$score")["s1"]["EstimatedMean"]
     failure = _refusal(refused)
     assert failure.rule == "catalog.memory_limit_mb"
-    assert failure.message.startswith(f"reading {columns} column(s) of table P.t (about {columns * n * 8 >> 20:,} MB as "
+    assert failure.message.startswith(f"reading {columns} column(s) of table P.t "
+                                      f"(about {columns * n * 8 >> 20:,} MB as "
                                       "the site holds them) does not fit in the memory this site may use: DuckDB: "
                                       "Out of Memory Error: ")
     assert failure.message.endswith("(its memory_limit is 64 MB)")

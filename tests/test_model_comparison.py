@@ -101,7 +101,8 @@ def test_paired_comparison_refuses_records_missing_a_score(tmp_path):
     for frame in frames.values():  # every record in the top cell (positives only) loses the second score
         frame.loc[frame["score"] == 15.5 / GRID, "score_b"] = np.nan
     rules = tmp_path / "rules.toml"  # the no-noise rules with dsBase's dataFrameDS, which the error suggests
-    rules.write_text(NO_NOISE.read_text().replace('    "pairedBrierDS",\n', '    "pairedBrierDS",\n    "dataFrameDS",\n'))
+    rules.write_text(NO_NOISE.read_text().replace('    "pairedBrierDS",\n',
+                                                  '    "pairedBrierDS",\n    "dataFrameDS",\n'))
     provisioned, services = make_sites(tmp_path, frames, rules=rules)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")

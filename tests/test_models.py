@@ -197,7 +197,8 @@ def test_the_board_inspects_and_approves_a_model_file(tmp_path):
 
     shown = dsfed("models", "inspect", str(path))
     assert shown.returncode == 0 and model.sha256 in shown.stdout and "age, tgrade" in shown.stdout
-    done = dsfed("models", "approve", str(path), "--rules", str(rules), "--name", "risk", "--note", 'a "published" score')
+    done = dsfed("models", "approve", str(path), "--rules", str(rules), "--name", "risk",
+                 "--note", 'a "published" score')
     assert done.returncode == 0, done.stdout + done.stderr
     from dsfed_server.disclosure.rules import load_rules
     (entry,) = load_rules(rules).models.approved
@@ -269,9 +270,11 @@ def test_the_shipped_demo_models_are_the_ones_the_demo_sites_approve():
 
     from dsfed_server.disclosure.rules import load_rules
 
-    logit, gbm = ROOT / "opal_fixtures" / "models" / "gbsg2-logit.json", ROOT / "opal_fixtures" / "models" / "gbsg2-gbm.onnx"
+    models = ROOT / "opal_fixtures" / "models"
+    logit, gbm = models / "gbsg2-logit.json", models / "gbsg2-gbm.onnx"
     canonical = json.dumps(json.loads(logit.read_text()), sort_keys=True, separators=(",", ":")).encode()
-    digests = {"gbsg2-logit": hashlib.sha256(canonical).hexdigest(), "gbsg2-gbm": hashlib.sha256(gbm.read_bytes()).hexdigest()}
+    digests = {"gbsg2-logit": hashlib.sha256(canonical).hexdigest(),
+               "gbsg2-gbm": hashlib.sha256(gbm.read_bytes()).hexdigest()}
     shown = dsfed("models", "inspect", logit)
     assert shown.returncode == 0 and digests["gbsg2-logit"] in shown.stdout
     assert "horTh, age, menostat, tsize, tgrade, pnodes, progrec, estrec" in shown.stdout

@@ -495,7 +495,8 @@ def _centring_graph() -> bytes:
     p = sigmoid(x - mean(x)), the mean over the records (ReduceMean over axis 0)."""
     one = numpy_helper.from_array(np.array([1.0], np.float32), "one")
     nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0], keepdims=1),
-             helper.make_node("Sub", ["x", "m"], ["d"]), helper.make_node("Sigmoid", ["d"], ["p"]), helper.make_node("Sub", ["one", "p"], ["q"]),
+             helper.make_node("Sub", ["x", "m"], ["d"]), helper.make_node("Sigmoid", ["d"], ["p"]),
+             helper.make_node("Sub", ["one", "p"], ["q"]),
              helper.make_node("Concat", ["q", "p"], ["probabilities"], axis=1)]
     graph = helper.make_graph(nodes, "centring", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1])],
                               [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 2])],

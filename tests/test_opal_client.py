@@ -209,7 +209,8 @@ def test_methods_and_profiles(ds, gbsg2_http, gbsg2_provisioned):
     assert "assignTable" not in names
     assert aggregate[0] == {"name": names[0], "class": "func", "value": f"dsfed::{names[0]}",
                             "pkg": "dsfed", "version": aggregate[0]["version"]}
-    assert {"assignTable", "subsetDS", "subsetRowsDS", "dataFrameSubsetDS2"} <= {m["name"] for m in ds.methods("assign")["site1"]}
+    assert {"assignTable", "subsetDS", "subsetRowsDS", "dataFrameSubsetDS2"} <= {
+        m["name"] for m in ds.methods("assign")["site1"]}
     assert ds.profiles() == {s: {"available": ["default", "summaries"], "current": "default"} for s in GBSG2_SITES}
     with ds_session(gbsg2_http, gbsg2_provisioned, profile="summaries", assign=False) as summaries:
         listed = {m["name"] for m in summaries.methods()["site2"]}

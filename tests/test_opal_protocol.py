@@ -50,7 +50,8 @@ def test_credential_forms(site):
     basic = requests.get(current, auth=(a.user, a.password), timeout=10)
     assert basic.json()["principal"] == "analyst" and basic.headers["X-Opal-Version"]
     opalr = base64.b64encode(f"{a.user}:{a.password}".encode()).decode()
-    assert requests.get(current, headers={"Authorization": f"X-Opal-Auth {opalr}"}, timeout=10).json()["principal"] == "analyst"
+    opal_auth = requests.get(current, headers={"Authorization": f"X-Opal-Auth {opalr}"}, timeout=10)
+    assert opal_auth.json()["principal"] == "analyst"
     assert requests.get(current, headers={"X-Opal-Auth": a.token}, timeout=10).json()["principal"] == "analyst"
     for headers in ({}, {"X-Opal-Auth": "not-a-token"}, {"Authorization": "Basic %%%"}):
         refused = requests.get(current, headers=headers, timeout=10)
@@ -62,16 +63,19 @@ def test_credential_forms(site):
 
 def test_async_command_lifecycle(opened):
     http, base, _ = opened
-    rid = http.post(f"{base}/aggregate", params={"async": "true"}, data="meanDS(D$age)", headers=RSCRIPT, timeout=10).text
+    rid = http.post(f"{base}/aggregate", params={"async": "true"}, data="meanDS(D$age)", headers=RSCRIPT,
+                    timeout=10).text
     status = http.get(f"{base}/command/{rid}", params={"wait": "true"}, timeout=30).json()
-    assert (status["id"], status["status"], status["withResult"], status["withError"]) == (rid, "COMPLETED", True, False)
+    assert (status["id"], status["status"], status["withResult"], status["withError"]) == (
+        rid, "COMPLETED", True, False)
     assert status["script"] == "meanDS(D$age)"
     assert rid in [c["id"] for c in http.get(f"{base}/commands", timeout=10).json()]
     result = http.get(f"{base}/command/{rid}/result", timeout=10).json()
     assert set(result) == {"EstimatedMean", "Nmissing", "Nvalid", "Ntotal", "ValidityMessage"}
     gone = http.get(f"{base}/command/{rid}/result", timeout=10)  # rm = true by default
     assert gone.status_code == 404 and gone.json()["status"] == "not_found"
-    rid = http.post(f"{base}/aggregate", params={"async": "true"}, data="lengthDS(D$age)", headers=RSCRIPT, timeout=10).text
+    rid = http.post(f"{base}/aggregate", params={"async": "true"}, data="lengthDS(D$age)", headers=RSCRIPT,
+                    timeout=10).text
     assert http.get(f"{base}/command/{rid}/result", params={"wait": "true", "rm": "false"}, timeout=30).json() == 51
     assert http.delete(f"{base}/command/{rid}", timeout=10).status_code == 200
     assert http.get(f"{base}/command/{rid}", timeout=10).status_code == 404
@@ -92,7 +96,8 @@ def test_async_commands_of_a_session_run_in_order(opened, gbsg2_frames):
     assert [s["withResult"] for s in statuses] == [False, True, False, True]  # an assignment has no result
     score, age = (http.get(f"{base}/command/{rid}/result", timeout=10).json()["EstimatedMean"] for rid in rids[1::2])
     frame = gbsg2_frames["site1"]
-    assert (score, age) == (pytest.approx(frame["score"].mean(), rel=1e-12), pytest.approx(frame["age"].mean(), rel=1e-12))
+    assert (score, age) == (pytest.approx(frame["score"].mean(), rel=1e-12),
+                            pytest.approx(frame["age"].mean(), rel=1e-12))
 
 
 def test_failed_command_carries_the_refusal(opened, site):
@@ -115,7 +120,8 @@ def test_sessions_and_commands_are_private(opened, site):
     http, base, sid = opened
     url, creds, provisioned = site
     other = _http(creds["analyst2"])
-    rid = http.post(f"{base}/aggregate", params={"async": "true"}, data="meanDS(D$age)", headers=RSCRIPT, timeout=10).text
+    rid = http.post(f"{base}/aggregate", params={"async": "true"}, data="meanDS(D$age)", headers=RSCRIPT,
+                    timeout=10).text
     assert other.get(f"{base}/command/{rid}", timeout=10).status_code == 404
     assert other.get(f"{base}/commands", timeout=10).status_code == 404  # not theirs: as an unknown session
     foreign = other.post(f"{base}/aggregate", data="meanDS(D$age)", headers=RSCRIPT, timeout=10)
@@ -148,7 +154,8 @@ def test_table_assignment_variable_filter(opened):
     opalr = http.put(f"{base}/symbol/W/table/GBSG2.validation",  # R's DSOpal writes Magma's name()
                      params={"async": "false", "variables": "name().any('score', 'age')"}, timeout=10)
     assert opalr.status_code == 200
-    assert http.post(f"{base}/aggregate", data='colnamesDS("W")', headers=RSCRIPT, timeout=10).json() == ["score", "age"]
+    colnames = http.post(f"{base}/aggregate", data='colnamesDS("W")', headers=RSCRIPT, timeout=10)
+    assert colnames.json() == ["score", "age"]
     for script in ("name().matches(/y/)", 'name.any("y") or true', "name().any('y' 'age')", "age"):
         bad = http.put(f"{base}/symbol/V/table/GBSG2.validation", params={"variables": script}, timeout=10)
         assert bad.status_code == 422 and bad.json()["status"] == "bad_call", script
@@ -164,7 +171,8 @@ def test_table_assignment_variable_filter(opened):
 def test_metadata_documents(site):
     url, creds, _ = site
     http = _http(creds["analyst"])
-    assert http.get(f"{url}/datasources", timeout=10).json() == [{"name": "GBSG2", "type": "dsfed", "table": ["validation"]}]
+    assert http.get(f"{url}/datasources", timeout=10).json() == [
+        {"name": "GBSG2", "type": "dsfed", "table": ["validation"]}]
     table = http.get(f"{url}/datasource/GBSG2/table/validation", timeout=10).json()
     assert (table["name"], table["datasourceName"], table["variableCount"]) == ("validation", "GBSG2", 12)
     variables = http.get(f"{url}/datasource/GBSG2/table/validation/variables", timeout=10).json()

@@ -82,7 +82,8 @@ ENCODER_CASES = [
     ({"histobject": RList({"breaks": [0.0, 1.0, 2.0, 3.0], "counts": [1, 2, 3], "density": [1 / 6, 1 / 3, 0.5],
                            "mids": [0.5, 1.5, 2.5], "xname": "xvect", "equidist": True}, r_class="histogram"),
       "invalidcells": RVector([0], type="double")},
-     "xvect <- c(1, 2, 2, 3, 3, 3); list(histobject = hist(xvect, breaks = c(0, 1, 2, 3), plot = FALSE), invalidcells = 0)"),
+     "xvect <- c(1, 2, 2, 3, 3, 3); "
+     "list(histobject = hist(xvect, breaks = c(0, 1, 2, 3), plot = FALSE), invalidcells = 0)"),
 ]
 
 

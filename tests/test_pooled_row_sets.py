@@ -143,7 +143,8 @@ def test_three_pooled_releases_whose_remainder_is_small_read_no_outcome(tmp_path
                 continue
             if AUDITED in r.get("why", ""):
                 refusals.append(AUDITED)  # coarsened by the audit: its merged cells are not read
-            released[name] = {(r["edges"][i], r["edges"][i + 1]): (n, e) for i, (n, e) in enumerate(zip(r["n"], r["sum_y"]))}
+            released[name] = {(r["edges"][i], r["edges"][i + 1]): (n, e)
+                              for i, (n, e) in enumerate(zip(r["n"], r["sum_y"]))}
     group = truth[(truth.age < 55) & (truth.income >= 60000)]
     read = 0
     if len(released) == 3:

@@ -46,7 +46,9 @@ out <- list(lo = min(ranges), hi = max(ranges), runs = list())
 for (n in config$breaks) {
   warned <- character(0)
   combined <- withCallingHandlers(ds.histogram("D$bmi", type = "combine", num.breaks = n, datasources = conns),
-                                  warning = function(w) { warned <<- c(warned, conditionMessage(w)); invokeRestart("muffleWarning") })
+                                  warning = function(w) {
+                                    warned <<- c(warned, conditionMessage(w)); invokeRestart("muffleWarning")
+                                  })
   answers <- DSI::datashield.aggregate(conns, paste0("histogramDS2(D$bmi,", n, ",", out$lo, ",", out$hi, ",1,3,0.25)"))
   sites <- lapply(answers, function(a) list(breaks = a$histobject$breaks, counts = a$histobject$counts,
                                             released = if (is.null(a$released)) NULL else
@@ -115,7 +117,8 @@ def test_combined_histogram_equals_R_on_the_pooled_records(r_run):
             common &= set(kept)
             pairs = set(zip(kept[:-1], kept[1:]))
             as_asked &= np.array([(a, b) in pairs for a, b in zip(asked[:-1], asked[1:])])
-            assert answer["invalidcells"] == int(np.sum(~np.array([(a, b) in pairs for a, b in zip(asked[:-1], asked[1:])])))
+            assert answer["invalidcells"] == int(np.sum(~np.array([(a, b) in pairs
+                                                                   for a, b in zip(asked[:-1], asked[1:])])))
         np.testing.assert_allclose(counts[as_asked], want[as_asked], rtol=0, atol=1e-9)
         edges = [i for i, b in enumerate(asked) if b in common]
         for i, j in zip(edges[:-1], edges[1:]):

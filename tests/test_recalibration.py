@@ -19,8 +19,8 @@ from scipy.optimize import isotonic_regression
 from dsfed_client import Call, FederatedCallError, Ref
 from dsfed_server.pooled import suite as pooled_suite
 from dsfed_client.analyses.recalibration import (
-    RecalibrationMap, ds_apply_recalibration, ds_calibration_measures, ds_isotonic_fit, ds_platt_fit, equal_count_breaks,
-    ds_recalibrate,
+    RecalibrationMap, ds_apply_recalibration, ds_calibration_measures, ds_isotonic_fit, ds_platt_fit,
+    equal_count_breaks, ds_recalibrate,
 )
 from conftest import audit_records, http_builder, inprocess_builder
 from dsfed_server.launch import LocalSites

@@ -207,8 +207,9 @@ def test_the_analyst_alone_reads_no_band_through_the_knots_cells(tmp_path: Path)
     audited nor kept as pooled row sets, so the subset's cells passed beside them: on the code before,
     15 records placed in 5 score cells holding 1 to 4 of their band. Now each site keeps its records of
     the knots' cells as pooled row sets (``ProtocolCuts.record_cells``), and the subset's cells that
-    differ from them by a few records are merged by the audit. Counted: the band's records placed in a score cell holding 1
-    to q - 1 of them (checked against the truth), as tests/test_pooled_row_sets.py counts groups below q."""
+    differ from them by a few records are merged by the audit. Counted: the band's records placed in a score
+    cell holding 1 to q - 1 of them (checked against the truth), as tests/test_pooled_row_sets.py counts
+    groups below q."""
     from test_derived_column_attacks import synthetic_frame
 
     frames = {f"s{k}": synthetic_frame(70 + k, 90) for k in range(1, 4)}

@@ -100,7 +100,8 @@ def test_report_renders_in_headless_chromium(written, tmp_path):
     with Chromium(width=1280, height=900) as browser:
         page = browser.load(path.as_uri(), evaluate={
             "plots": "Array.from(document.querySelectorAll('figure.plot')).map(f => f.dataset.plot)",
-            "svg_paths": "Array.from(document.querySelectorAll('figure.plot svg')).map(s => s.querySelectorAll('path').length)",
+            "svg_paths": "Array.from(document.querySelectorAll('figure.plot svg'))"
+                         ".map(s => s.querySelectorAll('path').length)",
             "svg_boxes": "Array.from(document.querySelectorAll('figure.plot svg')).map(s => "
                          "{const b = s.getBoundingClientRect(); return [b.width, b.height];})",
             "sections": "Array.from(document.querySelectorAll('section h2')).map(h => h.textContent)",

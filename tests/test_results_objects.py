@@ -213,7 +213,8 @@ def test_histogram_discrimination_presentation(report, frames):
     data = d.to_dict()
     json.dumps(data, allow_nan=False)
     assert data["auc"] == d.auc and data["roc_glm_auc"] == d.roc_glm_auc and data["method"] == "histogram"
-    assert (data["ci_lower"], data["ci_upper"]) == d.ci and (data["roc_glm_ci_lower"], data["roc_glm_ci_upper"]) == d.roc_glm_ci
+    assert (data["ci_lower"], data["ci_upper"]) == d.ci
+    assert (data["roc_glm_ci_lower"], data["roc_glm_ci_upper"]) == d.roc_glm_ci
     ax = d.plot()
     (fit,) = _by_gid(ax, "roc-fit")
     np.testing.assert_allclose(fit.get_ydata(), d.result.roc_glm.curve(fit.get_xdata()))
@@ -263,8 +264,8 @@ def test_logistic_calibration_presentation(report):
 def test_validation_report_presentation(report, paper):
     data = report.to_dict()
     assert set(data) == {"mode", "mode_note", "discrimination", "brier", "curve", "hl_c", "hl_h", "errors",
-                         "logistic", "threshold_metrics", "decision_curve", "heterogeneity", "smooth_note", "failed", "n", "alpha",
-                         "table"}
+                         "logistic", "threshold_metrics", "decision_curve", "heterogeneity", "smooth_note", "failed",
+                         "n", "alpha", "table"}
     assert data["failed"] == {}
     assert not report.heterogeneity.available and paper.heterogeneity.auc.k == len(paper.heterogeneity.to_frame())
     assert data["mode"] == "pooled" and paper.mode == "per-site" and paper.mode_note == "asked for per-site checking"
@@ -273,7 +274,8 @@ def test_validation_report_presentation(report, paper):
     frame = report.to_frame()
     assert frame.loc["empirical AUC", "estimate"] == d.auc
     assert (frame.loc["empirical AUC", "ci_lower"], frame.loc["empirical AUC", "ci_upper"]) == d.ci
-    assert (frame.loc["ROC-GLM AUC", "estimate"], frame.loc["ROC-GLM AUC", "ci_lower"]) == (d.roc_glm_auc, d.roc_glm_ci[0])
+    assert (frame.loc["ROC-GLM AUC", "estimate"], frame.loc["ROC-GLM AUC", "ci_lower"]) == (
+        d.roc_glm_auc, d.roc_glm_ci[0])
     assert tuple(frame.loc["calibration slope", ["ci_lower", "ci_upper"]]) == report.logistic.slope_ci
     assert frame.loc["Brier score", "estimate"] == report.brier.brier
     assert frame.loc["H-L C", "pvalue"] == report.hl_c.pvalue

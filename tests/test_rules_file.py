@@ -89,7 +89,8 @@ def test_server_process_refuses_to_start_on_bad_rules(tmp_path):
 
 def test_bad_toml_syntax_reports_line(tmp_path):
     bad = tmp_path / "syntax.toml"
-    bad.write_text((ROOT / "disclosure_rules" / "default.toml").read_text().replace("q_threshold = 5", "q_threshold = = 5"))
+    shipped = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    bad.write_text(shipped.replace("q_threshold = 5", "q_threshold = = 5"))
     with pytest.raises(ConfigFileError) as exc:
         load_rules(bad)
     assert f"{bad}:{_line_of(bad, 'q_threshold')}: not valid TOML" in str(exc.value)

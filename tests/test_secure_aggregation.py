@@ -310,7 +310,8 @@ def test_secure_histogram_auc_is_within_its_standard_error(tmp_path):
 @pytest.fixture
 def three_http_sites(tmp_path):
     """Three GBSG2 site processes with their own ledgers (the peer pins of this test stay here)."""
-    provisioned = provision(tmp_path / "run", {s: (FIXTURES / s, RULES / f"{s}.toml") for s in ("site1", "site2", "site3")})
+    provisioned = provision(tmp_path / "run",
+                            {s: (FIXTURES / s, RULES / f"{s}.toml") for s in ("site1", "site2", "site3")})
     with LocalSites(provisioned.values(), tmp_path / "proc") as running:
         yield provisioned, running
 

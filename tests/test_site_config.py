@@ -19,7 +19,8 @@ from sitekit import ROOT, dsfed_server, write_table
 def _site(tmp_path: Path, name: str) -> ProvisionedSite:
     """A site of its own (provisioned alone, so its config has no [federation] section yet)."""
     write_table(tmp_path / "data" / name, pd.DataFrame({"x": range(20)}))
-    return provision(tmp_path / name, {name: (tmp_path / "data" / name, ROOT / "disclosure_rules" / "default.toml")})[name]
+    rules = ROOT / "disclosure_rules" / "default.toml"
+    return provision(tmp_path / name, {name: (tmp_path / "data" / name, rules)})[name]
 
 
 def _line(text: str, needle: str, start: int = 0) -> int:
@@ -101,5 +102,5 @@ def test_a_user_without_credentials_points_at_its_entry_and_shows_no_hash(config
 def test_a_name_twice_points_at_the_users_and_shows_no_hash(config_text):
     path, text = config_text
     path.write_text(text.replace('name = "analyst2"', 'name = "analyst"'))
-    assert _refusal(path, text) == (f"dsfed-server: {path.resolve()}:{_line(text, '[[users]]')}: users: Value error, user names "
-                       "must be unique; 'analyst' appears more than once")
+    assert _refusal(path, text) == (f"dsfed-server: {path.resolve()}:{_line(text, '[[users]]')}: users: "
+                                    "Value error, user names must be unique; 'analyst' appears more than once")

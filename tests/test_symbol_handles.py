@@ -86,7 +86,8 @@ def test_temporary_frames_are_removed_and_a_foreign_reference_is_refused(gbsg2):
         roc = ds_roc_glm(session, "D$y", "D$score")  # its reference stays, for reuse: its probit data goes
         ds_logistic_calibration(session, "D$y", "D$score")
         for site, symbols in session.symbols().items():
-            assert sorted(s["name"] for s in symbols) == sorted(["D", kept.symbol.name, roc.reference.symbol.name]), site
+            expected = sorted(["D", kept.symbol.name, roc.reference.symbol.name])
+            assert sorted(s["name"] for s in symbols) == expected, site
     with inprocess_builder(provisioned, services).login() as other:
         other.assign_table("D", "P.t")
         with pytest.raises(FederatedCallError) as exc:
