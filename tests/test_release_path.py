@@ -13,7 +13,8 @@ first, then sums computed on the released cells; a protocol's cuts before its st
 declaration of each step (:mod:`dsfed_server.disclosure.declared`) and the service releases it part-way.
 The walk flags every call of a release method of the :class:`~dsfed_server.disclosure.checks.Guard`
 (reached as ``guard`` or ``<...>.guard``) and of a protocol's
-:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts` (reached as ``cuts`` or ``<...>.cuts``). The
+:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts` (reached as ``cuts`` or ``<...>.cuts``); a
+second walk holds the function modules to those names (parameters so annotated, assignments). The
 checks a function applies to a value it releases itself (``min_count``, ``exact_sums``, ``subset_rows``,
 ``derived_cuts``, ``reference_edges``) and a protocol's decisions on pooled counts (``ProtocolCuts.fits``,
 ``dominated``), which release nothing, are not flagged. The exceptions left are in :data:`SANCTIONED`.
@@ -144,6 +145,58 @@ def _gate_calls(tree: ast.Module) -> list[tuple[str, int]]:
 
     visit(tree, "<module>")
     return found
+
+
+# the walk finds a Guard and a protocol's cuts by these names, which these types' holders must use
+NAME_OF = {"Guard": "guard", "ProtocolCuts": "cuts"}
+
+
+def _name(node: ast.AST | None) -> str:
+    """The last name of ``x``, ``a.x``, ``x(...)`` or the annotation ``"x"``; empty for anything else."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.rsplit(".", 1)[-1]
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def _renamed(tree: ast.Module) -> list[tuple[str, int]]:
+    """(name, line) of each Guard or protocol's cuts held under another name than the walk looks for: a
+    parameter annotated ``Guard`` not named ``guard`` (``ProtocolCuts``: ``cuts``), or ``guard``,
+    ``<...>.guard``, ``cuts`` or a new ``ProtocolCuts(...)`` assigned to another name (``<...>.cuts`` is
+    left alone: released cells' cuts are a tuple of that name)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and NAME_OF.get(_name(node.annotation), node.arg) != node.arg:
+            found.append((node.arg, node.lineno))
+        pairs: list[tuple[ast.AST, ast.AST]] = []
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    pairs += zip(target.elts, node.value.elts)
+                else:
+                    pairs.append((target, node.value))
+        for target, value in pairs:
+            held = ("cuts" if isinstance(value, ast.Call) and _name(value) == "ProtocolCuts"
+                    or isinstance(value, ast.Name) and value.id == "cuts"
+                    else "guard" if isinstance(value, (ast.Name, ast.Attribute)) and _name(value) == "guard" else "")
+            if held and _name(target) != held:
+                found.append((_name(target), node.lineno))
+    return found
+
+
+def test_a_guard_and_a_protocols_cuts_go_by_the_names_the_walk_reads():
+    renamed = {(path.name, name, line) for path in sorted(FUNCTIONS.glob("*.py"))
+               for name, line in _renamed(ast.parse(path.read_text(encoding="utf-8")))}
+    assert not renamed, f"name a Guard 'guard' and a ProtocolCuts 'cuts', so the walk finds their calls: {renamed}"
+    source = ("def f(ctx, g: Guard, cuts: 'ProtocolCuts', guard: Guard):\n"
+              "    check = ctx.guard\n"
+              "    self.guard, self.kept = guard, cuts\n"
+              "    edges = ProtocolCuts(ctx.guard, p, column)\n"
+              "    rows = ctx.guard.subset_rows(x, mask)\n"
+              "    kept = released.cuts\n")
+    found = sorted(_renamed(ast.parse(source)), key=lambda at: at[1])
+    assert found == [("g", 1), ("check", 2), ("kept", 3), ("edges", 4)]
 
 
 def test_no_function_module_calls_the_gate_but_the_named_multi_step_releases():
