@@ -465,7 +465,9 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     :math:`\\bar V_{01}`), which makes it a control variate of known mean for them (Glynn & Szechtman 2002).
     Both are further linear combinations of the released cells' class counts with the reference's values,
     as ``sum_v10`` and ``sum_v01`` are, so the same gate covers them: no new rule, and they are pooled
-    wherever the other fields are (the pooled release renders them from the pooled cells).
+    wherever the other fields are (the pooled release renders them from the pooled cells). Where a site's own gate
+    merged or moved cells (a per-site release; ``own_cells_coarsened`` 1, what ``placement_cells`` says), the
+    own-class means are not one half without noise, and the sum over the sites counts such sites.
     """
     ctx.guard.placement_within_bin(within_bin)
     y, p = outcome_and_score(ctx, truth, score)
@@ -493,6 +495,8 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
                 out[f"sumsq_{name}"] = float((a * a * count + 2 * a * b * s1 + b * b * s2).sum())
         if released.pooled:  # a ROC-GLM table for a pooled fit over the same records reads the reference here
             ctx.session.pooled_cells[pooled_cells_key(reference, rows)] = released.cuts
+        # per site: 1 where this site's gate merged or moved cells of its own (placement_cells says which)
+        out["own_cells_coarsened"] = 0 if released.pooled else int(bool(released.dropped or released.moved))
         return {**out, "placement_cells": released.describe()}
 
     rows = ctx.record_rows(truth, score)
