@@ -42,7 +42,6 @@ from scipy import integrate, interpolate
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
-from dsfed_client.aggregation import Aggregation
 from dsfed_client.analyses.glm import ConvergenceError, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
@@ -847,11 +846,12 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
-        sums, merged = _placement_sums(session, agg, args, within_bin)
+        sums = agg.sum("histPlacementSumsDS", *args, within_bin=within_bin)
         m = placement_moments(sums)
         v10, v01 = placement_noise_variances(hist)
         own = (sums["sum_v00"] / m.n0, sums["sum_v11"] / m.n1) if {"sum_v00", "sum_v11"} <= sums.keys() \
             else (float("nan"), float("nan"))
+        merged = sums.get("own_cells_coarsened", 0.0) > 0  # per site: a site's gate coarsened the cells of its own
         mean10, mean01, betas, why = m.mean10, m.mean01, (0.0, 0.0), _estimator(hist, within_bin, own, merged)
         if not why:  # each mean corrected by its class's own mean placement (one half without noise)
             cv = control_variates(hist)
@@ -887,27 +887,14 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                         "control variates" if not why else f"weighted means ({why})")
 
 
-def _placement_sums(session: FederatedSession, agg: Aggregation, args: tuple[Any, ...], within_bin: str
-                    ) -> tuple[dict[str, float], bool]:
-    """``histPlacementSumsDS`` summed over the sites, and whether a site released the reference's cells
-    coarsened by its own gate (per site only: a pooled release's cells are the same at every site)."""
-    if agg.pooled:
-        return agg.sum("histPlacementSumsDS", *args, within_bin=within_bin), False
-    results = session.aggregate("histPlacementSumsDS", *args, within_bin=within_bin)
-    first = next(iter(results.values()))
-    # a field only some sites return (a newer server's) has no sum: left out, as if none had returned it
-    sums = {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in results.values())}
-    return sums, any(bool(r.get("placement_cells", {}).get("coarsened")) for r in results.values())
-
-
 def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float], merged: bool) -> str:
     """Why :func:`ds_hist_auc` keeps the plain weighted means instead of the control variates ("": it does not).
 
     The own-class means are one half without noise where every record's cell is bounded by the reference's edges
     at every site alike (:math:`\\sum_c n_c (C_{c-} + n_c/2) = N^2/2` over the pooled cells); where a site
-    merged or moved cells of its own (``merged``: per site), each site's sum is that of its own cells, and the
-    total is one half only on average over how the records fall in them: the correction would add
+    merged or moved cells of its own (``merged``: per site, the sites' ``own_cells_coarsened``), each site's sum is
+    that of its own cells, and the total is one half only on average over how the records fall in them: the
+    correction would add
     :math:`\\beta (\\bar V_{00} - \\tfrac12)` of that, so there is none."""
     if hist.noise_off:
         return "noise off: nothing to correct, beta = 0"
