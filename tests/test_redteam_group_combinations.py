@@ -32,7 +32,7 @@ import pandas as pd
 import pytest
 
 from conftest import inprocess_builder
-from dsfed_server.disclosure import checks
+from dsfed_server.disclosure import checks, differencing
 from sitekit import make_sites
 from test_derived_column_attacks import synthetic_frame
 
@@ -95,3 +95,28 @@ def test_groups_that_are_two_cells_less_a_few_records_read_nothing(tmp_path: Pat
           f"{'on' if span_check else 'off'}): read the count and mean age of the "
           f"records missing their BMI in buildings {recovered} of {sorted(want)} (truth {want}, read {read})")
     assert recovered == ([] if span_check else ["ab", "cd"])
+
+
+def test_the_span_check_finds_a_group_a_few_records_from_a_combination_of_cells():
+    """``spanned_gap`` over four cells of 15 (and the table): a group that is two cells less or plus a few
+    records, also where a further cell splits the cells' atoms, is that few records from the span; a cell
+    itself is 0 from it; with only the table and one cell released, the nearest union in the span is the table
+    less that cell."""
+    n = 60
+    cells = [np.arange(n) % 4 == k for k in range(4)]
+    packed = [np.packbits(c) for c in [np.ones(n, dtype=bool), *cells]]
+
+    def gap(group: np.ndarray, sets: list[np.ndarray] = packed) -> int:
+        return differencing.spanned_gap(np.packbits(group), sets, n)
+
+    less = cells[0] | cells[1]
+    less[[0, 4, 8]] = False
+    more = cells[0] | cells[1]
+    more[[2, 6]] = True
+    split = cells[0] | cells[1]
+    split[[0, 1, 4]] = False
+    assert (gap(less), gap(more), gap(cells[2])) == (3, 2, 0)
+    assert gap(split, packed + [np.packbits(np.arange(n) < 30)]) == 3
+    unspanned = cells[1] | cells[2]
+    unspanned[[1, 2]] = False
+    assert gap(unspanned, packed[:2]) == 45 - 28  # only the table and cell a known: the table less a is nearest
