@@ -440,7 +440,7 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
 
 def _parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> tuple[dict[str, Any], float]:
     """:func:`parts`, and how many records the working weights :math:`W` rest on: Kish's effective
-    sample size :math:`(\sum_i W_i)^2 / \sum_i W_i^2` (Kish 1965; 0 where every weight is 0)."""
+    sample size :math:`(\\sum_i W_i)^2 / \\sum_i W_i^2` (Kish 1965; 0 where every weight is 0)."""
     p = len(mf.names)
     info, score, xwz, dev = np.zeros((p, p)), np.zeros(p), np.zeros(p), 0.0
     total = squares = 0.0
@@ -490,6 +490,17 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
     return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
 
 
+def check_spread(fam: Family, effective: float, least: float, *, hint: str) -> None:
+    """Refuse a binomial step whose working weights rest on fewer than ``least`` records (``effective``,
+    Kish's effective sample size, :func:`_parts`): the covariates (nearly) separate the outcome, and the
+    step's sums are sums over the few records next to the boundary (:func:`irls_steps`)."""
+    if fam.name == "binomial" and effective < least:
+        raise DisclosureRefusal(
+            f"at this iterate the fit's working weights rest on fewer than {least:g} of the records: the covariates "
+            "(nearly) separate the outcome, and the fit's sums would be sums over the few records next to the "
+            "boundary", rule="disclosure.q_threshold", hint=hint)
+
+
 def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
                 weights: str | None, offset: str | None, levels: dict[str, list[str]] | None
                 ) -> Callable[[], ModelFrame]:
@@ -523,21 +534,17 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     But the data steer the iterates, and the analyst chooses the data: where the covariates separate
     a binary outcome (the outcome ``ifelse(s > t, 1, 0)`` against ``s``), Fisher scoring does not converge
     and the slope grows at every step (Albert & Anderson 1984). At a steep step the weights
-    :math:`W_i = \mu_i(1 - \mu_i)` vanish but at the records next to the boundary, and the information's
-    three sums :math:`\sum_i W_i (1, s_i, s_i^2)` are three equations in those two or three records' values,
+    :math:`W_i = \\mu_i(1 - \\mu_i)` vanish but at the records next to the boundary, and the information's
+    three sums :math:`\\sum_i W_i (1, s_i, s_i^2)` are three equations in those two or three records' values,
     the steep smooth step that :mod:`~dsfed_server.disclosure.expressions` refuses as a derived column. So a
     binomial step whose weights rest on fewer than ``least`` records (``disclosure.q_threshold``; Kish's
     effective sample size, :func:`_parts`) is refused: the fit is (nearly) separated, and R's ``glm`` would
     warn that fitted probabilities of 0 or 1 occurred."""
     mf = frame()
     mine, effective = _parts(fam, mf, beta)
-    if beta is not None and fam.name == "binomial" and effective < least:
-        raise DisclosureRefusal(
-            f"at this iterate the fit's working weights rest on {'fewer than' if effective else 'none of'} "
-            f"{least:g} of the records: the covariates (nearly) separate the outcome, and the fit's sums would be "
-            "sums over the few records next to the boundary", rule="disclosure.q_threshold",
-            hint="the fit does not converge: use the last iterate released, or a model whose covariates do not "
-                 "separate the outcome (fewer covariates, or a coarser one)")
+    if beta is not None:
+        check_spread(fam, effective, least, hint="the fit does not converge: use the last iterate released, or a "
+                                                 "model whose covariates do not separate the outcome")
     names = list(mf.names)
     del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}

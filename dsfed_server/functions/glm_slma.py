@@ -35,7 +35,8 @@ from dsfed_core.calltree import Formula
 from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext
 from dsfed_server.families import Family, family as make_family
-from dsfed_server.functions.glm import _CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame, parts
+from dsfed_server.functions.glm import (_CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame, _parts,
+                                        check_spread, parts)
 from dsfed_server.modelframe import ModelFrame
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowbatches import row_batches
@@ -68,8 +69,12 @@ class Fit:
     converged: bool
 
 
-def fit(fam: Family, mf: ModelFrame) -> Fit:
-    """R's ``glm.fit`` IRLS on one site's model frame (see the module's docstring)."""
+def fit(fam: Family, mf: ModelFrame, *, least: float) -> Fit:
+    """R's ``glm.fit`` IRLS on one site's model frame (see the module's docstring). A binomial step whose
+    working weights rest on fewer than ``least`` records (``disclosure.q_threshold``) is refused
+    (:func:`~dsfed_server.functions.glm.check_spread`): a separated fit runs its 25 iterations to slopes of
+    thousands, and its coefficients, covariance and deviance are then equations in the two records next to
+    the boundary."""
     start = parts(fam, mf, None)
     info, xwz, dev_old = np.asarray(start["info.matrix"]), np.asarray(start["xwz"]), float(start["dev"])
     for iteration in range(1, MAXIT + 1):
@@ -79,7 +84,9 @@ def fit(fam: Family, mf: ModelFrame) -> Fit:
             raise CallError("the model's information matrix is singular at this site (a covariate constant "
                             "here, collinear covariates, or covariates that separate the outcomes here)",
                             hint="simplify the model") from None
-        step = parts(fam, mf, beta)
+        step, effective = _parts(fam, mf, beta)
+        check_spread(fam, effective, least, hint="the fit does not converge at this site: use a model whose "
+                                                 "covariates do not separate the outcome here")
         dev = float(step["dev"])
         if abs(dev - dev_old) / (abs(dev) + 0.1) < EPSILON:
             return Fit(beta, np.linalg.inv(info), dev, iteration, True)
@@ -160,7 +167,7 @@ def slma_fit(ctx: CallContext, formula: Formula, family: str, offset: str | None
     nothing is released."""
     fam = make_family(family, link)
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
-    result = fit(fam, mf)
+    result = fit(fam, mf, least=ctx.guard.rule("disclosure.q_threshold"))
     return StudyGLM(formula.to_text(), fam.name, fam.link, weights, offset, tuple(result.beta.tolist()),
                     result.converged)
 
@@ -179,7 +186,7 @@ def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | 
         raise CallError("newobj is not the model glmSLMADS.assign fitted for this formula, family, offset and weights",
                         hint="assign the model with glmSLMADS.assign first (ds.glmSLMA does)")
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
-    result = fit(fam, mf)
+    result = fit(fam, mf, least=ctx.guard.rule("disclosure.q_threshold"))
     names = list(mf.names)
     rank = len(names)
     y = np.asarray(mf.y, dtype=float)
