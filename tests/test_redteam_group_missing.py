@@ -119,7 +119,7 @@ def test_the_withheld_groups_together_read_nothing_either(tmp_path: Path, monkey
         truth.loc[rows, "bmi"] = np.nan
     if not union_rule:
         monkeypatch.setattr(checks, "superset_gap", lambda member, sets: 0)
-        monkeypatch.setattr(checks, "spanned_gap", lambda member, sets, n: 0)
+        monkeypatch.setattr(checks, "spanned_gap", lambda member, sets, n, below: 0)
     provisioned, services = make_sites(tmp_path, {"s1": truth})
     with serve(services["s1"]) as url, http_builder(provisioned, {"s1": url}).login() as session:
         session.assign_table("D", "P.t")

@@ -224,7 +224,8 @@ class Guard:
     def subset_rows(self, parent: Any, mask: np.ndarray, condition: Intervals | None = None) -> Any:
         """:meth:`subset`, then the subset is compared with the table it comes from and every
         subset made from that table before, by any analyst (``disclosure.subset_min_difference``,
-        :func:`dsfed_server.disclosure.differencing.row_set_problem`), and a numeric condition's cuts
+        :func:`dsfed_server.disclosure.differencing.row_set_problem`; and with combinations of them,
+        :func:`~dsfed_server.disclosure.differencing.spanned_gap`), and a numeric condition's cuts
         (``condition``: ``age >= 55`` cuts age) with every cut released before on the column, as any
         released cut (``disclosure.cut_history``: ``age >= 55`` after ``age > 55`` differs by the
         records aged 55). Recorded in the release history only if all pass. Returns the subset's
@@ -241,8 +242,12 @@ class Guard:
             if condition is not None:
                 self._check_condition(condition, "the subset's condition", "or the full table")
             earlier = self.history.row_sets(rows.lineage, rows.n_root)
-            problem = row_set_problem(earlier, [new], self.rule("disclosure.subset_min_difference"),
-                                      self._base(rows))
+            minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
+            problem = row_set_problem(earlier, [new], minimum, base)
+            if not problem and spanned_gap(np.packbits(new), [base, *earlier], rows.n_root, below=minimum):
+                problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
+                           "cells of the table (two cells less a few records, say); comparing them would single "
+                           "those out")
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
@@ -413,7 +418,9 @@ class Guard:
         union. Where the gaps of the withheld groups (:func:`~dsfed_server.disclosure.differencing.
         superset_gap`) sum to 1 .. ``subset_min_difference`` - 1 records, the released group of the
         smallest gap above 0 is withheld too, until they sum to at least that; where none is left, the whole
-        answer is refused."""
+        answer is refused. A group, or the withheld groups together, that singles out fewer records with a
+        combination of earlier row sets (two cells less a few records: :func:`~dsfed_server.disclosure.
+        differencing.spanned_gap`) is treated alike."""
         size = int(np.prod(cells.shape))
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
@@ -427,7 +434,7 @@ class Guard:
             sets = [base, *earlier]
 
             def near(members: list[np.ndarray]) -> bool:  # their union within a few records of a combination
-                return 0 < spanned_gap(np.packbits(np.logical_or.reduce(members)), sets, rows.n_root) < minimum
+                return spanned_gap(np.packbits(np.logical_or.reduce(members)), sets, rows.n_root, below=minimum) > 0
 
             withheld = [cell for cell, member in zip(held, released.row_sets)
                         if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)

@@ -383,53 +383,116 @@ def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
     return min(gaps, default=member.size * 8)
 
 
-def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int) -> int:
-    """How few records tell the row set ``member`` (packed, of a table of ``n`` records) from a combination
-    of the row sets ``sets`` (packed): the fewest records in one and not the other, over the two unions of
-    atoms of ``sets`` (records that belong to the same sets) nearest ``member`` -- the atoms it touches
-    (``A + B - G`` for a group ``G`` that is two cells less a few records) and the atoms it holds whole
-    (``G - A - B``) -- that lie in the span of ``sets``; 0 when neither does, or one is ``member`` itself.
+def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: int) -> int:
+    """How few records (1 .. ``below`` - 1; 0 for none) a combination of the row sets ``sets`` (packed)
+    and ``member`` (packed, of a table of ``n`` records) singles out beyond what ``sets`` alone do.
 
     :func:`superset_gap` and the pairwise check compare ``member`` with one set at a time, and
-    :func:`isolated_records` finds a single record in the span: a group that two or more sets make
-    within a few records (Chin & Ozsoyoglu 1982) passes all three, and the difference of the sums is
-    the sum over those few. The two unions are the candidates a combination of any number of the sets
-    can come nearest ``member`` by; a combination that splits an atom cannot come nearer than the atom's
-    records ``member`` lacks or holds, so the check is bounded, not complete. The span is tested over
-    the atoms as in :func:`isolated_records` (:math:`R` of :math:`W`'s QR, a batch of atoms at a time).
-    Where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`, 1: too near to release."""
+    :func:`isolated_records` finds a single record in the span: a group of a few records that ``member``
+    and two or more sets make (``A + B - G`` for a group ``G`` that is two cells less a few records;
+    Chin & Ozsoyoglu 1982) passes all three, and the difference of the sums is the sum over those few. The
+    candidates, each tested for the span over the atoms (records that belong to the same sets) as
+    :func:`isolated_records` tests a record:
+
+    * the atoms of ``sets`` that ``member`` touches, and those it holds whole (``G - A - B``): unions in
+      the span of ``sets`` alone, as many records from ``member`` as it lacks of the first or holds
+      beyond the second;
+    * each atom of ``sets`` and ``member`` of fewer than ``below`` records that lies in their span and did
+      not lie in the span of ``sets`` alone: the few records of cell ``A`` that ``G`` lacks where an
+      earlier subset (the complete cases) already set them apart, or a part of an atom ``member`` splits.
+
+    The check is bounded, not complete: a group spread over several parts of split atoms, none in the
+    span alone, passes. Where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`, 1."""
     if not sets:
         return 0
-    label = _atom_labels(sets, n)
-    counts = np.bincount(label)
-    held = np.bincount(label, weights=bits(member, n), minlength=counts.size)
+    try:
+        atoms, counts, held, parts, sizes, parent = _atoms_with(sets, member, n)
+    except AuditTooLarge:
+        return 1
     candidates = [(int(counts[held > 0].sum() - held.sum()), held > 0),
                   (int(held.sum() - counts[held == counts].sum()), held == counts)]
-    candidates = [(gap, atoms) for gap, atoms in candidates if gap > 0 and atoms.any()]
-    if not candidates:
-        return 0
-    first = np.full(counts.size, n, dtype=np.int64)
+    candidates = [(gap, union) for gap, union in candidates if 0 < gap < below and union.any()]
+    found = [gap for (gap, _), spanned in zip(candidates, _spanned(atoms, counts, [u for _, u in candidates]))
+             if spanned]
+    small = np.flatnonzero((sizes > 1) & (sizes < below))  # a lone record is the row-set audit's
+    now = small[_alone(parts, sizes, small)]
+    whole = now[sizes[now] == counts[parent[now]]]  # an atom of the sets already: new only if not spanned before
+    found += [int(sizes[part]) for part in np.setdiff1d(now, whole[_alone(atoms, counts, parent[whole])])]
+    return min(found, default=0)
+
+
+def _atoms_with(sets: list[np.ndarray], member: np.ndarray, n: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The atoms of ``sets`` (their incidence, atoms x sets, and sizes), how many records of each ``member``
+    holds, and the atoms of ``sets`` and ``member`` (incidence and sizes) with the atom of ``sets`` each is
+    part of. Up to :data:`CODED_SETS` sets and the member, from a 16-bit code a record (2 bytes a record,
+    as :func:`_atoms`); beyond, from :func:`_atom_labels` and each atom's first record, and
+    :class:`AuditTooLarge` where the atoms are too many to audit within :data:`MAX_AUDIT_WORK` (or to hold
+    16 x :data:`ATOM_FLOATS` values of their incidence)."""
+    everything = [*sets, member]
+    if len(everything) <= CODED_SETS:
+        code = np.zeros(n, dtype=np.uint16)
+        for j, rows in enumerate(everything):
+            np.bitwise_or(code, bits(rows, n).astype(np.uint16) << j, out=code)
+        both = np.bincount(code, minlength=1 << len(everything))
+        half = both.size // 2
+        values = np.flatnonzero(both[:half] + both[half:])  # the atoms of the sets: the codes' lower bits
+        present = np.flatnonzero(both)
+        position = np.zeros(half, dtype=np.int64)
+        position[values] = np.arange(values.size)
+        return (_code_bits(values, len(sets)), both[values] + both[values + half], both[values + half],
+                _code_bits(present, len(everything)), both[present], position[present % half])
+    label, parts = _atom_labels(sets, n), _atom_labels(everything, n)
+    counts, sizes = np.bincount(label), np.bincount(parts)
+    if sizes.size * len(everything) ** 2 > MAX_AUDIT_WORK or sizes.size * len(everything) > 16 * ATOM_FLOATS:
+        raise AuditTooLarge(f"{len(everything)} row sets over {sizes.size:,} groups of records")
+    held = np.bincount(label[bits(member, n).astype(bool)], minlength=counts.size)
+    first, first_part = (np.full(c.size, n, dtype=np.int64) for c in (counts, sizes))
     np.minimum.at(first, label, np.arange(n))
-    if first.size * len(sets) ** 2 > MAX_AUDIT_WORK:
-        return 1
-    weights = np.sqrt(counts)
-    r = np.zeros((0, len(sets)))
-    projected = np.zeros((len(sets), len(candidates)))
-    wanted = np.column_stack([atoms for _, atoms in candidates]).astype(float) * weights[:, None]
-    batch = atom_batch(len(sets))
-    for start in range(0, first.size, batch):
-        w = _incidence(sets, first[start:start + batch]) * weights[start:start + batch, None]
-        r = np.linalg.qr(np.vstack([r, w]), mode="r")
-        projected += w.T @ wanted[start:start + batch]
+    np.minimum.at(first_part, parts, np.arange(n))
+    return (_incidence(sets, first), counts, held, _incidence(everything, first_part), sizes, label[first_part])
+
+
+def _code_bits(codes: np.ndarray, width: int) -> np.ndarray:
+    """The sets each atom code names (atoms x ``width``, float 0/1)."""
+    return ((codes[:, None] >> np.arange(width)) & 1).astype(float)
+
+
+def _span(incidence: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, float]:
+    """The map from an atom's weighted row (``incidence`` in the sets, atoms x sets, times the square root of
+    its size in ``counts``) to the span's orthonormal basis, and the leverage's tolerance: :math:`R` of
+    :math:`W`'s QR a batch of atoms at a time, as in :func:`isolated_records`."""
+    weights, batch = np.sqrt(counts), atom_batch(incidence.shape[1])
+    r = np.zeros((0, incidence.shape[1]))
+    for start in range(0, counts.size, batch):
+        r = np.linalg.qr(np.vstack([r, incidence[start:start + batch] * weights[start:start + batch, None]]),
+                         mode="r")
     _, s, vt = np.linalg.svd(r, full_matrices=False)
     if s[0] == 0:
-        return 0
-    kept = s > s[0] * max(first.size, len(sets)) * np.finfo(float).eps * 10
-    tolerance = max(1e-8, TOLERANCE_FACTOR * np.finfo(float).eps * s[0] / s[kept][-1])
-    inside = ((vt[kept] @ projected) / s[kept, None]) ** 2  # the candidates in the span's orthonormal basis
-    leverage = inside.sum(axis=0) / np.einsum("ij,ij->j", wanted, wanted)
-    gaps = [gap for (gap, _), share in zip(candidates, leverage) if share > 1 - tolerance]
-    return min(gaps, default=0)
+        return np.zeros((incidence.shape[1], 0)), 1e-8
+    kept = s > s[0] * max(counts.size, incidence.shape[1]) * np.finfo(float).eps * 10
+    return vt[kept].T / s[kept], max(1e-8, TOLERANCE_FACTOR * np.finfo(float).eps * s[0] / s[kept][-1])
+
+
+def _spanned(incidence: np.ndarray, counts: np.ndarray, unions: list[np.ndarray]) -> list[bool]:
+    """Whether each of ``unions`` (boolean over the atoms: their ``incidence`` in the sets and sizes
+    ``counts``) lies in the span of the sets, over records (:func:`_span`)."""
+    if not unions:
+        return []
+    to_basis, tolerance = _span(incidence, counts)
+    wanted = np.column_stack(unions).astype(float) * np.sqrt(counts)[:, None]
+    inside = ((incidence * np.sqrt(counts)[:, None]).T @ wanted).T @ to_basis  # unions x basis
+    leverage = np.einsum("ij,ij->i", inside, inside) / np.einsum("ij,ij->j", wanted, wanted)
+    return [bool(share > 1 - tolerance) for share in leverage]
+
+
+def _alone(incidence: np.ndarray, counts: np.ndarray, atoms: np.ndarray) -> np.ndarray:
+    """Which of ``atoms`` (numbers) lie alone in the span of the sets (their leverage is 1, :func:`_span`)."""
+    if not atoms.size:
+        return np.zeros(0, dtype=bool)
+    to_basis, tolerance = _span(incidence, counts)
+    u = incidence[atoms] * np.sqrt(counts[atoms])[:, None] @ to_basis
+    return np.einsum("ij,ij->i", u, u) > 1 - tolerance  # the atom's indicator: its weighted row's norm
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
