@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses.glm import ds_glm
@@ -219,27 +218,37 @@ def test_joint_cells_of_two_scores_hold_q_records(tmp_path: Path):
 def test_pooled_paired_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
     """The pooled paired sums over nested subsets (``age >= a``) against references the sites derived on the whole
     table: the reference's leaves were released on the pooled counts of the table's records, not of a subset's,
-    so a pooled read at the leaves over two subsets tells, by difference, the band's records per leaf."""
-    def ask(session, ref: str) -> dict:
+    so a pooled read at the leaves over two subsets tells, by difference, the band's records per leaf (on the code
+    before the records check: 60 of 110). A pooled read of a reference the sites derived is at the cells its pooled
+    placement sums released over the same records: asked alone, the paired sums are refused; asked after those,
+    as the client does, they are read at cells the row-set audit passed for each subset."""
+    def alone(session, ref: str) -> dict:
         paired = session.pooled("pairedPlacementDS", Ref("T$y"), Ref("T$score"), Ref(ref), Ref("T$score"), Ref(ref))
         return {"pooled": as_single(paired)}
 
-    frames, decoded, refused = over_subsets(tmp_path, ask)
-    read, band_records, compared = tally(decoded, {"pooled": pd.concat(frames.values(), ignore_index=True)})
-    print(f"ATTACK pooled paired sums over nested subsets age >= {SUBSETS} (shipped rules): outcomes read of {read} "
-          f"of the {band_records} records in the age bands ({compared} of 3 differences decoded); refused {refused}")
-    assert read == 0
-    assert refused == [["disclosure.subset_min_difference"]] * (len(SUBSETS) - 1)  # the whole table (25) passes
+    def after_placement_sums(session, ref: str) -> dict:
+        session.pooled("histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(ref))
+        return alone(session, ref)
+
+    for ask, expect_refused in ((alone, [["bad_call"]] * len(SUBSETS)), (after_placement_sums, None)):
+        frames, decoded, refused = over_subsets(tmp_path / ask.__name__, ask)
+        read, band_records, compared = tally(decoded, {"pooled": pd.concat(frames.values(), ignore_index=True)})
+        print(f"ATTACK pooled paired sums over nested subsets age >= {SUBSETS}, {ask.__name__} (shipped rules): "
+              f"outcomes read of {read} of the {band_records} records in the age bands ({compared} of 3 differences "
+              f"decoded); refused {refused}")
+        assert read == 0
+        if expect_refused is not None:
+            assert refused == expect_refused
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="finding: a reference derived per subset is read at "
-                   "its leaves over that subset's records, and the leaves are not audited by row sets against another "
-                   "subset's: 60 of 110 band records' outcomes read")
 def test_pooled_paired_sums_against_references_derived_per_subset_read_no_outcome(tmp_path: Path):
     """The nested-subset difference again, each subset with references the sites derived on that subset's own
-    records (ten pooled histograms of epsilon 0.04 each: 1.6 of the analyst's budget over four subsets), so that
-    :meth:`Guard.derived_leaves` passes every read. The leaves are gated on each subset's pooled counts and the
-    cut history, which the same leaf edges pass; nothing compares the two subsets' leaf cells by row sets."""
+    records (ten pooled histograms of epsilon 0.04 each: 1.6 of the analyst's budget over four subsets). A
+    reference's leaf edges were released on the pooled counts of the records it was derived from, so each
+    subset's references pass them; read at the leaves, the paired sums over two subsets told the band's records
+    leaf by leaf (60 of 110 band records' outcomes on the code before). The paired sums now read such a reference
+    at the cells the pooled placement sums released over the same records, which the row-set audit checks
+    against every cell released before from the table: the attack asks for those first, as the client does."""
     frames, builder = federation(tmp_path)
     decoded: dict[int, dict] = {}
     refused = []
@@ -250,8 +259,11 @@ def test_pooled_paired_sums_against_references_derived_per_subset_read_no_outcom
             try:
                 refs = [session.pooled("scoreHistogramDS", Ref("T$y"), Ref("T$score"), levels=4, epsilon=0.04,
                                        decay=1.0 + 0.01 * r + 0.001 * a) for r in range(10)]
-                sums = [as_single(session.pooled("pairedPlacementDS", Ref("T$y"), Ref("T$score"), Ref(h["reference"]),
-                                                 Ref("T$score"), Ref(h["reference"]))) for h in refs]
+                sums = []
+                for h in refs:
+                    session.pooled("histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(h["reference"]))
+                    sums.append(as_single(session.pooled("pairedPlacementDS", Ref("T$y"), Ref("T$score"),
+                                                         Ref(h["reference"]), Ref("T$score"), Ref(h["reference"]))))
             except FederatedCallError as exc:
                 refused.append(sorted({e.rule or e.kind for e in exc.failures.values()}))
                 decoded[a] = {}

@@ -193,7 +193,8 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
     4. each model's logistic calibration (:func:`ds_logistic_calibration`).
 
     ``secure=True`` makes every step a pooled release (secure aggregation): the sites derive the
-    references from the pooled histograms themselves. Both models must score the same records
+    references from the pooled histograms themselves, and read each at the cells a pooled release of its
+    placement sums (``histPlacementSumsDS``) released over the same records. Both models must score the same records
     (DeLong's paired test compares the models on the same patients): the record counts of
     ``pairedBrierDS`` and of each model's ``brierDS`` are compared first, before any cut is
     released on the scores, and a record with one score missing gets a clear error saying how
@@ -219,6 +220,9 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
         for s in (score_a, score_b))
     with ExitStack() as stack:
         ref_a, ref_b = (stack.enter_context(reference_symbol(session, h)) for h in hists)
+        if agg.pooled:  # the sites read a reference they derived at the cells its pooled placement sums released
+            for score, ref in ((score_a, ref_a), (score_b, ref_b)):
+                agg.sum("histPlacementSumsDS", Ref(truth), Ref(score), ref)
         total = agg.sum("pairedPlacementDS", Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)
     auc_a, auc_b, variance = paired_delong(total)
     brier_a, brier_b = d["sum_sq_a"] / n, d["sum_sq_b"] / n

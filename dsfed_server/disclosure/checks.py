@@ -23,8 +23,7 @@ from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, isolated_records, packed_rows,
                                                  pooled_pair_problem, pooled_problem_cells, row_set_audit,
-                                                 records_digest, row_set_problem, rows_of,
-                                                 set_size, spanned_gap, superset_gap)
+                                                 row_set_problem, rows_of, set_size, spanned_gap, superset_gap)
 from dsfed_server.disclosure.shared_tables import own_key
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
                                          cuts_from, decide_local,
@@ -156,19 +155,6 @@ class Guard:
                 "fill: only a pooled release over the sites reads it", "disclosure.q_threshold",
                 "read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it for "
                 "this site alone (pooled = FALSE)")
-
-    def derived_leaves(self, derived_from: bytes | None, rows: Rows | None) -> None:
-        """A reference the sites derived from pooled histograms had its leaf edges released on the pooled counts of
-        the records it was derived from (``derived_from``, :func:`~dsfed_server.disclosure.differencing.
-        records_digest`: the cut history, q and the margin on those counts), and of no others: a pooled release
-        reads it at its leaves over those records only. Over a subset of them, two such releases would tell the
-        records between the subsets leaf by leaf."""
-        if rows is None or derived_from != records_digest(rows):
-            raise self._refuse(
-                "a reference the sites derived is read at its leaves only over the records it was derived from, and "
-                "these records differ from them", "disclosure.subset_min_difference",
-                "derive the reference on the records of this call (the outcome and both scores complete: a table of "
-                "the complete records), or read it per site")
 
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.functions.curves import (_WITHIN, DERIVED_RECORDS, SITE_DERIVED, placement_cells, placements,
-                                          reference_cuts)
+from dsfed_server.functions.curves import _WITHIN, SITE_DERIVED, placement_cells, placements, pooled_cells_key
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -93,13 +93,25 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
 
 def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: pd.Series, rows: Rows | None
                ) -> tuple[tuple[Cut, ...], dict[str, Any]]:
-    """The cells one score's sums are read at: in a pooled release, a reference the sites derived at its
-    leaves (their edges released on the pooled counts of the records it was derived from, and read over those
-    records only: :meth:`Guard.derived_leaves`), else the cells this site releases
-    (:func:`~dsfed_server.functions.curves.placement_cells`)."""
+    """The cells one score's sums are read at: in a pooled release of a reference the sites derived, the cells
+    a pooled release of its placement sums over the same records released (``histPlacementSumsDS`` pooled:
+    the pooled gate, the row-set audit against every cell and subset released before, the dominance rule),
+    else the cells this site releases (:func:`~dsfed_server.functions.curves.placement_cells`).
+
+    The reference's leaves alone are not enough: their edges were released on the pooled counts of the records
+    the reference was derived from, so references derived on each of two nested subsets pass them, and the
+    sums at the leaves over the two subsets tell, by difference, the records between them leaf by leaf. The
+    pooled placement sums' cells are audited by row sets against the cells released before; these sums are
+    read at the same cells, over the same records, and tell no more than those cells' counts."""
     if ctx.guard.deferred is not None and ctx.session.derived_by_sites(reference, SITE_DERIVED):
-        ctx.guard.derived_leaves(reference.attrs.get(DERIVED_RECORDS), rows)
-        return reference_cuts(reference), {"pooled": True, "cells": "the reference's leaves"}
+        cuts = ctx.session.pooled_cells.get(pooled_cells_key(reference, rows))
+        if cuts is None:
+            raise CallError(
+                "a pooled release reads a reference the sites derived at the cells a pooled release of its placement "
+                "sums over the same records released, and there was none for this reference and these records",
+                hint="release histPlacementSumsDS against each reference pooled first, over the records complete in "
+                     "the outcome and both scores (the dsfed client does)")
+        return cuts, {"pooled": True, "cells": "the cells the pooled placement sums released"}
     return placement_cells(ctx, p, reference, score, rows)
 
 

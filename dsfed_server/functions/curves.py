@@ -58,7 +58,6 @@ _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$sc
 _A1 = ("disclosure.q_threshold",)
 MAX_LEAVES = 4096
 SITE_DERIVED = "site-derived:"  # the definition of a reference the sites derived from a pooled release: + its digest
-DERIVED_RECORDS = "dsfed.derived_records"  # a site-derived reference's attribute: the records it was derived from
 CLOSED = "closed"  # a site-derived reference's column: the edge is a cut ``<= edge`` released before
 _WITHIN = Param("within_bin", P.STRING, "'tied': every score of a bin counts as tied (one half); 'linear': the CDF "
                 "is linear inside a bin (only where the rules keep no cut history)", required=False, default="tied",
@@ -189,15 +188,14 @@ def score_histogram(ctx: CallContext, truth: pd.Series, score: pd.Series, lower:
     if first == 1:
         out["n_negative"], out["n_positive"] = int(classes["negatives"][0][0]), int(classes["positives"][0][0])
     if ctx.pooled:
-        return _pooled_histograms(ctx, out, parts[:m], parts[m:], p, score, ctx.record_rows(truth, score))
+        return _pooled_histograms(ctx, out, parts[:m], parts[m:], p, score)
     out["negatives"] = [encode_f64(v) for v in parts[:m]]
     out["positives"] = [encode_f64(v) for v in parts[m:]]
     return out
 
 
 def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np.ndarray],
-                       positives: list[np.ndarray], p: np.ndarray, score: pd.Series, rows: Rows | None
-                       ) -> PooledSteps:
+                       positives: list[np.ndarray], p: np.ndarray, score: pd.Series) -> PooledSteps:
     """The noisy histograms as a pooled release: summed among the sites, then released, and the
     global CDFs derived from them kept at every site as the symbol the result names (the
     histogram AUC's reference comes from the sites, derived alike from the same pooled counts).
@@ -205,8 +203,9 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     The reference's leaf edges are cuts for the exact sums later evaluated against it (placement
     sums): the sites count the score column's records between all cuts -- the leaf edges with every
     cut released before on the column -- and keep, on the pooled counts, only the leaf edges the
-    release gate would (a dropped edge merges two leaves of the reference). The reference names the records
-    it was derived from (``rows``, :data:`DERIVED_RECORDS`): its leaves were checked for those records only."""
+    release gate would (a dropped edge merges two leaves of the reference). Its leaves were checked on the
+    pooled counts of the records it was derived from only: an exact read of it goes through cells audited for
+    the records read (:func:`hist_placement_sums` pooled, and what reads the cells it released)."""
     sizes = [v.size for v in negatives]
     leaves = gate.cuts_from(np.linspace(out["lower"], out["upper"], out["branching"] ** out["levels"] + 1)[1:-1],
                             inclusive=False)
@@ -234,7 +233,6 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
         added = earlier_edges(cuts, out["lower"], out["upper"], leaves, root_leaves, kept, pooled["refined"], floor)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         reference = derived_reference(release, kept, added)
-        reference.attrs[DERIVED_RECORDS] = records_digest(rows)
         name = session.keep_derived("ref", digest, reference, SITE_DERIVED, sources, name_length)
         cuts.record([root_leaves[i] for i in np.flatnonzero(kept)])
         release["reference"], release["reference_digest"] = name, session.definitions[name]
