@@ -259,11 +259,7 @@ class PerSite(Aggregation):
     per_site_parts = True
 
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
-        results = self.session.aggregate(function, *args, **kwargs)
-        first = next(iter(results.values()))
-        # a field only some sites return (a newer server's) has no sum: left out, as if none had returned it
-        return {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in results.values())}
+        return pooling.summed_fields(self.session.aggregate(function, *args, **kwargs))
 
     def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
         """Each site's cells, summed on the edges every site released. Where some sites moved a requested

@@ -86,6 +86,14 @@ class PooledHistogram(Results):
         return pd.DataFrame({"lower": self.edges[:-1], "upper": self.edges[1:], "count": self.counts})
 
 
+def summed_fields(results: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """The numeric fields of per-site results summed over the sites; a field only some sites return (a newer
+    server's) has no sum: left out, as if none had returned it."""
+    first = next(iter(results.values()))
+    return {k: float(sum(r[k] for r in results.values())) for k, v in first.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in results.values())}
+
+
 def pooled_mean(results: Mapping[str, Mapping[str, Any]]) -> PooledMean:
     """Pooled mean :math:`\\bar x = \\sum_k n_k \\bar x_k / \\sum_k n_k`.
 

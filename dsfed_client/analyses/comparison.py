@@ -20,10 +20,11 @@ from scipy import stats
 
 from dsfed_client.analyses.calibration import LogisticCalibration, ds_logistic_calibration
 from dsfed_client.analyses.curves import (
-    ScoreHistograms, auc_levels, ds_score_histograms, noise_variance, reference_symbol,
+    ScoreHistograms, auc_levels, ds_score_histograms, merged_cells, merged_pairs, noise_variance, reference_symbol,
 )
 from dsfed_client.calls import Ref
 from dsfed_client.params import ALPHA, LEVELS, validate_params
+from dsfed_client.pooling import summed_fields
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 
@@ -99,6 +100,8 @@ class ModelComparison(Results):
     calibration: dict[str, LogisticCalibration] = hidden()
     histograms: tuple[ScoreHistograms, ScoreHistograms] = hidden()
     joint_coarsened: int = stat("Sites that merged the joint cells (the covariance read coarser)", default=0)
+    # each model's pairs in one released cell but different cells of its reference (curves.merged_pairs)
+    merged_pairs: tuple[float, float] = stat("Pairs in merged cells (A, B)", default=(0.0, 0.0))
 
     @derived("AUC difference (A - B)", brief=".4f")
     def auc_difference(self) -> float:
@@ -106,9 +109,20 @@ class ModelComparison(Results):
 
     @derived("{level} CI of the AUC difference")
     def ci(self) -> ConfInt:
-        """Wald interval of the difference, with the sampling and the noise variance."""
+        """Wald interval of the difference, with the sampling and the noise variance, widened by half of each
+        model's share of pairs the gate's merged cells tie (:func:`~dsfed_client.analyses.curves.merged_pairs`:
+        a bound on what the merging can do to each AUC)."""
         half = stats.norm.ppf(1 - self.alpha / 2) * np.sqrt(self.variance + self.noise_variance)
+        half += sum(self.merged_pairs) / 2
         return ConfInt(self.auc_difference - half, self.auc_difference + half)
+
+    def _notes(self) -> tuple[str, ...]:
+        if not any(self.merged_pairs):
+            return ()
+        return (f"The sites released the models' reference bins merged (cells released before from the same records "
+                f"would otherwise single records out): {self.merged_pairs[0]:.1%} and {self.merged_pairs[1]:.1%} of "
+                f"the pairs lie in one merged cell and count one half, so the interval is widened by "
+                f"+-{sum(self.merged_pairs) / 2:.3f}; the p-value leaves that out.",)
 
     @derived("z")
     def z(self) -> float:
@@ -220,10 +234,16 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
         for s in (score_a, score_b))
     with ExitStack() as stack:
         ref_a, ref_b = (stack.enter_context(reference_symbol(session, h)) for h in hists)
+        args = (Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)
         if agg.pooled:  # the sites read a reference they derived at the cells its pooled placement sums released
-            for score, ref in ((score_a, ref_a), (score_b, ref_b)):
-                agg.sum("histPlacementSumsDS", Ref(truth), Ref(score), ref)
-        total = agg.sum("pairedPlacementDS", Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)
+            cells = [[session.pooled("histPlacementSumsDS", Ref(truth), Ref(score), ref)["placement_cells"]]
+                     for score, ref in ((score_a, ref_a), (score_b, ref_b))]
+            total = agg.sum("pairedPlacementDS", *args)
+        else:
+            per_site = session.aggregate("pairedPlacementDS", *args)
+            cells = [[r[f"placement_cells_{side}"] for r in per_site.values()] for side in ("a", "b")]
+            total = summed_fields(per_site)
+    merged = tuple(merged_pairs(h, merged_cells(c)) for h, c in zip(hists, cells))
     auc_a, auc_b, variance = paired_delong(total)
     brier_a, brier_b = d["sum_sq_a"] / n, d["sum_sq_b"] / n
     brier_variance = (d["sumsq_d"] - n * (brier_a - brier_b) ** 2) / (n - 1) / n
@@ -233,4 +253,4 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
         tuple(labels), auc_a, auc_b, variance, noise_variance(hists[0]) + noise_variance(hists[1]),
         float(brier_a), float(brier_b), float(brier_variance), n, int(round(total["n1_a"])),
         int(round(total["n0_a"])), alpha, all(h.noise_off for h in hists), calibration, hists,
-        int(round(total["joint_coarsened"])))
+        int(round(total["joint_coarsened"])), merged)

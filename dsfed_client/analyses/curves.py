@@ -42,13 +42,15 @@ from scipy import integrate, interpolate
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
+from dsfed_client.aggregation import Aggregation
 from dsfed_client.analyses.glm import ConvergenceError, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import (
     ALPHA, BRANCHING, DECAY, LEVELS, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params,
 )
-from dsfed_client.results import Results, derived, hidden, render, result, stat
+from dsfed_client.pooling import summed_fields
+from dsfed_client.results import ConfInt, Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.roc import binormal_auc
 
@@ -433,6 +435,8 @@ class HistogramAUC(AUCIntervals):
     beta10: float = stat("Control variate beta (V10)", default=0.0)  # V10c = V10 - beta10 (V00 - 1/2)
     beta01: float = stat("Control variate beta (V01)", default=0.0)  # V01c = V01 - beta01 (V11 - 1/2)
     estimator: str = stat("Estimator", default="weighted means")  # which one, and why not the other
+    # pairs in one released cell but different leaves (merged_pairs): the intervals widen by half their share
+    merged_pairs: float = stat("Pairs in merged cells", default=0.0)
 
     @derived("ROC-GLM AUC", brief=".4f", export=False)
     def roc_glm_auc(self) -> float | None:
@@ -443,8 +447,26 @@ class HistogramAUC(AUCIntervals):
         """Per site (or ``"pooled"``) the mechanism of the histograms' release."""
         return self.histograms.mechanism
 
+    @derived("{level} CI (DeLong)")
+    def ci_delong(self) -> ConfInt:
+        """The Wald interval with the noise variance (:meth:`AUCIntervals.ci_delong`), widened by half the share
+        of pairs the gate's merged cells tie (:func:`merged_pairs`)."""
+        return _widened(AUCIntervals.ci_delong.fget(self), self.merged_pairs / 2)
+
+    @derived("{level} CI (logit, eq. 3)")
+    def ci_logit(self) -> ConfInt:
+        """Schalk et al. (2024) eq. (3) with the noise variance (:meth:`AUCIntervals.ci_logit`), widened by half
+        the share of pairs the gate's merged cells tie (:func:`merged_pairs`)."""
+        return _widened(AUCIntervals.ci_logit.fget(self), self.merged_pairs / 2)
+
     def _notes(self) -> tuple[str, ...]:
-        return (f"Estimator: {self.estimator}.",) if self.estimator.startswith("weighted means (") else ()
+        notes = (f"Estimator: {self.estimator}.",) if self.estimator.startswith("weighted means (") else ()
+        if self.merged_pairs > 0:
+            notes += (f"The sites released the reference's bins merged (cells released before from the same records "
+                      f"would otherwise single records out): {self.merged_pairs:.1%} of the pairs lie in one merged "
+                      f"cell and count one half, so the intervals are widened by +-{self.merged_pairs / 2:.3f}. Ask "
+                      "for this model's AUC first on these records, or on fresh sites, for the leaves' resolution.",)
+        return notes
 
     def plot(self, ax: Any = None, *, fpr: Any = None, tpr: Any = None, overlay_label: str = "histogram ROC") -> Any:
         """The ROC-GLM fitted on the histogram placement values (its CI in the legend) over the ROC
@@ -463,6 +485,13 @@ class HistogramAUC(AUCIntervals):
         fit = "ROC-GLM AUC {:.3f} (CI {:.3f}-{:.3f})".format(self.roc_glm.auc, *self.roc_glm.ci)
         return plot_roc(t, self.roc_glm.curve(t), label=fit, empirical=empirical, empirical_label=label,
                         overlay=overlay, overlay_label=overlay_label, ax=ax)
+
+
+def _widened(ci: ConfInt, by: float) -> ConfInt:
+    """``ci`` widened by ``by`` on both sides, within [0, 1] (NaN stays NaN)."""
+    if by <= 0 or not np.all(np.isfinite(ci)):
+        return ci
+    return ConfInt(max(ci.lower - by, 0.0), min(ci.upper + by, 1.0))
 
 
 @contextmanager
@@ -846,7 +875,7 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
-        sums = agg.sum("histPlacementSumsDS", *args, within_bin=within_bin)
+        sums, dropped = _placement_sums(session, agg, args, within_bin)
         m = placement_moments(sums)
         v10, v01 = placement_noise_variances(hist)
         own = (sums["sum_v00"] / m.n0, sums["sum_v11"] / m.n1) if {"sum_v00", "sum_v11"} <= sums.keys() \
@@ -884,7 +913,56 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                                 v01 if inverse else v10, "negatives" if inverse else "positives")
     return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
                         hist, noise, failed, weight, *own, *betas,
-                        "control variates" if not why else f"weighted means ({why})")
+                        "control variates" if not why else f"weighted means ({why})", merged_pairs(hist, dropped))
+
+
+def _placement_sums(session: FederatedSession, agg: Aggregation, args: tuple[Any, ...], within_bin: str
+                    ) -> tuple[dict[str, float], list[tuple[list[float], list[float]]]]:
+    """``histPlacementSumsDS`` summed over the sites, and the releases that merged cells of the reference
+    (:func:`merged_cells`: the pooled one, or each site's)."""
+    if agg.pooled:
+        release = session.pooled("histPlacementSumsDS", *args, within_bin=within_bin)
+        sums = {k: float(v) for k, v in release.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return sums, merged_cells([release.get("placement_cells", {})])
+    results = session.aggregate("histPlacementSumsDS", *args, within_bin=within_bin)
+    return summed_fields(results), merged_cells([r.get("placement_cells", {}) for r in results.values()])
+
+
+def merged_cells(described: list[dict[str, Any]]) -> list[tuple[list[float], list[float]]]:
+    """Per release of the reference's cells (a site's, or the pooled one: ``placement_cells``) that dropped or
+    moved edges: the released cells' inner cuts, and the reference's (the dropped edges back, a moved edge
+    where it was)."""
+    out = []
+    for cells in described:
+        moved = [(float(a), float(b)) for a, b in cells.get("moved", []) if a != b]
+        dropped = [float(v) for v in cells.get("dropped", [])]
+        if (dropped or moved) and "cuts" in cells:
+            released = [float(v) for v in cells["cuts"]]
+            to = {b for _, b in moved}
+            out.append((released, [v for v in released if v not in to] + [a for a, _ in moved] + dropped))
+    return out
+
+
+def merged_pairs(hist: ScoreHistograms, releases: list[tuple[list[float], list[float]]]) -> float:
+    """The share of positive-negative pairs that lie in one released cell but would lie in different cells of the
+    reference had the gate not merged them (:func:`merged_cells`: the released cells' cuts and the reference's):
+    their order is lost to the cells, where each counts one half. Each such pair moves the Mann-Whitney AUC by at
+    most :math:`\\pm 1/(2 n_0 n_1)`, so half this share bounds what the merging can do to it (Hanley & McNeil
+    1982 on ties; a bound, not a variance: the pairs' order within a cell is unknown). From the histograms'
+    counts at their leaves (noisy under the noise), a leaf counted in the cell of its mid-point; per site, the
+    largest share of any site's cells (each class's placement values against the other's global CDF are
+    read at the site's cells, so no site's records move the mean by more)."""
+    n0, n1 = (np.clip(np.diff(c), 0.0, None) for c in (hist.cum_negatives, hist.cum_positives))
+    total = n0.sum() * n1.sum()
+    if total <= 0 or not releases:
+        return 0.0
+    mid = (hist.edges[:-1] + hist.edges[1:]) / 2
+
+    def tied(cuts: list[float]) -> float:
+        cell = np.searchsorted(np.sort(np.asarray(cuts, dtype=float)), mid)
+        return float(np.dot(np.bincount(cell, n0), np.bincount(cell, n1)))
+
+    return float(np.clip(max((tied(cuts) - tied(reference)) / total for cuts, reference in releases), 0.0, 1.0))
 
 
 def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float], merged: bool) -> str:

@@ -395,8 +395,8 @@ def placement_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, sc
     the cut history, the secret margin, the row-set audit; :meth:`Guard.release`), and what the gate did.
     A table that stays on the site but is built from the reference (the ROC-GLM's) is read through these
     cells, as the placement sums are: anything computed from it depends on a record only through its cell."""
-    return ctx.guard.release(Intervals(p, reference_cuts(reference), lambda released: (released.cuts,
-                                                                                    released.describe()),
+    return ctx.guard.release(Intervals(p, reference_cuts(reference), lambda released: (released.cuts, {
+        **released.describe(), "cuts": [c.value for c in released.cuts[1:-1]]}),
                                        what="reference's bins", column=ctx.root_column(score), rows=rows))
 
 
@@ -495,7 +495,8 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
             ctx.session.pooled_cells[pooled_cells_key(reference, rows)] = released.cuts
         # per site: 1 where this site's gate merged or moved cells of its own (placement_cells says which)
         out["own_cells_coarsened"] = 0 if released.pooled else int(bool(released.dropped or released.moved))
-        return {**out, "placement_cells": released.describe()}
+        # the released cells' inner cuts too (cuts of the column's history): what the AUC's ties are bounded by
+        return {**out, "placement_cells": {**released.describe(), "cuts": [c.value for c in released.cuts[1:-1]]}}
 
     rows = ctx.record_rows(truth, score)
     return Intervals(p, reference_cuts(reference), render, sums, what="reference's bins", column=ctx.root_column(score),
