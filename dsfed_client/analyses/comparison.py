@@ -20,7 +20,8 @@ from scipy import stats
 
 from dsfed_client.analyses.calibration import LogisticCalibration, ds_logistic_calibration
 from dsfed_client.analyses.curves import (
-    ScoreHistograms, auc_levels, ds_score_histograms, merged_cells, merged_pairs, noise_variance, reference_symbol,
+    ScoreHistograms, auc_levels, ds_score_histograms, histograms_alone, merged_cells, merged_pairs, noise_variance,
+    placement_noise_variances, reference_symbol,
 )
 from dsfed_client.calls import Ref
 from dsfed_client.params import ALPHA, LEVELS, validate_params
@@ -102,6 +103,7 @@ class ModelComparison(Results):
     joint_coarsened: int = stat("Sites that merged the joint cells (the covariance read coarser)", default=0)
     # each model's pairs in one released cell but different cells of its reference (curves.merged_pairs)
     merged_pairs: tuple[float, float] = stat("Pairs in merged cells (A, B)", default=(0.0, 0.0))
+    estimator: str = stat("Estimator", default="paired placement sums")  # or the histograms alone, and why
 
     @derived("AUC difference (A - B)", brief=".4f")
     def auc_difference(self) -> float:
@@ -117,6 +119,8 @@ class ModelComparison(Results):
         return ConfInt(self.auc_difference - half, self.auc_difference + half)
 
     def _notes(self) -> tuple[str, ...]:
+        if self.estimator.startswith("histograms alone"):
+            return (f"Estimator: {self.estimator}.",)
         if not any(self.merged_pairs):
             return ()
         return (f"The sites released the models' reference bins merged (cells released before from the same records "
@@ -245,12 +249,24 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
             total = summed_fields(per_site)
     merged = tuple(merged_pairs(h, merged_cells(c)) for h, c in zip(hists, cells))
     auc_a, auc_b, variance = paired_delong(total)
+    noise, estimator = noise_variance(hists[0]) + noise_variance(hists[1]), "paired placement sums"
+    if any(merged) and not any(h.noise_off for h in hists):
+        n0, n1 = int(round(total["n0_a"])), int(round(total["n1_a"]))
+        alone = [histograms_alone(h, n0, n1, sum(placement_noise_variances(h))) for h in hists]
+        z = stats.norm.ppf(1 - alpha / 2)
+        if z * np.sqrt(sum(a[1] + a[2] for a in alone)) < z * np.sqrt(variance + noise) + sum(merged) / 2:
+            (auc_a, var_a, noise_a), (auc_b, var_b, noise_b) = alone
+            variance, noise, merged = var_a + var_b, noise_a + noise_b, (0.0, 0.0)
+            estimator = ("histograms alone: the sites merged the models' reference cells for the placement sums, and "
+                         "the AUCs of the noisy histograms give the narrower interval; their covariance is left "
+                         "out (taken as none), which overstates the variance where, as for two models of one "
+                         "outcome on the same patients, their errors go together")
     brier_a, brier_b = d["sum_sq_a"] / n, d["sum_sq_b"] / n
     brier_variance = (d["sumsq_d"] - n * (brier_a - brier_b) ** 2) / (n - 1) / n
     calibration = {label: ds_logistic_calibration(session, truth, score, n_complete=n, alpha=alpha, secure=agg.pooled)
                    for label, score in zip(labels, (score_a, score_b))}
     return ModelComparison(
-        tuple(labels), auc_a, auc_b, variance, noise_variance(hists[0]) + noise_variance(hists[1]),
+        tuple(labels), auc_a, auc_b, variance, noise,
         float(brier_a), float(brier_b), float(brier_variance), n, int(round(total["n1_a"])),
         int(round(total["n0_a"])), alpha, all(h.noise_off for h in hists), calibration, hists,
-        int(round(total["joint_coarsened"])), merged)
+        int(round(total["joint_coarsened"])), merged, estimator)

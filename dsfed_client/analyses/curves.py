@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, interpolate
+from scipy import integrate, interpolate, stats
 
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
@@ -460,7 +460,8 @@ class HistogramAUC(AUCIntervals):
         return _widened(AUCIntervals.ci_logit.fget(self), self.merged_pairs / 2)
 
     def _notes(self) -> tuple[str, ...]:
-        notes = (f"Estimator: {self.estimator}.",) if self.estimator.startswith("weighted means (") else ()
+        notes = (f"Estimator: {self.estimator}.",) if self.estimator.startswith(("weighted means (", "histograms alone")) \
+            else ()
         if self.merged_pairs > 0:
             notes += (f"The sites released the reference's bins merged (cells released before from the same records "
                       f"would otherwise single records out): {self.merged_pairs:.1%} of the pairs lie in one merged "
@@ -891,7 +892,17 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
             weight = 0.5 if r10 + r01 <= 0 else r01 / (r10 + r01)  # placement_weight
         auc = float(np.clip(weight * mean10 + (1.0 - weight) * mean01 - bias, 0.0, 1.0))
         noise = weight**2 * r10 + (1.0 - weight) ** 2 * r01
-        fit, failed = None, ""
+        variance, tied, fit, failed = m.variance, merged_pairs(hist, dropped), None, ""
+        alone = histograms_alone(hist, m.n0, m.n1, v10 + v01) if tied > 0 and not hist.noise_off else None
+        if alone is not None and _half_width(*alone[1:], alpha) < _half_width(variance, noise, alpha) + tied / 2:
+            # the placement sums over merged cells bound the AUC less tightly than the histograms alone do
+            (auc, variance, noise), weight = alone, 0.5
+            why = (f"histograms alone: the sites merged the reference's cells, {tied:.1%} of the pairs in one merged "
+                   "cell, and the placement sums over them would widen the interval by more than the noise of the "
+                   "positives' histogram adds")
+        bound = tied / 2  # what the merged cells can do to an AUC over the placement values (the ROC-GLM's too)
+        if why.startswith("histograms alone"):
+            tied = 0.0
         if roc_glm:
             try:
                 with session.temporary("hroc") as roc_data, warnings.catch_warnings():
@@ -910,10 +921,30 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                     a, b = -a / b, 1.0 / b
                 # the ROC-GLM rests on one class's placement values alone: their noise
                 fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm,
-                                v01 if inverse else v10, "negatives" if inverse else "positives")
-    return HistogramAUC(auc, m.mean10, m.mean01, m.variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
-                        hist, noise, failed, weight, *own, *betas,
-                        "control variates" if not why else f"weighted means ({why})", merged_pairs(hist, dropped))
+                                v01 if inverse else v10, "negatives" if inverse else "positives", bound)
+    estimator = "control variates" if not why else why if why.startswith("histograms alone") else \
+        f"weighted means ({why})"
+    return HistogramAUC(auc, m.mean10, m.mean01, variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
+                        hist, noise, failed, weight, *own, *betas, estimator, tied)
+
+
+def _half_width(variance: float, noise: float, alpha: float) -> float:
+    return float(stats.norm.ppf(1 - alpha / 2) * np.sqrt(variance + noise))
+
+
+def histograms_alone(hist: ScoreHistograms, n0: int, n1: int, noise: float) -> tuple[float, float, float]:
+    """The Mann-Whitney AUC of the two classes' histograms, pairs in one leaf counting one half (Xu & Cormode
+    2025: the area under the ROC curve of the histograms' CDFs), its sampling variance by Hanley & McNeil (1982)
+    at the exact class counts ``n0``, ``n1``, and ``noise``: the variance the histograms' noise adds, both
+    classes' (to first order the placement means' two, :func:`placement_noise_variances`). A post-processing of
+    the released histograms only, so no cell of the scores is read: the estimate when the sites merged the
+    reference's cells for the exact placement sums."""
+    l0, l1 = (np.clip(np.diff(c), 0.0, None) for c in (hist.cum_negatives, hist.cum_positives))
+    below = np.concatenate([[0.0], np.cumsum(l0)[:-1]])
+    a = float(np.clip(np.dot(l1, below + l0 / 2) / (l0.sum() * l1.sum()), 0.0, 1.0))
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    variance = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n0 * n1)
+    return a, float(variance), float(noise)
 
 
 def _placement_sums(session: FederatedSession, agg: Aggregation, args: tuple[Any, ...], within_bin: str

@@ -423,12 +423,17 @@ class ROCGLMFit(Results):
     glm: GLMResults = hidden()
     noise_variance: float = stat("Noise variance", default=0.0)
     placed: str = stat("Placement values of", default="positives")  # 'negatives': glm fits the inverse curve
+    # half the share of pairs in cells the sites merged (curves.merged_pairs): the interval widens by it
+    merged_bound: float = stat("Widened for merged cells by", default=0.0)
 
     @derived("{level} CI (logit, eq. 3)", brief=".4f")
     def ci(self) -> ConfInt:
         """Schalk et al. (2024) eq. (3) around the ROC-GLM AUC, the noise's variance combined with the
-        sampling variance as :func:`logit_ci` says."""
-        return ConfInt(*logit_ci(self.auc, self.variance, self.alpha, self.noise_variance))
+        sampling variance as :func:`logit_ci` says; where the sites merged the reference's cells, widened by
+        ``merged_bound``: the bound of what the merging does to the empirical AUC over the same placement values,
+        taken for the fit through them."""
+        lower, upper = logit_ci(self.auc, self.variance, self.alpha, self.noise_variance)
+        return ConfInt(max(lower - self.merged_bound, 0.0), min(upper + self.merged_bound, 1.0))
 
     @derived("Fisher-scoring iterations")
     def iterations(self) -> int:
