@@ -224,6 +224,12 @@ class Aggregation(ABC):
         """The additive numeric fields of an aggregate, summed over the sites."""
 
     @abstractmethod
+    def sum_described(self, function: str, *args: Any, described: str, **kwargs: Any
+                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """:meth:`sum`, and the field ``described`` of every release summed (each site's, or the pooled one):
+        what the sites' gates did to the cells the sums were computed over."""
+
+    @abstractmethod
     def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
         """A binned-sums function (``calibrationBinsDS``, ``groupSumsDS``) on ``requested`` edges.
         ``again``: the same sums asked on explicit edges (the function and its arguments), with
@@ -260,6 +266,11 @@ class PerSite(Aggregation):
 
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
         return pooling.summed_fields(self.session.aggregate(function, *args, **kwargs))
+
+    def sum_described(self, function: str, *args: Any, described: str, **kwargs: Any
+                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        results = self.session.aggregate(function, *args, **kwargs)
+        return pooling.summed_fields(results), [r.get(described, {}) for r in results.values()]
 
     def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
         """Each site's cells, summed on the edges every site released. Where some sites moved a requested
@@ -346,8 +357,13 @@ class Pooled(Aggregation):
     per_site_parts = False
 
     def sum(self, function: str, *args: Any, **kwargs: Any) -> dict[str, float]:
+        return self.sum_described(function, *args, described="", **kwargs)[0]
+
+    def sum_described(self, function: str, *args: Any, described: str, **kwargs: Any
+                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
         release = self.session.pooled(function, *args, **kwargs)
-        return {k: float(v) for k, v in release.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        sums = {k: float(v) for k, v in release.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return sums, [release.get(described, {})]
 
     def bins(self, function: str, requested: np.ndarray, *args: Any, again: Again | None = None) -> BinnedSums:
         r = self.session.pooled(function, *args)  # one set of cells, checked pooled: nothing to line up

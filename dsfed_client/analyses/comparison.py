@@ -25,7 +25,6 @@ from dsfed_client.analyses.curves import (
 )
 from dsfed_client.calls import Ref
 from dsfed_client.params import ALPHA, LEVELS, validate_params
-from dsfed_client.pooling import summed_fields
 from dsfed_client.results import ConfInt, Results, derived, hidden, result, stat
 from dsfed_client.session import FederatedSession
 
@@ -238,15 +237,11 @@ def ds_compare_models(session: FederatedSession, truth: str, score_a: str, score
         for s in (score_a, score_b))
     with ExitStack() as stack:
         ref_a, ref_b = (stack.enter_context(reference_symbol(session, h)) for h in hists)
-        args = (Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)
-        if agg.pooled:  # the sites read a reference they derived at the cells its pooled placement sums released
-            cells = [[session.pooled("histPlacementSumsDS", Ref(truth), Ref(score), ref)["placement_cells"]]
-                     for score, ref in ((score_a, ref_a), (score_b, ref_b))]
-            total = agg.sum("pairedPlacementDS", *args)
-        else:
-            per_site = session.aggregate("pairedPlacementDS", *args)
-            cells = [[r[f"placement_cells_{side}"] for r in per_site.values()] for side in ("a", "b")]
-            total = summed_fields(per_site)
+        # each score's cells first, as its placement sums release them: a pooled release reads a reference the
+        # sites derived at those cells (and a per-site one at the cells each site releases, the same again)
+        cells = [agg.sum_described("histPlacementSumsDS", Ref(truth), Ref(score), ref, described="placement_cells")[1]
+                 for score, ref in ((score_a, ref_a), (score_b, ref_b))]
+        total = agg.sum("pairedPlacementDS", Ref(truth), Ref(score_a), ref_a, Ref(score_b), ref_b)
     merged = tuple(merged_pairs(h, merged_cells(c)) for h, c in zip(hists, cells))
     auc_a, auc_b, variance = paired_delong(total)
     noise, estimator = noise_variance(hists[0]) + noise_variance(hists[1]), "paired placement sums"

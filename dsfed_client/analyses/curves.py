@@ -42,14 +42,12 @@ from scipy import integrate, interpolate, stats
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
-from dsfed_client.aggregation import Aggregation
 from dsfed_client.analyses.glm import ConvergenceError, ds_glm
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import (
     ALPHA, BRANCHING, DECAY, LEVELS, N_THRESHOLDS, PRIVACY, Interval, Options, validate_params,
 )
-from dsfed_client.pooling import summed_fields
 from dsfed_client.results import ConfInt, Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
 from dsfed_core.roc import binormal_auc
@@ -876,7 +874,9 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
     with reference_symbol(session, hist) as reference:
         args = (Ref(truth), Ref(score), reference)
-        sums, dropped = _placement_sums(session, agg, args, within_bin)
+        sums, described = agg.sum_described("histPlacementSumsDS", *args, described="placement_cells",
+                                             within_bin=within_bin)
+        dropped = merged_cells(described)
         m = placement_moments(sums)
         v10, v01 = placement_noise_variances(hist)
         own = (sums["sum_v00"] / m.n0, sums["sum_v11"] / m.n1) if {"sum_v00", "sum_v11"} <= sums.keys() \
@@ -945,18 +945,6 @@ def histograms_alone(hist: ScoreHistograms, n0: int, n1: int, noise: float) -> t
     q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
     variance = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n0 * n1)
     return a, float(variance), float(noise)
-
-
-def _placement_sums(session: FederatedSession, agg: Aggregation, args: tuple[Any, ...], within_bin: str
-                    ) -> tuple[dict[str, float], list[tuple[list[float], list[float]]]]:
-    """``histPlacementSumsDS`` summed over the sites, and the releases that merged cells of the reference
-    (:func:`merged_cells`: the pooled one, or each site's)."""
-    if agg.pooled:
-        release = session.pooled("histPlacementSumsDS", *args, within_bin=within_bin)
-        sums = {k: float(v) for k, v in release.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return sums, merged_cells([release.get("placement_cells", {})])
-    results = session.aggregate("histPlacementSumsDS", *args, within_bin=within_bin)
-    return summed_fields(results), merged_cells([r.get("placement_cells", {}) for r in results.values()])
 
 
 def merged_cells(described: list[dict[str, Any]]) -> list[tuple[list[float], list[float]]]:
