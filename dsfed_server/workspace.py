@@ -66,9 +66,10 @@ class Session:
     rounds: dict[str, Any] = field(default_factory=dict, repr=False)
     # site table -> the label pooled releases name it by (assignTable's per-site map: shared_tables.py)
     shared_tables: dict[str, str] = field(default_factory=dict, repr=False)
-    # (reference, records) -> the cuts of the cells a pooled release of the reference's bins released for
-    # those records: a table built from the reference for a pooled fit is read at them (functions/curves.py)
-    pooled_cells: dict[tuple[bytes, bytes], tuple] = field(default_factory=dict, repr=False)
+    # (reference, records, scores) -> the cuts, and the gate's description, of the cells a pooled release of the
+    # reference's bins released for those records once every site's audit passed them: what a table built from
+    # the reference for a pooled fit, or the pooled paired sums, read it at (functions/curves.py)
+    pooled_cells: dict[tuple[bytes, bytes, bytes], tuple] = field(default_factory=dict, repr=False)
 
     def memo(self, key: tuple, source: object, build: Callable[[], Any], size: int = 8, *,
              one_per_kind: bool = False) -> Any:

@@ -96,3 +96,34 @@ def test_the_histograms_alone_auc_is_the_binned_scores_auc():
                     y=y.astype(float), p=leaf.astype(float))[0]
     assert auc == pytest.approx(binned, abs=1e-12)
     assert 0 < variance < 0.01 and noise == 0.0
+
+
+def test_per_site_the_sites_merged_pairs_add_up():
+    """Two sites, each merging half of the reference's leaves (exact counts, 8 leaves): each site's records are read
+    at its own cells, so the errors add. The AUC over the per-site cells is off by 0.25 from the AUC at the
+    reference's cells; half the sum of the sites' shares bounds it, half the larger share alone would not."""
+    edges = np.linspace(0.0, 1.0, 9)
+    neg = {1: np.array([10, 10, 0, 0, 0, 0, 0, 0.]), 2: np.array([0, 0, 0, 0, 10, 10, 0, 0.])}
+    pos = {1: np.array([0, 0, 10, 10, 0, 0, 0, 0.]), 2: np.array([0, 0, 0, 0, 0, 0, 10, 10.])}
+    n0, n1 = neg[1] + neg[2], pos[1] + pos[2]
+    f0, f1 = (np.concatenate([[0], np.cumsum(c)]) / c.sum() for c in (n0, n1))
+    kept = {1: [4, 5, 6, 7], 2: [1, 2, 3, 4]}  # each site's inner edges kept (indices into edges)
+
+    def tied_cdf(f: np.ndarray, cuts: list[int]) -> np.ndarray:  # per leaf: the CDF at its cell's mid-point
+        bounds = [0, *cuts, 8]
+        out = np.zeros(8)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            out[lo:hi] = (f[lo] + f[hi]) / 2
+        return out
+
+    def auc(cuts: dict[int, list[int]]) -> float:
+        v10 = sum(pos[s] @ tied_cdf(f0, cuts[s]) for s in (1, 2)) / n1.sum()
+        v01 = sum(neg[s] @ (1 - tied_cdf(f1, cuts[s])) for s in (1, 2)) / n0.sum()
+        return (v10 + v01) / 2
+
+    error = abs(auc(kept) - auc({1: list(range(1, 8)), 2: list(range(1, 8))}))
+    hist = ScoreHistograms(edges, np.concatenate([[0], np.cumsum(n0)]), np.concatenate([[0], np.cumsum(n1)]),
+                           float(n0.sum()), float(n1.sum()), True, np.empty(0), {})
+    releases = [([float(edges[i]) for i in kept[s]], [float(e) for e in edges[1:-1]]) for s in (1, 2)]
+    assert error == pytest.approx(0.25)
+    assert max(merged_pairs(hist, [r]) for r in releases) / 2 < error <= merged_pairs(hist, releases) / 2 + 1e-12

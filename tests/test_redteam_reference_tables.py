@@ -33,10 +33,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses.glm import ds_glm
 from dsfed_client.calls import Call, Ref
+from dsfed_client.session import addressed_to, call_body
 from rref import r_eval
 from test_redteam_pooled_placement import (LEAVES, SUBSETS, cell_of, decode, decode_sites, federation, outcomes_read,
                                            over_subsets, references, tally,
@@ -274,3 +276,61 @@ def test_pooled_paired_sums_against_references_derived_per_subset_read_no_outcom
           f"read of {read} of the {band_records} records in the age bands ({compared} of 3 differences decoded); "
           f"refused {refused}")
     assert read == 0, f"{read} of {band_records} read"
+
+
+def first_attempt_only(session, function: str, *args) -> None:
+    """A pooled release stopped by the analyst after its first opening: the sites' sealed sums are relayed and
+    opened (the gate renders its first attempt and the sites seal their row-set objections), but the objections
+    are never relayed, so the audit never decides."""
+    round_id, roster = session._round()
+    call = call_body(Call(function, *args))
+    while True:
+        step = session._step()
+        option = {"round": round_id, "step": step, "roster": roster, "frac_bits": 40, "pooled": True,
+                  "cuts": session._relayed_cuts()}
+        answers = {s: r["result"] for s, r in
+                   session._in_session(function, "POST", "/aggregate", {**call, "secure": option}).items()}
+        if all("pooled" in a for a in answers.values()):
+            break
+        session._learn_histories(answers)  # a cut history behind: ask again with the union
+    sealed = {site: a["pooled"] for site, a in answers.items()}
+    body = {"round": round_id, "step": step, "roster": roster, "next_step": session._step()}
+    session._in_session(function, "POST", "/pooled", per_site={site: {**body, "relay": addressed_to(site, sealed)}
+                                                                for site in sealed})
+
+
+def test_paired_sums_after_an_unfinished_pooled_release_read_no_outcome(tmp_path: Path):
+    """The nested-subset difference, the analyst stopping each pooled placement-sums release before its row-set
+    audit decides: the paired sums must not read at the cells of an attempt the audit never passed (45 of 110 band
+    records' outcomes read when the cells were kept at the first attempt; found by review). They are refused."""
+    def abandon_then_paired(session, ref: str) -> dict:
+        first_attempt_only(session, "histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(ref))
+        paired = session.pooled("pairedPlacementDS", Ref("T$y"), Ref("T$score"), Ref(ref), Ref("T$score"), Ref(ref))
+        return {"pooled": as_single(paired)}
+
+    frames, decoded, refused = over_subsets(tmp_path, abandon_then_paired)
+    read, band_records, compared = tally(decoded, {"pooled": pd.concat(frames.values(), ignore_index=True)})
+    print(f"ATTACK pooled paired sums after unfinished placement-sums releases, nested subsets (shipped rules): "
+          f"outcomes read of {read} of the {band_records} records in the age bands; refused {refused}")
+    assert read == 0
+    assert refused == [["bad_call"]] * len(SUBSETS)
+
+
+def test_paired_sums_read_each_score_at_its_own_audited_cells(tmp_path: Path):
+    """Another column's pooled placement sums against the same reference over the same records keep cells of their
+    own: the paired sums on the score read it at the score's audited cells, before and after (once they were read
+    at the other column's, where the score's own audit had merged an edge; found by review)."""
+    frames, builder = federation(tmp_path)
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        session.assign_expr("X", "D$age/100")
+        ref = session.pooled("scoreHistogramDS", Ref("D$y"), Ref("D$score"), levels=4, epsilon=0.4)["reference"]
+        session.pooled("histPlacementSumsDS", Ref("D$y"), Ref("X"), Ref(ref))
+        own = session.pooled("histPlacementSumsDS", Ref("D$y"), Ref("D$score"), Ref(ref))
+        before = session.pooled("pairedPlacementDS", Ref("D$y"), Ref("D$score"), Ref(ref), Ref("D$score"), Ref(ref))
+        session.pooled("histPlacementSumsDS", Ref("D$y"), Ref("X"), Ref(ref))
+        after = session.pooled("pairedPlacementDS", Ref("D$y"), Ref("D$score"), Ref(ref), Ref("D$score"), Ref(ref))
+    print(f"score's cells dropped {own['placement_cells']['dropped']}; sum_v10 {own['sum_v10']:.6f}, paired before "
+          f"{before['sum_v10_a']:.6f}, after another column's release {after['sum_v10_a']:.6f}")
+    assert before["sum_v10_a"] == pytest.approx(own["sum_v10"], abs=1e-6)
+    assert after["sum_v10_a"] == pytest.approx(own["sum_v10"], abs=1e-6)

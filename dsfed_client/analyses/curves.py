@@ -32,7 +32,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -458,8 +458,8 @@ class HistogramAUC(AUCIntervals):
         return _widened(AUCIntervals.ci_logit.fget(self), self.merged_pairs / 2)
 
     def _notes(self) -> tuple[str, ...]:
-        notes = (f"Estimator: {self.estimator}.",) if self.estimator.startswith(("weighted means (", "histograms alone")) \
-            else ()
+        fallback = self.estimator.startswith(("weighted means (", "histograms alone"))
+        notes = (f"Estimator: {self.estimator}.",) if fallback else ()
         if self.merged_pairs > 0:
             notes += (f"The sites released the reference's bins merged (cells released before from the same records "
                       f"would otherwise single records out): {self.merged_pairs:.1%} of the pairs lie in one merged "
@@ -897,9 +897,9 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         if alone is not None and _half_width(*alone[1:], alpha) < _half_width(variance, noise, alpha) + tied / 2:
             # the placement sums over merged cells bound the AUC less tightly than the histograms alone do
             (auc, variance, noise), weight = alone, 0.5
+            m = replace(m, mean10=auc, mean01=auc)  # both classes' means are the histograms' AUC here
             why = (f"histograms alone: the sites merged the reference's cells, {tied:.1%} of the pairs in one merged "
-                   "cell, and the placement sums over them would widen the interval by more than the noise of the "
-                   "positives' histogram adds")
+                   "cell, and the placement sums' interval widened by half that share would be wider than this one")
         bound = tied / 2  # what the merged cells can do to an AUC over the placement values (the ROC-GLM's too)
         if why.startswith("histograms alone"):
             tied = 0.0
@@ -934,43 +934,47 @@ def _half_width(variance: float, noise: float, alpha: float) -> float:
 
 def histograms_alone(hist: ScoreHistograms, n0: int, n1: int, noise: float) -> tuple[float, float, float]:
     """The Mann-Whitney AUC of the two classes' histograms, pairs in one leaf counting one half (Xu & Cormode
-    2025: the area under the ROC curve of the histograms' CDFs), its sampling variance by Hanley & McNeil (1982)
-    at the exact class counts ``n0``, ``n1``, and ``noise``: the variance the histograms' noise adds, both
-    classes' (to first order the placement means' two, :func:`placement_noise_variances`). A post-processing of
-    the released histograms only, so no cell of the scores is read: the estimate when the sites merged the
-    reference's cells for the exact placement sums."""
+    2025: the area under the ROC curve of the histograms' CDFs), its DeLong variance from the histograms' own
+    placement values (a leaf's positives all at :math:`\\tilde F_0` below it plus half its negatives' share, its
+    negatives likewise; DeLong et al. 1988) at the exact class counts ``n0``, ``n1``, and ``noise``: the variance
+    the histograms' noise adds, both classes' (to first order the placement means' two,
+    :func:`placement_noise_variances`). A post-processing of the released histograms only, so no cell of the
+    scores is read: the estimate where the sites merged the reference's cells for the exact placement sums. Like
+    the placement sums' estimate, it leaves the leaves' own ties out of its interval."""
     l0, l1 = (np.clip(np.diff(c), 0.0, None) for c in (hist.cum_negatives, hist.cum_positives))
-    below = np.concatenate([[0.0], np.cumsum(l0)[:-1]])
-    a = float(np.clip(np.dot(l1, below + l0 / 2) / (l0.sum() * l1.sum()), 0.0, 1.0))
-    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
-    variance = (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n0 * n1)
+    s0, s1 = l0 / l0.sum(), l1 / l1.sum()
+    v10 = np.concatenate([[0.0], np.cumsum(s0)[:-1]]) + s0 / 2  # a positive's share of negatives below it
+    v01 = 1.0 - (np.concatenate([[0.0], np.cumsum(s1)[:-1]]) + s1 / 2)  # a negative's share of positives above it
+    a = float(np.clip(np.dot(s1, v10), 0.0, 1.0))
+    variance = np.dot(s1, (v10 - a) ** 2) * n1 / max(n1 - 1, 1) / n1 + np.dot(s0, (v01 - a) ** 2) * n0 / max(
+        n0 - 1, 1) / n0
     return a, float(variance), float(noise)
 
 
 def merged_cells(described: list[dict[str, Any]]) -> list[tuple[list[float], list[float]]]:
     """Per release of the reference's cells (a site's, or the pooled one: ``placement_cells``) that dropped or
-    moved edges: the released cells' inner cuts, and the reference's (the dropped edges back, a moved edge
-    where it was)."""
+    moved edges: the released cells' inner cuts, and the reference's as far as the release tells them (the
+    dropped edges back, a moved edge where it was; the cut it moved onto kept too, which it may have been
+    already: the finer of the two readings, so the share of pairs the merging ties is not understated)."""
     out = []
     for cells in described:
-        moved = [(float(a), float(b)) for a, b in cells.get("moved", []) if a != b]
+        moved = [float(a) for a, b in cells.get("moved", []) if a != b]
         dropped = [float(v) for v in cells.get("dropped", [])]
         if (dropped or moved) and "cuts" in cells:
             released = [float(v) for v in cells["cuts"]]
-            to = {b for _, b in moved}
-            out.append((released, [v for v in released if v not in to] + [a for a, _ in moved] + dropped))
+            out.append((released, sorted(set(released + moved + dropped))))
     return out
 
 
 def merged_pairs(hist: ScoreHistograms, releases: list[tuple[list[float], list[float]]]) -> float:
     """The share of positive-negative pairs that lie in one released cell but would lie in different cells of the
     reference had the gate not merged them (:func:`merged_cells`: the released cells' cuts and the reference's):
-    their order is lost to the cells, where each counts one half. Each such pair moves the Mann-Whitney AUC by at
-    most :math:`\\pm 1/(2 n_0 n_1)`, so half this share bounds what the merging can do to it (Hanley & McNeil
-    1982 on ties; a bound, not a variance: the pairs' order within a cell is unknown). From the histograms'
-    counts at their leaves (noisy under the noise), a leaf counted in the cell of its mid-point; per site, the
-    largest share of any site's cells (each class's placement values against the other's global CDF are
-    read at the site's cells, so no site's records move the mean by more)."""
+    their order is lost to the cells, where each counts one half. With exact counts each such pair moves the
+    Mann-Whitney AUC by at most :math:`\\pm 1/(2 n_0 n_1)`, so half this share bounds what the merging can do to
+    it (a bound, not a variance: the pairs' order within a cell is unknown). Computed from the histograms' counts
+    at their leaves, a leaf counted in the cell of its mid-point: under the noise an estimate of that bound.
+    Per site, each site's records are read at its own cells, and the errors of the sites add: the sum of the
+    sites' shares (each with the global counts, which hold any site's), at most 1."""
     n0, n1 = (np.clip(np.diff(c), 0.0, None) for c in (hist.cum_negatives, hist.cum_positives))
     total = n0.sum() * n1.sum()
     if total <= 0 or not releases:
@@ -981,7 +985,8 @@ def merged_pairs(hist: ScoreHistograms, releases: list[tuple[list[float], list[f
         cell = np.searchsorted(np.sort(np.asarray(cuts, dtype=float)), mid)
         return float(np.dot(np.bincount(cell, n0), np.bincount(cell, n1)))
 
-    return float(np.clip(max((tied(cuts) - tied(reference)) / total for cuts, reference in releases), 0.0, 1.0))
+    return float(np.clip(sum(max(tied(cuts) - tied(reference), 0.0) / total for cuts, reference in releases), 0.0,
+                         1.0))
 
 
 def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float], merged: bool) -> str:

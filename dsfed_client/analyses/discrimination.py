@@ -430,8 +430,8 @@ class ROCGLMFit(Results):
     def ci(self) -> ConfInt:
         """Schalk et al. (2024) eq. (3) around the ROC-GLM AUC, the noise's variance combined with the
         sampling variance as :func:`logit_ci` says; where the sites merged the reference's cells, widened by
-        ``merged_bound``: the bound of what the merging does to the empirical AUC over the same placement values,
-        taken for the fit through them."""
+        ``merged_bound``, the bound of what the merging does to the empirical AUC over the same placement values:
+        for the fit through them a heuristic, not a proven bound (docs/method.md)."""
         lower, upper = logit_ci(self.auc, self.variance, self.alpha, self.noise_variance)
         return ConfInt(max(lower - self.merged_bound, 0.0), min(upper + self.merged_bound, 1.0))
 

@@ -158,6 +158,9 @@ class Intervals:
     column: RootColumn | None = None
     totals: dict[str, float] = field(default_factory=dict)  # counts that are not cells (e.g. missing values)
     rows: Rows | None = None  # the records of ``x``: their positions in the table (None: not known)
+    # what the declaring function keeps once a pooled release of these cells passed every site's audit (the
+    # release itself; never an attempt the audit may still coarsen, nor one the analyst left unfinished)
+    on_pooled: Callable[[PooledRelease], None] | None = field(default=None, repr=False)
     _sorted_root: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -23,12 +23,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.functions.curves import _WITHIN, SITE_DERIVED, placement_cells, placements, pooled_cells_key
+from dsfed_server.functions.curves import _WITHIN, SITE_DERIVED, placement_cells, placements, pooled_cells
 from dsfed_server.functions.validation import PlacementSums, outcome_and_scores
 from dsfed_server.registry import P, Param, SecureSum, register
 
@@ -104,14 +103,7 @@ def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: 
     pooled placement sums' cells are audited by row sets against the cells released before; these sums are
     read at the same cells, over the same records, and tell no more than those cells' counts."""
     if ctx.guard.deferred is not None and ctx.session.derived_by_sites(reference, SITE_DERIVED):
-        cuts = ctx.session.pooled_cells.get(pooled_cells_key(reference, rows))
-        if cuts is None:
-            raise CallError(
-                "a pooled release reads a reference the sites derived at the cells a pooled release of its placement "
-                "sums over the same records released, and there was none for this reference and these records",
-                hint="release histPlacementSumsDS against each reference pooled first, over the records complete in "
-                     "the outcome and both scores (the dsfed client does)")
-        return cuts, {"pooled": True, "cells": "the cells the pooled placement sums released"}
+        return pooled_cells(ctx, reference, rows, p)
     return placement_cells(ctx, p, reference, score, rows)
 
 

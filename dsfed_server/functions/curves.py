@@ -414,11 +414,27 @@ def placements(reference: pd.DataFrame, cuts: Sequence[gate.Cut], y: np.ndarray,
     return out[0], out[1]
 
 
-def pooled_cells_key(reference: pd.DataFrame, rows: Rows | None) -> tuple[bytes, bytes]:
-    """Which reference, read at which records: the key of :attr:`Session.pooled_cells`."""
+def pooled_cells_key(reference: pd.DataFrame, rows: Rows, p: np.ndarray) -> tuple[bytes, bytes, bytes]:
+    """Which reference, read at which records' scores: the key of :attr:`Session.pooled_cells` (the scores'
+    values too, so that another column's release against the same reference over the same records, or the
+    symbol assigned again, keeps cells of its own)."""
     edges, cdfs = reference_table(reference)
     closed = (reference[CLOSED].to_numpy(dtype=float),) if CLOSED in reference.columns else ()
-    return content_digest(edges, cdfs["neg"], cdfs["pos"], *closed), records_digest(rows)
+    return content_digest(edges, cdfs["neg"], cdfs["pos"], *closed), records_digest(rows), content_digest(p)
+
+
+def pooled_cells(ctx: CallContext, reference: pd.DataFrame, rows: Rows | None, p: np.ndarray
+                 ) -> tuple[tuple[gate.Cut, ...], dict[str, Any]]:
+    """The cells a pooled release of the placement sums against ``reference`` over the same records and scores
+    released, once every site's audit passed them (``histPlacementSumsDS`` pooled), and what its gate did."""
+    found = None if rows is None else ctx.session.pooled_cells.get(pooled_cells_key(reference, rows, p))
+    if found is None:
+        raise CallError(
+            "a reference the sites derived is read at the cells a pooled release of its placement sums over the same "
+            "records and scores released, and there was none for this reference, these records and scores",
+            hint="release histPlacementSumsDS against the reference pooled first, over the records complete in the "
+                 "outcome and the scores (the dsfed client does), or make this for the site alone")
+    return found
 
 
 @register(
@@ -491,16 +507,20 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
             out[f"sum_{name}"] = float((a * count + b * s1).sum())
             if name in ("v10", "v01"):
                 out[f"sumsq_{name}"] = float((a * a * count + 2 * a * b * s1 + b * b * s2).sum())
-        if released.pooled:  # a ROC-GLM table for a pooled fit over the same records reads the reference here
-            ctx.session.pooled_cells[pooled_cells_key(reference, rows)] = released.cuts
         # per site: 1 where this site's gate merged or moved cells of its own (placement_cells says which)
         out["own_cells_coarsened"] = 0 if released.pooled else int(bool(released.dropped or released.moved))
         # the released cells' inner cuts too (cuts of the column's history): what the AUC's ties are bounded by
         return {**out, "placement_cells": {**released.describe(), "cuts": [c.value for c in released.cuts[1:-1]]}}
 
     rows = ctx.record_rows(truth, score)
+
+    def keep(release: gate.PooledRelease) -> None:  # what later pooled reads of the reference over them read at
+        if rows is not None:
+            ctx.session.pooled_cells[pooled_cells_key(reference, rows, p)] = (
+                release.cuts, release.result["placement_cells"])
+
     return Intervals(p, reference_cuts(reference), render, sums, what="reference's bins", column=ctx.root_column(score),
-                     rows=rows)
+                     rows=rows, on_pooled=keep)
 
 
 @register(
@@ -546,12 +566,7 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
     y, (p,) = complete_pairs(ctx, truth, {"score": score})
     rows = ctx.record_rows(truth, score)
     if pooled:
-        cuts = ctx.session.pooled_cells.get(pooled_cells_key(reference, rows))
-        if cuts is None:
-            raise CallError("pooled = TRUE reads the reference at the cells a pooled release of its placement sums "
-                            "over the same records released, and there was none",
-                            hint="release histPlacementSumsDS against this reference pooled first (the dsfed client "
-                                 "does), or make the table for this site alone (pooled = FALSE)")
+        cuts = pooled_cells(ctx, reference, rows, p)[0]
     else:
         cuts = placement_cells(ctx, p, reference, score, rows)[0]
     v10, v01 = placements(reference, cuts, y, p, within_bin)

@@ -179,6 +179,8 @@ class SecureRounds:
                 def released(release: gate.PooledRelease) -> Any:
                     if isinstance(raw, gate.Intervals):
                         guard.record_pooled(raw.history_key, release.root_cuts)
+                        if raw.on_pooled is not None:
+                            raw.on_pooled(release)
                     return release.result
 
                 return None, guard.coarsened(lambda exclude: gate.release_pooled(raw, plan, pooled, floor, exclude),
