@@ -293,3 +293,16 @@ def test_audited_cells_record_their_cuts_and_release_the_result_only_once_every_
     agreed = declared.release(_Guard(), step)  # type: ignore[arg-type]
     assert cuts.calls == [("audited", ["on p"])]  # nothing recorded before the sites agree
     assert agreed() == {"table": 1} and cuts.calls[-1] == ("record", ["root"])
+
+
+class _JointGuard:
+    """What :func:`declared.release` asks of a Guard for joint cells: merges both scores' cuts in pairs once."""
+
+    def joint_cells(self, xa: Any, xb: Any, cuts_a: Any, cuts_b: Any, rows: Any) -> Any:
+        return cuts_a[1::2], cuts_b[1::2], f"merged {len(xa)} records"
+
+
+def test_joint_cells_send_back_the_cuts_released_and_why():
+    step = declared.JointCells(np.zeros(5), np.ones(5), ("a0", "a1"), ("b0", "b1", "b2"),  # type: ignore[arg-type]
+                               None)
+    assert declared.release(_JointGuard(), step) == (("a1",), ("b1",), "merged 5 records")  # type: ignore[arg-type]

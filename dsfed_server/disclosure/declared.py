@@ -23,6 +23,9 @@ What a function may declare part-way:
   the released cells;
 - :class:`Groups`: the groups of one or two factors, released group by group
   (:meth:`Guard.group_cells`); sent back: the groups withheld;
+- :class:`JointCells`: the joint cells of two scores' cells, released as a two-way table, each score's
+  cells merged in pairs until it passes (:meth:`Guard.joint_cells`); sent back: the two scores' cuts of the
+  joint cells and why they were merged;
 - :class:`ProtocolCells`: a pooled protocol's cuts and the cells between them, on the pooled counts
   (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`); sent back: None, or, where sums over the
   cells leave, the pooled steps of their row-set audit, at whose end the declared result is released.
@@ -56,6 +59,23 @@ class Groups:
 
 
 @dataclass(frozen=True)
+class JointCells:
+    """The joint cells of two scores of the same records (``xa``, ``xb``): a cell of A's cells between
+    ``cuts_a`` with one of B's between ``cuts_b``, released as a two-way table of counts before anything is
+    read over them (the cross products of a paired comparison); ``rows``: where the records sit in the
+    table, for the row-set audit. Released by :meth:`Guard.joint_cells`: every non-empty joint cell at least
+    q records and the row-set audit, else A's and B's cells merged in pairs until they pass (refused where
+    even one joint cell does not); sent back: ``(cuts_a, cuts_b, why)``, the cuts of the joint cells
+    released and why they were merged (empty where they were not)."""
+
+    xa: np.ndarray
+    xb: np.ndarray
+    cuts_a: tuple[Cut, ...]
+    cuts_b: tuple[Cut, ...]
+    rows: Rows | None
+
+
+@dataclass(frozen=True)
 class ProtocolCells:
     """A pooled protocol's release of cuts on a column: ``released``, the column's cuts that join its
     history, and the cells between ``bounds`` (cuts on ``values``, the protocol's records) with their
@@ -78,7 +98,7 @@ class ProtocolCells:
     result: Any = None
 
 
-Declared = Intervals | Categories | Groups | ProtocolCells
+Declared = Intervals | Categories | Groups | JointCells | ProtocolCells
 
 T = TypeVar("T")
 
@@ -90,6 +110,8 @@ def release(guard: Guard, declared: Declared) -> Any:
         return guard.release(declared)
     if isinstance(declared, Groups):
         return guard.group_cells(declared.codes, declared.n_cells, declared.rows)
+    if isinstance(declared, JointCells):
+        return guard.joint_cells(declared.xa, declared.xb, declared.cuts_a, declared.cuts_b, declared.rows)
     if isinstance(declared, ProtocolCells):
         cuts, values, counts = declared.cuts, declared.values, declared.counts
         if values is None or counts is None:
