@@ -17,7 +17,7 @@ The walk flags every call of a release method of the :class:`~dsfed_server.discl
 second walk holds the function modules to those names (parameters so annotated, assignments). The
 checks a function applies to a value it releases itself (``min_count``, ``exact_sums``, ``subset_rows``,
 ``derived_cuts``, ``reference_edges``) and a protocol's decisions on pooled counts (``ProtocolCuts.fits``,
-``dominated``), which release nothing, are not flagged. The exceptions left are in :data:`SANCTIONED`.
+``dominated``), which release nothing, are not flagged. There are no exceptions.
 """
 
 from __future__ import annotations
@@ -41,13 +41,6 @@ from dsfed_server.registry import REGISTRY, FunctionSpec, SecureSum, UndeclaredR
 from sitekit import ROOT
 
 FUNCTIONS = ROOT / "dsfed_server" / "functions"
-# (module file, top-level function): the releases of several steps still made in dsfed_server/functions, in
-# modules other engineers were changing when the declarations came (docs/architecture.md, "The release path"):
-# the reference's bins this site releases before the ROC-GLM's table is read through them (Guard.release),
-# the pooled histograms' leaf edges recorded as the reference's cuts (ProtocolCuts.record), and the paired
-# comparison's joint cells merged until they pass (Guard.joint_cells)
-SANCTIONED = {("curves.py", "placement_cells"), ("curves.py", "_pooled_histograms"),
-              ("comparison.py", "paired_placement_sums")}
 # what the gate's module offers for releasing, which only the disclosure layer and the service call
 GATE_RELEASES = {"release_local", "release_pooled"}
 # the Guard's methods that release cells or record a release, which only the disclosure layer and the service call
@@ -199,13 +192,11 @@ def test_a_guard_and_a_protocols_cuts_go_by_the_names_the_walk_reads():
     assert found == [("g", 1), ("check", 2), ("kept", 3), ("edges", 4)]
 
 
-def test_no_function_module_calls_the_gate_but_the_named_multi_step_releases():
+def test_no_function_module_calls_the_gate():
     calls = {(path.name, where, line) for path in sorted(FUNCTIONS.glob("*.py"))
              for where, line in _gate_calls(ast.parse(path.read_text(encoding="utf-8")))}
-    stray = {(module, where, line) for module, where, line in calls if (module, where) not in SANCTIONED}
-    assert not stray, ("functions call the release gate themselves; return a declaration (cells=True), or yield "
-                       f"one part-way (dsfed_server.disclosure.declared): {sorted(stray)}")
-    assert {(module, where) for module, where, _ in calls} == SANCTIONED  # the exceptions are still needed
+    assert not calls, ("functions call the release gate themselves; return a declaration (cells=True), or yield "
+                       f"one part-way (dsfed_server.disclosure.declared): {sorted(calls)}")
 
 
 def test_the_walk_finds_a_call_of_the_gate():

@@ -13,11 +13,14 @@ the records complete in the outcome and both scores:
 
 Only sums over at least q records, positives and negatives leave the site; each score's reference is
 read at the cells the release gate passes, as for the single-score placement sums, and the cross
-products at the joint cells of the two, released as a two-way table is.
+products at the joint cells of the two, released as a two-way table is. ``pairedPlacementDS`` releases
+those cells before it reads the sums over them: it yields their declarations
+(:mod:`~dsfed_server.disclosure.declared`) and the service releases them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -25,6 +28,7 @@ import pandas as pd
 
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.declared import Declared, JointCells
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.functions.curves import _WITHIN, SITE_DERIVED, placement_cells, placements, pooled_cells
@@ -53,7 +57,8 @@ PAIRED_PLACEMENT_SUMS = SecureSum(tuple(
     secure_sum=PAIRED_PLACEMENT_SUMS,
 )
 def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series, reference_a: pd.DataFrame,
-                          score_b: pd.Series, reference_b: pd.DataFrame, within_bin: str) -> dict[str, Any]:
+                          score_b: pd.Series, reference_b: pd.DataFrame, within_bin: str
+                          ) -> Generator[Declared, Any, dict[str, Any]]:
     """Both scores' placement sums (``_a``, ``_b``) and the cross products :math:`\\sum V^A_{10} V^B_{10}`
     over the positives and :math:`\\sum V^A_{01} V^B_{01}` over the negatives, on the records complete in the
     outcome and both scores.
@@ -72,9 +77,9 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
     ctx.guard.placement_within_bin(within_bin)
     y, (pa, pb) = outcome_and_scores(ctx, truth, {"score_a": score_a, "score_b": score_b})
     rows = ctx.record_rows(truth, score_a, score_b)
-    (cuts_a, cells_a), (cuts_b, cells_b) = (side_cells(ctx, p, ref, score, rows) for p, ref, score in
-                                            ((pa, reference_a, score_a), (pb, reference_b, score_b)))
-    joint_a, joint_b, why = ctx.guard.joint_cells(pa, pb, cuts_a, cuts_b, rows)
+    cuts_a, cells_a = yield from side_cells(ctx, pa, reference_a, score_a, rows)
+    cuts_b, cells_b = yield from side_cells(ctx, pb, reference_b, score_b, rows)
+    joint_a, joint_b, why = yield JointCells(pa, pb, cuts_a, cuts_b, rows)
     out: dict[str, Any] = {"placement_cells_a": cells_a, "placement_cells_b": cells_b}
     for side, p, ref, cuts in (("a", pa, reference_a, cuts_a), ("b", pb, reference_b, cuts_b)):
         sums = PlacementSums()
@@ -91,11 +96,12 @@ def paired_placement_sums(ctx: CallContext, truth: pd.Series, score_a: pd.Series
 
 
 def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: pd.Series, rows: Rows | None
-               ) -> tuple[tuple[Cut, ...], dict[str, Any]]:
+               ) -> Generator[Declared, Any, tuple[tuple[Cut, ...], dict[str, Any]]]:
     """The cells one score's sums are read at: in a pooled release of a reference the sites derived, the cells
     a pooled release of its placement sums over the same records released (``histPlacementSumsDS`` pooled:
     the pooled gate, the row-set audit against every cell and subset released before, the dominance rule),
-    else the cells this site releases (:func:`~dsfed_server.functions.curves.placement_cells`).
+    else the cells this site releases (:func:`~dsfed_server.functions.curves.placement_cells`, declared
+    part-way).
 
     The reference's leaves alone are not enough: their edges were released on the pooled counts of the records
     the reference was derived from, so references derived on each of two nested subsets pass them, and the
@@ -104,7 +110,7 @@ def side_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: 
     read at the same cells, over the same records, and tell no more than those cells' counts."""
     if ctx.guard.deferred is not None and ctx.session.derived_by_sites(reference, SITE_DERIVED):
         return pooled_cells(ctx, reference, rows, p)
-    return placement_cells(ctx, p, reference, score, rows)
+    return (yield from placement_cells(ctx, p, reference, score, rows))
 
 
 @register(

@@ -33,6 +33,7 @@ evaluate them at their own exact scores and release only sums over at least q re
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any, Sequence
 
 import numpy as np
@@ -42,6 +43,7 @@ from dsfed_server.context import POOLED_ONLY, CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
+from dsfed_server.disclosure.declared import Declared, ProtocolCells
 from dsfed_server.disclosure.differencing import Rows, records_digest
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
@@ -205,7 +207,10 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     cut released before on the column -- and keep, on the pooled counts, only the leaf edges the
     release gate would (a dropped edge merges two leaves of the reference). Its leaves were checked on the
     pooled counts of the records it was derived from only: an exact read of it goes through cells audited for
-    the records read (:func:`hist_placement_sums` pooled, and what reads the cells it released)."""
+    the records read (:func:`hist_placement_sums` pooled, and what reads the cells it released). The step
+    declares the kept leaf edges (:class:`~dsfed_server.disclosure.declared.ProtocolCells`, the cuts alone:
+    no sum is read on the noisy counts between them), which the service records in the column's history
+    before the release leaves."""
     sizes = [v.size for v in negatives]
     leaves = gate.cuts_from(np.linspace(out["lower"], out["upper"], out["branching"] ** out["levels"] + 1)[1:-1],
                             inclusive=False)
@@ -222,7 +227,8 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     session, sources = ctx.session, frozenset(ctx.session.scope.sources) if ctx.session.scope else frozenset()
     name_length = ctx.limits.max_name_length  # the analyst names the reference in later calls: within the limit
 
-    def advance(pooled: dict[str, np.ndarray], floor: gate.Floor) -> tuple[dict[str, Any], None]:
+    def advance(pooled: dict[str, np.ndarray], floor: gate.Floor
+                ) -> Generator[Declared, Any, tuple[dict[str, Any], None]]:
         split = np.cumsum(sizes)[:-1]
         release = {**public, "pooled": True, "variance": pooled["variance"].tolist(),
                    "negatives": [v.tolist() for v in np.split(pooled["negatives"], split)],
@@ -234,7 +240,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         reference = derived_reference(release, kept, added)
         name = session.keep_derived("ref", digest, reference, SITE_DERIVED, sources, name_length)
-        cuts.record([root_leaves[i] for i in np.flatnonzero(kept)])
+        yield ProtocolCells(cuts, [root_leaves[i] for i in np.flatnonzero(kept)])  # the kept leaf edges alone
         release["reference"], release["reference_digest"] = name, session.definitions[name]
         release["reference_knots_dropped"] = int(len(leaves) - kept.sum())
         release["reference_edges_added"] = [[c.value, c.inclusive] for c in added]
@@ -390,14 +396,17 @@ def cell_lines(cuts: Sequence[gate.Cut], edges: np.ndarray, cdf: np.ndarray, wit
 
 
 def placement_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, score: pd.Series, rows: Rows | None
-                    ) -> tuple[tuple[gate.Cut, ...], dict[str, Any]]:
+                    ) -> Generator[Declared, Any, tuple[tuple[gate.Cut, ...], dict[str, Any]]]:
     """The cells of the reference's bins this site releases for the scores ``p`` alone (the release gate:
     the cut history, the secret margin, the row-set audit; :meth:`Guard.release`), and what the gate did.
     A table that stays on the site but is built from the reference (the ROC-GLM's) is read through these
-    cells, as the placement sums are: anything computed from it depends on a record only through its cell."""
-    return ctx.guard.release(Intervals(p, reference_cuts(reference), lambda released: (released.cuts, {
+    cells, as the placement sums are: anything computed from it depends on a record only through its cell.
+    Released before anything is read through them: the cells are declared part-way
+    (:mod:`~dsfed_server.disclosure.declared`), and a caller yields from it."""
+    cuts, described = yield Intervals(p, reference_cuts(reference), lambda released: (released.cuts, {
         **released.describe(), "cuts": [c.value for c in released.cuts[1:-1]]}),
-                                       what="reference's bins", column=ctx.root_column(score), rows=rows))
+                                      what="reference's bins", column=ctx.root_column(score), rows=rows)
+    return cuts, described
 
 
 def placements(reference: pd.DataFrame, cuts: Sequence[gate.Cut], y: np.ndarray, p: np.ndarray, within_bin: str
@@ -542,7 +551,8 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
     checks=GATE_RULES,
 )
 def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
-                      thresholds: int, within_bin: str, pooled: bool, placed: str) -> pd.DataFrame:
+                      thresholds: int, within_bin: str, pooled: bool, placed: str
+                      ) -> Generator[Declared, Any, pd.DataFrame]:
     """The site's intermediate ROC-GLM table (Schalk et al. 2024, "The ROC-GLM") from the histogram CDF:
     :math:`PV_i = 1 - \\tilde F_0(x_i)` for the positives, :math:`u_{ij} = 1(PV_i \\le t_j)`,
     stored as rows ``(u, x = \\Phi^{-1}(t_j), w = count)``; the table stays on the site.
@@ -568,7 +578,7 @@ def hist_roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, refe
     if pooled:
         cuts = pooled_cells(ctx, reference, rows, p)[0]
     else:
-        cuts = placement_cells(ctx, p, reference, score, rows)[0]
+        cuts, _ = yield from placement_cells(ctx, p, reference, score, rows)
     v10, v01 = placements(reference, cuts, y, p, within_bin)
     table = roc_glm_table(1.0 - v10 if placed == "positives" else v01, thresholds, y)
     table.attrs[POOLED_ONLY] = pooled
