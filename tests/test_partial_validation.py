@@ -1,8 +1,8 @@
 """``validate()`` keeps what it could compute: on scores that separate the outcomes (every event
 scored above 0.5, every non-event below), the calibration slope is infinite and R's ``glm`` does not
-converge in its 25 iterations, nor does the distributed fit; the result names that section with its
-error and holds the others, which equal pandas on the pooled records; so too where the sites refuse
-one section's function. Three in-process sites under the shipped default rules."""
+converge in its 25 iterations, and the distributed fit is refused where its working weights come to rest on
+fewer than q records; the result names that section with the refusal and holds the others, which equal pandas
+on the pooled records; so too where the sites refuse one section's function. Three in-process sites under the shipped default rules."""
 
 from __future__ import annotations
 
@@ -42,13 +42,18 @@ def test_a_fit_that_cannot_converge_is_named_and_the_other_sections_stand(separa
     assert (bool(converged), int(iterations)) == (False, 25)  # R's glm does not converge either
 
     assert result.logistic is None
-    assert result.failed["logistic calibration"] == ("ConvergenceError: the distributed GLM did not converge in "
-                                                     "25 iterations")
+    # the distributed fit's slope grows step by step until, at the smallest site (150 records), the working weights
+    # rest on fewer than q records: that site refuses the step (a separated fit's late sums are sums over the few
+    # records next to the boundary), naming its rule, and the section is named with that refusal
+    why = result.failed["logistic calibration"]
+    assert why.startswith("FederatedCallError: ") and "site 'site3', function glmDS2: at this iterate the fit's " \
+        "working weights rest on fewer than 5 of the records" in why and "[rule disclosure.q_threshold]" in why
     # the separated scores make the ROC-GLM's slope infinite too: under the noise its fit either does not
-    # converge or its information matrix turns singular; either way the empirical AUC stands without it
+    # converge, its information matrix turns singular or a site refuses its step likewise; either way the
+    # empirical AUC stands without it
     assert set(result.failed) <= {"logistic calibration", "ROC-GLM", "smooth calibration"}
     for section, why in result.failed.items():
-        assert why.startswith("ConvergenceError: ") or "singular" in why, (section, why)
+        assert why.startswith("ConvergenceError: ") or "singular" in why or "working weights" in why, (section, why)
     d = result.discrimination
     # pooled, every event is scored above every non-event: the AUC is 1, and the histograms' noise can only
     # pull the estimate below it, by about its standard error
@@ -79,7 +84,7 @@ def test_the_summary_frame_and_report_say_what_is_missing(separated):
     frame = result.to_frame()
     assert "calibration slope" not in frame.index and "Brier score" in frame.index
     html = write_report(result, tmp / "partial.html").read_text()
-    assert "Not computed: logistic calibration: ConvergenceError" in html
+    assert "Not computed: logistic calibration: FederatedCallError" in html
     assert "Brier score" in html and 'data-plot="logistic"' not in html
 
 
