@@ -2,7 +2,8 @@
 scored above 0.5, every non-event below), the calibration slope is infinite and R's ``glm`` does not
 converge in its 25 iterations, and the distributed fit is refused where its working weights come to rest on
 fewer than q records; the result names that section with the refusal and holds the others, which equal pandas
-on the pooled records; so too where the sites refuse one section's function. Three in-process sites under the shipped default rules."""
+on the pooled records; so too where the sites refuse one section's function. Three in-process sites under the
+shipped default rules."""
 
 from __future__ import annotations
 
