@@ -156,6 +156,16 @@ class Guard:
                 "read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it for "
                 "this site alone (pooled = FALSE)")
 
+    def working_weights(self, binomial: bool, effective: float, hint: str) -> None:
+        """Refuse a binomial GLM step whose working weights rest on fewer than q records (``effective``, Kish's
+        effective sample size): the covariates (nearly) separate the outcome, and the step's sums are sums over
+        the few records next to the boundary (Albert & Anderson 1984)."""
+        if binomial and effective < self.q:
+            raise self._refuse(
+                f"at this iterate the fit's working weights rest on fewer than {self.q} of the records: the "
+                "covariates (nearly) separate the outcome, and the fit's sums would be sums over the few records "
+                "next to the boundary", "disclosure.q_threshold", hint)
+
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with
         ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count

@@ -417,7 +417,7 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
         count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
         return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None,
-                          least=ctx.guard.rule("disclosure.q_threshold"))
+                          guard=ctx.guard)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
         if beta.size != len(mf.names):
@@ -490,17 +490,6 @@ def pooled_frac_bits(info: np.ndarray, xwz: np.ndarray, dev: float, n_sites: int
     return int(np.clip(63 - headroom - np.ceil(np.log2(size * n_sites)), 24, 40))
 
 
-def check_spread(fam: Family, effective: float, least: float, *, hint: str) -> None:
-    """Refuse a binomial step whose working weights rest on fewer than ``least`` records (``effective``,
-    Kish's effective sample size, :func:`_parts`): the covariates (nearly) separate the outcome, and the
-    step's sums are sums over the few records next to the boundary (:func:`irls_steps`)."""
-    if fam.name == "binomial" and effective < least:
-        raise DisclosureRefusal(
-            f"at this iterate the fit's working weights rest on fewer than {least:g} of the records: the covariates "
-            "(nearly) separate the outcome, and the fit's sums would be sums over the few records next to the "
-            "boundary", rule="disclosure.q_threshold", hint=hint)
-
-
 def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
                 weights: str | None, offset: str | None, levels: dict[str, list[str]] | None
                 ) -> Callable[[], ModelFrame]:
@@ -520,7 +509,7 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
     return frame
 
 
-def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, least: float
+def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, guard: Guard
                ) -> PooledSteps:
     """The distributed Fisher scoring as a pooled protocol (the iterates come from the sites).
 
@@ -537,14 +526,14 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     :math:`W_i = \\mu_i(1 - \\mu_i)` vanish but at the records next to the boundary, and the information's
     three sums :math:`\\sum_i W_i (1, s_i, s_i^2)` are three equations in those two or three records' values,
     the steep smooth step that :mod:`~dsfed_server.disclosure.expressions` refuses as a derived column. So a
-    binomial step whose weights rest on fewer than ``least`` records (``disclosure.q_threshold``; Kish's
+    binomial step whose weights rest on fewer than q records (:meth:`Guard.working_weights`; Kish's
     effective sample size, :func:`_parts`) is refused: the fit is (nearly) separated, and R's ``glm`` would
     warn that fitted probabilities of 0 or 1 occurred."""
     mf = frame()
     mine, effective = _parts(fam, mf, beta)
     if beta is not None:
-        check_spread(fam, effective, least, hint="the fit does not converge: use the last iterate released, or a "
-                                                 "model whose covariates do not separate the outcome")
+        guard.working_weights(fam.name == "binomial", effective, hint="the fit does not converge: use the last "
+                              "iterate released, or a model whose covariates do not separate the outcome")
     names = list(mf.names)
     del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
@@ -558,7 +547,7 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, collinear covariates, or covariates that "
                             "separate the outcomes, whose fitted probabilities then reach 0 or 1)") from None
-        step = irls_steps(fam, frame, following, least=least)
+        step = irls_steps(fam, frame, following, guard=guard)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
         # an identity-link gaussian model's X'WX and X'Wz do not depend on beta at all

@@ -35,8 +35,9 @@ from dsfed_core.calltree import Formula
 from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext
 from dsfed_server.families import Family, family as make_family
+from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions.glm import (_CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame, _parts,
-                                        check_spread, parts)
+                                        parts)
 from dsfed_server.modelframe import ModelFrame
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowbatches import row_batches
@@ -69,10 +70,10 @@ class Fit:
     converged: bool
 
 
-def fit(fam: Family, mf: ModelFrame, *, least: float) -> Fit:
+def fit(fam: Family, mf: ModelFrame, *, guard: Guard) -> Fit:
     """R's ``glm.fit`` IRLS on one site's model frame (see the module's docstring). A binomial step whose
-    working weights rest on fewer than ``least`` records (``disclosure.q_threshold``) is refused
-    (:func:`~dsfed_server.functions.glm.check_spread`): a separated fit runs its 25 iterations to slopes of
+    working weights rest on fewer than q records is refused
+    (:meth:`~dsfed_server.disclosure.checks.Guard.working_weights`): a separated fit runs its 25 iterations to slopes of
     thousands, and its coefficients, covariance and deviance are then equations in the two records next to
     the boundary."""
     start = parts(fam, mf, None)
@@ -85,8 +86,8 @@ def fit(fam: Family, mf: ModelFrame, *, least: float) -> Fit:
                             "here, collinear covariates, or covariates that separate the outcomes here)",
                             hint="simplify the model") from None
         step, effective = _parts(fam, mf, beta)
-        check_spread(fam, effective, least, hint="the fit does not converge at this site: use a model whose "
-                                                 "covariates do not separate the outcome here")
+        guard.working_weights(fam.name == "binomial", effective, hint="the fit does not converge at this site: use "
+                              "a model whose covariates do not separate the outcome here")
         dev = float(step["dev"])
         if abs(dev - dev_old) / (abs(dev) + 0.1) < EPSILON:
             return Fit(beta, np.linalg.inv(info), dev, iteration, True)
@@ -167,7 +168,7 @@ def slma_fit(ctx: CallContext, formula: Formula, family: str, offset: str | None
     nothing is released."""
     fam = make_family(family, link)
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
-    result = fit(fam, mf, least=ctx.guard.rule("disclosure.q_threshold"))
+    result = fit(fam, mf, guard=ctx.guard)
     return StudyGLM(formula.to_text(), fam.name, fam.link, weights, offset, tuple(result.beta.tolist()),
                     result.converged)
 
@@ -186,7 +187,7 @@ def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | 
         raise CallError("newobj is not the model glmSLMADS.assign fitted for this formula, family, offset and weights",
                         hint="assign the model with glmSLMADS.assign first (ds.glmSLMA does)")
     mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
-    result = fit(fam, mf, least=ctx.guard.rule("disclosure.q_threshold"))
+    result = fit(fam, mf, guard=ctx.guard)
     names = list(mf.names)
     rank = len(names)
     y = np.asarray(mf.y, dtype=float)
