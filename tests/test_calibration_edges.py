@@ -21,8 +21,8 @@ from dsfed_client import Ref
 from dsfed_client.analyses.calibration import ds_calibration_curve
 from dsfed_client.analyses.decision import VALIDATE_GRID, ds_decision_curve
 from dsfed_server.messy import write_corpus
-from rref import R_BINNED, r_reference
 from sitekit import make_sites
+from test_curve_after_histogram import _check_against_R
 from test_derived_column_attacks import fixed_secrets
 
 
@@ -78,12 +78,7 @@ def test_sites_that_snap_an_edge_differently_are_asked_again_at_the_cut(tmp_path
     fresh, _ = _corpus_curves(tmp_path / "fresh", frames, secrets, explore=False)
     curve, first = _corpus_curves(tmp_path / "explored", frames, secrets, explore=True)
     assert first.edges.size < fresh.edges.size == curve.edges.size == 10
-    n, sum_y, sum_p = r_reference("binned_ref", R_BINNED, y=pooled.y.to_numpy(), p=pooled.score.to_numpy(),
-                                  breaks=np.asarray(curve.edges, dtype=float), right=np.array([0.0])).reshape(3, -1)
-    np.testing.assert_array_equal(curve.n, n)
-    filled = n > 0
-    np.testing.assert_allclose(curve.mean_outcome[filled], sum_y[filled] / n[filled], rtol=1e-12)
-    np.testing.assert_allclose(curve.mean_prediction[filled], sum_p[filled] / n[filled], rtol=1e-12)
+    _check_against_R(curve, pooled)
     assert curve.bins.aligned == {"hospital2": [(0.1, 0.10000001)]}
     note = curve.bins.note()
     assert "edges asked again at every site at the cut other sites had moved them onto" in note

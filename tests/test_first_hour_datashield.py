@@ -12,6 +12,7 @@ tests/test_first_histogram.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,10 +30,9 @@ STAGES = ("I", "II", "III", "IV")
 NA = "NA"  # R's NA as jsonlite's typed form writes it
 
 
-@pytest.fixture(scope="module")
-def first_hour(tmp_path_factory) -> Any:
-    """The sites as ``init`` makes them, served, and what each keeps (pandas)."""
-    tmp = tmp_path_factory.mktemp("first-hour")
+def hospitals_by_init(tmp: Path) -> tuple[list[ProvisionedSite], dict[str, str], dict[str, pd.DataFrame]]:
+    """The messy corpus's three hospitals as ``dsfed-server init`` makes them from their CSVs under ``tmp``: the
+    sites, each one's analyst password, and the records each keeps (pandas)."""
     sites, passwords, kept = [], {}, {}
     for messy in write_corpus(tmp / "corpus", dataset="three_hospitals", seed=37):
         site_dir = tmp / messy.name
@@ -44,6 +44,14 @@ def first_hour(tmp_path_factory) -> Any:
                                      site_dir / "site.secret"))
         read = pd.read_csv(messy.csv, na_values=list(NA_SPELLINGS), keep_default_na=False)
         kept[messy.name] = kept_by_pattern(read.assign(sex=read.sex.str.strip()))
+    return sites, passwords, kept
+
+
+@pytest.fixture(scope="module")
+def first_hour(tmp_path_factory) -> Any:
+    """The sites as ``init`` makes them, served, and what each keeps (pandas)."""
+    tmp = tmp_path_factory.mktemp("first-hour")
+    sites, passwords, kept = hospitals_by_init(tmp)
     with LocalSites(sites, tmp / "run") as local:
         builder = DSLoginBuilder()
         for site in sites:

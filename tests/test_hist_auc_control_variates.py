@@ -17,8 +17,10 @@ class's mean (:func:`dsfed_client.analyses.curves.control_variates`; Glynn & Sze
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -207,8 +209,7 @@ def test_noise_on_no_bias_and_the_reported_variance_is_the_errors_monte_carlo() 
     shares' gradients are close, not exact), and not below the chi-square band."""
     from test_hist_auc_weights import LEVELS, SIGMA, SITES, level_counts
 
-    from dsfed_client.analyses.curves import ScoreHistograms, control_variates
-    from dsfed_core.histograms import global_cdfs, level_variances
+    from dsfed_core.histograms import level_variances
 
     rng = np.random.default_rng(385)
     data = binormal(500, rng, 0.75, 0.3)
@@ -231,21 +232,34 @@ def test_noise_on_no_bias_and_the_reported_variance_is_the_errors_monte_carlo() 
     for _ in range(2000):
         noisy = {cls: [levels[0]] + [v + rng.normal(0.0, np.sqrt(pooled[0]), v.size) for v in levels[1:]]
                  for cls, levels in exact.items()}
-        ref, cdf = global_cdfs(noisy, variances, 2), global_cdfs(noisy, variances, 2, monotone=True)
-        hist = ScoreHistograms(edges, cdf["negatives"], cdf["positives"], float(cdf["negatives"][-1]),
-                               float(cdf["positives"][-1]), False, variances, {},
-                               consistent_negatives=ref["negatives"], consistent_positives=ref["positives"])
-        cv = control_variates(hist)
-        m10, m00, m01, m11 = means(ref)
-        w = cv.weight
-        errors.append(w * (m10 - cv.beta10 * (m00 - 0.5)) + (1 - w) * (m01 - cv.beta01 * (m11 - 0.5)) - cv.bias
-                      - target)
-        reported.append(w**2 * cv.variance10 + (1 - w) ** 2 * cv.variance01)
+        hist, (m10, m00, m01, m11), error, variance = corrected(noisy, variances, edges, means, target)
+        errors.append(error)
+        reported.append(variance)
     errors = np.asarray(errors)
     assert abs(errors.mean()) < 3 * errors.std(ddof=1) / np.sqrt(errors.size), errors.mean()
     band = stats.chi2.ppf([0.001, 0.999], errors.size - 1) / (errors.size - 1)
     ratio = np.mean(reported) / errors.var(ddof=1)
     assert 1 / band[1] < ratio < 1.25, ratio
+
+
+def corrected(noisy: dict[str, list[np.ndarray]], variances: np.ndarray, edges: np.ndarray,
+              means: Callable[[dict[str, np.ndarray]], tuple[float, float, float, float]], target: float
+              ) -> tuple[Any, tuple[float, float, float, float], float, float]:
+    """One Monte Carlo draw of noisy level counts: the histograms the client reads, the four placement means
+    against the sites' consistent reference (``means``: V10, V00, V01, V11), the control-variate estimate's
+    error against ``target`` and its reported noise variance."""
+    from dsfed_client.analyses.curves import ScoreHistograms, control_variates
+    from dsfed_core.histograms import global_cdfs
+
+    ref, cdf = global_cdfs(noisy, variances, 2), global_cdfs(noisy, variances, 2, monotone=True)
+    hist = ScoreHistograms(edges, cdf["negatives"], cdf["positives"], float(cdf["negatives"][-1]),
+                           float(cdf["positives"][-1]), False, variances, {},
+                           consistent_negatives=ref["negatives"], consistent_positives=ref["positives"])
+    cv = control_variates(hist)
+    m10, m00, m01, m11 = means(ref)
+    w = cv.weight
+    error = w * (m10 - cv.beta10 * (m00 - 0.5)) + (1 - w) * (m01 - cv.beta01 * (m11 - 0.5)) - cv.bias - target
+    return hist, (m10, m00, m01, m11), error, w**2 * cv.variance10 + (1 - w) ** 2 * cv.variance01
 
 
 def test_noisy_totals_the_gradients_carry_the_cdfs_normalisation_monte_carlo() -> None:
@@ -257,8 +271,7 @@ def test_noisy_totals_the_gradients_carry_the_cdfs_normalisation_monte_carlo() -
     it 0.98 and 1.19: within the band, and at most 1.25 times; the bias within 3 SEs of zero either way."""
     from test_hist_auc_weights import LEVELS, SIGMA, SITES, level_counts
 
-    from dsfed_client.analyses.curves import ScoreHistograms, control_variates, placement_noise_variances
-    from dsfed_core.histograms import global_cdfs, level_variances
+    from dsfed_core.histograms import level_variances
 
     rng = np.random.default_rng(388)
     data = binormal(500, rng, 0.75, 0.3)
@@ -280,16 +293,9 @@ def test_noisy_totals_the_gradients_carry_the_cdfs_normalisation_monte_carlo() -
     for _ in range(2000):
         noisy = {cls: [v + rng.normal(0.0, np.sqrt(variances[0]), v.size) for v in levels]
                  for cls, levels in exact.items()}
-        ref, cdf = global_cdfs(noisy, variances, 2), global_cdfs(noisy, variances, 2, monotone=True)
-        hist = ScoreHistograms(edges, cdf["negatives"], cdf["positives"], float(cdf["negatives"][-1]),
-                               float(cdf["positives"][-1]), False, variances, {},
-                               consistent_negatives=ref["negatives"], consistent_positives=ref["positives"])
-        cv = control_variates(hist)
-        m10, m00, m01, m11 = means(ref)
-        w = cv.weight
-        errors.append(w * (m10 - cv.beta10 * (m00 - 0.5)) + (1 - w) * (m01 - cv.beta01 * (m11 - 0.5)) - cv.bias
-                      - target)
-        reported.append(w**2 * cv.variance10 + (1 - w) ** 2 * cv.variance01)
+        hist, (m10, m00, m01, m11), error, variance = corrected(noisy, variances, edges, means, target)
+        errors.append(error)
+        reported.append(variance)
         v10, v01 = placement_noise_variances(hist)
         plain.append(0.5 * (m10 + m01) - target)
         plain_reported.append(0.25 * (v10 + v01))

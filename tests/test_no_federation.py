@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from datashield import DSLoginBuilder, DSSession
+from datashield import DSSession
 
 from conftest import http_builder
 from dsfed_client import FederatedCallError
@@ -27,6 +27,7 @@ from dsfed_server.launch import LocalSites
 from dsfed_server.provision import provision
 from opalkit import opal_value
 from rref import r_eval
+from test_derived_column_attacks import ds_login
 from sitekit import DEFAULT_RULES, ROOT, write_table
 
 SIZES = {"north": 400, "south": 300}
@@ -119,12 +120,7 @@ def test_datashield_ds_glm_through_ws_equals_r(unpinned):
     unmodified PyPI DataSHIELD client through /ws."""
     frames, provisioned, urls = unpinned
     reference = _r_glm(pd.concat(frames.values(), ignore_index=True), "y ~ x + g")
-    builder = DSLoginBuilder()
-    for name, url in urls.items():
-        cred = provisioned[name].credentials["analyst"]
-        builder.add(name, url, user=cred.user, password=cred.password)
-    session = DSSession(builder.build())
-    session.open()
+    session = ds_login(provisioned, urls)
     try:
         session.assign_table("D", table="P.t", asynchronous=False)
         assert opal_value(session.aggregate("meanDS(D$x)", asynchronous=False)["north"])["EstimatedMean"] \

@@ -13,7 +13,6 @@ here from pandas' per-site figures; ``Total_Nvalid`` is NA. dsBaseClient drops t
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from typing import Any
 
@@ -22,9 +21,7 @@ import pandas as pd
 import pytest
 
 from dsfed_server.launch import LocalSites
-from dsfed_server.messy import NA_SPELLINGS, write_corpus
-from dsfed_server.provision import Credential, ProvisionedSite
-from sitekit import dsfed_server, kept_by_pattern
+from test_first_hour_datashield import hospitals_by_init
 from test_r_client import INSTALL_HINT, R_LIB, _client_installed
 
 STAGES = ("I", "II", "III", "IV")
@@ -59,17 +56,7 @@ def r_outcome(tmp_path_factory) -> tuple[dict[str, Any], dict[str, pd.DataFrame]
     if not _client_installed():  # its absence fails the test, saying how to install it
         pytest.fail(INSTALL_HINT.format(lib=R_LIB), pytrace=False)
     tmp = tmp_path_factory.mktemp("r-meansdgp")
-    sites, passwords, kept = [], {}, {}
-    for messy in write_corpus(tmp / "corpus", dataset="three_hospitals", seed=37):
-        site_dir = tmp / messy.name
-        made = dsfed_server("init", str(site_dir), "--csv", str(messy.csv), "--name", messy.name, "--port", "0")
-        assert made.returncode == 0, made.stderr
-        passwords[messy.name] = re.search(r"analyst \(analyst\): password (\S+)", made.stdout).group(1)
-        sites.append(ProvisionedSite(messy.name, site_dir / "site.toml", site_dir / f"{messy.name}-audit.jsonl",
-                                     {"analyst": Credential("analyst", "analyst", passwords[messy.name], "")},
-                                     site_dir / "site.secret"))
-        read = pd.read_csv(messy.csv, na_values=list(NA_SPELLINGS), keep_default_na=False)
-        kept[messy.name] = kept_by_pattern(read.assign(sex=read.sex.str.strip()))
+    sites, passwords, kept = hospitals_by_init(tmp)
     script, config, out = tmp / "session.R", tmp / "config.json", tmp / "out.json"
     script.write_text(SCRIPT)
     with LocalSites(sites, tmp / "run") as local:
