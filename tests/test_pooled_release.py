@@ -169,9 +169,12 @@ def test_a_forged_relay_is_refused(tmp_path):
             assert "s1" in refused and refused["s1"].rule == "secure_aggregation.peers", what
             assert "was not sealed by s2" in refused["s1"].message, what
         round_id, roster, step, answers = _sealed_step(s, *call)
-        agreed = _release(s, round_id, roster, step, honest(answers))  # the cells; then the sites' verdicts
+        agreed = _release(s, round_id, roster, step, honest(answers))  # the cells; the sites' verdicts; the release
         assert all(r["result"]["release"] is None for r in agreed.values())
         following = {site: r["result"]["continue"] for site, r in agreed.items()}
+        recorded = _release(s, round_id, roster, next(iter(following.values()))["step"], honest(following))
+        assert all(r["result"]["release"] is None for r in recorded.values())  # recorded, held for one more step
+        following = {site: r["result"]["continue"] for site, r in recorded.items()}
         released = _release(s, round_id, roster, next(iter(following.values()))["step"], honest(following))
     pooled = pd.concat(frames.values()).y.value_counts().sort_index().tolist()
     assert all(r["result"]["release"]["counts"] == pooled for r in released.values())

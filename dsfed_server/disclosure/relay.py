@@ -99,6 +99,7 @@ class PendingStep:
     history_key: tuple[str, str] | None = None  # its cut history goes back with the release
     relayed: bool = False  # a relayed protocol: checked per site when sealed, the sum released as it is
     asked_bits: int | None = None  # the fraction bits the analyst asked for (a step's None means these)
+    held: Any = None  # the release of the step before, given when this step opens (every site has recorded it)
 
 
 def _relay_key(shared: bytes, round_id: str, sender: str, receiver: str, step: int, call: bytes) -> bytes:

@@ -240,7 +240,7 @@ class SecureRounds:
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
               fields: dict[str, np.ndarray], finish: Any, frac_bits: int, meta: dict[str, Any],
               sources: frozenset, history_key: tuple[str, str] | None = None, relayed: bool = False,
-              asked_bits: int | None = None) -> dict[str, Any]:
+              asked_bits: int | None = None, held: Any = None) -> dict[str, Any]:
         """Encode ``fields`` in fixed point, mask them, seal them for every peer and keep them (with
         ``finish``, what the pooled vector becomes) until the analyst relays the others'. A step on a
         table column carries this site's share of the key of the gate's draws (:func:`gate.nonce`)."""
@@ -256,7 +256,7 @@ class SecureRounds:
         while len(rnd.pending) >= relay.MAX_PENDING:
             rnd.pending.pop(next(iter(rnd.pending)))
         rnd.pending[step] = relay.PendingStep(function, digest, masked, layout, frac_bits, meta, finish, sources,
-                                              history_key, relayed, asked_bits)
+                                              history_key, relayed, asked_bits, held)
         return {"pooled": {"round": rnd.round_id, "step": step, "site": name, "meta": meta,
                            "sealed": relay.seal(name, rnd, keys, step, digest, masked, meta)}}
 
@@ -300,19 +300,20 @@ class SecureRounds:
         if isinstance(out, Generator):  # a protocol's step that declares releases part-way
             out = declared.run(out, guard)
         history = {} if pending.history_key is None else {"history": self._history_answer(pending.history_key)}
-        if not isinstance(out, tuple):
-            return {"release": jsonable(out), **history}
-        release, following = out  # a protocol of several steps (relay.PooledSteps)
-        if following is None:
-            return {"release": jsonable(release), **history}
+        release, following = out if isinstance(out, tuple) else (out, None)  # steps: relay.PooledSteps
+        given, held = (jsonable(release), None) if pending.relayed else (pending.held, release)
+        if following is None and held is None:
+            return {"release": given, **history}
+        if following is None:  # one more step, of nothing: it opens only once every site has recorded ``held``
+            following = relay.PooledSteps({}, lambda pooled, floor: (None, None), frac_bits=0)
         next_step = secure_sum.use_step(rnd, option.get("next_step"))
         digest = hashlib.sha256(pending.call + b"\0next").digest()  # the same at every site of the round
         asked = pending.asked_bits if pending.asked_bits is not None else pending.frac_bits
         frac_bits = following.frac_bits if following.frac_bits is not None else asked
         sealed = self._seal(rnd, keys, next_step, pending.function, digest, following.fields, following.advance,
                             frac_bits, pending.meta, pending.sources, following.history_key or pending.history_key,
-                            pending.relayed, asked_bits=asked)
-        return {"release": jsonable(release), "continue": sealed["pooled"], **history}
+                            pending.relayed, asked_bits=asked, held=None if held is None else jsonable(held))
+        return {"release": given, "continue": sealed["pooled"], **history}
 
     def _history_answer(self, key: tuple[str, str]) -> dict[str, Any]:
         """This site's cut history of a column, as a pooled release's answers carry it (the analyst
