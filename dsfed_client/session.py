@@ -173,6 +173,9 @@ class FederatedSession:
         # the sites' cut histories per table column (what they answered with): relayed with every
         # pooled release, so that all sites check the pooled cells against all of them
         self._cut_histories: dict[tuple[str, str], set[tuple[float, bool]]] = {}
+        # the pooled cells the sites recorded, (identity, pooled count, column): relayed with every pooled release,
+        # so that the sites decide on the pooled records whether a new cell differs from them by too few records
+        self._pooled_cells: set[tuple[str, int, str]] = set()
         self._view = False
         opened = self._all("openSession", lambda t: t.request("POST", "/sessions", function="openSession"),
                            raise_errors=False)
@@ -283,9 +286,12 @@ class FederatedSession:
                 for (table, column), cuts in self._cut_histories.items()]
 
     def _learn_histories(self, answers: dict[str, Any]) -> bool:
-        """Add the cut histories the sites answered with; True when one held a cut not known before."""
+        """Add the cut histories and the pooled cells the sites answered with; True when a history held a cut
+        not known before."""
         grew = False
         for answer in answers.values():
+            cells = answer.get("cells") if isinstance(answer, dict) else None
+            self._pooled_cells.update((str(i), int(n), str(c)) for i, n, c in cells or [])
             history = answer.get("history") if isinstance(answer, dict) else None
             if history:
                 known = self._cut_histories.setdefault((history["table"], history["column"]), set())
@@ -360,6 +366,8 @@ class FederatedSession:
             step = self._step()
             option: dict[str, Any] = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits}
             option.update({"relayed": True} if relayed else {"pooled": True, "cuts": self._relayed_cuts()})
+            if self._pooled_cells and not relayed:  # none to relay before a site answered with some
+                option["cells"] = [list(c) for c in sorted(self._pooled_cells)]
             answers = {s: r["result"] for s, r in
                        self._in_session(function, "POST", "/aggregate", {**call, "secure": option}).items()}
             if any("pooled" not in a for a in answers.values()):  # a site released cuts the relay did not hold

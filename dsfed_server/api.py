@@ -88,6 +88,9 @@ class SecureOption(_Body):
                                              "for the other sites (continue with POST .../pooled)")
     cuts: list[dict[str, Any]] | None = Field(None, description="the cut histories the sites answered with, "
                                                                 "relayed unchanged: [{table, column, cuts}]")
+    cells: list[list[Any]] | None = Field(None, max_length=100_000,
+                                          description="the pooled cells the sites recorded, relayed unchanged: "
+                                                      "[[identity, pooled count, column], ...]")
 
 
 class RelayEntry(_Body):

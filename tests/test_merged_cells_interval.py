@@ -58,7 +58,10 @@ def test_merged_pairs_counts_the_pairs_a_merge_ties():
 
 
 def test_a_second_models_auc_over_merged_cells_has_an_interval_that_holds_the_pooled_auc(tmp_path: Path):
-    """Shipped default rules (the budget raised, as the benchmarks do, for two models' histograms at full epsilon)."""
+    """Shipped default rules (the budget raised, as the benchmarks do, for two models' histograms at full epsilon),
+    and a client that relays none of the pooled cells the sites recorded (one of before they shared identities):
+    each site then decides alone, and merges (with the cells relayed, the sites decide on the pooled records and
+    the second model keeps its cells: ``test_pooled_shared_cells``)."""
     from curves import bench_rules  # noqa: PLC0415  (bench/curves.py)
 
     frame = two_scores(250, 7)
@@ -68,6 +71,8 @@ def test_a_second_models_auc_over_merged_cells_has_an_interval_that_holds_the_po
     services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
     with login(prov, services).login() as session:
         session.assign_table("D", f"{PROJECT}.t")
+        learn = session._learn_histories
+        session._learn_histories = lambda answers: [learn(answers), session._pooled_cells.clear()][0]
         first = ds_hist_auc(session, "D$y", "D$score", secure=True)
         second = ds_hist_auc(session, "D$y", "D$score_b", secure=True)
     truth_first, truth_second = pooled_auc(frame, "score"), pooled_auc(frame, "score_b")

@@ -10,6 +10,7 @@ short (that number would itself be the disclosure).
 from __future__ import annotations
 
 import math
+import secrets
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from dsfed_core.calltree import Column, Node, Symbol
 from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_moment, too_many
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
-from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, isolated_records, packed_rows,
-                                                 pooled_pair_problem, pooled_problem_cells, row_set_audit,
-                                                 row_set_problem, rows_of, set_size, spanned_gap, superset_gap)
+from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, isolated_records,
+                                                 packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
+                                                 row_set_problem, rows_of, set_size, shared_pair_problems,
+                                                 shared_pairs, spanned_gap, superset_gap, with_identities)
 from dsfed_server.disclosure.shared_tables import own_key
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
                                          cuts_from, decide_local,
@@ -31,7 +33,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
-from dsfed_server.disclosure.relay import PooledSteps
+from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.param_types import P
 from dsfed_core.errors import CallError, ContractViolation, DisclosureRefusal
@@ -92,6 +94,9 @@ class Guard:
     # a pooled release: every cut released before on each column at the sites of the round, as the
     # analyst relayed them (checked to hold this site's own history)
     relayed_cuts: dict[tuple[str, str], list[Cut]] | None = field(repr=False, default=None)
+    # a pooled release: the pooled cells released before (at any site, of any table) as the analyst relayed them,
+    # whose pairs with the new cells the sites decide on the pooled records (Guard.coarsened)
+    relayed_cells: list[SharedCell] | None = field(repr=False, default=None)
     # the rules this call applied (rules-file keys), in the order first applied: the service compares
     # them with the function's declared checks before anything is released (the contract)
     applied: dict[str, None] = field(repr=False, default_factory=dict, compare=False)
@@ -584,8 +589,33 @@ class Guard:
             return []
         before = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         earlier = [PooledCell(old, set_size(old)) for old in before]
-        earlier += self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        return pooled_problem_cells(earlier, cells, self.rule("disclosure.subset_min_difference"))
+        pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        shared = self._shared(pooled)
+        earlier += [cell for cell in pooled if cell.cell_id not in shared]
+        return pooled_problem_cells(earlier, cells, self.rule("disclosure.subset_min_difference"),
+                                    list(shared.values()))
+
+    def _shared(self, pooled: list[PooledCell]) -> dict[str, PooledCell]:
+        """The pooled cells of this site's history the analyst relayed as they are kept here (identity, pooled
+        count, column): their pairs with a new pooled release are decided on the pooled records
+        (:func:`~dsfed_server.disclosure.differencing.shared_pairs`); any other is decided here, on this
+        site's records alone, as before the sites shared identities."""
+        relayed = {(c.cell_id, c.count, c.column) for c in self.relayed_cells or []}
+        return {cell.cell_id: cell for cell in pooled if (cell.cell_id, cell.count, cell.column) in relayed}
+
+    def _shared_pairs(self, cells: list[PooledCell], rows: Rows | None, min_difference: int
+                      ) -> tuple[list[int], dict[str, np.ndarray]]:
+        """This site's part of the pooled decision on pairs of ``cells`` and the relayed pooled cells
+        (:func:`~dsfed_server.disclosure.differencing.shared_pairs`), as fields of the pooled step. Every site
+        of the round derives the same pairs, so a site that keeps no history still takes part (holding none)."""
+        relayed = sorted(set(self.relayed_cells or []), key=lambda c: (c.cell_id, c.count, c.column))
+        if not relayed or not cells:
+            return [], {}
+        held = {}
+        if self._audits(rows):
+            held = self._shared(self.history.pooled_row_sets(rows.lineage, rows.n_root))  # type: ignore[union-attr]
+        positions, differing, holding = shared_pairs(cells, relayed, held, min_difference)
+        return positions, {"pair_differing": differing, "pair_holding": holding} if positions else {}
 
     def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any]) -> PooledSteps:
         """The last step of a pooled release of ``cells`` with no cut to merge (:meth:`coarsened`): ``release()``
@@ -593,28 +623,45 @@ class Guard:
         return self.coarsened(lambda exclude: PooledRelease(None, [], cells), rows, lambda _: release())
 
     def coarsened(self, attempt: Callable[[frozenset[Cut]], PooledRelease], rows: Rows | None,
-                  on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset()) -> PooledSteps:
+                  on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset(),
+                  floor: Floor | None = None) -> PooledSteps:
         """The last steps of a pooled release of cells, coarsened where it must be, as a per-site release is:
         every site seals, per released cell of ``attempt(exclude)``, whether its own records of it fail its
         audit (:meth:`_pooled_problems`); where no site objects to any, ``on_release`` releases the
         result and the cells join this site's history; otherwise the cut above each cell objected to (the
         one below, for the last) is dropped and every site tries again alike, and a release with no cut
         left to drop is refused. The analyst sees only the result and the cuts it dropped, never which
-        site objected (``disclosure.subset_min_difference``)."""
+        site objected (``disclosure.subset_min_difference``).
+
+        A pair of a new cell and an earlier pooled cell the analyst relays (its identity, the same at every
+        site of its release) is decided on the pooled records instead, by the largest ``min_difference`` of the
+        sites (``floor``): the sites sum, per pair, their records in one cell and not the other, and a cell
+        objected to is one that differs from an earlier one by 1 to ``min_difference - 1`` pooled records. A
+        site alone cannot tell whether the others' records of the two are nested as its own are, and would
+        object to every cell nested in an earlier one at this site by a few records. The released cells get
+        an identity from a random number the sites sum in the same step (none of them chooses it), which the
+        result carries (:class:`~dsfed_server.disclosure.relay.Recorded`) for the analyst to relay."""
         release = attempt(exclude)
         problems = self._pooled_problems(release.own_cells, rows)
+        differ = max(self.rule("disclosure.subset_min_difference"), floor.min_difference if floor else 0)
+        positions, pairs = self._shared_pairs(release.own_cells, rows, differ)
         if release.cuts:  # per released cell: the cuts beside those objected to are merged
             vector = np.zeros(release.n_cells)
             vector[problems] = 1
         else:  # nothing to merge (categories, a protocol's groups): one objection, every site's vector alike
             vector = np.asarray([float(bool(problems))])
+        tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
-            objected = np.flatnonzero(np.ravel(pooled["objections"]) > 0.5)
-            if not objected.size:
+            objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
+            if positions:
+                shared = shared_pair_problems(positions, pooled["pair_differing"], pooled["pair_holding"], differ)
+                objected |= shared if release.cuts else {0} if shared else set()
+            if not objected:
+                cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
-                self.record_pooled_cells(release.own_cells, rows)
-                return result, None
+                self.record_pooled_cells(cells, rows)
+                return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
             cuts = release.cuts
             if not cuts:
                 raise self._refuse(
@@ -624,9 +671,9 @@ class Guard:
                     "disclosure.subset_min_difference",
                     "ask for fewer or wider cells, or over the whole table or a subset that differs more")
             drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
-            return None, self.coarsened(attempt, rows, on_release, exclude | drop)
+            return None, self.coarsened(attempt, rows, on_release, exclude | drop, floor)
 
-        return PooledSteps({"objections": vector}, advance, frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, **pairs}, advance, frac_bits=8)
 
     def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
         if self._audits(rows) and cells:

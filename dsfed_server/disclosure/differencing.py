@@ -33,9 +33,11 @@ otherwise gets a lineage keyed by its content (``calibrationFrameDS`` marks the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -285,6 +287,57 @@ class PooledCell:
     rows: np.ndarray
     count: int
     column: str = ""
+    cell_id: str = ""  # a pooled cell's identity, the same at every site of its release ("": none kept)
+
+
+@dataclass(frozen=True)
+class SharedCell:
+    """A pooled cell released before, as the analyst relays it with a pooled release: its identity (the same at
+    every site of its release), its pooled count and the column it is an interval of."""
+
+    cell_id: str
+    count: int
+    column: str
+
+
+def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[str, PooledCell], min_difference: int
+                 ) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """What this site adds to the pooled decision on pairs of a new pooled cell and a relayed earlier one. The
+    pairs are those every site derives alike from the pooled counts and the relay: counts within
+    ``min_difference`` of each other, not two intervals of one column (which the gate keeps apart). Per pair,
+    the number of this site's records in one of the two cells and not the other (its records of the new cell
+    where it holds no records of the earlier one: ``held``, by identity) and whether it holds the earlier cell.
+    Returns the new cell's position of each pair and the two vectors; summed over the sites they are the
+    pooled records in one cell and not the other, and how many sites took part in the earlier release."""
+    positions, differing, holding = [], [], []
+    for j, cell in enumerate(new):
+        packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
+        for shared in relayed:
+            if abs(cell.count - shared.count) >= min_difference or (cell.column and cell.column == shared.column):
+                continue
+            old = held.get(shared.cell_id)
+            positions.append(j)
+            differing.append(set_size(packed) if old is None else _differing(old.rows, packed))
+            holding.append(0.0 if old is None else 1.0)
+    return positions, np.asarray(differing, dtype=float), np.asarray(holding, dtype=float)
+
+
+def with_identities(cells: list[PooledCell], tag: np.ndarray) -> list[PooledCell]:
+    """``cells`` (a pooled release's, in its order), each with its identity: a digest of the pooled ``tag`` (the
+    sum of a random number from every site, the same at each) and the cell's position."""
+    seed = ",".join(str(int(v)) for v in np.rint(np.ravel(tag)))
+    return [dataclasses.replace(cell, cell_id=hashlib.sha256(f"{seed}:{k}".encode()).hexdigest()[:32])
+            for k, cell in enumerate(cells)]
+
+
+def shared_pair_problems(positions: list[int], differing: np.ndarray, holding: np.ndarray, min_difference: int
+                         ) -> set[int]:
+    """The new cells of :func:`shared_pairs` that differ from an earlier pooled cell, over the pooled records, in
+    fewer than ``min_difference`` records but not none: the difference of the two releases would be those
+    records' (Denning & Schlörer 1983). Pairs no site holds the earlier cell of are no pairs (an identity the
+    analyst made up, or a cell of another table)."""
+    d = np.rint(np.ravel(differing))
+    return {j for j, n, h in zip(positions, d, np.ravel(holding)) if h > 0.5 and 0 < n < min_difference}
 
 
 def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_difference: int) -> str | None:
@@ -305,14 +358,18 @@ def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_di
     return None
 
 
-def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_difference: int) -> list[int]:
-    """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse."""
+def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_difference: int,
+                         shared: Sequence[PooledCell] = ()) -> list[int]:
+    """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse. Cells in ``shared``
+    (pooled cells whose pairs the sites decide on the pooled records: :func:`shared_pairs`) take part in the
+    remainders of three or more cells only."""
     packed_earlier = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in earlier]
-    return [j for j, cell in enumerate(new) if _cell_problem(cell, packed_earlier, min_difference)]
+    packed_shared = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in shared]
+    return [j for j, cell in enumerate(new) if _cell_problem(cell, packed_earlier, min_difference, packed_shared)]
 
 
-def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, PooledCell]], min_difference: int
-                  ) -> str | None:
+def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, PooledCell]], min_difference: int,
+                  packed_shared: Sequence[tuple[np.ndarray, PooledCell]] = ()) -> str | None:
     packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
     size = set_size(packed)
     for old, before in packed_earlier:
@@ -324,7 +381,7 @@ def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, Poole
             return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
                     f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
                     "differ by fewer too: comparing the two would single those records out")
-    if _small_remainder(packed, cell, packed_earlier, min_difference):
+    if _small_remainder(packed, cell, packed_earlier + list(packed_shared), min_difference):
         return (f"a cell and earlier cells or subsets of the same table, each within the next, leave fewer than "
                 f"{min_difference} records at this site, and their counts as the analyst sees them leave fewer "
                 "too: subtracting them would single those records out")

@@ -419,6 +419,7 @@ class Floor:
     agreed: Agreed | None = None  # pooled: the column as every site's dictionary declares it
     dominance: int = 0  # pooled: a cell holds q records outside its this-many largest sites
     sites: int = 1  # pooled: the sites of the sum
+    min_difference: int = 0  # pooled: the largest subset_min_difference the sites declared (0: none declared)
 
     def on(self, *parts: str) -> Floor:
         """The same floor, its margins drawn for the cells of one column (its history key)."""
@@ -800,11 +801,14 @@ def pooled_floor(metas: dict[str, dict[str, Any]], pooled: dict[str, np.ndarray]
             f"a site of the round applies the dominance rule, which needs every site's squared counts; {off} "
             "does not apply it", rule="secure_aggregation.dominance_sites",
             hint="ask per site, or ask the sites' boards to agree on dominance_sites")
+    differ = max(_declared(site, meta, "min_difference", "subset_min_difference", 1) if "min_difference" in meta
+                 else 0 for site, meta in metas.items())
     agreed = Agreed.of(metas) if all("range" in meta for meta in metas.values()) else None
     shares = pooled.pop(NONCE, None)
     if shares is None:
-        return Floor(q, agreed=agreed, dominance=dominance, sites=len(metas))
-    return Floor(q, most, content_digest(np.rint(shares)), agreed=agreed, dominance=dominance, sites=len(metas))
+        return Floor(q, agreed=agreed, dominance=dominance, sites=len(metas), min_difference=differ)
+    return Floor(q, most, content_digest(np.rint(shares)), agreed=agreed, dominance=dominance, sites=len(metas),
+                 min_difference=differ)
 
 
 def _declared(site: str, meta: dict[str, Any], name: str, key: str, lowest: int) -> int:

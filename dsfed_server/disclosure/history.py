@@ -69,6 +69,21 @@ CREATE TABLE IF NOT EXISTS pooled_rows (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, rows, pooled_count, column_name)
 );
+CREATE TABLE IF NOT EXISTS pooled_cells (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    cell_id TEXT NOT NULL,
+    rows BLOB NOT NULL,
+    pooled_count INTEGER NOT NULL,
+    column_name TEXT NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, cell_id)
+);
+CREATE TRIGGER IF NOT EXISTS pooled_cells_append_only_u BEFORE UPDATE ON pooled_cells
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS pooled_cells_append_only_d BEFORE DELETE ON pooled_cells
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_u BEFORE UPDATE ON pooled_rows
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_d BEFORE DELETE ON pooled_rows
@@ -149,20 +164,28 @@ class History:
 
     def pooled_row_sets(self, table: str, n_root: int) -> list[PooledCell]:
         """This site's records (packed) of every cell of ``table`` released pooled over sites, each with
-        the cell's pooled count and the column it is an interval of (:class:`~dsfed_server.disclosure.
-        differencing.PooledCell`)."""
+        the cell's pooled count, the column it is an interval of and, where the sites gave it one, its
+        identity (:class:`~dsfed_server.disclosure.differencing.PooledCell`)."""
         with self._connect() as db:
-            rows = db.execute("SELECT rows, pooled_count, column_name FROM pooled_rows WHERE table_key = ? "
-                              "AND n_root = ?", (table, n_root)).fetchall()
-        return [PooledCell(np.frombuffer(row, dtype=np.uint8), int(count), column) for row, count, column in rows]
+            rows = db.execute("SELECT rows, pooled_count, column_name, '' FROM pooled_rows WHERE table_key = ? "
+                              "AND n_root = ? UNION ALL SELECT rows, pooled_count, column_name, cell_id FROM "
+                              "pooled_cells WHERE table_key = ? AND n_root = ?", (table, n_root, table, n_root)
+                              ).fetchall()
+        return [PooledCell(np.frombuffer(row, dtype=np.uint8), int(count), column, cell_id)
+                for row, count, column, cell_id in rows]
 
     def record_pooled_row_sets(self, table: str, n_root: int, cells: list[PooledCell], *, analyst: str) -> None:
-        """Keep this site's records of pooled cells of ``table`` (of ``n_root`` records; boolean or packed)."""
+        """Keep this site's records of pooled cells of ``table`` (of ``n_root`` records; boolean or packed),
+        each under its identity where it has one."""
         now = utc_now()
+        rows = [(c, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes()) for c in cells]
         with self._connect() as db:
             db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(table, n_root, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes(),
-                             c.count, c.column, analyst, now) for c in cells])
+                           [(table, n_root, packed, c.count, c.column, analyst, now) for c, packed in rows
+                            if not c.cell_id])
+            db.executemany("INSERT OR IGNORE INTO pooled_cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(table, n_root, c.cell_id, packed, c.count, c.column, analyst, now) for c, packed in rows
+                            if c.cell_id])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         with self._connect() as db:

@@ -82,6 +82,16 @@ class PooledSteps:
 
 
 @dataclass
+class Recorded:
+    """What a pooled release gives (``result``) and the cells every site recorded with it, each as
+    ``[identity, pooled count, column]``: the analyst relays them with later pooled releases, whose pairs with
+    them the sites then decide on the pooled records (:meth:`~dsfed_server.disclosure.checks.Guard.coarsened`)."""
+
+    result: Any
+    cells: list[list[Any]]
+
+
+@dataclass
 class PendingStep:
     """This site's sealed contribution to one pooled step, kept until the analyst relays the others'.
 
@@ -99,7 +109,7 @@ class PendingStep:
     history_key: tuple[str, str] | None = None  # its cut history goes back with the release
     relayed: bool = False  # a relayed protocol: checked per site when sealed, the sum released as it is
     asked_bits: int | None = None  # the fraction bits the analyst asked for (a step's None means these)
-    held: Any = None  # the release of the step before, given when this step opens (every site has recorded it)
+    held: dict[str, Any] | None = None  # the step before's answer, given when this one opens (every site recorded it)
 
 
 def _relay_key(shared: bytes, round_id: str, sender: str, receiver: str, step: int, call: bytes) -> bytes:

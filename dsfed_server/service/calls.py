@@ -29,6 +29,7 @@ from dsfed_server.context import NOTE, CallContext, r_class
 from dsfed_server.disclosure import declared, secure_sum
 from dsfed_server.disclosure.accountant import Caps
 from dsfed_server.disclosure.checks import Guard, enforce_contract
+from dsfed_server.disclosure.differencing import SharedCell
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.identifiers import refuse_identifiers
 from dsfed_server.disclosure.rules import DEFAULT_PROFILE
@@ -192,19 +193,20 @@ class CallPipeline:
 
     def invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
                deferred: list[tuple[str, int]] | None = None,
-               relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None, relayed: bool = False) -> Any:
+               relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None, relayed: bool = False,
+               relayed_cells: list[SharedCell] | None = None) -> Any:
         """Run ``call``. A function that releases part-way yields its declarations
         (:mod:`~dsfed_server.disclosure.declared`), each released here before it goes on. What it returns is
         released as its registry entry declares (:meth:`~dsfed_server.registry.FunctionSpec.release_of`): a
         declaration of cells (:mod:`~dsfed_server.disclosure.gate`) through the release gate per site, or, in a
         pooled release (``deferred``: the minimum counts to check on the pooled counts; ``relayed_cuts``: the
-        sites' cut histories), as it is, for the gate to release pooled. ``relayed``: the first step of a
-        relayed protocol (checked per site)."""
+        sites' cut histories; ``relayed_cells``: the pooled cells released before), as it is, for the gate to
+        release pooled. ``relayed``: the first step of a relayed protocol (checked per site)."""
         spec = self.spec(call.function, session)
         if spec.pooled_only and deferred is None:
             raise CallError(f"{spec.name} runs only as a pooled release over the sites (secure aggregation)",
                             function=spec.name, hint="ask with the pooled option (the dsfed client: secure=True)")
-        guard = self.guard(spec.name, session, noise_share, deferred, relayed_cuts)
+        guard = self.guard(spec.name, session, noise_share, deferred, relayed_cuts, relayed_cells)
         ctx = CallContext(self, session, spec.name, guard, relayed)
         try:
             bound = bind(spec, call.args, ctx)
@@ -225,12 +227,14 @@ class CallPipeline:
 
     def guard(self, function: str, session: Session | None = None, noise_share: float = 1.0,
               deferred: list[tuple[str, int]] | None = None,
-              relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None) -> Guard:
+              relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None,
+              relayed_cells: list[SharedCell] | None = None) -> Guard:
         """The disclosure guard of one function's run under the session's rules."""
         state = self.state
         return Guard(state.session_rules(session), state.name, function, state.secret,
                      scope=session.scope if session is not None else None, history=state.history,
-                     kept=state.catalog.kept, noise_share=noise_share, deferred=deferred, relayed_cuts=relayed_cuts)
+                     kept=state.catalog.kept, noise_share=noise_share, deferred=deferred, relayed_cuts=relayed_cuts,
+                     relayed_cells=relayed_cells)
 
     @contextmanager
     def scope(self, user: User, session: Session, record: dict) -> Iterator[CallScope]:

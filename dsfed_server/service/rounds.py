@@ -18,6 +18,7 @@ from dsfed_core.errors import CallError, DisclosureRefusal, SiteError
 from dsfed_server.config import User
 from dsfed_server.disclosure import declared, gate, relay, secure_sum, shared_tables
 from dsfed_server.disclosure.checks import HistoryBehind
+from dsfed_server.disclosure.differencing import SharedCell
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.disclosure.scope import CallScope
@@ -52,6 +53,27 @@ def relayed_history(value: Any) -> dict[tuple[str, str], list[Cut]]:
     return out
 
 
+def relayed_cells(value: Any) -> list[SharedCell]:
+    """The pooled cells released before that an analyst relays with a pooled release: ``[[identity, pooled
+    count, column], ...]``, as the sites answered them (a hex string, a whole number and a string each;
+    checked, never evaluated). A cell a site keeps otherwise, or not at all, it decides alone."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > 100_000:
+        raise CallError("pooled release: 'cells' must be a list of [identity, count, column]",
+                        hint="relay the cells the sites answered with, unchanged")
+    out = []
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and len(entry[0]) <= 64
+                and all(c in "0123456789abcdef" for c in entry[0]) and isinstance(entry[1], int)
+                and not isinstance(entry[1], bool) and 0 <= entry[1] < 2**53 and isinstance(entry[2], str)
+                and len(entry[2]) <= 1000):
+            raise CallError("pooled release: a relayed cell is [identity (hex), pooled count, column]",
+                            hint="relay the cells the sites answered with, unchanged")
+        out.append(SharedCell(entry[0], entry[1], entry[2]))
+    return sorted(set(out), key=lambda c: (c.cell_id, c.count, c.column))
+
+
 def same_levels(site: str, meta: dict[str, Any], relayed: Any) -> None:
     """Refuse to sum a pooled table whose level labels differ between sites (a stray ``"F "`` at one):
     its cells would not line up. Names the first site that differs and the levels only one side has.
@@ -80,10 +102,12 @@ def same_levels(site: str, meta: dict[str, Any], relayed: Any) -> None:
 
 
 def floor_meta(rules: Rules, pooled: bool = True) -> dict[str, Any]:
-    """What a site declares to the others of a step: its q, cut margin and, for a pooled release, its
-    dominance rule (they use the largest; :func:`gate.pooled_floor`; a relayed protocol checks per site)."""
+    """What a site declares to the others of a step: its q, cut margin, the fewest records two row sets differ
+    by and, for a pooled release, its dominance rule (they use the largest; :func:`gate.pooled_floor`; a relayed
+    protocol checks per site)."""
     return {"q": rules.disclosure.q_threshold, "margin": rules.disclosure.margin,
-            "dominance": rules.secure_aggregation.dominance_sites if pooled else 0}
+            "dominance": rules.secure_aggregation.dominance_sites if pooled else 0,
+            "min_difference": rules.disclosure.subset_min_difference}
 
 
 class SecureRounds:
@@ -161,10 +185,12 @@ class SecureRounds:
         deferred: list[tuple[str, int]] = []
         noise = secure_sum.noise_share(rules.secure_aggregation, len(keys))
         relayed = relayed_history(option.get("cuts"))
+        cells = relayed_cells(option.get("cells"))
         try:
-            raw = self.calls.invoke(session, node, noise_share=noise, deferred=deferred, relayed_cuts=relayed)
+            raw = self.calls.invoke(session, node, noise_share=noise, deferred=deferred, relayed_cuts=relayed,
+                                    relayed_cells=cells)
             kind = spec.release_of(raw)
-            guard = self.calls.guard(spec.name, session, relayed_cuts=relayed)
+            guard = self.calls.guard(spec.name, session, relayed_cuts=relayed, relayed_cells=cells)
             # intervals on a column are checked against the cuts released on it before, at every site
             history = guard.pooled_history(raw.history_key) if isinstance(raw, gate.Intervals) else ()
         except HistoryBehind as behind:  # the analyst relays the union next time; nothing is sealed
@@ -184,7 +210,7 @@ class SecureRounds:
                     return release.result
 
                 return None, guard.coarsened(lambda exclude: gate.release_pooled(raw, plan, pooled, floor, exclude),
-                                             raw.rows, released)
+                                             raw.rows, released, floor=floor)
         elif kind == "steps":
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits
@@ -201,8 +227,9 @@ class SecureRounds:
                         "pooled": True}
         fields = {**fields, **{f"min:{i}:{what}": np.asarray(float(n)) for i, (what, n) in enumerate(deferred)}}
         call = definition(canonical_call(request), session, scope) + "\0cuts:" + json.dumps(
-            {f"{t}${c}": [[v.value, v.inclusive] for v in cuts] for (t, c), cuts in sorted(relayed.items())})
-        digest = secure_sum.call_digest(call, frac_bits)  # the cuts too: every site bins on the same cells
+            {f"{t}${c}": [[v.value, v.inclusive] for v in cuts] for (t, c), cuts in sorted(relayed.items())}
+        ) + "\0cells:" + json.dumps([[c.cell_id, c.count, c.column] for c in cells])
+        digest = secure_sum.call_digest(call, frac_bits)  # the relay too: every site bins and pairs alike
         meta = floor_meta(rules)
         if isinstance(raw, gate.Intervals):
             meta.update(gate.dictionary_meta(raw.column))
@@ -301,9 +328,13 @@ class SecureRounds:
             out = declared.run(out, guard)
         history = {} if pending.history_key is None else {"history": self._history_answer(pending.history_key)}
         release, following = out if isinstance(out, tuple) else (out, None)  # steps: relay.PooledSteps
-        given, held = (jsonable(release), None) if pending.relayed else (pending.held, release)
+        now = {"release": jsonable(release)}
+        if isinstance(release, relay.Recorded):  # with the cells every site recorded, for the analyst to relay
+            now = {"release": jsonable(release.result), "cells": release.cells}
+        given, held = (now, None) if pending.relayed else (pending.held or {"release": None},
+                                                           None if release is None else now)
         if following is None and held is None:
-            return {"release": given, **history}
+            return {**given, **history}
         if following is None:  # one more step, of nothing: it opens only once every site has recorded ``held``
             following = relay.PooledSteps({}, lambda pooled, floor: (None, None), frac_bits=0)
         next_step = secure_sum.use_step(rnd, option.get("next_step"))
@@ -312,8 +343,8 @@ class SecureRounds:
         frac_bits = following.frac_bits if following.frac_bits is not None else asked
         sealed = self._seal(rnd, keys, next_step, pending.function, digest, following.fields, following.advance,
                             frac_bits, pending.meta, pending.sources, following.history_key or pending.history_key,
-                            pending.relayed, asked_bits=asked, held=None if held is None else jsonable(held))
-        return {"release": given, "continue": sealed["pooled"], **history}
+                            pending.relayed, asked_bits=asked, held=held)
+        return {**given, "continue": sealed["pooled"], **history}
 
     def _history_answer(self, key: tuple[str, str]) -> dict[str, Any]:
         """This site's cut history of a column, as a pooled release's answers carry it (the analyst
