@@ -11,7 +11,9 @@ and new gate margins), and ``validate()``'s order of releases on the score: the 
 bins and the Hosmer-Lemeshow H and C groups, then the histogram AUC (pooled releases) at each depth
 asked. Bias = mean signed error over the runs with its standard error; coverage = how often the
 reported interval (sampling and noise variance) holds the pooled AUC; noise-only interval: how often the error
-is within 1.96 reported noise sds (the target is the pooled AUC, so the sampling variance does not enter).
+is within 1.96 reported non-sampling sds (the target is the pooled AUC, so the sampling variance does not enter):
+the noise's variance and the released cells' ties' (``noise_error_variance``, :func:`tie_variance`), the noise's
+alone printed beside it (the interval before).
 ``--auc-first``: the histogram AUC on fresh sites before the calibration bins and H-L groups (the order tried for
 ``validate()``, not shipped); either way a run reports what the curve and the groups kept.
 The shipped AUC corrects each placement mean by its class's own (control variates); every run also
@@ -152,7 +154,9 @@ def one_run(levels: int, workdir: Path, cuts_first: bool = True) -> dict[str, An
         res = ds_hist_auc(session, "D$y", "D$score", secure=True, levels=levels)
         sections = sections or binned_sections(session)
     w = placement_weight(res.histograms)
-    return {"auc": res.auc, "ci": tuple(res.ci_logit), "noise": res.noise_variance, "glm": res.roc_glm.auc,
+    return {"auc": res.auc, "ci": tuple(res.ci_logit), "noise": res.noise_error_variance,
+            "dp_noise": res.noise_variance, "ties": res.tie_variance, "df": res.noise_df,
+            "no_df": res.noise_variance + res.tie_variance, "glm": res.roc_glm.auc,
             "glm_noise": res.roc_glm.noise_variance, "placed": res.roc_glm.placed,
             "before": w * res.auc_positives + (1 - w) * res.auc_negatives, "sections": sections}
 
@@ -192,13 +196,23 @@ def main() -> int:
             emp, glm, cv = (np.array([r[k] for r in runs]) - truth for k in ("auc", "glm", "before"))
             covered = np.mean([lo <= truth <= hi for lo, hi in (r["ci"] for r in runs)])
             # the noise-only interval: the estimate +- 1.96 reported noise sds (the target is the pooled AUC)
-            noise_cover, glm_cover = (np.mean(np.abs(e) <= 1.96 * np.sqrt([r[k] for r in runs]))
-                                      for e, k in ((emp, "noise"), (glm, "glm_noise")))
+            noise_cover, glm_cover, dp_cover, no_df_cover = (
+                np.mean(np.abs(e) <= 1.96 * np.sqrt([r[k] for r in runs]))
+                for e, k in ((emp, "noise"), (glm, "glm_noise"), (emp, "dp_noise"), (emp, "no_df")))
+            reported = {k: np.mean([r[k] for r in runs]) for k in ("noise", "dp_noise", "ties", "glm_noise")}
             coarsened, h, c = (np.array([r["sections"][i] for r in runs]) for i in range(3))
             se = np.sqrt(args.runs)
             placed = ", ".join(f"{k} {v}" for k, v in zip(*np.unique([r["placed"] for r in runs], return_counts=True)))
             print(f"  {2**levels:>4} leaves: empirical bias {emp.mean():+.4f} (SE {emp.std(ddof=1) / se:.4f}), "
                   f"MAE {np.abs(emp).mean():.4f}, coverage {covered:.3f}, noise-only interval covers {noise_cover:.3f}")
+            print(f"              non-sampling variance (the noise's and the cells' ties'): mean reported "
+                  f"{reported['noise']:.3g} (the noise's {reported['dp_noise']:.3g}, "
+                  f"the ties' {reported['ties']:.3g}), "
+                  f"errors' mean square {np.mean(emp**2):.3g}: ratio {reported['noise'] / np.mean(emp**2):.2f} (the "
+                  f"noise's alone {reported['dp_noise'] / np.mean(emp**2):.2f}, its interval covers {dp_cover:.3f}); "
+                  f"ROC-GLM: ratio {reported['glm_noise'] / np.mean(glm**2):.2f}")
+            print(f"              noise df median {np.median([r['df'] for r in runs]):.1f}; the noise's and the ties' "
+                  f"without the t factor: interval covers {no_df_cover:.3f}")
             print(f"              ROC-GLM bias {glm.mean():+.4f} (SE {glm.std(ddof=1) / se:.4f}), MAE "
                   f"{np.abs(glm).mean():.4f}, noise-only interval covers {glm_cover:.3f}; fitted on the placement "
                   f"values of: {placed}")

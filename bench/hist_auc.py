@@ -19,7 +19,9 @@ of the pooled data| (the paper's Delta AUC), and the same for the DeLong CI ends
 signed error with its standard error over the data sets; coverage = how often the reported interval
 (sampling and noise variance) holds the pooled AUC; noise cover = how often the error is within 1.96 reported
 noise sds, and the mean reported noise variance over the errors' variance (the target is the pooled AUC, so the
-error is the noise's, and the tie bias's). The rows without a suffix are the shipped
+error is the noise's, and the tie bias's); the reported non-sampling variance is the noise's plus the released
+cells' ties' (``noise_error_variance``: :func:`~dsfed_client.analyses.curves.tie_variance`), the noise's alone
+printed beside it. The rows without a suffix are the shipped
 estimator: each placement mean corrected by its class's own mean placement against the same reference
 (control variates, :func:`~dsfed_client.analyses.curves.control_variates`), then weighted. Rows
 ``_weighted``: the inverse-variance weighted means without the correction, from the same call (the
@@ -135,7 +137,10 @@ def main() -> int:
     kinds = ("", "_weighted", "_equal", "_rocglm", "_leaves")
     signed: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
     covered: dict[str, list[bool]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
-    noise: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds if k != "_rocglm"}
+    noise: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
+    dp_noise: dict[str, list[float]] = {mode: [] for mode in hist_modes}
+    no_df: dict[str, list[float]] = {mode: [] for mode in hist_modes}
+    dfs: dict[str, list[float]] = {mode: [] for mode in hist_modes}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-histauc-") as tmp:
         honest = args.honest_sites if args.honest_sites is not None else (args.sites if args.secure else 1)
@@ -179,7 +184,11 @@ def main() -> int:
                         signed[f"{mode}_rocglm"].append(res.roc_glm.auc - auc)
                         lo, hi = res.ci_logit
                         covered[mode].append(lo <= auc <= hi)
-                        noise[mode].append(res.noise_variance)
+                        noise[mode].append(res.noise_error_variance)  # the noise's and the cells' ties
+                        dp_noise[mode].append(res.noise_variance)  # the noise's alone, as before
+                        no_df[mode].append(res.noise_variance + res.tie_variance)  # and the ties', without the t
+                        dfs[mode].append(res.noise_df)
+                        noise[f"{mode}_rocglm"].append(res.roc_glm.noise_variance)
                         assert res.estimator == "control variates", res.estimator
                         w = placement_weight(res.histograms)  # the weighted means without the correction
                         weighted = w * res.auc_positives + (1 - w) * res.auc_negatives
@@ -229,7 +238,17 @@ def main() -> int:
         if noise.get(mode):  # the noise alone: its reported variance against the errors' over the data sets
             v = np.asarray(noise[mode])
             cover += (f"; noise cover {np.mean(np.abs(e) <= 1.959963984540054 * np.sqrt(v)):.3f}, "
-                      f"reported/empirical noise variance {v.mean() / e.var(ddof=1):.2f}")
+                      f"reported/empirical noise variance {v.mean() / e.var(ddof=1):.2f}, "
+                      f"reported/mean squared error {v.mean() / np.mean(e**2):.2f}")
+            if dp_noise.get(mode):  # without the cells' ties (tie_variance): the noise's variance alone
+                d = np.asarray(dp_noise[mode])
+                cover += (f"; the noise's alone: cover {np.mean(np.abs(e) <= 1.959963984540054 * np.sqrt(d)):.3f}, "
+                          f"ratio {d.mean() / e.var(ddof=1):.2f}")
+                t, df = np.asarray(no_df[mode]), np.asarray(dfs[mode])
+                cover += (f"; noise and ties without the t factor: cover "
+                          f"{np.mean(np.abs(e) <= 1.959963984540054 * np.sqrt(t)):.3f}, "
+                          f"ratio {t.mean() / e.var(ddof=1):.2f}; noise df median {np.median(df):.1f} "
+                          f"({df.min():.1f}-{df.max():.1f})")
         print(f"  {mode:<22} bias {e.mean():+.4f} (SE {e.std(ddof=1) / np.sqrt(e.size):.4f}){cover}")
     for rep, n, why in refused:
         print(f"data set {rep} (n = {n}) left out, refused by a site: {why}")

@@ -57,7 +57,8 @@ def test_negatives_table_noise_off_equals_R_glm(tmp_path):
 
 def test_fewer_negatives_fit_the_negatives_placements(tmp_path):
     """Noise on, prevalence 0.75: the negatives' reference carries the more noise (v10 > v01), so the ROC-GLM
-    is the negatives' inverse curve turned round, with their noise variance v01; near the pooled AUC."""
+    is the negatives' inverse curve turned round, with their noise variance v01 (and the cells' ties'); near the
+    pooled AUC."""
     pooled = binormal(4_000, np.random.default_rng(8), 0.75, 0.75)[["y", "score"]]
     frames = {f"site{i + 1}": pooled.iloc[i * 800:(i + 1) * 800].reset_index(drop=True) for i in range(5)}
     rules = rules_variant(tmp_path / "rules.toml", epsilon_per_table="1000.0", epsilon_per_analyst="1000.0")
@@ -68,7 +69,10 @@ def test_fewer_negatives_fit_the_negatives_placements(tmp_path):
     fit = result.roc_glm
     v10, v01 = placement_noise_variances(result.histograms)
     assert v10 > v01 and fit.placed == "negatives"
-    assert fit.noise_variance == v01
+    # the negatives' noise variance, and the variance of the ties within the released cells (the same tied
+    # placement values as the empirical AUC's)
+    assert 0 < result.tie_variance < v01
+    assert fit.noise_variance == pytest.approx(v01 + result.tie_variance, rel=1e-12)
     c, d = fit.glm.params
     assert (fit.a, fit.b) == pytest.approx((-c / d, 1 / d), rel=1e-12)
     assert fit.auc == pytest.approx(binormal_auc(fit.a, fit.b), rel=1e-12)

@@ -435,6 +435,19 @@ class HistogramAUC(AUCIntervals):
     estimator: str = stat("Estimator", default="weighted means")  # which one, and why not the other
     # pairs in one released cell but different leaves (merged_pairs): the intervals widen by half their share
     merged_pairs: float = stat("Pairs in merged cells", default=0.0)
+    # the variance of the error the ties within the released cells leave (tie_variance); in the intervals too
+    tie_variance: float = stat("Variance of the cells' ties", default=0.0)
+    # the noise variance's effective degrees of freedom (Satterthwaite; inf: known, or not estimated)
+    noise_df: float = stat("Noise variance's degrees of freedom", default=float("inf"))
+
+    @property
+    def noise_error_variance(self) -> float:
+        """The variance of the error that is not the records' sampling: the histograms' noise
+        (``noise_variance``), widened for its own estimation from the noisy counts (``noise_df`` degrees of
+        freedom: times :math:`(t_{\nu, 1 - \alpha/2} / z_{1 - \alpha/2})^2`, so that the normal interval
+        on it is the t interval; :func:`_noise_df`), and the ties within the released cells (``tie_variance``,
+        :func:`tie_variance`)."""
+        return self.noise_variance * noise_df_factor(self.noise_df, self.alpha) + self.tie_variance
 
     @derived("ROC-GLM AUC", brief=".4f", export=False)
     def roc_glm_auc(self) -> float | None:
@@ -484,6 +497,14 @@ class HistogramAUC(AUCIntervals):
         fit = "ROC-GLM AUC {:.3f} (CI {:.3f}-{:.3f})".format(self.roc_glm.auc, *self.roc_glm.ci)
         return plot_roc(t, self.roc_glm.curve(t), label=fit, empirical=empirical, empirical_label=label,
                         overlay=overlay, overlay_label=overlay_label, ax=ax)
+
+
+def noise_df_factor(df: float, alpha: float) -> float:
+    """:math:`(t_{\nu, 1 - \alpha/2} / z_{1 - \alpha/2})^2`: what a variance estimated with ``df`` degrees of
+    freedom is multiplied by so that the normal interval on it is Student's (1 where ``df`` is infinite)."""
+    if not np.isfinite(df) or df <= 0:
+        return 1.0
+    return float((stats.t.ppf(1 - alpha / 2, df) / stats.norm.ppf(1 - alpha / 2)) ** 2)
 
 
 def _widened(ci: ConfInt, by: float) -> ConfInt:
@@ -648,6 +669,7 @@ class ControlVariates:
     variance01: float
     weight: float = 0.5
     bias: float = 0.0
+    df: float = float("inf")  # the reported noise variance's effective degrees of freedom (Satterthwaite)
 
 
 COARSE_NODES = 8  # the class shares behind beta, the weight and the noise variance: at most this many nodes
@@ -739,7 +761,7 @@ def control_variates(hist: ScoreHistograms, *, coarse_nodes: int = COARSE_NODES,
     >>> hist = ScoreHistograms(edges, np.array([0., 2, 3, 7, 9]), np.array([0., 1, 4, 5, 9]), 9.0, 9.0, True,
     ...                        np.empty(0), {})
     >>> control_variates(hist)
-    ControlVariates(beta10=0.0, beta01=0.0, variance10=0.0, variance01=0.0, weight=0.5, bias=0.0)
+    ControlVariates(beta10=0.0, beta01=0.0, variance10=0.0, variance01=0.0, weight=0.5, bias=0.0, df=inf)
     """
     if hist.noise_off or hist.level_variance.size == 0:
         return ControlVariates(0.0, 0.0, 0.0, 0.0)
@@ -769,7 +791,37 @@ def control_variates(hist: ScoreHistograms, *, coarse_nodes: int = COARSE_NODES,
 
     bias = (slope(lambda v: v[0], S @ u["v10"], zero) - slope(lambda v: v[0] * v[1], S @ u["v00"], zero)
             - slope(lambda v: v[0], zero, S @ u["v01"]) - slope(lambda v: (1 - v[0]) * v[2], zero, S @ u["v11"]))
-    return ControlVariates(float(beta10), float(beta01), float(r10), float(r01), float(w), bias)
+    return ControlVariates(float(beta10), float(beta01), float(r10), float(r01), float(w), bias,
+                           _noise_df(l0, l1, T, per, S, group))
+
+
+def _noise_df(l0: np.ndarray, l1: np.ndarray, T: np.ndarray, per: np.ndarray, S: np.ndarray, group: int) -> float:
+    r"""The effective degrees of freedom of the reported noise variance :math:`\hat v = \hat w^2 r_{10} + (1 -
+    \hat w)^2 r_{01}` (:func:`_nuisance`), by Satterthwaite's (1946) match :math:`\nu = 2 \hat v^2 /
+    \widehat{\mathrm{var}}(\hat v)`.
+
+    :math:`\hat v` is a smooth function of the two classes' leaf estimates through their sums over the coarse
+    nodes alone (:func:`_coarse_shares`), so its gradient is constant inside a node: one central difference per
+    node and class. To first order :math:`\mathrm{var}(\hat v) = \nabla_0^T S \nabla_0 + \nabla_1^T S
+    \nabla_1` (S the leaf estimates' noise covariance, each class's alike; the classes' noise independent).
+    Infinite where :math:`\hat v` does not move with the counts."""
+    leaves = l0.size
+    base = _nuisance(l0, l1, T, per, group)
+    v = base[0] ** 2 * base[3] + (1 - base[0]) ** 2 * base[4]
+    step = 1e-4 * max(1.0, (l0.sum() + l1.sum()) / (2 * leaves))
+    spread = 0.0
+    for cls in (0, 1):
+        grad = np.zeros(leaves)
+        for j in range(leaves // group):
+            d = np.zeros(leaves)
+            d[j * group:(j + 1) * group] = step
+            up = _nuisance(l0 + d, l1, T, per, group) if cls == 0 else _nuisance(l0, l1 + d, T, per, group)
+            down = _nuisance(l0 - d, l1, T, per, group) if cls == 0 else _nuisance(l0, l1 - d, T, per, group)
+            vu = up[0] ** 2 * up[3] + (1 - up[0]) ** 2 * up[4]
+            vd = down[0] ** 2 * down[3] + (1 - down[0]) ** 2 * down[4]
+            grad[j * group:(j + 1) * group] = (vu - vd) / (2 * step * group)
+        spread += float(grad @ S @ grad)
+    return float(2 * v * v / spread) if spread > 0 and v > 0 else float("inf")
 
 
 def placement_weight(hist: ScoreHistograms) -> float:
@@ -883,9 +935,11 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
             else (float("nan"), float("nan"))
         merged = sums.get("own_cells_coarsened", 0.0) > 0  # per site: a site's gate coarsened the cells of its own
         mean10, mean01, betas, why = m.mean10, m.mean01, (0.0, 0.0), _estimator(hist, within_bin, own, merged)
+        df = float("inf")  # the weighted means' noise variance: its estimation is not accounted for
         if not why:  # each mean corrected by its class's own mean placement (one half without noise)
             cv = control_variates(hist)
             betas, r10, r01, weight, bias = (cv.beta10, cv.beta01), cv.variance10, cv.variance01, cv.weight, cv.bias
+            df = cv.df
             mean10, mean01 = mean10 - cv.beta10 * (own[0] - 0.5), mean01 - cv.beta01 * (own[1] - 0.5)
         else:
             r10, r01, bias = v10, v01, 0.0
@@ -893,10 +947,14 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         auc = float(np.clip(weight * mean10 + (1.0 - weight) * mean01 - bias, 0.0, 1.0))
         noise = weight**2 * r10 + (1.0 - weight) ** 2 * r01
         variance, tied, fit, failed = m.variance, merged_pairs(hist, dropped), None, ""
+        # the ties within the released cells (the reference's, where the gate merged some: merged_pairs bounds those)
+        ties = cell_ties = max(tie_variance(hist, cuts) for cuts in released_cell_cuts(hist, described))
         alone = histograms_alone(hist, m.n0, m.n1, v10 + v01) if tied > 0 and not hist.noise_off else None
-        if alone is not None and _half_width(*alone[1:], alpha) < _half_width(variance, noise, alpha) + tied / 2:
+        leaf_ties = 0.0 if alone is None else tie_variance(hist, hist.edges[1:-1])  # the histograms' own cells
+        if alone is not None and (_half_width(alone[1], alone[2] + leaf_ties, alpha)
+                                  < _half_width(variance, noise * noise_df_factor(df, alpha) + ties, alpha) + tied / 2):
             # the placement sums over merged cells bound the AUC less tightly than the histograms alone do
-            (auc, variance, noise), weight = alone, 0.5
+            (auc, variance, noise), weight, ties, df = alone, 0.5, leaf_ties, float("inf")
             m = replace(m, mean10=auc, mean01=auc)  # both classes' means are the histograms' AUC here
             why = (f"histograms alone: the sites merged the reference's cells, {tied:.1%} of the pairs in one merged "
                    "cell, and the placement sums' interval widened by half that share would be wider than this one")
@@ -919,13 +977,13 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
                 a, b = (float(v) for v in glm.params)
                 if inverse:  # the inverse curve's coefficients (c, d): Phi^-1(t) = c + d Phi^-1(ROC(t))
                     a, b = -a / b, 1.0 / b
-                # the ROC-GLM rests on one class's placement values alone: their noise
+                # the ROC-GLM rests on one class's placement values alone: their noise, and the cells' ties
                 fit = ROCGLMFit(binormal_auc(a, b), a, b, m.variance, alpha, n_thresholds, glm,
-                                v01 if inverse else v10, "negatives" if inverse else "positives", bound)
+                                (v01 if inverse else v10) + cell_ties, "negatives" if inverse else "positives", bound)
     estimator = "control variates" if not why else why if why.startswith("histograms alone") else \
         f"weighted means ({why})"
     return HistogramAUC(auc, m.mean10, m.mean01, variance, alpha, m.n1, m.n0, within_bin, hist.noise_off, fit,
-                        hist, noise, failed, weight, *own, *betas, estimator, tied)
+                        hist, noise, failed, weight, *own, *betas, estimator, tied, ties, df)
 
 
 def _half_width(variance: float, noise: float, alpha: float) -> float:
@@ -987,6 +1045,62 @@ def merged_pairs(hist: ScoreHistograms, releases: list[tuple[list[float], list[f
 
     return float(np.clip(sum(max(tied(cuts) - tied(reference), 0.0) / total for cuts, reference in releases), 0.0,
                          1.0))
+
+
+def released_cell_cuts(hist: ScoreHistograms, described: list[dict[str, Any]]) -> list[np.ndarray]:
+    """The inner cuts of the reference's cells each release of the placement sums read at (``placement_cells``: a
+    site's, or the pooled one), the edges the gate dropped or moved back (:func:`merged_cells`: what the merging
+    ties, :func:`merged_pairs` bounds); the histograms' inner leaf edges where no release names its cuts."""
+    out = []
+    for cells in described:
+        if "cuts" in cells:
+            moved = [float(a) for a, b in cells.get("moved", []) if a != b]
+            out.append(np.unique(np.asarray([float(v) for v in cells["cuts"]]
+                                            + moved + [float(v) for v in cells.get("dropped", [])], dtype=float)))
+    return out or [np.asarray(hist.edges[1:-1], dtype=float)]
+
+
+def tie_variance(hist: ScoreHistograms, cuts: np.ndarray) -> float:
+    r"""The variance of the error the ties within the released cells leave in the histogram AUC: an unbiased
+    estimate, from the histograms' counts, of
+    :math:`\sum_c n_{0c} n_{1c} (n_{0c} + n_{1c} + 1) / (12 N_0^2 N_1^2)` over the cells between ``cuts``.
+
+    A tied placement value counts each positive-negative pair in one cell one half, so the estimate is off the
+    pooled Mann-Whitney AUC by :math:`D = -\sum_c \pi_c (A_c - \tfrac12)`, :math:`\pi_c = n_{0c} n_{1c} /
+    (N_0 N_1)` the cell's share of the pairs and :math:`A_c` the AUC of the pairs inside it (docs/method.md).
+    No released count holds the order of the records inside a cell. Taken as exchangeable there, :math:`A_c` is a
+    Mann-Whitney statistic under the null, of mean one half and variance :math:`(n_{0c} + n_{1c} + 1) / (12 n_{0c}
+    n_{1c})` (Mann & Whitney 1947), independent between cells: :math:`E[D] = 0` and :math:`E[D^2]` the sum above.
+    A risk that is smooth inside a cell adds a systematic part of the order of the cell's width squared
+    (:func:`auc_levels`), which this leaves out.
+
+    The cells' counts come from each class's consistent leaf estimates, linear inside a leaf (as the reference
+    reads them); under the noise :math:`E[\hat n_0 \hat n_1 (\hat n_0 + \hat n_1 + 1)] = n_0 n_1 (n_0 + n_1 +
+    1) + n_1 s_0^2 + n_0 s_1^2` (the classes' noise independent, Gaussian, of mean 0; :math:`s^2` a cell count's
+    noise variance, from the tree's least squares map), so those terms are taken off, the sum kept at least 0.
+    Noise off the counts are exact, and a cell no wider than one float holds one distinct score, whose pairs
+    are ties indeed: it adds nothing (so the AUC of separating leaves keeps pROC's interval)."""
+    e = np.asarray(hist.edges, dtype=float)
+    cuts = np.asarray(cuts, dtype=float)
+    bounds = np.concatenate([[e[0]], cuts[(cuts > e[0]) & (cuts < e[-1])], [e[-1]]])
+    c0 = hist.cum_negatives if hist.consistent_negatives is None else hist.consistent_negatives
+    c1 = hist.cum_positives if hist.consistent_positives is None else hist.consistent_positives
+    n0, n1 = (np.diff(np.interp(bounds, e, np.asarray(c, dtype=float))) for c in (c0, c1))
+    big0, big1 = float(hist.n_negative), float(hist.n_positive)
+    if big0 <= 0 or big1 <= 0:
+        return 0.0
+    term = n0 * n1 * (n0 + n1 + 1.0)
+    if hist.noise_off or hist.level_variance.size == 0:
+        term = np.where(np.nextafter(bounds[:-1], np.inf) < bounds[1:], np.clip(term, 0.0, None), 0.0)
+    else:
+        T, per = _tree_map(hist)
+        # a cell's count as a linear map of the leaf estimates (a leaf cut by a cell's bound: its share of the width)
+        left = np.clip((bounds[1:, None] - e[None, :-1]) / np.diff(e)[None, :], 0.0, 1.0)
+        right = np.clip((bounds[:-1, None] - e[None, :-1]) / np.diff(e)[None, :], 0.0, 1.0)
+        A = left - right
+        s2 = np.einsum("ck,kl,cl->c", A, (T * per) @ T.T, A)
+        term = term - n1 * s2 - n0 * s2
+    return float(max(term.sum(), 0.0) / (12.0 * big0**2 * big1**2))
 
 
 def _estimator(hist: ScoreHistograms, within_bin: str, own: tuple[float, float], merged: bool) -> str:

@@ -52,7 +52,8 @@ class Discrimination(Results):
     auc: float = stat("Empirical AUC", brief=".4f")
     ci: ConfInt = stat("{level} CI", brief=".4f")
     variance: float = stat("Variance (DeLong)")  # DeLong variance of the empirical AUC
-    noise_variance: float = stat("Noise variance")  # what the DP noise adds to it (0: not estimated, or noise off)
+    # what the DP noise adds to it, with the released cells' ties (histogram; 0: not estimated, or noise off)
+    noise_variance: float = stat("Noise variance")
     roc_glm_auc: float = stat("ROC-GLM AUC", brief=".4f")
     roc_glm_ci: ConfInt = stat("{level} CI (logit, eq. 3)")
     a: float = stat("a")
@@ -73,10 +74,10 @@ class Discrimination(Results):
                  else "each site its own")
         noise = ("off (test profile: exact)" if h.noise_off else
                  f"hierarchical score histograms with Gaussian noise ({added}); the interval includes the noise "
-                 "variance")
+                 "variance and the released cells' ties'")
         fit = ((nan, ConfInt(nan, nan), nan, nan, 0, 0) if g is None else
                (g.auc, g.ci, g.a, g.b, g.iterations, g.n_thresholds))
-        return cls("histogram", h.auc, h.ci_logit, h.variance, h.noise_variance, *fit, h.n_positive, h.n_negative,
+        return cls("histogram", h.auc, h.ci_logit, h.variance, h.noise_error_variance, *fit, h.n_positive, h.n_negative,
                    h.alpha, h.noise_off, noise, h)
 
     @classmethod
