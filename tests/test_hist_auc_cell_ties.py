@@ -50,18 +50,22 @@ def textbook(n0: np.ndarray, n1: np.ndarray) -> float:
 
 
 def test_tie_variance_is_the_mean_square_of_the_ties_error():
-    """Noise off, 12 cells on [0, 1] with fixed counts of each class; in every replicate the records of a cell
-    get uniform scores inside it and the cell's labels in a random order. The tied AUC (a record's score replaced
-    by its cell) is off the Mann-Whitney AUC by D; over 4,000 replicates E[D] is 0 and E[D^2] the reported
-    tie variance (within 8 %, about 3.5 SEs of a mean square of a near-normal D)."""
+    """16 cells on [0, 1] (the leaves of a 4-level tree whose counts carry a negligible noise, so the counts are
+    the records') with fixed counts of each class; in every replicate the records of a cell get uniform scores
+    inside it and the cell's labels in a random order. The tied AUC (a record's score replaced by its cell) is
+    off the Mann-Whitney AUC by D; over 4,000 replicates E[D] is 0 and E[D^2] the reported tie variance (within
+    8 %, about 3.5 SEs of a mean square of a near-normal D). Noise off the reported one is 0: the sites' leaves
+    separate the distinct scores there."""
     rng = np.random.default_rng(38)
-    edges = np.linspace(0.0, 1.0, 13)
+    edges = np.linspace(0.0, 1.0, 17)
     n0 = rng.integers(0, 15, edges.size - 1).astype(float)
     n1 = rng.integers(0, 10, edges.size - 1).astype(float)
-    hist = ScoreHistograms(edges, np.concatenate([[0.0], np.cumsum(n0)]), np.concatenate([[0.0], np.cumsum(n1)]),
-                           float(n0.sum()), float(n1.sum()), True, np.empty(0), {})
+    c0, c1 = np.concatenate([[0.0], np.cumsum(n0)]), np.concatenate([[0.0], np.cumsum(n1)])
+    hist = ScoreHistograms(edges, c0, c1, float(n0.sum()), float(n1.sum()), False, np.full(5, 1e-12), {})
     reported = tie_variance(hist, edges[1:-1])
-    assert reported == pytest.approx(textbook(n0, n1), rel=1e-12)
+    assert reported == pytest.approx(textbook(n0, n1), rel=1e-9)
+    assert tie_variance(ScoreHistograms(edges, c0, c1, float(n0.sum()), float(n1.sum()), True, np.empty(0), {}),
+                        edges[1:-1]) == 0.0
     cell = np.repeat(np.arange(edges.size - 1), (n0 + n1).astype(int))
     labels = [np.r_[np.zeros(int(a)), np.ones(int(b))] for a, b in zip(n0, n1)]
     errors = []

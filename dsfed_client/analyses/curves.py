@@ -856,7 +856,7 @@ def noise_variance(hist: ScoreHistograms, weight: float = 0.5) -> float:
 def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: float = 0.05,
                 within_bin: str = "tied", roc_glm: bool = True, n_thresholds: int = 99,
                 levels: int | None = None, histograms: ScoreHistograms | None = None, secure: bool | None = False,
-                **histogram_options: Any) -> HistogramAUC:
+                n_complete: int | None = None, **histogram_options: Any) -> HistogramAUC:
     """AUC, DeLong variance, logit CI and ROC-GLM from placement values against histogram CDFs.
 
     1. the global CDFs :math:`\\tilde F_0, \\tilde F_1` come from :func:`ds_score_histograms`
@@ -893,8 +893,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
     score away); with ``'linear'`` when moreover every score lies at its bin's mid-point.
     With noise off the histograms are refined until they do (:func:`separating_leaves`; where the
     sites release cells of one record).
-    ``levels=None`` picks the depth by :func:`auc_levels` from the record count (per site
-    ``lengthDS``; pooled, the total of a pooled ``table1DDS`` of the outcome);
+    ``levels=None`` picks the depth by :func:`auc_levels` from the record count: ``n_complete`` where the
+    caller has it released already (``validate()``: the Brier score's n), else asked (per site ``lengthDS``;
+    pooled, the total of a pooled ``table1DDS`` of the outcome, a release the sites' row-set audit may refuse
+    after the cells released before over the same records);
     ``histogram_options`` go to :func:`ds_score_histograms` (branching, lower, upper, decay,
     totals, epsilon, delta). The class totals are exact by default (``totals='exact'``): the
     placement sums release n1 and n0 anyway, so a noisy level 0 would only waste budget.
@@ -920,7 +922,8 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         hist = ds_score_histograms(session, truth, score, levels=levels, secure=agg.pooled, **histogram_options)
     else:
         # a leaf holds about as many noisy parts as the strategy sums (one under pooled releases)
-        hist = _deepest_histograms(session, truth, score, auc_levels(agg.count(truth), agg.noisy_parts),
+        n = agg.count(truth) if n_complete is None else int(n_complete)
+        hist = _deepest_histograms(session, truth, score, auc_levels(n, agg.noisy_parts),
                                    agg.pooled, histogram_options)
     if histograms is None and hist.noise_off:
         hist = separating_leaves(session, truth, score, hist, agg.pooled, histogram_options)
@@ -1078,8 +1081,9 @@ def tie_variance(hist: ScoreHistograms, cuts: np.ndarray) -> float:
     reads them); under the noise :math:`E[\hat n_0 \hat n_1 (\hat n_0 + \hat n_1 + 1)] = n_0 n_1 (n_0 + n_1 +
     1) + n_1 s_0^2 + n_0 s_1^2` (the classes' noise independent, Gaussian, of mean 0; :math:`s^2` a cell count's
     noise variance, from the tree's least squares map), so those terms are taken off, the sum kept at least 0.
-    Noise off the counts are exact, and a cell no wider than one float holds one distinct score, whose pairs
-    are ties indeed: it adds nothing (so the AUC of separating leaves keeps pROC's interval)."""
+    Noise off it is 0: :func:`ds_hist_auc` refines the leaves until each that holds both classes holds one
+    distinct score (:func:`separating_leaves`), whose pairs are ties in the data too, and the AUC is pROC's; the
+    counts cannot tell such a cell from one of several scores, where the sites refuse the finer edges."""
     e = np.asarray(hist.edges, dtype=float)
     cuts = np.asarray(cuts, dtype=float)
     bounds = np.concatenate([[e[0]], cuts[(cuts > e[0]) & (cuts < e[-1])], [e[-1]]])
@@ -1089,17 +1093,14 @@ def tie_variance(hist: ScoreHistograms, cuts: np.ndarray) -> float:
     big0, big1 = float(hist.n_negative), float(hist.n_positive)
     if big0 <= 0 or big1 <= 0:
         return 0.0
-    term = n0 * n1 * (n0 + n1 + 1.0)
     if hist.noise_off or hist.level_variance.size == 0:
-        term = np.where(np.nextafter(bounds[:-1], np.inf) < bounds[1:], np.clip(term, 0.0, None), 0.0)
-    else:
-        T, per = _tree_map(hist)
-        # a cell's count as a linear map of the leaf estimates (a leaf cut by a cell's bound: its share of the width)
-        left = np.clip((bounds[1:, None] - e[None, :-1]) / np.diff(e)[None, :], 0.0, 1.0)
-        right = np.clip((bounds[:-1, None] - e[None, :-1]) / np.diff(e)[None, :], 0.0, 1.0)
-        A = left - right
-        s2 = np.einsum("ck,kl,cl->c", A, (T * per) @ T.T, A)
-        term = term - n1 * s2 - n0 * s2
+        return 0.0
+    T, per = _tree_map(hist)
+    # a cell's count as a linear map of the leaf estimates (a leaf cut by a cell's bound: its share of the width)
+    left = np.clip((bounds[1:, None] - e[None, :-1]) / np.diff(e)[None, :], 0.0, 1.0)
+    right = np.clip((bounds[:-1, None] - e[None, :-1]) / np.diff(e)[None, :], 0.0, 1.0)
+    s2 = np.einsum("ck,kl,cl->c", left - right, (T * per) @ T.T, left - right)
+    term = n0 * n1 * (n0 + n1 + 1.0) - n1 * s2 - n0 * s2
     return float(max(term.sum(), 0.0) / (12.0 * big0**2 * big1**2))
 
 

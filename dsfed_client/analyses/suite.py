@@ -314,9 +314,10 @@ def validate(session: FederatedSession, truth: str, score: str, *, alpha: float 
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, epsilon=epsilon, delta=delta,
             sensitivity=sensitivity, secure=pooled)))
     else:
+        # the depth from the Brier score's n, released already: no count of the outcome asked after the cells
         hist_auc = _section(failed, "discrimination", lambda: ds_hist_auc(
             session, truth, score, alpha=alpha, n_thresholds=n_thresholds, secure=pooled, epsilon=epsilon,
-            delta=delta))
+            delta=delta, n_complete=brier.n))
         discrimination = None if hist_auc is None else Discrimination.from_histogram(hist_auc)
         if hist_auc is not None and hist_auc.roc_glm_failed:  # the empirical AUC stands without it
             failed["ROC-GLM"] = hist_auc.roc_glm_failed
