@@ -444,7 +444,7 @@ class HistogramAUC(AUCIntervals):
     def noise_error_variance(self) -> float:
         """The variance of the error that is not the records' sampling: the histograms' noise
         (``noise_variance``), widened for its own estimation from the noisy counts (``noise_df`` degrees of
-        freedom: times :math:`(t_{\nu, 1 - \alpha/2} / z_{1 - \alpha/2})^2`, so that the normal interval
+        freedom: times :math:`(t_{\\nu, 1 - \\alpha/2} / z_{1 - \\alpha/2})^2`, so that the normal interval
         on it is the t interval; :func:`_noise_df`), and the ties within the released cells (``tie_variance``,
         :func:`tie_variance`)."""
         return self.noise_variance * noise_df_factor(self.noise_df, self.alpha) + self.tie_variance
@@ -500,7 +500,7 @@ class HistogramAUC(AUCIntervals):
 
 
 def noise_df_factor(df: float, alpha: float) -> float:
-    """:math:`(t_{\nu, 1 - \alpha/2} / z_{1 - \alpha/2})^2`: what a variance estimated with ``df`` degrees of
+    """:math:`(t_{\\nu, 1 - \\alpha/2} / z_{1 - \\alpha/2})^2`: what a variance estimated with ``df`` degrees of
     freedom is multiplied by so that the normal interval on it is Student's (1 where ``df`` is infinite)."""
     if not np.isfinite(df) or df <= 0:
         return 1.0
