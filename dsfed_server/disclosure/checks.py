@@ -161,15 +161,30 @@ class Guard:
                 "read it in a pooled release (secure aggregation; the dsfed client: secure=True), or make it for "
                 "this site alone (pooled = FALSE)")
 
-    def working_weights(self, binomial: bool, effective: float, hint: str) -> None:
-        """Refuse a binomial GLM step whose working weights rest on fewer than q records (``effective``, Kish's
-        effective sample size): the covariates (nearly) separate the outcome, and the step's sums are sums over
-        the few records next to the boundary (Albert & Anderson 1984)."""
-        if binomial and effective < self.q:
-            raise self._refuse(
-                f"at this iterate the fit's working weights rest on fewer than {self.q} of the records: the "
-                "covariates (nearly) separate the outcome, and the fit's sums would be sums over the few records "
-                "next to the boundary", "disclosure.q_threshold", hint)
+    def working_weights(self, family: str, effective: float, hint: str) -> None:
+        """Refuse a GLM step whose working weights :math:`W_i` rest on fewer than q records (``effective``,
+        Kish's effective sample size :math:`(\\sum_i W_i)^2 / \\sum_i W_i^2`, Kish 1965; not a number, as
+        where the weights overflow, counts as fewer): the step's information, score and deviance are then sums
+        over those few records, and its entries read their values.
+
+        A binomial fit's weights :math:`\\mu_i(1 - \\mu_i)` (logit) gather next to the boundary where the
+        covariates (nearly) separate the outcome (Albert & Anderson 1984). Every other family's weights
+        depend on the linear predictor too: a Poisson fit's are its means :math:`e^{\\eta_i}` (log link) or
+        :math:`1/\\mu_i` (identity link), a log-linked Gaussian's :math:`e^{2\\eta_i}`, so a steep offset or
+        coefficient (the offset ``1000*score``) puts the weight on the one record where it is largest, and a
+        mean driven to 0 under the identity link on the record where it is smallest; an identity-linked
+        Gaussian's are its prior weights."""
+        if effective >= self.q:
+            return
+        if family == "binomial":
+            why = ("the covariates (nearly) separate the outcome, and the fit's sums would be sums over the few "
+                   "records next to the boundary")
+        else:
+            why = (f"the {family} fit's linear predictor (a steep offset or coefficient, a fitted mean near 0, or "
+                   "prior weights) puts almost all the weight on a few records, and the fit's sums would be sums "
+                   "over them")
+        raise self._refuse(f"at this iterate the fit's working weights rest on fewer than {self.q} of the records: "
+                           + why, "disclosure.q_threshold", hint)
 
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with

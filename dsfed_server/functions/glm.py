@@ -427,7 +427,7 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
         check_coefficients(ctx, fam, mf, table, offset, beta)
     count_sums(ctx, fam, mf, table, formula, beta, weights, offset)
     return {"family": fam.name, "link": fam.link, "coef.names": list(mf.names),
-            **parts(fam, mf, beta),
+            **checked_parts(ctx.guard, fam, mf, beta),
             "disclosure.risk": 0, "errorMessage2": "No errors"}
 
 
@@ -436,6 +436,19 @@ def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any
     over rows in batches of :data:`~dsfed_server.rowbatches.BATCH_ROWS` (the working vectors of a
     batch are all the memory a call adds to the model frame)."""
     return _parts(fam, mf, beta)[0]
+
+
+WEIGHTS_HINT = ("a model whose covariates do not separate the outcome, a less steep offset or weights, or more "
+                "records; a fit that does not converge: use the last iterate released")
+
+
+def checked_parts(guard: Guard, fam: Family, mf: ModelFrame, beta: np.ndarray | None, *,
+                  hint: str = WEIGHTS_HINT) -> dict[str, Any]:
+    """:func:`parts`, refused where its working weights rest on fewer than q records
+    (:meth:`~dsfed_server.disclosure.checks.Guard.working_weights`)."""
+    found, effective = _parts(fam, mf, beta)
+    guard.working_weights(fam.name, effective, hint=hint)
+    return found
 
 
 def _parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> tuple[dict[str, Any], float]:
@@ -526,14 +539,14 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     :math:`W_i = \\mu_i(1 - \\mu_i)` vanish but at the records next to the boundary, and the information's
     three sums :math:`\\sum_i W_i (1, s_i, s_i^2)` are three equations in those two or three records' values,
     the steep smooth step that :mod:`~dsfed_server.disclosure.expressions` refuses as a derived column. So a
-    binomial step whose weights rest on fewer than q records (:meth:`Guard.working_weights`; Kish's
-    effective sample size, :func:`_parts`) is refused: the fit is (nearly) separated, and R's ``glm`` would
-    warn that fitted probabilities of 0 or 1 occurred."""
+    step whose weights rest on fewer than q records (:meth:`Guard.working_weights`; Kish's effective sample
+    size, :func:`_parts`) is refused: a binomial fit is then (nearly) separated, and R's ``glm`` would warn
+    that fitted probabilities of 0 or 1 occurred. Every family's steps, the start included, are checked: a
+    Poisson fit weighs each record by its mean :math:`e^{\\eta_i}`, which a steep offset (``1000*score``)
+    puts on one record."""
     mf = frame()
     mine, effective = _parts(fam, mf, beta)
-    if beta is not None:
-        guard.working_weights(fam.name == "binomial", effective, hint="the fit does not converge: use the last "
-                              "iterate released, or a model whose covariates do not separate the outcome")
+    guard.working_weights(fam.name, effective, hint=WEIGHTS_HINT)
     names = list(mf.names)
     del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}

@@ -37,7 +37,7 @@ from dsfed_server.context import CallContext
 from dsfed_server.families import Family, family as make_family
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions.glm import (_CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame, _parts,
-                                        parts)
+                                        checked_parts)
 from dsfed_server.modelframe import ModelFrame
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowbatches import row_batches
@@ -70,13 +70,19 @@ class Fit:
     converged: bool
 
 
+_HINT = ("a model whose covariates do not separate the outcome here, a less steep offset or weights, or more "
+         "records")
+
+
 def fit(fam: Family, mf: ModelFrame, *, guard: Guard) -> Fit:
-    """R's ``glm.fit`` IRLS on one site's model frame (see the module's docstring). A binomial step whose
-    working weights rest on fewer than q records is refused
-    (:meth:`~dsfed_server.disclosure.checks.Guard.working_weights`): a separated fit runs its 25 iterations to slopes of
-    thousands, and its coefficients, covariance and deviance are then equations in the two records next to
-    the boundary."""
-    start = parts(fam, mf, None)
+    """R's ``glm.fit`` IRLS on one site's model frame (see the module's docstring). A step, the start included,
+    whose working weights rest on fewer than q records is refused
+    (:meth:`~dsfed_server.disclosure.checks.Guard.working_weights`): a separated binomial fit runs its 25
+    iterations to slopes of thousands, and its coefficients, covariance and deviance are then equations in the
+    two records next to the boundary; a Poisson fit with the offset ``600*score`` stops at 25 iterations with
+    its weight on the record of the largest score, whose values ``cov.unscaled`` gives
+    (tests/test_glm_poisson_concentration_attacks.py)."""
+    start = checked_parts(guard, fam, mf, None, hint=_HINT)
     info, xwz, dev_old = np.asarray(start["info.matrix"]), np.asarray(start["xwz"]), float(start["dev"])
     for iteration in range(1, MAXIT + 1):
         try:
@@ -86,8 +92,7 @@ def fit(fam: Family, mf: ModelFrame, *, guard: Guard) -> Fit:
                             "here, collinear covariates, or covariates that separate the outcomes here)",
                             hint="simplify the model") from None
         step, effective = _parts(fam, mf, beta)
-        guard.working_weights(fam.name == "binomial", effective, hint="the fit does not converge at this site: use "
-                              "a model whose covariates do not separate the outcome here")
+        guard.working_weights(fam.name, effective, hint=_HINT)
         dev = float(step["dev"])
         if abs(dev - dev_old) / (abs(dev) + 0.1) < EPSILON:
             return Fit(beta, np.linalg.inv(info), dev, iteration, True)
