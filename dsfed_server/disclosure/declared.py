@@ -4,8 +4,10 @@ Most functions release once, at the end: they return a declaration of cells, a p
 checked value, and the service releases it as the registry entry declares. Some must release something
 before they can compute the rest: the table of group sizes before any mean by group (the means are read
 only over the groups released), a protocol's cuts and the cells between them before its statistics leave.
-Such a function does not call the gate either. It is a generator that yields a declaration of what it
-releases and receives what the release gave back, then goes on::
+Others keep or release what the release history records before anything is read from it (a subset's rows,
+a derived column's cuts, an analyst's reference's edges, the functions a release sums exactly), or decide a
+protocol's cuts on pooled counts. Such a function does not call the gate either. It is a generator that
+yields a declaration of what it releases and receives what the release gave back, then goes on::
 
     withheld = yield Groups(codes, n_cells, rows)
 
@@ -28,21 +30,37 @@ What a function may declare part-way:
   joint cells and why they were merged;
 - :class:`ProtocolCells`: a pooled protocol's cuts and the cells between them, on the pooled counts
   (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`); sent back: None, or, where sums over the
-  cells leave, the pooled steps of their row-set audit, at whose end the declared result is released.
+  cells leave, the pooled steps of their row-set audit, at whose end the declared result is released;
+- :class:`CandidateCuts`: a pooled protocol's candidate cuts, decided on the pooled counts
+  (:meth:`ProtocolCuts.fits`); sent back: which of them the gate keeps;
+- :class:`DominatedCells`: the cells between a pooled protocol's cuts, checked for dominance on the pooled
+  counts (:meth:`ProtocolCuts.dominated`); sent back: whether one is dominated.
+
+A function that keeps or computes on what it derives declares what that release records too:
+
+- :class:`SubsetRows`: a subset of a table's records (:meth:`Guard.subset_rows`); sent back: the subset's
+  rows;
+- :class:`DerivedCuts`: a derived column's cuts and the row sets of its cells and few values
+  (:meth:`Guard.derived_cuts`); sent back: None;
+- :class:`ReferenceEdges`: the edges of an analyst's reference evaluated at this site's scores
+  (:meth:`Guard.reference_edges`); sent back: which edges the site keeps;
+- :class:`ExactSums`: the functions a release sums exactly over each group of records
+  (:meth:`Guard.exact_sums`); sent back: None.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import Rows
-from dsfed_server.disclosure.gate import Categories, Cut, Intervals
+from dsfed_server.disclosure.gate import Categories, Cut, Floor, Intervals
 from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
+from dsfed_server.disclosure.provenance import RootColumn
 
 
 @dataclass(frozen=True)
@@ -98,14 +116,103 @@ class ProtocolCells:
     result: Any = None
 
 
-Declared = Intervals | Categories | Groups | JointCells | ProtocolCells
+@dataclass(frozen=True)
+class CandidateCuts:
+    """A pooled protocol's ``candidates`` (the column's cuts, among those it counted,
+    :meth:`ProtocolCuts.counted`), decided on the sites' ``pooled_counts`` beside ``history`` (the column's;
+    None: all of it) under ``floor``, as every site decides alike. Decided by :meth:`ProtocolCuts.fits`, which
+    refuses the protocol where this site cut the column while it ran; nothing is recorded. Sent back: which
+    candidates the gate keeps (boolean, one per candidate)."""
+
+    cuts: ProtocolCuts
+    candidates: Sequence[Cut]
+    pooled_counts: np.ndarray
+    floor: Floor
+    history: Sequence[Cut] | None = None
+
+
+@dataclass(frozen=True)
+class DominatedCells:
+    """The cells between a pooled protocol's cuts ``kept`` (candidates counted, or the history's), checked on
+    the sites' ``pooled_counts`` and ``pooled_squares`` under ``floor``'s dominance rule
+    (:meth:`ProtocolCuts.dominated`); nothing is recorded. Sent back: whether a cell holds fewer than q records
+    outside its largest sites (the protocol refuses, or merges, as it releases)."""
+
+    cuts: ProtocolCuts
+    kept: Sequence[Cut]
+    pooled_counts: np.ndarray
+    pooled_squares: np.ndarray
+    floor: Floor
+
+
+@dataclass(frozen=True)
+class SubsetRows:
+    """A subset of a table's records, kept at the site: the records of ``parent`` (a table, a subset held as
+    its rows, a vector's table) where ``mask`` holds, and ``condition``, the cells a numeric condition makes
+    on its column (None: no numeric condition). Released by :meth:`Guard.subset_rows`: the subset and the
+    records it leaves out hold ``subset_min`` records or none, its row set is audited with every subset and
+    cell released from the table and the condition's cuts with the column's history, and both are recorded
+    if they pass. Sent back: the subset's rows (:class:`~dsfed_server.disclosure.differencing.Rows`)."""
+
+    parent: Any
+    mask: np.ndarray
+    condition: Intervals | None = None
+
+
+@dataclass(frozen=True)
+class DerivedCuts:
+    """A derived column's cuts and row sets, before the column is kept: ``conditions``, one declaration of
+    cells per column its comparisons (or ``pmin``, ``pmax``, ``abs``, a map's knots) cut, and ``row_sets``,
+    the records where each comparison holds and those of each of its few values (boolean over ``rows``, where
+    the records sit in the table). Released by :meth:`Guard.derived_cuts`: each cut decided with the column's
+    history, the row sets audited with the table's, all recorded if they pass; ``what`` and ``instead`` name
+    the cuts and the alternative in a refusal (None: the Guard's words for an expression's). Sent back:
+    None."""
+
+    conditions: Sequence[Intervals]
+    row_sets: Sequence[np.ndarray]
+    rows: Rows | None
+    what: str | None = None
+    instead: str | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceEdges:
+    """The ``edges`` of an analyst's reference CDF, to be evaluated at this site's scores ``p`` (``root``:
+    the table column they come from). Released by :meth:`Guard.reference_edges`: the edges are cuts on the
+    column, decided with its history (an end edge that does not fit refuses the reference), the kept ones
+    recorded. Sent back: which edges the site keeps (boolean, one per edge)."""
+
+    p: np.ndarray
+    edges: np.ndarray
+    root: RootColumn | None
+
+
+@dataclass(frozen=True)
+class ExactSums:
+    """The exact sums a release gives: ``functions`` (each a function's core, its root columns and the
+    records of ``rows`` it is summed over, computed when needed) over each of ``groups`` (None: all the
+    records together). Released by :meth:`Guard.exact_sums`: counted with every sum released before from the
+    table, refused where a group of records would answer more functions than ``disclosure.sums_per_record``
+    allows, recorded if not; ``hint``: what a refused analyst can do instead (None: the Guard's). Sent back:
+    None."""
+
+    rows: Rows | None
+    functions: Sequence[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]]
+    groups: list[np.ndarray] | None = None
+    hint: str | None = None
+
+
+Declared = (Intervals | Categories | Groups | JointCells | ProtocolCells | CandidateCuts | DominatedCells
+            | SubsetRows | DerivedCuts | ReferenceEdges | ExactSums)
 
 T = TypeVar("T")
 
 
 def release(guard: Guard, declared: Declared) -> Any:
-    """What one declared step releases, through ``guard`` (the call's); a protocol's cells through the
-    guard of the call that began the protocol, which their :class:`ProtocolCuts` holds."""
+    """What one declared step releases (or decides, or records), through ``guard`` (the call's); a protocol's
+    cells and cuts through the guard of the call that began the protocol, which their :class:`ProtocolCuts`
+    holds."""
     if isinstance(declared, (Intervals, Categories)):
         return guard.release(declared)
     if isinstance(declared, Groups):
@@ -126,6 +233,21 @@ def release(guard: Guard, declared: Declared) -> Any:
         cuts.record(declared.released)
         cuts.record_cells(values, declared.bounds, counts)
         return None
+    if isinstance(declared, CandidateCuts):
+        return declared.cuts.fits(declared.candidates, declared.pooled_counts, declared.floor, declared.history)
+    if isinstance(declared, DominatedCells):
+        return declared.cuts.dominated(declared.kept, declared.pooled_counts, declared.pooled_squares,
+                                       declared.floor)
+    if isinstance(declared, SubsetRows):
+        return guard.subset_rows(declared.parent, declared.mask, declared.condition)
+    if isinstance(declared, DerivedCuts):
+        words = {k: v for k, v in (("what", declared.what), ("instead", declared.instead)) if v is not None}
+        return guard.derived_cuts(list(declared.conditions), list(declared.row_sets), declared.rows, **words)
+    if isinstance(declared, ReferenceEdges):
+        return guard.reference_edges(declared.p, declared.edges, declared.root)
+    if isinstance(declared, ExactSums):
+        hint = {} if declared.hint is None else {"hint": declared.hint}
+        return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, **hint)
     raise TypeError(f"a function declared {type(declared).__name__}, which is no release of a step")
 
 
