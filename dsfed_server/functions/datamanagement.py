@@ -18,6 +18,7 @@ more, dsfed's stricter rule holds (each function's docs say where):
 from __future__ import annotations
 
 import re
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from dsfed_core.calltree import r_number
 from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import LEVEL_RULES
+from dsfed_server.disclosure.declared import Declared, SubsetRows
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED, MEANING, MEANINGS, own_meaning
 from dsfed_server.registry import P, Param, register
@@ -229,14 +231,15 @@ def _combine(ctx: CallContext, names: str, colnames: str | None, what: str) -> p
 
 
 def complete_cases_of(ctx: CallContext, value: pd.DataFrame | RowSet | pd.Series
-                      ) -> pd.DataFrame | RowSet | pd.Series:
-    """The complete cases of a table, a subset or a vector (R's ``complete.cases``), through the subset guard."""
+                      ) -> Generator[Declared, Any, pd.DataFrame | RowSet | pd.Series]:
+    """The complete cases of a table, a subset or a vector (R's ``complete.cases``), through the subset guard
+    (declared: :class:`~dsfed_server.disclosure.declared.SubsetRows`)."""
     frame = value.to_frame() if isinstance(value, pd.Series) else value
     mask = complete_rows(frame)
     if mask.all():
         ctx.guard.subset(int(mask.sum()), int(mask.size))
         return value
-    rows = ctx.guard.subset_rows(frame, mask)
+    rows = yield SubsetRows(frame, mask)
     if not isinstance(value, pd.Series):
         return ctx.subset(value, mask, rows)
     kept = value.loc[mask].reset_index(drop=True)
@@ -255,7 +258,7 @@ def complete_cases_of(ctx: CallContext, value: pd.DataFrame | RowSet | pd.Series
           default=False),
 ], checks=_SUBSET)
 def data_frame(ctx: CallContext, vectors: str, r_names: list[str] | None, ch_rows: bool, ch_names: bool,
-               clnames: str, strAsFactors: bool, completeCases: bool) -> pd.DataFrame:
+               clnames: str, strAsFactors: bool, completeCases: bool) -> Generator[Declared, Any, pd.DataFrame]:
     """A table of the named tables and vectors (dsBase ``dataFrameDS``, as ``ds.dataFrame`` sends it),
     with dsBase's column names (``D$age`` gives ``age``; repeats get ``.1``).
 
@@ -272,7 +275,7 @@ def data_frame(ctx: CallContext, vectors: str, r_names: list[str] | None, ch_row
             if r_class(frame[column]) == "character":
                 frame[column] = frame[column].astype("category")
     if completeCases:
-        return complete_cases_of(ctx, frame)
+        return (yield from complete_cases_of(ctx, frame))
     ctx.guard.subset(len(frame), len(frame))
     return frame
 
@@ -292,7 +295,8 @@ def cbind(ctx: CallContext, x_names_transmit: str, colnames_transmit: str) -> pd
 
 @register("completeCasesDS", "assign",
           [Param("x1.transmit", P.OBJECT, "the table or vector, e.g. \"D\"")], checks=_SUBSET)
-def complete_cases(ctx: CallContext, x1_transmit: Any) -> pd.DataFrame | RowSet | pd.Series:
+def complete_cases(ctx: CallContext, x1_transmit: Any
+                   ) -> Generator[Declared, Any, pd.DataFrame | RowSet | pd.Series]:
     """The rows (of a table) or values (of a vector) with nothing missing (dsBase ``completeCasesDS``).
 
     The rows dropped go through the subset guard (dsBase checks nothing): refused when the complete
@@ -301,7 +305,7 @@ def complete_cases(ctx: CallContext, x1_transmit: Any) -> pd.DataFrame | RowSet 
     """
     if not isinstance(x1_transmit, (pd.DataFrame, pd.Series)):
         raise CallError(f"x1.transmit must be a table or a vector, got {r_class(x1_transmit)}")
-    return complete_cases_of(ctx, x1_transmit)
+    return (yield from complete_cases_of(ctx, x1_transmit))
 
 
 # --- what a session holds ------------------------------------------------------------------

@@ -5,6 +5,7 @@ a subset that leaves out fewer than ``subset_min`` rows)."""
 from __future__ import annotations
 
 import operator
+from collections.abc import Generator
 from typing import Any, Callable
 
 import numpy as np
@@ -16,6 +17,7 @@ from dsfed_core.parser import parse
 from dsfed_server.context import NOTE, CallContext, r_class
 from dsfed_server.disclosure import missingness, shared_tables
 from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.declared import Declared, SubsetRows
 from dsfed_server.disclosure.differencing import Rows, mark_rows, whole_table
 from dsfed_server.disclosure.gate import Cut, Intervals, condition_cuts
 from dsfed_server.functions.datamanagement import complete_cases_of
@@ -84,14 +86,14 @@ def assign_table(ctx: CallContext, table: str | None, variables: list[str] | Non
     checks=("disclosure.subset_min", *GATE_RULES),
 )
 def subset_rows(ctx: CallContext, x: pd.DataFrame | RowSet, variable: str, op: str, value: object
-                ) -> pd.DataFrame | RowSet:
+                ) -> Generator[Declared, Any, pd.DataFrame | RowSet]:
     """Rows of table ``x`` where ``variable op value`` holds (rows with the variable missing are dropped).
 
     Refused when the subset, or the rows it leaves out, would be smaller than
     the site's ``subset_min`` (DataSHIELD nfilter.subset), so that a subset
     cannot be differenced against the full table.
     """
-    return _condition_subset(ctx, x, variable, op, value, np.ones(len(x), dtype=bool))
+    return (yield from _condition_subset(ctx, x, variable, op, value, np.ones(len(x), dtype=bool)))
 
 
 # dsBase subsetDS's codes of its logical operator ``lg``
@@ -113,7 +115,8 @@ _DSBASE_OPS = {1: ">", 2: ">=", 3: "<", 4: "<=", 5: "==", 6: "!="}
     checks=("disclosure.subset_min", *GATE_RULES),
 )
 def subset_dsbase(ctx: CallContext, dt: pd.DataFrame | RowSet, complt: bool, rs: list[float] | None,
-                  cs: list[str] | None, lg: int | None, th: object, varname: str | None) -> pd.DataFrame | RowSet:
+                  cs: list[str] | None, lg: int | None, th: object, varname: str | None
+                  ) -> Generator[Declared, Any, pd.DataFrame | RowSet]:
     """Rows of table ``dt`` where ``varname <lg> th`` holds, of its complete cases if ``complt``
     (dsBase ``subsetDS`` in the form ``ds.subset(..., logicalOperator, threshold)`` sends it).
 
@@ -126,17 +129,18 @@ def subset_dsbase(ctx: CallContext, dt: pd.DataFrame | RowSet, complt: bool, rs:
         raise CallError("subsetDS: rows and columns by position (rs, cs) are not offered; subset by a "
                         "condition (varname, lg, th)")
     if complt and varname is None and lg is None and th is None:
-        return complete_cases_of(ctx, dt)
+        return (yield from complete_cases_of(ctx, dt))
     if varname is None or lg is None or th is None:
         raise CallError("subsetDS needs varname, lg and th (the condition that selects the rows)")
     keep = complete_rows(dt) if complt else np.ones(len(dt), dtype=bool)
-    return _condition_subset(ctx, dt, varname, _DSBASE_OPS[lg], th, keep)
+    return (yield from _condition_subset(ctx, dt, varname, _DSBASE_OPS[lg], th, keep))
 
 
 def _condition_subset(ctx: CallContext, x: pd.DataFrame | RowSet, variable: str, op: str, value: object,
-                      keep: np.ndarray) -> pd.DataFrame | RowSet:
+                      keep: np.ndarray) -> Generator[Declared, Any, pd.DataFrame | RowSet]:
     """Rows of ``x`` (a table, or a subset held as its rows: only the condition's column is built)
-    among ``keep`` where ``variable op value`` holds, through the subset guard."""
+    among ``keep`` where ``variable op value`` holds, through the subset guard (declared:
+    :class:`~dsfed_server.disclosure.declared.SubsetRows`)."""
     names = column_names(x)
     if variable not in names:
         raise NotFound(f"table has no column {variable!r}", hint=f"columns: {', '.join(map(str, names))}")
@@ -155,12 +159,13 @@ def _condition_subset(ctx: CallContext, x: pd.DataFrame | RowSet, variable: str,
     mask = (np.asarray(mask.fillna(False) if hasattr(mask, "fillna") else mask, dtype=bool)
             & column.notna().to_numpy() & keep)
     condition = condition_cells(ctx, column, op, float(value)) if numeric_column else None
-    return ctx.subset(x, mask, ctx.guard.subset_rows(x, mask, condition))
+    return ctx.subset(x, mask, (yield SubsetRows(x, mask, condition)))
 
 
 def condition_cells(ctx: CallContext, column: pd.Series, op: str, value: float) -> Intervals:
     """The cells a numeric subset condition makes on its column: its cuts go into the column's cut
-    history like a bin edge's (:meth:`Guard.subset_rows`)."""
+    history like a bin edge's (:meth:`Guard.subset_rows`, declared as
+    :class:`~dsfed_server.disclosure.declared.SubsetRows`)."""
     return cut_cells(ctx, column, condition_cuts(op, value), "subset condition")
 
 
@@ -226,7 +231,7 @@ SUBSET_DONE = "Subsetting undertaken without problems"
 @register("dataFrameSubsetDS2", "assign", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
 def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name: str, V2_name: str,
                       Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
-                      keep_NAs: bool) -> pd.DataFrame | RowSet:
+                      keep_NAs: bool) -> Generator[Declared, Any, pd.DataFrame | RowSet]:
     """Rows of a table where ``V1 <op> V2`` holds, optionally some columns (dsBase ``dataFrameSubsetDS2``).
 
     Refused when the subset, or the rows it leaves out, would hold fewer than
@@ -261,17 +266,17 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name:
     elif rm_cols is not None:
         drop = set(_columns(rm_cols, n_cols, "rm.cols"))
         columns = [j for j in range(n_cols) if j not in drop]
-    return ctx.subset(df_name, mask, ctx.guard.subset_rows(df_name, mask, condition), columns)
+    return ctx.subset(df_name, mask, (yield SubsetRows(df_name, mask, condition)), columns)
 
 
 @register("dataFrameSubsetDS1", "aggregate", _SUBSET_PARAMS, checks=("disclosure.subset_min", *GATE_RULES))
 def data_frame_subset_check(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name: str, V2_name: str,
                             Boolean_operator_n: int, keep_cols: list[float] | None, rm_cols: list[float] | None,
-                            keep_NAs: bool) -> str:
+                            keep_NAs: bool) -> Generator[Declared, Any, str]:
     """The checks of ``dataFrameSubsetDS2`` with the same arguments, its subset not kept (dsBase
     ``dataFrameSubsetDS1``, the first call of ``ds.dataFrameSubset``): a subset the site refuses is
     refused here with the rule's name, before the assign call; otherwise dsBase's
     ``"Subsetting undertaken without problems"`` (dsBase's warning about a subset close to the
     table's size never arises: such a subset is refused by ``subset_min``)."""
-    data_frame_subset(ctx, df_name, V1_name, V2_name, Boolean_operator_n, keep_cols, rm_cols, keep_NAs)
+    yield from data_frame_subset(ctx, df_name, V1_name, V2_name, Boolean_operator_n, keep_cols, rm_cols, keep_NAs)
     return SUBSET_DONE
