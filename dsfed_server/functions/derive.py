@@ -11,7 +11,8 @@ What the site checks before the column exists (the site controls every cut):
 
 - every comparison and every ``pmin``/``pmax``/``abs`` kink cuts one column at a value the analyst
   chose: the cuts of each column go through the release gate as a subset condition's do
-  (:meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`): each cell between them and every
+  (:meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`, declared as
+  :class:`~dsfed_server.disclosure.declared.DerivedCuts`): each cell between them and every
   cut released before on the column holds q records and the secret margin
   (``disclosure.cut_history``, ``disclosure.cut_margin``), and the records where each comparison
   holds are a row set audited with every row set released before from the table
@@ -36,10 +37,11 @@ on scores, coefficients from the analyst in ``glmDS2``) refuse it, naming the ru
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import replace
 from functools import partial
 from itertools import chain
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -50,6 +52,7 @@ from dsfed_core.parser import parse_expression
 from dsfed_server.arithmetic import Condition, Leaf, evaluate
 from dsfed_server.context import CallContext, r_class
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES
+from dsfed_server.disclosure.declared import Declared, DerivedCuts
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.expressions import X, Classified, Meaning
 from dsfed_server.disclosure.gate import condition_cuts
@@ -105,7 +108,7 @@ def _rows(columns: dict[Leaf, pd.Series]) -> Rows | None:
            "ifelse on comparisons (< <= > >= == !=, & | !), e.g. log(D$pnodes + 1)")],
     checks=GATE_RULES + DERIVED_RULES,
 )
-def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
+def derive(ctx: CallContext, expression: Node) -> Generator[Declared, Any, ColumnView | pd.Series]:
     """A new numeric column computed from columns of one table and numbers (R's semantics: NA
     propagates; what R gives as NaN, Inf or -Inf is missing), kept as the expression over what it
     reads and computed when read (:mod:`dsfed_server.views`). Every comparison and pmin/pmax/abs
@@ -130,7 +133,7 @@ def derive(ctx: CallContext, expression: Node) -> ColumnView | pd.Series:
         "a column whose values single out records is not made; use wider cuts or more records")
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
     conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
-    guard.derived_cuts(_cells(ctx, columns, conditions), row_sets, rows)
+    yield DerivedCuts(_cells(ctx, columns, conditions), row_sets, rows)
     found = classified.meaning
     if rows is not None and found.function is None:  # a sum of summands, each counted over its own records
         found = replace(found, summands=partial(_summands, expression, meanings, tuple(leaves), held, n, rows))
@@ -200,13 +203,15 @@ def _cells(ctx: CallContext, columns: dict[Leaf, pd.Series], conditions: list[Co
     return cells
 
 
-def check_formula(ctx: CallContext, formula: Formula, data: pd.DataFrame | RowSet) -> None:
+def check_formula(ctx: CallContext, formula: Formula, data: pd.DataFrame | RowSet
+                  ) -> Generator[Declared, Any, None]:
     """The terms a model formula computes (``I(expr)``, ``log(expr)``, ``exp(expr)``, ``sqrt(expr)``)
     are derived columns the model's sums read: each is read as ``deriveDS`` reads its expression
     (:meth:`~dsfed_server.disclosure.checks.Guard.derived_expression`: a step in disguise inside ``I()``
     would be a cut in every sum of the fit), and where one is missing over a column's declared range
-    (``log(tsize)`` at 0), that cut goes through the gate as a comparison's would. Interactions
-    (``a:b``) are products of columns, read as such."""
+    (``log(tsize)`` at 0), that cut goes through the gate as a comparison's would (declared:
+    :class:`~dsfed_server.disclosure.declared.DerivedCuts`). Interactions (``a:b``) are products of columns,
+    read as such."""
     computed = [v for t in formula.terms for v in t.variables if "(" in v and not v.startswith("factor(")]
     for variable in dict.fromkeys(computed):
         inner = variable[2:-1] if variable.startswith("I(") else variable
@@ -220,8 +225,8 @@ def check_formula(ctx: CallContext, formula: Formula, data: pd.DataFrame | RowSe
         classified = ctx.guard.derived_expression(node, meanings.__getitem__)
         conditions = _missing_conditions(classified, meanings, node)
         if conditions:
-            ctx.guard.derived_cuts(_cells(ctx, columns, conditions), [], _rows(columns),  # type: ignore[arg-type]
-                                   what=f"where {variable} is missing", instead="or a term defined on the whole range")
+            yield DerivedCuts(_cells(ctx, columns, conditions), [], _rows(columns),  # type: ignore[arg-type]
+                              what=f"where {variable} is missing", instead="or a term defined on the whole range")
 
 
 def _formula_column(data: pd.DataFrame | RowSet, leaf: Leaf) -> pd.Series | None:

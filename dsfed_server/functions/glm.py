@@ -19,6 +19,7 @@ the linear predictor within ``glm_max_linear_predictor`` over the declared range
 from __future__ import annotations
 
 import weakref
+from collections.abc import Generator
 from typing import Any, Callable
 
 import numpy as np
@@ -28,6 +29,7 @@ from dsfed_core.calltree import Formula
 from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
+from dsfed_server.disclosure.declared import Declared, ExactSums
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.expressions import forms
 from dsfed_server.disclosure.provenance import NO_TABLE, PUBLIC_DESIGN
@@ -83,10 +85,10 @@ def _model_table(data: pd.DataFrame | RowSet, formula: Formula, weights: str | N
 
 def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
                    weights: str | None, offset: str | None, levels: dict[str, list[str]] | None = None
-                   ) -> ModelFrame:
+                   ) -> Generator[Declared, Any, ModelFrame]:
     """The model frame (:func:`_frame_of`), checked against the rules on every call; its computed terms
-    read as derived columns are (:func:`~dsfed_server.functions.derive.check_formula`)."""
-    check_formula(ctx, formula, data)
+    read as derived columns are (:func:`~dsfed_server.functions.derive.check_formula`, whose cuts it declares)."""
+    yield from check_formula(ctx, formula, data)
     mf = _frame_of(ctx.session, formula, fam, data, weights, offset, levels)
     check_frame(ctx.guard, mf, fam, formula)
     return mf
@@ -210,9 +212,11 @@ CONSTANT_START = {("binomial", "logit"), ("gaussian", "identity")}
 
 
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
-               beta: np.ndarray | None, weights: str | None, offset: str | None, *, iterates: bool = False) -> None:
+               beta: np.ndarray | None, weights: str | None, offset: str | None, *, iterates: bool = False
+               ) -> Generator[Declared, Any, None]:
     """The parts are exact sums over the model's records, counted with every sum released from the table
-    (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
+    (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`; declared as
+    :class:`~dsfed_server.disclosure.declared.ExactSums`).
 
     Where the working weights are constant (a logistic fit of a 0/1 outcome or a Gaussian identity fit at
     its start, or any fit at coefficients with no slope and no offset; without prior weights) the parts
@@ -307,7 +311,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         eta = " + ".join(f"{b:.17g}*{d}" for b, d in zip(beta, text)) if beta is not None else "start"
         parts_at(f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
                  + (f"; weights {written[weights][0]}" if weights else "") + ")")
-    ctx.guard.exact_sums(rows, functions, hint=(
+    yield ExactSums(rows, functions, hint=(
         "fewer fits with other offsets or prior weights over the same records, or over more records" if iterates
         else "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
              "ds.glmSLMA), or over more records"))
@@ -378,9 +382,10 @@ def factor_levels(xlev: list[str] | None) -> dict[str, list[str]] | None:
           [_FORMULA, _FAMILY, _WEIGHTS, _OFFSET, Param("data", P.TABLE, "the table", rows_only=True), _LINK, _XLEV],
           checks=_CHECKS)
 def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | None, offset: str | None,
-              data: pd.DataFrame | RowSet, link: str | None, xlev: list[str] | None) -> dict[str, Any]:
+              data: pd.DataFrame | RowSet, link: str | None, xlev: list[str] | None
+              ) -> Generator[Declared, Any, dict[str, Any]]:
     """Check a model against the site's rules and return its dimensions and coefficient names."""
-    mf = _checked_frame(ctx, formula, make_family(family, link), data, weights, offset, factor_levels(xlev))
+    mf = yield from _checked_frame(ctx, formula, make_family(family, link), data, weights, offset, factor_levels(xlev))
     return {"dimX": [mf.n, len(mf.names)], "coef.names": list(mf.names), "errorMessage": "No errors"}
 
 
@@ -403,7 +408,7 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
 )
 def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[float] | None,
               offset: str | None, weights: str | None, dataName: pd.DataFrame | RowSet, link: str | None,
-              xlev: list[str] | None) -> dict[str, Any] | PooledSteps:
+              xlev: list[str] | None) -> Generator[Declared, Any, dict[str, Any] | PooledSteps]:
     """This site's IRLS parts at ``beta.vect``: information matrix, score, X'Wz and deviance.
 
     As a pooled or relayed release without ``beta.vect``, the whole fit is a protocol of several
@@ -412,10 +417,10 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     dummy there), so that the sites' parts line up."""
     fam = make_family(family, link)
     levels = factor_levels(xlev)
-    mf = _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
+    mf = yield from _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
     table = _model_table(dataName, formula, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
-        count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
+        yield from count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
         return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None,
                           guard=ctx.guard)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
@@ -425,7 +430,7 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
         if not np.all(np.isfinite(beta)):
             raise CallError("beta.vect must be finite numbers")
         check_coefficients(ctx, fam, mf, table, offset, beta)
-    count_sums(ctx, fam, mf, table, formula, beta, weights, offset)
+    yield from count_sums(ctx, fam, mf, table, formula, beta, weights, offset)
     return {"family": fam.name, "link": fam.link, "coef.names": list(mf.names),
             **checked_parts(ctx.guard, fam, mf, beta),
             "disclosure.risk": 0, "errorMessage2": "No errors"}

@@ -24,6 +24,7 @@ table, not the name it was given).
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext
 from dsfed_server.families import Family, family as make_family
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.declared import Declared
 from dsfed_server.functions.glm import (_CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame, _parts,
                                         checked_parts)
 from dsfed_server.modelframe import ModelFrame
@@ -159,20 +161,20 @@ _DATA = Param("dataName", P.TABLE, "the table", rows_only=True)
                                                                                    rows_only=True), _LINK],
           checks=_CHECKS)
 def slma_check(ctx: CallContext, formula: Formula, family: str, weights: str | None, offset: str | None,
-               data: pd.DataFrame | RowSet, link: str | None) -> dict[str, Any]:
+               data: pd.DataFrame | RowSet, link: str | None) -> Generator[Declared, Any, dict[str, Any]]:
     """The model checked against the site's rules (dsBase ``glmSLMADS1``, ``ds.glmSLMA``'s first call):
     its dimensions and coefficient names, as ``glmDS1``."""
-    mf = _checked_frame(ctx, formula, make_family(family, link), data, weights, offset)
+    mf = yield from _checked_frame(ctx, formula, make_family(family, link), data, weights, offset)
     return {"dimX": [mf.n, len(mf.names)], "coef.names": list(mf.names), "errorMessage": "No errors"}
 
 
 @register("glmSLMADS.assign", "assign", [_FORMULA, _FAMILY, _OFFSET, _WEIGHTS, _DATA, _LINK], checks=_CHECKS)
 def slma_fit(ctx: CallContext, formula: Formula, family: str, offset: str | None, weights: str | None,
-             dataName: pd.DataFrame | RowSet, link: str | None) -> StudyGLM:
+             dataName: pd.DataFrame | RowSet, link: str | None) -> Generator[Declared, Any, StudyGLM]:
     """The model fitted to completion at this site and kept as a symbol (dsBase ``glmSLMADS.assign``);
     nothing is released."""
     fam = make_family(family, link)
-    mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
+    mf = yield from _checked_frame(ctx, formula, fam, dataName, weights, offset)
     result = fit(fam, mf, guard=ctx.guard)
     return StudyGLM(formula.to_text(), fam.name, fam.link, weights, offset, tuple(result.beta.tolist()),
                     result.converged)
@@ -183,7 +185,8 @@ def slma_fit(ctx: CallContext, formula: Formula, family: str, offset: str | None
            _DATA, _LINK],
           checks=_CHECKS)
 def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | None, weights: str | None,
-                 newobj: Any, dataName: pd.DataFrame | RowSet, link: str | None) -> dict[str, Any]:
+                 newobj: Any, dataName: pd.DataFrame | RowSet, link: str | None
+                 ) -> Generator[Declared, Any, dict[str, Any]]:
     """This site's fitted model (dsBase ``glmSLMADS2``): coefficients with standard errors, z (or t)
     values and p-values, the covariance matrices, deviances, AIC and counts, after the GLM's checks."""
     fam = make_family(family, link)
@@ -191,7 +194,7 @@ def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | 
                                             newobj.offset) != (formula.to_text(), fam.name, fam.link, weights, offset):
         raise CallError("newobj is not the model glmSLMADS.assign fitted for this formula, family, offset and weights",
                         hint="assign the model with glmSLMADS.assign first (ds.glmSLMA does)")
-    mf = _checked_frame(ctx, formula, fam, dataName, weights, offset)
+    mf = yield from _checked_frame(ctx, formula, fam, dataName, weights, offset)
     result = fit(fam, mf, guard=ctx.guard)
     names = list(mf.names)
     rank = len(names)

@@ -16,6 +16,7 @@ most n/q) must put at least q records on each.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -31,6 +32,7 @@ from dsfed_server.catalog import Catalog
 from dsfed_server.context import CallContext
 from dsfed_server.dictionary import Variable
 from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.declared import Declared, DerivedCuts
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows, whole_table
 from dsfed_server.disclosure.provenance import MODEL_COLUMN, MODEL_OUTPUT, ModelColumn
 from dsfed_server.families import family
@@ -58,7 +60,8 @@ TYPES = ("response", "link")
     ],
     checks=("models.approved", "models.analyst_glm", "models.onnx") + GATE_RULES,
 )
-def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> ColumnView | pd.Series:
+def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str
+            ) -> Generator[Declared, Any, ColumnView | pd.Series]:
     """The model's predictions for every record of ``data`` (missing where an input is missing): a
     GLM's kept as the model over the table and computed when read (:mod:`dsfed_server.views`), an
     ONNX graph's kept as values (a graph's run costs about a second a million records) unless the
@@ -91,7 +94,7 @@ def predict(ctx: CallContext, data: pd.DataFrame, model: str, type: str) -> Colu
     rows = rows if isinstance(rows, Rows) and rows.index.size == len(data) else None
     # a model with few outputs (a tree's leaves, a saturated GLM's 0/1) sorts the records into sets:
     # audited with the table's released row sets, as deriveDS's few values are
-    ctx.guard.derived_cuts([], levels, rows, what=f"model {name!r}'s outputs", instead=hint)
+    yield DerivedCuts([], levels, rows, what=f"model {name!r}'s outputs", instead=hint)
     if rows is not None:
         attrs[ROWS] = rows
         if by_board:

@@ -18,7 +18,8 @@ treats a map as ``deriveDS`` treats ``ifelse(D$score > k, ...)`` (:func:`map_cut
 - the knots of a step map where its value changes and the midpoint
   :math:`\\operatorname{expit}(-a/b)` of a logistic map (where a steep one jumps) are cuts on the
   score's column: they go through the release gate with every cut released before on that column,
-  by any analyst (:meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`:
+  by any analyst (:meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`, declared as
+  :class:`~dsfed_server.disclosure.declared.DerivedCuts`:
   ``disclosure.cut_history``, ``disclosure.cut_margin``, q records in every cell), and are refused
   otherwise;
 - a PCHIP is continuous and flat outside its knots: every interval between two knots over which it
@@ -40,8 +41,9 @@ cannot make, under the same checks, so the shipped rules files enable both.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -52,6 +54,7 @@ from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.recalibration import METHODS, apply_map
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES
+from dsfed_server.disclosure.declared import Declared, DerivedCuts
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.expressions import Fn, Meaning
 from dsfed_server.disclosure.gate import cuts_from
@@ -155,7 +158,7 @@ def _array(x: object) -> np.ndarray | None:
     checks=GATE_RULES,
 )
 def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: list[float] | None,
-                knots: list[float] | None, values: list[float] | None) -> pd.Series:
+                knots: list[float] | None, values: list[float] | None) -> Generator[Declared, Any, pd.Series]:
     """Recalibrated probabilities of ``score`` under a map given as numbers (Huang 2020, ch. 4).
 
     ``logistic``: :math:`\\operatorname{expit}(a + b\\,\\operatorname{logit}(p))` with
@@ -180,8 +183,8 @@ def recalibrate(ctx: CallContext, score: pd.Series, method: str, coefficients: l
         check_rises(ctx, p, knots_, values_)  # type: ignore[arg-type]
     cells = cut_cells(ctx, score, cuts_from(map_cuts(method, coefficients_, knots_, values_), True),
                       "recalibration map's knots")
-    ctx.guard.derived_cuts([cells], levels, rows, what="the recalibration map's knots (or a logistic map's "
-                           "midpoint)", instead=hint)
+    yield DerivedCuts([cells], levels, rows, what="the recalibration map's knots (or a logistic map's midpoint)",
+                      instead=hint)
     result = pd.Series(out, index=score.index, name=f"{score.name or 'score'}.recal", dtype=float)
     if rows is not None:
         result.attrs[ROWS] = rows
