@@ -71,6 +71,15 @@ class Session:
     # the reference for a pooled fit, or the pooled paired sums, read it at (functions/curves.py)
     pooled_cells: dict[tuple[bytes, bytes, bytes], tuple] = field(default_factory=dict, repr=False)
 
+    def recall(self, key: tuple, source: object) -> Any:
+        """The value :meth:`memo` keeps under ``key`` for ``source``, or None where it keeps none (a value
+        whose building declares releases is built by its caller, and kept with :meth:`memo`)."""
+        hit = self._memo.get(key)
+        if hit is None or hit[0]() is not source:
+            return None
+        self._memo.move_to_end(key)
+        return hit[1]
+
     def memo(self, key: tuple, source: object, build: Callable[[], Any], size: int = 8, *,
              one_per_kind: bool = False) -> Any:
         """A value derived from ``source`` (e.g. a model frame from a table), built once per session.

@@ -13,6 +13,7 @@ cuts the release gate passed (:mod:`dsfed_server.disclosure.gate`).
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -21,6 +22,7 @@ from scipy import special
 
 from dsfed_server.context import RECORDS_BEHIND, CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
+from dsfed_server.disclosure.declared import Declared, ReferenceEdges
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
@@ -34,7 +36,7 @@ from dsfed_server.rowbatches import row_batches
 _TRUTH = Param("truth", P.VECTOR, "the 0/1 outcome, e.g. D$y")
 _SCORE = Param("score", P.VECTOR, "the predicted score or probability, e.g. D$score")
 _A1 = ("disclosure.q_threshold",)
-# what evaluating an analyst's reference applies (Guard.reference_edges)
+# what evaluating an analyst's reference applies (Guard.reference_edges, declared as ReferenceEdges)
 _REFERENCE = _A1 + ("disclosure.cut_history", "disclosure.cut_margin")
 # the additive fields of the placement sums and of the binned sums (secure summation over sites)
 PLACEMENT_SUMS = SecureSum(("n1", "n0", "sum_v10", "sumsq_v10", "sum_v01", "sumsq_v01"))
@@ -192,15 +194,16 @@ def _share_below(reference: np.ndarray, x: np.ndarray, ties: float) -> np.ndarra
 
 
 def reference_cdf(ctx: CallContext, table: pd.DataFrame, cls: int, p: np.ndarray, x: np.ndarray, ties: float,
-                  root: RootColumn | None = None) -> np.ndarray:
+                  root: RootColumn | None = None) -> Generator[Declared, Any, np.ndarray]:
     """Schalk et al.'s (2024) step function :func:`_share_below` of the class-``cls`` reference scores in
     ``table`` at x, as the site's rules let it be evaluated.
 
     With ``disclosure.cut_history`` the step function is written as a piecewise-linear CDF with
     edges just below and above each distinct reference value (exactly the step; a score equal to a
     reference value gets half of its share), and the site keeps only the edges
-    :meth:`Guard.reference_edges` allows: a crafted reference cannot put a step between two of
-    this site's records closer than q, with every cut released before on the scores' column.
+    :meth:`Guard.reference_edges` allows (declared as :class:`~dsfed_server.disclosure.declared.ReferenceEdges`):
+    a crafted reference cannot put a step between two of this site's records closer than q, with every cut
+    released before on the scores' column.
     ``p`` are all the site's scores, ``root`` the table column they come from
     (:meth:`CallContext.root_column`). The kept CDF is built once per session for a reference and
     scores (placement sums and ROC-GLM data share it).
@@ -208,14 +211,19 @@ def reference_cdf(ctx: CallContext, table: pd.DataFrame, cls: int, p: np.ndarray
     reference = _reference(table, cls)
     if not ctx.guard.rule("disclosure.cut_history"):
         return _share_below(reference, x, ties)
-    edges, cdf = ctx.session.memo(("reference_cdf", cls, content_digest(p)), table,
-                                  lambda: _coarsened_step(ctx, reference, p, root))
+    key = ("reference_cdf", cls, content_digest(p))
+    kept = ctx.session.recall(key, table)
+    if kept is None:
+        edges, cdf = _step(reference, p)
+        keep = yield ReferenceEdges(p, edges, root)
+        kept = ctx.session.memo(key, table, lambda: (edges[keep], cdf[keep]))
+    edges, cdf = kept
     return np.interp(x, edges, cdf)
 
 
-def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root: RootColumn | None
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The edges and CDF values of :func:`reference_cdf`'s piecewise-linear step, coarsened."""
+def _step(reference: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The edges and CDF values of :func:`reference_cdf`'s piecewise-linear step, before the site keeps its
+    edges."""
     starts = np.flatnonzero(np.concatenate([[True], reference[1:] != reference[:-1]]))  # reference is sorted
     values = reference[starts]
     delta = 1e-9 * max(values[-1] - values[0], 1.0)
@@ -240,8 +248,7 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
     edges = np.concatenate([[values[0] - margin], np.column_stack([values - delta, values + delta]).ravel(),
                             [values[-1] + margin]])
     cdf = np.concatenate([[0.0], np.column_stack([starts, ends]).ravel() / reference.size, [1.0]])
-    keep = ctx.guard.reference_edges(p, edges, root)
-    return edges[keep], cdf[keep]
+    return edges, cdf
 
 
 @register(
@@ -255,7 +262,8 @@ def _coarsened_step(ctx: CallContext, reference: np.ndarray, p: np.ndarray, root
     checks=_REFERENCE,
     secure_sum=PLACEMENT_SUMS,
 )
-def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame) -> dict[str, Any]:
+def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame
+                   ) -> Generator[Declared, Any, dict[str, Any]]:
     """Sums and sums of squares of this site's placement values (Schalk et al. 2024, eqs. 1-2; DeLong 1988).
 
     For a positive with score :math:`x`, :math:`V_{10} = \\tilde S_0(x)` counts the reference
@@ -266,8 +274,8 @@ def placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, referen
     """
     y, p = outcome_and_score(ctx, truth, score)
     root = ctx.root_column(score)
-    v10 = reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 0.5, root)
-    v01 = 1.0 - reference_cdf(ctx, reference, 1, p, np.sort(p[y == 0]), 0.5, root)
+    v10 = yield from reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 0.5, root)
+    v01 = 1.0 - (yield from reference_cdf(ctx, reference, 1, p, np.sort(p[y == 0]), 0.5, root))
     return placement_sums_result([(v10, v01)])
 
 
@@ -310,7 +318,7 @@ def placement_sums_result(batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> d
     checks=_REFERENCE,
 )
 def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference: pd.DataFrame,
-                 thresholds: int) -> pd.DataFrame:
+                 thresholds: int) -> Generator[Declared, Any, pd.DataFrame]:
     """The site's intermediate ROC-GLM data (Schalk et al. 2024, "The ROC-GLM"), aggregated over thresholds.
 
     Placement values of the positives :math:`PV_i = \\tilde S_0(F_{1,i})` (share of reference
@@ -319,7 +327,7 @@ def roc_glm_data(ctx: CallContext, truth: pd.Series, score: pd.Series, reference
     for a weighted probit regression ``u ~ x``. The table stays on the site.
     """
     y, (p,) = complete_pairs(ctx, truth, {"score": score})
-    pv = 1.0 - reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, ctx.root_column(score))
+    pv = 1.0 - (yield from reference_cdf(ctx, reference, 0, p, np.sort(p[y == 1]), 1.0, ctx.root_column(score)))
     return roc_glm_table(pv, thresholds, y)
 
 
