@@ -43,7 +43,7 @@ from dsfed_server.context import POOLED_ONLY, CallContext
 from dsfed_core.histograms import global_cdfs, level_variances
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
-from dsfed_server.disclosure.declared import Declared, ProtocolCells
+from dsfed_server.disclosure.declared import CandidateCuts, Declared, ProtocolCells
 from dsfed_server.disclosure.differencing import Rows, records_digest
 from dsfed_server.disclosure.gate import Intervals, Released, cuts_from
 from dsfed_server.disclosure.mechanisms import content_digest
@@ -235,7 +235,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
                    "positives": [v.tolist() for v in np.split(pooled["positives"], split)]}
         if "n_negative" in pooled:
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
-        kept = cuts.fits(root_leaves, pooled["refined"], floor)
+        kept = yield CandidateCuts(cuts, root_leaves, pooled["refined"], floor)  # the leaf edges the gate keeps
         added = earlier_edges(cuts, out["lower"], out["upper"], leaves, root_leaves, kept, pooled["refined"], floor)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         reference = derived_reference(release, kept, added)

@@ -36,7 +36,7 @@ from dsfed_core.quantiles import Bracket, narrow, probes, targets, type7_groups
 from dsfed_server.context import CallContext
 from dsfed_server.disclosure import gate
 from dsfed_server.disclosure.checks import Guard
-from dsfed_server.disclosure.declared import Declared, ProtocolCells
+from dsfed_server.disclosure.declared import CandidateCuts, Declared, ProtocolCells
 from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.calibration import calibration_errors, hosmer_lemeshow
@@ -90,7 +90,7 @@ class DecileSearch:
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor
                     ) -> Generator[Declared, Any, tuple[None, PooledSteps]]:
-            keep, why = self.coarsened(breaks, small_groups_merged(pooled["n"], floor.q), pooled, floor)
+            keep, why = yield from self.coarsened(breaks, small_groups_merged(pooled["n"], floor.q), pooled, floor)
             out = statistics(groups.breaks, pooled, keep, exact=groups.exact, rounds=self.rounds, why=why)
             kept = tuple(c for c, k in zip(breaks, keep) if k)
             # the groups' records audited on pooled objections, then the breaks recorded and the table released
@@ -103,17 +103,19 @@ class DecileSearch:
         return PooledSteps(fields, advance, frac_bits=None, history_key=self.cuts.key)
 
     def coarsened(self, breaks: tuple[gate.Cut, ...], keep: list[bool], pooled: dict[str, np.ndarray],
-                  floor: gate.Floor) -> tuple[list[bool], str]:
+                  floor: gate.Floor) -> Generator[Declared, Any, tuple[list[bool], str]]:
         """Which breaks the sites release, and why the others are not: a break the release gate would not
         keep beside the cuts released before on the score column (it would single out the records between
         the two) and, under ``secure_aggregation.dominance_sites``, the break above a group holding fewer
         than q records outside its largest sites (the one below, for the last group) are dropped, their
         groups merged, until every group passes. The statistics are then those of the merged groups:
-        functions of cells that may leave, as the table itself."""
+        functions of cells that may leave, as the table itself. Each try of the breaks is declared
+        (:class:`~dsfed_server.disclosure.declared.CandidateCuts`) and decided on the pooled counts."""
         keep, why = list(keep), []
         while True:
             kept = [i for i, k in enumerate(keep) if k]
-            fits = self.cuts.fits(self.cuts.to_root([breaks[i] for i in kept]), pooled["refined"], floor)
+            fits = yield CandidateCuts(self.cuts, self.cuts.to_root([breaks[i] for i in kept]), pooled["refined"],
+                                       floor)
             if not fits.all():
                 for i in np.flatnonzero(~fits):
                     keep[kept[i]] = False

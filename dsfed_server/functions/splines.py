@@ -58,7 +58,7 @@ from dsfed_core.splines import rcs_probs, rcs_term, rcs_term_names, type7_order,
 from dsfed_server.context import CallContext, numeric
 from dsfed_server.modelframe import COMPUTED, ComputedColumn, LazyColumn
 from dsfed_server.disclosure import gate
-from dsfed_server.disclosure.declared import Declared, ProtocolCells
+from dsfed_server.disclosure.declared import CandidateCuts, Declared, DominatedCells, ProtocolCells
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
@@ -241,7 +241,9 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
     """The release gate's step on the knots and the range's ``bounds`` (logit(p)): each value :math:`t`
     as the cut :math:`p \\le \\mathrm{expit}(t)` on the score column, decided with the column's
     released history on pooled counts between all cuts
-    (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`), as ``decileGroupsDS`` decides on
+    (:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts`; each decision declared,
+    :class:`~dsfed_server.disclosure.declared.CandidateCuts` and, for the dominance of the cells between the
+    knots, :class:`~dsfed_server.disclosure.declared.DominatedCells`), as ``decileGroupsDS`` decides on
     the H-L table.
 
     A knot the gate refuses moves to the nearest cut released before on the column
@@ -273,10 +275,11 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor
                 ) -> Generator[Declared, Any, tuple[dict[str, Any], None]]:
-        def fits(candidates: list[gate.Cut]) -> np.ndarray:
-            return cuts.fits(candidates, pooled["refined"], floor)
+        def fits(candidates: list[gate.Cut]) -> CandidateCuts:
+            return CandidateCuts(cuts, candidates, pooled["refined"], floor)
 
-        final, knot_cuts_kept, moved = _moved_knots(knots, list(knot_cuts), history, fits, movable=identity)
+        final, knot_cuts_kept, moved = yield from _moved_knots(knots, list(knot_cuts), history, fits,
+                                                               movable=identity)
         if final is None:
             raise DisclosureRefusal(
                 f"the knots of logit(p), as cuts on the score column with the cuts released before on it, would "
@@ -286,11 +289,12 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
                      "release these knots for this column")
         new = [c for c in knot_cuts_kept if c not in history]
         ends = sorted(set(bound_cuts))
-        kept_ends = dict(zip(ends, cuts.fits(ends, pooled["refined"], floor, sorted(set(history) | set(new)))))
+        kept_ends = dict(zip(ends, (yield CandidateCuts(cuts, ends, pooled["refined"], floor,
+                                                        sorted(set(history) | set(new))))))
         kept = [kept_ends[c] for c in bound_cuts]
         released = [b if k else knot for b, k, knot in zip(bounds, kept, (final[0], final[-1]))]
         cells = knot_cuts_kept + [c for c, k in zip(bound_cuts, kept) if k]
-        if cuts.dominated(cells, pooled["refined"], pooled[gate.SQUARES], floor):
+        if (yield DominatedCells(cuts, cells, pooled["refined"], pooled[gate.SQUARES], floor)):
             raise DisclosureRefusal(
                 f"a cell between the knots (and the range's ends) would hold fewer than {floor.q} records outside "
                 "its largest contributing site: a site that made up its records could have placed a knot on "
@@ -315,18 +319,20 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
 
 
 def _moved_knots(knots: list[float], cuts: list[gate.Cut], history: list[gate.Cut],
-                 fits: Callable[[list[gate.Cut]], np.ndarray], *, movable: bool
-                 ) -> tuple[list[float] | None, list[gate.Cut], list[tuple[int, float]]]:
+                 fits: Callable[[list[gate.Cut]], CandidateCuts], *, movable: bool
+                 ) -> Generator[Declared, Any, tuple[list[float] | None, list[gate.Cut], list[tuple[int, float]]]]:
     """The knots the gate keeps: each refused one (logit scale, with its cut ``cuts[i]`` on the
     column) moved to the nearest cut of ``history`` strictly inside (0, 1), until every new knot fits
     with the history and the moved ones; ``None`` where that fails (the knots must stay distinct).
-    Returns the knots, their cuts, and the moves ``(i, to)``: which knot moved onto which cut (logit
-    scale) -- never the value it moved from, which the gate refused to release."""
+    ``fits`` declares the new knots' cuts of each try (:class:`~dsfed_server.disclosure.declared.CandidateCuts`),
+    which the service decides on the pooled counts. Returns the knots, their cuts, and the moves ``(i, to)``:
+    which knot moved onto which cut (logit scale) -- never the value it moved from, which the gate refused to
+    release."""
     knots, cuts, moved = list(knots), list(cuts), []
     inside = [c for c in history if 0 < c.value < 1]
     for _ in range(len(knots)):
         new = [i for i, c in enumerate(cuts) if c not in history]
-        kept = fits([cuts[i] for i in new])
+        kept = yield fits([cuts[i] for i in new])
         if kept.all():
             return knots, cuts, moved
         if not movable or not inside:
