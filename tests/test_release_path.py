@@ -9,15 +9,15 @@ function fails here, before any call runs it.
 
 No module of :mod:`dsfed_server.functions` calls the gate itself or imports its release functions: a
 function returns a declaration and the service releases it, or, for a release of several steps (cells
-first, then sums computed on the released cells; a protocol's cuts before its statistics), it yields the
-declaration of each step (:mod:`dsfed_server.disclosure.declared`) and the service releases it part-way.
-The walk flags every call of a release method of the :class:`~dsfed_server.disclosure.checks.Guard`
+first, then sums computed on the released cells; a protocol's cuts before its statistics; what the release
+history records of a subset, a derived column, an analyst's reference or exact sums before anything is read
+from it; a protocol's decisions on pooled counts), it yields the declaration of each step
+(:mod:`dsfed_server.disclosure.declared`) and the service releases it part-way. The walk flags every call
+of a method of the :class:`~dsfed_server.disclosure.checks.Guard` that releases or records a release
 (reached as ``guard`` or ``<...>.guard``) and of a protocol's
-:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts` (reached as ``cuts`` or ``<...>.cuts``); a
-second walk holds the function modules to those names (parameters so annotated, assignments). The
-checks a function applies to a value it releases itself (``min_count``, ``exact_sums``, ``subset_rows``,
-``derived_cuts``, ``reference_edges``) and a protocol's decisions on pooled counts (``ProtocolCuts.fits``,
-``dominated``), which release nothing, are not flagged. There are no exceptions.
+:class:`~dsfed_server.disclosure.protocol_cuts.ProtocolCuts` that records, audits or decides its cuts
+(reached as ``cuts`` or ``<...>.cuts``); a second walk holds the function modules to those names
+(parameters so annotated, assignments). There are no exceptions.
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ from sitekit import ROOT
 FUNCTIONS = ROOT / "dsfed_server" / "functions"
 # what the gate's module offers for releasing, which only the disclosure layer and the service call
 GATE_RELEASES = {"release_local", "release_pooled"}
-# the Guard's methods that release cells or record a release, which only the disclosure layer and the service call
+# the Guard's methods that release cells or record a release, which only the disclosure layer and the service call:
+# releases, and the checks of what a function keeps or sums that record it in the release history
 GUARD_RELEASES = {"release", "release_groups", "group_cells", "joint_cells", "agreed", "coarsened", "record_pooled",
-                  "record_pooled_cells"}
-# a protocol's cuts (ProtocolCuts): those that record a release or audit the cells before one
-CUT_RELEASES = {"record", "record_cells", "audited"}
+                  "record_pooled_cells", "subset_rows", "derived_cuts", "reference_edges", "exact_sums"}
+# a protocol's cuts (ProtocolCuts): those that record a release, audit the cells before one, or decide its cuts on
+# pooled counts (the gate's decision)
+CUT_RELEASES = {"record", "record_cells", "audited", "fits", "dominated"}
 RELEASES_OF = {"guard": GUARD_RELEASES, "cuts": CUT_RELEASES}
 
 
@@ -208,8 +210,11 @@ def test_the_walk_finds_a_call_of_the_gate():
               "        self.cuts.record(kept)\n"
               "        return ctx.guard.agreed(cells, rows, out)\n"
               "    cuts.fits(kept, pooled, floor)\n"
+              "    rows = ctx.guard.subset_rows(x, mask, condition)\n"
+              "    guard.min_count(n, 'records'), self.cuts.dominated(kept, pooled, squares, floor)\n"
               "    return self.coarsened(breaks), guard.rule('disclosure.q_threshold')\n")
-    assert _gate_calls(ast.parse(source)) == [("f", 2), ("<module>", 3), ("g", 5), ("g", 7), ("g", 8)]
+    assert _gate_calls(ast.parse(source)) == [("f", 2), ("<module>", 3), ("g", 5), ("g", 7), ("g", 8), ("g", 9),
+                                              ("g", 10), ("g", 11)]
 
 
 class _Guard:
@@ -297,3 +302,61 @@ def test_joint_cells_send_back_the_cuts_released_and_why():
     step = declared.JointCells(np.zeros(5), np.ones(5), ("a0", "a1"), ("b0", "b1", "b2"),  # type: ignore[arg-type]
                                None)
     assert declared.release(_JointGuard(), step) == (("a1",), ("b1",), "merged 5 records")  # type: ignore[arg-type]
+
+
+class _Noted:
+    """A Guard or a protocol's cuts that notes each call of a method (name, arguments) and answers its name."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, dict]] = []
+
+    def __getattr__(self, method: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> str:
+            self.calls.append((method, args, kwargs))
+            return f"{method} answered"
+
+        return call
+
+
+@pytest.mark.parametrize("make, method, args, kwargs", [
+    (lambda cuts: declared.SubsetRows("table", "mask", "condition"), "subset_rows",
+     ("table", "mask", "condition"), {}),
+    (lambda cuts: declared.DerivedCuts(("cells",), ("rows of 1",), "rows"), "derived_cuts",
+     (["cells"], ["rows of 1"], "rows"), {}),
+    (lambda cuts: declared.DerivedCuts([], ["level"], None, what="the map's knots", instead="or fewer steps"),
+     "derived_cuts", ([], ["level"], None), {"what": "the map's knots", "instead": "or fewer steps"}),
+    (lambda cuts: declared.ReferenceEdges("p", "edges", "root"), "reference_edges", ("p", "edges", "root"), {}),
+    (lambda cuts: declared.ExactSums("rows", (("f", ("age",), None),)), "exact_sums",
+     ("rows", [("f", ("age",), None)], None), {}),
+    (lambda cuts: declared.ExactSums("rows", [], ["group"], hint="fit it pooled"), "exact_sums",
+     ("rows", [], ["group"]), {"hint": "fit it pooled"}),
+    (lambda cuts: declared.CandidateCuts(cuts, ["c"], "counts", "floor"), "fits", (["c"], "counts", "floor", None), {}),
+    (lambda cuts: declared.CandidateCuts(cuts, ["c"], "counts", "floor", ["h"]), "fits",
+     (["c"], "counts", "floor", ["h"]), {}),
+    (lambda cuts: declared.DominatedCells(cuts, ["c"], "counts", "squares", "floor"), "dominated",
+     (["c"], "counts", "squares", "floor"), {}),
+])
+def test_each_declaration_goes_to_its_check_and_sends_back_what_it_answered(make, method, args, kwargs):
+    """What a subset, a derived column, a reference or exact sums record goes through the call's Guard; a
+    protocol's decisions on pooled counts through its cuts (which hold the guard of the call that began it)."""
+    guard, cuts = _Noted(), _Noted()
+    assert declared.release(guard, make(cuts)) == f"{method} answered"  # type: ignore[arg-type]
+    asked = cuts if method in ("fits", "dominated") else guard
+    assert asked.calls == [(method, args, kwargs)] and not (guard if asked is cuts else cuts).calls
+
+
+def test_a_function_that_keeps_a_subset_receives_its_rows_and_a_refusal_where_it_yielded():
+    class Subsets:
+        def subset_rows(self, parent: Any, mask: Any, condition: Any) -> Any:
+            if int(np.sum(mask)) < 3:
+                raise DisclosureRefusal("subset would hold fewer rows than the site's minimum of 3",
+                                        rule="disclosure.subset_min")
+            return np.flatnonzero(mask).tolist()
+
+    def function(mask: list[bool]):
+        rows = yield declared.SubsetRows("D", np.asarray(mask))
+        return {"rows": rows}
+
+    assert declared.run(function([True, False, True, True]), Subsets()) == {"rows": [0, 2, 3]}  # type: ignore[arg-type]
+    with pytest.raises(DisclosureRefusal, match="fewer rows than the site's minimum"):
+        declared.run(function([True, False, False, True]), Subsets())  # type: ignore[arg-type]
