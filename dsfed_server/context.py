@@ -6,6 +6,7 @@ symbols and ``table$column`` references against the caller's own workspace.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import combinations
@@ -19,6 +20,7 @@ from dsfed_core.calltree import Call, Column, Limits, Node, Symbol
 from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.declared import Declared, ExactSums, QuantilesOf
 from dsfed_server.disclosure.differencing import ROWS, Rows, bits
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
@@ -99,12 +101,13 @@ class CallContext:
         return first if complete.all() else Rows(first.lineage, first.index[complete], first.n_root)
 
     def summed(self, *vectors: pd.Series, squares: bool = False, products: bool = False,
-               by: tuple[pd.Series, ...] = (), cells: np.ndarray | None = None) -> None:
+               by: tuple[pd.Series, ...] = (), cells: np.ndarray | None = None) -> Generator[Declared, Any, None]:
         """The release gives exact sums of ``vectors`` over the records with a value in all of them and in
         the factors ``by`` (and of their squares, and of each two's product), in each of the groups
         ``cells`` numbers (one number a record, negative for a record of no group: a group withheld; None:
-        all of them together): the site counts the
-        functions each group of records answers (:meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
+        all of them together): declared (:class:`~dsfed_server.disclosure.declared.ExactSums`, a function
+        ``yield from`` it), the site counts the functions each group of records answers
+        (:meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`).
         A sum is over the records where the summed values are not 0 (a column that is 0 outside a cell,
         ``ifelse(cell, f(x), 0)``, is summed over the cell). A vector the site cannot write as a function
         of its roots counts as a function of its own values."""
@@ -131,7 +134,7 @@ class CallContext:
         elif products:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         groups = None if cells is None else [cells == c for c in np.unique(cells) if c >= 0]
-        self.guard.exact_sums(rows, functions, groups)
+        yield ExactSums(rows, functions, groups)
 
     def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:
         """``vector`` as a function of root columns: its core (:func:`~dsfed_server.disclosure.expressions.
@@ -151,13 +154,15 @@ class CallContext:
             vector.to_numpy(dtype=float, na_value=np.nan)).hex()[:24]
         return core, tuple(sorted(r.column if r.table != NO_TABLE else UNKNOWN_ROOT for r in found.roots))
 
-    def quantiles(self, vector: pd.Series) -> None:
+    def quantiles(self, vector: pd.Series) -> Generator[Declared, Any, None]:
         """The release gives quantiles of ``vector`` (a monotone function of one root column) over its
-        non-missing records (:meth:`~dsfed_server.disclosure.checks.Guard.quantiles_of`)."""
+        non-missing records: declared (:class:`~dsfed_server.disclosure.declared.QuantilesOf`, a function
+        ``yield from`` it) and checked with the quantiles released before
+        (:meth:`~dsfed_server.disclosure.checks.Guard.quantiles_of`)."""
         found = self.meaning(vector)
         written = forms(found)
         if written is not None and not any(r.table == NO_TABLE for r in found.roots):
-            self.guard.quantiles_of(self.record_rows(vector), written[1], tuple(sorted(r.column for r in found.roots)))
+            yield QuantilesOf(self.record_rows(vector), written[1], tuple(sorted(r.column for r in found.roots)))
 
     def root_column(self, vector: pd.Series) -> RootColumn | None:
         """The site table column ``vector``'s values come from (:mod:`~dsfed_server.disclosure.provenance`);

@@ -7,11 +7,12 @@ a result the entry does not declare is a programming error, raised, never releas
 registry reads each implementation's return annotation, so a declaration that disagrees with its
 function fails here, before any call runs it.
 
-No module of :mod:`dsfed_server.functions` calls the gate itself or imports its release functions: a
+No module of :mod:`dsfed_server.functions`, nor the call context they reach the site through
+(:class:`~dsfed_server.context.CallContext`), calls the gate itself or imports its release functions: a
 function returns a declaration and the service releases it, or, for a release of several steps (cells
 first, then sums computed on the released cells; a protocol's cuts before its statistics; what the release
-history records of a subset, a derived column, an analyst's reference or exact sums before anything is read
-from it; a protocol's decisions on pooled counts), it yields the declaration of each step
+history records of a subset, a derived column, an analyst's reference, exact sums or quantiles before anything
+is read from it; a protocol's decisions on pooled counts), it yields the declaration of each step
 (:mod:`dsfed_server.disclosure.declared`) and the service releases it part-way. The walk flags every call
 of a method of the :class:`~dsfed_server.disclosure.checks.Guard` that releases or records a release
 (reached as ``guard`` or ``<...>.guard``) and of a protocol's
@@ -41,12 +42,14 @@ from dsfed_server.registry import REGISTRY, FunctionSpec, SecureSum, UndeclaredR
 from sitekit import ROOT
 
 FUNCTIONS = ROOT / "dsfed_server" / "functions"
+# the modules a function runs in: its own, and the call context through which it reads and says what it sums
+WALKED = [*sorted(FUNCTIONS.glob("*.py")), ROOT / "dsfed_server" / "context.py"]
 # what the gate's module offers for releasing, which only the disclosure layer and the service call
 GATE_RELEASES = {"release_local", "release_pooled"}
 # the Guard's methods that release cells or record a release, which only the disclosure layer and the service call:
 # releases, and the checks of what a function keeps or sums that record it in the release history
 GUARD_RELEASES = {"release", "release_groups", "group_cells", "joint_cells", "agreed", "coarsened", "record_pooled",
-                  "record_pooled_cells", "subset_rows", "derived_cuts", "reference_edges", "exact_sums"}
+                  "record_pooled_cells", "subset_rows", "derived_cuts", "reference_edges", "exact_sums", "quantiles_of"}
 # a protocol's cuts (ProtocolCuts): those that record a release, audit the cells before one, or decide its cuts on
 # pooled counts (the gate's decision)
 CUT_RELEASES = {"record", "record_cells", "audited", "fits", "dominated"}
@@ -181,7 +184,7 @@ def _renamed(tree: ast.Module) -> list[tuple[str, int]]:
 
 
 def test_a_guard_and_a_protocols_cuts_go_by_the_names_the_walk_reads():
-    renamed = {(path.name, name, line) for path in sorted(FUNCTIONS.glob("*.py"))
+    renamed = {(path.name, name, line) for path in WALKED
                for name, line in _renamed(ast.parse(path.read_text(encoding="utf-8")))}
     assert not renamed, f"name a Guard 'guard' and a ProtocolCuts 'cuts', so the walk finds their calls: {renamed}"
     source = ("def f(ctx, g: Guard, cuts: 'ProtocolCuts', guard: Guard):\n"
@@ -195,7 +198,7 @@ def test_a_guard_and_a_protocols_cuts_go_by_the_names_the_walk_reads():
 
 
 def test_no_function_module_calls_the_gate():
-    calls = {(path.name, where, line) for path in sorted(FUNCTIONS.glob("*.py"))
+    calls = {(path.name, where, line) for path in WALKED
              for where, line in _gate_calls(ast.parse(path.read_text(encoding="utf-8")))}
     assert not calls, ("functions call the release gate themselves; return a declaration (cells=True), or yield "
                        f"one part-way (dsfed_server.disclosure.declared): {sorted(calls)}")
@@ -330,6 +333,8 @@ class _Noted:
      ("rows", [("f", ("age",), None)], None), {}),
     (lambda cuts: declared.ExactSums("rows", [], ["group"], hint="fit it pooled"), "exact_sums",
      ("rows", [], ["group"]), {"hint": "fit it pooled"}),
+    (lambda cuts: declared.QuantilesOf("rows", "log(age)", ("age",)), "quantiles_of", ("rows", "log(age)", ("age",)),
+     {}),
     (lambda cuts: declared.CandidateCuts(cuts, ["c"], "counts", "floor"), "fits", (["c"], "counts", "floor", None), {}),
     (lambda cuts: declared.CandidateCuts(cuts, ["c"], "counts", "floor", ["h"]), "fits",
      (["c"], "counts", "floor", ["h"]), {}),

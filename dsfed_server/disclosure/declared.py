@@ -5,9 +5,10 @@ checked value, and the service releases it as the registry entry declares. Some 
 before they can compute the rest: the table of group sizes before any mean by group (the means are read
 only over the groups released), a protocol's cuts and the cells between them before its statistics leave.
 Others keep or release what the release history records before anything is read from it (a subset's rows,
-a derived column's cuts, an analyst's reference's edges, the functions a release sums exactly), or decide a
-protocol's cuts on pooled counts. Such a function does not call the gate either. It is a generator that
-yields a declaration of what it releases and receives what the release gave back, then goes on::
+a derived column's cuts, an analyst's reference's edges, the functions a release sums exactly or gives
+quantiles of), or decide a protocol's cuts on pooled counts. Such a function does not call the gate
+either. It is a generator that yields a declaration of what it releases and receives what the release gave
+back, then goes on::
 
     withheld = yield Groups(codes, n_cells, rows)
 
@@ -45,7 +46,10 @@ A function that keeps or computes on what it derives declares what that release 
 - :class:`ReferenceEdges`: the edges of an analyst's reference evaluated at this site's scores
   (:meth:`Guard.reference_edges`); sent back: which edges the site keeps;
 - :class:`ExactSums`: the functions a release sums exactly over each group of records
-  (:meth:`Guard.exact_sums`); sent back: None.
+  (:meth:`Guard.exact_sums`; :meth:`CallContext.summed` declares a function's sums of columns); sent
+  back: None;
+- :class:`QuantilesOf`: the function of a column whose quantiles a release gives over its records
+  (:meth:`Guard.quantiles_of`; declared by :meth:`CallContext.quantiles`); sent back: None.
 """
 
 from __future__ import annotations
@@ -203,8 +207,20 @@ class ExactSums:
     hint: str | None = None
 
 
+@dataclass(frozen=True)
+class QuantilesOf:
+    """The quantiles a release gives of ``function`` (a core,
+    :func:`~dsfed_server.disclosure.expressions.forms`) of the column ``roots`` over the records ``rows``.
+    Released by :meth:`Guard.quantiles_of`: refused where quantiles of another function of the same column
+    were released over the same records, recorded if not. Sent back: None."""
+
+    rows: Rows | None
+    function: str
+    roots: tuple[str, ...]
+
+
 Declared = (Intervals | Categories | Groups | JointCells | ProtocolCells | CandidateCuts | DominatedCells
-            | SubsetRows | DerivedCuts | ReferenceEdges | ExactSums)
+            | SubsetRows | DerivedCuts | ReferenceEdges | ExactSums | QuantilesOf)
 
 T = TypeVar("T")
 
@@ -248,6 +264,8 @@ def release(guard: Guard, declared: Declared) -> Any:
     if isinstance(declared, ExactSums):
         hint = {} if declared.hint is None else {"hint": declared.hint}
         return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, **hint)
+    if isinstance(declared, QuantilesOf):
+        return guard.quantiles_of(declared.rows, declared.function, declared.roots)
     raise TypeError(f"a function declared {type(declared).__name__}, which is no release of a step")
 
 

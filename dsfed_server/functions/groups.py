@@ -117,7 +117,7 @@ def mean_sd_by_group(ctx: CallContext, X: pd.Series, INDEX: pd.Series) -> Genera
     which and why (:meth:`~dsfed_server.disclosure.checks.Guard.release_groups`).
     """
     values, cells, shape, withheld = yield from _groups(ctx, X, [INDEX])
-    ctx.summed(X, squares=True, by=(INDEX,), cells=np.where(np.isin(cells, withheld), -1, cells))
+    yield from ctx.summed(X, squares=True, by=(INDEX,), cells=np.where(np.isin(cells, withheld), -1, cells))
     held = [c for c in range(shape[0]) if np.any(cells == c)]
     sd = _statistic("sd")
 
@@ -164,7 +164,7 @@ def _tapply(ctx: CallContext, x_name: pd.Series, index_names: str, fun_name: str
         raise DisclosureRefusal(_withheld_reason(ctx, factors, withheld),
                                 rule="disclosure.subset_min_difference",
                                 hint="ds.meanSdGp of one factor releases the other groups and withholds these")
-    ctx.summed(x_name, squares=fun_name.lower() == "sd", by=tuple(factors), cells=cells)
+    yield from ctx.summed(x_name, squares=fun_name.lower() == "sd", by=tuple(factors), cells=cells)
     n_cells = int(np.prod(shape))
     label = {"mean": "Mean", "sd": "SD", "sum": "Sum"}[fun_name.lower()]
     return {label: _by_cell(values, cells, n_cells, fun),

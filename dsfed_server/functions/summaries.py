@@ -7,6 +7,7 @@ and counts so the pooled value is exact (e.g. pooled mean = sum of
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pandas as pd
 from dsfed_core.errors import CallError
 from dsfed_server.context import CallContext, numeric, r_class
 from dsfed_server.disclosure.checks import LEVEL_RULES, SUM_RULES
+from dsfed_server.disclosure.declared import Declared
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet, column_names
 
@@ -64,7 +66,7 @@ def _counts(values: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 
 @register("meanDS", "aggregate", [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")], checks=SUM_RULES)
-def mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
+def mean(ctx: CallContext, x: pd.Series) -> Generator[Declared, Any, dict[str, Any]]:
     """Mean of the non-missing values, with counts (dsBase ``meanDS`` shape).
 
     Returns ``EstimatedMean``, ``Nmissing``, ``Nvalid``, ``Ntotal``,
@@ -72,7 +74,7 @@ def mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """
     valid, n_missing, n_total = _counts(numeric(x))
     ctx.guard.min_count(valid.size, "valid values")
-    ctx.summed(x)
+    yield from ctx.summed(x)
     return {
         "EstimatedMean": float(valid.mean()),
         "Nmissing": n_missing,
@@ -83,7 +85,7 @@ def mean(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
 
 
 @register("varDS", "aggregate", [Param("x", P.VECTOR, "a numeric vector, e.g. D$age")], checks=SUM_RULES)
-def variance(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
+def variance(ctx: CallContext, x: pd.Series) -> Generator[Declared, Any, dict[str, Any]]:
     """Sum and sum of squares of the non-missing values, with counts (dsBase ``varDS`` shape).
 
     The analyst pools :math:`S = \\sum x`, :math:`SS = \\sum x^2`, :math:`N`
@@ -92,7 +94,7 @@ def variance(ctx: CallContext, x: pd.Series) -> dict[str, Any]:
     """
     valid, n_missing, n_total = _counts(numeric(x))
     ctx.guard.min_count(valid.size, "valid values")
-    ctx.summed(x, squares=True)
+    yield from ctx.summed(x, squares=True)
     return {
         "Sum": float(valid.sum()),
         "SumOfSquares": float(np.dot(valid, valid)),
@@ -192,7 +194,7 @@ def _numeric_frame(x: Any, y: Any) -> pd.DataFrame:
      Param("y", P.OBJECT, "a second numeric vector or table (needed when x is a vector)", required=False)],
     checks=(*SUM_RULES, "disclosure.glm_saturation"),
 )
-def correlation_parts(ctx: CallContext, x: Any, y: Any) -> dict[str, Any]:
+def correlation_parts(ctx: CallContext, x: Any, y: Any) -> Generator[Declared, Any, dict[str, Any]]:
     """Sums, sums of squares and of products over complete cases (dsBase ``corDS``).
 
     Returns the matrices ``sums.of.products``, ``sums`` (row m: the sum of
@@ -219,7 +221,7 @@ def correlation_parts(ctx: CallContext, x: Any, y: Any) -> dict[str, Any]:
             guard.min_count(int(counts.min()), f"binary variable {column}: a level")
     complete = data[~np.isnan(data).any(axis=1)]
     guard.min_count(complete.shape[0], "complete cases")
-    ctx.summed(*_vectors(x, y), squares=True, products=True)
+    yield from ctx.summed(*_vectors(x, y), squares=True, products=True)
     sums = complete.sum(axis=0)
     squares = (complete**2).sum(axis=0)
     column_nas = np.isnan(data).sum(axis=0)
