@@ -172,11 +172,6 @@ class Caps:
     analyst: Cap
 
     @classmethod
-    def of(cls, budget: Any) -> "Caps":
-        return cls(Cap("table", budget.epsilon_per_table, budget.delta_per_table),
-                   Cap("analyst", budget.epsilon_per_analyst, budget.delta_per_analyst))
-
-    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Caps":
         """The inverse of :meth:`as_dict` (the budget an audit record states)."""
         return cls(*(Cap(scope, float(data[f"per_{scope}"]["epsilon"]), float(data[f"per_{scope}"]["delta"]))

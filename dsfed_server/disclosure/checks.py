@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dsfed_core.calltree import Column, Node, Symbol
+from dsfed_server.disclosure.accountant import Cap, Caps
 from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_moment, too_many
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
@@ -699,6 +700,60 @@ class Guard:
         if self._audits(rows):
             for member in row_sets:
                 self.history.record_row_set(rows.lineage, member, analyst=self._analyst)  # type: ignore[union-attr]
+
+    # --- what the site service needs of the rules (the budget, secure aggregation), read here like every rule ---
+
+    def caps(self) -> Caps:
+        """The privacy budget's caps: per table over every analyst, and each analyst's share
+        (``budget.epsilon_per_table`` ... ``budget.delta_per_analyst``)."""
+        return Caps(Cap("table", self.rule("budget.epsilon_per_table"), self.rule("budget.delta_per_table")),
+                    Cap("analyst", self.rule("budget.epsilon_per_analyst"), self.rule("budget.delta_per_analyst")))
+
+    def warn_share(self) -> float:
+        """The share of what remains of a budget above which a call's cost preview warns (``budget.warn_share``)."""
+        return self.rule("budget.warn_share")
+
+    def declared_floor(self, pooled: bool = True) -> dict[str, Any]:
+        """What this site declares to the others of a sealed step: its q, cut margin, the fewest records two row
+        sets differ by and, for a pooled release, its dominance rule (they use the largest:
+        :func:`~dsfed_server.disclosure.gate.pooled_floor`; a relayed protocol checks per site)."""
+        margin = self.rule("disclosure.cut_margin") if self.rule("disclosure.cut_history") else 0
+        return {"q": self.q, "margin": margin,
+                "dominance": self.rule("secure_aggregation.dominance_sites") if pooled else 0,
+                "min_difference": self.rule("disclosure.subset_min_difference")}
+
+    def checks_pooled(self) -> bool:
+        """Whether this site checks pooled cells itself, and so takes part in pooled releases
+        (``secure_aggregation.pooled_thresholds``)."""
+        return self.rule("secure_aggregation.pooled_thresholds")
+
+    def min_sites(self) -> int:
+        """The fewest sites a secure sum that must hide each site's share goes over (``secure_aggregation.min_sites``)."""
+        return self.rule("secure_aggregation.min_sites")
+
+    def noise_share_over(self, n_sites: int) -> float:
+        """This site's share of its DP noise variance in a secure sum over ``n_sites`` sites:
+        1 / min(honest_sites, n_sites) (``secure_aggregation.honest_sites``)."""
+        return 1.0 / min(self.rule("secure_aggregation.honest_sites"), n_sites)
+
+    def plain_release(self) -> None:
+        """``secure_aggregation.require``: a function offering secure sums is not released per site."""
+        if self.rule("secure_aggregation.require"):
+            raise self._refuse(f"{self.function} is released at this site only as a secure sum over sites",
+                               "secure_aggregation.require",
+                               "ask with the secure option (dsfed: FederatedSession.secure_sum)")
+
+    def peer_set(self, pinned: dict[str, str], keys: dict[str, bytes], analyst: str) -> None:
+        """One set of peers per table, for all analysts (``pinned``: the set recorded for each table the call
+        read): the difference of sums over two site sets would isolate fewer than min_sites sites."""
+        other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
+        if other:
+            table, peers = next(iter(other.items()))
+            raise self._refuse(
+                f"secure sums on {table} (by {analyst} or any other analyst) go over the sites {peers}; a sum over "
+                f"another set of sites would let the difference of the two isolate fewer than {self.min_sites()} "
+                "sites", "secure_aggregation.min_sites", "ask with the same sites as before (retry once the missing "
+                "site is back)")
 
     def released_cuts(self, key: tuple[str, str]) -> list[Cut]:
         """The cuts this site has released on a column (its cut history; empty when not kept)."""

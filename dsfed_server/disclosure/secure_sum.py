@@ -51,7 +51,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from dsfed_server.disclosure.rules import SecureAggregation
 from dsfed_core.errors import NOT_A_PEER, CallError, DisclosureRefusal
 from dsfed_core.wire import decode_f64
 
@@ -202,33 +201,6 @@ def verify_roster(site: str, rnd: Round, roster: Any, peers: dict[str, Ed25519Pu
     rnd.peers = tuple(sorted(keys))
     rnd.pooled_peers = flags
     return keys
-
-
-def check_plain_release(function: str, rules: SecureAggregation) -> None:
-    """``secure_aggregation.require``: a function offering secure sums is not released per site."""
-    if rules.require:
-        raise DisclosureRefusal(
-            f"{function} is released at this site only as a secure sum over sites",
-            rule="secure_aggregation.require", hint="ask with the secure option (dsfed: FederatedSession.secure_sum)")
-
-
-def check_peer_set(pinned: dict[str, str], keys: dict[str, bytes], analyst: str, rules: SecureAggregation) -> None:
-    """One set of peers per table, for all analysts (``pinned``: the set recorded for each table the
-    call read): the difference of sums over two site sets would isolate fewer than min_sites sites."""
-    other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
-    if other:
-        table, peers = next(iter(other.items()))
-        raise DisclosureRefusal(
-            f"secure sums on {table} (by {analyst} or any other analyst) go over the sites {peers}; a sum over "
-            f"another set of sites would let the difference of the two isolate fewer than {rules.min_sites} sites",
-            rule="secure_aggregation.min_sites",
-            hint="ask with the same sites as before (retry once the missing site is back)")
-
-
-def noise_share(rules: SecureAggregation, n_sites: int) -> float:
-    """This site's share of its DP noise variance in a secure sum over ``n_sites`` sites:
-    1 / min(honest_sites, n_sites) (``secure_aggregation.honest_sites``)."""
-    return 1.0 / min(rules.honest_sites, n_sites)
 
 
 # --- fixed point and masks --------------------------------------------------------------------

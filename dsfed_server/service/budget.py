@@ -9,7 +9,7 @@ from dsfed_core.calltree import Call
 from dsfed_core.errors import CallError, SiteError
 from dsfed_server.config import User
 from dsfed_server.context import CallContext
-from dsfed_server.disclosure.accountant import ACCOUNTANT, ZERO, Caps, Cost, statement, use_of_remaining
+from dsfed_server.disclosure.accountant import ACCOUNTANT, ZERO, Cost, statement, use_of_remaining
 from dsfed_server.registry import bind
 from dsfed_server.service.calls import CallPipeline, CallRequest, check_handles, symbols_named
 from dsfed_server.service.state import SiteState
@@ -46,7 +46,8 @@ class PrivacyBudget:
                 charge = self._privacy_map(session, node)
                 tables = sorted(set().union(*(session.sources.get(name, frozenset())
                                               for name in symbols_named(node))))
-            caps, share = Caps.of(state.rules.budget), state.rules.budget.warn_share
+            guard = self.calls.guard(function)
+            caps, share = guard.caps(), guard.warn_share()
 
             def entry(table: str) -> dict[str, Any]:
                 mine, everyone = state.ledger.total(table, user.name), state.ledger.total(table)
@@ -81,14 +82,15 @@ class PrivacyBudget:
         state = self.state
         with state.audited(user, None, "listBudget", "governance", ""):
             state.require_role(user, "governance")
-            caps = Caps.of(state.rules.budget)
+            guard = self.calls.guard("listBudget")
+            caps = guard.caps()
             rows = state.ledger.listing()
             tables: dict[str, Cost] = {}
             for row in rows:
                 tables[row["table"]] = tables.get(row["table"], ZERO) + row["cost"]
             return {
                 "site": state.name, "accountant": ACCOUNTANT, "budget": caps.as_dict(),
-                "warn_share": state.rules.budget.warn_share,
+                "warn_share": guard.warn_share(),
                 "tables": [{"table": t, **statement(cost, caps.table)} for t, cost in sorted(tables.items())],
                 "spending": [{"analyst": row["analyst"], "table": row["table"], **statement(row["cost"], caps.analyst),
                               "queries": row["queries"], "releases": row["releases"], "last": row["last"]}
@@ -102,10 +104,11 @@ class PrivacyBudget:
         analysts' spending is not shown."""
         state = self.state
         with state.audited(user, None, "listMyBudget", "metadata", ""):
-            cap = Caps.of(state.rules.budget).analyst
+            guard = self.calls.guard("listMyBudget")
+            cap = guard.caps().analyst
             return {
                 "site": state.name, "analyst": user.name, "accountant": ACCOUNTANT,
-                "budget": {"epsilon": cap.epsilon, "delta": cap.delta}, "warn_share": state.rules.budget.warn_share,
+                "budget": {"epsilon": cap.epsilon, "delta": cap.delta}, "warn_share": guard.warn_share(),
                 "tables": [{"table": row["table"], **statement(row["cost"], cap), "queries": row["queries"],
                             "releases": row["releases"], "last": row["last"]}
                            for row in state.ledger.listing() if row["analyst"] == user.name],

@@ -26,8 +26,7 @@ from dsfed_core.parser import from_json, parse
 from dsfed_server import rbridge
 from dsfed_server.config import User
 from dsfed_server.context import NOTE, CallContext, r_class
-from dsfed_server.disclosure import declared, secure_sum
-from dsfed_server.disclosure.accountant import Caps
+from dsfed_server.disclosure import declared
 from dsfed_server.disclosure.checks import Guard, enforce_contract
 from dsfed_server.disclosure.differencing import SharedCell
 from dsfed_server.disclosure.gate import Cut
@@ -241,7 +240,7 @@ class CallPipeline:
         """One call's reads and noisy releases (held under the session lock); on success the
         releases are spent in the ledger and the audit record carries the spend."""
         state = self.state
-        scope = CallScope(user.name, state.ledger, Caps.of(state.rules.budget), secret=state.secret)
+        scope = CallScope(user.name, state.ledger, self.guard(record["function"]).caps(), secret=state.secret)
         session.scope = scope
         try:
             yield scope
@@ -291,7 +290,7 @@ class CallPipeline:
                 with session.lock, self.scope(user, session, record) as scope:
                     return secure(user, session, spec, node, request, scope, record)
             if spec.secure_sum is not None:
-                secure_sum.check_plain_release(spec.name, self.state.session_rules(session).secure_aggregation)
+                self.guard(spec.name, session).plain_release()
             with session.lock, self.scope(user, session, record):
                 result = jsonable(self.invoke(session, node))
             if shape != "native":

@@ -20,7 +20,6 @@ from dsfed_server.disclosure import declared, gate, relay, secure_sum, shared_ta
 from dsfed_server.disclosure.checks import HistoryBehind
 from dsfed_server.disclosure.differencing import SharedCell
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.disclosure.rules import Rules
 from dsfed_server.disclosure.scope import CallScope
 from dsfed_server.registry import FunctionSpec
 from dsfed_server.service.calls import CallPipeline, CallRequest, canonical_call, definition, jsonable
@@ -101,15 +100,6 @@ def same_levels(site: str, meta: dict[str, Any], relayed: Any) -> None:
                              "aligns the levels")
 
 
-def floor_meta(rules: Rules, pooled: bool = True) -> dict[str, Any]:
-    """What a site declares to the others of a step: its q, cut margin, the fewest records two row sets differ
-    by and, for a pooled release, its dominance rule (they use the largest; :func:`gate.pooled_floor`; a relayed
-    protocol checks per site)."""
-    return {"q": rules.disclosure.q_threshold, "margin": rules.disclosure.margin,
-            "dominance": rules.secure_aggregation.dominance_sites if pooled else 0,
-            "min_difference": rules.disclosure.subset_min_difference}
-
-
 class SecureRounds:
     """The secure-aggregation rounds of a session: sums masked, steps sealed, pooled steps released."""
 
@@ -130,10 +120,9 @@ class SecureRounds:
         """The session's keys for the option's round, and the roster's keys after every check; a sum
         that must hide each site (``hiding``) needs ``secure_aggregation.min_sites`` sites, a relayed
         protocol (checked per site) needs only its peers to be authentic."""
-        rules = self.state.session_rules(session).secure_aggregation
         rnd = self._round(session, option)
-        return rnd, secure_sum.verify_roster(self.state.name, rnd, option.get("roster"), self.state.peers,
-                                             rules.min_sites if hiding else 1)
+        least = self.calls.guard("secureKeyDS", session).min_sites() if hiding else 1
+        return rnd, secure_sum.verify_roster(self.state.name, rnd, option.get("roster"), self.state.peers, least)
 
     def aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call,
                   request: CallRequest, scope: CallScope, record: dict) -> dict[str, Any]:
@@ -150,13 +139,13 @@ class SecureRounds:
             hint = "ask for a pooled release (the 'pooled' option)" if spec.cells else \
                 f"functions that do: {', '.join(offered)}"
             raise CallError(f"{spec.name} does not offer secure summation", hint=hint)
-        rules = self.state.session_rules(session).secure_aggregation
+        guard = self.calls.guard(spec.name, session)
         rnd, keys = self._round_keys(session, option)
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}]"
-        result = jsonable(self.calls.invoke(session, node, noise_share=secure_sum.noise_share(rules, len(keys))))
-        secure_sum.check_peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name, rules)
+        result = jsonable(self.calls.invoke(session, node, noise_share=guard.noise_share_over(len(keys))))
+        guard.peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name)
         call = definition(canonical_call(request), session, scope)
         return secure_sum.masked_result(result, spec.secure_sum.fields, spec.secure_sum.public, site=self.state.name,
                                         rnd=rnd, keys=keys, step=step, frac_bits=frac_bits, call=call)
@@ -169,11 +158,11 @@ class SecureRounds:
             offered = [s.name for s in self.state.registry if s.poolable]
             raise CallError(f"{spec.name} does not offer pooled release",
                             hint=f"functions that do: {', '.join(offered)}")
-        rules = self.state.session_rules(session)
+        rules = self.calls.guard(spec.name, session)  # what the service reads of the rules, read through the Guard
         option = request.secure or {}
         rnd, keys = self._round_keys(session, option)
-        if not (rules.secure_aggregation.pooled_thresholds and all(rnd.pooled_peers.values())):
-            who = "this site" if not rules.secure_aggregation.pooled_thresholds else ", ".join(
+        if not (rules.checks_pooled() and all(rnd.pooled_peers.values())):
+            who = "this site" if not rules.checks_pooled() else ", ".join(
                 sorted(s for s, v in rnd.pooled_peers.items() if not v))
             raise DisclosureRefusal(
                 f"a pooled release needs every site of the round to check the pooled cells; {who} does not",
@@ -183,7 +172,7 @@ class SecureRounds:
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [pooled over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
         deferred: list[tuple[str, int]] = []
-        noise = secure_sum.noise_share(rules.secure_aggregation, len(keys))
+        noise = rules.noise_share_over(len(keys))
         relayed = relayed_history(option.get("cuts"))
         cells = relayed_cells(option.get("cells"))
         try:
@@ -195,11 +184,10 @@ class SecureRounds:
             history = guard.pooled_history(raw.history_key) if isinstance(raw, gate.Intervals) else ()
         except HistoryBehind as behind:  # the analyst relays the union next time; nothing is sealed
             return {"history": self._history_answer(behind.key)}
-        secure_sum.check_peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name,
-                                  rules.secure_aggregation)
+        rules.peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name)
         history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
         if kind == "cells":
-            plan, fields = gate.pooled_vector(raw, history, dominance=floor_meta(rules)["dominance"] > 0)
+            plan, fields = gate.pooled_vector(raw, history, dominance=rules.declared_floor()["dominance"] > 0)
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
                 def released(release: gate.PooledRelease) -> Any:
@@ -230,7 +218,7 @@ class SecureRounds:
             {f"{t}${c}": [[v.value, v.inclusive] for v in cuts] for (t, c), cuts in sorted(relayed.items())}
         ) + "\0cells:" + json.dumps([[c.cell_id, c.count, c.column] for c in cells])
         digest = secure_sum.call_digest(call, frac_bits)  # the relay too: every site bins and pairs alike
-        meta = floor_meta(rules)
+        meta = rules.declared_floor()
         if isinstance(raw, gate.Intervals):
             meta.update(gate.dictionary_meta(raw.column))
         if isinstance(raw, gate.Categories) and raw.labels:
@@ -261,7 +249,7 @@ class SecureRounds:
                                         raw.frac_bits if raw.frac_bits is not None else frac_bits)
         return self._seal(rnd, keys, step, spec.name, digest, raw.fields, raw.advance,
                           raw.frac_bits if raw.frac_bits is not None else frac_bits,
-                          floor_meta(self.state.session_rules(session), pooled=False), frozenset(scope.sources),
+                          self.calls.guard(spec.name, session).declared_floor(pooled=False), frozenset(scope.sources),
                           raw.history_key, relayed=True, asked_bits=frac_bits)
 
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
