@@ -21,6 +21,7 @@ from dsfed_client.aggregation import Aggregation
 from dsfed_client.calls import Call, Ref, to_tree
 from dsfed_client.errors import BudgetWarning, FederatedCallError, RecordsLeftOut
 from dsfed_core.errors import CallError, NotEnabled, SiteError
+from dsfed_core.wire import MAX_RELAYED_CELLS
 from dsfed_client.secure import SecureSum, new_round_id, unmask_sum
 from dsfed_client.transport import HttpTransport, Transport, encode
 
@@ -367,7 +368,7 @@ class FederatedSession:
             option: dict[str, Any] = {"round": round_id, "step": step, "roster": roster, "frac_bits": frac_bits}
             option.update({"relayed": True} if relayed else {"pooled": True, "cuts": self._relayed_cuts()})
             if self._pooled_cells and not relayed:  # none to relay before a site answered with some
-                option["cells"] = [list(c) for c in sorted(self._pooled_cells)]
+                option["cells"] = [list(c) for c in sorted(self._pooled_cells)][:MAX_RELAYED_CELLS]
             answers = {s: r["result"] for s, r in
                        self._in_session(function, "POST", "/aggregate", {**call, "secure": option}).items()}
             if any("pooled" not in a for a in answers.values()):  # a site released cuts the relay did not hold

@@ -21,6 +21,11 @@ import numpy as np
 from dsfed_core.errors import SiteError, from_wire
 
 
+# the earlier pooled cells ([identity, pooled count, column]) an analyst relays with one pooled release at most: the
+# site refuses a longer relay, and the client relays no more (a cell left out is decided by each site alone)
+MAX_RELAYED_CELLS = 10_000
+
+
 def encode(body: dict[str, Any]) -> bytes:
     """The JSON bytes of a request body."""
     return json.dumps(body, separators=(",", ":")).encode()

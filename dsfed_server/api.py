@@ -25,6 +25,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dsfed_core.wire import MAX_RELAYED_CELLS
 from dsfed_server import __version__
 from dsfed_server.access_log import AccessLogMiddleware, note_user
 from dsfed_server.audit import HEAD_HEADER
@@ -88,7 +89,7 @@ class SecureOption(_Body):
                                              "for the other sites (continue with POST .../pooled)")
     cuts: list[dict[str, Any]] | None = Field(None, description="the cut histories the sites answered with, "
                                                                 "relayed unchanged: [{table, column, cuts}]")
-    cells: list[list[Any]] | None = Field(None, max_length=100_000,
+    cells: list[list[Any]] | None = Field(None, max_length=MAX_RELAYED_CELLS,
                                           description="the pooled cells the sites recorded, relayed unchanged: "
                                                       "[[identity, pooled count, column], ...]")
 

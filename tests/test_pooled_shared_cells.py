@@ -14,19 +14,33 @@ identity with another count beside the true one. A cell the relay does not carry
 by the site alone, as before. With the cells relayed and the pooled decision left out (each site skipping the
 relayed cells in its own audit and objecting to nothing on the pooled numbers), the attack read the outcomes of
 23 records in 11 groups below q.
+
+Found by review: a site of the round that keeps no history (its board set ``cut_history = false``), or whose table
+changed since, holds none of an earlier cell it had records in; counting all its records of the new cell as "in
+one and not the other" lifted a 1-4 record difference at the other sites over the minimum (5 outcomes read at the
+auditing sites, 0 before the sites shared identities). The holders now also sum their records of the earlier cell:
+where these do not make up its pooled count, each holder's own audit of the pair decides. An empty identity relayed
+matched every cell kept without one (14 outcomes read of cells recorded before identities): identities are 32 hex
+digits, and a cell kept without one is decided by each site alone.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_client.calls import Ref
+from sitekit import write_table
+from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_merged_cells_interval import pooled_auc
-from test_pooled_row_sets import AUDITED, STOPPED, attack, three_sites
+from test_pooled_row_sets import AGES, AUDITED, Q, STOPPED, attack, common_cells, pooled_cells, three_sites
 
 sys.path.insert(0, str(ROOT / "bench"))
 from comparison_coverage import two_scores, write_sites  # noqa: E402  (bench/comparison_coverage.py)
@@ -85,3 +99,55 @@ def test_a_second_model_keeps_its_cells_and_its_interval_holds_the_pooled_auc(tm
     assert second.merged_pairs < 0.2
     assert not second.estimator.startswith("histograms alone")
     assert second.ci_logit.lower <= truth <= second.ci_logit.upper
+
+
+def test_a_site_that_keeps_no_history_exposes_no_record_of_the_others(tmp_path: Path):
+    """Nested subsets pooled over three sites, the second site's board having set ``cut_history = false``: the
+    outcomes the attack reads of the other two sites' records (whose audits are on). Its own records it does not
+    protect by its own choice."""
+    frames = {f"s{k}": synthetic_frame(20 + k, 90) for k in range(1, 4)}
+    default = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    (tmp_path / "no-history.toml").write_text(re.sub(r"(?m)^cut_history = .*$", "cut_history = false", default))
+    spec = {}
+    for name, frame in frames.items():
+        write_table(tmp_path / "data" / name, frame)
+        spec[name] = (tmp_path / "data" / name,
+                      tmp_path / "no-history.toml" if name == "s2" else ROOT / "disclosure_rules" / "default.toml")
+    with fixed_secrets("pooled row sets"):
+        prov = provision(tmp_path / "run", spec)
+        services = {n: SiteService.from_config_file(p.config) for n, p in prov.items()}
+    truth = pd.concat([f.assign(site=n) for n, f in frames.items()], ignore_index=True)
+    released: dict[int, dict] = {}
+    with inprocess_builder(prov, services).login() as session:
+        session.assign_table("D", "P.t")
+        for a in AGES:
+            try:
+                released[a] = pooled_cells(session, a)
+            except FederatedCallError:
+                continue
+        relayed = len(session._pooled_cells)
+    audited = 0
+    for a, b in zip(AGES, AGES[1:]):
+        if a in released and b in released:
+            for cell, (n_a, e_a), (n_b, e_b) in common_cells(released[a], released[b]):
+                n, events = n_a - n_b, e_a - e_b
+                if 0 < n < Q and events in (0, n):
+                    band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0])
+                                 & (truth.score < cell[1])]
+                    assert (len(band), int(band.y.sum())) == (n, events)  # what the analyst reads is the truth
+                    audited += int((band.site != "s2").sum())
+    print(f"ATTACK nested subsets, s2 keeping no history (shipped rules at s1 and s3): outcomes read of {audited} "
+          f"records of s1 and s3; released {len(released)} of {len(AGES)}; {relayed} cells relayed")
+    assert relayed > 0 and len(released) >= 2
+    assert audited == 0
+
+
+def test_an_identity_that_is_not_one_is_refused(tmp_path: Path):
+    """A relayed cell whose identity is not 32 hex digits (an empty one matched every cell kept without one)."""
+    _, builder = three_sites(tmp_path)
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        session._pooled_cells = {("", 90, "")}
+        with pytest.raises(FederatedCallError) as exc:
+            session.pooled("calibrationBinsDS", Ref("D$y"), Ref("D$score"), 4)
+    assert all("identity" in str(e) for e in exc.value.failures.values())

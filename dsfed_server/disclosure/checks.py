@@ -25,8 +25,9 @@ from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, isolated_records,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
-                                                 row_set_problem, rows_of, set_size, shared_pair_problems,
-                                                 shared_pairs, spanned_gap, superset_gap, with_identities)
+                                                 row_set_problem, rows_of, set_size, SharedPairs,
+                                                 shared_pair_problems, shared_pairs, spanned_gap, superset_gap,
+                                                 with_identities)
 from dsfed_server.disclosure.shared_tables import own_key
 from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
                                          cuts_from, decide_local,
@@ -596,7 +597,8 @@ class Guard:
         return pooled_pair_problem(pooled, [PooledCell(member, int(member.sum())) for member in row_sets],
                                    self.rule("disclosure.subset_min_difference"))
 
-    def _pooled_problems(self, cells: list[PooledCell], rows: Rows | None) -> list[int]:
+    def _pooled_problems(self, cells: list[PooledCell], rows: Rows | None, decided_pooled: bool = False
+                         ) -> list[int]:
         """Which of this site's records of the cells of a pooled release (:class:`~dsfed_server.disclosure.
         differencing.PooledCell`) fail against every subset, cell and pooled cell released before from the same
         table (:func:`~dsfed_server.disclosure.differencing.pooled_problem_cells`,
@@ -606,7 +608,7 @@ class Guard:
         before = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         earlier = [PooledCell(old, set_size(old)) for old in before]
         pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        shared = self._shared(pooled)
+        shared = self._shared(pooled) if decided_pooled else {}
         earlier += [cell for cell in pooled if cell.cell_id not in shared]
         return pooled_problem_cells(earlier, cells, self.rule("disclosure.subset_min_difference"),
                                     list(shared.values()))
@@ -617,30 +619,29 @@ class Guard:
         (:func:`~dsfed_server.disclosure.differencing.shared_pairs`); any other is decided here, on this
         site's records alone, as before the sites shared identities."""
         relayed = {(c.cell_id, c.count, c.column) for c in self.relayed_cells or []}
-        return {cell.cell_id: cell for cell in pooled if (cell.cell_id, cell.count, cell.column) in relayed}
+        return {cell.cell_id: cell for cell in pooled
+                if cell.cell_id and (cell.cell_id, cell.count, cell.column) in relayed}
 
-    def _shared_pairs(self, cells: list[PooledCell], rows: Rows | None, min_difference: int
-                      ) -> tuple[list[int], dict[str, np.ndarray]]:
+    def _shared_pairs(self, cells: list[PooledCell], rows: Rows | None, min_difference: int) -> SharedPairs:
         """This site's part of the pooled decision on pairs of ``cells`` and the relayed pooled cells
-        (:func:`~dsfed_server.disclosure.differencing.shared_pairs`), as fields of the pooled step. Every site
-        of the round derives the same pairs, so a site that keeps no history still takes part (holding none)."""
+        (:func:`~dsfed_server.disclosure.differencing.shared_pairs`). Every site of the round derives the same
+        pairs, so a site that keeps no history still takes part (holding none)."""
         relayed = sorted(set(self.relayed_cells or []), key=lambda c: (c.cell_id, c.count, c.column))
-        if not relayed or not cells:
-            return [], {}
-        held = {}
-        if self._audits(rows):
+        held: dict[str, PooledCell] = {}
+        if relayed and cells and self._audits(rows):
             held = self._shared(self.history.pooled_row_sets(rows.lineage, rows.n_root))  # type: ignore[union-attr]
-        positions, differing, holding = shared_pairs(cells, relayed, held, min_difference)
-        return positions, {"pair_differing": differing, "pair_holding": holding} if positions else {}
+        return shared_pairs(cells, relayed, held, min_difference)
 
     def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any]) -> PooledSteps:
         """The last step of a pooled release of ``cells`` with no cut to merge (:meth:`coarsened`): ``release()``
-        runs only if no site objects to any of them, and every site refuses alike otherwise."""
+        runs only if no site objects to any of them, and every site refuses alike otherwise. Each site decides
+        every pair with earlier cells on its own records (no shared floor: the sites' ``min_difference`` may
+        differ, and with it the pairs)."""
         return self.coarsened(lambda exclude: PooledRelease(None, [], cells), rows, lambda _: release())
 
     def coarsened(self, attempt: Callable[[frozenset[Cut]], PooledRelease], rows: Rows | None,
                   on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset(),
-                  floor: Floor | None = None) -> PooledSteps:
+                  shared: Floor | None = None) -> PooledSteps:
         """The last steps of a pooled release of cells, coarsened where it must be, as a per-site release is:
         every site seals, per released cell of ``attempt(exclude)``, whether its own records of it fail its
         audit (:meth:`_pooled_problems`); where no site objects to any, ``on_release`` releases the
@@ -649,18 +650,20 @@ class Guard:
         left to drop is refused. The analyst sees only the result and the cuts it dropped, never which
         site objected (``disclosure.subset_min_difference``).
 
-        A pair of a new cell and an earlier pooled cell the analyst relays (its identity, the same at every
-        site of its release) is decided on the pooled records instead, by the largest ``min_difference`` of the
-        sites (``floor``): the sites sum, per pair, their records in one cell and not the other, and a cell
-        objected to is one that differs from an earlier one by 1 to ``min_difference - 1`` pooled records. A
-        site alone cannot tell whether the others' records of the two are nested as its own are, and would
-        object to every cell nested in an earlier one at this site by a few records. The released cells get
-        an identity from a random number the sites sum in the same step (none of them chooses it), which the
-        result carries (:class:`~dsfed_server.disclosure.relay.Recorded`) for the analyst to relay."""
+        With the floor the sites share (``shared``), a pair of a new cell and an earlier pooled cell the analyst
+        relays (its identity, the same at every site of its release) is decided on the pooled records instead,
+        by the largest ``min_difference`` of the sites: the sites sum, per pair, their records in one cell and
+        not the other, and a cell is objected to that differs from an earlier one by 1 to ``min_difference - 1``
+        pooled records (:func:`~dsfed_server.disclosure.differencing.shared_pair_problems`, which says when the
+        holders' own audits decide instead). A site alone cannot tell whether the others' records of the two
+        are nested as its own are, and would object to every cell nested in an earlier one at this site by a
+        few records. The released cells get an identity from a random number the sites sum in the same step
+        (none of them chooses it), which the result carries (:class:`~dsfed_server.disclosure.relay.Recorded`)
+        for the analyst to relay."""
         release = attempt(exclude)
-        problems = self._pooled_problems(release.own_cells, rows)
-        differ = max(self.rule("disclosure.subset_min_difference"), floor.min_difference if floor else 0)
-        positions, pairs = self._shared_pairs(release.own_cells, rows, differ)
+        problems = self._pooled_problems(release.own_cells, rows, decided_pooled=shared is not None)
+        differ = max(self.rule("disclosure.subset_min_difference"), shared.min_difference if shared else 0)
+        pairs = self._shared_pairs(release.own_cells, rows, differ) if shared else SharedPairs([], [], {})
         if release.cuts:  # per released cell: the cuts beside those objected to are merged
             vector = np.zeros(release.n_cells)
             vector[problems] = 1
@@ -670,9 +673,9 @@ class Guard:
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
-            if positions:
-                shared = shared_pair_problems(positions, pooled["pair_differing"], pooled["pair_holding"], differ)
-                objected |= shared if release.cuts else {0} if shared else set()
+            if pairs.positions:
+                both = shared_pair_problems(pairs, pooled, differ)
+                objected |= both if release.cuts else {0} if both else set()
             if not objected:
                 cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
@@ -687,9 +690,9 @@ class Guard:
                     "disclosure.subset_min_difference",
                     "ask for fewer or wider cells, or over the whole table or a subset that differs more")
             drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
-            return None, self.coarsened(attempt, rows, on_release, exclude | drop, floor)
+            return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared)
 
-        return PooledSteps({"objections": vector, "tag": tag, **pairs}, advance, frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, **pairs.fields}, advance, frac_bits=8)
 
     def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
         if self._audits(rows) and cells:
@@ -728,7 +731,8 @@ class Guard:
         return self.rule("secure_aggregation.pooled_thresholds")
 
     def min_sites(self) -> int:
-        """The fewest sites a secure sum that must hide each site's share goes over (``secure_aggregation.min_sites``)."""
+        """The fewest sites a secure sum that must hide each site's share goes over
+        (``secure_aggregation.min_sites``)."""
         return self.rule("secure_aggregation.min_sites")
 
     def noise_share_over(self, n_sites: int) -> float:

@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -300,26 +300,72 @@ class SharedCell:
     column: str
 
 
+@dataclass(frozen=True)
+class SharedPairs:
+    """The pairs of a new pooled release's cells and relayed earlier pooled cells every site derives alike from
+    the pooled counts and the relay (:func:`shared_pairs`): per pair, the new cell's position and the earlier
+    cell's pooled count; and this site's part of the pooled decision on them, as fields of the pooled step."""
+
+    positions: list[int]
+    earlier_counts: list[int]
+    fields: dict[str, np.ndarray]
+
+
 def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[str, PooledCell], min_difference: int
-                 ) -> tuple[list[int], np.ndarray, np.ndarray]:
+                 ) -> SharedPairs:
     """What this site adds to the pooled decision on pairs of a new pooled cell and a relayed earlier one. The
-    pairs are those every site derives alike from the pooled counts and the relay: counts within
-    ``min_difference`` of each other, not two intervals of one column (which the gate keeps apart). Per pair,
-    the number of this site's records in one of the two cells and not the other (its records of the new cell
-    where it holds no records of the earlier one: ``held``, by identity) and whether it holds the earlier cell.
-    Returns the new cell's position of each pair and the two vectors; summed over the sites they are the
-    pooled records in one cell and not the other, and how many sites took part in the earlier release."""
-    positions, differing, holding = [], [], []
+    pairs are those whose pooled counts differ by fewer than ``min_difference`` and that are not two intervals of
+    one column (which the gate keeps apart). Per pair, this site adds: its records in one of the two cells and
+    not the other (its records of the new cell where it holds no records of the earlier one: ``held``, by
+    identity); whether it holds the earlier cell and how many records of it; and whether the pair fails its own
+    audit (nested here within ``min_difference`` records, the pooled counts as close: :func:`pooled_pair_problem`),
+    which decides where the holders' records of the earlier cell do not make up its pooled count
+    (:func:`shared_pair_problems`)."""
+    positions, counts, differing, holding, held_count, objects = [], [], [], [], [], []
+    sizes = {cell_id: set_size(old.rows) for cell_id, old in held.items()}
     for j, cell in enumerate(new):
-        packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
+        packed = _packed(cell.rows)
+        size = set_size(packed)
         for shared in relayed:
             if abs(cell.count - shared.count) >= min_difference or (cell.column and cell.column == shared.column):
                 continue
             old = held.get(shared.cell_id)
             positions.append(j)
-            differing.append(set_size(packed) if old is None else _differing(old.rows, packed))
-            holding.append(0.0 if old is None else 1.0)
-    return positions, np.asarray(differing, dtype=float), np.asarray(holding, dtype=float)
+            counts.append(shared.count)
+            if old is None:
+                differing.append(size), holding.append(0), held_count.append(0), objects.append(0)
+                continue
+            d = _differing(old.rows, packed)
+            differing.append(d), holding.append(1), held_count.append(sizes[shared.cell_id])
+            objects.append(int(0 < d < min_difference and d == abs(sizes[shared.cell_id] - size)))
+    fields = {"pair_differing": differing, "pair_holding": holding, "pair_held": held_count, "pair_objects": objects}
+    return SharedPairs(positions, counts,
+                       {name: np.asarray(v, dtype=float) for name, v in fields.items()} if positions else {})
+
+
+def shared_pair_problems(pairs: SharedPairs, pooled: dict[str, np.ndarray], min_difference: int) -> set[int]:
+    """The new cells of :func:`shared_pairs` objected to, from the pooled sums of the sites' parts. Where the
+    holders' records of the earlier cell make up its pooled count, every site that had records in it holds it,
+    so the pooled number of records in one cell and not the other is exact: a cell is objected to where it is 1
+    to ``min_difference - 1`` (the difference of the two releases would be those records': Denning & Schlörer
+    1983). Where they do not (a site of that release that keeps no history, or whose table has changed since),
+    that number may count records the earlier cell held, and each holder's own audit of the pair decides, as
+    before the sites shared identities. Pairs no site holds the earlier cell of are no pairs (an identity the
+    analyst made up, or a cell of another table)."""
+    out: set[int] = set()
+    d, holding = np.rint(np.ravel(pooled["pair_differing"])), np.ravel(pooled["pair_holding"])
+    held, objects = np.rint(np.ravel(pooled["pair_held"])), np.ravel(pooled["pair_objects"])
+    for k, (j, count) in enumerate(zip(pairs.positions, pairs.earlier_counts)):
+        if holding[k] < 0.5:
+            continue
+        if (0 < d[k] < min_difference) if held[k] == count else objects[k] > 0.5:
+            out.add(j)
+    return out
+
+
+def _packed(rows: np.ndarray) -> np.ndarray:
+    """A row set packed by ``np.packbits`` (1 bit a record), as the history keeps it."""
+    return np.packbits(rows) if rows.dtype == bool else rows
 
 
 def with_identities(cells: list[PooledCell], tag: np.ndarray) -> list[PooledCell]:
@@ -328,16 +374,6 @@ def with_identities(cells: list[PooledCell], tag: np.ndarray) -> list[PooledCell
     seed = ",".join(str(int(v)) for v in np.rint(np.ravel(tag)))
     return [dataclasses.replace(cell, cell_id=hashlib.sha256(f"{seed}:{k}".encode()).hexdigest()[:32])
             for k, cell in enumerate(cells)]
-
-
-def shared_pair_problems(positions: list[int], differing: np.ndarray, holding: np.ndarray, min_difference: int
-                         ) -> set[int]:
-    """The new cells of :func:`shared_pairs` that differ from an earlier pooled cell, over the pooled records, in
-    fewer than ``min_difference`` records but not none: the difference of the two releases would be those
-    records' (Denning & Schlörer 1983). Pairs no site holds the earlier cell of are no pairs (an identity the
-    analyst made up, or a cell of another table)."""
-    d = np.rint(np.ravel(differing))
-    return {j for j, n, h in zip(positions, d, np.ravel(holding)) if h > 0.5 and 0 < n < min_difference}
 
 
 def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_difference: int) -> str | None:
@@ -350,7 +386,7 @@ def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_di
     counts sizes (differencing, Denning & Schlörer 1983). Two cells whose counts differ by at least
     ``min_difference``, or whose records here are not nested, tell no group below it apart by their
     difference; nor do two intervals of one column over all its records, which the gate keeps apart."""
-    packed_earlier = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in earlier]
+    packed_earlier = [(_packed(c.rows), c) for c in earlier]
     for cell in new:
         problem = _cell_problem(cell, packed_earlier, min_difference)
         if problem:
@@ -363,14 +399,14 @@ def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_d
     """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse. Cells in ``shared``
     (pooled cells whose pairs the sites decide on the pooled records: :func:`shared_pairs`) take part in the
     remainders of three or more cells only."""
-    packed_earlier = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in earlier]
-    packed_shared = [(np.packbits(c.rows) if c.rows.dtype == bool else c.rows, c) for c in shared]
+    packed_earlier = [(_packed(c.rows), c) for c in earlier]
+    packed_shared = [(_packed(c.rows), c) for c in shared]
     return [j for j, cell in enumerate(new) if _cell_problem(cell, packed_earlier, min_difference, packed_shared)]
 
 
 def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, PooledCell]], min_difference: int,
                   packed_shared: Sequence[tuple[np.ndarray, PooledCell]] = ()) -> str | None:
-    packed = np.packbits(cell.rows) if cell.rows.dtype == bool else cell.rows
+    packed = _packed(cell.rows)
     size = set_size(packed)
     for old, before in packed_earlier:
         if cell.column and cell.column == before.column:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from dsfed_core.calltree import Call
 from dsfed_core.errors import CallError, DisclosureRefusal, SiteError
+from dsfed_core.wire import MAX_RELAYED_CELLS
 from dsfed_server.config import User
 from dsfed_server.disclosure import declared, gate, relay, secure_sum, shared_tables
 from dsfed_server.disclosure.checks import HistoryBehind
@@ -52,19 +54,22 @@ def relayed_history(value: Any) -> dict[tuple[str, str], list[Cut]]:
     return out
 
 
+CELL_ID = re.compile(r"[0-9a-f]{32}")  # a pooled cell's identity (differencing.with_identities)
+
+
 def relayed_cells(value: Any) -> list[SharedCell]:
     """The pooled cells released before that an analyst relays with a pooled release: ``[[identity, pooled
     count, column], ...]``, as the sites answered them (a hex string, a whole number and a string each;
     checked, never evaluated). A cell a site keeps otherwise, or not at all, it decides alone."""
     if value is None:
         return []
-    if not isinstance(value, list) or len(value) > 100_000:
+    if not isinstance(value, list) or len(value) > MAX_RELAYED_CELLS:
         raise CallError("pooled release: 'cells' must be a list of [identity, count, column]",
                         hint="relay the cells the sites answered with, unchanged")
     out = []
     for entry in value:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and len(entry[0]) <= 64
-                and all(c in "0123456789abcdef" for c in entry[0]) and isinstance(entry[1], int)
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and CELL_ID.fullmatch(entry[0]) and isinstance(entry[1], int)
                 and not isinstance(entry[1], bool) and 0 <= entry[1] < 2**53 and isinstance(entry[2], str)
                 and len(entry[2]) <= 1000):
             raise CallError("pooled release: a relayed cell is [identity (hex), pooled count, column]",
@@ -198,7 +203,7 @@ class SecureRounds:
                     return release.result
 
                 return None, guard.coarsened(lambda exclude: gate.release_pooled(raw, plan, pooled, floor, exclude),
-                                             raw.rows, released, floor=floor)
+                                             raw.rows, released, shared=floor)
         elif kind == "steps":
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits
