@@ -49,17 +49,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 METHODS = {
     "histogram": ("Empirical AUC and ROC-GLM", "placement values against global CDFs from the sites' noisy "
-                  "hierarchical histograms (seed 003), DeLong variance plus the noise's, CI of seed 000 eq. (3); "
+                  "hierarchical histograms (Xu & Cormode 2025), DeLong variance plus the noise's, CI of Schalk, Rehms "
+                  "et al. (2024) eq. (3); "
                   "probit ROC-GLM on the same placement values by distributed Fisher scoring"),
-    "paper": ("Empirical AUC and ROC-GLM", "seed 000 (Schalk, Rehms et al. 2024): noisy scores by the analytic "
+    "paper": ("Empirical AUC and ROC-GLM", "Schalk, Rehms et al. (2024): noisy scores by the analytic "
               "Gaussian mechanism, placement values, DeLong variance; probit ROC-GLM, CI of eq. (3)"),
 }
 CALIBRATION_METHODS = (
-    ("Brier, Spiegelhalter z", "seed 000 eq. 5; seed 001 section 3.5.1 (rms::val.prob S:z)"),
-    ("Calibration curve", "seed 000: equal-width bins; bins below q merged by the sites' release gate"),
+    ("Brier, Spiegelhalter z", "Schalk, Rehms et al. (2024) eq. 5; Huang (2020) section 3.5.1 (rms::val.prob S:z)"),
+    ("Calibration curve", "Schalk, Rehms et al. (2024): equal-width bins; bins below q merged by the sites' release "
+     "gate"),
     ("Hosmer-Lemeshow C / H", "deciles of risk (R's type-7 quantiles, found by the sites on pooled counts, or by a "
      "count-only search per site) / fixed bins (hoslem.test)"),
-    ("ECE, MCE", "seed 001 eq. 3.6 over the groups of H-L C"),
+    ("ECE, MCE", "Huang (2020) eq. 3.6 over the groups of H-L C"),
     ("Calibration intercept, slope, CITL", "distributed GLM of y ~ logit(p) and y ~ 1 + offset(logit(p))"),
     ("Metrics at thresholds", "pROC::coords convention (positive when score >= threshold); Wilson or exact "
      "intervals; thresholds are cuts the sites' release gate checks"),

@@ -85,11 +85,12 @@ def run_demo(fixtures: Path, rules: Path, json_path: Path | None = None, keep: b
             ok = sum(c["ok"] for c in chains.values())
             write_models_report(report.models, html_path, report.comparison, **report.validation[1],
                                 title="dsfed demo: GBSG2 models validated across five sites",
-                                notes=["Seed 000's workflow: models fitted on the training split (a logistic "
-                                       "regression by the distributed GLM on a training site, and sklearn gradient "
-                                       "boosting exported to ONNX), approved by each validation site's board by "
-                                       "SHA-256, applied at the sites (predictDS) and validated there beside the "
-                                       "fixture's ranger score, the two new models compared on the same patients.",
+                                notes=["The paper's workflow (Schalk, Rehms et al. 2024): models fitted on the "
+                                       "training split (a logistic regression by the distributed GLM on a training "
+                                       "site, and sklearn gradient boosting exported to ONNX), approved by each "
+                                       "validation site's board by SHA-256, applied at the sites (predictDS) and "
+                                       "validated there beside the fixture's ranger score, the two new models "
+                                       "compared on the same patients.",
                                        f"Five site servers on loopback, analyst session over HTTP; audit hash chains "
                                        f"verified at {ok} of {len(chains)} sites (the training site's included)."])
             print(f"Validation report written to {html_path}")
@@ -165,7 +166,8 @@ def _smooth_and_sites(v) -> None:  # type: ignore[no-untyped-def]
     else:
         s = v.smooth
         print(f"   smooth calibration (rcs of logit(p), {len(s.knots)} site-derived knots): ICI {s.ici:.4f}, "
-              f"E50 {s.e50:.4f}, E90 {s.e90:.4f}, Emax {s.emax:.4f}; Nagelkerke R2 {s.r2:.4f}, log loss {s.log_loss:.4f}")
+              f"E50 {s.e50:.4f}, E90 {s.e90:.4f}, Emax {s.emax:.4f}; Nagelkerke R2 {s.r2:.4f}, "
+              f"log loss {s.log_loss:.4f}")
         for note in (s.knots_note, s.range_note):
             if note:
                 print(f"     {note}")

@@ -74,7 +74,8 @@ def seed000_workflow(session: FederatedSession, report: Report, fixtures: Path, 
     from dsfed_client.models import ds_predict, glm_model, upload_model  # noqa: PLC0415
     from dsfed_core.models import parse_glm  # noqa: PLC0415
 
-    report.section("Seed 000's workflow: models fitted on the training split, applied and validated at the sites")
+    report.section("The paper's workflow (Schalk, Rehms et al. 2024): models fitted on the training split, applied and "
+                   "validated at the sites")
     training = training_site(fixtures, rules, run_dir / "training")
     with training_session(fixtures, rules, run_dir / "training", training) as train:
         fit = fit_logistic(train)

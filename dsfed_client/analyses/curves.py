@@ -412,7 +412,8 @@ class HistogramAUC(AUCIntervals):
     computation of ROC and PR curves"; DeLong et al. (1988).
     """
 
-    _title: ClassVar[str] = "AUC from histogram placement values (seed 000 estimators on seed 003 histograms)"
+    _title: ClassVar[str] = ("AUC from histogram placement values (Schalk, Rehms et al. 2024 on Xu & Cormode 2025 "
+                             "histograms)")
 
     auc: float = stat("AUC", brief=".4f")
     auc_positives: float = stat("Mean V10")

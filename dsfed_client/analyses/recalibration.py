@@ -442,7 +442,7 @@ class Recalibration(Results):
 
     @property
     def _title(self) -> str:  # type: ignore[override]
-        return f"Federated {self.method} recalibration (seed 001, ch. 4), in-sample"
+        return f"Federated {self.method} recalibration (Huang 2020, ch. 4), in-sample"
 
     @derived("H-L C before -> after", brief="", export=False)
     def hl_c_change(self) -> str:

@@ -84,7 +84,7 @@ class Discrimination(Results):
     def from_paper(cls, r: ROCGLM) -> "Discrimination":
         e = r.empirical
         noise = ("off (test profile: exact)" if r.reference.noise_off else
-                 "noisy scores per site (seed 000): " + ", ".join(f"{s} sigma {v:.4g}" for s, v in
+                 "noisy scores per site (Schalk, Rehms et al. 2024): " + ", ".join(f"{s} sigma {v:.4g}" for s, v in
                                                                    r.reference.sigma.items())
                  + ("; " + e.note if e.swamped else "; the intervals carry the noise's variance and estimated bias"))
         return cls("paper", e.auc, e.ci_delong, e.variance, e.total_variance - e.variance, r.auc, r.ci, r.a, r.b,
