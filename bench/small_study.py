@@ -1,4 +1,4 @@
-"""Benchmark: refusals of an honest small study -- ``validate()`` on seed 000's design at n = 100 over five
+"""Benchmark: refusals of an honest small study -- ``validate()`` on Schalk et al.'s (2024) design at n = 100 over five
 sites, where the pooled cells hold at least q records, counting every refusal and its message.
 
     .venv/bin/python bench/small_study.py --reps 40          # about 2-5 min
@@ -11,7 +11,7 @@ raised (:func:`curves.bench_rules`), ``secure_aggregation.honest_sites`` 1. Each
 validated by ``validate()`` (``secure=None``: pooled releases when every site offers them). A whole call refused
 (the Brier score, asked first) and each section ``validate()`` reports as not computed are counted with their
 messages, and the smallest class count of a site and of the pooled data are printed beside them: a refusal where
-the pooled data hold at least q of each class is what the issue forbids.
+the pooled data hold at least q of each class protects no record (a pooled cell holds q or more).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def main() -> int:
                         for f in (pd.read_parquet(Path(tmp) / "data" / f"site{i + 1}" / PROJECT / f"rep{r}.parquet")
                                   for i in range(args.sites)))
                     for r in range(args.reps)]
-    print(f"seed 000's design, n = {args.n}, {args.sites} sites, default.toml (budget raised, honest_sites 1), "
+    print(f"Schalk et al.'s (2024) design, n = {args.n}, {args.sites} sites, default.toml (budget raised, "
+          f"honest_sites 1), "
           f"secure={secure}, {args.reps} data sets; pooled smallest class {min(pooled_min)}-{max(pooled_min)}; "
           f"a site's smallest class below q = 5 in {sum(m < 5 for m in site_min)} data sets")
     print(f"whole calls refused: {len(refused)} of {args.reps}")

@@ -38,10 +38,10 @@ def at(session, sites: list[str]):
     return view
 
 
-def last_step_at_one_site(session, function: str, *args: Any) -> dict[str, Any]:
+def last_step_at_one_site(session, function: str, *args: Any, seen: list[dict] | None = None) -> dict[str, Any]:
     """A pooled release whose steps are relayed as the honest client does, except that each opening goes to
     ``s1`` first, and to the other sites only if ``s1`` answers with a further step: once ``s1`` gives the
-    release, the others are never called."""
+    release, the others are never called. ``seen``: every answer of ``s1`` to an opening, in order."""
     round_id, roster = session._round()
     call = call_body(Call(function, *args))
     while True:
@@ -58,6 +58,8 @@ def last_step_at_one_site(session, function: str, *args: Any) -> dict[str, Any]:
         first = at(session, [FIRST])._in_session(
             function, "POST", "/pooled", per_site={FIRST: {**body, "relay": addressed_to(FIRST, sealed)}})[FIRST]
         session._learn_histories({FIRST: first["result"]})
+        if seen is not None:
+            seen.append(first["result"])
         if "continue" not in first["result"]:
             return first["result"]["release"]
         others = [site for site in sealed if site != FIRST]
@@ -115,3 +117,22 @@ def test_the_honest_client_gets_the_same_cells_as_pandas_after_the_extra_step(tm
     assert release["n"] == truth.groupby(cells, observed=False).size().tolist()
     assert release["sum_y"] == truth.groupby(cells, observed=False).y.sum().tolist()
     assert AUDITED not in release.get("why", "")
+
+
+def test_the_cuts_a_held_release_recorded_leave_with_it(tmp_path: Path):
+    """Found by review: the site opened first answered the step that recorded a held release with its cut history,
+    the new edges already in it, before the other sites recorded anything. The history now leaves with the release:
+    no answer that holds a further step names the new edges; the one that gives the release does."""
+    _, builder = three_sites(tmp_path)
+    edges = [0.37, 0.61]
+    seen: list[dict] = []
+    with builder.login() as session:
+        session.assign_table("D", "P.t")
+        release = last_step_at_one_site(session, "histogramDS", Ref("D$score"), [0.0, *edges, 1.0], seen=seen)
+
+    def named(answer: dict) -> set[float]:
+        return {float(v) for v, _ in (answer.get("history") or {}).get("cuts", [])} & set(edges)
+
+    assert release is not None and [a for a in seen if "continue" not in a] == [seen[-1]]
+    assert all(not named(a) for a in seen if "continue" in a)
+    assert named(seen[-1]) == set(edges)

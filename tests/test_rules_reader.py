@@ -6,7 +6,9 @@ the budget's caps and warning share, secure aggregation's sites, noise share, pe
 checks pooled cells, what a site declares to the others of a sealed step -- and gets each from a Guard method
 that reads it there, never from the rules object. Reading the file as a whole stays with the site's start-up
 (``service/state.py``: the parser's depth, the no-noise acknowledgment) and its governance tooling
-(``dsfed_server/governance.py``: ``dsfed rules explain``), which describe the rules rather than apply them.
+(``dsfed_server/governance.py``: ``dsfed rules explain``), which describe the rules rather than apply them. The
+allowlist sections (``functions``: which functions are enabled; ``models``: which model files are approved) are
+read by the call pipeline and administration where they look a function or model up, and are not checked here.
 """
 
 from __future__ import annotations

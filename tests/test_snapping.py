@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def floor() -> Floor:
     rules = load_rules(ROOT / "disclosure_rules" / "default.toml")
-    return Floor(rules.disclosure.q_threshold, rules.disclosure.margin, key=b"a site's secret")
+    return Floor(rules.disclosure.q_threshold, rules.disclosure.cut_margin, key=b"a site's secret")  # cut_history on
 
 
 def _subset_release(floor: Floor) -> tuple[Released, float, float]:

@@ -74,7 +74,7 @@ class Discrimination(Results):
                  else "each site its own")
         noise = ("off (test profile: exact)" if h.noise_off else
                  f"hierarchical score histograms with Gaussian noise ({added}); the interval includes the noise "
-                 "variance and the released cells' ties'")
+                 "variance and the released cells' ties")
         fit = ((nan, ConfInt(nan, nan), nan, nan, 0, 0) if g is None else
                (g.auc, g.ci, g.a, g.b, g.iterations, g.n_thresholds))
         return cls("histogram", h.auc, h.ci_logit, h.variance, h.noise_error_variance, *fit, h.n_positive, h.n_negative,

@@ -720,8 +720,7 @@ class Guard:
         """What this site declares to the others of a sealed step: its q, cut margin, the fewest records two row
         sets differ by and, for a pooled release, its dominance rule (they use the largest:
         :func:`~dsfed_server.disclosure.gate.pooled_floor`; a relayed protocol checks per site)."""
-        margin = self.rule("disclosure.cut_margin") if self.rule("disclosure.cut_history") else 0
-        return {"q": self.q, "margin": margin,
+        return {"q": self.q, "margin": self.floor.most,
                 "dominance": self.rule("secure_aggregation.dominance_sites") if pooled else 0,
                 "min_difference": self.rule("disclosure.subset_min_difference")}
 

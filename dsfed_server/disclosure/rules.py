@@ -270,11 +270,6 @@ class Disclosure(_RulesSection):
         ),
     )
 
-    @property
-    def margin(self) -> int:
-        """The release gate's secret margin in records (``cut_margin``; none without a cut history)."""
-        return self.cut_margin if self.cut_history else 0
-
 
 class Bins(_RulesSection):
     small_bin_policy: Annotated[Literal["refuse", "merge"], only("refuse")] = Field(

@@ -436,20 +436,13 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
             "disclosure.risk": 0, "errorMessage2": "No errors"}
 
 
-def parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> dict[str, Any]:
-    """R's ``glm.fit`` quantities at ``beta`` (or, for None, at the family's ``mustart``), summed
-    over rows in batches of :data:`~dsfed_server.rowbatches.BATCH_ROWS` (the working vectors of a
-    batch are all the memory a call adds to the model frame)."""
-    return _parts(fam, mf, beta)[0]
-
-
 WEIGHTS_HINT = ("a model whose covariates do not separate the outcome, a less steep offset or weights, or more "
                 "records; a fit that does not converge: use the last iterate released")
 
 
 def checked_parts(guard: Guard, fam: Family, mf: ModelFrame, beta: np.ndarray | None, *,
                   hint: str = WEIGHTS_HINT) -> dict[str, Any]:
-    """:func:`parts`, refused where its working weights rest on fewer than q records
+    """:func:`_parts`' quantities, refused where its working weights rest on fewer than q records
     (:meth:`~dsfed_server.disclosure.checks.Guard.working_weights`)."""
     found, effective = _parts(fam, mf, beta)
     guard.working_weights(fam.name, effective, hint=hint)
@@ -457,7 +450,9 @@ def checked_parts(guard: Guard, fam: Family, mf: ModelFrame, beta: np.ndarray | 
 
 
 def _parts(fam: Family, mf: ModelFrame, beta: np.ndarray | None) -> tuple[dict[str, Any], float]:
-    """:func:`parts`, and how many records the working weights :math:`W` rest on: Kish's effective
+    """R's ``glm.fit`` quantities at ``beta`` (or, for None, at the family's ``mustart``), summed over rows in
+    batches of :data:`~dsfed_server.rowbatches.BATCH_ROWS` (the working vectors of a batch are all the memory a
+    call adds to the model frame), and how many records the working weights :math:`W` rest on: Kish's effective
     sample size :math:`(\\sum_i W_i)^2 / \\sum_i W_i^2` (Kish 1965; 0 where every weight is 0)."""
     p = len(mf.names)
     info, score, xwz, dev = np.zeros((p, p)), np.zeros(p), np.zeros(p), 0.0

@@ -120,13 +120,13 @@ class SecureRounds:
                             hint="call secureKeyDS(round) at every site first")
         return rnd
 
-    def _round_keys(self, session: Session, option: dict[str, Any], *, hiding: bool = True
+    def _round_keys(self, session: Session, option: dict[str, Any], function: str, *, hiding: bool = True
                     ) -> tuple[secure_sum.Round, dict[str, bytes]]:
         """The session's keys for the option's round, and the roster's keys after every check; a sum
         that must hide each site (``hiding``) needs ``secure_aggregation.min_sites`` sites, a relayed
         protocol (checked per site) needs only its peers to be authentic."""
         rnd = self._round(session, option)
-        least = self.calls.guard("secureKeyDS", session).min_sites() if hiding else 1
+        least = self.calls.guard(function, session).min_sites() if hiding else 1
         return rnd, secure_sum.verify_roster(self.state.name, rnd, option.get("roster"), self.state.peers, least)
 
     def aggregate(self, user: User, session: Session, spec: FunctionSpec, node: Call,
@@ -145,7 +145,7 @@ class SecureRounds:
                 f"functions that do: {', '.join(offered)}"
             raise CallError(f"{spec.name} does not offer secure summation", hint=hint)
         guard = self.calls.guard(spec.name, session)
-        rnd, keys = self._round_keys(session, option)
+        rnd, keys = self._round_keys(session, option, spec.name)
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [secure sum over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}]"
@@ -163,11 +163,11 @@ class SecureRounds:
             offered = [s.name for s in self.state.registry if s.poolable]
             raise CallError(f"{spec.name} does not offer pooled release",
                             hint=f"functions that do: {', '.join(offered)}")
-        rules = self.calls.guard(spec.name, session)  # what the service reads of the rules, read through the Guard
+        reader = self.calls.guard(spec.name, session)  # what the service reads of the rules, read through the Guard
         option = request.secure or {}
-        rnd, keys = self._round_keys(session, option)
-        if not (rules.checks_pooled() and all(rnd.pooled_peers.values())):
-            who = "this site" if not rules.checks_pooled() else ", ".join(
+        rnd, keys = self._round_keys(session, option, spec.name)
+        if not (reader.checks_pooled() and all(rnd.pooled_peers.values())):
+            who = "this site" if not reader.checks_pooled() else ", ".join(
                 sorted(s for s, v in rnd.pooled_peers.items() if not v))
             raise DisclosureRefusal(
                 f"a pooled release needs every site of the round to check the pooled cells; {who} does not",
@@ -177,7 +177,7 @@ class SecureRounds:
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [pooled over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
         deferred: list[tuple[str, int]] = []
-        noise = rules.noise_share_over(len(keys))
+        noise = reader.noise_share_over(len(keys))
         relayed = relayed_history(option.get("cuts"))
         cells = relayed_cells(option.get("cells"))
         try:
@@ -189,10 +189,10 @@ class SecureRounds:
             history = guard.pooled_history(raw.history_key) if isinstance(raw, gate.Intervals) else ()
         except HistoryBehind as behind:  # the analyst relays the union next time; nothing is sealed
             return {"history": self._history_answer(behind.key)}
-        rules.peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name)
+        reader.peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name)
         history_key = raw.history_key if isinstance(raw, gate.Intervals) else None
         if kind == "cells":
-            plan, fields = gate.pooled_vector(raw, history, dominance=rules.declared_floor()["dominance"] > 0)
+            plan, fields = gate.pooled_vector(raw, history, dominance=reader.declared_floor()["dominance"] > 0)
 
             def finish(pooled: dict[str, np.ndarray], floor: gate.Floor) -> Any:
                 def released(release: gate.PooledRelease) -> Any:
@@ -223,7 +223,7 @@ class SecureRounds:
             {f"{t}${c}": [[v.value, v.inclusive] for v in cuts] for (t, c), cuts in sorted(relayed.items())}
         ) + "\0cells:" + json.dumps([[c.cell_id, c.count, c.column] for c in cells])
         digest = secure_sum.call_digest(call, frac_bits)  # the relay too: every site bins and pairs alike
-        meta = rules.declared_floor()
+        meta = reader.declared_floor()
         if isinstance(raw, gate.Intervals):
             meta.update(gate.dictionary_meta(raw.column))
         if isinstance(raw, gate.Categories) and raw.labels:
@@ -242,7 +242,7 @@ class SecureRounds:
             offered = ", ".join(s.name for s in self.state.registry if s.relayable)
             raise CallError(f"{spec.name} does not offer a relayed protocol", hint=f"functions that do: {offered}")
         option = request.secure or {}
-        rnd, keys = self._round_keys(session, option, hiding=False)
+        rnd, keys = self._round_keys(session, option, spec.name, hiding=False)
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [relayed over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
@@ -296,7 +296,7 @@ class SecureRounds:
                     raise CallError(f"no sealed pooled step {step!r} in round {rnd.round_id} of this session",
                                     hint="seal the step first (the 'pooled' option), then relay every site's answer "
                                          "once")
-                _, keys = self._round_keys(session, option, hiding=not pending.relayed)
+                _, keys = self._round_keys(session, option, pending.function, hiding=not pending.relayed)
                 record["function"] = pending.function
                 record["call"] = f"{pending.function} [{'relayed' if pending.relayed else 'pooled'} over " \
                                  f"{','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: released]"
@@ -325,7 +325,9 @@ class SecureRounds:
         if isinstance(release, relay.Recorded):  # with the cells every site recorded, for the analyst to relay
             now = {"release": jsonable(release.result), "cells": release.cells}
         given, held = (now, None) if pending.relayed else (pending.held or {"release": None},
-                                                           None if release is None else now)
+                                                           None if release is None else {**now, **history})
+        if held is not None:  # the cuts it recorded leave with it, not before
+            history = {}
         if following is None and held is None:
             return {**given, **history}
         if following is None:  # one more step, of nothing: it opens only once every site has recorded ``held``
