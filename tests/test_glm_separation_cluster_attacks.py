@@ -1,23 +1,26 @@
-"""Red team, an open gap: every record of a column from the steps that separated logistic fits release before
-they are refused.
+"""Red team: every record of a column from the steps that separated logistic fits release before they are
+refused -- closed by refusing the fit whose outcome is computed from its covariate's own column.
 
 tests/test_glm_separation_attacks.py solves each late step of a separated fit ``ifelse(x > t, 1, 0) ~ x`` for
 the two records next to the boundary; since a step whose working weights rest on fewer than q records is
 refused (``Guard.working_weights``), those steps are not released and that reads nothing. The steps before
-the refusal still are: each step's information (3 sums), score (2) and deviance (1) at an iterate the
-analyst can follow are six equations in the records' values, and the start gives the count and the sum of
-the values above the cut. Over several cuts they are more equations than the column has records, and none
-of the later steps is counted by ``disclosure.sums_per_record`` (docs/governance.md, "not yet bounded").
+the refusal were: each step's information (3 sums), score (2) and deviance (1) at an iterate the analyst can
+follow are six equations in the records' values, and the start gives the count and the sum of the values
+above the cut. Over several cuts they are more equations than the column has records, and none of the later
+steps is counted by ``disclosure.sums_per_record``.
 
 The attack knows only what the releases give: for each cut the count above it (so each rank's interval
 between cuts) and the steps; it solves all 60 values at once by least squares (analytic Jacobian), started
 evenly within each rank's interval (which reads none: 0 within 0.05). One site of 60 records (synthetic),
 the shipped rules, the column ``weight`` (kg, one decimal), relayed fits at the cuts 55, 57.5, ..., 95 kg:
-the gate passes 5 (57.5, 65, 70, 77.5, 82.5), whose fits give 4 to 6 steps each before the refusal.
-Measured: 18 of the 60 sorted values within 1e-3, 52 within 0.05 (the value, on its one-decimal grid).
-Keeping only the steps whose effective sample size is at least 2q (10): 7 and 34; at least 4q: 5 and 24.
-A larger minimum does not close it; counting the site-derived steps' functions would. Marked xfail
-(strict) until it is closed: the test fails once the attack reads nothing.
+the gate passes 6, of whose fits 5 (57.5, 65, 70, 77.5, 82.5) gave 4 to 6 steps each before the
+working-weights refusal. Measured before: 18 of the 60 sorted values within 1e-3, 52 within 0.05 (the value, on its
+one-decimal grid); from only the steps whose effective sample size is at least 2q (10): 7 and 34; 4q: 5 and 24.
+
+Now 0 and 0: the outcome ``yc`` is computed from ``weight``, which the covariate ``x`` also reads, so the fit
+is separated by construction whatever values the cut leaves on either side, and the site refuses it before
+its start is released (``Guard.outcome_roots``, rule ``disclosure.cut_history``): no fit gives a step. The
+control takes that check out and reads the same 18 and 52 as before.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from scipy.special import expit
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.calls import Formula, Ref
+from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 
@@ -40,25 +44,31 @@ CUTS = np.arange(55.0, 95.1, 2.5)
 Step = tuple[np.ndarray | None, np.ndarray, np.ndarray, float]
 
 
-def released_steps(session, cut: float) -> list[Step]:
+def released_steps(session, cut: float) -> tuple[list[Step], list[str]]:
     """The relayed fit ``yc ~ x`` with ``yc = ifelse(x > cut, 1, 0)``: per step, the iterate it is at (as every
-    site derives it from the step before; None at the start), its information, score and deviance."""
-    session.derive("Y", f"ifelse(D${COLUMN} > {cut:g}, 1, 0)")
+    site derives it from the step before; None at the start), its information, score and deviance; and the
+    refusals (each site's rule and message) that stopped it."""
     session.assign_expr("T", f'cbindDS("Y,D${COLUMN}", "yc,x")')
-    steps = session.pooled_steps("glmDS2", Formula("yc ~ x"), "binomial", None, None, None, Ref("T"), relayed=True)
     out: list[Step] = []
+    refusals: list[str] = []
     beta = None
+    steps = None
     try:
+        steps = session.pooled_steps("glmDS2", Formula("yc ~ x"), "binomial", None, None, None, Ref("T"),
+                                     relayed=True)
         for _ in range(60):
             step = next(steps)
             info = np.asarray(step["info.matrix"], dtype=float)
             out.append((beta, info, np.ravel(step["score.vect"]).astype(float), float(step["dev"])))
             beta = np.linalg.solve(info, np.ravel(step["xwz"]))
-    except (FederatedCallError, np.linalg.LinAlgError):
+    except FederatedCallError as exc:
+        refusals += [f"{e.rule}: {e}" for e in exc.failures.values()]
+    except np.linalg.LinAlgError:
         pass
     finally:
-        steps.close()
-    return out
+        if steps is not None:
+            steps.close()
+    return out, refusals
 
 
 def solve_column(fits: dict[float, list[Step]], n: int) -> np.ndarray:
@@ -108,27 +118,42 @@ def solve_column(fits: dict[float, list[Step]], n: int) -> np.ndarray:
     return np.sort(fit.x)
 
 
-@pytest.mark.xfail(strict=True, reason="open gap: the steps a separated fit releases before the working-weights "
-                   "refusal are not counted; solved together over a few cuts they read the column")
-def test_the_steps_before_the_refusal_read_no_record(tmp_path: Path):
+@pytest.mark.parametrize("check", [True, False], ids=["shipped", "without-the-outcome-check"])
+def test_the_steps_before_the_refusal_read_no_record(tmp_path: Path, monkeypatch, check: bool):
     truth = synthetic_frame(7, 60)
+    if not check:  # the rules as they were: only the working weights stop the fit
+        monkeypatch.setattr(Guard, "outcome_roots", lambda self, *args, **kwargs: None)
     with fixed_secrets("glm separation"):
         provisioned, services = make_sites(tmp_path, {"s1": truth})
     fits: dict[float, list[Step]] = {}
+    refusals: list[str] = []
+    cuts = 0
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         for cut in CUTS:
             try:
-                steps = released_steps(session, float(cut))
+                session.derive("Y", f"ifelse(D${COLUMN} > {cut:g}, 1, 0)")
             except FederatedCallError:  # the gate keeps this cut too near an earlier one
                 continue
+            cuts += 1
+            steps, refused = released_steps(session, float(cut))
+            refusals += refused
             if len(steps) >= 2:
                 fits[float(cut)] = steps
     values = np.sort(truth[COLUMN].to_numpy())
-    error = np.abs(solve_column(fits, values.size) - values)
-    exact, rounded = int(np.sum(error < 1e-3)), int(np.sum(error < 0.05))
-    print(f"ATTACK every {COLUMN} from the steps of separated logistic fits at {len(fits)} cuts "
-          f"({sum(len(s) - 1 for s in fits.values())} later steps; shipped rules, one site of 60): {exact} of 60 "
+    if fits:
+        error = np.abs(solve_column(fits, values.size) - values)
+        exact, rounded = int(np.sum(error < 1e-3)), int(np.sum(error < 0.05))
+    else:  # no step released: nothing to solve
+        exact = rounded = 0
+    print(f"ATTACK every {COLUMN} from the steps of separated logistic fits at {cuts} cuts the gate passed "
+          f"({'shipped rules' if check else 'without the outcome check'}, one site of 60): {len(fits)} fits gave "
+          f"steps ({sum(len(s) - 1 for s in fits.values())} later steps), {len(refusals)} refused; {exact} of 60 "
           f"values within 1e-3, {rounded} within 0.05")
-    assert len(fits) >= 3
-    assert exact == 0
+    assert cuts >= 3
+    if check:
+        assert not fits and exact == 0 and rounded == 0
+        assert len(refusals) == cuts  # every fit refused before its start, by the outcome rule, naming the column
+        assert all(r.startswith("disclosure.cut_history") and f"computed from {COLUMN}" in r for r in refusals)
+    else:  # the control: the attack as it read before
+        assert len(fits) >= 3 and exact >= 10

@@ -188,6 +188,44 @@ class Guard:
         raise self._refuse(f"at this iterate the fit's working weights rest on fewer than {self.q} of the records: "
                            + why, "disclosure.q_threshold", hint)
 
+    def outcome_roots(self, family: str, link: str, outcome: tuple[str, Meaning],
+                      reads: list[tuple[str, Meaning]]) -> None:
+        """Refuse a GLM whose outcome is computed from a column that a covariate, the offset or the prior
+        weights also read (``outcome``: the response's name and :class:`Meaning`; ``reads``: each other
+        variable's, named as the refusal names it), before any step is released: the expression is
+        classified, not the values it happens to produce.
+
+        An outcome ``ifelse(D$x > t, 1, 0)`` against ``x`` is a step of the covariate's own column, so the fit
+        is separated by construction (Albert & Anderson 1984): the slope grows at every step, and the steps
+        released before :meth:`working_weights` stops it are sums of functions of the records next to the cut,
+        which solved together over a few cuts read the column (``tests/test_glm_separation_cluster_attacks.py``).
+        Every family is checked but the identity-linked Gaussian, whose working weights are the prior weights
+        at every step (a least-squares fit: its sums are the moments :meth:`exact_sums` counts, and ``bmi ~
+        weight`` stays a regression). A table's own outcome (its root is itself) against other columns, and a
+        calibration ``y ~ logit(p)`` (roots y and p), are not affected; a column without provenance (its root
+        only its records' order) is compared with nothing. Rule ``disclosure.cut_history``: the outcome is a
+        cut the model reads the records next to, which the cut history is there to keep; a site that keeps
+        none guards no cut's neighbours (two cuts a record apart read it), and this check goes with it."""
+        if (family, link) == ("gaussian", "identity") or not self.rule("disclosure.cut_history"):
+            return
+        name, found = outcome
+        own = {r.key for r in found.roots if r.table != NO_TABLE}
+        for what, other in reads:
+            shared = sorted({r.column for r in other.roots if r.key in own})
+            if not shared:
+                continue
+            columns = " and ".join(shared)
+            why = ("the fit separates by construction and its steps would read the records next to the cut"
+                   if family == "binomial" else
+                   "the fit can follow the outcome through its own column, and its steps would read the records "
+                   "where the outcome changes")
+            raise self._refuse(
+                f"the outcome {name} is computed from {columns}, which the model's {what} also reads: {why}",
+                "disclosure.cut_history",
+                f"model a recorded outcome (a table column), or cut the covariate in the formula instead "
+                f"(ifelse(D${shared[0]} > t, 1, 0) as a covariate of another outcome); an outcome computed "
+                f"from other columns than the covariates' is fitted")
+
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with
         ``allow_zero``, 0 records pass too (a factor level nobody has). In a pooled release the count

@@ -11,9 +11,10 @@ and :math:`z = \\eta - \\text{offset} + (y - \\mu)/\\mu'(\\eta)` exactly as in R
 
 Disclosure checks (DataSHIELD ``glmDS1``, :func:`check_frame`): at least q records; at most
 ``glm_saturation`` x n parameters; factor levels of 0 or at least q records; a binary outcome or
-covariate whose smaller level has fewer than q records is refused. Coefficients from the analyst
-(:func:`check_coefficients`) are accepted only where the rules allow them and only if they keep
-the linear predictor within ``glm_max_linear_predictor`` over the declared ranges of the data.
+covariate whose smaller level has fewer than q records is refused; so is an outcome computed from a column
+that a covariate, the offset or the weights also read (:func:`check_outcome`: separated by construction).
+Coefficients from the analyst (:func:`check_coefficients`) are accepted only where the rules allow them
+and only if they keep the linear predictor within ``glm_max_linear_predictor`` over the declared ranges of the data.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from dsfed_core.calltree import Formula
+from dsfed_core.calltree import Column, Formula, Limits
+from dsfed_core.parser import parse_expression
 from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.declared import Declared, ExactSums
 from dsfed_server.disclosure.gate import Floor
-from dsfed_server.disclosure.expressions import forms
+from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.provenance import NO_TABLE, PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
@@ -41,6 +43,7 @@ from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, formula_variab
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
+from dsfed_server.summands import columns_read
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation", "disclosure.sums_per_record") + DERIVED_RULES \
     + GATE_RULES
@@ -91,7 +94,41 @@ def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.Dat
     yield from check_formula(ctx, formula, data)
     mf = _frame_of(ctx.session, formula, fam, data, weights, offset, levels)
     check_frame(ctx.guard, mf, fam, formula)
+    check_outcome(ctx, formula, fam, _model_table(data, formula, weights, offset), weights, offset)
     return mf
+
+
+def check_outcome(ctx: CallContext, formula: Formula, fam: Family, table: pd.DataFrame, weights: str | None,
+                  offset: str | None) -> None:
+    """The outcome is computed from no column that a covariate, the offset or the weights read
+    (:meth:`~dsfed_server.disclosure.checks.Guard.outcome_roots`): each variable's root columns, a computed
+    term's (``log(age)``, ``I(age/10)``) those of the columns its expression reads."""
+    response = formula.response
+    if response is None:
+        return
+    covariates = dict.fromkeys(v for t in formula.terms for v in t.variables if v != response)
+    reads = [(f"covariate {v}", _meaning_of(ctx, table, v)) for v in covariates]
+    reads += [(f"{what} {v}", _meaning_of(ctx, table, v)) for what, v in (("offset", offset), ("weights", weights))
+              if v]
+    ctx.guard.outcome_roots(fam.name, fam.link, (response, _meaning_of(ctx, table, response)), reads)
+
+
+def _meaning_of(ctx: CallContext, table: pd.DataFrame, name: str) -> Meaning:
+    """A model variable as a function of root columns: a column's (a column the table computes when read:
+    its source's), a computed term's the roots of every column its expression reads."""
+    if "(" in name:
+        inner = name[len("factor("):-1] if name.startswith("factor(") else name[2:-1] if name.startswith("I(") \
+            else name
+        bound = len(inner) + 1  # the term passed the site's limits when the formula was parsed
+        node = parse_expression(inner, Limits(max_length=bound, max_name_length=bound, max_depth=bound))
+        leaves = [_meaning_of(ctx, table, leaf.column if isinstance(leaf, Column) else leaf.name)
+                  for leaf in columns_read(node)]
+        return Meaning(frozenset().union(*(m.roots for m in leaves)))
+    column = name.split("$", 1)[-1]
+    computed = table.attrs.get(COMPUTED, {}).get(column)
+    if computed is not None and column not in table.columns:
+        return ctx.meaning(table[computed.source])
+    return ctx.meaning(formula_variable(table, name))
 
 
 def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> None:
