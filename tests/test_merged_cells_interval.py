@@ -14,6 +14,7 @@ interval, it is the estimate, and the result says which and why.
 from __future__ import annotations
 
 import sys
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,20 @@ from dsfed_server.synthetic import PROJECT  # noqa: E402
 def pooled_auc(frame: pd.DataFrame, score: str) -> float:
     return float(r_eval("as.numeric(pROC::auc(y, p, levels = c(0, 1), direction = '<', quiet = TRUE))",
                         y=frame["y"].to_numpy(dtype=float), p=frame[score].to_numpy(dtype=float))[0])
+
+
+def two_model_sites(tmp_path: Path) -> tuple[pd.DataFrame, Any]:
+    """Five sites of 50 binormal records with two models' scores (the second the first's logit plus noise), the
+    shipped default rules with the budget raised for two models' histograms at full epsilon (as the benchmarks
+    do): the pooled frame and a login builder for the sites in process."""
+    from curves import bench_rules  # noqa: PLC0415  (bench/curves.py)
+
+    frame = two_scores(250, 7)
+    write_sites(tmp_path / "data", frame)
+    rules = bench_rules(tmp_path / "rules.toml")
+    prov = provision(tmp_path / "run", {f"site{i + 1}": (tmp_path / "data" / f"site{i + 1}", rules) for i in range(5)})
+    services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
+    return frame, login(prov, services)
 
 
 def test_merged_pairs_counts_the_pairs_a_merge_ties():
@@ -62,14 +77,8 @@ def test_a_second_models_auc_over_merged_cells_has_an_interval_that_holds_the_po
     and a client that relays none of the pooled cells the sites recorded (one of before they shared identities):
     each site then decides alone, and merges (with the cells relayed, the sites decide on the pooled records and
     the second model keeps its cells: ``test_pooled_shared_cells``)."""
-    from curves import bench_rules  # noqa: PLC0415  (bench/curves.py)
-
-    frame = two_scores(250, 7)
-    write_sites(tmp_path / "data", frame)
-    rules = bench_rules(tmp_path / "rules.toml")
-    prov = provision(tmp_path / "run", {f"site{i + 1}": (tmp_path / "data" / f"site{i + 1}", rules) for i in range(5)})
-    services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
-    with login(prov, services).login() as session:
+    frame, builder = two_model_sites(tmp_path)
+    with builder.login() as session:
         session.assign_table("D", f"{PROJECT}.t")
         learn = session._learn_histories
         session._learn_histories = lambda answers: [learn(answers), session._pooled_cells.clear()][0]

@@ -23,9 +23,10 @@ from typing import Any
 import pandas as pd
 
 from dsfed_client import FederatedCallError
-from dsfed_client.calls import Call, Ref
-from dsfed_client.session import addressed_to, call_body
-from test_pooled_row_sets import AGES, AUDITED, Q, common_cells, three_sites
+from dsfed_client.calls import Ref
+from dsfed_client.session import addressed_to
+from test_pooled_row_sets import AGES, AUDITED, bands_read, three_sites
+from test_redteam_reference_tables import sealed_first_step
 
 FIRST = "s1"  # the one site the hostile analyst calls for a release's last step
 
@@ -42,17 +43,7 @@ def last_step_at_one_site(session, function: str, *args: Any, seen: list[dict] |
     """A pooled release whose steps are relayed as the honest client does, except that each opening goes to
     ``s1`` first, and to the other sites only if ``s1`` answers with a further step: once ``s1`` gives the
     release, the others are never called. ``seen``: every answer of ``s1`` to an opening, in order."""
-    round_id, roster = session._round()
-    call = call_body(Call(function, *args))
-    while True:
-        option = {"round": round_id, "step": session._step(), "roster": roster, "frac_bits": 40, "pooled": True,
-                  "cuts": session._relayed_cuts()}
-        answers = {s: r["result"] for s, r in
-                   session._in_session(function, "POST", "/aggregate", {**call, "secure": option}).items()}
-        if all("pooled" in a for a in answers.values()):
-            break
-        session._learn_histories(answers)  # a cut history behind: ask again with the union
-    sealed, step = {site: a["pooled"] for site, a in answers.items()}, option["step"]
+    round_id, roster, step, sealed = sealed_first_step(session, function, *args)
     while True:
         body = {"round": round_id, "step": step, "roster": roster, "next_step": session._step()}
         first = at(session, [FIRST])._in_session(
@@ -89,16 +80,7 @@ def test_a_release_whose_last_step_reaches_one_site_reads_no_outcome(tmp_path: P
                 released[a] = released_cells(session, a)
             except FederatedCallError as exc:
                 refusals += [e.rule or e.kind for e in exc.failures.values()]
-    read = 0
-    for a, b in zip(AGES, AGES[1:]):
-        if a in released and b in released:
-            for cell, (n_a, e_a), (n_b, e_b) in common_cells(released[a], released[b]):
-                n, events = n_a - n_b, e_a - e_b
-                if 0 < n < Q and events in (0, n):
-                    band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0])
-                                 & (truth.score < cell[1])]
-                    assert (len(band), int(band.y.sum())) == (n, events)  # what the analyst reads is the truth
-                    read += n
+    read = sum(len(band) for band in bands_read(released, truth))
     print(f"ATTACK nested pooled releases, each release's last step sent to {FIRST} alone (shipped rules, 3 sites "
           f"of 90): read the outcomes of {read} records; released {len(released)} of {len(AGES)}; refusals "
           f"{sorted(set(refusals))}")

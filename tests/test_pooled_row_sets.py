@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from conftest import inprocess_builder
@@ -63,6 +62,22 @@ def common_cells(first: dict, second: dict) -> list[tuple[tuple[float, float], t
     return [((lo, hi), summed(first, lo, hi), summed(second, lo, hi)) for lo, hi in zip(shared, shared[1:])]
 
 
+def bands_read(released: dict[int, dict], truth: pd.DataFrame) -> list[pd.DataFrame]:
+    """The records of each age band and score cell whose outcomes the difference of two consecutive subsets'
+    releases reads (fewer than q, all with the event or none), each checked against the truth."""
+    bands = []
+    for a, b in zip(AGES, AGES[1:]):
+        if a not in released or b not in released:
+            continue
+        for cell, (n_a, e_a), (n_b, e_b) in common_cells(released[a], released[b]):
+            n, events = n_a - n_b, e_a - e_b
+            if 0 < n < Q and events in (0, n):
+                band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0]) & (truth.score < cell[1])]
+                assert (len(band), int(band.y.sum())) == (n, events)  # what the analyst reads is the truth
+                bands.append(band)
+    return bands
+
+
 def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
     """(records whose outcome the analyst reads, groups below q it reads them in, refusals' rules)."""
     released: dict[int, dict] = {}
@@ -72,17 +87,8 @@ def attack(session, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
             released[a] = pooled_cells(session, a)
         except FederatedCallError as exc:
             refusals += [e.rule or e.kind for e in exc.failures.values()]
-    read = groups = 0
-    for a, b in zip(AGES, AGES[1:]):
-        if a not in released or b not in released:
-            continue
-        for cell, (n_a, e_a), (n_b, e_b) in common_cells(released[a], released[b]):
-            n, events = n_a - n_b, e_a - e_b
-            if 0 < n < Q and events in (0, n):
-                band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0]) & (truth.score < cell[1])]
-                assert len(band) == n and int(band.y.sum()) == events  # what the analyst reads is the truth
-                read, groups = read + n, groups + 1
-    return read, groups, refusals
+    bands = bands_read(released, truth)
+    return sum(len(band) for band in bands), len(bands), refusals
 
 
 def three_sites(tmp_path: Path):

@@ -27,7 +27,6 @@ digits, and a cell kept without one is decided by each site alone.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,19 +35,15 @@ import pytest
 
 from conftest import ROOT, inprocess_builder
 from dsfed_client import FederatedCallError
+from dsfed_client.analyses.curves import ds_hist_auc
 from dsfed_client.calls import Ref
+from dsfed_server.provision import provision
+from dsfed_server.service import SiteService
+from dsfed_server.synthetic import PROJECT
 from sitekit import write_table
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_merged_cells_interval import pooled_auc
-from test_pooled_row_sets import AGES, AUDITED, Q, STOPPED, attack, common_cells, pooled_cells, three_sites
-
-sys.path.insert(0, str(ROOT / "bench"))
-from comparison_coverage import two_scores, write_sites  # noqa: E402  (bench/comparison_coverage.py)
-from curves import bench_rules, login  # noqa: E402  (bench/curves.py)
-from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
-from dsfed_server.provision import provision  # noqa: E402
-from dsfed_server.service import SiteService  # noqa: E402
-from dsfed_server.synthetic import PROJECT  # noqa: E402
+from test_merged_cells_interval import pooled_auc, two_model_sites
+from test_pooled_row_sets import AGES, AUDITED, STOPPED, attack, bands_read, pooled_cells, three_sites
 
 Cells = set[tuple[str, int, str]]
 BENDS: dict[str, Callable[[Cells], Cells]] = {
@@ -84,12 +79,8 @@ def test_a_second_model_keeps_its_cells_and_its_interval_holds_the_pooled_auc(tm
     """Five sites of 50 (binormal, the second score the first's logit plus noise), shipped default rules with the
     budget raised for two models' histograms at full epsilon (as the benchmarks do). Before, 90 % of the second
     model's pairs were tied by merged cells and its AUC came from the histograms alone."""
-    frame = two_scores(250, 7)
-    write_sites(tmp_path / "data", frame)
-    rules = bench_rules(tmp_path / "rules.toml")
-    prov = provision(tmp_path / "run", {f"site{i + 1}": (tmp_path / "data" / f"site{i + 1}", rules) for i in range(5)})
-    services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
-    with login(prov, services).login() as session:
+    frame, builder = two_model_sites(tmp_path)
+    with builder.login() as session:
         session.assign_table("D", f"{PROJECT}.t")
         ds_hist_auc(session, "D$y", "D$score", secure=True)
         second = ds_hist_auc(session, "D$y", "D$score_b", secure=True)
@@ -126,16 +117,7 @@ def test_a_site_that_keeps_no_history_exposes_no_record_of_the_others(tmp_path: 
             except FederatedCallError:
                 continue
         relayed = len(session._pooled_cells)
-    audited = 0
-    for a, b in zip(AGES, AGES[1:]):
-        if a in released and b in released:
-            for cell, (n_a, e_a), (n_b, e_b) in common_cells(released[a], released[b]):
-                n, events = n_a - n_b, e_a - e_b
-                if 0 < n < Q and events in (0, n):
-                    band = truth[(truth.age >= a) & (truth.age < b) & (truth.score >= cell[0])
-                                 & (truth.score < cell[1])]
-                    assert (len(band), int(band.y.sum())) == (n, events)  # what the analyst reads is the truth
-                    audited += int((band.site != "s2").sum())
+    audited = sum(int((band.site != "s2").sum()) for band in bands_read(released, truth))
     print(f"ATTACK nested subsets, s2 keeping no history (shipped rules at s1 and s3): outcomes read of {audited} "
           f"records of s1 and s3; released {len(released)} of {len(AGES)}; {relayed} cells relayed")
     assert relayed > 0 and len(released) >= 2

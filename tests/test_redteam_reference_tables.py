@@ -278,10 +278,9 @@ def test_pooled_paired_sums_against_references_derived_per_subset_read_no_outcom
     assert read == 0, f"{read} of {band_records} read"
 
 
-def first_attempt_only(session, function: str, *args) -> None:
-    """A pooled release stopped by the analyst after its first opening: the sites' sealed sums are relayed and
-    opened (the gate renders its first attempt and the sites seal their row-set objections), but the objections
-    are never relayed, so the audit never decides."""
+def sealed_first_step(session, function: str, *args) -> tuple[str, list, int, dict]:
+    """The first half of a pooled release done by hand, as the client does it (the cut histories relayed, asked
+    again with the union while a site is behind): the round, its roster, the step and every site's sealed answer."""
     round_id, roster = session._round()
     call = call_body(Call(function, *args))
     while True:
@@ -291,9 +290,15 @@ def first_attempt_only(session, function: str, *args) -> None:
         answers = {s: r["result"] for s, r in
                    session._in_session(function, "POST", "/aggregate", {**call, "secure": option}).items()}
         if all("pooled" in a for a in answers.values()):
-            break
+            return round_id, roster, step, {site: a["pooled"] for site, a in answers.items()}
         session._learn_histories(answers)  # a cut history behind: ask again with the union
-    sealed = {site: a["pooled"] for site, a in answers.items()}
+
+
+def first_attempt_only(session, function: str, *args) -> None:
+    """A pooled release stopped by the analyst after its first opening: the sites' sealed sums are relayed and
+    opened (the gate renders its first attempt and the sites seal their row-set objections), but the objections
+    are never relayed, so the audit never decides."""
+    round_id, roster, step, sealed = sealed_first_step(session, function, *args)
     body = {"round": round_id, "step": step, "roster": roster, "next_step": session._step()}
     session._in_session(function, "POST", "/pooled", per_site={site: {**body, "relay": addressed_to(site, sealed)}
                                                                 for site in sealed})
