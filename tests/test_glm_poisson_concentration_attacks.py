@@ -24,8 +24,9 @@ a real HTTP server on loopback, the dsfed client sending dsBase's calls; groups:
 bands of 12 to 15 records (subsets the gate passes); offsets :math:`\\pm K \\cdot` score and
 :math:`\\pm k \\cdot` income (the largest and the smallest record of each group; a gentler slope where the
 fit overflows or its information is singular). "Read": a record whose age (exactly) and score (to 1e-6) or
-income (to 0.01) the attack reports. With the rule as it was (binomial steps only): 20 fits released,
-6 of 60 records read, none refused by a rule (7 fits overflowed or were singular). Now every family's steps
+income (to 0.01) the attack reports. With the rules as they were (binomial steps only, and a study-level fit's
+sums not counted: tests/test_glm_slma_sums.py): 20 fits released,
+7 of 60 records read, none refused by a rule (7 fits overflowed or were singular). Now every family's steps
 are checked (``Guard.working_weights``, rule ``disclosure.q_threshold``), the start included: 2 fits released
 (at the gentlest slopes), 0 read.
 
@@ -47,7 +48,9 @@ import pytest
 from conftest import http_builder
 from dsfed_client import FederatedCallError
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.functions import glm_slma
 from test_derived_column_attacks import served, synthetic_frame
+from test_glm_slma_sums import not_counted
 
 BANDS = ((25, 39), (39, 53), (53, 67), (81, 90))  # age bands of 12 to 15 of the 60 records
 # the offsets: each makes one record of a group (its largest or smallest score or income) hold the weight;
@@ -117,10 +120,11 @@ def records_read(truth: pd.DataFrame, reported: list[tuple[str, float, float]]) 
 @pytest.mark.parametrize("check", [True, False], ids=["shipped", "binomial-only-check"])
 def test_study_level_poisson_fits_with_a_steep_offset_read_no_record(tmp_path: Path, monkeypatch, check: bool):
     truth = synthetic_frame(7, 60)
-    if not check:  # the rule as it was: binomial steps only
+    if not check:  # the rules as they were: binomial steps only, and a study-level fit's sums not counted
         original = Guard.working_weights
         monkeypatch.setattr(Guard, "working_weights", lambda self, family, effective, hint:
                             original(self, family, effective, hint) if family == "binomial" else None)
+        monkeypatch.setattr(glm_slma, "count_sums", not_counted)
     with served(tmp_path, {"s1": truth}) as (provisioned, urls, _), http_builder(provisioned, urls).login() as session:
         session.assign_table("D", "P.t")
         reported, refusals, fits = attack(session)

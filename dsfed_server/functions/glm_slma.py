@@ -38,8 +38,8 @@ from dsfed_server.context import CallContext
 from dsfed_server.families import Family, family as make_family
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.declared import Declared
-from dsfed_server.functions.glm import (_CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame, _parts,
-                                        checked_parts)
+from dsfed_server.functions.glm import (_CHECKS, _FAMILY, _FORMULA, _LINK, _OFFSET, _WEIGHTS, _checked_frame,
+                                        _model_table, _parts, checked_parts, count_sums)
 from dsfed_server.modelframe import ModelFrame
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowbatches import row_batches
@@ -188,13 +188,21 @@ def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | 
                  newobj: Any, dataName: pd.DataFrame | RowSet, link: str | None
                  ) -> Generator[Declared, Any, dict[str, Any]]:
     """This site's fitted model (dsBase ``glmSLMADS2``): coefficients with standard errors, z (or t)
-    values and p-values, the covariance matrices, deviances, AIC and counts, after the GLM's checks."""
+    values and p-values, the covariance matrices, deviances, AIC and counts, after the GLM's checks. Its sums
+    are counted with every sum released from the table (:func:`~dsfed_server.functions.glm.count_sums`, rule
+    ``disclosure.sums_per_record``), as a pooled fit whose iterates the sites derive: logistic fits of ``y ~ 1``
+    with the offsets ``k*score``, k = 1 ... m, over a subset of m records are 2m equations in its scores
+    (each fit's intercept and information; tests/test_glm_slma_sums.py)."""
     fam = make_family(family, link)
     if not isinstance(newobj, StudyGLM) or (newobj.formula, newobj.family, newobj.link, newobj.weights,
                                             newobj.offset) != (formula.to_text(), fam.name, fam.link, weights, offset):
         raise CallError("newobj is not the model glmSLMADS.assign fitted for this formula, family, offset and weights",
                         hint="assign the model with glmSLMADS.assign first (ds.glmSLMA does)")
     mf = yield from _checked_frame(ctx, formula, fam, dataName, weights, offset)
+    # a fit the site runs to its end, as the sites' own iterates of a pooled fit: counted as one function of the
+    # columns its offset and weights read (a slope of the offset is another function: power sums otherwise)
+    yield from count_sums(ctx, fam, mf, _model_table(dataName, formula, weights, offset), formula, None, weights,
+                          offset, iterates=True)
     result = fit(fam, mf, guard=ctx.guard)
     names = list(mf.names)
     rank = len(names)
