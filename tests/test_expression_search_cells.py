@@ -42,6 +42,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from dsfed_core.errors import SiteError
 from rref import r_eval
 from sitekit import make_sites, rules_variant
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
+from test_pooled_shared_cells import BENDS, Cells
 
 EXAMPLES = int(os.environ.get("EXPRESSION_EXAMPLES", "40"))
 COLUMNS = ("score", "y", "age", "income", "weight", "height")
@@ -257,8 +259,8 @@ class Door:
     passes, at the cuts asked for (the site without its rules)."""
 
     def __init__(self, session: Any, frame: pd.DataFrame, sites: dict[str, pd.DataFrame] | None = None,
-                 *, pooled: bool = False) -> None:
-        self.session, self.frame, self.pooled = session, frame, pooled
+                 *, pooled: bool = False, bend: Callable[[Cells], Cells] | None = None) -> None:
+        self.session, self.frame, self.pooled, self.bend = session, frame, pooled, bend
         self.sites = sites or {"a": frame}
         self.offsets = dict(zip(self.sites, np.cumsum([0] + [len(f) for f in self.sites.values()])))
         self.out = Released(len(frame))
@@ -280,6 +282,8 @@ class Door:
             return {}
         try:
             if cells_of and self.pooled:
+                if self.bend is not None:  # the earlier pooled cells the analyst relays, as it bends them
+                    self.session._pooled_cells = self.bend(self.session._pooled_cells)
                 return {"pooled": self.session.pooled(function, *args)}
             return self.session.aggregate(function, *args)
         except REFUSED as exc:
@@ -425,15 +429,17 @@ def test_no_derived_expression_isolates_a_record_per_site(ops: list[Op]) -> None
 
 
 @_settings(max(1, EXAMPLES // 3))
-@given(ops=sequences(POOLED_FRAME))
-def test_no_derived_expression_isolates_a_record_pooled(ops: list[Op]) -> None:
+@given(ops=sequences(POOLED_FRAME), bend=st.sampled_from(list(BENDS)))
+def test_no_derived_expression_isolates_a_record_pooled(ops: list[Op], bend: str) -> None:
     """Three sites: histograms and decision-threshold cells pooled under secure aggregation (their
-    cells over the union of the sites' records), means, variances and quantiles per site."""
+    cells over the union of the sites' records), means, variances and quantiles per site. The earlier pooled
+    cells the analyst relays with each pooled release (their identities and pooled counts, on which the sites
+    decide pairs of cells) are bent as a hostile analyst would (``tests/test_pooled_shared_cells.py``'s bends)."""
     with tempfile.TemporaryDirectory(prefix="dsfed-expression-cells-pooled-") as tmp:
         with fixed_secrets(",".join(SITES)):
             provisioned, services = make_sites(Path(tmp), SITES)
         with inprocess_builder(provisioned, services).login() as session:
-            door = Door(session, POOLED_FRAME, SITES, pooled=True)
+            door = Door(session, POOLED_FRAME, SITES, pooled=True, bend=BENDS[bend])
             for op in ops:
                 door.run(op)
-    assert isolated(door.out) == [], f"isolated by {ops}"
+    assert isolated(door.out) == [], f"isolated by {ops} (relay {bend})"
