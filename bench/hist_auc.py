@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from curves import bench_rules, inprocess_sites, login  # noqa: E402  (bench/curves.py)
+from demo_auc import exact_roc_glm  # noqa: E402  (bench/demo_auc.py)
 from dsfed_client import FederatedCallError  # noqa: E402
 from dsfed_client.analyses.curves import (  # noqa: E402
     auc_levels, control_variates, ds_hist_auc, noise_variance, placement_weight,
@@ -134,7 +135,8 @@ def main() -> int:
     paired: dict[str, np.ndarray] = {}
     # "_equal": the equal mean of the two placement means (the estimator before the inverse-variance weights),
     # from the same call
-    kinds = ("", "_weighted", "_equal", "_rocglm", "_leaves")
+    # "_rocglm_own": the ROC-GLM against its own pooled, noise-free value (the same class's exact placement values)
+    kinds = ("", "_weighted", "_equal", "_rocglm", "_rocglm_own", "_leaves")
     signed: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
     covered: dict[str, list[bool]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
     noise: dict[str, list[float]] = {f"{mode}{k}": [] for mode in hist_modes for k in kinds}
@@ -189,6 +191,8 @@ def main() -> int:
                         no_df[mode].append(res.noise_variance + res.tie_variance)  # and the ties', without the t
                         dfs[mode].append(res.noise_df)
                         noise[f"{mode}_rocglm"].append(res.roc_glm.noise_variance)
+                        signed[f"{mode}_rocglm_own"].append(res.roc_glm.auc - exact_roc_glm(y, p)[res.roc_glm.placed])
+                        noise[f"{mode}_rocglm_own"].append(res.roc_glm.noise_variance)
                         assert res.estimator == "control variates", res.estimator
                         w = placement_weight(res.histograms)  # the weighted means without the correction
                         weighted = w * res.auc_positives + (1 - w) * res.auc_negatives
