@@ -238,7 +238,7 @@ def main() -> int:
     print("\nbias (mean signed error, its standard error) and coverage of the reported interval")
     for mode, errors in signed.items():
         e = np.asarray(errors)
-        cover = f"; coverage {np.mean(covered[mode]):.3f}" if mode in covered else ""
+        cover = f"; coverage {np.mean(covered[mode]):.3f}" if covered.get(mode) else ""
         if noise.get(mode):  # the noise alone: its reported variance against the errors' over the data sets
             v = np.asarray(noise[mode])
             cover += (f"; noise cover {np.mean(np.abs(e) <= 1.959963984540054 * np.sqrt(v)):.3f}, "
