@@ -340,13 +340,15 @@ class _Noted:
      (["c"], "counts", "floor", ["h"]), {}),
     (lambda cuts: declared.DominatedCells(cuts, ["c"], "counts", "squares", "floor"), "dominated",
      (["c"], "counts", "squares", "floor"), {}),
+    (lambda cuts: declared.PlacedCuts(cuts, ["c"], "counts", "floor", move=True), "placed",
+     (["c"], "counts", "floor"), {"move": True}),
 ])
 def test_each_declaration_goes_to_its_check_and_sends_back_what_it_answered(make, method, args, kwargs):
     """What a subset, a derived column, a reference or exact sums record goes through the call's Guard; a
     protocol's decisions on pooled counts through its cuts (which hold the guard of the call that began it)."""
     guard, cuts = _Noted(), _Noted()
     assert declared.release(guard, make(cuts)) == f"{method} answered"  # type: ignore[arg-type]
-    asked = cuts if method in ("fits", "dominated") else guard
+    asked = cuts if method in ("fits", "placed", "dominated") else guard
     assert asked.calls == [(method, args, kwargs)] and not (guard if asked is cuts else cuts).calls
 
 

@@ -34,6 +34,8 @@ What a function may declare part-way:
   cells leave, the pooled steps of their row-set audit, at whose end the declared result is released;
 - :class:`CandidateCuts`: a pooled protocol's candidate cuts, decided on the pooled counts
   (:meth:`ProtocolCuts.fits`); sent back: which of them the gate keeps;
+- :class:`PlacedCuts`: a pooled protocol's candidate cuts, each kept, moved onto a cut released before next to
+  it or dropped, on the pooled counts (:meth:`ProtocolCuts.placed`); sent back: where each is released;
 - :class:`DominatedCells`: the cells between a pooled protocol's cuts, checked for dominance on the pooled
   counts (:meth:`ProtocolCuts.dominated`); sent back: whether one is dominated.
 
@@ -136,6 +138,21 @@ class CandidateCuts:
 
 
 @dataclass(frozen=True)
+class PlacedCuts:
+    """A pooled protocol's ``candidates`` (the column's cuts, increasing, among those it counted), placed on the
+    sites' ``pooled_counts`` beside the column's history under ``floor``, as every site places them: each kept,
+    moved (``move``) onto the cut released before next to it, or dropped (:meth:`ProtocolCuts.placed`, which
+    refuses the protocol where this site cut the column while it ran); nothing is recorded. Sent back: per
+    candidate, the cut it is released at (itself, a cut of the history) or None."""
+
+    cuts: ProtocolCuts
+    candidates: Sequence[Cut]
+    pooled_counts: np.ndarray
+    floor: Floor
+    move: bool = False
+
+
+@dataclass(frozen=True)
 class DominatedCells:
     """The cells between a pooled protocol's cuts ``kept`` (candidates counted, or the history's), checked on
     the sites' ``pooled_counts`` and ``pooled_squares`` under ``floor``'s dominance rule
@@ -219,7 +236,7 @@ class QuantilesOf:
     roots: tuple[str, ...]
 
 
-Declared = (Intervals | Categories | Groups | JointCells | ProtocolCells | CandidateCuts | DominatedCells
+Declared = (Intervals | Categories | Groups | JointCells | ProtocolCells | CandidateCuts | PlacedCuts | DominatedCells
             | SubsetRows | DerivedCuts | ReferenceEdges | ExactSums | QuantilesOf)
 
 T = TypeVar("T")
@@ -251,6 +268,8 @@ def release(guard: Guard, declared: Declared) -> Any:
         return None
     if isinstance(declared, CandidateCuts):
         return declared.cuts.fits(declared.candidates, declared.pooled_counts, declared.floor, declared.history)
+    if isinstance(declared, PlacedCuts):
+        return declared.cuts.placed(declared.candidates, declared.pooled_counts, declared.floor, move=declared.move)
     if isinstance(declared, DominatedCells):
         return declared.cuts.dominated(declared.kept, declared.pooled_counts, declared.pooled_squares,
                                        declared.floor)

@@ -457,7 +457,7 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, agai
       those kept so far), hold enough records (``floor``: at least q, and a secret margin when
       fewer than q + ``floor.most``), or it holds a cut released before (``again``) at the rank of
       a history cut: **every released cell holds at least q records** (a pooled release checks
-      again the cells of the cuts released before: :func:`_sound_cells`).
+      again the cells of the cuts released before: :func:`sound_cells`).
     * A cell with no record between two different cuts is never released inside the records'
       range: "empty" against "one record" would answer whether a record lies between them, and a
       bisection would read a score to any precision. Of a kept group one cut is released: the one
@@ -825,21 +825,22 @@ def _nearest_by_value(cut: Cut, history: Sequence[Cut]) -> Cut | None:
     return min(finite, key=lambda h: (abs(h.value - cut.value), h), default=None)
 
 
-def _sound_cells(plan: PooledPlan, counts: np.ndarray, floor: Floor, checked: set[Cut], decided: list[Any]
-                 ) -> list[Any]:
+def sound_cells(refined: Sequence[Cut], requested: Sequence[Cut], counts: np.ndarray, floor: Floor,
+                checked: set[Cut], decided: list[Any]) -> list[Any]:
     """``decided`` (:func:`decide`'s answers, the cuts not kept maybe moved to a history cut) without
     the cuts released before, or moved to one, that bound a pooled cell of too few records
     (:class:`Floor`; an empty cell at an end is the end's answer): such a cut is dropped instead (its
     cell merged with the next). ``checked``: the requested cuts :func:`decide` kept on the pooled
     counts themselves. A cut released before was checked only where it was released: one public at a
     site (beyond its declared range, no record there) or kept on one site's records can lie a few
-    pooled records from the next cut."""
-    position = {cut: i for i, cut in enumerate(plan.refined)}
+    pooled records from the next cut. ``refined``: the cuts the pooled ``counts`` lie between (``requested``
+    and every cut ``decided`` moves to among them); ``decided``: one answer per ``requested`` cut."""
+    position = {cut: i for i, cut in enumerate(refined)}
     below = np.concatenate([[0], np.cumsum(counts)])
     n = int(below[-1])
     out = list(decided)
     while True:
-        kept = sorted({c for c, d in zip(plan.requested, out) if d is KEEP} | {d for d in out if isinstance(d, Cut)})
+        kept = sorted({c for c, d in zip(requested, out) if d is KEEP} | {d for d in out if isinstance(d, Cut)})
         ranks = [0] + [int(below[position[c] + 1]) for c in kept] + [n]
         def sound(a: int, b: int) -> bool:
             return floor.holds(a, b) or (a == b and a in (0, n))
@@ -849,7 +850,7 @@ def _sound_cells(plan: PooledPlan, counts: np.ndarray, floor: Floor, checked: se
         if not unsound:
             return out
         out = [None if (d is KEEP and c in unsound) or (isinstance(d, Cut) and d in unsound) else d
-               for c, d in zip(plan.requested, out)]
+               for c, d in zip(requested, out)]
 
 
 @dataclass(frozen=True)
@@ -918,11 +919,12 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     decided = decide(spaces, on_column, again=again, same=same, outside=public,
                      pick=seeded_pick(floor.key, *(repr(c) for c in plan.requested)))  # alike at every site
     checked = {c for c, d, a, o in zip(plan.requested, decided, again, public) if d is KEEP and (o or not a)}
-    if cells.policy == "refuse" and any(d is None for d in _sound_cells(plan, counts, on_column, checked, decided)):
+    if cells.policy == "refuse" and any(
+            d is None for d in sound_cells(plan.refined, plan.requested, counts, on_column, checked, decided)):
         raise _refuse_small_bin(cells.what, floor, pooled=True)
     if not plan.own_space:  # a cut not kept moves to the released cut nearest in value, if any
         decided = [d if d is KEEP else _nearest_by_value(c, plan.history) or d for c, d in zip(plan.requested, decided)]
-    decided = _sound_cells(plan, counts, on_column, checked, decided)
+    decided = sound_cells(plan.refined, plan.requested, counts, on_column, checked, decided)
     kept, dropped, moved = _effective(plan.requested, decided)
     dominated = 0
     if floor.dominance:

@@ -9,8 +9,9 @@ the release gate decides on them as it decides on an analyst's cuts released poo
    relayed history (:meth:`ProtocolCuts.counted`; a field of the protocol's pooled vector);
 2. on the pooled counts, every site keeps the same candidates: those leaving 0 or at least q
    records (and the secret margin) beside every cut (:meth:`ProtocolCuts.fits`); what a protocol
-   does with a candidate the gate does not keep is its own (merge groups, move a knot onto an
-   earlier cut, drop a leaf edge);
+   does with a candidate the gate does not keep is its own (move a break onto the earlier cut next to
+   it, :meth:`ProtocolCuts.placed`, or merge its groups; move a knot onto an earlier cut; drop a leaf
+   edge);
 3. the cuts released join every site's history (:meth:`ProtocolCuts.record`), after this site's
    records of the cells between them have passed the row-set audit where the protocol releases sums
    over them (:meth:`ProtocolCuts.audited`), or, where it releases only the counts its ranks tell (a
@@ -33,6 +34,7 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.differencing import PooledCell, Rows
 from dsfed_server.disclosure.provenance import RootColumn
 from dsfed_server.disclosure.relay import PooledSteps
+from dsfed_server.disclosure.snapping import nearby_history_cut
 
 
 class ProtocolCuts:
@@ -78,6 +80,40 @@ class ProtocolCuts:
                 rule="disclosure.cut_history", hint="ask again: the sites then count with every cut released")
         history = self.history if history is None else list(history)
         return gate.fits_pooled(cuts, self.refined, history, pooled_counts, floor, self.key)
+
+    def placed(self, candidates: Sequence[gate.Cut], pooled_counts: np.ndarray, floor: gate.Floor, *, move: bool
+               ) -> list[gate.Cut | None]:
+        """Where each of ``candidates`` (the column's cuts, increasing, among those counted) is released, on the
+        sites' pooled ``counted`` vector: at itself where the gate keeps it beside the history (:meth:`fits`);
+        else, with ``move``, at the cut released before next to it
+        (:func:`~dsfed_server.disclosure.snapping.nearby_history_cut`, the rule a per-site release snaps a
+        dropped cut by: nearer to it than to the next candidate, so the order stays) -- a cut public already,
+        so the move makes no new cut to difference against the history (Hundepool et al. 2012, sec. 5.4,
+        consistent suppression); else None (dropped: its cells merged with the next). A cut released before,
+        among the candidates or moved to, stays only where the cells beside it among the cuts placed hold q
+        records and the secret margin on the pooled counts (:func:`gate.sound_cells`: the history's cuts were
+        checked where they were released, not beside each other pooled); of two candidates moving onto one
+        cut, the second is dropped."""
+        kept = self.fits(candidates, pooled_counts, floor)
+        released = set(self.history)
+        decided: list[Any] = [gate.KEEP if k else None for k in kept]
+        if move:
+            targets = [h for h in self.cells.from_root(self.history).values() if np.isfinite(h.value)]
+            taken = {c for c, k in zip(candidates, kept) if k}
+            for i in np.flatnonzero(~kept):
+                target = None if candidates[i] in released else nearby_history_cut(candidates, int(i), targets)
+                if target is not None and target not in taken:
+                    decided[i] = target
+                    taken.add(target)
+        checked = {c for c, k in zip(candidates, kept) if k and c not in released}
+        counts = np.rint(np.asarray(pooled_counts, dtype=float)).astype(np.int64)
+        decided = gate.sound_cells(self.refined, candidates, counts, floor.on(*self.key), checked, decided)
+        return [c if d is gate.KEEP else d if isinstance(d, gate.Cut) else None for c, d in zip(candidates, decided)]
+
+    def on_values(self, cut: gate.Cut) -> gate.Cut:
+        """A cut of the column's history (or one :meth:`to_root` made of ``cut``) on the protocol's values: the
+        cut that parts them as it parts the column's records (:meth:`Intervals.from_root`)."""
+        return {root: own for own, root in self.cells.from_root([cut]).items()}.get(cut, cut)
 
     def squares(self, counts: np.ndarray) -> np.ndarray:
         """This site's share of the pooled squares of ``counted`` (:func:`gate.squares`; zeros where
