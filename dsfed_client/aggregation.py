@@ -393,10 +393,14 @@ class Pooled(Aggregation):
         t = r["table"]
         bins = (BinnedSums(np.asarray(t["edges"]), *(np.asarray(t[f], dtype=float) for f in _BIN_FIELDS),
                            np.asarray(t["edges"]), True, {}, {}) if t else None)
-        merged = int(r["merged_groups"])
+        merged, moved, done = int(r["merged_groups"]), len(r.get("moved_breaks", [])), []
+        if merged:
+            done.append(f"{merged} group(s) merged with the next")
+        if moved:  # onto cuts public already: the groups are not R's deciles there
+            done.append(f"{moved} break(s) moved onto cuts released before on the score")
         cells = "groups found and checked pooled over the sites" + (
-            f"; {merged} group(s) merged with the next: {r.get('why') or 'below q'}" if merged else "")
-        return RiskGroups(bins, bool(r["exact_grouping"]), 0, cells, merged > 0, tuple(r["groups"]),
+            f"; {', '.join(done)}: {r.get('why') or 'below q'}" if done else "")
+        return RiskGroups(bins, bool(r["exact_grouping"]), 0, cells, bool(done), tuple(r["groups"]),
                           float(r["statistic"]), int(r["df"]), (float(r["ece"]), float(r["mce"])),
                           r.get("table_withheld") or "")
 

@@ -10,10 +10,11 @@ the threshold cells, and refused the whole call -- the statistic with the table.
 An honest analysis on three sites under the shipped default rules: metrics at nine thresholds (pooled)
 that happen to lie 4 records above the pooled deciles of the score, then H-L C of a recalibrated copy
 (a = 0.2, b = 1; made first, as its map's midpoint is a cut too). Before, the sites refused the call.
-Now a break that lies, in the score's units, within q + the largest margin of a threshold is dropped
-and its groups merged (checked on the truth), the others are released, the statistic is that of the
-groups released (R's ``hoslem.test`` grouping on the copy's values, merged so), and the table reads no
-record beside the thresholds.
+Now a break that lies, in the score's units, within q + the largest margin of a threshold moves onto
+that threshold (on the copy: the cut that parts its records as the threshold parts the score's; checked on
+the truth), the others are released where they are, the statistic is that of the groups released (R's
+``hoslem.test`` statistic over the copy's values at those edges), and the table reads no record beside the
+thresholds.
 """
 
 from __future__ import annotations
@@ -96,12 +97,15 @@ def test_a_recalibrated_copy_s_groups_meet_the_score_s_thresholds(tmp_path: Path
     def nearest(b: float) -> int:  # records between the break b (the copy's) and the nearest threshold
         return min(k for t in grid if (k := abs(int(np.sum(c <= b)) - int(np.sum(p < t)))))
 
-    kept = [b for b in breaks if np.isclose(edges[1:-1], b, rtol=0, atol=1e-12).any()]
-    dropped = [b for b in breaks if b not in kept]
-    print(f"breaks released {len(kept)}, merged {len(dropped)}: records to the nearest threshold "
-          f"{[nearest(b) for b in kept]} released, {[nearest(b) for b in dropped]} merged")
-    assert dropped and all(nearest(b) < Q + MARGIN for b in dropped) and all(nearest(b) >= Q for b in kept)
+    moved = {i - 1: to for i, to in out["moved_breaks"]}  # R's break (from 0) -> the threshold's cut on the copy
+    kept = [b for i, b in enumerate(breaks) if i not in moved]
+    on_copy = special.expit(SHIFT + special.logit(np.asarray(grid)))
+    print(f"breaks released {len(kept)}, moved onto a threshold {len(moved)}: records to the nearest threshold "
+          f"{[nearest(b) for b in kept]} released, {[nearest(breaks[i]) for i in moved]} moved")
+    assert moved and all(nearest(breaks[i]) < Q + MARGIN for i in moved) and all(nearest(b) >= Q for b in kept)
+    assert all(np.isclose(on_copy, to, rtol=0, atol=1e-12).any() for to in moved.values())
+    assert out["merged_groups"] == 0 and len(edges) == len(breaks) + 2 and not out["exact_grouping"]
     assert "disclosure.cut_history" in out["why"] and records_read(bins, out["table"], pooled) == 0
-    # the statistic is the released groups', R's hoslem.test grouping on the copy's values, merged so
+    # the statistic is the released groups', R's hoslem.test statistic on the copy's values at those edges
     assert out["statistic"] == pytest.approx(r_hl_on_edges(pooled.y.to_numpy(), c, edges), rel=1e-8)
     assert out["df"] == len(edges) - 3

@@ -71,9 +71,9 @@ def frames() -> dict[str, pd.DataFrame]:
 
 def test_pooled_releases_over_differently_named_tables_equal_r(tmp_path, frames):
     """A per-site histogram first (its breaks join each site's history under its own table), then the
-    pooled Hosmer-Lemeshow C (its groups beside the breaks merged), calibration curve and Brier score on
-    D: equal to R on the pooled records
-    (the curve's cells on the edges released, after the sites relayed their histories by the label)."""
+    pooled Hosmer-Lemeshow C (its breaks beside the histogram's moved onto them or merged), calibration curve and
+    Brier score on D: equal to R on the pooled records (the curve's cells on the edges released, after the sites
+    relayed their histories by the label)."""
     provisioned, services = _sites(tmp_path, frames)
     pooled = pd.concat(frames.values(), ignore_index=True)
     y, p = pooled["y"].to_numpy(dtype=float), pooled["score"].to_numpy()
@@ -86,12 +86,14 @@ def test_pooled_releases_over_differently_named_tables_equal_r(tmp_path, frames)
         brier = ds_brier(session, "D$y", "D$score", secure=True)
         relayed = {key[0] for key in session._cut_histories}
     assert relayed == {shared_tables.label(TABLES)}  # the sites answered and read their histories by the label
-    # H-L C over R's deciles, those beside the histogram's breaks merged (said): equal to R over the groups
+    # H-L C over R's deciles, those beside the histogram's breaks moved onto them or merged (said): equal to R
+    # over the groups released
     ref = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     edges = np.asarray(hl.table.lower.tolist() + [hl.table.upper.iloc[-1]])
-    assert set(np.cumsum(hl.group_sizes)) <= set(np.cumsum(ref[3:]))  # R's groups, merged
+    moved = int(hl.cells.split(" break(s) moved")[0].rsplit(" ", 1)[-1]) if " break(s) moved" in hl.cells else 0
+    assert len(set(np.cumsum(hl.group_sizes)) - set(np.cumsum(ref[3:]))) <= moved  # R's groups, merged or moved
     assert hl.pooled and hl.statistic == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-9)
-    assert hl.complete == (len(edges) == 11)
+    assert hl.complete == (len(edges) == 11 and not moved)
     assert curve.bins.pooled
     n, sum_y, sum_p = r_reference("binned_ref", R_BINNED, y=y, p=p, breaks=np.asarray(curve.edges, dtype=float),
                                   right=np.array([0.0])).reshape(3, -1)
