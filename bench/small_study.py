@@ -49,6 +49,7 @@ def main() -> int:
     rng = np.random.default_rng(100)
     frames = {f"rep{r}": seed000_scores(args.n, rng) for r in range(args.reps)}
     refused, sections, pooled_min = [], collections.Counter(), []
+    hl_c: list[tuple[int, int, int]] = []  # H-L C released: groups, smallest group, breaks at the curve's cuts
     messages: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dsfed-small-") as tmp:
@@ -65,6 +66,10 @@ def main() -> int:
                 except FederatedCallError as exc:
                     refused.append((r, str(exc).splitlines()[0][:200]))
                     continue
+                if report.hl_c is not None and report.curve is not None:
+                    breaks = report.hl_c.table.upper.to_numpy()[:-1]
+                    at_curve = int(np.isin(breaks, report.curve.edges[1:-1]).sum())
+                    hl_c.append((len(report.hl_c.table), int(report.hl_c.table.n.min()), at_curve))
                 for section, why in report.failed.items():
                     sections[section] += 1
                     messages[section][" | ".join(line.strip() for line in why.splitlines()[:3])[:400]] += 1
@@ -84,6 +89,11 @@ def main() -> int:
         print(f"  {section}: {count}")
         for why, k in messages[section].most_common():
             print(f"      {k} x {why}")
+    if hl_c:
+        groups, smallest, at_curve = (np.array(v) for v in zip(*hl_c))
+        print(f"Hosmer-Lemeshow C released in {len(hl_c)} data sets: {groups.min()}-{groups.max()} groups "
+              f"(median {np.median(groups):g}), the smallest group {smallest.min()} records; breaks at the "
+              f"calibration curve's cuts {at_curve.min()}-{at_curve.max()} (median {np.median(at_curve):g})")
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     return 0
 
