@@ -14,7 +14,8 @@ Measured here: the released C equals R's ``hoslem.test`` statistic computed on t
 edges (``rref.r_hl_on_edges``); and the attack -- every released group edge against every curve cut, reading the
 outcomes of the 1 to q - 1 records between two where their events are all or none (checked on the truth) --
 reads nothing from the release, while the same attack on the groups at R's own breaks (the control: the breaks
-kept where they were, their groups counted on the pooled records) reads records.
+kept where they were, their groups counted on the pooled records) reads records. Last, the fallback where a
+break cannot move (dropped, its groups merged), on the sites' decision itself.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import pytest
 from conftest import inprocess_builder
 from dsfed_client.analyses.calibration import ds_hosmer_lemeshow
 from dsfed_client.calls import Ref
+from dsfed_server.disclosure.gate import Cut, Floor
+from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
 from dsfed_server.synthetic import seed000_scores
 from rref import r_eval, r_hl_on_edges
 from sitekit import make_sites
@@ -105,3 +108,36 @@ def test_the_moved_release_singles_out_no_record_the_breaks_where_they_were_woul
           f"{read} records' outcomes read from the release with breaks moved; {control} from the groups at "
           "R's breaks (control)")
     assert control > 0 and read == 0
+
+
+class _History:
+    """The column's cut history as the site's Guard gives it to a protocol (relayed, and this site's own)."""
+
+    def __init__(self, cuts: list[Cut]) -> None:
+        self.cuts = cuts
+
+    def pooled_history(self, key: tuple[str, str]) -> list[Cut]:
+        return list(self.cuts)
+
+    def released_cuts(self, key: tuple[str, str]) -> list[Cut]:
+        return list(self.cuts)
+
+
+def test_a_break_that_cannot_move_is_dropped():
+    """The fallback, on the sites' decision itself (``ProtocolCuts.placed``): 100 records at 0.01, ..., 1.00,
+    q = 5 without margin, earlier cuts at 0.305, 0.335 and 0.705 (30, 33 and 70 records below). Breaks at 0.29
+    and 0.32 lie 1 and 2 records from them: the first moves onto 0.305, the second's nearest earlier cut is
+    0.305 too (0.335 as near; ties: the lower), taken, so it is dropped (its groups merged). 0.72 moves onto
+    0.705; 0.5 stays. Not asked to move, every break the gate does not keep is dropped. Two breaks moving onto
+    0.305 and 0.335 would release the cell of 3 records between two earlier cuts: both are dropped."""
+    x = np.arange(1, 101) / 100
+    history = [Cut(0.305, False), Cut(0.335, False), Cut(0.705, False)]
+    cuts = ProtocolCuts(_History(history), x, None)  # type: ignore[arg-type]
+    breaks = [Cut(0.29, True), Cut(0.32, True), Cut(0.5, True), Cut(0.72, True)]
+    counts = cuts.counted(breaks)
+    placed = cuts.placed(breaks, counts, Floor(Q), move=True)
+    assert placed == [Cut(0.305, False), None, Cut(0.5, True), Cut(0.705, False)]
+    assert cuts.placed(breaks, counts, Floor(Q), move=False) == [None, None, Cut(0.5, True), None]
+    # two earlier cuts 3 records apart, both moved to: the cell between them is not released
+    assert cuts.placed([Cut(0.29, True), Cut(0.35, True)], cuts.counted([Cut(0.29, True), Cut(0.35, True)]),
+                       Floor(Q), move=True) == [None, None]
