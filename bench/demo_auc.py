@@ -174,7 +174,8 @@ def main() -> int:
     parser.add_argument("--decompose", action="store_true",
                         help="the ROC-GLM on either class's placement values against the run's reference and against "
                              "exact counts at its edges (offline, on the pooled records)")
-    parser.add_argument("--dump", type=Path, help="pickle every run (its result and the reference) to this file")
+    parser.add_argument("--dump", type=Path, help="pickle every run (its result and the reference) to this file "
+                        "(FILE-L<levels> for several --levels)")
     parser.add_argument("--kept-edges", action="store_true",
                         help="the inner edges of the sites' reference (leaf edges kept, earlier cuts added), and "
                              "the exact AUC binned at them")
@@ -243,8 +244,9 @@ def main() -> int:
                     cls, ref = name.split("_")
                     print(f"              ROC-GLM on the {cls}' placement values, {ref} reference: "
                           f"bias {e.mean():+.4f} (SE {e.std(ddof=1) / se:.4f}), sd {e.std(ddof=1):.4f}")
-            if args.dump:
-                with open(args.dump, "wb") as fh:
+            if args.dump:  # one file a depth where several are asked
+                dump = args.dump if len(args.levels) == 1 else args.dump.with_stem(f"{args.dump.stem}-L{levels}")
+                with open(dump, "wb") as fh:
                     pickle.dump({"truth": truth, "pooled_glm": pooled_glm, "runs": runs}, fh)
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     return 0

@@ -203,6 +203,9 @@ class RiskGroups:
     df: int | None = None
     errors: tuple[float, float] | None = None  # ECE, MCE as the sites computed them
     withheld: str = ""
+    # per group, whether the records at its upper edge are in it (R's cut: (a, b]); an edge the sites moved onto a
+    # threshold released before holds them in the group above ([a, b)). Empty: every group (a, b]
+    upper_closed: tuple[bool, ...] = ()
 
 
 class Aggregation(ABC):
@@ -400,9 +403,13 @@ class Pooled(Aggregation):
             done.append(f"{moved} break(s) moved onto cuts released before on the score")
         cells = "groups found and checked pooled over the sites" + (
             f"; {', '.join(done)}: {r.get('why') or 'below q'}" if done else "")
+        closed = tuple(bool(c) for c in (t or {}).get("upper_closed", ()))
+        if not all(closed):
+            cells += ("; the records at an edge moved onto a threshold released before are in the group above it "
+                      "([a, b)), at R's edges in the group below ((a, b])")
         return RiskGroups(bins, bool(r["exact_grouping"]), 0, cells, bool(done), tuple(r["groups"]),
                           float(r["statistic"]), int(r["df"]), (float(r["ece"]), float(r["mce"])),
-                          r.get("table_withheld") or "")
+                          r.get("table_withheld") or "", closed)
 
     @property
     def noisy_parts(self) -> int:

@@ -51,13 +51,19 @@ def gaussian_spent_reference(k: int, *, epsilon: float, delta: float, sensitivit
 # --- R references for the validation estimators (written here, in R, from the methods'
 # definitions; nothing of dsfed's code is used) ---------------------------------------------
 
-def r_hl_on_edges(y: Any, p: Any, edges: Any) -> float:
+def r_hl_on_edges(y: Any, p: Any, edges: Any, upper_closed: Any = None) -> float:
     """Hosmer-Lemeshow C over the groups between ``edges`` (R's ``cut(p, edges, include.lowest = TRUE)``,
-    as ``hoslem.test`` cuts at its quantiles), written out in R: the reference for groups the sites merged."""
-    return float(r_eval("g <- cut(p, e, include.lowest = TRUE); o <- tapply(y, g, sum); x <- tapply(p, g, sum); "
+    as ``hoslem.test`` cuts at its quantiles), written out in R: the reference for groups the sites merged.
+    ``upper_closed`` (per group): False where a record at the group's upper edge is in the group above."""
+    group = ("g <- cut(p, e, include.lowest = TRUE); " if upper_closed is None else
+             "i <- e[-c(1, length(e))]; h <- u[-length(u)] == 0; "
+             "g <- factor(rowSums(outer(p, i, '>') | (outer(p, i, '==') & matrix(h, length(p), length(i), "
+             "byrow = TRUE)))); ")
+    return float(r_eval(group + "o <- tapply(y, g, sum); x <- tapply(p, g, sum); "
                         "n <- tapply(p, g, length); k <- !is.na(n); sum(((o - x)^2 / (x * (1 - x / n)))[k])",
                         y=np.asarray(y, dtype=float), p=np.asarray(p, dtype=float),
-                        e=np.asarray(edges, dtype=float))[0])
+                        e=np.asarray(edges, dtype=float),
+                        u=np.asarray(upper_closed if upper_closed is not None else [], dtype=float))[0])
 
 
 R_HOSLEM = """

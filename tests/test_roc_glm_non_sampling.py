@@ -24,9 +24,10 @@ from scipy import optimize, special
 
 from dsfed_client.analyses.curves import ScoreHistograms, placement_noise_variances, tie_variance
 from dsfed_core.histograms import global_cdfs, level_variances
+from test_hist_auc_weights import LEVELS, level_counts
 
 ROOT = Path(__file__).resolve().parents[1]
-LEVELS, VARIANCE, THRESHOLDS = 6, 3.24, 99
+VARIANCE, THRESHOLDS = 3.24, 99
 
 
 def probit_auc(pv: np.ndarray) -> float:
@@ -42,17 +43,6 @@ def probit_auc(pv: np.ndarray) -> float:
 
     c, d = optimize.minimize(loss, np.array([-0.5, 1.0]), method="BFGS", options={"gtol": 1e-9}).x
     return float(special.ndtr(-c / np.sqrt(1 + d * d)))
-
-
-def level_counts(p: np.ndarray, y: np.ndarray) -> dict[str, list[np.ndarray]]:
-    leaf = np.clip(np.floor(p * 2**LEVELS), 0, 2**LEVELS - 1).astype(int)
-    out = {}
-    for cls, name in ((0, "negatives"), (1, "positives")):
-        levels = [np.bincount(leaf[y == cls], minlength=2**LEVELS).astype(float)]
-        for _ in range(LEVELS):
-            levels.append(levels[-1].reshape(-1, 2).sum(axis=1))
-        out[name] = levels[::-1]
-    return out
 
 
 def test_roc_glm_non_sampling_variance_is_its_errors_mean_square():

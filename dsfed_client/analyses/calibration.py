@@ -273,7 +273,13 @@ class HosmerLemeshow(Results):
         return self.table
 
     def group_labels(self) -> list[str]:
-        return [f"({lo:.3g}, {hi:.3g}]" for lo, hi in zip(self.table.lower, self.table.upper)]
+        """Each group's interval: ``(a, b]`` as R's ``cut`` (the first group's lower end closed too), ``[a, b)``
+        where the sites moved an edge onto a threshold released before (the table's ``upper_closed``)."""
+        closed = (self.table["upper_closed"].tolist() if "upper_closed" in self.table
+                  else [True] * len(self.table))
+        opens = ["[" if k == 0 or not closed[k - 1] else "(" for k in range(len(closed))]
+        return [f"{o}{lo:.3g}, {hi:.3g}{']' if c else ')'}"
+                for o, lo, hi, c in zip(opens, self.table.lower, self.table.upper, closed)]
 
     def plot(self, ax: Any = None) -> Any:
         """Observed against expected events per group, as bars (none where the sites withheld the
@@ -346,6 +352,8 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_g
         b = agg.bins("groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
         groups = RiskGroups(b, True, 0, b.note(), b.was_coarsened)
     table = _EMPTY_TABLE if groups.bins is None else group_table(groups.bins)
+    if groups.upper_closed and len(groups.upper_closed) == len(table):
+        table = table.assign(upper_closed=list(groups.upper_closed))
     statistic = hl_statistic(table) if groups.statistic is None else groups.statistic
     df = len(table) - 2 if groups.df is None else groups.df
     sizes = groups.sizes or tuple(int(v) for v in table["n"])

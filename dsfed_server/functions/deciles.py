@@ -64,6 +64,7 @@ class DecileSearch:
         self.brackets: dict[int, Bracket] = {}
         self.rounds = 0
         self.n = 0
+        self.r_groups = 0  # R's groups, once the breaks settle
 
     def counts(self, thresholds: list[float]) -> PooledSteps:
         """This site's counts at or below ``thresholds``; pooled, they narrow the searches."""
@@ -91,6 +92,7 @@ class DecileSearch:
         groups = type7_groups(self.brackets, self.n, self.g, 0.0, 1.0)
         breaks = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
         roots = self.cuts.to_root(breaks)
+        self.r_groups = len(breaks) + 1
         fields = {**self.sums(breaks), "refined": self.cuts.counted(roots)}
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor
@@ -142,9 +144,9 @@ class DecileSearch:
         keep = [c is not None for c in placed]
         edges = np.array([0.0, *(c.value for c in breaks), 1.0])
         moves = [[i + 1, self.cuts.on_values(to).value] for i, to in moved]
-        out = statistics(edges, pooled, keep, exact=exact, rounds=self.rounds, why="; ".join(why), moved=moves,
-                         merged=merged)
         kept = tuple(c for c, k in zip(breaks, keep) if k)
+        out = statistics(edges, pooled, keep, exact=exact, rounds=self.rounds, why="; ".join(why), moved=moves,
+                         merged=merged, upper_closed=[c.inclusive for c in kept])
         return (yield ProtocolCells(self.cuts, [c for c in placed if c is not None], self.p, kept,
                                     np.asarray(out["table"]["n"]), audited=True, result=out))
 
@@ -174,8 +176,8 @@ class DecileSearch:
             if moved:
                 targets = ", ".join(f"{self.cuts.on_values(to).value:.6g}" for _, to in moved)
                 why.append(f"{len(moved)} break(s) within {floor.q} records (and the site's secret margin) of cuts "
-                           f"released before on this score column moved onto those cuts ({targets}): a cut released "
-                           "already parts no record anew (disclosure.cut_history)")
+                           f"released before on this score column moved onto the nearest cut released before ("
+                           f"{targets}): a cut released already parts no record anew (disclosure.cut_history)")
             if dropped:
                 why.append(f"{dropped} break(s) within {floor.q} records (and the site's secret margin) of cuts "
                            "released before on this score column (disclosure.cut_history)")
@@ -194,7 +196,7 @@ class DecileSearch:
                            "site merged with the next (secure_aggregation.dominance_sites)")
         if why and sum(c is not None for c in placed) < 2:
             raise DisclosureRefusal(
-                f"fewer than 3 of the {len(roots) + 1} risk groups are left once merged where a group would "
+                f"fewer than 3 of the {self.r_groups} risk groups are left once merged where a group would "
                 f"single out fewer than {floor.q} records: {'; '.join(why)}", rule=(
                     "secure_aggregation.dominance_sites" if any("dominance" in w for w in why)
                     else "disclosure.cut_history"),
@@ -215,11 +217,14 @@ def small_groups_merged(counts: np.ndarray, q: int) -> list[bool]:
 
 
 def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], keep: list[bool], *, exact: bool, rounds: int,
-               why: str, moved: Sequence[list[float]] = (), merged: int = 0) -> dict[str, Any]:
+               why: str, moved: Sequence[list[float]] = (), merged: int = 0, upper_closed: Sequence[bool] = ()
+               ) -> dict[str, Any]:
     """H-L C (df = groups - 2), ECE and MCE from the pooled group sums, the groups between the breaks
     ``keep`` marks merged (the result then says the grouping is not R's, and ``why``); ``moved``: the breaks
     (their place among R's, from 1) moved onto a cut released before, and that cut; ``merged``: groups merged
-    at a step before (a break dropped there)."""
+    at a step before (a break dropped there); ``upper_closed``: per break kept, whether the records at it are in
+    the group below (R's ``cut``, ``(a, b]``) or, at a break moved onto an earlier cut that holds them above
+    (a threshold's ``[a, b)``), in the group above -- in the table per group, the last group's upper edge closed."""
     n = np.rint(pooled["n"]).astype(np.int64)
     bounds = [0] + [i + 1 for i, k in enumerate(keep) if k] + [n.size]
     sums = {name: np.array([pooled[name][a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
@@ -237,7 +242,7 @@ def statistics(breaks: np.ndarray, pooled: dict[str, np.ndarray], keep: list[boo
         "merged_groups": int(merged + len(keep) - sum(keep)), "moved_breaks": [list(m) for m in moved],
         "rounds": rounds, "why": why,
         "table": {"edges": edges.tolist(), "n": sums["n"].tolist(), "sum_y": sums["sum_y"].tolist(),
-                  "sum_p": sums["sum_p"].tolist()},
+                  "sum_p": sums["sum_p"].tolist(), "upper_closed": [*map(bool, upper_closed), True]},
         "pooled": True,
     }
 

@@ -192,7 +192,7 @@ def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | 
     are counted with every sum released from the table (:func:`~dsfed_server.functions.glm.count_sums`, rule
     ``disclosure.sums_per_record``), as a pooled fit whose iterates the sites derive: logistic fits of ``y ~ 1``
     with the offsets ``k*score``, k = 1 ... m, over a subset of m records are 2m equations in its scores
-    (each fit's intercept and information; tests/test_glm_slma_sums.py)."""
+    (each fit's intercept and information: Denning & Schlörer 1983's power sums, through the logistic curve)."""
     fam = make_family(family, link)
     if not isinstance(newobj, StudyGLM) or (newobj.formula, newobj.family, newobj.link, newobj.weights,
                                             newobj.offset) != (formula.to_text(), fam.name, fam.link, weights, offset):
