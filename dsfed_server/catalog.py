@@ -45,6 +45,7 @@ from dsfed_server.dictionary import (BOOLEAN_SPELLINGS, CatalogError, EngineOutO
 from dsfed_server.disclosure.missingness import rare_patterns
 from dsfed_server.engines import Engine
 from dsfed_server.engines.duckdb_engine import DuckDBEngine
+from dsfed_server.record_prefixes import prefix_digests
 
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9._]*$")
 
@@ -196,6 +197,15 @@ def too_large(info: TableInfo, columns: list[str], need: int, limit: str, rule: 
              "([catalog] memory_limit_mb is the engine's; the process's own limit is set where the site runs)")
 
 
+def _disagrees(info: TableInfo, exc: CatalogError) -> BackendUnavailable:
+    """The refusal of a call that reads table ``info`` once its data stopped agreeing with its dictionary."""
+    return BackendUnavailable(
+        f"table {info.ref} at this site does not agree with its data dictionary (changed since the site "
+        f"started?): {exc}",
+        hint="nothing was read; the site administrator corrects the data, runs 'dsfed-server check CONFIG' "
+             "and restarts the site")
+
+
 class Catalog:
     """The projects and tables under one site's data directory, read through the site's engine
     (:mod:`dsfed_server.engines`) one column at a time, and shared read-only.
@@ -241,11 +251,7 @@ class Catalog:
         try:
             return self._read(info, names)
         except CatalogError as exc:
-            raise BackendUnavailable(
-                f"table {info.ref} at this site does not agree with its data dictionary (changed since the site "
-                f"started?): {exc}",
-                hint="nothing was read; the site administrator corrects the data, runs 'dsfed-server check CONFIG' "
-                     "and restarts the site") from None
+            raise _disagrees(info, exc) from None
 
     def _read(self, info: TableInfo, names: list[str]) -> list[pd.Series]:
         """Columns ``names`` of ``info``, typed and checked (each read from the engine once); a read
@@ -279,19 +285,37 @@ class Catalog:
         missing values only and not kept."""
         found = self._left_out.get(ref)
         if found is None or found[0] != minimum:
-            info = self.info(ref)
-            variables = {v.name: v for v in info.variables}
-
-            def missing(name: str) -> np.ndarray:
-                kept = self._columns.get((ref, name))
-                column = kept if kept is not None else _typed(self.engine.read(info, [name])[name], info,
-                                                              variables[name])
-                return column.isna().to_numpy()
-
-            found = minimum, rare_patterns((missing(name) for name in self.served(ref)), self.row_count(ref), minimum)
+            missing = (self._once(ref, name).isna().to_numpy() for name in self.served(ref))
+            found = minimum, rare_patterns(missing, self.row_count(ref), minimum)
             with self._lock:
                 self._left_out[ref] = found
         return found[1]
+
+    def _once(self, ref: str, name: str) -> pd.Series:
+        """Column ``name`` of table ``ref`` as served: the one kept, or read for the caller only and not kept."""
+        kept = self._columns.get((ref, name))
+        if kept is not None:
+            return kept
+        info = self.info(ref)
+        variable = next(v for v in info.variables if v.name == name)
+        try:
+            return _typed(self.engine.read(info, [name])[name], info, variable)
+        except CatalogError as exc:
+            raise _disagrees(info, exc) from None
+
+    def prefix_digests(self, ref: str, sizes: list[int]) -> dict[int, dict[str, str]] | None:
+        """For each of ``sizes`` (increasing, at most the table's records), a digest of each served column's
+        values in the first that many records of table ``ref``
+        (:func:`~dsfed_server.record_prefixes.prefix_digests`); None where ``ref`` is no table of this site
+        (a table derived in a session, keyed by its content). Reads every served column once (as
+        :meth:`left_out` does), keeping none it had not kept."""
+        if ref not in self._tables:
+            return None
+        out: dict[int, dict[str, str]] = {n: {} for n in sizes}
+        for name in self.served(ref):
+            for n, digest in zip(sizes, prefix_digests(self._once(ref, name), sizes)):
+                out[n][name] = digest
+        return out
 
     def kept(self, ref: str) -> np.ndarray | None:
         """The records of table ``ref`` its releases are over (boolean), where the site leaves some out
