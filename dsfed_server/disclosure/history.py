@@ -13,16 +13,29 @@ history. Append-only: SQLite triggers refuse UPDATE and DELETE, as in the privac
 
 One server process owns a ledger file; within it, :attr:`History.lock` serialises a decision and
 its recording, so two concurrent calls cannot both pass against the same old history.
+
+A row set is kept as the positions of its records in the table, with the table's number of records then.
+A table grows between two runs of the site (an export appended to, a database table inserted into); the
+row sets kept at an earlier size apply to the grown table where its first records are still those
+records: the site keeps, per table and size, a digest of each column's values in its first that many
+records (:meth:`Catalog.prefix_digests <dsfed_server.catalog.Catalog.prefix_digests>`), and an earlier
+row set is read with the new records outside it. Where the earlier records changed (edited, deleted,
+reordered, the table shorter), no earlier row set says which records it held: every lookup of the
+table's row sets is refused (:func:`table_changed`), and with it every release audited against them.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
@@ -80,6 +93,17 @@ CREATE TABLE IF NOT EXISTS pooled_cells (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, cell_id)
 );
+CREATE TABLE IF NOT EXISTS table_records (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    digests TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root)
+);
+CREATE TRIGGER IF NOT EXISTS table_records_append_only_u BEFORE UPDATE ON table_records
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS table_records_append_only_d BEFORE DELETE ON table_records
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS pooled_cells_append_only_u BEFORE UPDATE ON pooled_cells
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS pooled_cells_append_only_d BEFORE DELETE ON pooled_cells
@@ -103,17 +127,82 @@ CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_d BEFORE DELETE ON subset_r
 """
 
 _SEPARATOR = "\x1f"  # between the root columns of a summed function
+# the sizes at which a table's row sets were kept (before the sizes' digests were)
+_HELD = ("SELECT n_root FROM subset_rows WHERE table_key = ?1 UNION SELECT n_root FROM released_sums WHERE "
+         "table_key = ?1 UNION SELECT n_root FROM pooled_rows WHERE table_key = ?1 UNION SELECT n_root FROM "
+         "pooled_cells WHERE table_key = ?1")
+# per size (increasing), each served column's digest in that many first records; None: no table of the site
+Digests = Callable[[str, list[int]], "dict[int, dict[str, str]] | None"]
+
+
+def table_changed(table: str, size: int, n: int, digested: bool = True) -> DisclosureRefusal:
+    """The refusal of a lookup of ``table``'s row sets (now ``n`` records) when its first ``size`` records are not
+    (or, not ``digested`` then, may not be) those its earlier releases were over."""
+    how = ("fewer records than then" if size > n else f"other values in its first {size} records than then"
+           if digested else f"{n} records, releases having been made at {size} before the site kept digests of them")
+    return DisclosureRefusal(
+        f"table {table} changed since releases were made from it ({how}: records edited, deleted or reordered, not "
+        "only added at the end): the site can no longer check a release against those earlier releases, which "
+        "could single out the records they differ by", rule="disclosure.subset_min_difference",
+        hint="the site's administrator restores the table's earlier records, in their order, and adds new records "
+             "after them (docs/governance.md, 'A table that grows')")
+
+
+def _padded(packed: bytes, n: int) -> bytes:
+    """A packed row set of an earlier, smaller table as one of ``n`` records: the new records are not in it."""
+    return bytes(packed) + bytes((n + 7) // 8 - len(packed))
 
 
 class History:
-    """Released cuts per table column, subset row sets and summed functions per table, in SQLite at ``path``."""
+    """Released cuts per table column, subset row sets and summed functions per table, in SQLite at ``path``;
+    ``digests``: the site's digests of its tables' first records (:data:`Digests`), by which row sets kept
+    at an earlier size apply to a table that grew (None: only those kept at the table's size)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, digests: Digests | None = None) -> None:
         self.path = create(path, _SCHEMA)
         self.lock = threading.RLock()
+        self._digests = digests
+        self._mapped: dict[tuple[str, int], tuple[int, ...] | Callable[[], DisclosureRefusal]] = {}
 
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)
+
+    def _sizes(self, table: str, n: int) -> tuple[int, ...]:
+        """The sizes of ``table`` whose row sets apply to it at ``n`` records: ``n``, and each earlier size whose
+        records are its first records unchanged (by their digests). Raises :func:`table_changed` where the
+        history holds a size whose records are not. Decided once per table and size in a run of the site (the
+        engines serve one number of records a run); the digests of ``n`` are recorded at the first lookup."""
+        found = self._mapped.get((table, n))
+        if found is None:
+            found = self._mapped[(table, n)] = self._map(table, n)
+        if callable(found):
+            raise found()  # a refusal of its own for each call (the service names its function)
+        return found
+
+    def _map(self, table: str, n: int) -> tuple[int, ...] | Callable[[], DisclosureRefusal]:
+        if self._digests is None:
+            return (n,)
+        with self._connect() as db:
+            recorded = {int(s): json.loads(d) for s, d in
+                        db.execute("SELECT n_root, digests FROM table_records WHERE table_key = ?", (table,))}
+            held = {int(s) for (s,) in db.execute(_HELD, (table,))}
+        now = self._digests(table, sorted({s for s in recorded if s < n} | {n}))
+        if now is None:  # a table derived in a session: keyed by its content, it has one size
+            return (n,)
+        for size in sorted(held | set(recorded)):  # a size held before its digests were kept: only n's own
+            if size > n or (size not in recorded and size != n) or \
+                    any(now[size].get(column) != digest for column, digest in recorded.get(size, {}).items()):
+                return partial(table_changed, table, size, n, digested=size in recorded or size > n)
+        if n not in recorded:
+            with self._connect() as db:
+                db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
+                           (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
+        return tuple(sorted({*recorded, n}))
+
+    def _where(self, table: str, n: int) -> tuple[str, tuple]:
+        """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records."""
+        sizes = self._sizes(table, n)
+        return f"table_key = ? AND n_root IN ({', '.join('?' * len(sizes))})", (table, *sizes)
 
     # --- cuts ------------------------------------------------------------------------------
 
@@ -140,22 +229,24 @@ class History:
     def row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """The row sets of every subset and released cell of ``table``, packed by ``np.packbits`` as
         they are kept (1 bit a record: :func:`~dsfed_server.disclosure.differencing.bits` reads one)."""
+        where, params = self._where(table, n_root)
         with self._connect() as db:
-            rows = db.execute("SELECT rows FROM subset_rows WHERE table_key = ? AND n_root = ?",
-                              (table, n_root)).fetchall()
-        return [np.frombuffer(row, dtype=np.uint8) for (row,) in rows]
+            rows = db.execute(f"SELECT rows FROM subset_rows WHERE {where}", params).fetchall()
+        return [np.frombuffer(row, dtype=np.uint8) for row in dict.fromkeys(_padded(r, n_root) for (r,) in rows)]
 
     # --- sums of functions ----------------------------------------------------------------------
 
     def sums(self, table: str, n_root: int) -> list[Summed]:
         """Every function summed exactly over a row set of ``table``
         (:mod:`~dsfed_server.disclosure.equations`)."""
+        where, params = self._where(table, n_root)
         with self._connect() as db:
-            rows = db.execute("SELECT function, roots, rows FROM released_sums WHERE table_key = ? AND n_root = ?",
-                              (table, n_root)).fetchall()
-        return [Summed(function, tuple(roots.split(_SEPARATOR)), bytes(packed)) for function, roots, packed in rows]
+            rows = db.execute(f"SELECT function, roots, rows FROM released_sums WHERE {where}", params).fetchall()
+        return list(dict.fromkeys(Summed(function, tuple(roots.split(_SEPARATOR)), _padded(packed, n_root))
+                                  for function, roots, packed in rows))
 
     def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
+        self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
         with self._connect() as db:
             db.executemany("INSERT OR IGNORE INTO released_sums VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -166,17 +257,20 @@ class History:
         """This site's records (packed) of every cell of ``table`` released pooled over sites, each with
         the cell's pooled count, the column it is an interval of and, where the sites gave it one, its
         identity (:class:`~dsfed_server.disclosure.differencing.PooledCell`)."""
+        where, params = self._where(table, n_root)
         with self._connect() as db:
-            rows = db.execute("SELECT rows, pooled_count, column_name, '' FROM pooled_rows WHERE table_key = ? "
-                              "AND n_root = ? UNION ALL SELECT rows, pooled_count, column_name, cell_id FROM "
-                              "pooled_cells WHERE table_key = ? AND n_root = ?", (table, n_root, table, n_root)
-                              ).fetchall()
-        return [PooledCell(np.frombuffer(row, dtype=np.uint8), int(count), column, cell_id)
-                for row, count, column, cell_id in rows]
+            rows = db.execute(f"SELECT rows, pooled_count, column_name, '' FROM pooled_rows WHERE {where} UNION ALL "
+                              f"SELECT rows, pooled_count, column_name, cell_id FROM pooled_cells WHERE {where}",
+                              params + params).fetchall()
+        kept = dict.fromkeys((_padded(packed, n_root), int(count), column, cell_id)
+                             for packed, count, column, cell_id in rows)
+        return [PooledCell(np.frombuffer(packed, dtype=np.uint8), count, column, cell_id)
+                for packed, count, column, cell_id in kept]
 
     def record_pooled_row_sets(self, table: str, n_root: int, cells: list[PooledCell], *, analyst: str) -> None:
         """Keep this site's records of pooled cells of ``table`` (of ``n_root`` records; boolean or packed),
         each under its identity where it has one."""
+        self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
         rows = [(c, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes()) for c in cells]
         with self._connect() as db:
@@ -188,6 +282,7 @@ class History:
                             if c.cell_id])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
+        self._sizes(table, int(rows.size))  # the table's digests at this size kept first
         with self._connect() as db:
             db.execute("INSERT OR IGNORE INTO subset_rows VALUES (?, ?, ?, ?, ?)",
                        (table, int(rows.size), np.packbits(rows).tobytes(), analyst, utc_now()))

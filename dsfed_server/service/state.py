@@ -76,8 +76,9 @@ class SiteState:
         self.identity = secure_sum.identity_key(self.secret)  # signs this site's secure-aggregation keys
         self.peers = {name: secure_sum.parse_identity(key) for name, key in config.federation.peers.items()}
         self.ledger = Ledger(resolve(base_dir, config.site.ledger))  # privacy budget spent, per analyst x table
-        # cuts released per table column and subsets made per table, all analysts, persisted (history.py)
-        self.history = History(resolve(base_dir, config.site.ledger))
+        # cuts released per table column and subsets made per table, all analysts, persisted (history.py); the
+        # digests of the tables' first records carry a table's row sets over to it once it grew
+        self.history = History(resolve(base_dir, config.site.ledger), self.catalog.prefix_digests)
         ledger = resolve(base_dir, config.site.ledger)
         self.models = ModelStore(resolve(base_dir, config.site.models_dir) if config.site.models_dir
                                  else ledger.with_name(ledger.stem + "-models"))

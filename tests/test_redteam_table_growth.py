@@ -1,0 +1,168 @@
+"""Red team: temporal differencing across a table that grows between two runs of its site.
+
+The site's export gains records while it is down: the hospital appends this month's admissions to the
+CSV file the catalog reads, and the administrator restarts the site (the engines count a table's records
+once per run and refuse a read of another number, so a restart is how the site serves the grown table).
+The release history keeps every row set over the table's record positions; the first 60 records are the
+same records at the same positions after the growth.
+
+60 records in four wards of 15; the BMI is missing at 5 of them (a pattern 5 share, so the site keeps
+them, docs/governance.md): 1 each of wards a, b and c, 2 of ward d. Before the growth the analyst asks
+the table of the ward and the mean age by ward (``meanSdGpDS(D$age, D$ward)``). Ten admissions are
+appended, all to ward d, and the site restarts. Then the analyst asks the mean of ``D$age + 0*D$bmi`` by
+ward (the age over the records with a BMI). Wards a, b and c hold no new record: each group is its ward
+of before less the one record missing its BMI, and the earlier ward sums less these read that record's
+age -- the very comparison the row-set audit withholds on a table that did not grow.
+
+The attack knows the truth and counts the old records whose age it read exactly. With the earlier row sets
+forgotten once the table grew (the control: the history looked up only at the table's current size, as
+before the fix) it reads 3, one of each of wards a, b and c. Now the earlier row sets apply to the grown
+table (its first 60 records are checked unchanged by their digest, and the earlier sets read with the new
+records outside them): groups a, b and c each differ by one record from an earlier ward cell, the site
+withholds them (and d, which would complete their sum), and the attack reads nothing.
+
+A table whose earlier records changed (edited, deleted, reordered) cannot be matched with its history:
+audited releases from it are refused, saying what the site administrator does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_server.disclosure import history
+from dsfed_server.service import SiteService
+from sitekit import make_sites
+from test_derived_column_attacks import synthetic_frame
+
+WARDS = ("a", "b", "c", "d")
+LACKING = [0, 1, 2, 3, 7]  # positions missing their BMI (ward = position % 4): one of a, b, c; two of d
+NEW = 10  # admissions appended to ward d
+
+
+def frame() -> pd.DataFrame:
+    data = synthetic_frame(11, 60)
+    data["ward"] = np.array(WARDS)[np.arange(60) % 4]
+    data["bmi"] = np.round(np.random.default_rng(2).normal(26, 4, 60), 1)
+    data.loc[LACKING, "bmi"] = np.nan
+    return data
+
+
+def admissions(old: pd.DataFrame) -> pd.DataFrame:
+    """Ten new records of ward d, each value one an old record holds (within the dictionary's ranges)."""
+    rng = np.random.default_rng(3)
+    new = old.iloc[rng.choice(np.flatnonzero(old.bmi.notna()), NEW, replace=False)].reset_index(drop=True)
+    new["ward"] = "d"
+    new["score"] = np.round(rng.uniform(0.01, 0.99, NEW), 6)
+    return new
+
+
+def restart_with(provisioned: dict, services: dict, change) -> dict[str, SiteService]:
+    """The site stopped, its data file changed by ``change(path)`` as an administrator would, and started
+    again on the same configuration (the same ledger)."""
+    services["s1"].catalog.close()
+    change(provisioned["s1"].config.parent.parent / "data" / "s1" / "P" / "t.csv")
+    return {"s1": SiteService.from_config_file(provisioned["s1"].config)}
+
+
+def by_ward(session, expression: str) -> dict:
+    return next(iter(session.aggregate_expr(f"meanSdGpDS({expression}, D$ward)").values()))
+
+
+def attack(tmp_path: Path, withheld: list[str]) -> tuple[dict[str, float], str | None]:
+    """The ages read of old records missing their BMI, per ward (where read), and the refusal's rule if the
+    last release was refused; the groups the last release withheld are added to ``withheld``."""
+    truth = frame()
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        before_n = session.table1d("D$ward").as_dict()
+        before = by_ward(session, "D$age")
+    new = admissions(truth)
+    services = restart_with(provisioned, services,
+                            lambda csv: new[truth.columns].to_csv(csv, mode="a", header=False, index=False))
+    read: dict[str, float] = {}
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        session.derive("V", "D$age + 0*D$bmi")
+        try:
+            after = by_ward(session, "V")
+        except FederatedCallError as exc:
+            return read, next(iter(exc.failures.values())).rule
+    withheld.extend(after.get("withheld", []))
+    for at, ward in enumerate(WARDS[:3]):
+        if after["N_gp"][at] is None:
+            continue
+        lacking = before_n[ward] - after["N_gp"][at]
+        ages = before["Mean_gp"][at] * before["N_gp"][at] - after["Mean_gp"][at] * after["N_gp"][at]
+        if lacking == 1:
+            read[ward] = ages
+    return read, None
+
+
+@pytest.mark.parametrize("mapped", [True, False], ids=["shipped", "history-at-current-size-only"])
+def test_releases_after_the_table_grew_read_no_old_record(tmp_path: Path, monkeypatch, mapped: bool):
+    if not mapped:  # the control: the history as it was looked up before the fix
+        monkeypatch.setattr(history.History, "_sizes", lambda self, table, n: (n,))
+    truth = frame()
+    withheld: list[str] = []
+    read, refused = attack(tmp_path, withheld)
+    want = {WARDS[p % 4]: float(truth.age[p]) for p in LACKING if p % 4 < 3}
+    recovered = sorted(w for w, age in read.items() if abs(age - want[w]) < 1e-6)
+    print(f"ATTACK temporal differencing across a grown table (default.toml, {NEW} records appended, site "
+          f"restarted; earlier row sets {'applied' if mapped else 'forgotten'}): read the age of "
+          f"{len(recovered)} old records {recovered} (truth {want}, read {read}, refused {refused})")
+    assert recovered == ([] if mapped else ["a", "b", "c"])
+    assert refused is None and withheld == (["1", "2", "3", "4"] if mapped else [])
+
+
+def test_an_honest_table_after_the_growth_is_released(tmp_path: Path):
+    """The table of the ward and the mean age on the grown table, after the same releases on the table before:
+    wards a, b and c hold the same records as before, ward d ten more, so every cell is released, equal to
+    the counts and the mean of the 70 records."""
+    truth = frame()
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        session.table1d("D$ward")
+        by_ward(session, "D$age")
+    new = admissions(truth)
+    services = restart_with(provisioned, services,
+                            lambda csv: new[truth.columns].to_csv(csv, mode="a", header=False, index=False))
+    grown = pd.concat([truth, new], ignore_index=True)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        counts = session.table1d("D$ward").as_dict()
+        means = by_ward(session, "D$age")
+    assert counts == {w: int(n) for w, n in grown.ward.value_counts().items()}
+    np.testing.assert_allclose(means["Mean_gp"], grown.groupby("ward").age.mean().to_numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("change", ["edited", "reordered", "deleted"])
+def test_a_table_whose_earlier_records_changed_refuses_audited_releases(tmp_path: Path, change: str):
+    """Where the site's data file changed otherwise than by records added at its end, the positions the release
+    history keeps name other records than its releases were over: a release audited against them is refused,
+    saying what the site administrator does; the history is not rewritten (the same refusal after a second
+    restart, shown once)."""
+    truth = frame()
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        session.table1d("D$ward")
+    changed = {"edited": truth.assign(age=truth.age.where(truth.index != 5, truth.age[5] + 1)),
+               "reordered": truth.iloc[np.r_[1, 0, 2:60]], "deleted": truth.drop(index=5)}[change]
+    for _ in range(2 if change == "edited" else 1):
+        services = restart_with(provisioned, services, lambda csv: changed.to_csv(csv, index=False))
+        with inprocess_builder(provisioned, services).login() as session:
+            session.assign_table("D", "P.t")
+            with pytest.raises(FederatedCallError) as refused:
+                session.table1d("D$ward")
+        failure = next(iter(refused.value.failures.values()))
+        assert failure.rule == "disclosure.subset_min_difference"
+        assert "table P.t changed since releases were made from it" in failure.message
+        assert "restores the table's earlier records, in their order" in failure.hint
