@@ -199,10 +199,11 @@ class History:
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
         return tuple(sorted({*recorded, n}))
 
-    def _where(self, table: str, n: int) -> tuple[str, tuple]:
-        """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records."""
+    def _where(self, table: str, n: int) -> tuple[str, tuple, bool]:
+        """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records, and whether
+        some were kept at an earlier size (then padded, and the same set kept at two sizes read once)."""
         sizes = self._sizes(table, n)
-        return f"table_key = ? AND n_root IN ({', '.join('?' * len(sizes))})", (table, *sizes)
+        return f"table_key = ? AND n_root IN ({', '.join('?' * len(sizes))})", (table, *sizes), len(sizes) > 1
 
     # --- cuts ------------------------------------------------------------------------------
 
@@ -229,21 +230,23 @@ class History:
     def row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """The row sets of every subset and released cell of ``table``, packed by ``np.packbits`` as
         they are kept (1 bit a record: :func:`~dsfed_server.disclosure.differencing.bits` reads one)."""
-        where, params = self._where(table, n_root)
+        where, params, grew = self._where(table, n_root)
         with self._connect() as db:
-            rows = db.execute(f"SELECT rows FROM subset_rows WHERE {where}", params).fetchall()
-        return [np.frombuffer(row, dtype=np.uint8) for row in dict.fromkeys(_padded(r, n_root) for (r,) in rows)]
+            rows = [row for (row,) in db.execute(f"SELECT rows FROM subset_rows WHERE {where}", params)]
+        return [np.frombuffer(row, dtype=np.uint8) for row in (dict.fromkeys(_padded(r, n_root) for r in rows)
+                                                                if grew else rows)]
 
     # --- sums of functions ----------------------------------------------------------------------
 
     def sums(self, table: str, n_root: int) -> list[Summed]:
         """Every function summed exactly over a row set of ``table``
         (:mod:`~dsfed_server.disclosure.equations`)."""
-        where, params = self._where(table, n_root)
+        where, params, grew = self._where(table, n_root)
         with self._connect() as db:
             rows = db.execute(f"SELECT function, roots, rows FROM released_sums WHERE {where}", params).fetchall()
-        return list(dict.fromkeys(Summed(function, tuple(roots.split(_SEPARATOR)), _padded(packed, n_root))
-                                  for function, roots, packed in rows))
+        sums = [Summed(function, tuple(roots.split(_SEPARATOR)), _padded(packed, n_root) if grew else bytes(packed))
+                for function, roots, packed in rows]
+        return list(dict.fromkeys(sums)) if grew else sums
 
     def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
         self._sizes(table, n_root)  # the table's digests at this size kept first
@@ -257,14 +260,14 @@ class History:
         """This site's records (packed) of every cell of ``table`` released pooled over sites, each with
         the cell's pooled count, the column it is an interval of and, where the sites gave it one, its
         identity (:class:`~dsfed_server.disclosure.differencing.PooledCell`)."""
-        where, params = self._where(table, n_root)
+        where, params, grew = self._where(table, n_root)
         with self._connect() as db:
             rows = db.execute(f"SELECT rows, pooled_count, column_name, '' FROM pooled_rows WHERE {where} UNION ALL "
                               f"SELECT rows, pooled_count, column_name, cell_id FROM pooled_cells WHERE {where}",
                               params + params).fetchall()
         kept = dict.fromkeys((_padded(packed, n_root), int(count), column, cell_id)
-                             for packed, count, column, cell_id in rows)
-        return [PooledCell(np.frombuffer(packed, dtype=np.uint8), count, column, cell_id)
+                             for packed, count, column, cell_id in rows) if grew else rows
+        return [PooledCell(np.frombuffer(packed, dtype=np.uint8), int(count), column, cell_id)
                 for packed, count, column, cell_id in kept]
 
     def record_pooled_row_sets(self, table: str, n_root: int, cells: list[PooledCell], *, analyst: str) -> None:
