@@ -57,10 +57,12 @@ CHECKS = ["shipped", "weights-check-only", "separation-check-removed"]
 
 
 def take_out(monkeypatch, checks: str, module) -> None:
-    """The checks of ``checks`` taken out: the outcome check (all but "shipped"), and the working weights'
-    (``module._parts`` reporting every step's weights as resting on infinitely many records)."""
+    """The checks of ``checks`` taken out: the outcome checks, by its roots and by the site's own fit (all but
+    "shipped"), and the working weights' (``module._parts`` reporting every step's weights as resting on
+    infinitely many records)."""
     if checks != "shipped":
         monkeypatch.setattr(Guard, "outcome_roots", lambda self, *args, **kwargs: None)
+        monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
     if checks == "separation-check-removed":
         original = glm._parts
         monkeypatch.setattr(module, "_parts", lambda fam, mf, beta: (original(fam, mf, beta)[0], float("inf")))

@@ -123,6 +123,7 @@ def test_the_steps_before_the_refusal_read_no_record(tmp_path: Path, monkeypatch
     truth = synthetic_frame(7, 60)
     if not check:  # the rules as they were: only the working weights stop the fit
         monkeypatch.setattr(Guard, "outcome_roots", lambda self, *args, **kwargs: None)
+        monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
     with fixed_secrets("glm separation"):
         provisioned, services = make_sites(tmp_path, {"s1": truth})
     fits: dict[float, list[Step]] = {}

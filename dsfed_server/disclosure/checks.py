@@ -14,7 +14,7 @@ import secrets
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from dsfed_core.calltree import Column, Node, Symbol
 from dsfed_server.disclosure.accountant import Cap, Caps
 from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_moment, too_many
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
-from dsfed_server.disclosure.expressions import Classified, ExpressionRefused, Meaning, classify
+from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, isolated_records,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
@@ -203,9 +203,10 @@ class Guard:
         at every step (a least-squares fit: its sums are the moments :meth:`exact_sums` counts, and ``bmi ~
         weight`` stays a regression). A table's own outcome (its root is itself) against other columns, and a
         calibration ``y ~ logit(p)`` (roots y and p), are not affected; a column without provenance (its root
-        only its records' order) is compared with nothing. Rule ``disclosure.cut_history``: the outcome is a
-        cut the model reads the records next to, which the cut history is there to keep; a site that keeps
-        none guards no cut's neighbours (two cuts a record apart read it), and this check goes with it."""
+        only its records' order) is compared with nothing (:meth:`foreseen_weights` fits it). Rule
+        ``disclosure.cut_history``: the outcome is a cut the model reads the records next to, which the cut
+        history is there to keep; a site that keeps none guards no cut's neighbours (two cuts a record apart
+        read it), and this check goes with it."""
         if (family, link) == ("gaussian", "identity") or not self.rule("disclosure.cut_history"):
             return
         name, found = outcome
@@ -225,6 +226,45 @@ class Guard:
                 f"model a recorded outcome (a table column), or cut the covariate in the formula instead "
                 f"(ifelse(D${shared[0]} > t, 1, 0) as a covariate of another outcome); an outcome computed "
                 f"from other columns than the covariates' is fitted")
+
+    def foreseen_weights(self, family: str, link: str, outcome: tuple[str, Meaning], path: Iterable[float]) -> None:
+        """Refuse, before any step is released, a GLM whose outcome is not a recorded column (a column derived
+        from others, a factor or a number made of one, values without provenance: ``outcome``, the response's
+        name and :class:`Meaning`) and whose fit of this site's own records would come to an iterate that
+        :meth:`working_weights` refuses (``path``: the effective sample size at each iterate of that fit, as
+        R's ``glm.fit`` runs it, computed as it is read).
+
+        :meth:`outcome_roots` reads the outcome's expression; what it cannot read is a cut of another column
+        that orders the records as a covariate does (a weight in kg stored again in lb, a score beside its
+        logit, a BMI against the log weight and log height), and it compares nothing for an outcome without
+        provenance. Such an outcome is separated by the covariates, completely or quasi-completely (Albert &
+        Anderson 1984), as the site sees on its own records: Fisher scoring does not converge, the slope grows
+        at every step, and the steps released before the working weights gather on fewer than q records are
+        sums over the records next to the boundary, which solved together over several cuts read the column
+        (``tests/test_glm_outcome_orders_attacks.py``). So the site fits its records alone first and refuses
+        the fit if any iterate's weights would rest on fewer than q records: the threshold of
+        :meth:`working_weights`, applied to the fit the site can foresee instead of at the step where it
+        gathers. A recorded outcome is not checked here: no analyst chose where it changes, so no series
+        of cuts moves its boundary across the records, and its steps are checked as they come. Nor is the
+        identity-linked Gaussian, whose working weights are its prior weights at every step. An outcome
+        separated at this site only is refused even where the fit pooled over the sites would not be:
+        the site cannot see the others' records. Where the site keeps no cut history (``disclosure.cut_history``)
+        it guards no cut's neighbours, and this check goes with it, as :meth:`outcome_roots` does."""
+        if (family, link) == ("gaussian", "identity") or not self.rule("disclosure.cut_history"):
+            return
+        name, found = outcome
+        if found.function is X and all(r.table != NO_TABLE for r in found.roots):
+            return
+        q = self.q
+        if all(effective >= q for effective in path):  # not a number (weights that overflow) counts as fewer
+            return
+        raise self._refuse(
+            f"the outcome {name} is not a recorded column, and the model's fit of this site's records alone comes "
+            f"to an iterate whose working weights rest on fewer than {q} of the records: the covariates (nearly) "
+            "separate the outcome, and the fit's steps would read the records next to the boundary",
+            "disclosure.q_threshold",
+            "model a recorded outcome, or a cut of a column that the covariates do not order the records by "
+            "(a cut of a weight in lb separates a model of the weight in kg)")
 
     def min_count(self, n: int, what: str = "valid values", *, allow_zero: bool = False) -> None:
         """Any aggregate rests on at least q records (rule A1 of Schalk et al. 2024; nfilter.tab); with

@@ -12,7 +12,8 @@ and :math:`z = \\eta - \\text{offset} + (y - \\mu)/\\mu'(\\eta)` exactly as in R
 Disclosure checks (DataSHIELD ``glmDS1``, :func:`check_frame`): at least q records; at most
 ``glm_saturation`` x n parameters; factor levels of 0 or at least q records; a binary outcome or
 covariate whose smaller level has fewer than q records is refused; so is an outcome computed from a column
-that a covariate, the offset or the weights also read (:func:`check_outcome`: separated by construction).
+that a covariate, the offset or the weights also read (:func:`check_outcome`: separated by construction), and an
+outcome that is not a recorded column whose fit of the site's own records gathers its weights on fewer than q.
 Coefficients from the analyst (:func:`check_coefficients`) are accepted only where the rules allow them
 and only if they keep the linear predictor within ``glm_max_linear_predictor`` over the declared ranges of the data.
 """
@@ -94,15 +95,17 @@ def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.Dat
     yield from check_formula(ctx, formula, data)
     mf = _frame_of(ctx.session, formula, fam, data, weights, offset, levels)
     check_frame(ctx.guard, mf, fam, formula)
-    check_outcome(ctx, formula, fam, _model_table(data, formula, weights, offset), weights, offset)
+    check_outcome(ctx, formula, fam, mf, _model_table(data, formula, weights, offset), weights, offset)
     return mf
 
 
-def check_outcome(ctx: CallContext, formula: Formula, fam: Family, table: pd.DataFrame, weights: str | None,
-                  offset: str | None) -> None:
+def check_outcome(ctx: CallContext, formula: Formula, fam: Family, mf: ModelFrame, table: pd.DataFrame,
+                  weights: str | None, offset: str | None) -> None:
     """The outcome is computed from no column that a covariate, the offset or the weights read
     (:meth:`~dsfed_server.disclosure.checks.Guard.outcome_roots`): each variable's root columns, a computed
-    term's (``log(age)``, ``I(age/10)``) those of the columns its expression reads."""
+    term's (``log(age)``, ``I(age/10)``) those of the columns its expression reads; and an outcome that is
+    not a recorded column is not separated by the covariates on this site's records
+    (:meth:`~dsfed_server.disclosure.checks.Guard.foreseen_weights`, :func:`own_fit`)."""
     response = formula.response
     if response is None:
         return
@@ -110,7 +113,36 @@ def check_outcome(ctx: CallContext, formula: Formula, fam: Family, table: pd.Dat
     reads = [(f"covariate {v}", _meaning_of(ctx, table, v)) for v in covariates]
     reads += [(f"{what} {v}", _meaning_of(ctx, table, v)) for what, v in (("offset", offset), ("weights", weights))
               if v]
-    ctx.guard.outcome_roots(fam.name, fam.link, (response, _meaning_of(ctx, table, response)), reads)
+    outcome = (response, _meaning_of(ctx, table, response))
+    ctx.guard.outcome_roots(fam.name, fam.link, outcome, reads)
+    key = ("glm own fit", formula.to_text(), fam.name, fam.link, weights, offset)
+
+    def path() -> Generator[float, None, None]:  # fitted only if the guard reads it, once per model frame
+        yield from ctx.session.memo(key, mf, lambda: list(own_fit(fam, mf)))
+
+    ctx.guard.foreseen_weights(fam.name, fam.link, outcome, path())
+
+
+def own_fit(fam: Family, mf: ModelFrame, maxit: int = 25) -> Generator[float, None, None]:
+    """The effective sample size of the working weights (:func:`_parts`) at each iterate of the fit of this
+    site's records alone, as R's ``glm.fit`` runs it: from the start (``mustart``), Fisher scoring until the
+    deviance settles (:math:`|D - D_{old}| / (|D| + 0.1) < 10^{-8}`) or ``maxit`` iterations
+    (``glm.control``'s defaults); not a number where the deviance is no longer finite."""
+    beta, previous = None, np.inf
+    for _ in range(maxit + 1):
+        try:
+            parts, effective = _parts(fam, mf, beta)
+        except CallError:  # the deviance overflowed: the weights have gathered beyond measure
+            yield float("nan")
+            return
+        yield effective
+        if abs(parts["dev"] - previous) / (abs(parts["dev"]) + 0.1) < 1e-8:
+            return
+        previous = parts["dev"]
+        try:
+            beta = np.linalg.solve(np.asarray(parts["info.matrix"]), np.asarray(parts["xwz"]))
+        except np.linalg.LinAlgError:  # collinear covariates: the fit's own steps say so
+            return
 
 
 def _meaning_of(ctx: CallContext, table: pd.DataFrame, name: str) -> Meaning:
