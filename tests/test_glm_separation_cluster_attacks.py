@@ -85,29 +85,35 @@ def solve_column(fits: dict[float, list[Step]], n: int) -> np.ndarray:
     y = {cut: (np.arange(n) >= n - above[cut][0]).astype(float) for cut in cuts}
     later = [(cut, b, info, score, dev) for cut in cuts for b, info, score, dev in fits[cut] if b is not None]
 
+    # every later step's iterate, the 0/1 outcome of its cut per record, its information, score and deviance
+    b0, b1 = (np.array([b[i] for _, b, _, _, _ in later])[:, None] for i in (0, 1))
+    ys = np.array([y[cut] for cut, *_ in later])
+    i00, i01, i11 = (np.array([info[j, k] for _, _, info, _, _ in later])[:, None] for j, k in ((0, 0), (0, 1), (1, 1)))
+    s0, s1 = (np.array([score[j] for _, _, _, score, _ in later])[:, None] for j in (0, 1))
+    devs = np.array([dev for *_, dev in later])[:, None]
+    scale = np.maximum(devs, 1)
+    ya = np.array([y[cut] for cut in cuts])
+    sums_above = np.array([above[cut][1] for cut in cuts])
+    scale_above = np.maximum(sums_above, 1)[:, None]
+
     def residuals(u: np.ndarray) -> np.ndarray:
-        r = []
-        for cut, b, info, score, dev in later:
-            mu = expit(b[0] + b[1] * u)
-            w = mu * (1 - mu)
-            deviance = 2 * np.sum(np.where(y[cut] > 0, -np.log(mu), -np.log1p(-mu)))
-            r += [(w.sum() - info[0, 0]) / info[0, 0], ((w * u).sum() - info[0, 1]) / info[0, 1],
-                  ((w * u * u).sum() - info[1, 1]) / info[1, 1], ((y[cut] - mu).sum() - score[0]) / info[0, 0],
-                  (((y[cut] - mu) * u).sum() - score[1]) / info[0, 1], (deviance - dev) / max(dev, 1)]
-        r += [((u * y[cut]).sum() - above[cut][1]) / max(above[cut][1], 1) for cut in cuts]
-        return np.array(r)
+        mu = expit(b0 + b1 * u)
+        w = mu * (1 - mu)
+        deviance = 2 * np.sum(np.where(ys > 0, -np.log(mu), -np.log1p(-mu)), axis=1, keepdims=True)
+        per_step = [(w.sum(axis=1, keepdims=True) - i00) / i00, ((w * u).sum(axis=1, keepdims=True) - i01) / i01,
+                    ((w * u * u).sum(axis=1, keepdims=True) - i11) / i11,
+                    ((ys - mu).sum(axis=1, keepdims=True) - s0) / i00,
+                    (((ys - mu) * u).sum(axis=1, keepdims=True) - s1) / i01, (deviance - devs) / scale]
+        starts = ((ya * u).sum(axis=1) - sums_above) / scale_above[:, 0]
+        return np.concatenate([np.hstack(per_step).ravel(), starts])
 
     def jacobian(u: np.ndarray) -> np.ndarray:
-        rows = []
-        for cut, b, info, score, dev in later:
-            mu = expit(b[0] + b[1] * u)
-            w = mu * (1 - mu)
-            dw = b[1] * w * (1 - 2 * mu)
-            rows += [dw / info[0, 0], (dw * u + w) / info[0, 1], (dw * u * u + 2 * w * u) / info[1, 1],
-                     -b[1] * w / info[0, 0], (-b[1] * w * u + (y[cut] - mu)) / info[0, 1],
-                     2 * b[1] * (mu - y[cut]) / max(dev, 1)]
-        rows += [y[cut] / max(above[cut][1], 1) for cut in cuts]
-        return np.array(rows)
+        mu = expit(b0 + b1 * u)
+        w = mu * (1 - mu)
+        dw = b1 * w * (1 - 2 * mu)
+        per_step = [dw / i00, (dw * u + w) / i01, (dw * u * u + 2 * w * u) / i11, -b1 * w / i00,
+                    (-b1 * w * u + (ys - mu)) / i01, 2 * b1 * (mu - ys) / scale]
+        return np.concatenate([np.stack(per_step, axis=1).reshape(-1, n), ya / scale_above])
 
     start = np.empty(n)
     for a, b in set(zip(lo, hi)):  # evenly within each rank's interval
