@@ -21,8 +21,10 @@ table (its first 60 records are checked unchanged by their digest, and the earli
 records outside them): groups a, b and c each differ by one record from an earlier ward cell, the site
 withholds them (and d, which would complete their sum), and the attack reads nothing.
 
-A table whose earlier records changed (edited, deleted, reordered) cannot be matched with its history:
-audited releases from it are refused, saying what the site administrator does.
+A table whose earlier records changed (edited, deleted, reordered) cannot be matched with its history, and a
+whole-table mean before and after a deletion or an edit reads the record (found by review: the site refused the
+audited releases only, and the mean of 59 records against that of 60 gave the deleted record's age): the table is
+refused when assigned, saying what the site administrator does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pytest
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_server.disclosure import history
+from dsfed_server.disclosure.checks import Guard
 from dsfed_server.service import SiteService
 from sitekit import make_sites
 from test_derived_column_attacks import synthetic_frame
@@ -143,26 +146,64 @@ def test_an_honest_table_after_the_growth_is_released(tmp_path: Path):
     np.testing.assert_allclose(means["Mean_gp"], grown.groupby("ward").age.mean().to_numpy(), rtol=1e-12)
 
 
+def changed_table(truth: pd.DataFrame, change: str) -> pd.DataFrame:
+    """The data file as an administrator changed it otherwise than by records added at its end."""
+    return {"edited": truth.assign(age=truth.age.where(truth.index != 5, truth.age[5] + 7)),
+            "reordered": truth.iloc[np.r_[1, 0, 2:60]], "deleted": truth.drop(index=5)}[change]
+
+
 @pytest.mark.parametrize("change", ["edited", "reordered", "deleted"])
-def test_a_table_whose_earlier_records_changed_refuses_audited_releases(tmp_path: Path, change: str):
+def test_a_table_whose_earlier_records_changed_is_refused(tmp_path: Path, change: str):
     """Where the site's data file changed otherwise than by records added at its end, the positions the release
-    history keeps name other records than its releases were over: a release audited against them is refused,
-    saying what the site administrator does; the history is not rewritten (the same refusal after a second
-    restart, shown once)."""
+    history keeps name other records than its releases were over, and a release now beside one then would
+    single out the records changed: the table is refused when assigned, saying what the site administrator does;
+    the history is not rewritten (the same refusal after a second restart, shown once)."""
     truth = frame()
     provisioned, services = make_sites(tmp_path, {"s1": truth})
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         session.table1d("D$ward")
-    changed = {"edited": truth.assign(age=truth.age.where(truth.index != 5, truth.age[5] + 1)),
-               "reordered": truth.iloc[np.r_[1, 0, 2:60]], "deleted": truth.drop(index=5)}[change]
+    changed = changed_table(truth, change)
     for _ in range(2 if change == "edited" else 1):
         services = restart_with(provisioned, services, lambda csv: changed.to_csv(csv, index=False))
         with inprocess_builder(provisioned, services).login() as session:
-            session.assign_table("D", "P.t")
             with pytest.raises(FederatedCallError) as refused:
-                session.table1d("D$ward")
+                session.assign_table("D", "P.t")
         failure = next(iter(refused.value.failures.values()))
         assert failure.rule == "disclosure.subset_min_difference"
-        assert "table P.t changed since releases were made from it" in failure.message
+        assert "table P.t changed since it was read for releases" in failure.message
         assert "restores the table's earlier records, in their order" in failure.hint
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["shipped", "no-check-when-assigned"])
+@pytest.mark.parametrize("change", ["edited", "deleted"])
+def test_a_whole_table_mean_before_and_after_a_change_reads_no_record(tmp_path: Path, monkeypatch, change: str,
+                                                                     checked: bool):
+    """A withdrawn consent (record 5 deleted) or a corrected age (record 5's age + 7), the site restarted: the
+    mean age of the whole table before and after gives the record's age, or the correction, exactly -- no row
+    set is audited for a whole table, so only the check when the table is assigned stands in the way (the
+    control, without it, reads them)."""
+    if not checked:
+        monkeypatch.setattr(Guard, "table_unchanged", lambda self, table, n_root: None)
+    truth = frame()
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        before = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+    changed = changed_table(truth, change)
+    services = restart_with(provisioned, services, lambda csv: changed.to_csv(csv, index=False))
+    read, refused = None, None
+    with inprocess_builder(provisioned, services).login() as session:
+        try:
+            session.assign_table("D", "P.t")
+            after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+            read = before["EstimatedMean"] * before["Nvalid"] - after["EstimatedMean"] * after["Nvalid"]
+        except FederatedCallError as exc:
+            refused = next(iter(exc.failures.values())).rule
+    want = float(truth.age[5]) if change == "deleted" else -7.0
+    print(f"ATTACK whole-table mean before and after record 5 {change} (default.toml, site restarted; "
+          f"{'checked' if checked else 'not checked'} when assigned): read {read} (truth {want}), refused {refused}")
+    if checked:
+        assert read is None and refused == "disclosure.subset_min_difference"
+    else:
+        assert read == pytest.approx(want, abs=1e-6)

@@ -591,6 +591,17 @@ class Guard:
                     "give a polynomial's roots)", SUMS_RULE, hint)
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
 
+    def table_unchanged(self, table: str, n_root: int) -> None:
+        """Refuse a table whose records changed since it was read here before, in any run of the site (edited,
+        deleted, reordered: :meth:`~dsfed_server.disclosure.history.History.table_records`), and keep its
+        records' digests at this size: a release of the whole table now, beside one then, gives the deleted or
+        edited record's values (a mean over 60 records less the same mean over 59), whether or not any release
+        of it was audited. Records added at the end change no earlier record; where the site keeps no release
+        history there is nothing to compare with (``disclosure.cut_history``)."""
+        self.applied.setdefault("disclosure.subset_min_difference")
+        if self.history is not None and self.rule("disclosure.cut_history"):
+            self.history.table_records(table, n_root)
+
     def leave_out_minimum(self, site: Rules) -> int | None:
         """How few records may share a pattern of missing values before the site leaves them out of a
         table (:mod:`~dsfed_server.disclosure.missingness`): the larger of q and ``subset_min_difference``

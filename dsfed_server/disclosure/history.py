@@ -141,9 +141,9 @@ def table_changed(table: str, size: int, n: int, digested: bool = True) -> Discl
     how = ("fewer records than then" if size > n else f"other values in its first {size} records than then"
            if digested else f"{n} records, releases having been made at {size} before the site kept digests of them")
     return DisclosureRefusal(
-        f"table {table} changed since releases were made from it ({how}: records edited, deleted or reordered, not "
-        "only added at the end): the site can no longer check a release against those earlier releases, which "
-        "could single out the records they differ by", rule="disclosure.subset_min_difference",
+        f"table {table} changed since it was read for releases ({how}: records edited, deleted or reordered, not "
+        "only added at the end): a release now, beside one then, could single out the records they differ by, "
+        "and the site can no longer check the one against the other", rule="disclosure.subset_min_difference",
         hint="the site's administrator restores the table's earlier records, in their order, and adds new records "
              "after them (docs/governance.md, 'A table that grows')")
 
@@ -198,6 +198,11 @@ class History:
                 db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
         return tuple(sorted({*recorded, n}))
+
+    def table_records(self, table: str, n: int) -> None:
+        """Keep ``table``'s digests at ``n`` records, and raise :func:`table_changed` where its first records
+        are not those of a size read before (decided once per table and size in a run)."""
+        self._sizes(table, n)
 
     def _where(self, table: str, n: int) -> tuple[str, tuple, bool]:
         """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records, and whether

@@ -64,6 +64,7 @@ def assign_table(ctx: CallContext, table: str | None, variables: list[str] | Non
     catalog = ctx.service.catalog
     frame = catalog.frame(table, variables or None)
     ctx.note_source(table)  # provenance: the privacy ledger's table key
+    ctx.guard.table_unchanged(table, len(frame))  # its earlier records as they were when read before
     minimum = ctx.guard.leave_out_minimum(ctx.service.rules)
     left_out = catalog.left_out(table, minimum) if minimum else None
     if left_out is None or not left_out.any():
