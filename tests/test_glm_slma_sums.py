@@ -7,9 +7,11 @@ slope k (Denning & Schlörer 1983's power sums, through the logistic curve). The
 ``disclosure.sums_per_record``, as the sites' own iterates of a pooled fit are.
 
 One site of 60 records under the shipped rules (``sitekit.make_sites``: default.toml), the age band of 14
-records of the iterate attacks; "read": a score the least-squares solution gives within 1e-3. The control, with
-the count taken out of ``glmSLMADS2``, reads 5 of 14 (17 of 54 over the four bands at c = 0.9); with the count, the
-fourth slope is refused and the six equations left read nothing.
+records of the iterate attacks; "read": a score two least-squares solves from other starts both give within 1e-3
+(where the equations are fewer than the scores, a solve lands anywhere, and once in a while near one). The control, with
+the count taken out of ``glmSLMADS2``, reads 5 of 14 (17 of 54 over the four bands at c = 0.9); with the count
+(a fit run to its end: one function of its columns), the fourth slope is refused and the six equations left read
+nothing.
 """
 
 from __future__ import annotations
@@ -51,15 +53,16 @@ def study_fits(session, m: int, refusals: list[str]) -> tuple[np.ndarray, np.nda
     return np.array(intercepts), np.array(information)
 
 
-def scores_solved(b: np.ndarray, information: np.ndarray, m: int, positives: float) -> np.ndarray:
-    """The m scores solving both equations of every fit released (least squares from 40 starts)."""
+def scores_solved(b: np.ndarray, information: np.ndarray, m: int, positives: float, seed: int) -> np.ndarray:
+    """The m scores solving both equations of every fit released (least squares from 40 starts drawn with
+    ``seed``)."""
     slopes = np.arange(1, b.size + 1)[:, None] * C
 
     def residuals(s: np.ndarray) -> np.ndarray:
         mu = expit(b[:, None] + slopes * s[None, :])
         return np.concatenate([mu.sum(axis=1) - positives, (mu * (1 - mu)).sum(axis=1) - information])
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     fits = (least_squares(residuals, np.sort(rng.uniform(0, 1, m)), bounds=(0, 1), xtol=1e-15, ftol=1e-15,
                           gtol=1e-15) for _ in range(40))
     return np.sort(min(fits, key=lambda fit: fit.cost).x)
@@ -75,8 +78,11 @@ def attack(tmp_path: Path, truth: pd.DataFrame) -> tuple[int, int, list[str]]:
         session.assign_expr("A", f'dataFrameSubsetDS2("D", "D$age", "{LO}", 6, NULL, NULL, FALSE)')
         session.assign_expr("S", f'dataFrameSubsetDS2("A", "A$age", "{HI}", 3, NULL, NULL, FALSE)')
         b, information = study_fits(session, len(band), refusals)
-    found = scores_solved(b, information, len(band), float(band.y.sum())) if b.size else np.full(len(band), np.nan)
-    read = int(np.sum(np.abs(found - np.sort(band.score.to_numpy())) < 1e-3))
+    true = np.sort(band.score.to_numpy())
+    # read: a score two solves from other starts both give within 1e-3 (an equation short, a solve lands anywhere)
+    found = [scores_solved(b, information, len(band), float(band.y.sum()), seed) if b.size
+             else np.full(len(band), np.nan) for seed in (0, 1)]
+    read = int(np.sum((np.abs(found[0] - true) < 1e-3) & (np.abs(found[1] - true) < 1e-3)))
     print(f"ATTACK glmSLMA logistic fits y ~ 1 with the offsets k*{C:g}*score over a band of {len(band)} records "
           f"(shipped rules): {b.size} fits released, read {read}; refusals {sorted(set(refusals))}")
     return read, len(band), refusals
