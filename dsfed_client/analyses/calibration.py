@@ -297,11 +297,14 @@ _EMPTY_TABLE = pd.DataFrame({name: pd.Series(dtype=float) for name in
                              ("lower", "upper", "n", "observed_1", "expected_1", "observed_0", "expected_0")})
 
 
-def group_table(b: BinnedSums) -> pd.DataFrame:
-    """Observed and expected events and non-events per non-empty group."""
+def group_table(b: BinnedSums, upper_closed: tuple[bool, ...] = ()) -> pd.DataFrame:
+    """Observed and expected events and non-events per non-empty group; with ``upper_closed`` (per group, the
+    sites' side of its upper edge), that too."""
     table = pd.DataFrame({"lower": b.edges[:-1], "upper": b.edges[1:], "n": b.n.astype(int),
                           "observed_1": b.sum_y, "expected_1": b.sum_p, "observed_0": b.n - b.sum_y,
                           "expected_0": b.n - b.sum_p})
+    if upper_closed and len(upper_closed) == len(table):
+        table["upper_closed"] = list(upper_closed)
     return table[table["n"] > 0].reset_index(drop=True)
 
 
@@ -351,9 +354,7 @@ def ds_hosmer_lemeshow(session: FederatedSession, truth: str, score: str, *, n_g
         breaks = np.arange(n_groups + 1) / n_groups  # k / g exactly, as the calibration bins' edges
         b = agg.bins("groupSumsDS", breaks, Ref(truth), Ref(score), [float(v) for v in breaks])
         groups = RiskGroups(b, True, 0, b.note(), b.was_coarsened)
-    table = _EMPTY_TABLE if groups.bins is None else group_table(groups.bins)
-    if groups.upper_closed and len(groups.upper_closed) == len(table):
-        table = table.assign(upper_closed=list(groups.upper_closed))
+    table = _EMPTY_TABLE if groups.bins is None else group_table(groups.bins, groups.upper_closed)
     statistic = hl_statistic(table) if groups.statistic is None else groups.statistic
     df = len(table) - 2 if groups.df is None else groups.df
     sizes = groups.sizes or tuple(int(v) for v in table["n"])
