@@ -370,4 +370,7 @@ class Catalog:
         return pd.DataFrame(dict(zip(names, self._served(self.info(ref), names))), copy=False)
 
     def close(self) -> None:
+        """Close the engine and drop the columns read."""
+        with self._lock:
+            self._columns.clear()
         self.engine.close()

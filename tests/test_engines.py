@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import http_builder, inprocess_builder
+from dsfed_core.errors import BackendUnavailable
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.analyses.suite import validate
 from dsfed_server.dictionary import CatalogError, Variable, write_dictionary
@@ -210,3 +211,27 @@ def test_a_table_beyond_the_memory_limit_completes_the_validation(tmp_path):
     # exact sums released pooled (Brier); the AUC from the sites' noisy histograms, within its noise
     assert report.brier.brier == pytest.approx(reference["brier"], rel=1e-9)
     assert report.discrimination.auc == pytest.approx(reference["auc"], abs=0.01)
+
+
+def _open_files(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if fd.exists() and Path(fd.readlink()) == path)
+
+
+def test_a_closed_site_releases_its_database_threads_and_files(gbsg2_frames, tmp_path):
+    """SiteService.close() closes the DuckDB database (its threads end), drops the columns read and
+    closes the access log's file; a read after it is refused, nothing read."""
+    threads = Path("/proc/self/task")
+    before = len(list(threads.iterdir()))
+    provisioned, services = _sites(tmp_path, {"site1": gbsg2_frames["site1"]}, "csv", "duckdb")
+    service = services["site1"]
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+    access_log = provisioned["site1"].audit_log.with_name("site1-access.log")
+    made = len(list(threads.iterdir()))
+    assert made > before and _open_files(access_log) == 1
+    service.close()
+    assert len(list(threads.iterdir())) < made and _open_files(access_log) == 0
+    with pytest.raises(BackendUnavailable, match="cannot read .* nothing was read"):
+        service.catalog.frame("P.t")

@@ -101,6 +101,18 @@ class SiteState:
             log.warning("site %s: R is not available; %s will be refused: %s",
                         self.name, ", ".join(needs_r), rbridge.unavailable_reason())
 
+    def close(self) -> None:
+        """Release what the site holds open: its engine's connection (DuckDB's database and the threads it
+        keeps), the columns read, and the access log's file. A site process never needs it (its end
+        releases them); a site made in a program's own process (:mod:`dsfed_server.inprocess`, tests,
+        simulations) is closed when done, or holds them until it is garbage -- and a FastAPI app made
+        over it (``create_app``) keeps it alive in FastAPI's caches of route functions for about 80
+        apps made after it. The service answers no calls after."""
+        self.catalog.close()
+        for handler in list(self.access_log.handlers):
+            self.access_log.removeHandler(handler)
+            handler.close()
+
     @contextmanager
     def audited(self, user: User, session: str | None, function: str, kind: str, call: str) -> Iterator[dict]:
         """Record the operation's outcome; the body may fill in fields (e.g. a new session id)."""
