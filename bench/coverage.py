@@ -21,6 +21,7 @@ leaves hide pairs of different scores (Schalk et al.'s (2024) risk is flat but f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -60,7 +61,10 @@ def simulate(reps: int, *, sites: int = 5, epsilon: float = 1.0, delta: float = 
     rules = bench_rules(workdir / "rules.toml", epsilon=epsilon, delta=delta)
     prov, services = inprocess_sites(workdir, sites, data, rules, seed=seed)
     rows = []
-    with login(prov, services).login() as session:
+    with contextlib.ExitStack() as stack:
+        for service in services.values():  # closed when done: their DuckDB databases, threads and files
+            stack.callback(service.close)
+        session = stack.enter_context(login(prov, services).login())
         for rep, pooled in enumerate(data.values()):
             y, p = pooled["y"].to_numpy(), pooled["score"].to_numpy()
             session.assign_table("D", f"{PROJECT}.rep{rep}")

@@ -4,6 +4,7 @@ the pooled reference data read straight from the fixture files, and synthetic si
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ from dsfed_server.inprocess import in_process
 from dsfed_server.launch import LocalSites
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
+from sitekit import close_made_sites
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "opal_fixtures"
@@ -64,8 +66,21 @@ def gbsg2_http(gbsg2_provisioned: dict[str, ProvisionedSite], tmp_path_factory: 
 
 
 @pytest.fixture(scope="session")
-def gbsg2_services(gbsg2_provisioned: dict[str, ProvisionedSite]) -> dict[str, SiteService]:
-    return {name: SiteService.from_config_file(p.config) for name, p in gbsg2_provisioned.items()}
+def gbsg2_services(gbsg2_provisioned: dict[str, ProvisionedSite]) -> Iterator[dict[str, SiteService]]:
+    services = {name: SiteService.from_config_file(p.config) for name, p in gbsg2_provisioned.items()}
+    yield services
+    for service in services.values():
+        service.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_made_sites() -> Iterator[None]:
+    """The sites a module's tests made (sitekit.make_sites), closed after its last test: a site left open
+    holds its DuckDB database (eight threads with DuckDB 2.0) and its access log's file, and FastAPI's
+    caches of route functions keep the last 80 or so sites whose app was made alive, open, for the rest of
+    the run."""
+    yield
+    close_made_sites()
 
 
 def http_builder(provisioned: dict[str, ProvisionedSite], urls: dict[str, str], user: str = "analyst",

@@ -90,6 +90,15 @@ def write_table(data_dir: Path, frame: pd.DataFrame, *, project: str = "P", tabl
     write_dictionary(folder / f"{table}.dictionary.json", project, table, variables)
 
 
+_MADE: list[SiteService] = []  # the services make_sites made, closed with their test module (conftest.py)
+
+
+def close_made_sites() -> None:
+    """Close the services :func:`make_sites` made (their DuckDB databases and threads, their files)."""
+    while _MADE:
+        _MADE.pop().close()
+
+
 def make_sites(tmp: Path, frames: dict[str, pd.DataFrame], rules: Path | None = None,
                idle_timeout_s: float = 1800, max_body_mb: int = 256, catalog: dict[str, str | int] | None = None
                ) -> tuple[dict[str, ProvisionedSite], dict[str, SiteService]]:
@@ -101,6 +110,7 @@ def make_sites(tmp: Path, frames: dict[str, pd.DataFrame], rules: Path | None = 
     provisioned = provision(tmp / "run", spec, idle_timeout_s=idle_timeout_s, max_body_mb=max_body_mb,
                             catalog=catalog)
     services = {name: SiteService.from_config_file(p.config) for name, p in provisioned.items()}
+    _MADE.extend(services.values())
     return provisioned, services
 
 
