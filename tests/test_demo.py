@@ -50,7 +50,7 @@ def test_demo_runs_end_to_end(demo, gbsg2_pooled):
 def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_pooled):
     """The default validation of the demo (pooled releases, histogram AUC), against pooled R: every
     calibration statistic to 1e-8, the curve and H with nothing merged, H-L C, ECE and MCE over R's
-    deciles less those beside the curve's edges (merged, and said), and the exact pooled AUC inside
+    deciles, those beside the curve's edges moved onto them or merged (and said), and the exact pooled AUC inside
     the noise-aware interval."""
     from rref import R_HOSLEM, R_PROC, r_eval, r_hl_on_edges, r_reference
 
@@ -61,15 +61,23 @@ def test_demo_calibration_equals_pooled_and_the_auc_ci_covers_it(demo, gbsg2_poo
     hl_c = r_reference("hl_c", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     hl_h = r_reference("hl_h", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     got_c, got_h = v["hl_c"], v["hl_h"]
-    # H-L C's groups are R's deciles, those beside the calibration curve's edges (released first) merged
-    # with the next (stated): C, ECE and MCE equal R over the groups released
+    # H-L C's groups are R's deciles, those beside the calibration curve's edges k/10 (released first) moved onto
+    # them (records below p < k/10) or merged with the next (stated): C, ECE and MCE equal R over the groups
+    # released, each group edge found as the decile or the curve's edge with as many records below
     assert hl_c[1] == 8 and got_c["df"] == len(got_c["group_sizes"]) - 2
-    r_below = np.cumsum(hl_c[3:])
-    assert set(np.cumsum(got_c["group_sizes"])) <= set(r_below)
+    r_below = list(np.cumsum(hl_c[3:]))
     deciles = r_eval("unique(quantile(p, 0:10/10))", p=p)
-    edges = [deciles[0]] + [deciles[1 + list(r_below).index(b)] for b in np.cumsum(got_c["group_sizes"])]
-    assert got_c["statistic"] == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-8)
-    assert got_c["complete"] == (len(edges) == 11) and (got_c["complete"] or "disclosure.cut_history" in got_c["cells"])
+    curve_below = {int(np.sum(p < k / 10)): k / 10 for k in range(1, 10)}
+    edges, closed = [deciles[0]], []
+    for b in np.cumsum(got_c["group_sizes"])[:-1]:
+        assert b in r_below or b in curve_below
+        edges.append(deciles[1 + r_below.index(b)] if b in r_below else curve_below[b])
+        closed.append(b in r_below)
+    edges.append(deciles[-1])
+    assert not np.isin(p, [e for e, c in zip(edges[1:-1], closed) if not c]).any()  # none on a moved edge here
+    assert got_c["statistic"] == pytest.approx(r_hl_on_edges(y, p, edges, [*closed, True]), rel=1e-8)
+    assert got_c["complete"] == (len(edges) == 11 and all(closed)) and (
+        got_c["complete"] or "disclosure.cut_history" in got_c["cells"])
     ece, mce = r_eval("g <- cut(p, e, include.lowest = TRUE); d <- abs(tapply(y, g, mean) - tapply(p, g, mean)); "
                       "n <- tapply(p, g, length); k <- !is.na(n); c(sum((n * d)[k]) / length(p), max(d[k]))",
                       y=y, p=p, e=np.asarray(edges))

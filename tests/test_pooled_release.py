@@ -42,7 +42,8 @@ def test_gbsg2_calibration_is_exact_at_small_sites(gbsg2_fresh, gbsg2_pooled):
     """Five sites of 45-55 records, q = 5: checked per site, bins and groups are merged and the table
     of menopausal status by outcome is refused (two sites hold a cell below q); checked pooled, H and
     the calibration curve equal R on the pooled records to 1e-8 with nothing merged, H-L C, ECE and MCE
-    equal R over R's deciles less those the calibration curve's edges make the sites drop (stated), and
+    equal R over R's deciles, those the calibration curve's edges leave too few records beside moved onto
+    those edges (stated), and
     the table is released, equal to R's table()."""
     y, p = gbsg2_pooled.y.to_numpy(), gbsg2_pooled.score.to_numpy()
     with inprocess_builder(*gbsg2_fresh).login() as s:
@@ -56,12 +57,16 @@ def test_gbsg2_calibration_is_exact_at_small_sites(gbsg2_fresh, gbsg2_pooled):
     hl_h = r_reference("hl_h", R_HOSLEM, y=y, p=p, g=np.array([10.0]))
     assert hl_c[1] == 8
     # the deciles' breaks would, with the calibration curve's edges released first, cut cells of 3 and 4
-    # records: those breaks are dropped, their groups merged, and C is the merged groups' (R's deciles merged)
+    # records: those breaks move onto the curve's edges (or, where they cannot, are dropped and their groups
+    # merged), and C is over the groups so placed (a moved edge keeps the curve's side: p < k/10 below it)
     edges = np.asarray(v.hl_c.table.lower.tolist() + [v.hl_c.table.upper.iloc[-1]])
+    closed = v.hl_c.table.upper_closed.tolist()
     deciles = r_eval("unique(quantile(p, 0:10/10))", p=p)
-    assert {int(np.sum(p <= e)) for e in edges[1:-1]} <= {int(np.sum(p <= d)) for d in deciles}  # R's, merged
-    assert 4 <= len(edges) < len(deciles)
-    assert v.hl_c.statistic == pytest.approx(r_hl_on_edges(y, p, edges), rel=1e-8)
+    ranks, curve = {int(np.sum(p <= d)) for d in deciles}, set(np.asarray(v.curve.edges, dtype=float).tolist())
+    assert all(int(np.sum(p <= e)) in ranks or e in curve for e in edges[1:-1])  # R's breaks, moved or merged
+    assert any(e in curve for e in edges[1:-1]) and 4 <= len(edges) <= len(deciles)
+    assert not np.isin(p, [e for e, c in zip(edges[1:-1], closed) if not c]).any()  # none on a moved edge here
+    assert v.hl_c.statistic == pytest.approx(r_hl_on_edges(y, p, edges, closed), rel=1e-8)
     assert v.hl_c.df == len(edges) - 3 and not v.hl_c.complete and "disclosure.cut_history" in v.hl_c.note()
     assert v.hl_h.statistic == pytest.approx(hl_h[0], rel=1e-8) and v.hl_h.df == hl_h[1]
     ece, mce = r_eval("g <- cut(p, e, include.lowest = TRUE); d <- abs(tapply(y, g, mean) - tapply(p, g, mean)); "
