@@ -111,7 +111,7 @@ def attack(tmp_path: Path, withheld: list[str]) -> tuple[dict[str, float], str |
 @pytest.mark.parametrize("mapped", [True, False], ids=["shipped", "history-at-current-size-only"])
 def test_releases_after_the_table_grew_read_no_old_record(tmp_path: Path, monkeypatch, mapped: bool):
     if not mapped:  # the control: the history as it was looked up before the fix
-        monkeypatch.setattr(history.History, "_sizes", lambda self, table, n: (n,))
+        monkeypatch.setattr(history.History, "_sizes", lambda self, table, n, min_growth=0: (n,))
     truth = frame()
     withheld: list[str] = []
     read, refused = attack(tmp_path, withheld)
@@ -207,3 +207,46 @@ def test_a_whole_table_mean_before_and_after_a_change_reads_no_record(tmp_path: 
         assert read is None and refused == "disclosure.subset_min_difference"
     else:
         assert read == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["shipped", "few-records-not-checked"])
+def test_a_whole_table_mean_before_and_after_one_admission_reads_no_record(tmp_path: Path, monkeypatch,
+                                                                            checked: bool):
+    """One admission appended, the site restarted: the mean age of the whole table before and after gives the
+    new record's age. A table grown by fewer than ``subset_min_difference`` (5) records since it was read is
+    refused when assigned, and served again once it holds at least 5 more (six admissions: the means are then
+    of six records' ages). The control, with the minimum left out of the check, reads the record."""
+    if not checked:
+        monkeypatch.setattr(Guard, "table_unchanged",
+                            lambda self, table, n_root: self.history.table_records(table, n_root, 0))
+    truth = frame()
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        before = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+    new = admissions(truth)
+    services = restart_with(provisioned, services,
+                            lambda csv: new[truth.columns].iloc[:1].to_csv(csv, mode="a", header=False, index=False))
+    read, refused = None, None
+    with inprocess_builder(provisioned, services).login() as session:
+        try:
+            session.assign_table("D", "P.t")
+            after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+            read = after["EstimatedMean"] * after["Nvalid"] - before["EstimatedMean"] * before["Nvalid"]
+        except FederatedCallError as exc:
+            refused = next(iter(exc.failures.values()))
+    print(f"ATTACK whole-table mean before and after one admission (default.toml, site restarted; "
+          f"{'checked' if checked else 'not checked'}): read {read} (truth {float(new.age[0])}), "
+          f"refused {refused and refused.rule}")
+    if not checked:
+        assert read == pytest.approx(float(new.age[0]), abs=1e-6)
+        return
+    assert read is None and refused.rule == "disclosure.subset_min_difference"
+    assert "1 record(s) more than when it was read" in refused.message and "batches of at least 5" in refused.hint
+    services = restart_with(provisioned, services,  # five more: six since the table was read
+                            lambda csv: new[truth.columns].iloc[1:6].to_csv(csv, mode="a", header=False, index=False))
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+    assert after["Nvalid"] == 66
+    assert after["EstimatedMean"] == pytest.approx(pd.concat([truth.age, new.age[:6]]).mean(), rel=1e-12)

@@ -596,11 +596,14 @@ class Guard:
         deleted, reordered: :meth:`~dsfed_server.disclosure.history.History.table_records`), and keep its
         records' digests at this size: a release of the whole table now, beside one then, gives the deleted or
         edited record's values (a mean over 60 records less the same mean over 59), whether or not any release
-        of it was audited. Records added at the end change no earlier record; where the site keeps no release
-        history there is nothing to compare with (``disclosure.cut_history``)."""
+        of it was audited. Records added at the end change no earlier record, but fewer than
+        ``disclosure.subset_min_difference`` of them are the difference of two whole-table releases (the mean age
+        of 61 records against that of 60 gives the new record's): the table is refused until it holds at least
+        that many more than when it was read. Where the site keeps no release history there is nothing to
+        compare with (``disclosure.cut_history``)."""
         self.applied.setdefault("disclosure.subset_min_difference")
         if self.history is not None and self.rule("disclosure.cut_history"):
-            self.history.table_records(table, n_root)
+            self.history.table_records(table, n_root, int(self.rule("disclosure.subset_min_difference")))
 
     def leave_out_minimum(self, site: Rules) -> int | None:
         """How few records may share a pattern of missing values before the site leaves them out of a

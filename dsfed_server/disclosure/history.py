@@ -148,6 +148,16 @@ def table_changed(table: str, size: int, n: int, digested: bool = True) -> Discl
              "after them (docs/governance.md, 'A table that grows')")
 
 
+def table_grew_little(table: str, size: int, n: int, minimum: int) -> DisclosureRefusal:
+    """The refusal of ``table`` grown from ``size`` records, read before, to ``n``: fewer than ``minimum`` more."""
+    return DisclosureRefusal(
+        f"table {table} holds {n - size} record(s) more than when it was read for releases ({n} against {size}): "
+        f"fewer than {minimum}, so a release over the whole table now, beside one then, would single out the "
+        "records added", rule="disclosure.subset_min_difference",
+        hint=f"the site's administrator adds records in batches of at least {minimum}; the table is served again "
+             f"once it holds at least {minimum} more than then (docs/governance.md, 'A table that grows')")
+
+
 def _padded(packed: bytes, n: int) -> bytes:
     """A packed row set of an earlier, smaller table as one of ``n`` records: the new records are not in it."""
     return bytes(packed) + bytes((n + 7) // 8 - len(packed))
@@ -167,19 +177,19 @@ class History:
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)
 
-    def _sizes(self, table: str, n: int) -> tuple[int, ...]:
+    def _sizes(self, table: str, n: int, min_growth: int = 0) -> tuple[int, ...]:
         """The sizes of ``table`` whose row sets apply to it at ``n`` records: ``n``, and each earlier size whose
         records are its first records unchanged (by their digests). Raises :func:`table_changed` where the
         history holds a size whose records are not. Decided once per table and size in a run of the site (the
         engines serve one number of records a run); the digests of ``n`` are recorded at the first lookup."""
         found = self._mapped.get((table, n))
         if found is None:
-            found = self._mapped[(table, n)] = self._map(table, n)
+            found = self._mapped[(table, n)] = self._map(table, n, min_growth)
         if callable(found):
             raise found()  # a refusal of its own for each call (the service names its function)
         return found
 
-    def _map(self, table: str, n: int) -> tuple[int, ...] | Callable[[], DisclosureRefusal]:
+    def _map(self, table: str, n: int, min_growth: int) -> tuple[int, ...] | Callable[[], DisclosureRefusal]:
         if self._digests is None:
             return (n,)
         with self._connect() as db:
@@ -193,16 +203,20 @@ class History:
             if size > n or (size not in recorded and size != n) or \
                     any(now[size].get(column) != digest for column, digest in recorded.get(size, {}).items()):
                 return partial(table_changed, table, size, n, digested=size in recorded or size > n)
+        few = [size for size in recorded if 0 < n - size < min_growth]
+        if few:  # not recorded: the table is served once it grew by min_growth from the size read before
+            return partial(table_grew_little, table, max(few), n, min_growth)
         if n not in recorded:
             with self._connect() as db:
                 db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
         return tuple(sorted({*recorded, n}))
 
-    def table_records(self, table: str, n: int) -> None:
+    def table_records(self, table: str, n: int, min_growth: int) -> None:
         """Keep ``table``'s digests at ``n`` records, and raise :func:`table_changed` where its first records
-        are not those of a size read before (decided once per table and size in a run)."""
-        self._sizes(table, n)
+        are not those of a size read before, :func:`table_grew_little` where it holds 1 to ``min_growth - 1``
+        records more than one (decided once per table and size in a run)."""
+        self._sizes(table, n, min_growth)
 
     def _where(self, table: str, n: int) -> tuple[str, tuple, bool]:
         """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records, and whether
