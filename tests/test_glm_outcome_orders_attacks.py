@@ -26,11 +26,10 @@ import numpy as np
 import pytest
 
 from conftest import inprocess_builder
-from dsfed_client import FederatedCallError
 from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_glm_separation_cluster_attacks import COLUMN, CUTS, Step, released_steps, solve_column
+from test_glm_separation_cluster_attacks import COLUMN, cluster_attack
 
 POUNDS = 2.20462  # per kg
 
@@ -54,27 +53,10 @@ def test_an_outcome_ordered_as_the_covariate_reads_no_record(tmp_path: Path, mon
         monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
     with fixed_secrets("glm separation"):
         provisioned, services = make_sites(tmp_path, {"s1": truth})
-    fits: dict[float, list[Step]] = {}
-    refusals: list[str] = []
-    cuts = 0
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        for cut in CUTS:
-            try:
-                cut_outcome(session, kind, float(cut))
-            except FederatedCallError:  # the gate keeps this cut too near an earlier one
-                continue
-            cuts += 1
-            steps, refused = released_steps(session, float(cut))
-            refusals += refused
-            if len(steps) >= 2:
-                fits[float(cut)] = steps
-    values = np.sort(truth[COLUMN].to_numpy())
-    if fits:
-        error = np.abs(solve_column(fits, values.size) - values)
-        exact, rounded = int(np.sum(error < 1e-3)), int(np.sum(error < 0.05))
-    else:  # no step released: nothing to solve
-        exact = rounded = 0
+        fits, refusals, cuts, exact, rounded = cluster_attack(session, truth,
+                                                              lambda cut: cut_outcome(session, kind, cut))
     print(f"ATTACK every {COLUMN} from separated logistic fits of an outcome through {kind} at {cuts} cuts the gate "
           f"passed ({'shipped rules' if check else 'without the own-fit check'}, one site of 60): {len(fits)} fits "
           f"gave steps ({sum(len(s) - 1 for s in fits.values())} later steps), {len(refusals)} refused; {exact} of "

@@ -25,9 +25,12 @@ control takes that check out and reads the same 18 and 52 as before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.optimize import least_squares
 from scipy.special import expit
@@ -124,6 +127,31 @@ def solve_column(fits: dict[float, list[Step]], n: int) -> np.ndarray:
     return np.sort(fit.x)
 
 
+def cluster_attack(session, truth: pd.DataFrame, cut_outcome: Callable[[float], None]
+                   ) -> tuple[dict[float, list[Step]], list[str], int, int, int]:
+    """The attack at every cut of ``CUTS`` whose outcome ``cut_outcome(cut)`` derives as ``Y`` (a cut the gate
+    keeps too near an earlier one is skipped): the fits that gave steps, the refusals, the cuts made, and the
+    values of ``COLUMN`` the steps solved together read within 1e-3 and within 0.05."""
+    fits: dict[float, list[Step]] = {}
+    refusals: list[str] = []
+    cuts = 0
+    for cut in CUTS:
+        try:
+            cut_outcome(float(cut))
+        except FederatedCallError:
+            continue
+        cuts += 1
+        steps, refused = released_steps(session, float(cut))
+        refusals += refused
+        if len(steps) >= 2:
+            fits[float(cut)] = steps
+    values = np.sort(truth[COLUMN].to_numpy())
+    if not fits:  # no step released: nothing to solve
+        return fits, refusals, cuts, 0, 0
+    error = np.abs(solve_column(fits, values.size) - values)
+    return fits, refusals, cuts, int(np.sum(error < 1e-3)), int(np.sum(error < 0.05))
+
+
 @pytest.mark.parametrize("check", [True, False], ids=["shipped", "without-the-outcome-check"])
 def test_the_steps_before_the_refusal_read_no_record(tmp_path: Path, monkeypatch, check: bool):
     truth = synthetic_frame(7, 60)
@@ -132,27 +160,10 @@ def test_the_steps_before_the_refusal_read_no_record(tmp_path: Path, monkeypatch
         monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
     with fixed_secrets("glm separation"):
         provisioned, services = make_sites(tmp_path, {"s1": truth})
-    fits: dict[float, list[Step]] = {}
-    refusals: list[str] = []
-    cuts = 0
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        for cut in CUTS:
-            try:
-                session.derive("Y", f"ifelse(D${COLUMN} > {cut:g}, 1, 0)")
-            except FederatedCallError:  # the gate keeps this cut too near an earlier one
-                continue
-            cuts += 1
-            steps, refused = released_steps(session, float(cut))
-            refusals += refused
-            if len(steps) >= 2:
-                fits[float(cut)] = steps
-    values = np.sort(truth[COLUMN].to_numpy())
-    if fits:
-        error = np.abs(solve_column(fits, values.size) - values)
-        exact, rounded = int(np.sum(error < 1e-3)), int(np.sum(error < 0.05))
-    else:  # no step released: nothing to solve
-        exact = rounded = 0
+        fits, refusals, cuts, exact, rounded = cluster_attack(
+            session, truth, lambda cut: session.derive("Y", f"ifelse(D${COLUMN} > {cut:g}, 1, 0)"))
     print(f"ATTACK every {COLUMN} from the steps of separated logistic fits at {cuts} cuts the gate passed "
           f"({'shipped rules' if check else 'without the outcome check'}, one site of 60): {len(fits)} fits gave "
           f"steps ({sum(len(s) - 1 for s in fits.values())} later steps), {len(refusals)} refused; {exact} of 60 "

@@ -175,6 +175,26 @@ def test_a_table_whose_earlier_records_changed_is_refused(tmp_path: Path, change
         assert "restores the table's earlier records, in their order" in failure.hint
 
 
+def age_sums_across(tmp_path: Path, truth: pd.DataFrame, change) -> tuple[dict, dict[str, SiteService], float,
+                                                                          float | None, object]:
+    """The sum of ages over the whole table (``meanDS``'s mean times its count) before the site's data file is
+    changed by ``change(path)`` and the site restarted, and after (None, with the failure, where refused)."""
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        before = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+    services = restart_with(provisioned, services, change)
+    with inprocess_builder(provisioned, services).login() as session:
+        try:
+            session.assign_table("D", "P.t")
+            after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+        except FederatedCallError as exc:
+            return provisioned, services, before["EstimatedMean"] * before["Nvalid"], None, \
+                next(iter(exc.failures.values()))
+    return (provisioned, services, before["EstimatedMean"] * before["Nvalid"],
+            after["EstimatedMean"] * after["Nvalid"], None)
+
+
 @pytest.mark.parametrize("checked", [True, False], ids=["shipped", "no-check-when-assigned"])
 @pytest.mark.parametrize("change", ["edited", "deleted"])
 def test_a_whole_table_mean_before_and_after_a_change_reads_no_record(tmp_path: Path, monkeypatch, change: str,
@@ -186,20 +206,9 @@ def test_a_whole_table_mean_before_and_after_a_change_reads_no_record(tmp_path: 
     if not checked:
         monkeypatch.setattr(Guard, "table_unchanged", lambda self, table, n_root: None)
     truth = frame()
-    provisioned, services = make_sites(tmp_path, {"s1": truth})
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
-        before = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
     changed = changed_table(truth, change)
-    services = restart_with(provisioned, services, lambda csv: changed.to_csv(csv, index=False))
-    read, refused = None, None
-    with inprocess_builder(provisioned, services).login() as session:
-        try:
-            session.assign_table("D", "P.t")
-            after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
-            read = before["EstimatedMean"] * before["Nvalid"] - after["EstimatedMean"] * after["Nvalid"]
-        except FederatedCallError as exc:
-            refused = next(iter(exc.failures.values())).rule
+    _, _, before, after, failure = age_sums_across(tmp_path, truth, lambda csv: changed.to_csv(csv, index=False))
+    read, refused = (None if after is None else before - after), failure and failure.rule
     want = float(truth.age[5]) if change == "deleted" else -7.0
     print(f"ATTACK whole-table mean before and after record 5 {change} (default.toml, site restarted; "
           f"{'checked' if checked else 'not checked'} when assigned): read {read} (truth {want}), refused {refused}")
@@ -220,21 +229,10 @@ def test_a_whole_table_mean_before_and_after_one_admission_reads_no_record(tmp_p
         monkeypatch.setattr(Guard, "table_unchanged",
                             lambda self, table, n_root: self.history.table_records(table, n_root, 0))
     truth = frame()
-    provisioned, services = make_sites(tmp_path, {"s1": truth})
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
-        before = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
     new = admissions(truth)
-    services = restart_with(provisioned, services,
-                            lambda csv: new[truth.columns].iloc[:1].to_csv(csv, mode="a", header=False, index=False))
-    read, refused = None, None
-    with inprocess_builder(provisioned, services).login() as session:
-        try:
-            session.assign_table("D", "P.t")
-            after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
-            read = after["EstimatedMean"] * after["Nvalid"] - before["EstimatedMean"] * before["Nvalid"]
-        except FederatedCallError as exc:
-            refused = next(iter(exc.failures.values()))
+    provisioned, services, before, after, refused = age_sums_across(
+        tmp_path, truth, lambda csv: new[truth.columns].iloc[:1].to_csv(csv, mode="a", header=False, index=False))
+    read = None if after is None else after - before
     print(f"ATTACK whole-table mean before and after one admission (default.toml, site restarted; "
           f"{'checked' if checked else 'not checked'}): read {read} (truth {float(new.age[0])}), "
           f"refused {refused and refused.rule}")
