@@ -71,6 +71,9 @@ class CallContext:
     # a relayed protocol (relay.py): its steps' parameters come from the sites, as in a pooled release,
     # but every count is checked here, per site, before anything is sealed
     relayed: bool = False
+    # what this call gives reaches the analyst only inside a sum over at least secure_aggregation.min_sites
+    # sites (a relayed protocol over that many; a pooled release always is)
+    hidden: bool = False
 
     @property
     def limits(self) -> Limits:
@@ -181,6 +184,13 @@ class CallContext:
         """This call is the first step of a pooled release (:mod:`dsfed_server.disclosure.relay`):
         what it returns is summed over the sites before anything is checked and released."""
         return self.guard.deferred is not None
+
+    @property
+    def own_sums(self) -> bool:
+        """Whether the analyst reads this site's own sums: a per-site release, or a relayed protocol over
+        fewer than ``secure_aggregation.min_sites`` sites (whose other sites may subtract theirs), not a
+        pooled release nor a relayed one over min_sites sites or more."""
+        return not (self.pooled or self.hidden)
 
     def parse_reference(self, text: str) -> Node:
         """Read a string such as ``"D$age"`` as a reference to a workspace value."""

@@ -21,10 +21,11 @@ R's ``glm`` (tests/test_glm.py, ``test_weights_and_offset_equal_R``; tests/test_
 A logistic fit of a 0/1 outcome starts at constant working weights, so its start's sums are moments and
 were not counted as a fit at all; with the offset ``k*score`` its first iterate's information and score
 are 2m equations in a band's m scores for k = 1 ... m. Least squares from 40 starts read 26 of 54 scores
-to six decimals on the code before such a fit was counted, nothing refused. Now the fit counts as one
-function of its offset's columns, named by the offset written exactly (``score*1`` and ``score*2`` are two):
-a band of 12 to 15 records answers 3, the fourth slope is refused in every band, and the equations left
-(about half the unknowns) read nothing. Counted as a fit's p(p+1)/2 + p + 1 parts instead, the demo's
+to six decimals on the code before such a fit was counted, nothing refused. Relayed over this one site,
+the analyst reads the site's own fit, whose end now counts as one coefficient vector (three functions for
+``y ~ 1``), named by the offset written exactly (``score*1`` and ``score*2`` are two fits): a band of 12 to
+15 records answers 3, the second slope is refused in every band, and the equations left read nothing.
+Pooled over three sites or more the fit counts as one function of its offset's columns. Counted as a fit's p(p+1)/2 + p + 1 parts instead, the demo's
 calibration-in-the-large (``y ~ 1``, offset ``logit(p)``) was refused on its sites of 45 to 55 records.
 """
 

@@ -10,8 +10,8 @@ One site of 60 records under the shipped rules (``sitekit.make_sites``: default.
 records of the iterate attacks; "read": a score two least-squares solves from other starts both give within 1e-3
 (where the equations are fewer than the scores, a solve lands anywhere, and once in a while near one). The control, with
 the count taken out of ``glmSLMADS2``, reads 5 of 14 (17 of 54 over the four bands at c = 0.9); with the count
-(a fit run to its end: one function of its columns), the fourth slope is refused and the six equations left read
-nothing.
+(a fit run to its end: one coefficient vector of its model, three functions for ``y ~ 1``), the second slope is
+refused and the two equations left read nothing.
 """
 
 from __future__ import annotations

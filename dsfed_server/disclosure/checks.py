@@ -555,7 +555,7 @@ class Guard:
                    functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
                    groups: list[np.ndarray] | None = None,
                    hint: str = "use the column itself, or fewer transforms of it over small subsets; a larger "
-                               "subset answers more") -> None:
+                               "subset answers more", steps: int = 1) -> None:
         """The release gives exact sums of ``functions`` (each a function's core, its root columns,
         :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
         boolean, computed when needed) over each of the ``groups`` of ``rows`` (boolean over them; None:
@@ -563,7 +563,12 @@ class Guard:
         different functions than ``disclosure.sums_per_record`` allows for its size beyond its second
         moments, which any group answers and which are neither counted nor kept; counted with every sum
         released before from the table by any analyst (:mod:`dsfed_server.disclosure.equations`);
-        recorded if not. ``hint``: what a refused analyst can do instead."""
+        recorded if not. ``hint``: what a refused analyst can do instead. ``steps``: how many releases such as
+        this one the analysis needs at the least (a fit at the analyst's coefficients, one per iteration):
+        refused first, and nothing recorded, where the records could not answer that many with nothing
+        released before, so that an analysis the count would stop part-way spends none of the table's count
+        (on 50 records, two of DataSHIELD's ``ds.glm`` iterations of three coefficients would leave too few for
+        the same fit at the site, ``ds.glmSLMA``)."""
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
             return
@@ -575,6 +580,15 @@ class Guard:
                 if packed is not None:
                     new.append(Summed(function, roots, packed))
         per_record = self.rule(SUMS_RULE)
+        if steps > 1:
+            alone = [Summed(f"{s.function} #{k}", s.roots, s.rows) for k in range(steps) for s in dict.fromkeys(new)]
+            columns = too_many([], alone, rows.n_root, per_record)  # type: ignore[union-attr]
+            if columns:
+                raise self._refuse(
+                    f"this analysis needs at least {steps} releases such as this one, and {steps} would give a group "
+                    f"of the table's records more different functions of {', '.join(columns)} than the site allows "
+                    "for the group's size, even with nothing released before: the count would stop it part-way",
+                    SUMS_RULE, hint)
         with self.history.lock:  # type: ignore[union-attr]
             earlier = self.history.sums(rows.lineage, rows.n_root)  # type: ignore[union-attr]
             try:

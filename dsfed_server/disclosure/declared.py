@@ -215,13 +215,16 @@ class ExactSums:
     records of ``rows`` it is summed over, computed when needed) over each of ``groups`` (None: all the
     records together). Released by :meth:`Guard.exact_sums`: counted with every sum released before from the
     table, refused where a group of records would answer more functions than ``disclosure.sums_per_record``
-    allows, recorded if not; ``hint``: what a refused analyst can do instead (None: the Guard's). Sent back:
-    None."""
+    allows, recorded if not; ``hint``: what a refused analyst can do instead (None: the Guard's); ``steps``: how
+    many releases such as this one the analysis needs at the least (a fit at the analyst's coefficients: one
+    per iteration), refused where the records could not answer that many even with nothing released before.
+    Sent back: None."""
 
     rows: Rows | None
     functions: Sequence[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]]
     groups: list[np.ndarray] | None = None
     hint: str | None = None
+    steps: int = 1
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,7 @@ def release(guard: Guard, declared: Declared) -> Any:
         return guard.reference_edges(declared.p, declared.edges, declared.root)
     if isinstance(declared, ExactSums):
         hint = {} if declared.hint is None else {"hint": declared.hint}
-        return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, **hint)
+        return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, steps=declared.steps, **hint)
     if isinstance(declared, QuantilesOf):
         return guard.quantiles_of(declared.rows, declared.function, declared.roots)
     raise TypeError(f"a function declared {type(declared).__name__}, which is no release of a step")

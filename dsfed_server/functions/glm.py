@@ -278,6 +278,9 @@ def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.D
 # a 0/1 outcome gives mu (1 - mu) = 3/16 at every record; the Gaussian identity fit weighs each record 1. Any
 # other start weighs each record by a function of its outcome (a log-linked Gaussian by y^2)
 CONSTANT_START = {("binomial", "logit"), ("gaussian", "identity")}
+# the fewest counted steps of a fit the analyst iterates: R's glm converges in four to six Fisher-scoring iterations
+# on ordinary data, the first at a start of constant weights (DataSHIELD's ds.glm starts at beta = 0)
+ANALYST_STEPS = 3
 
 
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
@@ -296,15 +299,25 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     :math:`s^5`), as ``corDS``'s are. At any other coefficients the analyst sends, the information
     matrix, the score and the deviance are :math:`p(p+1)/2 + p + 1` new functions of every column of the
     model (``exp(k*x)`` summed for k = 1, 2, ... are power sums of ``exp(x)``, whose roots are the
-    records' values; Denning & Schlörer 1983), each over the records where it is not 0.
+    records' values; Denning & Schlörer 1983), each over the records where it is not 0. Such a step is one of
+    a fit the analyst iterates (DataSHIELD's ``ds.glm``): it is refused first where the records could not
+    answer :data:`ANALYST_STEPS` of them, so that the count does not stop the fit part-way after spending
+    the table's count on it.
 
     ``iterates``: the start of a fit whose later iterates the sites derive (the pooled or relayed
-    protocol). A logistic fit of a 0/1 outcome with an offset starts at moments, but at its first iterate
-    the offset :math:`o = k s` gives the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the
-    score :math:`\\sum_i y_i - \\sigma(\\beta^{(1)}_k + k s_i)`, two equations in a group's scores for every k:
-    it counts as one function of the offset's columns, named by the offset written exactly (as many as a
-    calibration-in-the-large can afford on a site of 45 records; a family of slopes cannot).
-    Where the start is counted, its functions stand for the fit's, named by the family and
+    protocol, or the site's own fit run to its end, ``glmSLMADS2``). Where the analyst reads this site's own
+    fit (:attr:`~dsfed_server.context.CallContext.own_sums`: study-level, or relayed over fewer than
+    ``secure_aggregation.min_sites`` sites), its end -- the score equations, information and deviance at the
+    estimate -- counts as one coefficient vector's :math:`p(p+1)/2 + p + 1` functions, named by the fit's
+    model, offset and weights: a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
+    ``y ~ s + a`` over a subset of ten records are 19 equations in its 20 values besides its moments). A
+    least-squares fit's end is its start's moments. Summed over min_sites sites or more, the site's end is
+    not the analyst's to read, and a logistic fit of a 0/1 outcome with an offset, which starts at moments,
+    counts as one function of the offset's columns: at its first iterate the offset :math:`o = k s` gives
+    the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the score
+    :math:`\\sum_i y_i - \\sigma(\\beta^{(1)}_k + k s_i)`, two equations in a group's scores for every k
+    (as many as a calibration-in-the-large can afford on a site of 45 records; a family of slopes cannot).
+    Where the start is counted, its functions stand for the fit's, named by the family, the model and
     the offset and weights written exactly (:func:`_exactly`), not up to a straight line as a start's
     own sums are: each later step is at an iterate no analyst chose, but the offset and the weights are
     the analyst's and the fit does not absorb them as it absorbs a rescaled covariate, so inside the
@@ -366,21 +379,29 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
                           lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p))
         functions.extend((f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p))
 
-    if iterates and constant and offset and (fam.name, fam.link) != ("gaussian", "identity"):
-        # a logistic fit of a 0/1 outcome with an offset: its start's sums are moments, but at its iterates the
-        # offset sits inside the inverse link, where each slope of it is another function of its column
-        exact_offset = _exactly(ctx, read[offset][0])
-        functions.append((f"glm({fam.name}, {fam.link}; fit + {exact_offset})", all_roots,
-                          lambda: np.ones(mf.n, dtype=bool)))
-    if iterates and not constant:  # one fit, its offset and weights written exactly
+    least_squares = (fam.name, fam.link) == ("gaussian", "identity") and not weights
+    if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
-        parts_at(f"glm({fam.name}, {fam.link}; fit" + (f" + {exact[offset]}" if offset else "")
+        # the end of a fit the analyst reads is another function for every model; a fit summed over min_sites sites
+        # counts its start, whose functions at constant weights are the prior weights' and offset's
+        formula_read = f" {y[0]} ~ {' + '.join(text)}" if ctx.own_sums else ""
+        model = (f"glm({fam.name}, {fam.link}; fit{formula_read}" + (f" + {exact[offset]}" if offset else "")
                  + (f"; weights {exact[weights]}" if weights else "") + ")")
+    if iterates and (not constant or (ctx.own_sums and not least_squares)):
+        # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
+        # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
+        # values besides the moments); a least-squares fit's are its start's
+        parts_at(model)
+    elif iterates and constant and offset and not least_squares:
+        # summed over min_sites sites or more: a logistic fit of a 0/1 outcome with an offset starts at moments,
+        # but at its iterates the offset sits inside the inverse link, where each slope is another function
+        functions.append((model, all_roots, lambda: np.ones(mf.n, dtype=bool)))
     elif not constant:
         eta = " + ".join(f"{b:.17g}*{d}" for b, d in zip(beta, text)) if beta is not None else "start"
         parts_at(f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
                  + (f"; weights {written[weights][0]}" if weights else "") + ")")
-    yield ExactSums(rows, functions, hint=(
+    analysts = beta is not None and not constant  # one step of a fit the analyst iterates (DataSHIELD's ds.glm)
+    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, hint=(
         "fewer fits with other offsets or prior weights over the same records, or over more records" if iterates
         else "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
              "ds.glmSLMA), or over more records"))

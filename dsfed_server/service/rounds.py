@@ -246,7 +246,8 @@ class SecureRounds:
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [relayed over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
-        raw = self.calls.invoke(session, node, relayed=True)
+        raw = self.calls.invoke(session, node, relayed=True,
+                                hidden=len(keys) >= self.calls.guard(spec.name, session).min_sites())
         if spec.release_of(raw) != "steps":
             raise CallError(f"{spec.name} with these arguments is no protocol of several steps, so it is not relayed",
                             hint="leave out the arguments the sites derive themselves (glmDS2: beta.vect)")
