@@ -160,11 +160,12 @@ def test_a_boolean_covariate_is_a_0_1_covariate(tmp_path):
     """A covariate the dictionary declares boolean enters the model as 0/1 (R's glm on the 0/1 column):
     the fit (native, per site and pooled) equals R's, and dsBase's glmDS2 at coefficients the analyst
     sends (ds.glm) is bounded over its declared values 0 and 1 (it was refused before, 'flag has no
-    range declared'): its deviance at those coefficients is R's."""
+    range declared'): its deviance at those coefficients is R's. Sites of 130 records: a step of ds.glm (ten
+    functions of each column) is served where the records could answer three (disclosure.sums_per_record)."""
     rng = np.random.default_rng(41)
     frames = {}
     for site in ("a", "b", "c"):
-        x, flag = np.round(rng.normal(size=80), 4), rng.uniform(size=80) < 0.4
+        x, flag = np.round(rng.normal(size=130), 4), rng.uniform(size=130) < 0.4
         frames[site] = pd.DataFrame({"y": rng.binomial(1, 1 / (1 + np.exp(-(0.3 + 0.8 * x - 0.6 * flag)))),
                                      "x": x, "flag": flag})
     pooled = pd.concat(frames.values(), ignore_index=True)
@@ -224,7 +225,12 @@ def test_glm_disclosure_rules(tmp_path):
     provisioned, services = make_sites(tmp_path / "sat", {"sat": sat})
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("T", "P.t")
-        ds_glm(session, "y ~ x0 + x1 + x2", "T")  # 4 parameters <= 0.33 x 15
+        # the model's checks (dsBase's glmDS1): the fit itself, relayed over this one site, would give its
+        # records 15 functions of each column (disclosure.sums_per_record)
+        session.aggregate("glmDS1", "y ~ x0 + x1 + x2", "binomial", None, None, "T")  # 4 parameters <= 0.33 x 15
         with pytest.raises(FederatedCallError) as exc:  # 5 parameters > 0.33 x 15
-            ds_glm(session, "y ~ x0 + x1 + x2 + x3", "T")
+            session.aggregate("glmDS1", "y ~ x0 + x1 + x2 + x3", "binomial", None, None, "T")
         assert exc.value.failures["sat"].rule == "disclosure.glm_saturation"
+        with pytest.raises(FederatedCallError) as exc:
+            ds_glm(session, "y ~ x0 + x1 + x2", "T")
+        assert exc.value.failures["sat"].rule == "disclosure.sums_per_record"

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from conftest import inprocess_builder
+from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
@@ -49,8 +50,10 @@ def cut_outcome(session, kind: str, cut: float) -> None:
 def test_an_outcome_ordered_as_the_covariate_reads_no_record(tmp_path: Path, monkeypatch, check: bool, kind: str):
     truth = synthetic_frame(7, 60)
     truth[f"{COLUMN}_lb"] = np.round(truth[COLUMN] * POUNDS, 1)
-    if not check:  # the rules as they were: the outcome rule by roots, then the working weights
+    if not check:  # the rules as they were: the outcome rule by roots, then the working weights (the fit's end
+        # not counted: counted, it refuses the third fit, and the two left read 9 and 10 of 60 within 1e-3)
         monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
+        monkeypatch.setattr(CallContext, "own_sums", property(lambda self: False))
     with fixed_secrets("glm separation"):
         provisioned, services = make_sites(tmp_path, {"s1": truth})
     with inprocess_builder(provisioned, services).login() as session:

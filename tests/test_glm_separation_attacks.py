@@ -46,6 +46,7 @@ from scipy.special import expit
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.calls import Formula, Ref
+from dsfed_server.context import CallContext
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions import glm, glm_slma
 from sitekit import make_sites
@@ -57,12 +58,14 @@ CHECKS = ["shipped", "weights-check-only", "separation-check-removed"]
 
 
 def take_out(monkeypatch, checks: str, module) -> None:
-    """The checks of ``checks`` taken out: the outcome checks, by its roots and by the site's own fit (all but
-    "shipped"), and the working weights' (``module._parts`` reporting every step's weights as resting on
-    infinitely many records)."""
+    """The checks of ``checks`` taken out: the outcome checks, by its roots and by the site's own fit, with the
+    count of the fit's end where the analyst reads the site's own (all but "shipped": counted, a separated
+    study-level fit is refused at its first call), and the working weights' (``module._parts`` reporting every
+    step's weights as resting on infinitely many records)."""
     if checks != "shipped":
         monkeypatch.setattr(Guard, "outcome_roots", lambda self, *args, **kwargs: None)
         monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
+        monkeypatch.setattr(CallContext, "own_sums", property(lambda self: False))
     if checks == "separation-check-removed":
         original = glm._parts
         monkeypatch.setattr(module, "_parts", lambda fam, mf, beta: (original(fam, mf, beta)[0], float("inf")))
