@@ -29,6 +29,8 @@ refused when assigned, saying what the site administrator does.
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +42,7 @@ from dsfed_client import FederatedCallError
 from dsfed_server.disclosure import history
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.service import SiteService
-from sitekit import make_sites
+from sitekit import make_sites, write_table
 from test_derived_column_attacks import synthetic_frame
 
 WARDS = ("a", "b", "c", "d")
@@ -77,9 +79,21 @@ def by_ward(session, expression: str) -> dict:
     return next(iter(session.aggregate_expr(f"meanSdGpDS({expression}, D$ward)").values()))
 
 
-def attack(tmp_path: Path, withheld: list[str]) -> tuple[dict[str, float], str | None]:
+def unserved(csv: Path, data: pd.DataFrame, column: str, how: str) -> None:
+    """The site's table written as ``data`` with ``column`` no longer served: ``removed`` from the data file and
+    its dictionary, or declared an ``identifier`` in the dictionary."""
+    write_table(csv.parent.parent, data.drop(columns=column) if how == "removed" else data)
+    if how == "identifier":
+        dictionary = csv.with_name("t.dictionary.json")
+        spec = json.loads(dictionary.read_text())
+        next(v for v in spec["variables"] if v["name"] == column)["identifier"] = True
+        dictionary.write_text(json.dumps(spec))
+
+
+def attack(tmp_path: Path, withheld: list[str], unserve: str | None = None) -> tuple[dict[str, float], str | None]:
     """The ages read of old records missing their BMI, per ward (where read), and the refusal's rule if the
-    last release was refused; the groups the last release withheld are added to ``withheld``."""
+    last release was refused; the groups the last release withheld are added to ``withheld``. ``unserve``:
+    the income no longer served after the growth (:func:`unserved`)."""
     truth = frame()
     provisioned, services = make_sites(tmp_path, {"s1": truth})
     with inprocess_builder(provisioned, services).login() as session:
@@ -87,8 +101,10 @@ def attack(tmp_path: Path, withheld: list[str]) -> tuple[dict[str, float], str |
         before_n = session.table1d("D$ward").as_dict()
         before = by_ward(session, "D$age")
     new = admissions(truth)
+    grown = pd.concat([truth, new[truth.columns]], ignore_index=True)
     services = restart_with(provisioned, services,
-                            lambda csv: new[truth.columns].to_csv(csv, mode="a", header=False, index=False))
+                            lambda csv: new[truth.columns].to_csv(csv, mode="a", header=False, index=False)
+                            if unserve is None else unserved(csv, grown, "income", unserve))
     read: dict[str, float] = {}
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
@@ -248,3 +264,107 @@ def test_a_whole_table_mean_before_and_after_one_admission_reads_no_record(tmp_p
         after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
     assert after["Nvalid"] == 66
     assert after["EstimatedMean"] == pytest.approx(pd.concat([truth.age, new.age[:6]]).mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("how", ["removed", "identifier"])
+def test_a_column_no_longer_served_keeps_the_history_applied(tmp_path: Path, how: str):
+    """The income removed from the dictionary and the file, or declared an identifier, as the ten admissions are
+    appended: a column no longer served releases nothing, so the table is served and its earlier row sets
+    apply over the columns served then and now (found by review: the income's digest, kept then, never matched
+    again, and the table was refused for good). The attack through the earlier ward cells reads nothing: the
+    groups are withheld as with every column served."""
+    truth = frame()
+    withheld: list[str] = []
+    read, refused = attack(tmp_path, withheld, unserve=how)
+    want = {WARDS[p % 4]: float(truth.age[p]) for p in LACKING if p % 4 < 3}
+    recovered = sorted(w for w, age in read.items() if abs(age - want[w]) < 1e-6)
+    print(f"ATTACK temporal differencing across a grown table whose income is no longer served ({how}; "
+          f"default.toml): read the age of {len(recovered)} old records (read {read}, refused {refused})")
+    assert recovered == [] and refused is None and withheld == ["1", "2", "3", "4"]
+
+
+@pytest.mark.parametrize("how", ["removed", "identifier"])
+def test_an_edit_beside_a_column_no_longer_served_is_refused(tmp_path: Path, how: str):
+    """Record 5's age corrected as the income stops being served: the age is served then and now, so the table is
+    refused when assigned, and the whole-table mean age before and after reads nothing."""
+    truth = frame()
+    changed = changed_table(truth, "edited")
+    _, _, before, after, failure = age_sums_across(tmp_path, truth,
+                                                   lambda csv: unserved(csv, changed, "income", how))
+    assert after is None and failure.rule == "disclosure.subset_min_difference"
+    assert "table P.t changed since it was read for releases (other values in its first 60" in failure.message
+
+
+def _shared_only(table: str, size: int, n: int, then: dict[str, str], now: dict[str, str]):
+    """The comparison without the check of a column served in place of another (the control)."""
+    changed = any(now[column] != digest for column, digest in then.items() if column in now)
+    return partial(history.table_changed, table, size, n) if changed else None
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["shipped", "shared-columns-only"])
+def test_a_column_renamed_and_edited_reads_no_record(tmp_path: Path, monkeypatch, checked: bool):
+    """The income renamed ``earnings`` in the dictionary and the file, record 5's corrected by +700: compared over
+    the columns served then and now only, the table is served, and the whole-table mean income before against
+    the mean earnings after gives the correction (the control reads 700). A column served in place of one
+    served then may be that one renamed: the table is refused, saying what the administrator does."""
+    if not checked:
+        monkeypatch.setattr(history, "_compared", _shared_only)
+    truth = frame()
+    renamed = truth.rename(columns={"income": "earnings"})
+    renamed.loc[5, "earnings"] += 700
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        before = next(iter(session.aggregate_expr("meanDS(D$income)").values()))
+    services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, renamed))
+    read, failure = None, None
+    with inprocess_builder(provisioned, services).login() as session:
+        try:
+            session.assign_table("D", "P.t")
+            after = next(iter(session.aggregate_expr("meanDS(D$earnings)").values()))
+            read = after["EstimatedMean"] * after["Nvalid"] - before["EstimatedMean"] * before["Nvalid"]
+        except FederatedCallError as exc:
+            failure = next(iter(exc.failures.values()))
+    print(f"ATTACK whole-table mean of a column renamed and edited (default.toml, site restarted; "
+          f"{'checked' if checked else 'shared columns only'}): read {read} (truth 700), "
+          f"refused {failure and failure.rule}")
+    if not checked:
+        assert read == pytest.approx(700, abs=1e-6)
+        return
+    assert read is None and failure.rule == "disclosure.subset_min_difference"
+    assert "serves earnings, which it did not when it was read for releases, and no longer income" in failure.message
+    assert "serves income again under the earlier name" in failure.hint
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["shipped", "added-columns-not-recorded"])
+def test_a_column_added_and_then_edited_reads_no_record(tmp_path: Path, monkeypatch, checked: bool):
+    """A length of stay added to the dictionary and the file (the same 60 records) and its whole-table mean
+    released; then record 5's corrected by +3 and the site restarted. The digests kept at 60 records were of the
+    columns served then: without the added column's kept from the run that first served it (the control), its
+    mean before and after the correction gives the 3. It is kept, and the table refused."""
+    if not checked:
+        monkeypatch.setattr(history.History, "_record_columns", lambda self, table, recorded, now: None)
+    truth = frame()
+    stays = truth.assign(stay=np.random.default_rng(4).integers(1, 30, 60))
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")  # its digests kept at 60 records, before the stay was served
+    means, failure = [], None
+    for data in (stays, stays.assign(stay=stays.stay.where(stays.index != 5, stays.stay[5] + 3))):
+        services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, data))
+        with inprocess_builder(provisioned, services).login() as session:
+            try:
+                session.assign_table("D", "P.t")
+                mean = next(iter(session.aggregate_expr("meanDS(D$stay)").values()))
+                means.append(mean["EstimatedMean"] * mean["Nvalid"])
+            except FederatedCallError as exc:
+                failure = next(iter(exc.failures.values()))
+    read = means[1] - means[0] if len(means) == 2 else None
+    print(f"ATTACK whole-table mean of a column added, before and after an edit (default.toml; "
+          f"{'checked' if checked else 'added columns not recorded'}): read {read} (truth 3), "
+          f"refused {failure and failure.rule}")
+    if not checked:
+        assert read == pytest.approx(3, abs=1e-6)
+        return
+    assert read is None and failure.rule == "disclosure.subset_min_difference"
+    assert "table P.t changed since it was read for releases (other values in its first 60" in failure.message

@@ -17,11 +17,13 @@ its recording, so two concurrent calls cannot both pass against the same old his
 A row set is kept as the positions of its records in the table, with the table's number of records then.
 A table grows between two runs of the site (an export appended to, a database table inserted into); the
 row sets kept at an earlier size apply to the grown table where its first records are still those
-records: the site keeps, per table and size, a digest of each column's values in its first that many
+records: the site keeps, per table and size, a digest of each served column's values in its first that many
 records (:meth:`Catalog.prefix_digests <dsfed_server.catalog.Catalog.prefix_digests>`), and an earlier
-row set is read with the new records outside it. Where the earlier records changed (edited, deleted,
-reordered, the table shorter), no earlier row set says which records it held: every lookup of the
-table's row sets is refused (:func:`table_changed`), and with it every release audited against them.
+row set is read with the new records outside it. Only the columns served both then and now are compared (a
+column no longer served releases nothing); a column served now in place of one served then may be that one
+renamed, and is refused. Where the earlier records changed (edited, deleted, reordered, the table shorter),
+no earlier row set says which records it held: every lookup of the table's row sets is refused
+(:func:`table_changed`), and with it every release audited against them.
 """
 
 from __future__ import annotations
@@ -100,6 +102,18 @@ CREATE TABLE IF NOT EXISTS table_records (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root)
 );
+CREATE TABLE IF NOT EXISTS column_records (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    column_name TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, column_name)
+);
+CREATE TRIGGER IF NOT EXISTS column_records_append_only_u BEFORE UPDATE ON column_records
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS column_records_append_only_d BEFORE DELETE ON column_records
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS table_records_append_only_u BEFORE UPDATE ON table_records
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS table_records_append_only_d BEFORE DELETE ON table_records
@@ -131,8 +145,8 @@ _SEPARATOR = "\x1f"  # between the root columns of a summed function
 _HELD = ("SELECT n_root FROM subset_rows WHERE table_key = ?1 UNION SELECT n_root FROM released_sums WHERE "
          "table_key = ?1 UNION SELECT n_root FROM pooled_rows WHERE table_key = ?1 UNION SELECT n_root FROM "
          "pooled_cells WHERE table_key = ?1")
-# per size (increasing), each served column's digest in that many first records; None: no table of the site
-Digests = Callable[[str, list[int]], "dict[int, dict[str, str]] | None"]
+Sized = dict[int, dict[str, str]]  # per size (increasing), each served column's digest in that many first records
+Digests = Callable[[str, list[int]], "Sized | None"]  # None: no table of the site
 
 
 def table_changed(table: str, size: int, n: int, digested: bool = True) -> DisclosureRefusal:
@@ -146,6 +160,28 @@ def table_changed(table: str, size: int, n: int, digested: bool = True) -> Discl
         "and the site can no longer check the one against the other", rule="disclosure.subset_min_difference",
         hint="the site's administrator restores the table's earlier records, in their order, and adds new records "
              "after them (docs/governance.md, 'A table that grows')")
+
+
+def column_renamed(table: str, gone: list[str], new: list[str]) -> DisclosureRefusal:
+    """The refusal of ``table`` that serves ``new`` columns it did not when it was read, and no longer ``gone``."""
+    return DisclosureRefusal(
+        f"table {table} serves {', '.join(new)}, which it did not when it was read for releases, and no longer "
+        f"{', '.join(gone)}: the site cannot tell a column renamed from a new one, and a release of the one now, "
+        "beside one of the other then, could single out the records whose values differ",
+        rule="disclosure.subset_min_difference",
+        hint=f"the site's administrator serves {', '.join(gone)} again under the earlier name(s), or the new "
+             "column(s) as a table of its own, which starts a history of its own (docs/governance.md, 'A table "
+             "that grows')")
+
+
+def _compared(table: str, size: int, n: int, then: dict[str, str],
+              now: dict[str, str]) -> Callable[[], DisclosureRefusal] | None:
+    """The refusal of ``table``, whose first ``size`` records had digests ``then`` and have ``now``, if they
+    changed: a column served both then and now with other values, or a column served in place of another."""
+    if any(now[column] != digest for column, digest in then.items() if column in now):
+        return partial(table_changed, table, size, n)
+    gone, new = sorted(then.keys() - now.keys()), sorted(now.keys() - then.keys())
+    return partial(column_renamed, table, gone, new) if gone and new else None
 
 
 def table_grew_little(table: str, size: int, n: int, minimum: int) -> DisclosureRefusal:
@@ -195,14 +231,19 @@ class History:
         with self._connect() as db:
             recorded = {int(s): json.loads(d) for s, d in
                         db.execute("SELECT n_root, digests FROM table_records WHERE table_key = ?", (table,))}
+            for s, column, digest in db.execute("SELECT n_root, column_name, digest FROM column_records WHERE "
+                                                "table_key = ?", (table,)):
+                recorded[int(s)][column] = digest
             held = {int(s) for (s,) in db.execute(_HELD, (table,))}
         now = self._digests(table, sorted({s for s in recorded if s < n} | {n}))
         if now is None:  # a table derived in a session: keyed by its content, it has one size
             return (n,)
         for size in sorted(held | set(recorded)):  # a size held before its digests were kept: only n's own
-            if size > n or (size not in recorded and size != n) or \
-                    any(now[size].get(column) != digest for column, digest in recorded.get(size, {}).items()):
+            if size > n or (size not in recorded and size != n):
                 return partial(table_changed, table, size, n, digested=size in recorded or size > n)
+            changed = _compared(table, size, n, recorded.get(size, {}), now[size])
+            if changed:
+                return changed
         few = [size for size in recorded if 0 < n - size < min_growth]
         if few:  # not recorded: the table is served once it grew by min_growth from the size read before
             return partial(table_grew_little, table, max(few), n, min_growth)
@@ -210,7 +251,17 @@ class History:
             with self._connect() as db:
                 db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
+        self._record_columns(table, recorded, now)
         return tuple(sorted({*recorded, n}))
+
+    def _record_columns(self, table: str, recorded: Sized, now: Sized) -> None:
+        """Keep the digests of the columns served now that were not at a size recorded before (added to the
+        dictionary, or served again): from this run on, their values in its first records are checked too."""
+        rows = [(table, size, column, digest, utc_now()) for size, kept in recorded.items() if size in now
+                for column, digest in now[size].items() if column not in kept]
+        if rows:
+            with self._connect() as db:
+                db.executemany("INSERT OR IGNORE INTO column_records VALUES (?, ?, ?, ?, ?)", rows)
 
     def table_records(self, table: str, n: int, min_growth: int) -> None:
         """Keep ``table``'s digests at ``n`` records, and raise :func:`table_changed` where its first records
