@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,7 +212,10 @@ class Catalog:
     (:mod:`dsfed_server.engines`) one column at a time, and shared read-only.
 
     A column is typed and checked against the dictionary the first time a call reads it, and kept;
-    a call reads only the columns it names (:meth:`frame`, :meth:`column`)."""
+    a call reads only the columns it names (:meth:`frame`, :meth:`column`). ``on_read``, where set, is
+    called with a table and the columns just read from the engine and kept, outside the catalog's lock, and
+    may refuse the call (the release history checks them against the table's digests:
+    :meth:`History.columns_read <dsfed_server.disclosure.history.History.columns_read>`)."""
 
     def __init__(self, data_dir: str | Path, engine: Engine | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -222,6 +226,7 @@ class Catalog:
         self._columns: dict[tuple[str, str], pd.Series] = {}
         self._left_out: dict[str, tuple[int, np.ndarray]] = {}  # per table: the minimum, the records left out
         self._lock = threading.Lock()
+        self.on_read: Callable[[str, list[str]], None] | None = None
         for dictionary in sorted(self.data_dir.glob("*/*.dictionary.json")):
             project = dictionary.parent.name
             table = dictionary.name[: -len(".dictionary.json")]
@@ -273,7 +278,10 @@ class Catalog:
                 except MemoryError:
                     raise too_large(info, missing, need, "the site process could not allocate it") from None
                 del raw
-            return [self._columns[(info.ref, n)] for n in names]
+            kept = [self._columns[(info.ref, n)] for n in names]
+        if missing and self.on_read is not None:  # outside the lock: the history reads columns to check them
+            self.on_read(info.ref, missing)
+        return kept
 
     def tables(self) -> list[TableInfo]:
         return list(self._tables.values())
@@ -303,16 +311,17 @@ class Catalog:
         except CatalogError as exc:
             raise _disagrees(info, exc) from None
 
-    def prefix_digests(self, ref: str, sizes: list[int]) -> dict[int, dict[str, str]] | None:
+    def prefix_digests(self, ref: str, sizes: list[int], columns: list[str] | None = None
+                       ) -> dict[int, dict[str, str]] | None:
         """For each of ``sizes`` (increasing, at most the table's records), a digest of each served column's
-        values in the first that many records of table ``ref``
+        values (or those of ``columns``) in the first that many records of table ``ref``
         (:func:`~dsfed_server.record_prefixes.prefix_digests`); None where ``ref`` is no table of this site
         (a table derived in a session, keyed by its content). Reads every served column once (as
         :meth:`left_out` does), keeping none it had not kept."""
         if ref not in self._tables:
             return None
         out: dict[int, dict[str, str]] = {n: {} for n in sizes}
-        for name in self.served(ref):
+        for name in self.served(ref) if columns is None else columns:
             for n, digest in zip(sizes, prefix_digests(self._once(ref, name), sizes)):
                 out[n][name] = digest
         return out

@@ -24,6 +24,12 @@ column no longer served releases nothing); a column served now in place of one s
 renamed, and is refused. Where the earlier records changed (edited, deleted, reordered, the table shorter),
 no earlier row set says which records it held: every lookup of the table's row sets is refused
 (:func:`table_changed`), and with it every release audited against them.
+
+The decision is made once per table and size in a run, from the columns as the catalog would serve them
+then; a column the catalog reads from its engine later in the run (a CSV file replaced in place, a
+PostgreSQL ``UPDATE``, between the two) is digested again as it is kept (:meth:`History.columns_read`), and
+the table refused for the run where its values are not those decided on. The catalog serves its kept copy
+for the rest of the run, so each column is digested at most twice a run.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -146,7 +153,18 @@ _HELD = ("SELECT n_root FROM subset_rows WHERE table_key = ?1 UNION SELECT n_roo
          "table_key = ?1 UNION SELECT n_root FROM pooled_rows WHERE table_key = ?1 UNION SELECT n_root FROM "
          "pooled_cells WHERE table_key = ?1")
 Sized = dict[int, dict[str, str]]  # per size (increasing), each served column's digest in that many first records
-Digests = Callable[[str, list[int]], "Sized | None"]  # None: no table of the site
+
+
+class Digests(Protocol):
+    """The site's digests of ``table``'s first records at ``sizes``, of ``columns`` (default: every served
+    column; :meth:`Catalog.prefix_digests <dsfed_server.catalog.Catalog.prefix_digests>`); None: no table
+    of the site."""
+
+    def __call__(self, table: str, sizes: list[int], columns: list[str] | None = None) -> Sized | None: ...
+
+
+_RESTORE = ("the site's administrator restores the table's earlier records, in their order, and adds new records "
+            "after them (docs/governance.md, 'A table that grows')")
 
 
 def table_changed(table: str, size: int, n: int, digested: bool = True) -> DisclosureRefusal:
@@ -158,8 +176,18 @@ def table_changed(table: str, size: int, n: int, digested: bool = True) -> Discl
         f"table {table} changed since it was read for releases ({how}: records edited, deleted or reordered, not "
         "only added at the end): a release now, beside one then, could single out the records they differ by, "
         "and the site can no longer check the one against the other", rule="disclosure.subset_min_difference",
-        hint="the site's administrator restores the table's earlier records, in their order, and adds new records "
-             "after them (docs/governance.md, 'A table that grows')")
+        hint=_RESTORE)
+
+
+def table_changed_in_run(table: str, columns: list[str]) -> DisclosureRefusal:
+    """The refusal of ``table`` whose ``columns``, read later in a run, are not the values its first records
+    were checked with earlier in the run."""
+    return DisclosureRefusal(
+        f"table {table} changed while the site served it ({', '.join(columns)}: other values than when the "
+        "site checked its records in this run; a file replaced in place, a database table updated): a release "
+        "now, beside one before, could single out the records changed", rule="disclosure.subset_min_difference",
+        hint="the site's administrator stops the site before changing its data, and restarts it after; for the "
+             f"table to be served again, {_RESTORE}")
 
 
 def column_renamed(table: str, gone: list[str], new: list[str]) -> DisclosureRefusal:
@@ -208,7 +236,9 @@ class History:
         self.path = create(path, _SCHEMA)
         self.lock = threading.RLock()
         self._digests = digests
-        self._mapped: dict[tuple[str, int], tuple[int, ...] | Callable[[], DisclosureRefusal]] = {}
+        # per table and size, the decision of this run and the digests it was made with (None: none kept)
+        self._mapped: dict[tuple[str, int], tuple[tuple[int, ...] | Callable[[], DisclosureRefusal],
+                                                  Sized | None]] = {}
 
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)
@@ -217,17 +247,20 @@ class History:
         """The sizes of ``table`` whose row sets apply to it at ``n`` records: ``n``, and each earlier size whose
         records are its first records unchanged (by their digests). Raises :func:`table_changed` where the
         history holds a size whose records are not. Decided once per table and size in a run of the site (the
-        engines serve one number of records a run); the digests of ``n`` are recorded at the first lookup."""
-        found = self._mapped.get((table, n))
-        if found is None:
-            found = self._mapped[(table, n)] = self._map(table, n, min_growth)
-        if callable(found):
-            raise found()  # a refusal of its own for each call (the service names its function)
-        return found
+        engines serve one number of records a run; a column read later is checked as it is read:
+        :meth:`columns_read`); the digests of ``n`` are recorded at the first lookup."""
+        with self.lock:
+            decided = self._mapped.get((table, n))
+            if decided is None:
+                decided = self._mapped[(table, n)] = self._map(table, n, min_growth)
+        if callable(decided[0]):
+            raise decided[0]()  # a refusal of its own for each call (the service names its function)
+        return decided[0]
 
-    def _map(self, table: str, n: int, min_growth: int) -> tuple[int, ...] | Callable[[], DisclosureRefusal]:
+    def _map(self, table: str, n: int, min_growth: int) -> tuple[tuple[int, ...] | Callable[[], DisclosureRefusal],
+                                                                  Sized | None]:
         if self._digests is None:
-            return (n,)
+            return (n,), None
         with self._connect() as db:
             recorded = {int(s): json.loads(d) for s, d in
                         db.execute("SELECT n_root, digests FROM table_records WHERE table_key = ?", (table,))}
@@ -237,22 +270,22 @@ class History:
             held = {int(s) for (s,) in db.execute(_HELD, (table,))}
         now = self._digests(table, sorted({s for s in recorded if s < n} | {n}))
         if now is None:  # a table derived in a session: keyed by its content, it has one size
-            return (n,)
+            return (n,), None
         for size in sorted(held | set(recorded)):  # a size held before its digests were kept: only n's own
             if size > n or (size not in recorded and size != n):
-                return partial(table_changed, table, size, n, digested=size in recorded or size > n)
+                return partial(table_changed, table, size, n, digested=size in recorded or size > n), now
             changed = _compared(table, size, n, recorded.get(size, {}), now[size])
             if changed:
-                return changed
+                return changed, now
         few = [size for size in recorded if 0 < n - size < min_growth]
         if few:  # not recorded: the table is served once it grew by min_growth from the size read before
-            return partial(table_grew_little, table, max(few), n, min_growth)
+            return partial(table_grew_little, table, max(few), n, min_growth), now
         if n not in recorded:
             with self._connect() as db:
                 db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
         self._record_columns(table, recorded, now)
-        return tuple(sorted({*recorded, n}))
+        return tuple(sorted({*recorded, n})), now
 
     def _record_columns(self, table: str, recorded: Sized, now: Sized) -> None:
         """Keep the digests of the columns served now that were not at a size recorded before (added to the
@@ -262,6 +295,24 @@ class History:
         if rows:
             with self._connect() as db:
                 db.executemany("INSERT OR IGNORE INTO column_records VALUES (?, ?, ?, ?, ?)", rows)
+
+    def columns_read(self, table: str, columns: list[str]) -> None:
+        """Check ``columns`` of ``table``, just read from the site's engine and kept for the rest of the run,
+        against the digests its records were decided on earlier in the run (read then as the engine served
+        them, or not at all): where they differ, the table changed while the site served it, and it is
+        refused for the rest of the run (:func:`table_changed_in_run`, raised). A column is read from the
+        engine once a run, so each is digested here at most once a run."""
+        with self.lock:
+            for (key, n), (found, now) in list(self._mapped.items()):
+                if key != table or now is None or callable(found) or self._digests is None:
+                    continue
+                sizes = sorted(now)
+                read = self._digests(table, sizes, columns)
+                changed = sorted({c for s in sizes for c, d in (read or {}).get(s, {}).items()
+                                  if c in now[s] and now[s][c] != d})
+                if changed:
+                    self._mapped[(key, n)] = partial(table_changed_in_run, table, changed), now
+                    raise table_changed_in_run(table, changed)
 
     def table_records(self, table: str, n: int, min_growth: int) -> None:
         """Keep ``table``'s digests at ``n`` records, and raise :func:`table_changed` where its first records

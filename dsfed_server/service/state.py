@@ -79,6 +79,7 @@ class SiteState:
         # cuts released per table column and subsets made per table, all analysts, persisted (history.py); the
         # digests of the tables' first records carry a table's row sets over to it once it grew
         self.history = History(resolve(base_dir, config.site.ledger), self.catalog.prefix_digests)
+        self.catalog.on_read = self.history.columns_read  # a column read later in a run, checked as it is read
         ledger = resolve(base_dir, config.site.ledger)
         self.models = ModelStore(resolve(base_dir, config.site.models_dir) if config.site.models_dir
                                  else ledger.with_name(ledger.stem + "-models"))
