@@ -189,6 +189,7 @@ def test_a_table_whose_earlier_records_changed_is_refused(tmp_path: Path, change
         assert failure.rule == "disclosure.subset_min_difference"
         assert "table P.t changed since it was read for releases" in failure.message
         assert "restores the table's earlier records, in their order" in failure.hint
+        assert "exported again sorted as the earlier export was" in failure.hint and "ORDER BY ctid" in failure.hint
 
 
 def age_sums_across(tmp_path: Path, truth: pd.DataFrame, change) -> tuple[dict, dict[str, SiteService], float,

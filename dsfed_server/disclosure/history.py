@@ -164,7 +164,10 @@ class Digests(Protocol):
 
 
 _RESTORE = ("the site's administrator restores the table's earlier records, in their order, and adds new records "
-            "after them (docs/governance.md, 'A table that grows')")
+            "after them: a file exported again sorted as the earlier export was; a PostgreSQL table (served in its "
+            "physical order, ORDER BY ctid, which an UPDATE, VACUUM FULL or CLUSTER changes) reloaded in that "
+            "order, e.g. CREATE TABLE t2 AS SELECT * FROM t ORDER BY the column(s) the earlier load was sorted "
+            "by, then renamed to t (docs/governance.md, 'A table that grows')")
 
 
 def table_changed(table: str, size: int, n: int, digested: bool = True) -> DisclosureRefusal:
