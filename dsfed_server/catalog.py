@@ -214,8 +214,8 @@ class Catalog:
     A column is typed and checked against the dictionary the first time a call reads it, and kept;
     a call reads only the columns it names (:meth:`frame`, :meth:`column`). ``on_read``, where set, is
     called with a table and the columns just read from the engine and kept, outside the catalog's lock, and
-    may refuse the call (the release history checks them against the table's digests:
-    :meth:`History.columns_read <dsfed_server.disclosure.history.History.columns_read>`)."""
+    may refuse the call, the columns then not kept (the release history checks them against the table's
+    digests: :meth:`History.columns_read <dsfed_server.disclosure.history.History.columns_read>`)."""
 
     def __init__(self, data_dir: str | Path, engine: Engine | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -280,7 +280,13 @@ class Catalog:
                 del raw
             kept = [self._columns[(info.ref, n)] for n in names]
         if missing and self.on_read is not None:  # outside the lock: the history reads columns to check them
-            self.on_read(info.ref, missing)
+            try:
+                self.on_read(info.ref, missing)
+            except Exception:  # refused: not kept, so the next read is checked again
+                with self._lock:
+                    for name in missing:
+                        self._columns.pop((info.ref, name), None)
+                raise
         return kept
 
     def tables(self) -> list[TableInfo]:

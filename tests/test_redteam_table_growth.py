@@ -39,6 +39,7 @@ import pytest
 
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
+from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.disclosure import history
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.service import SiteService
@@ -307,6 +308,8 @@ def test_a_whole_table_mean_across_an_edit_while_the_site_runs_reads_no_record(t
     assert read is None and failure.rule == "disclosure.subset_min_difference"
     assert "table P.t changed while the site served it (age:" in failure.message
     assert "stops the site before changing its data" in failure.hint
+    with pytest.raises(DisclosureRefusal, match="changed while the site served it"):  # no copy of it kept
+        services["s1"].catalog.column("P.t", "age")
 
 
 @pytest.mark.parametrize("how", ["removed", "identifier"])

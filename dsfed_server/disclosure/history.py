@@ -303,11 +303,12 @@ class History:
         """Check ``columns`` of ``table``, just read from the site's engine and kept for the rest of the run,
         against the digests its records were decided on earlier in the run (read then as the engine served
         them, or not at all): where they differ, the table changed while the site served it, and it is
-        refused for the rest of the run (:func:`table_changed_in_run`, raised). A column is read from the
-        engine once a run, so each is digested here at most once a run."""
+        refused for the rest of the run (:func:`table_changed_in_run`, raised; the catalog then keeps no such
+        column, and checks it again at its next read). A column is kept once a run, so each is digested here
+        once a run where it is unchanged."""
         with self.lock:
-            for (key, n), (found, now) in list(self._mapped.items()):
-                if key != table or now is None or callable(found) or self._digests is None:
+            for (key, n), (_, now) in list(self._mapped.items()):
+                if key != table or now is None or self._digests is None:
                     continue
                 sizes = sorted(now)
                 read = self._digests(table, sizes, columns)
