@@ -21,6 +21,7 @@ from conftest import ROOT, inprocess_builder
 from dsfed_client.analyses.suite import validate
 from dsfed_client.errors import FederatedCallError
 from dsfed_server.dictionary import CatalogError
+from dsfed_server.disclosure.history import History
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
 from dsfed_server.tomlfile import ConfigFileError
@@ -43,10 +44,10 @@ def database(tmp: Path, site: str) -> str:
 
 def pg_sites(pg: Cluster, tmp: Path, frames: dict[str, pd.DataFrame], *, text_sites: tuple[str, ...] = (),
              stored: dict[str, pd.DataFrame] | None = None, user: str = READER,
-             password: str = "reader-password") -> dict[str, ProvisionedSite]:
+             password: str = "reader-password", rules: Path = NO_NOISE) -> dict[str, ProvisionedSite]:
     """Sites whose table P.t is ``frames[site]`` (or ``stored[site]``) in database :func:`database`:
     the dictionaries as sitekit.write_table writes them from ``frames`` (and no data file beside
-    them), no-noise rules."""
+    them), no-noise rules unless ``rules``."""
     tmp.mkdir(parents=True, exist_ok=True)
     secret = password_file(tmp, password)
     spec, databases = {}, {}
@@ -58,7 +59,7 @@ def pg_sites(pg: Cluster, tmp: Path, frames: dict[str, pd.DataFrame], *, text_si
         pg.create_database(databases[name])
         pg.load(databases[name], "P", "t", (stored or {}).get(name, frame),
                 column_types(frame, as_text=name in text_sites))
-        spec[name] = (data, NO_NOISE)
+        spec[name] = (data, rules)
     return provision(tmp / "run", spec, catalog=lambda site: {
         "engine": "postgresql", "dsn": pg.dsn(databases[site], user), "password_file": str(secret)})
 
@@ -184,6 +185,44 @@ def test_a_table_that_loses_records_after_a_read_refuses_the_next_read(pg, gbsg2
     assert (f"{len(frame) - 1} rows, not the {len(frame)} it had when first read: the table changed while the "
             "site served it") in failure.message
     service.catalog.close()
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["shipped", "columns-read-later-not-checked"])
+def test_an_update_while_the_site_runs_reads_no_record(pg, gbsg2_frames, tmp_path, monkeypatch, checked):
+    """Red team (default.toml: the release history kept). The whole-table mean age of one run; in the next, the
+    table checked with one column read (pnodes), then the youngest record's age raised by 7 by an UPDATE (the
+    same number of records; PostgreSQL writes the row anew, and the engine reads ORDER BY ctid), then the age
+    read: the two means give the 7 (the control, without the check of the columns read later in a run). The age
+    is checked as it is read, and the table refused for the rest of the run."""
+    if not checked:
+        monkeypatch.setattr(History, "columns_read", lambda self, table, columns: None)
+    provisioned = pg_sites(pg, tmp_path, {"site1": gbsg2_frames["site1"]},
+                           rules=ROOT / "disclosure_rules" / "default.toml")
+    sums, failure = [], None
+    for run in range(2):
+        service = SiteService.from_config_file(provisioned["site1"].config)
+        with inprocess_builder(provisioned, {"site1": service}).login() as session:
+            if run:
+                session.assign_table("A", "P.t", variables=["pnodes"])
+                with pg.superuser(database(tmp_path, "site1")) as db:
+                    db.execute('UPDATE "P"."t" SET age = age + 7 WHERE ctid = '
+                               '(SELECT ctid FROM "P"."t" ORDER BY age, ctid LIMIT 1)')
+            try:
+                session.assign_table("D", "P.t")
+                mean = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
+                sums.append(mean["EstimatedMean"] * mean["Nvalid"])
+            except FederatedCallError as exc:
+                failure = exc.failures["site1"]
+        service.catalog.close()
+    read = sums[1] - sums[0] if len(sums) == 2 else None
+    print(f"ATTACK whole-table mean age across an UPDATE while the site runs (PostgreSQL, default.toml; "
+          f"{'checked' if checked else 'not checked'} as read): read {read} (truth 7), "
+          f"refused {failure and failure.rule}")
+    if not checked:
+        assert read == pytest.approx(7, abs=1e-6)
+        return
+    assert read is None and failure.rule == "disclosure.subset_min_difference"
+    assert "table P.t changed while the site served it (age" in failure.message
 
 
 def test_a_password_file_others_can_read_is_refused(pg, gbsg2_frames, tmp_path):
