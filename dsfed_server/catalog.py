@@ -46,7 +46,7 @@ from dsfed_server.dictionary import (BOOLEAN_SPELLINGS, CatalogError, EngineOutO
 from dsfed_server.disclosure.missingness import rare_patterns
 from dsfed_server.engines import Engine
 from dsfed_server.engines.duckdb_engine import DuckDBEngine
-from dsfed_server.record_prefixes import prefix_digests
+from dsfed_server.record_prefixes import RecordKeys, prefix_digests
 
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9._]*$")
 
@@ -317,18 +317,23 @@ class Catalog:
         except CatalogError as exc:
             raise _disagrees(info, exc) from None
 
-    def prefix_digests(self, ref: str, sizes: list[int], columns: list[str] | None = None
+    def prefix_digests(self, ref: str, sizes: list[int], columns: list[str] | None = None,
+                       order: np.ndarray | None = None, keys: RecordKeys | None = None
                        ) -> dict[int, dict[str, str]] | None:
         """For each of ``sizes`` (increasing, at most the table's records), a digest of each served column's
-        values (or those of ``columns``) in the first that many records of table ``ref``
-        (:func:`~dsfed_server.record_prefixes.prefix_digests`); None where ``ref`` is no table of this site
-        (a table derived in a session, keyed by its content). Reads every served column once (as
+        values (or those of ``columns``) in the first that many records of table ``ref``, or of the records
+        at positions ``order``, in that order (:func:`~dsfed_server.record_prefixes.prefix_digests`); each
+        column added to ``keys`` too, where given, in the table's order. None where ``ref`` is no table of this
+        site (a table derived in a session, keyed by its content). Reads every served column once (as
         :meth:`left_out` does), keeping none it had not kept."""
         if ref not in self._tables:
             return None
         out: dict[int, dict[str, str]] = {n: {} for n in sizes}
         for name in self.served(ref) if columns is None else columns:
-            for n, digest in zip(sizes, prefix_digests(self._once(ref, name), sizes)):
+            values = self._once(ref, name)
+            if keys is not None:
+                keys.add(values)
+            for n, digest in zip(sizes, prefix_digests(values if order is None else values.iloc[order], sizes)):
                 out[n][name] = digest
         return out
 

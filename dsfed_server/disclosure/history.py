@@ -21,9 +21,17 @@ records: the site keeps, per table and size, a digest of each served column's va
 records (:meth:`Catalog.prefix_digests <dsfed_server.catalog.Catalog.prefix_digests>`), and an earlier
 row set is read with the new records outside it. Only the columns served both then and now are compared (a
 column no longer served releases nothing); a column served now in place of one served then may be that one
-renamed, and is refused. Where the earlier records changed (edited, deleted, reordered, the table shorter),
-no earlier row set says which records it held: every lookup of the table's row sets is refused
-(:func:`table_changed`), and with it every release audited against them.
+renamed, and is refused. Where the earlier records changed (edited, deleted, the table shorter), no earlier
+row set says which records it held: every lookup of the table's row sets is refused (:func:`table_changed`),
+and with it every release audited against them.
+
+The same records in another order, with or without records added after them, are matched with those of then:
+the site keeps each record's place among the records sorted by a key of their served values at each size it
+keeps (:class:`~dsfed_server.record_prefixes.RecordKeys`; records equal in every served column are
+interchangeable for every release, and keep their order among themselves), sorts as many first records now
+the same way, and checks the records so matched against every digest it kept. Row sets are then read at their
+records' positions now, and kept at the positions of then (:func:`_now`, :func:`_then`): the history holds
+one order per table.
 
 The decision is made once per table and size in a run, from the columns as the catalog would serve them
 then; a column the catalog reads from its engine later in the run (a CSV file replaced in place, a
@@ -38,6 +46,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +58,7 @@ from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
 from dsfed_server.disclosure.store import connect, create
+from dsfed_server.record_prefixes import RecordKeys
 from dsfed_server.timestamps import utc_now
 
 _SCHEMA = """
@@ -109,6 +119,17 @@ CREATE TABLE IF NOT EXISTS table_records (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root)
 );
+CREATE TABLE IF NOT EXISTS table_orders (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    ranks BLOB NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root)
+);
+CREATE TRIGGER IF NOT EXISTS table_orders_append_only_u BEFORE UPDATE ON table_orders
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS table_orders_append_only_d BEFORE DELETE ON table_orders
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TABLE IF NOT EXISTS column_records (
     table_key TEXT NOT NULL,
     n_root INTEGER NOT NULL,
@@ -156,11 +177,13 @@ Sized = dict[int, dict[str, str]]  # per size (increasing), each served column's
 
 
 class Digests(Protocol):
-    """The site's digests of ``table``'s first records at ``sizes``, of ``columns`` (default: every served
-    column; :meth:`Catalog.prefix_digests <dsfed_server.catalog.Catalog.prefix_digests>`); None: no table
-    of the site."""
+    """The site's digests of ``table``'s first records at ``sizes`` (or of its records at positions ``order``,
+    in that order), of ``columns`` (default: every served column), each column added to ``keys`` where given
+    (:meth:`Catalog.prefix_digests <dsfed_server.catalog.Catalog.prefix_digests>`); None: no table of the
+    site."""
 
-    def __call__(self, table: str, sizes: list[int], columns: list[str] | None = None) -> Sized | None: ...
+    def __call__(self, table: str, sizes: list[int], columns: list[str] | None = None,
+                 order: np.ndarray | None = None, keys: RecordKeys | None = None) -> Sized | None: ...
 
 
 _RESTORE = ("the site's administrator restores the table's earlier records, in their order, and adds new records "
@@ -176,9 +199,10 @@ def table_changed(table: str, size: int, n: int, digested: bool = True) -> Discl
     how = ("fewer records than then" if size > n else f"other values in its first {size} records than then"
            if digested else f"{n} records, releases having been made at {size} before the site kept digests of them")
     return DisclosureRefusal(
-        f"table {table} changed since it was read for releases ({how}: records edited, deleted or reordered, not "
-        "only added at the end): a release now, beside one then, could single out the records they differ by, "
-        "and the site can no longer check the one against the other", rule="disclosure.subset_min_difference",
+        f"table {table} changed since it was read for releases ({how}: records edited or deleted, or reordered "
+        "along with another change, not only added at the end): a release now, beside one then, could single out "
+        "the records they differ by, and the site can no longer check the one against the other",
+        rule="disclosure.subset_min_difference",
         hint=_RESTORE)
 
 
@@ -215,6 +239,18 @@ def _compared(table: str, size: int, n: int, then: dict[str, str],
     return partial(column_renamed, table, gone, new) if gone and new else None
 
 
+def _changed(table: str, n: int, held: set[int], recorded: Sized, now: Sized) -> Callable[[], DisclosureRefusal] | None:
+    """The refusal of ``table`` at ``n`` records, with digests ``now`` at the sizes ``recorded`` before it, if
+    a size the history holds row sets at is not its first records unchanged (:func:`_compared`)."""
+    for size in sorted(held | set(recorded)):  # a size held before its digests were kept: only n's own
+        if size > n or (size not in recorded and size != n):
+            return partial(table_changed, table, size, n, digested=size in recorded or size > n)
+        changed = _compared(table, size, n, recorded.get(size, {}), now[size])
+        if changed:
+            return changed
+    return None
+
+
 def table_grew_little(table: str, size: int, n: int, minimum: int) -> DisclosureRefusal:
     """The refusal of ``table`` grown from ``size`` records, read before, to ``n``: fewer than ``minimum`` more."""
     return DisclosureRefusal(
@@ -230,6 +266,53 @@ def _padded(packed: bytes, n: int) -> bytes:
     return bytes(packed) + bytes((n + 7) // 8 - len(packed))
 
 
+def _now(packed: bytes, n: int, order: np.ndarray | None) -> bytes:
+    """A packed row set of ``n`` records in the order they were first read at that size as one of the records
+    as the table holds them now (``order``: the position now of each record then; None: the same)."""
+    if order is None:
+        return bytes(packed)
+    held = np.zeros(n, dtype=bool)
+    held[order] = np.unpackbits(np.frombuffer(packed, dtype=np.uint8), count=n).astype(bool)
+    return np.packbits(held).tobytes()
+
+
+def _then(packed: bytes, n: int, order: np.ndarray | None) -> bytes:
+    """A packed row set of the records as the table holds them now as one of them in the order they were first
+    read at its size ``n`` (the inverse of :func:`_now`), as the history keeps it."""
+    if order is None:
+        return bytes(packed)
+    return np.packbits(np.unpackbits(np.frombuffer(packed, dtype=np.uint8), count=n).astype(bool)[order]).tobytes()
+
+
+def _ranks(keys: RecordKeys, order: np.ndarray | None) -> bytes:
+    """Each record's place among the records sorted by their keys (of the records as the table holds them),
+    in the order the history keeps them in (``order``: the position now of each record then), as it keeps it."""
+    by_key = keys.sorted()
+    ranks = np.empty(by_key.size, dtype="<i4" if by_key.size < 2**31 else "<i8")
+    ranks[by_key] = np.arange(by_key.size)
+    return (ranks if order is None else ranks[order]).tobytes()
+
+
+def _moved(keys: RecordKeys, ranks: bytes, n: int) -> np.ndarray:
+    """The position now of each of ``n`` records as the history keeps them, whose first ``keys.keys.size``
+    had places ``ranks`` among them sorted by their keys: the record now at the same place (records added
+    after them stay where they are)."""
+    m = keys.keys.size
+    placed = np.frombuffer(ranks, dtype="<i4" if len(ranks) == 4 * m else "<i8")
+    return np.concatenate([keys.sorted()[placed], np.arange(m, n)])
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """A run's decision on a table at a size: the sizes whose row sets apply (or the refusal), the digests it
+    was made with (None: none kept), and where the table holds the same records in another order than when
+    first read at this size, the position now of each record then (None: the same order)."""
+
+    found: tuple[int, ...] | Callable[[], DisclosureRefusal]
+    now: Sized | None = None
+    order: np.ndarray | None = None
+
+
 class History:
     """Released cuts per table column, subset row sets and summed functions per table, in SQLite at ``path``;
     ``digests``: the site's digests of its tables' first records (:data:`Digests`), by which row sets kept
@@ -239,9 +322,7 @@ class History:
         self.path = create(path, _SCHEMA)
         self.lock = threading.RLock()
         self._digests = digests
-        # per table and size, the decision of this run and the digests it was made with (None: none kept)
-        self._mapped: dict[tuple[str, int], tuple[tuple[int, ...] | Callable[[], DisclosureRefusal],
-                                                  Sized | None]] = {}
+        self._mapped: dict[tuple[str, int], _Decided] = {}  # per table and size, this run's decision
 
     def _connect(self) -> sqlite3.Connection:
         return connect(self.path)
@@ -252,43 +333,56 @@ class History:
         history holds a size whose records are not. Decided once per table and size in a run of the site (the
         engines serve one number of records a run; a column read later is checked as it is read:
         :meth:`columns_read`); the digests of ``n`` are recorded at the first lookup."""
+        return self._decided(table, n, min_growth).found  # type: ignore[return-value]
+
+    def _decided(self, table: str, n: int, min_growth: int = 0) -> _Decided:
         with self.lock:
             decided = self._mapped.get((table, n))
             if decided is None:
                 decided = self._mapped[(table, n)] = self._map(table, n, min_growth)
-        if callable(decided[0]):
-            raise decided[0]()  # a refusal of its own for each call (the service names its function)
-        return decided[0]
+        if callable(decided.found):
+            raise decided.found()  # a refusal of its own for each call (the service names its function)
+        return decided
 
-    def _map(self, table: str, n: int, min_growth: int) -> tuple[tuple[int, ...] | Callable[[], DisclosureRefusal],
-                                                                  Sized | None]:
+    def _map(self, table: str, n: int, min_growth: int) -> _Decided:
         if self._digests is None:
-            return (n,), None
+            return _Decided((n,))
         with self._connect() as db:
             recorded = {int(s): json.loads(d) for s, d in
                         db.execute("SELECT n_root, digests FROM table_records WHERE table_key = ?", (table,))}
             for s, column, digest in db.execute("SELECT n_root, column_name, digest FROM column_records WHERE "
                                                 "table_key = ?", (table,)):
                 recorded[int(s)][column] = digest
+            ranks = db.execute("SELECT n_root, ranks FROM table_orders WHERE table_key = ? AND n_root <= ? "
+                               "ORDER BY n_root DESC LIMIT 1", (table, n)).fetchone()
             held = {int(s) for (s,) in db.execute(_HELD, (table,))}
-        now = self._digests(table, sorted({s for s in recorded if s < n} | {n}))
+        sizes, keys = sorted({s for s in recorded if s < n} | {n}), RecordKeys(n)
+        now = self._digests(table, sizes, keys=None if n in recorded else keys)  # keys: to keep n's ranks
         if now is None:  # a table derived in a session: keyed by its content, it has one size
-            return (n,), None
-        for size in sorted(held | set(recorded)):  # a size held before its digests were kept: only n's own
-            if size > n or (size not in recorded and size != n):
-                return partial(table_changed, table, size, n, digested=size in recorded or size > n), now
-            changed = _compared(table, size, n, recorded.get(size, {}), now[size])
-            if changed:
-                return changed, now
+            return _Decided((n,))
+        changed, order = _changed(table, n, held, recorded, now), None
+        if changed is not None and ranks is not None:  # the records of then in another order?
+            then = RecordKeys(int(ranks[0]))  # of the first records, as many as then
+            self._digests(table, [], keys=then)
+            order = _moved(then, ranks[1], n)
+            moved = self._digests(table, sizes, order=order)
+            if moved is not None and _changed(table, n, held, recorded, moved) is None:
+                changed, now = None, moved
+            else:
+                order = None
+        if changed is not None:
+            return _Decided(changed, now)
         few = [size for size in recorded if 0 < n - size < min_growth]
         if few:  # not recorded: the table is served once it grew by min_growth from the size read before
-            return partial(table_grew_little, table, max(few), n, min_growth), now
+            return _Decided(partial(table_grew_little, table, max(few), n, min_growth), now)
         if n not in recorded:
             with self._connect() as db:
                 db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
+                db.execute("INSERT OR IGNORE INTO table_orders VALUES (?, ?, ?, ?)",
+                           (table, n, _ranks(keys, order), utc_now()))
         self._record_columns(table, recorded, now)
-        return tuple(sorted({*recorded, n})), now
+        return _Decided(tuple(sorted({*recorded, n})), now, order)
 
     def _record_columns(self, table: str, recorded: Sized, now: Sized) -> None:
         """Keep the digests of the columns served now that were not at a size recorded before (added to the
@@ -307,15 +401,16 @@ class History:
         column, and checks it again at its next read). A column is kept once a run, so each is digested here
         once a run where it is unchanged."""
         with self.lock:
-            for (key, n), (_, now) in list(self._mapped.items()):
+            for (key, n), decided in list(self._mapped.items()):
+                now = decided.now
                 if key != table or now is None or self._digests is None:
                     continue
                 sizes = sorted(now)
-                read = self._digests(table, sizes, columns)
+                read = self._digests(table, sizes, columns, order=decided.order)
                 changed = sorted({c for s in sizes for c, d in (read or {}).get(s, {}).items()
                                   if c in now[s] and now[s][c] != d})
                 if changed:
-                    self._mapped[(key, n)] = partial(table_changed_in_run, table, changed), now
+                    self._mapped[(key, n)] = _Decided(partial(table_changed_in_run, table, changed), now)
                     raise table_changed_in_run(table, changed)
 
     def table_records(self, table: str, n: int, min_growth: int) -> None:
@@ -324,11 +419,18 @@ class History:
         records more than one (decided once per table and size in a run)."""
         self._sizes(table, n, min_growth)
 
-    def _where(self, table: str, n: int) -> tuple[str, tuple, bool]:
-        """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records, and whether
-        some were kept at an earlier size (then padded, and the same set kept at two sizes read once)."""
-        sizes = self._sizes(table, n)
-        return f"table_key = ? AND n_root IN ({', '.join('?' * len(sizes))})", (table, *sizes), len(sizes) > 1
+    def _where(self, table: str, n: int) -> tuple[str, tuple, Callable[[bytes], bytes]]:
+        """The SQL condition and parameters selecting ``table``'s row sets that apply at ``n`` records, and the
+        map of a packed row set kept to one of the records now: padded where kept at an earlier size (the same
+        set kept at two sizes is then read once), moved where the records are in another order."""
+        decided = self._decided(table, n)
+        sizes: tuple[int, ...] = decided.found  # type: ignore[assignment]
+        return (f"table_key = ? AND n_root IN ({', '.join('?' * len(sizes))})", (table, *sizes),
+                lambda packed: _now(_padded(packed, n), n, decided.order))
+
+    def _kept(self, table: str, n: int, packed: bytes) -> bytes:
+        """A packed row set of ``table``'s ``n`` records now, as the history keeps it (:func:`_then`)."""
+        return _then(packed, n, self._decided(table, n).order)
 
     # --- cuts ------------------------------------------------------------------------------
 
@@ -355,43 +457,40 @@ class History:
     def row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """The row sets of every subset and released cell of ``table``, packed by ``np.packbits`` as
         they are kept (1 bit a record: :func:`~dsfed_server.disclosure.differencing.bits` reads one)."""
-        where, params, grew = self._where(table, n_root)
+        where, params, now = self._where(table, n_root)
         with self._connect() as db:
             rows = [row for (row,) in db.execute(f"SELECT rows FROM subset_rows WHERE {where}", params)]
-        return [np.frombuffer(row, dtype=np.uint8) for row in (dict.fromkeys(_padded(r, n_root) for r in rows)
-                                                                if grew else rows)]
+        return [np.frombuffer(row, dtype=np.uint8) for row in dict.fromkeys(map(now, rows))]
 
     # --- sums of functions ----------------------------------------------------------------------
 
     def sums(self, table: str, n_root: int) -> list[Summed]:
         """Every function summed exactly over a row set of ``table``
         (:mod:`~dsfed_server.disclosure.equations`)."""
-        where, params, grew = self._where(table, n_root)
+        where, params, now = self._where(table, n_root)
         with self._connect() as db:
             rows = db.execute(f"SELECT function, roots, rows FROM released_sums WHERE {where}", params).fetchall()
-        sums = [Summed(function, tuple(roots.split(_SEPARATOR)), _padded(packed, n_root) if grew else bytes(packed))
-                for function, roots, packed in rows]
-        return list(dict.fromkeys(sums)) if grew else sums
+        return list(dict.fromkeys(Summed(function, tuple(roots.split(_SEPARATOR)), now(packed))
+                                  for function, roots, packed in rows))
 
     def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
         self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
         with self._connect() as db:
             db.executemany("INSERT OR IGNORE INTO released_sums VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(table, n_root, s.function, _SEPARATOR.join(s.roots), s.rows, analyst, now)
-                            for s in sums])
+                           [(table, n_root, s.function, _SEPARATOR.join(s.roots),
+                             self._kept(table, n_root, s.rows), analyst, now) for s in sums])
 
     def pooled_row_sets(self, table: str, n_root: int) -> list[PooledCell]:
         """This site's records (packed) of every cell of ``table`` released pooled over sites, each with
         the cell's pooled count, the column it is an interval of and, where the sites gave it one, its
         identity (:class:`~dsfed_server.disclosure.differencing.PooledCell`)."""
-        where, params, grew = self._where(table, n_root)
+        where, params, now = self._where(table, n_root)
         with self._connect() as db:
             rows = db.execute(f"SELECT rows, pooled_count, column_name, '' FROM pooled_rows WHERE {where} UNION ALL "
                               f"SELECT rows, pooled_count, column_name, cell_id FROM pooled_cells WHERE {where}",
                               params + params).fetchall()
-        kept = dict.fromkeys((_padded(packed, n_root), int(count), column, cell_id)
-                             for packed, count, column, cell_id in rows) if grew else rows
+        kept = dict.fromkeys((now(packed), int(count), column, cell_id) for packed, count, column, cell_id in rows)
         return [PooledCell(np.frombuffer(packed, dtype=np.uint8), int(count), column, cell_id)
                 for packed, count, column, cell_id in kept]
 
@@ -400,7 +499,8 @@ class History:
         each under its identity where it has one."""
         self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
-        rows = [(c, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes()) for c in cells]
+        rows = [(c, self._kept(table, n_root, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes()))
+                for c in cells]
         with self._connect() as db:
             db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(table, n_root, packed, c.count, c.column, analyst, now) for c, packed in rows
@@ -413,4 +513,5 @@ class History:
         self._sizes(table, int(rows.size))  # the table's digests at this size kept first
         with self._connect() as db:
             db.execute("INSERT OR IGNORE INTO subset_rows VALUES (?, ?, ?, ?, ?)",
-                       (table, int(rows.size), np.packbits(rows).tobytes(), analyst, utc_now()))
+                       (table, int(rows.size), self._kept(table, int(rows.size), np.packbits(rows).tobytes()),
+                        analyst, utc_now()))
