@@ -37,7 +37,7 @@ The decision is made once per table and size in a run, from the columns as the c
 then; a column the catalog reads from its engine later in the run (a CSV file replaced in place, a
 PostgreSQL ``UPDATE``, between the two) is digested again as it is kept (:meth:`History.columns_read`), and
 the table refused for the run where its values are not those decided on. The catalog serves its kept copy
-for the rest of the run, so each column is digested at most twice a run.
+for the rest of the run, so each column is digested once more at most, as it is kept.
 """
 
 from __future__ import annotations
