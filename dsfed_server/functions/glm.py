@@ -33,9 +33,10 @@ from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.declared import Declared, ExactSums
+from dsfed_server.disclosure.differencing import ROWS
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.expressions import Meaning, forms
-from dsfed_server.disclosure.provenance import NO_TABLE, PUBLIC_DESIGN
+from dsfed_server.disclosure.provenance import MEANING, NO_TABLE, PUBLIC_DESIGN
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_core.errors import CallError, DisclosureRefusal, NotFound
 from dsfed_server.functions.derive import check_formula
@@ -367,7 +368,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
                         (lambda sa=sa, sb=sb: sa() & sb())
                 if function:
                     functions.append((function, tuple(sorted({*ra, *rb})), over))
-    text = ["*".join(d) or "1" for d in design]
+    text = ["*".join(sorted(d)) or "1" for d in design]
     x_roots = tuple(sorted({r for v, (_, rs) in written.items() if v != formula.response for r in rs}))
     all_roots = tuple(sorted({*x_roots, *y[1]}))
 
@@ -375,19 +376,29 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         """The deviance, information and score at one coefficient vector, as functions named ``model``."""
         p = len(text)
         functions.append((f"{model}: deviance", all_roots, lambda: np.ones(mf.n, dtype=bool)))
-        functions.extend((f"{model}: information {text[j]}, {text[k]}", x_roots,
+        functions.extend((f"{model}: information {', '.join(sorted((text[j], text[k])))}", x_roots,
                           lambda j=j, k=k: nonzero[j]() & nonzero[k]()) for j in range(p) for k in range(j, p))
         functions.extend((f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p))
 
     least_squares = (fam.name, fam.link) == ("gaussian", "identity") and not weights
     if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
-        # the end of a fit the analyst reads is another function for every model; a fit summed over min_sites sites
-        # counts its start, whose functions at constant weights are the prior weights' and offset's
-        formula_read = f" {y[0]} ~ {' + '.join(text)}" if ctx.own_sums else ""
+        # the end of a fit the analyst reads is another function for every model (its terms in any order); a fit
+        # summed over min_sites sites counts its start, whose functions at constant weights are the prior weights'
+        # and offset's. A straight-line change of a covariate is the same fit where the model has an intercept, of
+        # a binomial outcome the same outcome; otherwise each is written exactly (y ~ 0 + I(s + c): a fit per c)
+        if "(Intercept)" in mf.names:
+            named = text
+        else:
+            named = ["*".join(sorted(_exactly(ctx, read[v][0]) + (f"={name}" if is_factor else "")
+                                     for v, is_factor in product)) for name, product in zip(mf.names, mf.products)]
+        response = y[0] if fam.name == "binomial" else _exactly(ctx, read[formula.response][0])
+        formula_read = f" {response} ~ {' + '.join(sorted(named))}" if ctx.own_sums else ""
         model = (f"glm({fam.name}, {fam.link}; fit{formula_read}" + (f" + {exact[offset]}" if offset else "")
                  + (f"; weights {exact[weights]}" if weights else "") + ")")
-    if iterates and (not constant or (ctx.own_sums and not least_squares)):
+    # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment
+    share = constant and not offset and fam.name == "binomial" and list(mf.names) == ["(Intercept)"]
+    if iterates and (not constant or (ctx.own_sums and not least_squares and not share)):
         # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
         # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
         # values besides the moments); a least-squares fit's are its start's
@@ -397,12 +408,13 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         # but at its iterates the offset sits inside the inverse link, where each slope is another function
         functions.append((model, all_roots, lambda: np.ones(mf.n, dtype=bool)))
     elif not constant:
-        eta = " + ".join(f"{b:.17g}*{d}" for b, d in zip(beta, text)) if beta is not None else "start"
+        eta = " + ".join(sorted(f"{b:.17g}*{d}" for b, d in zip(beta, text))) if beta is not None else "start"
         parts_at(f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
                  + (f"; weights {written[weights][0]}" if weights else "") + ")")
     analysts = beta is not None and not constant  # one step of a fit the analyst iterates (DataSHIELD's ds.glm)
     yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, hint=(
-        "fewer fits with other offsets or prior weights over the same records, or over more records" if iterates
+        "fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
+        "p(p+1)/2 + p + 1 sums), or a fit over more records" if iterates
         else "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
              "ds.glmSLMA), or over more records"))
 
@@ -426,6 +438,20 @@ def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, 
         core, roots = ctx.written(source)
         return source, (f"{computed.function!r}({core})", roots)
     series = formula_variable(table, name)
+    if "(" in name:  # a computed term: its records' positions and what it is, as a derived column's
+        inner = name[len("factor("):-1] if name.startswith("factor(") else name[2:-1] if name.startswith("I(") \
+            else name
+        bound = len(inner) + 1  # the term passed the site's limits when the formula was parsed
+        node = parse_expression(inner, Limits(max_length=bound, max_name_length=bound, max_depth=bound))
+        leaves = {leaf: formula_variable(table, leaf.column if isinstance(leaf, Column) else leaf.name)
+                  for leaf in columns_read(node)}
+        rows = ctx.record_rows(*leaves.values(), missing=True) if leaves else None
+        attrs: dict[str, Any] = {} if rows is None else {ROWS: rows}
+        if not name.startswith("factor("):
+            meanings = {leaf: ctx.meaning(column) for leaf, column in leaves.items()}
+            attrs[MEANING] = ctx.guard.derived_expression(node, meanings.__getitem__).meaning
+        series = series.copy(deep=False)
+        series.attrs = attrs
     return series, ctx.written(series)
 
 
