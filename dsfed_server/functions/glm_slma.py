@@ -190,9 +190,10 @@ def slma_summary(ctx: CallContext, formula: Formula, family: str, offset: str | 
     """This site's fitted model (dsBase ``glmSLMADS2``): coefficients with standard errors, z (or t)
     values and p-values, the covariance matrices, deviances, AIC and counts, after the GLM's checks. Its sums
     are counted with every sum released from the table (:func:`~dsfed_server.functions.glm.count_sums`, rule
-    ``disclosure.sums_per_record``), as a pooled fit whose iterates the sites derive: logistic fits of ``y ~ 1``
-    with the offsets ``k*score``, k = 1 ... m, over a subset of m records are 2m equations in its scores
-    (each fit's intercept and information: Denning & Schlörer 1983's power sums, through the logistic curve)."""
+    ``disclosure.sums_per_record``): its start's, and its end's as one coefficient vector of its model, offset
+    and weights, the analyst reading this site's own fit: logistic fits ``y ~ score``, ``y ~ age`` and
+    ``y ~ score + age`` over a subset of ten records are 19 equations in its 20 values besides its moments
+    (Denning & Schlörer 1983's moment attack, through the logistic curve)."""
     fam = make_family(family, link)
     if not isinstance(newobj, StudyGLM) or (newobj.formula, newobj.family, newobj.link, newobj.weights,
                                             newobj.offset) != (formula.to_text(), fam.name, fam.link, weights, offset):
