@@ -215,7 +215,9 @@ class Catalog:
     a call reads only the columns it names (:meth:`frame`, :meth:`column`). ``on_read``, where set, is
     called with a table and the columns just read from the engine and kept, outside the catalog's lock, and
     may refuse the call, the columns then not kept (the release history checks them against the table's
-    digests: :meth:`History.columns_read <dsfed_server.disclosure.history.History.columns_read>`)."""
+    digests: :meth:`History.columns_read <dsfed_server.disclosure.history.History.columns_read>`); no call is
+    served a column before its check is done (a call naming it meanwhile waits for the check, and reads it
+    again where it refused)."""
 
     def __init__(self, data_dir: str | Path, engine: Engine | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -225,6 +227,8 @@ class Catalog:
         self._tables: dict[str, TableInfo] = {}
         self._columns: dict[tuple[str, str], pd.Series] = {}
         self._left_out: dict[str, tuple[int, np.ndarray]] = {}  # per table: the minimum, the records left out
+        self._checking: set[tuple[str, str]] = set()  # kept, not yet checked by on_read: served to no call
+        self._reads: dict[str, threading.Lock] = {}  # per table: held by a read from the engine through its check
         self._lock = threading.Lock()
         self.on_read: Callable[[str, list[str]], None] | None = None
         for dictionary in sorted(self.data_dir.glob("*/*.dictionary.json")):
@@ -258,36 +262,59 @@ class Catalog:
         except CatalogError as exc:
             raise _disagrees(info, exc) from None
 
+    def _ready(self, ref: str, names: list[str]) -> list[pd.Series] | None:
+        """Columns ``names`` of table ``ref`` where each is kept and checked; None where one is not (under the
+        catalog's lock)."""
+        if all((ref, n) in self._columns and (ref, n) not in self._checking for n in names):
+            return [self._columns[(ref, n)] for n in names]
+        return None
+
     def _read(self, info: TableInfo, names: list[str]) -> list[pd.Series]:
         """Columns ``names`` of ``info``, typed and checked (each read from the engine once); a read
-        that would not fit in the memory the site may use is refused (:func:`too_large`)."""
+        that would not fit in the memory the site may use is refused (:func:`too_large`). A column is served
+        once ``on_read`` checked it: a read of the table from its engine holds the table's read lock through
+        the check, and a call that names a column not yet kept, or kept and not yet checked, waits for it."""
         with self._lock:
-            missing = [n for n in names if (info.ref, n) not in self._columns]
-            if missing:
-                need = self.engine.row_count(info) * len(missing) * BYTES_PER_VALUE
-                free = room()
-                if free is not None and need > free[0]:
-                    raise too_large(info, missing, need, f"{free[1]} leaves {free[0] >> 20:,} MB")
-                try:
-                    raw = self.engine.read(info, missing)
-                    variables = {v.name: v for v in info.variables}
-                    for name in missing:
-                        self._columns[(info.ref, name)] = _typed(raw[name], info, variables[name])
-                except EngineOutOfMemory as exc:
-                    raise too_large(info, missing, need, str(exc), rule="catalog.memory_limit_mb") from None
-                except MemoryError:
-                    raise too_large(info, missing, need, "the site process could not allocate it") from None
-                del raw
-            kept = [self._columns[(info.ref, n)] for n in names]
-        if missing and self.on_read is not None:  # outside the lock: the history reads columns to check them
+            kept = self._ready(info.ref, names)
+            reads = self._reads.setdefault(info.ref, threading.Lock())
+        if kept is not None:
+            return kept
+        with reads:
+            with self._lock:
+                missing = [n for n in names if (info.ref, n) not in self._columns]
+                if missing:
+                    self._from_engine(info, missing)
+                    self._checking.update((info.ref, n) for n in missing)
+                kept = [self._columns[(info.ref, n)] for n in names]
             try:
-                self.on_read(info.ref, missing)
+                if missing and self.on_read is not None:  # outside the catalog's lock: the history reads columns
+                    self.on_read(info.ref, missing)
             except Exception:  # refused: not kept, so the next read is checked again
                 with self._lock:
                     for name in missing:
                         self._columns.pop((info.ref, name), None)
                 raise
+            finally:
+                with self._lock:
+                    self._checking.difference_update((info.ref, n) for n in missing)
         return kept
+
+    def _from_engine(self, info: TableInfo, missing: list[str]) -> None:
+        """Read columns ``missing`` of ``info`` from the engine, typed and checked, into the columns kept (under
+        the catalog's lock)."""
+        need = self.engine.row_count(info) * len(missing) * BYTES_PER_VALUE
+        free = room()
+        if free is not None and need > free[0]:
+            raise too_large(info, missing, need, f"{free[1]} leaves {free[0] >> 20:,} MB")
+        try:
+            raw = self.engine.read(info, missing)
+            variables = {v.name: v for v in info.variables}
+            typed = {(info.ref, name): _typed(raw[name], info, variables[name]) for name in missing}
+        except EngineOutOfMemory as exc:
+            raise too_large(info, missing, need, str(exc), rule="catalog.memory_limit_mb") from None
+        except MemoryError:
+            raise too_large(info, missing, need, "the site process could not allocate it") from None
+        self._columns.update(typed)  # all or none: a column that does not fit its dictionary keeps none
 
     def tables(self) -> list[TableInfo]:
         return list(self._tables.values())
@@ -306,7 +333,8 @@ class Catalog:
         return found[1]
 
     def _once(self, ref: str, name: str) -> pd.Series:
-        """Column ``name`` of table ``ref`` as served: the one kept, or read for the caller only and not kept."""
+        """Column ``name`` of table ``ref`` as served: the one kept (also while ``on_read`` checks it: what the
+        check digests), or read for the caller only and not kept."""
         kept = self._columns.get((ref, name))
         if kept is not None:
             return kept

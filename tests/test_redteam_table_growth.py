@@ -31,6 +31,8 @@ before, and the earlier row sets read at their positions now.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -319,6 +321,66 @@ def test_a_whole_table_mean_across_an_edit_while_the_site_runs_reads_no_record(t
     assert "stops the site before changing its data" in failure.hint
     with pytest.raises(DisclosureRefusal, match="changed while the site served it"):  # no copy of it kept
         services["s1"].catalog.column("P.t", "age")
+
+
+def _served_once_kept(catalog: Catalog, ref: str, names: list[str]):
+    """A column served as soon as it is kept, its check not done (the control)."""
+    if all((ref, n) in catalog._columns for n in names):
+        return [catalog._columns[(ref, n)] for n in names]
+    return None
+
+
+@pytest.mark.parametrize("waits", [True, False], ids=["shipped", "served-before-checked"])
+def test_a_column_asked_for_while_its_check_runs_is_not_served_unchecked(tmp_path: Path, monkeypatch, waits: bool):
+    """Record 5's age corrected in the file while the site runs, as in the test above; then two calls name the age
+    at once: the first reads it from the file and keeps it while the history checks it (slowed down here, 0.3 s,
+    so that the second call comes in meanwhile), the second finds it kept (found by review: a column was kept
+    before its check, which ran outside the catalog's lock, and served so to a call meanwhile). The second call
+    waits for the check, reads the age again and is refused; the control, a column served as soon as it is kept,
+    serves it the corrected age unchecked."""
+    if not waits:
+        monkeypatch.setattr(Catalog, "_ready", _served_once_kept)
+    checking = threading.Event()
+    check = History.columns_read
+
+    def slow_check(self: History, table: str, columns: list[str]) -> None:
+        if "age" in columns:
+            checking.set()
+            time.sleep(0.3)
+        check(self, table, columns)
+
+    monkeypatch.setattr(History, "columns_read", slow_check)  # before the site starts: its catalog's on_read
+    truth = frame()
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+    services = restart_with(provisioned, services, lambda csv: None)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("W", "P.t", variables=["ward"])  # the table checked, the age digested as the file holds it
+    changed_table(truth, "edited").to_csv(data_file(provisioned), index=False)  # in place, the site running
+    catalog, outcomes = services["s1"].catalog, {}
+
+    def ask(call: str) -> None:
+        try:
+            outcomes[call] = catalog.column("P.t", "age")
+        except DisclosureRefusal as exc:
+            outcomes[call] = exc
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    assert checking.wait(10)
+    ask("second")
+    first.join()
+    second = outcomes["second"]
+    read = None if isinstance(second, DisclosureRefusal) else float(second[5] - truth.age[5])
+    print(f"ATTACK a column asked for while its first read is checked (default.toml, record 5's age edited while "
+          f"the site runs; {'served once checked' if waits else 'served once kept'}): the second call read {read} "
+          f"(truth 7.0), the first refused: {isinstance(outcomes['first'], DisclosureRefusal)}")
+    assert isinstance(outcomes["first"], DisclosureRefusal)
+    if not waits:
+        assert read == pytest.approx(7.0, abs=1e-6)
+        return
+    assert read is None and "changed while the site served it (age:" in str(second)
 
 
 @pytest.mark.parametrize("how", ["removed", "identifier"])
