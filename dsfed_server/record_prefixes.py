@@ -90,10 +90,12 @@ class RecordKeys:
 
     def __init__(self, n: int) -> None:
         self.keys = np.zeros(n, dtype=np.uint64)
+        self.columns: list[str] = []  # the names of the columns added, in the order added
 
     def add(self, column: pd.Series) -> None:
         """Add a column's values, of its first records as many as the keys'."""
         self.keys = _mix(self.keys ^ _value_hashes(column.iloc[:self.keys.size])) + np.uint64(0x9E3779B97F4A7C15)
+        self.columns.append(str(column.name))
 
     def sorted(self) -> np.ndarray:
         """The records' positions sorted by their keys, records of one key in their order (stable)."""

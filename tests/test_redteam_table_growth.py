@@ -75,6 +75,11 @@ def admissions(old: pd.DataFrame) -> pd.DataFrame:
     return new
 
 
+def with_stay(data: pd.DataFrame) -> pd.DataFrame:
+    """``data`` with a length of stay (days) added after its columns, one for each of its first 60 records."""
+    return data.assign(stay=np.random.default_rng(4).integers(1, 30, 60)[data.index % 60])
+
+
 def restart_with(provisioned: dict, services: dict, change) -> dict[str, SiteService]:
     """The site stopped, its data file changed by ``change(path)`` as an administrator would, and started
     again on the same configuration (the same ledger)."""
@@ -99,20 +104,26 @@ def unserved(csv: Path, data: pd.DataFrame, column: str, how: str) -> None:
 
 
 def attack(tmp_path: Path, withheld: list[str], unserve: str | None = None, reordered: bool = False,
-           grown: bool = True) -> tuple[dict[str, float], str | None]:
+           grown: bool = True, added: bool = False) -> tuple[dict[str, float], str | None]:
     """The ages read of old records missing their BMI, per ward (where read), and the refusal's rule if the
     last release was refused; the groups the last release withheld are added to ``withheld``. ``unserve``:
     the income no longer served after the growth (:func:`unserved`); ``reordered``: the old records written
-    in a random order; ``grown``: the admissions appended."""
+    in a random order; ``grown``: the admissions appended; ``added``: a length of stay added to the same records
+    in a run between (:func:`with_stay`), the table assigned in it."""
     truth = frame()
     provisioned, services = make_sites(tmp_path, {"s1": truth})
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         before_n = session.table1d("D$ward").as_dict()
         before = by_ward(session, "D$age")
-    new = admissions(truth)
-    old = truth.sample(frac=1, random_state=5) if reordered else truth
-    data = pd.concat([old, new[truth.columns]], ignore_index=True) if grown else old
+    base = with_stay(truth) if added else truth
+    if added:
+        services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, base))
+        with inprocess_builder(provisioned, services).login() as session:
+            session.assign_table("D", "P.t")
+    new = admissions(base)
+    old = base.sample(frac=1, random_state=5) if reordered else base
+    data = pd.concat([old, new[base.columns]], ignore_index=True) if grown else old
     services = restart_with(provisioned, services, lambda csv: data.to_csv(csv, index=False) if unserve is None
                             else unserved(csv, data, "income", unserve))
     read: dict[str, float] = {}
@@ -487,43 +498,81 @@ def test_a_column_added_and_then_edited_reads_no_record(tmp_path: Path, monkeypa
     assert "table P.t changed since it was read for releases (other values in its first 60" in failure.message
 
 
-@pytest.mark.parametrize("grown", [False, True], ids=["reordered", "reordered-grown"])
+@pytest.mark.parametrize("column", ["age", "stay"])
+def test_a_reorder_and_an_edit_after_a_column_added_is_refused(tmp_path: Path, column: str):
+    """A length of stay added to the same 60 records in a run between, then the file written again shuffled with
+    record 5's age, or its stay, corrected (to another record's value): the records' places are matched over the
+    columns keyed then, and the records so taken checked against every digest kept, the stay's too: the table is
+    refused when assigned."""
+    truth = frame()
+    stays = with_stay(truth)
+    provisioned, services = make_sites(tmp_path, {"s1": truth})
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+    services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, stays))
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+    other = stays[column][stays[column] != stays[column][5]].iloc[0]  # a value another record holds: in range
+    edited = stays.assign(**{column: stays[column].where(stays.index != 5, other)})
+    services = restart_with(provisioned, services,
+                            lambda csv: edited.sample(frac=1, random_state=5).to_csv(csv, index=False))
+    with inprocess_builder(provisioned, services).login() as session:
+        with pytest.raises(FederatedCallError) as refused:
+            session.assign_table("D", "P.t")
+    failure = next(iter(refused.value.failures.values()))
+    assert failure.rule == "disclosure.subset_min_difference"
+    assert "table P.t changed since it was read for releases (other values in its first 60" in failure.message
+
+
+@pytest.mark.parametrize("grown,added", [(False, False), (True, False), (True, True)],
+                         ids=["reordered", "reordered-grown", "column-added-then-reordered-grown"])
 @pytest.mark.parametrize("moved", [True, False], ids=["shipped", "row-sets-not-moved"])
-def test_releases_after_a_reorder_read_no_record(tmp_path: Path, monkeypatch, moved: bool, grown: bool):
+def test_releases_after_a_reorder_read_no_record(tmp_path: Path, monkeypatch, moved: bool, grown: bool,
+                                                 added: bool):
     """The file written again with the 60 records in a random order (an export sorted otherwise, a PostgreSQL
     VACUUM FULL), and the ten admissions after them or not: records equal in every served column are
     interchangeable for every release, so the site sorts the first 60 records now and then by their values,
     maps each earlier position to the record now at its place, and checks the records so mapped against every
     digest it kept. The attack of the grown table, across the reorder: every group differs by one or two records
     from an earlier ward cell, and is withheld. The control, the reorder accepted but the earlier row sets read at
-    their old positions, reads the age of 3 records."""
+    their old positions, reads the age of 3 records. Where a length of stay was added in a run between (the
+    records' places kept keyed on the columns served before it), the keys are built over those columns again
+    (found by review: keyed over every column served now, the reorder was refused for good)."""
     if not moved:
         monkeypatch.setattr(history, "_now", lambda packed, n, order: bytes(packed))
     truth = frame()
     withheld: list[str] = []
-    read, refused = attack(tmp_path, withheld, reordered=True, grown=grown)
+    read, refused = attack(tmp_path, withheld, reordered=True, grown=grown, added=added)
     want = {WARDS[p % 4]: float(truth.age[p]) for p in LACKING if p % 4 < 3}
     recovered = sorted(w for w, age in read.items() if abs(age - want[w]) < 1e-6)
     print(f"ATTACK temporal differencing across a reordered table (default.toml, the file shuffled"
-          f"{' and grown' if grown else ''}, site "
+          f"{' and grown' if grown else ''}{', a column added in a run before' if added else ''}, site "
           f"restarted; earlier row sets {'moved' if moved else 'at their old positions'}): read the age of "
           f"{len(recovered)} old records {recovered} (truth {want}, read {read}, refused {refused})")
     assert refused is None
     assert (recovered, withheld) == (([], ["1", "2", "3", "4"]) if moved else (["a", "b", "c"], []))
 
 
-def test_an_honest_analysis_after_a_reorder_is_released(tmp_path: Path):
+@pytest.mark.parametrize("added", [False, True], ids=["reordered", "column-added-then-reordered"])
+def test_an_honest_analysis_after_a_reorder_is_released(tmp_path: Path, added: bool):
     """The table of the ward and the mean age by ward before a reorder, again after it (the same releases over
     the same records) with a new mean, and again once ten admissions are appended to the reordered file in a
-    later run: each released, equal to pandas over the records."""
+    later run: each released, equal to pandas over the records. Where a length of stay was added to the same
+    records in a run between (its mean released), the same, and its mean after the reorder too."""
     truth = frame()
-    shuffled = truth.sample(frac=1, random_state=5)
-    grown = pd.concat([shuffled, admissions(truth)[truth.columns]], ignore_index=True)
+    base = with_stay(truth) if added else truth
+    shuffled = base.sample(frac=1, random_state=5)
+    grown = pd.concat([shuffled, admissions(base)[base.columns]], ignore_index=True)
     provisioned, services = make_sites(tmp_path, {"s1": truth})
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         session.table1d("D$ward")
         by_ward(session, "D$age")
+    if added:
+        services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, base))
+        with inprocess_builder(provisioned, services).login() as session:
+            session.assign_table("D", "P.t")
+            session.aggregate_expr("meanDS(D$stay)")
     for data in (shuffled, grown):
         services = restart_with(provisioned, services, lambda csv: data.to_csv(csv, index=False))
         with inprocess_builder(provisioned, services).login() as session:
@@ -531,9 +580,11 @@ def test_an_honest_analysis_after_a_reorder_is_released(tmp_path: Path):
             counts = session.table1d("D$ward").as_dict()
             means = by_ward(session, "D$age")
             weight = next(iter(session.aggregate_expr("meanDS(D$weight)").values()))
+            stay = next(iter(session.aggregate_expr("meanDS(D$stay)").values())) if added else None
         assert counts == {w: int(n) for w, n in data.ward.value_counts().items()}
         np.testing.assert_allclose(means["Mean_gp"], data.groupby("ward").age.mean().to_numpy(), rtol=1e-12)
         assert weight["EstimatedMean"] == pytest.approx(data.weight.mean(), rel=1e-12)
+        assert stay is None or stay["EstimatedMean"] == pytest.approx(data.stay.mean(), rel=1e-12)
 
 
 def test_every_kind_of_row_set_kept_is_read_at_its_records_positions_after_a_reorder(tmp_path: Path):

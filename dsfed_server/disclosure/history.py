@@ -27,7 +27,8 @@ and with it every release audited against them.
 
 The same records in another order, with or without records added after them, are matched with those of then:
 the site keeps each record's place among the records sorted by a key of their served values at each size it
-keeps (:class:`~dsfed_server.record_prefixes.RecordKeys`; records equal in every served column are
+keeps, and which columns it keyed (:class:`~dsfed_server.record_prefixes.RecordKeys`; a column added later is
+checked by its digests, not keyed; records equal in every served column are
 interchangeable for every release, and keep their order among themselves), sorts as many first records now
 the same way, and checks the records so matched against every digest it kept. Row sets are then read at their
 records' positions now, and kept at the positions of then (:func:`_now`, :func:`_then`): the history holds
@@ -126,6 +127,17 @@ CREATE TABLE IF NOT EXISTS table_orders (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root)
 );
+CREATE TABLE IF NOT EXISTS order_columns (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    columns TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root)
+);
+CREATE TRIGGER IF NOT EXISTS order_columns_append_only_u BEFORE UPDATE ON order_columns
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS order_columns_append_only_d BEFORE DELETE ON order_columns
+    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS table_orders_append_only_u BEFORE UPDATE ON table_orders
     BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS table_orders_append_only_d BEFORE DELETE ON table_orders
@@ -353,17 +365,19 @@ class History:
             for s, column, digest in db.execute("SELECT n_root, column_name, digest FROM column_records WHERE "
                                                 "table_key = ?", (table,)):
                 recorded[int(s)][column] = digest
-            ranks = db.execute("SELECT n_root, ranks FROM table_orders WHERE table_key = ? AND n_root <= ? "
-                               "ORDER BY n_root DESC LIMIT 1", (table, n)).fetchone()
+            ranks = db.execute("SELECT o.n_root, o.ranks, c.columns FROM table_orders o LEFT JOIN order_columns c "
+                               "ON c.table_key = o.table_key AND c.n_root = o.n_root WHERE o.table_key = ? AND "
+                               "o.n_root <= ? ORDER BY o.n_root DESC LIMIT 1", (table, n)).fetchone()
             held = {int(s) for (s,) in db.execute(_HELD, (table,))}
         sizes, keys = sorted({s for s in recorded if s < n} | {n}), RecordKeys(n)
         now = self._digests(table, sizes, keys=None if n in recorded else keys)  # keys: to keep n's ranks
         if now is None:  # a table derived in a session: keyed by its content, it has one size
             return _Decided((n,))
         changed, order = _changed(table, n, held, recorded, now), None
-        if changed is not None and ranks is not None:  # the records of then in another order?
-            then = RecordKeys(int(ranks[0]))  # of the first records, as many as then
-            self._digests(table, [], keys=then)
+        keyed = None if ranks is None or ranks[2] is None else json.loads(ranks[2])  # None: every column served
+        if changed is not None and ranks is not None and set(keyed or ()) <= now[n].keys():  # another order?
+            then = RecordKeys(int(ranks[0]))  # of the first records, as many as then, over the columns keyed then
+            self._digests(table, [], columns=keyed, keys=then)
             order = _moved(then, ranks[1], n)
             moved = self._digests(table, sizes, order=order)
             if moved is not None and _changed(table, n, held, recorded, moved) is None:
@@ -381,6 +395,8 @@ class History:
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
                 db.execute("INSERT OR IGNORE INTO table_orders VALUES (?, ?, ?, ?)",
                            (table, n, _ranks(keys, order), utc_now()))
+                db.execute("INSERT OR IGNORE INTO order_columns VALUES (?, ?, ?, ?)",
+                           (table, n, json.dumps(keys.columns), utc_now()))
         self._record_columns(table, recorded, now)
         return _Decided(tuple(sorted({*recorded, n})), now, order)
 
