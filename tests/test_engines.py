@@ -6,6 +6,7 @@ reads only the columns the analysis names."""
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
@@ -223,6 +224,7 @@ def test_a_closed_site_releases_its_database_threads_and_files(gbsg2_frames, tmp
     """SiteService.close() closes the DuckDB database (its threads end), drops the columns read and
     closes the access log's file; a read after it is refused, nothing read."""
     threads = Path("/proc/self/task")
+    gc.collect()  # services earlier tests left unreferenced end their threads now, not while this test counts
     before = len(list(threads.iterdir()))
     provisioned, services = _sites(tmp_path, {"site1": gbsg2_frames["site1"]}, "csv", "duckdb")
     service = services["site1"]
