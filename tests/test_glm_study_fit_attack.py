@@ -31,7 +31,7 @@ from scipy.special import expit
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses import ds_glm
-from dsfed_server.context import CallContext
+from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 
@@ -153,7 +153,7 @@ def test_three_fits_of_a_ten_record_subset_read_nothing(tmp_path, truth, door):
 @pytest.mark.parametrize("door", [study_level, relayed], ids=["glmSLMADS2", "relayed"])
 def test_control_three_fits_counted_as_their_start_read_every_record(tmp_path, truth, door, monkeypatch):
     """The control: the fit's end counted as a fit pooled over three sites or more is (the start's moments)."""
-    monkeypatch.setattr(CallContext, "own_sums", property(lambda self: False))
+    monkeypatch.setattr(glm, "own_end", lambda ctx, rows: False)
     found, refusals = collected(tmp_path, truth, door)
     assert refusals == [] and all(f in found for f, _ in FITS)
     assert read(found, truth) == 10

@@ -33,7 +33,7 @@ from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.declared import Declared, ExactSums
-from dsfed_server.disclosure.differencing import ROWS
+from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.provenance import MEANING, NO_TABLE, PUBLIC_DESIGN
@@ -307,13 +307,13 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
 
     ``iterates``: the start of a fit whose later iterates the sites derive (the pooled or relayed
     protocol, or the site's own fit run to its end, ``glmSLMADS2``). Where the analyst reads this site's own
-    fit (:attr:`~dsfed_server.context.CallContext.own_sums`: study-level, or relayed over fewer than
-    ``secure_aggregation.min_sites`` sites), its end -- the score equations, information and deviance at the
+    fit (:func:`own_end`: study-level, relayed over fewer than ``secure_aggregation.min_sites`` sites, or over a
+    subset of the table's records), its end -- the score equations, information and deviance at the
     estimate -- counts as one coefficient vector's :math:`p(p+1)/2 + p + 1` functions, named by the fit's
     model, offset and weights: a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
     ``y ~ s + a`` over a subset of ten records are 19 equations in its 20 values besides its moments). A
-    least-squares fit's end is its start's moments. Summed over min_sites sites or more, the site's end is
-    not the analyst's to read, and a logistic fit of a 0/1 outcome with an offset, which starts at moments,
+    least-squares fit's end is its start's moments. Over the whole table summed over min_sites sites or more,
+    the site's end is not counted, and a logistic fit of a 0/1 outcome with an offset, which starts at moments,
     counts as one function of the offset's columns: at its first iterate the offset :math:`o = k s` gives
     the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the score
     :math:`\\sum_i y_i - \\sigma(\\beta^{(1)}_k + k s_i)`, two equations in a group's scores for every k
@@ -381,6 +381,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         functions.extend((f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p))
 
     least_squares = (fam.name, fam.link) == ("gaussian", "identity") and not weights
+    own = own_end(ctx, rows)
     if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
         # the end of a fit the analyst reads is another function for every model (its terms in any order); a fit
@@ -393,12 +394,12 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
             named = ["*".join(sorted(_exactly(ctx, read[v][0]) + (f"={name}" if is_factor else "")
                                      for v, is_factor in product)) for name, product in zip(mf.names, mf.products)]
         response = y[0] if fam.name == "binomial" else _exactly(ctx, read[formula.response][0])
-        formula_read = f" {response} ~ {' + '.join(sorted(named))}" if ctx.own_sums else ""
+        formula_read = f" {response} ~ {' + '.join(sorted(named))}" if own else ""
         model = (f"glm({fam.name}, {fam.link}; fit{formula_read}" + (f" + {exact[offset]}" if offset else "")
                  + (f"; weights {exact[weights]}" if weights else "") + ")")
     # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment
     share = constant and not offset and fam.name == "binomial" and list(mf.names) == ["(Intercept)"]
-    if iterates and (not constant or (ctx.own_sums and not least_squares and not share)):
+    if iterates and (not constant or (own and not least_squares and not share)):
         # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
         # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
         # values besides the moments); a least-squares fit's are its start's
@@ -417,6 +418,16 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         "p(p+1)/2 + p + 1 sums), or a fit over more records" if iterates
         else "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
              "ds.glmSLMA), or over more records"))
+
+
+def own_end(ctx: CallContext, rows: Rows) -> bool:
+    """Whether the analyst reads this site's own end of a fit over the records ``rows``: study-level, relayed over
+    fewer than ``secure_aggregation.min_sites`` sites, or summed over more but over a subset of the table's records
+    (at least ``disclosure.subset_min_difference`` records fewer, as the row-set audit tells a subset from the
+    table), which the other sites' own parts over theirs, released per site, take out of the sum (three relayed
+    fits of a ten-record subset beside subsets of 163 and 169 records at two other sites read all ten). The few
+    records a model's own values leave out (a prediction of 0 or 1 beside a logit) leave it the table's."""
+    return ctx.own_sums or rows.index.size <= rows.n_root - ctx.guard.rule("disclosure.subset_min_difference")
 
 
 def _exactly(ctx: CallContext, vector: pd.Series) -> str:
