@@ -654,6 +654,13 @@ class Guard:
             self.history.record_sums(rows.lineage, rows.n_root, [mine],  # type: ignore[union-attr]
                                      analyst=self._analyst)
 
+    def subset_of_table(self, rows: Rows) -> bool:
+        """Whether ``rows`` are a subset of their table as the row-set audit tells one: at least
+        ``disclosure.subset_min_difference`` records fewer than the records the site keeps of it."""
+        kept = self.kept(rows.lineage) if self.kept is not None else None
+        base = int(kept.sum()) if kept is not None and kept.size == rows.n_root else rows.n_root
+        return rows.index.size <= base - self.rule("disclosure.subset_min_difference")
+
     def _base(self, rows: Rows) -> np.ndarray:
         """The row set every release of ``rows``' table is over (packed): the records the site keeps."""
         kept = self.kept(rows.lineage) if self.kept is not None else None

@@ -384,15 +384,12 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     own = own_end(ctx, rows)
     if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
-        # the end of a fit the analyst reads is another function for every model (its terms in any order); a fit
-        # summed over min_sites sites counts its start, whose functions at constant weights are the prior weights'
-        # and offset's. A straight-line change of a covariate is the same fit where the model has an intercept, of
-        # a binomial outcome the same outcome; otherwise each is written exactly (y ~ 0 + I(s + c): a fit per c)
-        if "(Intercept)" in mf.names:
-            named = text
-        else:
-            named = ["*".join(sorted(_exactly(ctx, read[v][0]) + (f"={name}" if is_factor else "")
-                                     for v, is_factor in product)) for name, product in zip(mf.names, mf.products)]
+        # the end of a fit the analyst reads is another function for every model (its terms in any order), each
+        # covariate written exactly: without an intercept (y ~ 0 + I(s + c)) or in a product whose parts the model
+        # lacks (y ~ a:I(s + c)) a straight-line change of it is another fit for every c. A fit summed over
+        # min_sites sites counts its start, whose functions at constant weights are the prior weights' and offset's
+        named = ["*".join(sorted(_exactly(ctx, read[v][0]) + (f"={name}" if is_factor else "")
+                                 for v, is_factor in product)) or "1" for name, product in zip(mf.names, mf.products)]
         response = y[0] if fam.name == "binomial" else _exactly(ctx, read[formula.response][0])
         formula_read = f" {response} ~ {' + '.join(sorted(named))}" if own else ""
         model = (f"glm({fam.name}, {fam.link}; fit{formula_read}" + (f" + {exact[offset]}" if offset else "")
@@ -423,11 +420,11 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
 def own_end(ctx: CallContext, rows: Rows) -> bool:
     """Whether the analyst reads this site's own end of a fit over the records ``rows``: study-level, relayed over
     fewer than ``secure_aggregation.min_sites`` sites, or summed over more but over a subset of the table's records
-    (at least ``disclosure.subset_min_difference`` records fewer, as the row-set audit tells a subset from the
-    table), which the other sites' own parts over theirs, released per site, take out of the sum (three relayed
-    fits of a ten-record subset beside subsets of 163 and 169 records at two other sites read all ten). The few
-    records a model's own values leave out (a prediction of 0 or 1 beside a logit) leave it the table's."""
-    return ctx.own_sums or rows.index.size <= rows.n_root - ctx.guard.rule("disclosure.subset_min_difference")
+    (:meth:`~dsfed_server.disclosure.checks.Guard.subset_of_table`), which the other sites' own parts over theirs,
+    released per site, take out of the sum (three relayed fits of a ten-record subset beside subsets of 163 and
+    169 records at two other sites read all ten). The few records a model's own values leave out (a prediction of
+    0 or 1 beside a logit) leave it the table's."""
+    return ctx.own_sums or ctx.guard.subset_of_table(rows)
 
 
 def _exactly(ctx: CallContext, vector: pd.Series) -> str:
@@ -458,7 +455,8 @@ def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, 
                   for leaf in columns_read(node)}
         rows = ctx.record_rows(*leaves.values(), missing=True) if leaves else None
         attrs: dict[str, Any] = {} if rows is None else {ROWS: rows}
-        if not name.startswith("factor("):
+        stored = all((leaf.column if isinstance(leaf, Column) else leaf.name) in table.columns for leaf in leaves)
+        if stored and not name.startswith("factor("):  # as check_formula reads it: a computed leaf has no meaning
             meanings = {leaf: ctx.meaning(column) for leaf, column in leaves.items()}
             attrs[MEANING] = ctx.guard.derived_expression(node, meanings.__getitem__).meaning
         series = series.copy(deep=False)
