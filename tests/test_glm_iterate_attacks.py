@@ -25,8 +25,9 @@ to six decimals on the code before such a fit was counted, nothing refused. Rela
 the analyst reads the site's own fit, whose end now counts as one coefficient vector (three functions for
 ``y ~ 1``), named by the offset written exactly (``score*1`` and ``score*2`` are two fits): a band of 12 to
 15 records answers 3, the second slope is refused in every band, and the equations left read nothing.
-Pooled over three sites or more the fit counts as one function of its offset's columns. Counted as a fit's p(p+1)/2 + p + 1 parts instead, the demo's
-calibration-in-the-large (``y ~ 1``, offset ``logit(p)``) was refused on its sites of 45 to 55 records.
+Pooled over three sites or more the fit counts as one function of its offset's columns: counted as a fit's
+p(p+1)/2 + p + 1 parts, the demo's calibration-in-the-large (``y ~ 1``, offset ``logit(p)``) was refused on its
+sites of 45 to 55 records.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
