@@ -212,7 +212,7 @@ def test_the_analyst_alone_reads_no_band_through_the_knots_cells(tmp_path: Path)
     groups below q."""
     from test_derived_column_attacks import synthetic_frame
 
-    frames = {f"s{k}": synthetic_frame(70 + k, 90) for k in range(1, 4)}
+    frames = {f"s{k}": synthetic_frame(70 + k, 130) for k in range(1, 4)}
     with fixed_secrets("redteam knot cells"):
         provisioned, services = make_sites(tmp_path, frames)
     pooled = pd.concat(frames.values(), ignore_index=True)
@@ -260,12 +260,16 @@ def test_an_honest_subgroup_spline_is_released_beside_the_table_cells_and_equals
     Both are released, their cells kept as pooled row sets (the subgroup's differ from the table's by
     many records in every cell). The table's knots are R's ``rcspline.eval`` knots; the subgroup's are
     too, but for those the cut history moved onto the table's knots (the result says which), and each
-    fit equals R's ``glm(y ~ rms::rcs(lp, knots))`` at the knots released, on the pooled records."""
+    fit equals R's ``glm(y ~ rms::rcs(lp, knots))`` at the knots released, on the pooled records. Sites of 130
+    records: the subgroup's fit is over a subset of each site's records, whose end counts there however many
+    sites it is summed over (15 functions of the score for four coefficients, besides its start), which 69 to 83
+    records answer; at sites of 90 (subgroups of 52 to 55) the count refuses it (docs/governance.md, "The GLM's
+    parts are sums too")."""
     from dsfed_client.analyses.smooth_calibration import ds_spline_calibration
     from rref import r_eval
     from test_derived_column_attacks import synthetic_frame
 
-    frames = {f"s{k}": synthetic_frame(70 + k, 90) for k in range(1, 4)}
+    frames = {f"s{k}": synthetic_frame(70 + k, 130) for k in range(1, 4)}
     with fixed_secrets("honest knot cells"):
         provisioned, services = make_sites(tmp_path, frames)
     pooled = pd.concat(frames.values(), ignore_index=True)
