@@ -440,13 +440,17 @@ def test_saturating_coefficients_read_no_outcome(fed, door_kind):
     """``glmDS2(y ~ age, "binomial", "-545000,10000")`` against ``"-555000,10000"`` makes the linear
     predictor a step at age 54.5 / 55.5: the deviances differ by the 55-year-old's contribution, whose
     sign is their outcome. Refused (``disclosure.glm_max_linear_predictor``: |eta| above 20 for a
-    record of the declared age range); ordinary coefficients still work."""
+    record of the declared age range); ordinary coefficients pass the bound, and on these 50 records the count
+    then refuses a step the records could not answer three of (``disclosure.sums_per_record``: a fit the count
+    would stop part-way); coefficients without a slope (constant weights: moments) are released."""
     with fed.door(door_kind, "analyst", fed.table()) as door:
         results = [door.aggregate(f'glmDS2(y ~ age, "binomial", "{beta}", NULL, NULL, "D")')
                    for beta in ("-545000,10000", "-555000,10000")]
-        ok = door.aggregate('glmDS2(y ~ age, "binomial", "0.1,-0.01", NULL, NULL, "D")')
+        ordinary = door.aggregate('glmDS2(y ~ age, "binomial", "0.1,-0.01", NULL, NULL, "D")')
+        flat = door.aggregate('glmDS2(y ~ age, "binomial", "0.1,0", NULL, NULL, "D")')
     assert [r.rule for r in results if isinstance(r, Refused)] == ["disclosure.glm_max_linear_predictor"] * 2
-    assert not isinstance(ok, Refused) and ok["Nvalid"] == N
+    assert isinstance(ordinary, Refused) and ordinary.rule == "disclosure.sums_per_record"
+    assert not isinstance(flat, Refused) and flat["Nvalid"] == N
 
 
 @pytest.mark.parametrize("door_kind", ["v1", "ws"])
