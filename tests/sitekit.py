@@ -20,6 +20,7 @@ import requests
 import uvicorn
 
 from dsfed_client import Ref
+from dsfed_client.errors import FederatedCallError
 from dsfed_server.api import create_app
 from dsfed_server.dictionary import Variable, write_dictionary
 from dsfed_server.cli import _bind
@@ -211,3 +212,14 @@ def kept_by_pattern(frame: pd.DataFrame, minimum: int = 5) -> pd.DataFrame:
     pattern = missing.apply(lambda row: "".join("1" if v else "0" for v in row), axis=1)
     shared = pattern.map(pattern.value_counts()) >= minimum
     return frame[shared | ~missing.any(axis=1)].reset_index(drop=True)
+
+
+def whole_table_sum(session: Any, column: str) -> tuple[float | None, Any]:
+    """The table ``P.t`` assigned whole as ``D`` and the sum of ``column`` over it released (``meanDS``'s mean
+    times its count): the sum, or None with the site's failure where refused."""
+    try:
+        session.assign_table("D", "P.t")
+        mean = next(iter(session.aggregate_expr(f"meanDS(D${column})").values()))
+    except FederatedCallError as exc:
+        return None, next(iter(exc.failures.values()))
+    return mean["EstimatedMean"] * mean["Nvalid"], None

@@ -50,7 +50,7 @@ from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.history import History
 from dsfed_server.service import SiteService
-from sitekit import make_sites, write_table
+from sitekit import make_sites, whole_table_sum, write_table
 from test_derived_column_attacks import synthetic_frame
 
 WARDS = ("a", "b", "c", "d")
@@ -315,12 +315,8 @@ def test_a_whole_table_mean_across_an_edit_while_the_site_runs_reads_no_record(t
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("W", "P.t", variables=["ward"])
         changed_table(truth, "edited").to_csv(data_file(provisioned), index=False)  # in place, the site running
-        try:
-            session.assign_table("D", "P.t")
-            after = next(iter(session.aggregate_expr("meanDS(D$age)").values()))
-        except FederatedCallError as exc:
-            failure = next(iter(exc.failures.values()))
-    read = None if after is None else after["EstimatedMean"] * after["Nvalid"] - before["EstimatedMean"] * 60
+        after, failure = whole_table_sum(session, "age")
+    read = None if after is None else after - before["EstimatedMean"] * 60
     print(f"ATTACK whole-table mean before and after record 5's age edited while the site runs (default.toml, "
           f"DuckDB on the CSV file; {'checked' if checked else 'not checked'} as read): read {read} (truth 7.0), "
           f"refused {failure and failure.rule}")
@@ -447,12 +443,8 @@ def test_a_column_renamed_and_edited_reads_no_record(tmp_path: Path, monkeypatch
     services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, renamed))
     read, failure = None, None
     with inprocess_builder(provisioned, services).login() as session:
-        try:
-            session.assign_table("D", "P.t")
-            after = next(iter(session.aggregate_expr("meanDS(D$earnings)").values()))
-            read = after["EstimatedMean"] * after["Nvalid"] - before["EstimatedMean"] * before["Nvalid"]
-        except FederatedCallError as exc:
-            failure = next(iter(exc.failures.values()))
+        after, failure = whole_table_sum(session, "earnings")
+        read = None if after is None else after - before["EstimatedMean"] * before["Nvalid"]
     print(f"ATTACK whole-table mean of a column renamed and edited (default.toml, site restarted; "
           f"{'checked' if checked else 'shared columns only'}): read {read} (truth 700), "
           f"refused {failure and failure.rule}")
@@ -481,12 +473,11 @@ def test_a_column_added_and_then_edited_reads_no_record(tmp_path: Path, monkeypa
     for data in (stays, stays.assign(stay=stays.stay.where(stays.index != 5, stays.stay[5] + 3))):
         services = restart_with(provisioned, services, lambda csv: write_table(csv.parent.parent, data))
         with inprocess_builder(provisioned, services).login() as session:
-            try:
-                session.assign_table("D", "P.t")
-                mean = next(iter(session.aggregate_expr("meanDS(D$stay)").values()))
-                means.append(mean["EstimatedMean"] * mean["Nvalid"])
-            except FederatedCallError as exc:
-                failure = next(iter(exc.failures.values()))
+            total, refused = whole_table_sum(session, "stay")
+            if total is None:
+                failure = refused
+            else:
+                means.append(total)
     read = means[1] - means[0] if len(means) == 2 else None
     print(f"ATTACK whole-table mean of a column added, before and after an edit (default.toml; "
           f"{'checked' if checked else 'added columns not recorded'}): read {read} (truth 3), "

@@ -58,7 +58,7 @@ from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.disclosure.store import connect, create
+from dsfed_server.disclosure.store import append_only, connect, create
 from dsfed_server.record_prefixes import RecordKeys
 from dsfed_server.timestamps import utc_now
 
@@ -134,14 +134,6 @@ CREATE TABLE IF NOT EXISTS order_columns (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root)
 );
-CREATE TRIGGER IF NOT EXISTS order_columns_append_only_u BEFORE UPDATE ON order_columns
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS order_columns_append_only_d BEFORE DELETE ON order_columns
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS table_orders_append_only_u BEFORE UPDATE ON table_orders
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS table_orders_append_only_d BEFORE DELETE ON table_orders
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
 CREATE TABLE IF NOT EXISTS column_records (
     table_key TEXT NOT NULL,
     n_root INTEGER NOT NULL,
@@ -150,35 +142,8 @@ CREATE TABLE IF NOT EXISTS column_records (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, column_name)
 );
-CREATE TRIGGER IF NOT EXISTS column_records_append_only_u BEFORE UPDATE ON column_records
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS column_records_append_only_d BEFORE DELETE ON column_records
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS table_records_append_only_u BEFORE UPDATE ON table_records
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS table_records_append_only_d BEFORE DELETE ON table_records
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS pooled_cells_append_only_u BEFORE UPDATE ON pooled_cells
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS pooled_cells_append_only_d BEFORE DELETE ON pooled_cells
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_u BEFORE UPDATE ON pooled_rows
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS pooled_rows_append_only_d BEFORE DELETE ON pooled_rows
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS released_sums_append_only_u BEFORE UPDATE ON released_sums
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS released_sums_append_only_d BEFORE DELETE ON released_sums
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS released_cuts_append_only_u BEFORE UPDATE ON released_cuts
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS released_cuts_append_only_d BEFORE DELETE ON released_cuts
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_u BEFORE UPDATE ON subset_rows
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS subset_rows_append_only_d BEFORE DELETE ON subset_rows
-    BEGIN SELECT RAISE(ABORT, 'the release history is append-only'); END;
-"""
+""" + append_only(("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
+                   "released_sums", "released_cuts", "subset_rows"), "the release history")
 
 _SEPARATOR = "\x1f"  # between the root columns of a summed function
 # the sizes at which a table's row sets were kept (before the sizes' digests were)

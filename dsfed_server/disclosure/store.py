@@ -21,3 +21,11 @@ def create(path: str | Path, schema: str) -> Path:
     with connect(path) as db:
         db.executescript(schema)
     return path
+
+
+def append_only(tables: tuple[str, ...], what: str) -> str:
+    """SQL triggers that abort any update or delete of a row of ``tables`` (``what``: the file, named in the
+    error)."""
+    return "".join(f"CREATE TRIGGER IF NOT EXISTS {t}_append_only_{k} BEFORE {verb} ON {t}\n"
+                   f"    BEGIN SELECT RAISE(ABORT, '{what} is append-only'); END;\n"
+                   for t in tables for k, verb in (("u", "UPDATE"), ("d", "DELETE")))
