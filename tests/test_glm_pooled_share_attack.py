@@ -28,15 +28,16 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.glm import Formula, _parts_stream
 from dsfed_server.functions import glm
+from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm_study_fit_attack import AGE, FITS, HI, LO
 
 
-def fit_end(session, formula: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The relayed fit (the sites derive each iterate) to R's tolerance: its last coefficients, and the summed
-    information and X'Wz there."""
-    stream = _parts_stream(session.aggregation(False), Formula(formula), "binomial", None, None, None, Ref("S"),
+def fit_end(session, formula: str, symbol: str = "S") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The relayed fit (the sites derive each iterate) of ``symbol`` to R's tolerance: its last coefficients, and
+    the summed information and X'Wz there."""
+    stream = _parts_stream(session.aggregation(False), Formula(formula), "binomial", None, None, None, Ref(symbol),
                            link=None)
     step = next(stream)
     deviance = step.dev
@@ -141,6 +142,7 @@ def test_a_fit_summed_over_three_sites_taken_apart_reads_no_record(tmp_path: Pat
           f"read {read_now} of 10; refusals {refusals}")
     assert read_now == 0 and refusals == ["disclosure.sums_per_record"]  # at the attacked site only
     monkeypatch.setattr(glm, "own_end", lambda ctx, rows: ctx.own_sums)  # the control: the end counted as before
+    monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)
     read_before, refusals_before = attack(tmp_path / "before")
     print(f"CONTROL the end of a fit over three sites not counted: read {read_before} of 10")
     assert refusals_before == [] and read_before == 10

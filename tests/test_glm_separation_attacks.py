@@ -66,6 +66,7 @@ def take_out(monkeypatch, checks: str, module) -> None:
         monkeypatch.setattr(Guard, "outcome_roots", lambda self, *args, **kwargs: None)
         monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
         monkeypatch.setattr(CallContext, "own_sums", property(lambda self: False))
+        monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)
     if checks == "separation-check-removed":
         original = glm._parts
         monkeypatch.setattr(module, "_parts", lambda fam, mf, beta: (original(fam, mf, beta)[0], float("inf")))

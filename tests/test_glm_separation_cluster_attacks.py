@@ -161,6 +161,7 @@ def test_the_steps_before_the_refusal_read_no_record(tmp_path: Path, monkeypatch
         monkeypatch.setattr(Guard, "outcome_roots", lambda self, *args, **kwargs: None)
         monkeypatch.setattr(Guard, "foreseen_weights", lambda self, *args, **kwargs: None)
         monkeypatch.setattr(CallContext, "own_sums", property(lambda self: False))
+        monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)
     with fixed_secrets("glm separation"):
         provisioned, services = make_sites(tmp_path, {"s1": truth})
     with inprocess_builder(provisioned, services).login() as session:

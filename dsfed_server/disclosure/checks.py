@@ -657,9 +657,12 @@ class Guard:
     def subset_of_table(self, rows: Rows) -> bool:
         """Whether ``rows`` are a subset of their table as the row-set audit tells one: at least
         ``disclosure.subset_min_difference`` records fewer than the records the site keeps of it."""
+        return rows.index.size <= self.kept_records(rows) - self.rule("disclosure.subset_min_difference")
+
+    def kept_records(self, rows: Rows) -> int:
+        """How many records the site keeps of the table ``rows`` are of (every release of it is over them)."""
         kept = self.kept(rows.lineage) if self.kept is not None else None
-        base = int(kept.sum()) if kept is not None and kept.size == rows.n_root else rows.n_root
-        return rows.index.size <= base - self.rule("disclosure.subset_min_difference")
+        return int(kept.sum()) if kept is not None and kept.size == rows.n_root else rows.n_root
 
     def _base(self, rows: Rows) -> np.ndarray:
         """The row set every release of ``rows``' table is over (packed): the records the site keeps."""
@@ -846,6 +849,16 @@ class Guard:
         """The fewest sites a secure sum that must hide each site's share goes over
         (``secure_aggregation.min_sites``)."""
         return self.rule("secure_aggregation.min_sites")
+
+    def peers_outnumber(self, n: int, kept: int, pooled_kept: float, sites: int) -> bool:
+        """Whether the other sites of a sum of ``n`` of this site's records, over ``sites`` sites that keep
+        ``pooled_kept`` records of their tables (this site ``kept``), keep on average more than
+        ``disclosure.glm_peer_ratio`` times ``n``: their own parts at the same coefficients, released per site
+        and counted there, could take this site's out of the sum more often than its own count allows. Each
+        of them affords at most its count over the records it keeps, however the sums split them into subsets,
+        and their mean is no less than the smallest of them."""
+        others = sites - 1
+        return others < 1 or pooled_kept - kept > self.rule("disclosure.glm_peer_ratio") * n * others
 
     def noise_share_over(self, n_sites: int) -> float:
         """This site's share of its DP noise variance in a secure sum over ``n_sites`` sites:

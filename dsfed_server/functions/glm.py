@@ -52,6 +52,7 @@ _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation", "disclosure.su
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
+KEPT = "Nkept"  # a protocol's start also sums the records each site keeps of the table (its whole table's)
 
 
 def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
@@ -286,7 +287,7 @@ ANALYST_STEPS = 3
 
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
                beta: np.ndarray | None, weights: str | None, offset: str | None, *, iterates: bool = False
-               ) -> Generator[Declared, Any, None]:
+               ) -> Generator[Declared, Any, tuple[ExactSums | None, int]]:
     """The parts are exact sums over the model's records, counted with every sum released from the table
     (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`; declared as
     :class:`~dsfed_server.disclosure.declared.ExactSums`).
@@ -313,8 +314,12 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     model, offset and weights: a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
     ``y ~ s + a`` over a subset of ten records are 19 equations in its 20 values besides its moments). A
     least-squares fit's end is its start's moments. Over the whole table summed over min_sites sites or more,
-    the site's end is not counted, and a logistic fit of a 0/1 outcome with an offset, which starts at moments,
-    counts as one function of the offset's columns: at its first iterate the offset :math:`o = k s` gives
+    the site's end is returned, to count once the summed start tells how many records the other sites keep
+    (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`: their own parts at the estimate, released
+    per site, take this site's out of the sum, as many times as the smallest of them affords), with how many
+    records this site keeps of the table (of the model's records where the site cannot tell), and a logistic
+    fit of a 0/1 outcome with an offset, which starts at moments, counts as one function of the offset's
+    columns: at its first iterate the offset :math:`o = k s` gives
     the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the score
     :math:`\\sum_i y_i - \\sigma(\\beta^{(1)}_k + k s_i)`, two equations in a group's scores for every k
     (as many as a calibration-in-the-large can afford on a site of 45 records; a family of slopes cannot).
@@ -336,7 +341,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     read = {v: _read(ctx, table, v) for v in [*variables, *(n for n in (weights, offset) if n)]}
     rows = ctx.record_rows(*(series for series, _ in read.values()))
     if rows is None or rows.index.size != mf.n:
-        return
+        return None, mf.n
     written = {v: found for v, (_, found) in read.items()}
     design = [[f"{written[v][0]}={name}" if is_factor else written[v][0] for v, is_factor in product]
               for name, product in zip(mf.names, mf.products)]
@@ -372,7 +377,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     x_roots = tuple(sorted({r for v, (_, rs) in written.items() if v != formula.response for r in rs}))
     all_roots = tuple(sorted({*x_roots, *y[1]}))
 
-    def parts_at(model: str) -> None:
+    def parts_at(model: str, functions: list = functions) -> None:
         """The deviance, information and score at one coefficient vector, as functions named ``model``."""
         p = len(text)
         functions.append((f"{model}: deviance", all_roots, lambda: np.ones(mf.n, dtype=bool)))
@@ -391,12 +396,13 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         named = ["*".join(sorted(_exactly(ctx, read[v][0]) + (f"={name}" if is_factor else "")
                                  for v, is_factor in product)) or "1" for name, product in zip(mf.names, mf.products)]
         response = y[0] if fam.name == "binomial" else _exactly(ctx, read[formula.response][0])
-        formula_read = f" {response} ~ {' + '.join(sorted(named))}" if own else ""
-        model = (f"glm({fam.name}, {fam.link}; fit{formula_read}" + (f" + {exact[offset]}" if offset else "")
-                 + (f"; weights {exact[weights]}" if weights else "") + ")")
+        tail = (f" + {exact[offset]}" if offset else "") + (f"; weights {exact[weights]}" if weights else "") + ")"
+        end_model = f"glm({fam.name}, {fam.link}; fit {response} ~ {' + '.join(sorted(named))}{tail}"
+        model = end_model if own else f"glm({fam.name}, {fam.link}; fit{tail}"
     # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment
     share = constant and not offset and fam.name == "binomial" and list(mf.names) == ["(Intercept)"]
-    if iterates and (not constant or (own and not least_squares and not share)):
+    ends = iterates and (not constant or (not least_squares and not share))  # an end its start does not tell
+    if iterates and (not constant or (own and ends)):
         # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
         # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
         # values besides the moments); a least-squares fit's are its start's
@@ -410,11 +416,20 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         parts_at(f"glm({fam.name}, {fam.link}; {eta}" + (f" + {written[offset][0]}" if offset else "")
                  + (f"; weights {written[weights][0]}" if weights else "") + ")")
     analysts = beta is not None and not constant  # one step of a fit the analyst iterates (DataSHIELD's ds.glm)
-    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, hint=(
-        "fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
-        "p(p+1)/2 + p + 1 sums), or a fit over more records" if iterates
-        else "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
-             "ds.glmSLMA), or over more records"))
+    fewer = ("fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
+             "p(p+1)/2 + p + 1 sums), or a fit over more records")
+    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, hint=fewer if iterates else (
+        "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
+        "ds.glmSLMA), or over more records"))
+    kept = ctx.guard.kept_records(rows)
+    if not ends or own:
+        return None, kept
+    end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
+    parts_at(end_model, end)
+    return ExactSums(rows, end, hint=(
+        "the other sites of this fit keep on average more than disclosure.glm_peer_ratio times the records it "
+        f"fits here, so its end counts here (their own parts, released per site, take it out of the sum): {fewer}, "
+        "or with sites nearer this one's size")), kept
 
 
 def own_end(ctx: CallContext, rows: Rows) -> bool:
@@ -527,7 +542,7 @@ def glm_check(ctx: CallContext, formula: Formula, family: str, weights: str | No
         _LINK,
         _XLEV,
     ],
-    checks=_CHECKS + _COEFFICIENT_CHECKS,
+    checks=_CHECKS + _COEFFICIENT_CHECKS + ("disclosure.glm_peer_ratio",),
     secure_sum=SecureSum(fields=_SUMMED, public=("family", "link", "coef.names")),
     relayable=True,
 )
@@ -545,9 +560,9 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     mf = yield from _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
     table = _model_table(dataName, formula, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
-        yield from count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
+        end, kept = yield from count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
         return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None,
-                          guard=ctx.guard)
+                          guard=ctx.guard, end=end, kept=kept)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
         if beta.size != len(mf.names):
@@ -647,8 +662,8 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
     return frame
 
 
-def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, guard: Guard
-               ) -> PooledSteps:
+def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, guard: Guard,
+               end: ExactSums | None = None, kept: int = 0) -> PooledSteps:
     """The distributed Fisher scoring as a pooled protocol (the iterates come from the sites).
 
     Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
@@ -668,15 +683,26 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     size, :func:`_parts`) is refused: a binomial fit is then (nearly) separated, and R's ``glm`` would warn
     that fitted probabilities of 0 or 1 occurred. Every family's steps, the start included, are checked: a
     Poisson fit weighs each record by its mean :math:`e^{\\eta_i}`, which a steep offset (``1000*score``)
-    puts on one record."""
+    puts on one record.
+
+    ``end``: this site's parts at the fit's end (:func:`count_sums`), counted before the first iterate where the
+    summed start shows the other sites keeping so many more records that their own parts could take this site's
+    out of the sum (:meth:`Guard.peers_outnumber`); the start sums ``kept``, the records each site keeps of
+    the table, for that."""
     mf = frame()
+    n = mf.n
     mine, effective = _parts(fam, mf, beta)
     guard.working_weights(fam.name, effective, hint=WEIGHTS_HINT)
     names = list(mf.names)
     del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
+    if beta is None:
+        fields[KEPT] = np.asarray(float(kept))
 
-    def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[dict[str, Any], PooledSteps]:
+    def advance(pooled: dict[str, np.ndarray], floor: Floor
+                ) -> Generator[Declared, Any, tuple[dict[str, Any], PooledSteps]]:
+        if end is not None and guard.peers_outnumber(n, kept, float(pooled[KEPT]), floor.sites):
+            yield end
         release = {"family": fam.name, "link": fam.link, "coef.names": names, "pooled": True,
                    **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()}}
         try:

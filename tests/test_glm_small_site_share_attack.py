@@ -1,0 +1,216 @@
+"""Red team: a small site's whole table in fits summed over three sites. Where the other sites release their
+own parts per site (``glmDS2`` at the fit's last coefficients, sent by the analyst, counted there over their own
+records), the sums less them give the small site's end -- tests/test_glm_pooled_share_attack.py's attack, but
+over a site's whole table, which the row-set audit does not tell from a table.
+
+Three sites under the shipped rules (``sitekit.make_sites``: default.toml): a hospital of ten records (the age
+band 43 <= age < 54 of tests/test_glm_study_fit_attack.py's sixty) beside two of 1,000. The analyst fits, relayed
+over the three whole tables (the sites derive every iterate), the logistic fits of the outcome on each table
+column and each pair of them (score, age, weight, height: ten fits of at most three coefficients, as the small
+site's ``glm_saturation`` allows), and asks the two large sites for their own parts at each fit's last
+coefficients: 84 equations in the small site's 40 values besides the moments its table gives (each column's sum
+and sum of squares, ``varDS``). The fits' coefficients are the large sites' (the small site's records barely move
+them), so the equations are nearly dependent: the three fits of tests/test_glm_pooled_share_attack.py leave the
+solve's Jacobian at a condition number of 1e6 here and read nothing; ten read the table.
+
+"Read": the solve of least cost over the 252 outcome patterns with the released count of positives (ages rounded
+to whole years, weights and heights to the decimal the table keeps, the scores solved again) against the truth: a
+record whose score is within 1e-3 and whose age, weight, height and outcome are exact. The control counts the end
+of a fit over whole tables summed over three sites nowhere, as before. Now a site counts it where the other
+sites of the sum keep on average more than ``disclosure.glm_peer_ratio`` times its records: the first fit is
+refused at the small site.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError, Ref
+from dsfed_client.analyses import ds_glm
+from dsfed_client.analyses.glm import Formula
+from dsfed_server.disclosure.checks import Guard
+from sitekit import make_sites
+from test_derived_column_attacks import fixed_secrets, synthetic_frame
+from test_glm import r_glm
+from test_glm_pooled_share_attack import fit_end
+from test_glm_study_fit_attack import HI, LO
+
+COLUMNS = ("score", "age", "weight", "height")
+SCALE = {"score": 1.0, "age": 100.0, "weight": 100.0, "height": 100.0}  # unknowns solved as value / scale
+BOUNDS = {"score": (0.0, 1.0), "age": (0.25, 0.90), "weight": (0.3, 1.3), "height": (1.3, 2.1)}
+DECIMALS = {"age": 0, "weight": 1, "height": 1}
+STARTS = 60
+EXACT = 1e-13  # a solve's cost where every equation holds to the sums' rounding
+FITS = [cols for k in (1, 2) for cols in itertools.combinations(COLUMNS, k)]
+
+
+def releases(session) -> tuple[dict, list[str]]:
+    """The small site's size, count of positives and each column's sum and sum of squares (per site), and
+    each fit's end there: the sums over the three sites less the two large sites' own parts."""
+    session.assign_table("D", "P.t")
+    own = session.site_view("s1")
+    out: dict = {"n": int(own.aggregate_expr("dimDS(D)")["s1"][0]), "fits": {}}
+    for column in (*COLUMNS, "y"):
+        v = own.aggregate_expr(f"varDS(D${column})")["s1"]
+        out[column] = (float(v["Sum"]), float(v["SumOfSquares"]))
+    for a, b in itertools.combinations(COLUMNS, 2):  # least squares: the cross sums, and with the outcome
+        own.assign_expr("g", f'glmSLMADS.assign(y ~ {a} + {b}, "gaussian", NULL, NULL, "D")')
+        g = own.aggregate_expr(f'glmSLMADS2(y ~ {a} + {b}, "gaussian", NULL, NULL, "g", "D")')["s1"]
+        xtx = np.linalg.inv(np.asarray(g["cov.unscaled"], float))
+        xty = xtx @ np.asarray(g["coefficients"], float)[:, 0]
+        out[a, b], out["y", a], out["y", b] = xtx[1, 2], xty[1], xty[2]
+    refusals: list[str] = []
+    try:
+        for columns in FITS:
+            formula = "y ~ " + " + ".join(columns)
+            beta, info, xwz = fit_end(session, formula, "D")
+            for other in ("s2", "s3"):
+                parts = session.site_view(other).aggregate("glmDS2", Formula(formula), "binomial",
+                                                           [float(b) for b in beta], None, None, Ref("D"))[other]
+                info = info - np.asarray(parts["info.matrix"], float)
+                xwz = xwz - np.asarray(parts["xwz"], float)
+            out["fits"][columns] = (beta, info, xwz - info @ beta)
+    except FederatedCallError as exc:
+        refusals += [e.rule or e.kind for e in exc.failures.values()]
+    return out, refusals
+
+
+def equations(r: dict) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The released sums less the same sums of candidate values ``v`` (each column over the records, divided
+    by its scale) and outcomes ``y``: 0 at the truth."""
+    n = r["n"]
+
+    def residuals(v: np.ndarray, y: np.ndarray) -> np.ndarray:
+        x = {c: v[i * n:(i + 1) * n] * SCALE[c] for i, c in enumerate(COLUMNS)}
+        out = []
+        for c in COLUMNS:
+            out += [(x[c].sum() - r[c][0]) / SCALE[c], (x[c] @ x[c] - r[c][1]) / SCALE[c] ** 2,
+                    (y @ x[c] - r["y", c]) / SCALE[c]]
+        for a, b in itertools.combinations(COLUMNS, 2):
+            out.append((x[a] @ x[b] - r[a, b]) / (SCALE[a] * SCALE[b]))
+        for columns, (coef, information, score) in r["fits"].items():
+            design = np.column_stack([np.ones(n)] + [x[c] for c in columns])
+            s = np.array([1.0] + [SCALE[c] for c in columns])
+            mu = expit(design @ coef)
+            out += list((design.T @ (y - mu) - score) / s)
+            out += list(((design.T @ (design * (mu * (1 - mu))[:, None]) - information)
+                         / np.outer(s, s))[np.triu_indices(len(coef))])
+        return np.array(out)
+
+    return residuals
+
+
+def read(r: dict, truth: pd.DataFrame, starts: int = STARTS) -> int:
+    """Least squares from up to ``starts`` random starts, until one solves every equation (the records are
+    exchangeable, so any outcome pattern with the released count of positives is the truth's up to their
+    order); the solve of least cost, rounded where
+    the table keeps whole years or one decimal, its scores solved again, against the truth."""
+    n, k = r["n"], round(r["y"][0])
+    residuals = equations(r)
+    scale = np.repeat([SCALE[c] for c in COLUMNS], n)
+    lo = np.repeat([BOUNDS[c][0] for c in COLUMNS], n)
+    hi = np.repeat([BOUNDS[c][1] for c in COLUMNS], n)
+    y = np.r_[np.ones(k), np.zeros(n - k)]
+    best = None
+    for seed in range(starts):
+        f = least_squares(residuals, np.random.default_rng(seed).uniform(lo, hi), bounds=(lo, hi), args=(y,),
+                          max_nfev=60)
+        f = least_squares(residuals, f.x, bounds=(lo, hi), args=(y,), xtol=1e-15, ftol=1e-15, gtol=1e-15,
+                          max_nfev=400)
+        if best is None or f.cost < best.cost:
+            best = f
+        if f.cost < EXACT:  # exact sums: the released sums to rounding (the analyst stops on the cost alone)
+            break
+    values = best.x * scale  # type: ignore[union-attr]
+    for i, c in enumerate(COLUMNS):  # the table keeps whole years and one decimal: rounded so
+        if c in DECIMALS:
+            values[i * n:(i + 1) * n] = np.round(values[i * n:(i + 1) * n], DECIMALS[c])
+    fixed = values[n:] / scale[n:]
+    s = least_squares(lambda v: residuals(np.r_[v, fixed], y), best.x[:n], bounds=(0, 1),  # type: ignore[union-attr]
+                      xtol=1e-14, ftol=1e-14).x
+    got = pd.DataFrame({"score": s, **{c: values[i * n:(i + 1) * n] for i, c in enumerate(COLUMNS) if i},
+                        "y": y}).sort_values("score").reset_index(drop=True)
+    want = truth.sort_values("score").reset_index(drop=True)
+    hit = (np.abs(got.score - want.score) < 1e-3) & (got.y == want.y)
+    for c in DECIMALS:
+        hit &= np.abs(got[c] - want[c]) < 1e-6
+    return int(hit.sum())
+
+
+def attack(tmp: Path) -> tuple[int, list[str]]:
+    frame = synthetic_frame(7, 60)
+    truth = frame[(frame.age >= LO) & (frame.age < HI)].reset_index(drop=True)
+    with fixed_secrets("small site share"):
+        provisioned, services = make_sites(tmp, {"s1": truth, "s2": synthetic_frame(8, 1000),
+                                                 "s3": synthetic_frame(9, 1000)})
+    with inprocess_builder(provisioned, services).login() as session:
+        found, refusals = releases(session)
+    return (read(found, truth) if len(found["fits"]) == len(FITS) else 0), refusals
+
+
+def test_a_small_sites_whole_table_taken_apart_from_fits_over_three_sites_reads_no_record(tmp_path: Path,
+                                                                                          monkeypatch):
+    read_now, refusals = attack(tmp_path / "counted")
+    print(f"ATTACK ten relayed fits over a site of 10 and two of 1,000, the others' own parts subtracted "
+          f"(shipped rules): read {read_now} of 10; refusals {refusals}")
+    assert read_now == 0 and refusals == ["disclosure.sums_per_record"]  # at the small site only
+    monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)  # the control: as before
+    read_before, refusals_before = attack(tmp_path / "before")
+    print(f"CONTROL the end of a fit over whole tables summed over three sites not counted: read {read_before} "
+          "of 10")
+    assert refusals_before == [] and read_before == 10
+
+
+def sparse(frame: pd.DataFrame, known: int) -> pd.DataFrame:
+    """``frame`` with the weight missing but in its first ``known`` records."""
+    frame = frame.copy()
+    frame.loc[known:, "weight"] = np.nan
+    return frame
+
+
+CASES = {"60 beside tables of 100": (60, 100, None), "40 beside tables of 100": (40, 100, None),
+         "40 beside tables of 1,000 that know 60 weights": (40, 1000, 60)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_fit_over_three_sites_counts_a_sites_end_only_beside_sites_keeping_more_than_the_ratio(tmp_path: Path,
+                                                                                                 case: str):
+    """Two logistic fits relayed over a site's whole table of ``small`` records and two other sites' (shipped
+    rules: ratio 2). Beside tables of 100 the small site of 60 counts nothing, and both fits equal R's glm on the
+    pooled records. Beside them a site of 40 counts its end, ten functions of the score per fit, and forty records
+    answer ten: the first fit is released, equal to R, the second refused at that site alone, naming the ratio.
+    The same beside tables of 1,000 whose weight is known in 60 records each, which the second fit (of the
+    weight) is over: the ratio is to the records the other sites keep, not to those a fit is over (each affords
+    its count over every record it keeps, however the fits split them)."""
+    small, large, known = CASES[case]
+    frames = {"s1": synthetic_frame(7, 60).head(small), "s2": synthetic_frame(8, large),
+              "s3": synthetic_frame(9, large)}
+    if known is not None:
+        frames = {site: sparse(frame, known) if site != "s1" else frame for site, frame in frames.items()}
+    pooled = pd.concat(frames.values(), ignore_index=True)
+    provisioned, services = make_sites(tmp_path, frames)
+    released, refused = {}, []
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        for formula in ("y ~ score + age", "y ~ score + weight"):
+            try:
+                released[formula] = ds_glm(session, formula, "D", null_model=False)
+            except FederatedCallError as exc:
+                refused += [(site, e.rule, e.hint) for site, e in exc.failures.items()]
+    for formula, fit in released.items():
+        np.testing.assert_allclose(fit.params, r_glm(pooled, formula, "binomial", "logit")["coef"], rtol=1e-8)
+    if small == 60:
+        assert len(released) == 2 and not refused
+    else:
+        assert list(released) == ["y ~ score + age"]
+        assert [(site, rule) for site, rule, _ in refused] == [("s1", "disclosure.sums_per_record")]
+        assert "glm_peer_ratio" in refused[0][2]
