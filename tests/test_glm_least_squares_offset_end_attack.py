@@ -14,8 +14,10 @@ there): the small site's :math:`\\sum (col - e^{k s} - \\hat\\beta)^2`, twelve v
 functions (:math:`\\sum e^{k s}`). The site's own fit (``glmSLMADS2``'s ``deviance.resid``) takes the same path
 through ``count_sums`` (read in the code, not measured here).
 
-What it reads today (the lead will flip this): all twelve released, each equal to the sum over the small site's
-records to 1e-10. No record is read here; the test pins the accounting.
+Before (the control: such an end not counted): all twelve released, each equal to the sum over the small site's
+records to 1e-10. No record is read here; the test pins the accounting. Now a least-squares fit with an offset
+has an end, counted as any fit's: beside the large sites, three functions of the score per fit, and the fourth
+fit is refused at the small site.
 """
 
 from __future__ import annotations
@@ -27,17 +29,18 @@ import numpy as np
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.glm import Formula, _parts_stream
+from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 
 OUTCOMES = ("age", "weight", "height", "income")
 
 
-def test_a_least_squares_fits_deviance_with_an_offset_is_not_counted(tmp_path: Path):
-    truth = synthetic_frame(7, 40)
+def deviances(tmp: Path, truth) -> tuple[dict, list[str]]:
+    """The small site's deviance of each fit at its estimate: the relayed sum less the large sites' own."""
     with fixed_secrets("least squares offset"):
-        provisioned, services = make_sites(tmp_path, {"s1": truth, "s2": synthetic_frame(8, 1000),
-                                                      "s3": synthetic_frame(9, 1000)})
+        provisioned, services = make_sites(tmp, {"s1": truth, "s2": synthetic_frame(8, 1000),
+                                                 "s3": synthetic_frame(9, 1000)})
     found, refusals = {}, []
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
@@ -59,10 +62,22 @@ def test_a_least_squares_fits_deviance_with_an_offset_is_not_counted(tmp_path: P
                     found[k, column] = (deviance, float(beta[0]))
                 except FederatedCallError as exc:
                     refusals += [f"{site}: {e.rule}" for site, e in exc.failures.items()]
-    for (k, column), (deviance, intercept) in found.items():
-        want = float(np.sum((truth[column] - np.exp(k * truth.score) - intercept) ** 2))
-        assert abs(deviance - want) <= 1e-10 * want
-    print(f"ATTACK least-squares fits with offsets exp(k*score) beside two sites of 1,000 (shipped rules): "
-          f"{len(found)} deviances of the small site's records released (sums of exp(2k*score) and of each "
-          f"column times exp(k*score)) where its count saw 3 functions of the score; refusals {refusals}")
-    assert len(found) == 12 and refusals == []  # today: none counted beyond the offset's sum
+    return found, refusals
+
+
+def test_a_least_squares_fits_deviance_with_an_offset_counts(tmp_path: Path, monkeypatch):
+    truth = synthetic_frame(7, 40)
+    for label in ("now", "control"):
+        if label == "control":  # the end not counted beside the large sites, as before
+            monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)
+        found, refusals = deviances(tmp_path / label, truth)
+        for (k, column), (deviance, intercept) in found.items():
+            want = float(np.sum((truth[column] - np.exp(k * truth.score) - intercept) ** 2))
+            assert abs(deviance - want) <= 1e-10 * want
+        print(f"{label.upper()} least-squares fits with offsets exp(k*score) beside two sites of 1,000 (shipped "
+              f"rules): {len(found)} deviances of the small site's records released (sums of exp(2k*score) and of "
+              f"each column times exp(k*score)); refusals {refusals}")
+        if label == "now":  # each fit's end counts 3 functions of the score: ten answer three fits at most
+            assert len(found) <= 3 and refusals and all(r == "s1: disclosure.sums_per_record" for r in refusals)
+        else:
+            assert len(found) == 12 and refusals == []

@@ -15,10 +15,11 @@ over three subsets of the score that keep the small site's records (its cut hist
 the other sites for their own parts at each estimate: 33 ends at 33 estimates, 198 equations in its 24 scores.
 A second model (``y ~ score + age``) is refused at the small site: the count binds, but once per model.
 
-What it reads today (the lead will flip this): 33 ends released where the count allows one, no refusal. It
-reads no record: logistic kernels at estimates this close span only about nine directions of the 24 scores
+Before (the control, the end named by its model alone): 33 ends released where the count allows one. It
+read no record: logistic kernels at estimates this close span only about nine directions of the 24 scores
 (the Jacobian's singular values above 1e-6 of the largest, printed), so the full read needs more covariates
-or farther estimates; the accounting is what this test pins.
+or farther estimates; the accounting is what this test pins. Now the end is named by the fit's first iterate
+too, so each estimate counts: the first end is released, the second refused at the small site.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from scipy.special import expit
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.glm import Formula
+from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm_pooled_share_attack import fit_end
@@ -64,18 +66,23 @@ def ends(session) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list
     relayed sums less the other sites' own parts there; and the refusals of a second model."""
     session.assign_table("T", "P.t")
     found = []
-    for lo, hi in WINDOWS:
-        session.assign_expr("A", f'dataFrameSubsetDS2("T", "T$score", "{lo}", 6, NULL, NULL, FALSE)' if lo else "T")
-        session.assign_expr("D", f'dataFrameSubsetDS2("A", "A$score", "{hi}", 3, NULL, NULL, FALSE)' if hi < 1 else "A")
-        for peers in (p for k in (2, 3, 4) for p in itertools.combinations(PEERS, k)):
-            beta, info, xwz = fit_end(over(session, ("s1", *peers)), "y ~ score", "D")
-            for other in peers:
-                parts = session.site_view(other).aggregate("glmDS2", Formula("y ~ score"), "binomial",
-                                                           [float(b) for b in beta], None, None, Ref("D"))[other]
-                info = info - np.asarray(parts["info.matrix"], float)
-                xwz = xwz - np.asarray(parts["xwz"], float)
-            found.append((beta, info, xwz - info @ beta))
     refusals: list[str] = []
+    try:
+        for lo, hi in WINDOWS:
+            session.assign_expr("A", f'dataFrameSubsetDS2("T", "T$score", "{lo}", 6, NULL, NULL, FALSE)'
+                                if lo else "T")
+            session.assign_expr("D", f'dataFrameSubsetDS2("A", "A$score", "{hi}", 3, NULL, NULL, FALSE)'
+                                if hi < 1 else "A")
+            for peers in (p for k in (2, 3, 4) for p in itertools.combinations(PEERS, k)):
+                beta, info, xwz = fit_end(over(session, ("s1", *peers)), "y ~ score", "D")
+                for other in peers:
+                    parts = session.site_view(other).aggregate("glmDS2", Formula("y ~ score"), "binomial",
+                                                               [float(b) for b in beta], None, None, Ref("D"))[other]
+                    info = info - np.asarray(parts["info.matrix"], float)
+                    xwz = xwz - np.asarray(parts["xwz"], float)
+                found.append((beta, info, xwz - info @ beta))
+    except FederatedCallError as exc:
+        refusals += [f"{site}: {e.rule}" for site, e in exc.failures.items()]
     try:
         fit_end(session, "y ~ score + age", "D")
     except FederatedCallError as exc:
@@ -101,12 +108,10 @@ def directions(found: list, truth: pd.DataFrame) -> int:
     return int((values > 1e-6 * values[0]).sum())
 
 
-def test_a_small_sites_end_of_one_model_at_many_estimates_counts_once(tmp_path: Path):
-    frame = synthetic_frame(7, 60)
-    truth = frame[(frame.score >= 0.3) & (frame.score < 0.7)].reset_index(drop=True)
+def attack(tmp: Path, truth: pd.DataFrame) -> tuple[list, list[str]]:
     frames = {"s1": truth, **{p: peer(8 + i, *CALIBRATION[i]) for i, p in enumerate(PEERS)}}
     with fixed_secrets("same model"):
-        provisioned, services = make_sites(tmp_path, frames)
+        provisioned, services = make_sites(tmp, frames)
     with inprocess_builder(provisioned, services).login() as session:
         found, refusals = ends(session)
     for beta, info, score in found:  # each is the small site's own end: its parts at that estimate
@@ -114,9 +119,22 @@ def test_a_small_sites_end_of_one_model_at_many_estimates_counts_once(tmp_path: 
         mu = expit(x @ beta)
         np.testing.assert_allclose(info, x.T @ (x * (mu * (1 - mu))[:, None]), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(score, x.T @ (truth.y - mu), atol=1e-5)
-    estimates = len({tuple(np.round(beta, 6)) for beta, _, _ in found})
+    return found, refusals
+
+
+def test_a_small_sites_end_of_one_model_at_many_estimates_counts_each(tmp_path: Path, monkeypatch):
+    frame = synthetic_frame(7, 60)
+    truth = frame[(frame.score >= 0.3) & (frame.score < 0.7)].reset_index(drop=True)
+    found, refusals = attack(tmp_path / "now", truth)
     print(f"ATTACK y ~ score relayed beside other peers and subsets (shipped rules): the small site's end at "
-          f"{estimates} estimates, {6 * estimates} equations in its {len(truth)} scores, where its count allows "
-          f"one end (6 functions); a second model: {refusals}; they span {directions(found, truth)} directions")
-    assert len(found) == estimates == 33  # today: every estimate's end released, counted once
+          f"{len(found)} estimates; refusals {refusals}")
+    assert len(found) == 1  # its count allows one end: the second estimate's is refused there
+    assert refusals and all(r == "s1: disclosure.sums_per_record" for r in refusals)
+    monkeypatch.setattr(glm, "first_iterate", lambda estimate, terms: "")  # the control: one end per model
+    found, refusals = attack(tmp_path / "before", truth)
+    estimates = len({tuple(np.round(beta, 6)) for beta, _, _ in found})
+    print(f"CONTROL the end named by its model alone: the small site's end at {estimates} estimates, "
+          f"{6 * estimates} equations in its {len(truth)} scores, where its count allows one end (6 functions); "
+          f"a second model: {refusals}; they span {directions(found, truth)} directions")
+    assert len(found) == estimates == 33
     assert refusals == ["s1: disclosure.sums_per_record"]  # the count binds, on another model

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -287,7 +288,7 @@ ANALYST_STEPS = 3
 
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
                beta: np.ndarray | None, weights: str | None, offset: str | None, *, iterates: bool = False
-               ) -> Generator[Declared, Any, tuple[ExactSums | None, int]]:
+               ) -> Generator[Declared, Any, tuple[FitEnd | None, int]]:
     """The parts are exact sums over the model's records, counted with every sum released from the table
     (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`; declared as
     :class:`~dsfed_server.disclosure.declared.ExactSums`).
@@ -307,19 +308,23 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     the table's count on it.
 
     ``iterates``: the start of a fit whose later iterates the sites derive (the pooled or relayed
-    protocol, or the site's own fit run to its end, ``glmSLMADS2``). Where the analyst reads this site's own
-    fit (:func:`own_end`: study-level, relayed over fewer than ``secure_aggregation.min_sites`` sites, or over a
-    subset of the table's records), its end -- the score equations, information and deviance at the
-    estimate -- counts as one coefficient vector's :math:`p(p+1)/2 + p + 1` functions, named by the fit's
-    model, offset and weights: a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
+    protocol, or the site's own fit run to its end, ``glmSLMADS2``). Its end -- the score equations,
+    information and deviance at the estimate -- counts as one coefficient vector's :math:`p(p+1)/2 + p + 1`
+    functions named by the fit's model, offset and weights where the analyst reads this site's own fit
+    (:func:`own_end`: study-level, relayed over fewer than ``secure_aggregation.min_sites`` sites, or over a
+    subset of the table's records): a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
     ``y ~ s + a`` over a subset of ten records are 19 equations in its 20 values besides its moments). A
-    least-squares fit's end is its start's moments. Over the whole table summed over min_sites sites or more,
-    the site's end is returned, to count once the summed start tells how many records the other sites keep
+    least-squares fit's end is its start's moments, but for an offset's: its deviance sums :math:`o^2` and
+    :math:`y o`. Study-level, the site's records alone decide the end, so it counts with the start. Pooled or
+    relayed, the estimate is the sum's, which the other sites' records move (beside other sites, or other
+    subsets of theirs, the same model has another end here), so the end is returned (:class:`FitEnd`) and
+    counts at the first iterate, named by it too; over the whole table summed over min_sites sites or more, only
+    where the summed start shows the other sites keeping many more records
     (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`: their own parts at the estimate, released
-    per site, take this site's out of the sum, as many times as the smallest of them affords), with how many
-    records this site keeps of the table (of the model's records where the site cannot tell), and a logistic
-    fit of a 0/1 outcome with an offset, which starts at moments, counts as one function of the offset's
-    columns: at its first iterate the offset :math:`o = k s` gives
+    per site, take this site's out of the sum, as many times as the smallest of them affords). With it, how many
+    records this site keeps of the table (of the model's records where the site cannot tell). A logistic
+    fit of a 0/1 outcome with an offset, which starts at moments, also counts as one function of the offset's
+    columns at its start: at its first iterate the offset :math:`o = k s` gives
     the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the score
     :math:`\\sum_i y_i - \\sigma(\\beta^{(1)}_k + k s_i)`, two equations in a group's scores for every k
     (as many as a calibration-in-the-large can afford on a site of 45 records; a family of slopes cannot).
@@ -399,13 +404,15 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         tail = (f" + {exact[offset]}" if offset else "") + (f"; weights {exact[weights]}" if weights else "") + ")"
         end_model = f"glm({fam.name}, {fam.link}; fit {response} ~ {' + '.join(sorted(named))}{tail}"
         model = end_model if own else f"glm({fam.name}, {fam.link}; fit{tail}"
-    # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment
+    # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment; a
+    # least-squares fit's end is its start's moments, but for an offset's (its deviance sums o^2 and y*o)
     share = constant and not offset and fam.name == "binomial" and list(mf.names) == ["(Intercept)"]
-    ends = iterates and (not constant or (not least_squares and not share))  # an end its start does not tell
-    if iterates and (not constant or (own and ends)):
-        # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
-        # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
-        # values besides the moments); a least-squares fit's are its start's
+    ends = iterates and (not constant or (not (least_squares and not offset) and not share))
+    relay = ctx.pooled or ctx.relayed  # the estimate is the sum's, which the other sites' records move
+    if iterates and (not constant or (own and ends and not relay)):
+        # the fit's parts at its end, where the analyst reads this site's own fit, which its records alone decide: a
+        # start of moments says nothing of them (three logistic fits of a ten-record subset, y ~ s, y ~ a,
+        # y ~ s + a, are 19 equations in its 20 values besides the moments)
         parts_at(model)
     elif iterates and constant and offset and not least_squares:
         # summed over min_sites sites or more: a logistic fit of a 0/1 outcome with an offset starts at moments,
@@ -422,14 +429,38 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
         "ds.glmSLMA), or over more records"))
     kept = ctx.guard.kept_records(rows)
-    if not ends or own:
+    if not ends or not relay:
         return None, kept
-    end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
-    parts_at(end_model, end)
-    return ExactSums(rows, end, hint=(
-        "the other sites of this fit keep on average more than disclosure.glm_peer_ratio times the records it "
-        f"fits here, so its end counts here (their own parts, released per site, take it out of the sum): {fewer}, "
-        "or with sites nearer this one's size")), kept
+
+    def at(estimate: np.ndarray) -> ExactSums:
+        """The end of this fit, named by its model and its first iterate (the sum's, which the other sites'
+        records move: beside other sites, or other subsets of theirs, the same model has another end here)."""
+        end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
+        parts_at(f"{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
+        return ExactSums(rows, end, hint=fewer if own else (
+            "the other sites of this fit keep on average more than this site's disclosure.glm_peer_ratio times "
+            "the records it fits, so its end counts here, for every analyst (their own parts, released per site, "
+            "would take it out of the sum): fewer models or fits beside other sites over this table, or a fit "
+            "without this site"))
+
+    return FitEnd(at, own), kept
+
+
+def first_iterate(estimate: np.ndarray, terms: list[str]) -> str:
+    """A fit's first iterate, each coefficient beside its term to 12 digits (the same model with its terms in
+    another order has the same name: its solve rounds the last digits otherwise)."""
+    return " + ".join(sorted(f"{b:.12g}*{term}" for b, term in zip(estimate, terms)))
+
+
+@dataclass(frozen=True)
+class FitEnd:
+    """This site's parts at the end of a fit whose iterates the sites derive from their sums: ``at`` declares
+    them named by the fit's first iterate, which the summed start gives; ``own``: the analyst reads this site's
+    own end (:func:`own_end`), else only where the other sites outnumber it
+    (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`)."""
+
+    at: Callable[[np.ndarray], ExactSums]
+    own: bool
 
 
 def own_end(ctx: CallContext, rows: Rows) -> bool:
@@ -663,7 +694,7 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
 
 
 def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, guard: Guard,
-               end: ExactSums | None = None, kept: int = 0) -> PooledSteps:
+               end: FitEnd | None = None, kept: int = 0) -> PooledSteps:
     """The distributed Fisher scoring as a pooled protocol (the iterates come from the sites).
 
     Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
@@ -685,10 +716,10 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     Poisson fit weighs each record by its mean :math:`e^{\\eta_i}`, which a steep offset (``1000*score``)
     puts on one record.
 
-    ``end``: this site's parts at the fit's end (:func:`count_sums`), counted before the first iterate where the
-    summed start shows the other sites keeping so many more records that their own parts could take this site's
-    out of the sum (:meth:`Guard.peers_outnumber`); the start sums ``kept``, the records each site keeps of
-    the table, for that."""
+    ``end``: this site's parts at the fit's end (:func:`count_sums`), counted at the first iterate and named by it
+    where the analyst reads this site's own end, or where the summed start shows the other sites keeping so many
+    more records that their own parts could take this site's out of the sum (:meth:`Guard.peers_outnumber`);
+    the start sums ``kept``, the records each site keeps of the table, for that."""
     mf = frame()
     n = mf.n
     mine, effective = _parts(fam, mf, beta)
@@ -701,8 +732,6 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor
                 ) -> Generator[Declared, Any, tuple[dict[str, Any], PooledSteps]]:
-        if end is not None and guard.peers_outnumber(n, kept, float(pooled[KEPT]), floor.sites):
-            yield end
         release = {"family": fam.name, "link": fam.link, "coef.names": names, "pooled": True,
                    **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()}}
         try:
@@ -711,6 +740,8 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, collinear covariates, or covariates that "
                             "separate the outcomes, whose fitted probabilities then reach 0 or 1)") from None
+        if end is not None and (end.own or guard.peers_outnumber(n, kept, float(pooled[KEPT]), floor.sites)):
+            yield end.at(following)
         step = irls_steps(fam, frame, following, guard=guard)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
