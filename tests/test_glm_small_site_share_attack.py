@@ -177,7 +177,7 @@ def sparse(frame: pd.DataFrame, known: int) -> pd.DataFrame:
     return frame
 
 
-CASES = {"60 beside tables of 100": (60, 100, None), "40 beside tables of 100": (40, 100, None),
+CASES = {"60 beside tables of 100": (60, 100, None), "40 beside tables of 1,000": (40, 1000, None),
          "40 beside tables of 1,000 that know 60 weights": (40, 1000, 60)}
 
 
@@ -185,12 +185,12 @@ CASES = {"60 beside tables of 100": (60, 100, None), "40 beside tables of 100": 
 def test_a_fit_over_three_sites_counts_a_sites_end_only_beside_sites_keeping_more_than_the_ratio(tmp_path: Path,
                                                                                                  case: str):
     """Two logistic fits relayed over a site's whole table of ``small`` records and two other sites' (shipped
-    rules: ratio 2). Beside tables of 100 the small site of 60 counts nothing, and both fits equal R's glm on the
-    pooled records. Beside them a site of 40 counts its end, ten functions of the score per fit, and forty records
-    answer ten: the first fit is released, equal to R, the second refused at that site alone, naming the ratio.
-    The same beside tables of 1,000 whose weight is known in 60 records each, which the second fit (of the
-    weight) is over: the ratio is to the records the other sites keep, not to those a fit is over (each affords
-    its count over every record it keeps, however the fits split them)."""
+    rules: ratio 20). Beside tables of 100 the site of 60 counts nothing, and both fits equal R's glm on the
+    pooled records. Beside tables of 1,000 a site of 40 counts its end, ten functions of the score per fit, and
+    forty records answer ten: the first fit is released, equal to R, the second refused at that site alone,
+    naming the ratio. The same beside tables of 1,000 whose weight is known in 60 records each, which the second
+    fit (of the weight) is over: the ratio is to the records the other sites keep, not to those a fit is over
+    (each affords its count over every record it keeps, however the fits split them)."""
     small, large, known = CASES[case]
     frames = {"s1": synthetic_frame(7, 60).head(small), "s2": synthetic_frame(8, large),
               "s3": synthetic_frame(9, large)}
