@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -315,10 +314,9 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     subset of the table's records): a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
     ``y ~ s + a`` over a subset of ten records are 19 equations in its 20 values besides its moments). A
     least-squares fit's end is its start's moments, but for an offset's: its deviance sums :math:`o^2` and
-    :math:`y o`. Study-level, the site's records alone decide the end, so it counts with the start. Pooled or
-    relayed, the estimate is the sum's, which the other sites' records move (beside other sites, or other
-    subsets of theirs, the same model has another end here), so the end is returned (:class:`FitEnd`) and
-    counts at the first iterate, named by it too; over the whole table summed over min_sites sites or more, only
+    :math:`y o`. Over the whole table summed over min_sites sites or more, the estimate is the sum's, which the
+    other sites' records move (beside other sites, or other subsets of theirs, the same model has another end
+    here), so the end is returned (:data:`FitEnd`) to count at the first iterate, named by it too, only
     where the summed start shows the other sites keeping many more records
     (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`: their own parts at the estimate, released
     per site, take this site's out of the sum, as many times as the smallest of them affords). With it, how many
@@ -408,11 +406,10 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     # least-squares fit's end is its start's moments, but for an offset's (its deviance sums o^2 and y*o)
     share = constant and not offset and fam.name == "binomial" and list(mf.names) == ["(Intercept)"]
     ends = iterates and (not constant or (not (least_squares and not offset) and not share))
-    relay = ctx.pooled or ctx.relayed  # the estimate is the sum's, which the other sites' records move
-    if iterates and (not constant or (own and ends and not relay)):
-        # the fit's parts at its end, where the analyst reads this site's own fit, which its records alone decide: a
-        # start of moments says nothing of them (three logistic fits of a ten-record subset, y ~ s, y ~ a,
-        # y ~ s + a, are 19 equations in its 20 values besides the moments)
+    if iterates and (not constant or (own and ends)):
+        # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
+        # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
+        # values besides the moments)
         parts_at(model)
     elif iterates and constant and offset and not least_squares:
         # summed over min_sites sites or more: a logistic fit of a 0/1 outcome with an offset starts at moments,
@@ -429,7 +426,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
         "ds.glmSLMA), or over more records"))
     kept = ctx.guard.kept_records(rows)
-    if not ends or not relay:
+    if not ends or own:
         return None, kept
 
     def at(estimate: np.ndarray) -> ExactSums:
@@ -437,13 +434,13 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         records move: beside other sites, or other subsets of theirs, the same model has another end here)."""
         end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
         parts_at(f"{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
-        return ExactSums(rows, end, hint=fewer if own else (
+        return ExactSums(rows, end, hint=(
             "the other sites of this fit keep on average more than this site's disclosure.glm_peer_ratio times "
             "the records it fits, so its end counts here, for every analyst (their own parts, released per site, "
             "would take it out of the sum): fewer models or fits beside other sites over this table, or a fit "
             "without this site"))
 
-    return FitEnd(at, own), kept
+    return at, kept
 
 
 def first_iterate(estimate: np.ndarray, terms: list[str]) -> str:
@@ -452,15 +449,8 @@ def first_iterate(estimate: np.ndarray, terms: list[str]) -> str:
     return " + ".join(sorted(f"{b:.12g}*{term}" for b, term in zip(estimate, terms)))
 
 
-@dataclass(frozen=True)
-class FitEnd:
-    """This site's parts at the end of a fit whose iterates the sites derive from their sums: ``at`` declares
-    them named by the fit's first iterate, which the summed start gives; ``own``: the analyst reads this site's
-    own end (:func:`own_end`), else only where the other sites outnumber it
-    (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`)."""
-
-    at: Callable[[np.ndarray], ExactSums]
-    own: bool
+FitEnd = Callable[[np.ndarray], ExactSums]
+"""This site's parts at the end of a fit summed over the sites, declared named by the fit's first iterate."""
 
 
 def own_end(ctx: CallContext, rows: Rows) -> bool:
@@ -716,8 +706,8 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     Poisson fit weighs each record by its mean :math:`e^{\\eta_i}`, which a steep offset (``1000*score``)
     puts on one record.
 
-    ``end``: this site's parts at the fit's end (:func:`count_sums`), counted at the first iterate and named by it
-    where the analyst reads this site's own end, or where the summed start shows the other sites keeping so many
+    ``end``: this site's parts at the end of a fit over its whole table summed over the sites (:func:`count_sums`),
+    counted at the first iterate and named by it where the summed start shows the other sites keeping so many
     more records that their own parts could take this site's out of the sum (:meth:`Guard.peers_outnumber`);
     the start sums ``kept``, the records each site keeps of the table, for that."""
     mf = frame()
@@ -740,8 +730,8 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, collinear covariates, or covariates that "
                             "separate the outcomes, whose fitted probabilities then reach 0 or 1)") from None
-        if end is not None and (end.own or guard.peers_outnumber(n, kept, float(pooled[KEPT]), floor.sites)):
-            yield end.at(following)
+        if end is not None and guard.peers_outnumber(n, kept, float(pooled[KEPT]), floor.sites):
+            yield end(following)
         step = irls_steps(fam, frame, following, guard=guard)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
