@@ -661,13 +661,16 @@ class Guard:
 
     def kept_records(self, rows: Rows) -> int:
         """How many records the site keeps of the table ``rows`` are of (every release of it is over them)."""
-        kept = self.kept(rows.lineage) if self.kept is not None else None
-        return int(kept.sum()) if kept is not None and kept.size == rows.n_root else rows.n_root
+        return int(np.count_nonzero(self._kept(rows)))
 
     def _base(self, rows: Rows) -> np.ndarray:
         """The row set every release of ``rows``' table is over (packed): the records the site keeps."""
+        return np.packbits(self._kept(rows))
+
+    def _kept(self, rows: Rows) -> np.ndarray:
+        """Which records of ``rows``' table the site keeps (boolean over the table): all where it leaves none out."""
         kept = self.kept(rows.lineage) if self.kept is not None else None
-        return np.packbits(kept if kept is not None and kept.size == rows.n_root else np.ones(rows.n_root, dtype=bool))
+        return kept if kept is not None and kept.size == rows.n_root else np.ones(rows.n_root, dtype=bool)
 
     def _audits(self, rows: Rows | None) -> bool:
         """Whether released row sets are audited: their records are known, the site keeps a history,
