@@ -13,6 +13,11 @@ and sum of squares, ``varDS``). The fits' coefficients are the large sites' (the
 them), so the equations are nearly dependent: the three fits of tests/test_glm_pooled_share_attack.py leave the
 solve's Jacobian at a condition number of 1e6 here and read nothing; ten read the table.
 
+The same beside two sites of 200 (twenty times its records): under ``glm_peer_ratio`` 20, shipped before, the
+site counted nothing and the large sites afforded all ten fits' own parts (each counts 36 functions of the outcome
+against its 50); the analyst read all ten records. Now (ratio 2) the end counts at the small site, each function
+as half of one: the first fit is refused there.
+
 "Read": the solve of least cost over the 252 outcome patterns with the released count of positives (ages rounded
 to whole years, weights and heights to the decimal the table keeps, the scores solved again) against the truth: a
 record whose score is within 1e-3 and whose age, weight, height and outcome are exact. The control counts the end
@@ -38,7 +43,7 @@ from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses import ds_glm
 from dsfed_client.analyses.glm import Formula
 from dsfed_server.disclosure.checks import Guard
-from sitekit import make_sites
+from sitekit import DEFAULT_RULES, make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm import r_glm
 from test_glm_pooled_share_attack import fit_end
@@ -146,12 +151,12 @@ def read(r: dict, truth: pd.DataFrame, starts: int = STARTS) -> int:
     return int(hit.sum())
 
 
-def attack(tmp: Path) -> tuple[int, list[str]]:
+def attack(tmp: Path, large: int = 1000, rules: Path | None = None) -> tuple[int, list[str]]:
     frame = synthetic_frame(7, 60)
     truth = frame[(frame.age >= LO) & (frame.age < HI)].reset_index(drop=True)
     with fixed_secrets("small site share"):
-        provisioned, services = make_sites(tmp, {"s1": truth, "s2": synthetic_frame(8, 1000),
-                                                 "s3": synthetic_frame(9, 1000)})
+        provisioned, services = make_sites(tmp, {"s1": truth, "s2": synthetic_frame(8, large),
+                                                 "s3": synthetic_frame(9, large)}, rules)
     with inprocess_builder(provisioned, services).login() as session:
         found, refusals = releases(session)
     return (read(found, truth) if len(found["fits"]) == len(FITS) else 0), refusals
@@ -170,6 +175,21 @@ def test_a_small_sites_whole_table_taken_apart_from_fits_over_three_sites_reads_
     assert refusals_before == [] and read_before == 10
 
 
+def test_a_site_twenty_times_smaller_than_its_peers_is_read_under_the_ratio_shipped_before_and_not_now(
+        tmp_path: Path):
+    read_now, refusals = attack(tmp_path / "counted", large=200)
+    print(f"ATTACK ten relayed fits over a site of 10 and two of 200, the others' own parts subtracted (shipped "
+          f"rules, glm_peer_ratio 2): read {read_now} of 10; refusals {refusals}")
+    assert read_now == 0 and refusals == ["disclosure.sums_per_record"]  # at the small site only
+    shipped = DEFAULT_RULES.read_text()
+    assert "\nglm_peer_ratio = 2.0\n" in shipped
+    before = tmp_path / "ratio-20.toml"  # the control: the value shipped before, all else the shipped file's
+    before.write_text(shipped.replace("\nglm_peer_ratio = 2.0\n", "\nglm_peer_ratio = 20.0\n"))
+    read_before, refusals_before = attack(tmp_path / "before", large=200, rules=before)
+    print(f"CONTROL glm_peer_ratio 20 (shipped before): read {read_before} of 10; refusals {refusals_before}")
+    assert refusals_before == [] and read_before == 10
+
+
 def sparse(frame: pd.DataFrame, known: int) -> pd.DataFrame:
     """``frame`` with the weight missing but in its first ``known`` records."""
     frame = frame.copy()
@@ -184,13 +204,14 @@ CASES = {"60 beside tables of 100": (60, 100, None), "40 beside tables of 1,000"
 @pytest.mark.parametrize("case", CASES)
 def test_a_fit_over_three_sites_counts_a_sites_end_only_beside_sites_keeping_more_than_the_ratio(tmp_path: Path,
                                                                                                  case: str):
-    """Two logistic fits relayed over a site's whole table of ``small`` records and two other sites' (shipped
-    rules: ratio 20). Beside tables of 100 the site of 60 counts nothing, and both fits equal R's glm on the
-    pooled records. Beside tables of 1,000 a site of 40 counts its end, ten functions of the score per fit, and
-    forty records answer ten: the first fit is released, equal to R, the second refused at that site alone,
-    naming the ratio. The same beside tables of 1,000 whose weight is known in 60 records each, which the second
-    fit (of the weight) is over: the ratio is to the records the other sites keep, not to those a fit is over
-    (each affords its count over every record it keeps, however the fits split them)."""
+    """Three logistic fits relayed over a site's whole table of ``small`` records and two other sites' (shipped
+    rules: ratio 2). Beside tables of 100 the site of 60 counts nothing, and the fits equal R's glm on the
+    pooled records. Beside tables of 1,000 a site of 40 counts its end, ten functions of the score per fit,
+    each as half of one, and forty records answer ten: two fits are released, equal to R, the third refused at
+    that site alone, naming the ratio. The same beside tables of 1,000 whose weight is known in 60 records
+    each, which the second fit (of the weight) is over: the ratio is to the records the other sites keep, not
+    to those a fit is over (each affords its count over every record it keeps, however the fits split them;
+    were that fit not counted, the third would be released)."""
     small, large, known = CASES[case]
     frames = {"s1": synthetic_frame(7, 60).head(small), "s2": synthetic_frame(8, large),
               "s3": synthetic_frame(9, large)}
@@ -201,16 +222,17 @@ def test_a_fit_over_three_sites_counts_a_sites_end_only_beside_sites_keeping_mor
     released, refused = {}, []
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        for formula in ("y ~ score + age", "y ~ score + weight"):
+        for formula in ("y ~ score + age", "y ~ score + weight", "y ~ score + height"):
             try:
                 released[formula] = ds_glm(session, formula, "D", null_model=False)
             except FederatedCallError as exc:
                 refused += [(site, e.rule, e.hint) for site, e in exc.failures.items()]
     for formula, fit in released.items():
-        np.testing.assert_allclose(fit.params, r_glm(pooled, formula, "binomial", "logit")["coef"], rtol=1e-8)
+        want = r_glm(pooled, formula, "binomial", "logit")["coef"]
+        np.testing.assert_allclose(fit.params, want, rtol=1e-8, atol=1e-9)
     if small == 60:
-        assert len(released) == 2 and not refused
+        assert len(released) == 3 and not refused
     else:
-        assert list(released) == ["y ~ score + age"]
+        assert list(released) == ["y ~ score + age", "y ~ score + weight"]
         assert [(site, rule) for site, rule, _ in refused] == [("s1", "disclosure.sums_per_record")]
         assert "glm_peer_ratio" in refused[0][2]

@@ -20,7 +20,7 @@ import numpy as np
 
 from dsfed_core.calltree import Column, Node, Symbol
 from dsfed_server.disclosure.accountant import Cap, Caps
-from dsfed_server.disclosure.equations import RULE as SUMS_RULE, Summed, second_moment, too_many
+from dsfed_server.disclosure.equations import APART, RULE as SUMS_RULE, Summed, second_moment, too_many
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, isolated_records,
@@ -57,6 +57,9 @@ DERIVED_RULES = ("disclosure.derived_concentration", "disclosure.derived_dominan
 # what a release of exact sums of columns applies (:meth:`Guard.exact_sums`): q, and the functions each
 # group of records answers, counted with the release history kept (cut_history)
 SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record")
+# how many times a site's records the other sites of a fit summed over its whole table keep before its end counts
+# here, and the share of a function such an end counts (:meth:`Guard.peers_outnumber`, :meth:`Guard.exact_sums`)
+PEER_RULE = "disclosure.glm_peer_ratio"
 # what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
 LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
@@ -591,9 +594,10 @@ class Guard:
                     SUMS_RULE, hint)
         with self.history.lock:  # type: ignore[union-attr]
             earlier = self.history.sums(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+            apart = 1 / self.rule(PEER_RULE) if any(s.function.startswith(APART) for s in (*earlier, *new)) else 1.0
             try:
                 columns = too_many(earlier, list(dict.fromkeys(new)), rows.n_root,  # type: ignore[union-attr]
-                                   per_record)
+                                   per_record, apart)
             except AuditTooLarge as exc:
                 raise self._refuse(f"the sums released from this table are too many to check ({exc})", SUMS_RULE,
                                    "ask the site's administrator") from None
@@ -856,12 +860,15 @@ class Guard:
     def peers_outnumber(self, n: int, kept: int, pooled_kept: float, sites: int) -> bool:
         """Whether the other sites of a sum of ``n`` of this site's records, over ``sites`` sites that keep
         ``pooled_kept`` records of their tables (this site ``kept``), keep on average more than
-        ``disclosure.glm_peer_ratio`` times ``n``: their own parts at the same coefficients, released per site
-        and counted there, could take this site's out of the sum more often than its own count allows. Each
-        of them affords at most its count over the records it keeps, however the sums split them into subsets,
-        and their mean is no less than the smallest of them."""
+        ``disclosure.glm_peer_ratio`` (:math:`\\rho`) times ``n``. Their own parts at the same coefficients,
+        released per site and counted there, take this site's out of the sum; each of them affords at most its
+        count over the records it keeps, however the sums split them into subsets, and their mean is no less
+        than the smallest of them. Where they keep fewer, then, the analyst takes apart at most :math:`\\rho`
+        times this site's own count of such functions; where they keep more, the end counts here, each of its
+        functions as :math:`1/\\rho` of one (:data:`~dsfed_server.disclosure.equations.APART`), and the bound is
+        the same: :math:`\\rho` times ``disclosure.sums_per_record`` functions per record."""
         others = sites - 1
-        return others < 1 or pooled_kept - kept > self.rule("disclosure.glm_peer_ratio") * n * others
+        return others < 1 or pooled_kept - kept > self.rule(PEER_RULE) * n * others
 
     def noise_share_over(self, n_sites: int) -> float:
         """This site's share of its DP noise variance in a secure sum over ``n_sites`` sites:

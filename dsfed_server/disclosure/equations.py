@@ -41,6 +41,10 @@ import numpy as np
 from dsfed_server.disclosure.differencing import MAX_AUDIT_WORK, AuditTooLarge, _atoms, _incidence
 
 RULE = "disclosure.sums_per_record"
+APART = "apart: "
+"""Begins the name of a function of a fit's end that the other sites of a sum, keeping many more records, could take
+out of the sum with their own parts (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`): it counts a
+share of a function (:func:`too_many`'s ``apart``)."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,15 @@ def allowed(size: float, per_record: float) -> int:
     return int(np.floor(per_record * size + 1e-9))
 
 
-def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float) -> tuple[str, ...] | None:
+def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float, apart: float = 1.0
+             ) -> tuple[str, ...] | None:
     """None if the sums ``new`` may be released after the sums ``earlier`` over a table of ``n``
     records, else the column (root name) some group of records would answer too many functions of
-    (module docstring). Raises :class:`~dsfed_server.disclosure.differencing.AuditTooLarge` when the
-    row sets are too many over too many atoms to check."""
+    (module docstring). A function named :data:`APART` counts ``apart`` of one: the analyst takes it out of a
+    sum only with as many functions of each other site's records, counted there, so a group answers at most
+    ``per_record / apart`` such functions of its values in all. Raises
+    :class:`~dsfed_server.disclosure.differencing.AuditTooLarge` when the row sets are too many over too many atoms
+    to check."""
     seen = {(s.function, s.rows) for s in earlier}
     fresh = [s for s in new if (s.function, s.rows) not in seen and not second_moment(s.function, s.roots)]
     if not fresh:
@@ -113,10 +121,10 @@ def too_many(earlier: list[Summed], new: list[Summed], n: int, per_record: float
         return spans[key]
 
     for column in sorted(touched):
-        mine = [f for f, roots in roots_of.items() if column in roots]
-        now = sum(answered(sets_now[f]).astype(int) for f in mine)
-        before = sum(answered(sets_before.get(f)).astype(int) for f in mine)
-        if np.any((now > limit) & (now > before)):
+        mine = [(f, apart if f.startswith(APART) else 1.0) for f, roots in roots_of.items() if column in roots]
+        now = sum(share * answered(sets_now[f]) for f, share in mine)
+        before = sum(share * answered(sets_before.get(f)) for f, share in mine)
+        if np.any((now > limit + 1e-9) & (now > before + 1e-9)):
             return (column,)
     return None
 

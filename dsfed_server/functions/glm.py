@@ -33,6 +33,7 @@ from dsfed_server.context import CallContext
 from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.declared import Declared, ExactSums
+from dsfed_server.disclosure.equations import APART
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.expressions import Meaning, forms
@@ -433,7 +434,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         """The end of this fit, named by its model and its first iterate (the sum's, which the other sites'
         records move: beside other sites, or other subsets of theirs, the same model has another end here)."""
         end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
-        parts_at(f"{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
+        parts_at(f"{APART}{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
         return ExactSums(rows, end, hint=(
             "the other sites of this fit keep on average more than this site's disclosure.glm_peer_ratio times "
             "the records it fits, so its end counts here, for every analyst (their own parts, released per site, "
