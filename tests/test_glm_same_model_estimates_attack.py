@@ -19,8 +19,10 @@ A second model (``y ~ score + age``) is refused at the small site: the count bin
 Before (the control, the end named by its model alone): 33 ends released where the count allows one. It
 read no record: logistic kernels at estimates this close span only about nine directions of the 24 scores
 (the Jacobian's singular values above 1e-6 of the largest, printed), so the full read needs more covariates
-or farther estimates; the accounting is what this test pins. Now the end is named by the fit's first iterate
-too, so each estimate counts: two ends are released, the third refused at the small site.
+or farther estimates; the accounting is what this test pins. The end is now named by the fit's first iterate
+too, so each estimate counts (with the peer set left free: two ends released, the third refused at the small site),
+and a fit relayed over min_sites sites or more goes over the table's one set of peers, as secure sums do (the
+shipped rules: the first set's end is released, the second set refused at the sites whose tables it pinned).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from scipy.special import expit
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.glm import Formula
+from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
@@ -129,6 +132,12 @@ def test_a_small_sites_end_of_one_model_at_many_estimates_counts_each(tmp_path: 
     found, refusals = attack(tmp_path / "now", truth)
     print(f"ATTACK y ~ score relayed beside other peers and subsets (shipped rules): the small site's end at "
           f"{len(found)} estimates; refusals {refusals}")
+    assert len(found) == 1  # the second set of peers is refused where the first set pinned the table
+    assert "s1: secure_aggregation.min_sites" in refusals and all(r.endswith(": secure_aggregation.min_sites")
+                                                                   for r in refusals)
+    monkeypatch.setattr(Guard, "peer_set", lambda self, *args: None)  # any set of peers, as before
+    found, refusals = attack(tmp_path / "any peers", truth)
+    print(f"ANY PEERS the small site's end at {len(found)} estimates; refusals {refusals}")
     assert len(found) == 2  # its count allows two ends at half a function each: the third estimate's is refused
     assert refusals and all(r == "s1: disclosure.sums_per_record" for r in refusals)
     monkeypatch.setattr(glm, "first_iterate", lambda estimate, terms: "")  # the control: one end per model

@@ -884,15 +884,19 @@ class Guard:
 
     def peer_set(self, pinned: dict[str, str], keys: dict[str, bytes], analyst: str) -> None:
         """One set of peers per table, for all analysts (``pinned``: the set recorded for each table the call
-        read): the difference of sums over two site sets would isolate fewer than min_sites sites."""
+        read): the difference of sums over two site sets would isolate fewer than min_sites sites, and the other
+        sites' own parts at a fit's estimate, which take this site's out of the sum as often as the smallest of
+        them affords (:meth:`peers_outnumber`), would afford as much again beside every other set."""
         other = {table: peers for table, peers in pinned.items() if peers != ",".join(sorted(keys))}
         if other:
             table, peers = next(iter(other.items()))
             raise self._refuse(
-                f"secure sums on {table} (by {analyst} or any other analyst) go over the sites {peers}; a sum over "
-                f"another set of sites would let the difference of the two isolate fewer than {self.min_sites()} "
-                "sites", "secure_aggregation.min_sites", "ask with the same sites as before (retry once the missing "
-                "site is back)")
+                f"secure sums, pooled releases and relayed fits on {table} (by {analyst} or any other analyst) go "
+                f"over the sites {peers}; sums over another set of sites would let the difference of the two isolate "
+                f"fewer than {self.min_sites()} sites, or the other sites' own parts take this site's out of a fit "
+                "beside each set", "secure_aggregation.min_sites",
+                "ask with the same sites as before (retry once the missing site is back); a fit over fewer sites "
+                "than min_sites is this site's own and counts here")
 
     def released_cuts(self, key: tuple[str, str]) -> list[Cut]:
         """The cuts this site has released on a column (its cut history; empty when not kept)."""

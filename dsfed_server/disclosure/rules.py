@@ -439,9 +439,11 @@ class SecureAggregation(_RulesSection):
             "Fewest sites, this one included, whose contributions one secure sum may combine "
             "(secureKeyDS and the 'secure' option of aggregate calls): the analyst sees only "
             "the sum. With two sites each could subtract its own share, so 3 is the least that "
-            "hides a site from the others too. A site also takes part in secure sums on one "
-            "table with one set of peers only, whichever analyst asks: two sums over different "
-            "site sets would let their difference isolate fewer sites."
+            "hides a site from the others too. A site also takes part in secure sums, pooled "
+            "releases and relayed fits over min_sites sites or more on one table with one set of "
+            "peers only, whichever analyst asks: two sums over different site sets would let their "
+            "difference isolate fewer sites, and other sites' own parts take a site's out of a fit "
+            "beside each set."
         ),
     )
     honest_sites: Annotated[int, FIXED] = Field(

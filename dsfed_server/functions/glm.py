@@ -317,10 +317,11 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     least-squares fit's end is its start's moments, but for an offset's: its deviance sums :math:`o^2` and
     :math:`y o`. Over the whole table summed over min_sites sites or more, the estimate is the sum's, which the
     other sites' records move (beside other sites, or other subsets of theirs, the same model has another end
-    here), so the end is returned (:data:`FitEnd`) to count at the first iterate, named by it too, only
-    where the summed start shows the other sites keeping many more records
+    here), so the end is returned (:data:`FitEnd`) to count at the first iterate, named by it too, each
+    function as a share of one, only where the summed start shows the other sites keeping many more records
     (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`: their own parts at the estimate, released
-    per site, take this site's out of the sum, as many times as the smallest of them affords). With it, how many
+    per site, take this site's out of the sum, as many times as the smallest of the table's one set of peers
+    affords). With it, how many
     records this site keeps of the table (of the model's records where the site cannot tell). A logistic
     fit of a 0/1 outcome with an offset, which starts at moments, also counts as one function of the offset's
     columns at its start: at its first iterate the offset :math:`o = k s` gives
@@ -438,8 +439,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         return ExactSums(rows, end, hint=(
             "the other sites of this fit keep on average more than this site's disclosure.glm_peer_ratio times "
             "the records it fits, so its end counts here, for every analyst (their own parts, released per site, "
-            "would take it out of the sum): fewer models or fits beside other sites over this table, or a fit "
-            "without this site"))
+            "would take it out of the sum): fewer models over this table"))
 
     return at, kept
 
@@ -708,9 +708,9 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     puts on one record.
 
     ``end``: this site's parts at the end of a fit over its whole table summed over the sites (:func:`count_sums`),
-    counted at the first iterate and named by it where the summed start shows the other sites keeping so many
-    more records that their own parts could take this site's out of the sum (:meth:`Guard.peers_outnumber`);
-    the start sums ``kept``, the records each site keeps of the table, for that."""
+    counted at the first iterate and named by it, each function as a share of one, where the summed start shows
+    the other sites keeping so many more records that their own parts could take this site's out of the sum
+    (:meth:`Guard.peers_outnumber`); the start sums ``kept``, the records each site keeps of the table, for that."""
     mf = frame()
     n = mf.n
     mine, effective = _parts(fam, mf, beta)

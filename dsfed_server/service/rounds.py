@@ -136,7 +136,7 @@ class SecureRounds:
         other sites (:meth:`_seal_pooled`). DP noise is split as ``secure_aggregation.honest_sites`` says."""
         option = request.secure or {}
         if option.get("relayed"):
-            return self._seal_relayed(session, spec, node, request, scope, record)
+            return self._seal_relayed(user, session, spec, node, request, scope, record)
         if option.get("pooled"):
             return self._seal_pooled(user, session, spec, node, request, scope, record)
         if spec.secure_sum is None:
@@ -231,13 +231,17 @@ class SecureRounds:
         return self._seal(rnd, keys, step, spec.name, digest, fields, finish, frac_bits, meta,
                           frozenset(scope.sources), history_key, asked_bits=asked_bits)
 
-    def _seal_relayed(self, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
+    def _seal_relayed(self, user: User, session: Session, spec: FunctionSpec, node: Call, request: CallRequest,
                       scope: CallScope, record: dict) -> dict[str, Any]:
         """First step of a relayed protocol (:mod:`dsfed_server.disclosure.relay`): as a pooled one,
         the sites derive every step's parameters from the summed step before, never taking them
         from the analyst (data-dependent parameters come from the sites), but every count is checked
         here, per site, before anything is sealed, and the round needs no more sites than its peers (a
-        GLM fit at two sites, or at sites that check per site only). The analyst receives the sums over the sites."""
+        GLM fit at two sites, or at sites that check per site only). The analyst receives the sums over the sites.
+        Over ``secure_aggregation.min_sites`` sites or more, which hide each site's share, the round goes over the
+        table's one set of peers, as secure sums do (:meth:`~dsfed_server.disclosure.checks.Guard.peer_set`): the
+        other sites' own parts at a fit's estimate take this site's out of the sum, as often as the smallest of
+        them affords, and another set of peers would afford as many again."""
         if not spec.relayable:
             offered = ", ".join(s.name for s in self.state.registry if s.relayable)
             raise CallError(f"{spec.name} does not offer a relayed protocol", hint=f"functions that do: {offered}")
@@ -246,8 +250,11 @@ class SecureRounds:
         frac_bits = secure_sum.check_frac_bits(option.get("frac_bits", 24))
         step = secure_sum.use_step(rnd, option.get("step"))
         record["call"] += f" [relayed over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
-        raw = self.calls.invoke(session, node, relayed=True,
-                                hidden=len(keys) >= self.calls.guard(spec.name, session).min_sites())
+        guard = self.calls.guard(spec.name, session)
+        hidden = len(keys) >= guard.min_sites()
+        raw = self.calls.invoke(session, node, relayed=True, hidden=hidden)
+        if hidden:  # the tables the call read, as a secure sum's
+            guard.peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name)
         if spec.release_of(raw) != "steps":
             raise CallError(f"{spec.name} with these arguments is no protocol of several steps, so it is not relayed",
                             hint="leave out the arguments the sites derive themselves (glmDS2: beta.vect)")
@@ -255,7 +262,7 @@ class SecureRounds:
                                         raw.frac_bits if raw.frac_bits is not None else frac_bits)
         return self._seal(rnd, keys, step, spec.name, digest, raw.fields, raw.advance,
                           raw.frac_bits if raw.frac_bits is not None else frac_bits,
-                          self.calls.guard(spec.name, session).declared_floor(pooled=False), frozenset(scope.sources),
+                          guard.declared_floor(pooled=False), frozenset(scope.sources),
                           raw.history_key, relayed=True, asked_bits=frac_bits)
 
     def _seal(self, rnd: secure_sum.Round, keys: dict[str, bytes], step: int, function: str, digest: bytes,
