@@ -9,6 +9,11 @@ while it counts none. Now a fit relayed over min_sites sites or more goes over t
 secure sums do (``Guard.peer_set``): the first pair's end is released, every other pair refused at the small
 site, and no record is claimed. The control (any set of peers, as before) is the attack below.
 
+Rounds of two sites (the small site and one peer, fewer than min_sites) are the small site's own fits, counted
+there in full, but an own end was named by its model alone: ``y ~ score`` beside each of the forty peers counted
+once and ended at forty estimates (11 of 36 records read, with the sums of its own quadratic fit, which its count
+affords beside one end). Now such an end, summed with other sites', is named by its first iterate too.
+
 Forty-one sites under the shipped rules (``sitekit.make_sites``: default.toml): a site of 36 records (scores with
 six decimals, a 0/1 outcome) beside forty of 72 (on average twice its records, not more: its end counts nowhere;
 72 is the fewest whose count affords a fit's own parts at the analyst's coefficients, three steps of six functions
@@ -49,6 +54,7 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.glm import Formula, _parts_stream
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm_same_model_estimates_attack import over
@@ -57,7 +63,9 @@ SMALL, PEER, PEERS = 36, 72, 40
 CENTRES = np.linspace(0.1, 0.9, PEERS)  # where each peer's outcome is even odds: its calibration (hospitals differ)
 STEEPNESS = 10.0  # each peer's outcome: logit P(y = 1) = STEEPNESS * (logit(score) - logit(centre))
 PAIRS = [(i, (i + 1) % PEERS) for i in range(PEERS)] + [(i, i + PEERS // 2) for i in range(PEERS // 2)]
-POWERS, POSITIVE_POWERS = 6, 3  # the own least-squares fit's sums: s^1..s^6, y * s^0..s^3
+# the analyst's rounds, each the small site and these peers (indices), and the degree d of the small site's own
+# least-squares fit y ~ score + ... + I(score^d), whose sums are s^1..s^2d and y * s^0..s^d
+ROUNDS = {"pairs of peers": (PAIRS, 3), "one peer": ([(i,) for i in range(PEERS)], 2)}
 GRID = np.linspace(0.00025, 0.99975, 2000)
 # how near the exact sums the released are, as measured here against the truth (the relay's fixed point, 2^-40, in
 # the information; the score and the deviance carry more through the estimate they are taken at); an analyst
@@ -94,22 +102,22 @@ def fit_end(session) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     return beta, np.asarray(step.info, float), np.asarray(step.xwz, float), float(step.dev)
 
 
-def releases(session, peers: list[str]) -> tuple[dict, list[str]]:
-    """The small site's size, its own least-squares fit's sums, and its end at each relayed fit beside a pair of
-    peers: the sums less both peers' own parts at the estimate."""
+def releases(session, peers: list[str], rounds: list[tuple[int, ...]], degree: int) -> tuple[dict, list[str]]:
+    """The small site's size, its own least-squares fit's sums, and its end at each relayed fit beside a round's
+    peers: the sums less the peers' own parts at the estimate."""
     session.assign_table("D", "P.t")
     own = session.site_view("s1")
     out: dict = {"n": int(own.aggregate_expr("dimDS(D)")["s1"][0]), "ends": []}
-    model = "y ~ score + I(score^2) + I(score^3)"
+    model = "y ~ score" + "".join(f" + I(score^{j})" for j in range(2, degree + 1))
     own.assign_expr("g", f'glmSLMADS.assign({model}, "gaussian", NULL, NULL, "D")')
     g = own.aggregate_expr(f'glmSLMADS2({model}, "gaussian", NULL, NULL, "g", "D")')["s1"]
     xtx = np.linalg.inv(np.asarray(g["cov.unscaled"], float))
     xty = xtx @ np.asarray(g["coefficients"], float)[:, 0]
-    out["powers"] = np.r_[xtx[0, 1:], xtx[3, 1:]]  # sum s^j, j = 1..6
-    out["positive"] = xty  # sum y s^j, j = 0..3
+    out["powers"] = np.r_[xtx[0, 1:], xtx[degree, 1:]]  # sum s^j, j = 1..2d
+    out["positive"] = xty  # sum y s^j, j = 0..d
     refusals: list[str] = []
-    for a, b in PAIRS:
-        pair = (peers[a], peers[b])
+    for members in rounds:
+        pair = tuple(peers[i] for i in members)
         try:
             beta, info, xwz, dev = fit_end(over(session, ("s1", *pair)))
             for other in pair:
@@ -125,14 +133,14 @@ def releases(session, peers: list[str]) -> tuple[dict, list[str]]:
     return out, refusals
 
 
-def attack(tmp: Path) -> tuple[int, list[str]]:
+def attack(tmp: Path, rounds: str) -> tuple[int, list[str]]:
     truth = synthetic_frame(7, SMALL)
     peers = [f"p{i}" for i in range(PEERS)]
     frames = {"s1": truth, **{p: peer(20 + i, c) for i, (p, c) in enumerate(zip(peers, CENTRES))}}
     with fixed_secrets("many peers"):
         provisioned, services = make_sites(tmp, frames)
     with inprocess_builder(provisioned, services).login() as session:
-        found, refusals = releases(session, peers)
+        found, refusals = releases(session, peers, *ROUNDS[rounds])
     return read(found, truth), refusals
 
 
@@ -142,7 +150,7 @@ def sums(r: dict) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], np.nd
     sums, and at each end the information, :math:`\\sum_i \\mu_i (1, s_i)` (the positives' count and score sum
     less the score equations) and :math:`\\sum_i \\log(1 + e^{\\eta_i})` (half the deviance plus
     :math:`\\sum_i y_i \\eta_i`)."""
-    k, sy = r["positive"][0], r["positive"][1]
+    k, sy, powers = r["positive"][0], r["positive"][1], len(r["powers"])
     betas = np.array([beta for beta, _, _, _ in r["ends"]])
     released = list(r["powers"])
     for beta, info, score, dev in r["ends"]:
@@ -155,9 +163,9 @@ def sums(r: dict) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], np.nd
             mu = 1 / (1 + np.exp(-eta))
             w = mu * (1 - mu)
             ends = np.stack([w, w * v, w * v * v, mu, mu * v, np.log1p(np.exp(eta))], axis=1).reshape(-1, v.size)
-        return np.vstack([v ** j for j in range(1, POWERS + 1)] + [ends])
+        return np.vstack([v ** j for j in range(1, powers + 1)] + [ends])
 
-    return np.asarray(released), functions, np.r_[np.full(POWERS, POWER_NOISE), np.tile(NOISE, len(betas))]
+    return np.asarray(released), functions, np.r_[np.full(powers, POWER_NOISE), np.tile(NOISE, len(betas))]
 
 
 def solve(residuals: Callable[[np.ndarray], np.ndarray], jacobian: Callable[[np.ndarray], np.ndarray],
@@ -187,19 +195,19 @@ def outcome_patterns(r: dict, v: np.ndarray) -> list[np.ndarray]:
     """Up to ``SUBSETS`` sets of the released count of positives among the scores ``v`` whose power sums come
     nearest the released positives' (an integer program: the least sum of the differences, each scaled by the
     sum), each differing from those before."""
-    n, k = v.size, round(r["positive"][0])
-    want = r["positive"][1:POSITIVE_POWERS + 1]
-    powers = np.array([v ** j for j in range(1, POSITIVE_POWERS + 1)]) / want[:, None]
-    eye = np.eye(POSITIVE_POWERS)
-    rows = [LinearConstraint(np.r_[np.ones(n), np.zeros(POSITIVE_POWERS)][None], k, k),
+    n, k, degree = v.size, round(r["positive"][0]), len(r["positive"]) - 1
+    want = r["positive"][1:]
+    powers = np.array([v ** j for j in range(1, degree + 1)]) / want[:, None]
+    eye = np.eye(degree)
+    rows = [LinearConstraint(np.r_[np.ones(n), np.zeros(degree)][None], k, k),
             LinearConstraint(np.hstack([powers, -eye]), -np.inf, 1),
             LinearConstraint(np.hstack([powers, eye]), 1, np.inf)]
     found: list[np.ndarray] = []
     for _ in range(SUBSETS):
-        cuts = [LinearConstraint(np.r_[y, np.zeros(POSITIVE_POWERS)][None], -np.inf, k - 1) for y in found]
-        got = milp(np.r_[np.zeros(n), np.ones(POSITIVE_POWERS)], constraints=rows + cuts,
-                   integrality=np.r_[np.ones(n), np.zeros(POSITIVE_POWERS)],
-                   bounds=Bounds(np.zeros(n + POSITIVE_POWERS), np.r_[np.ones(n), np.full(POSITIVE_POWERS, np.inf)]))
+        cuts = [LinearConstraint(np.r_[y, np.zeros(degree)][None], -np.inf, k - 1) for y in found]
+        got = milp(np.r_[np.zeros(n), np.ones(degree)], constraints=rows + cuts,
+                   integrality=np.r_[np.ones(n), np.zeros(degree)],
+                   bounds=Bounds(np.zeros(n + degree), np.r_[np.ones(n), np.full(degree, np.inf)]))
         if got.x is None:
             break
         found.append(np.round(got.x[:n]))
@@ -225,17 +233,17 @@ def read(r: dict, truth: pd.DataFrame) -> int:
         return 0
     released, functions, noise = sums(r)
     v = scores(r)
-    positive = r["positive"][1:POSITIVE_POWERS + 1]
+    positive, degree = r["positive"][1:], len(r["positive"]) - 1
     best = None
     for y in outcome_patterns(r, v):
         pos = y == 1
 
         def residuals(u: np.ndarray, pos: np.ndarray = pos) -> np.ndarray:
             return np.r_[(functions(u).sum(axis=1) - released) / noise,
-                         ([np.sum(u[pos] ** j) for j in range(1, POSITIVE_POWERS + 1)] - positive) / POWER_NOISE]
+                         ([np.sum(u[pos] ** j) for j in range(1, degree + 1)] - positive) / POWER_NOISE]
 
         def jacobian(u: np.ndarray, pos: np.ndarray = pos) -> np.ndarray:
-            powers = np.array([j * u ** (j - 1) * pos for j in range(1, POSITIVE_POWERS + 1)])
+            powers = np.array([j * u ** (j - 1) * pos for j in range(1, degree + 1)])
             return np.vstack([functions(u + 1e-20j).imag / 1e-20 / noise[:, None], powers / POWER_NOISE])
 
         fit = solve(residuals, jacobian, v)
@@ -248,14 +256,31 @@ def read(r: dict, truth: pd.DataFrame) -> int:
 
 def test_a_small_sites_whole_table_through_many_peer_sets_reads_no_record_with_one_set_per_table(tmp_path: Path,
                                                                                                 monkeypatch):
-    read_now, refusals = attack(tmp_path / "now")
+    read_now, refusals = attack(tmp_path / "now", "pairs of peers")
     print(f"ATTACK y ~ score relayed over a site of {SMALL} and each of {len(PAIRS)} pairs of {PEERS} peers of {PEER}, "
           f"the peers' own parts subtracted (shipped rules): read {read_now} of {SMALL}; "
           f"{len(refusals)} refusals ({sorted(set(refusals))})")
     assert read_now == 0 and len(refusals) >= len(PAIRS) - 1  # every pair after the first, at one site or more
     assert set(refusals) == {"secure_aggregation.min_sites"}  # one set of peers per table
     monkeypatch.setattr(Guard, "peer_set", lambda self, *args: None)  # the control: any set of peers, as before
-    read_before, refusals_before = attack(tmp_path / "before")
+    read_before, refusals_before = attack(tmp_path / "before", "pairs of peers")
     print(f"CONTROL any set of peers: read {read_before} of {SMALL}; refusals {refusals_before}")
     assert refusals_before == []  # no peer pays more than its count, and the small site counts no end
     assert read_before >= 25
+
+
+def test_a_small_sites_own_ends_beside_one_peer_at_a_time_count_each_estimate(tmp_path: Path, monkeypatch):
+    """Rounds of two sites, the small site and one peer: fewer than min_sites, so each is the small site's own
+    fit and counts there in full -- but named by its model alone, ``y ~ score`` beside forty peers counted once
+    while it ended at forty estimates (before: 11 of 36 records read, with its own quadratic fit's sums). Now an
+    own end summed with other sites' is named by the fit's first iterate too: the first is released, every
+    other refused at the small site."""
+    read_now, refusals = attack(tmp_path / "now", "one peer")
+    print(f"ATTACK y ~ score relayed over a site of {SMALL} and each of {PEERS} peers of {PEER} alone, the peer's own "
+          f"parts subtracted (shipped rules): read {read_now} of {SMALL}; {len(refusals)} refusals "
+          f"({sorted(set(refusals))})")
+    assert read_now == 0 and len(refusals) == PEERS - 1 and set(refusals) == {"disclosure.sums_per_record"}
+    monkeypatch.setattr(glm, "first_iterate", lambda estimate, terms: "")  # the control: one end per model
+    read_before, refusals_before = attack(tmp_path / "before", "one peer")
+    print(f"CONTROL the end named by its model alone: read {read_before} of {SMALL}; refusals {refusals_before}")
+    assert refusals_before == [] and read_before >= 8

@@ -9,6 +9,8 @@ short (that number would itself be the disclosure).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import secrets
 
@@ -60,6 +62,8 @@ SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sum
 # how many times a site's records the other sites of a fit summed over its whole table keep before its end counts
 # here, and the share of a function such an end counts (:meth:`Guard.peers_outnumber`, :meth:`Guard.exact_sums`)
 PEER_RULE = "disclosure.glm_peer_ratio"
+# what a site whose count bounds nothing affords (no history kept): more than any table's records times the ratio
+UNCOUNTED = 1e8
 # what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
 LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
@@ -857,18 +861,51 @@ class Guard:
         (``secure_aggregation.min_sites``)."""
         return self.rule("secure_aggregation.min_sites")
 
-    def peers_outnumber(self, n: int, kept: int, pooled_kept: float, sites: int) -> bool:
-        """Whether the other sites of a sum of ``n`` of this site's records, over ``sites`` sites that keep
-        ``pooled_kept`` records of their tables (this site ``kept``), keep on average more than
-        ``disclosure.glm_peer_ratio`` (:math:`\\rho`) times ``n``. Their own parts at the same coefficients,
-        released per site and counted there, take this site's out of the sum; each of them affords at most its
-        count over the records it keeps, however the sums split them into subsets, and their mean is no less
-        than the smallest of them. Where they keep fewer, then, the analyst takes apart at most :math:`\\rho`
-        times this site's own count of such functions; where they keep more, the end counts here, each of its
-        functions as :math:`1/\\rho` of one (:data:`~dsfed_server.disclosure.equations.APART`), and the bound is
-        the same: :math:`\\rho` times ``disclosure.sums_per_record`` functions per record."""
+    def affords(self, rows: Rows | None) -> float:
+        """How many functions of a column beyond its second moments this site's count affords over the records it
+        keeps of ``rows``' table: ``disclosure.sums_per_record`` times them; :data:`UNCOUNTED` where it keeps no
+        history to count with (``disclosure.cut_history`` off, q of 1, or records it cannot trace)."""
+        if not self._audits(rows):
+            return UNCOUNTED
+        return self.rule(SUMS_RULE) * self.kept_records(rows)  # type: ignore[arg-type]
+
+    def peers_outnumber(self, n: int, affords: float, pooled_affords: float, sites: int) -> bool:
+        """Whether the other sites of a sum of ``n`` of this site's records, over ``sites`` sites whose counts
+        afford ``pooled_affords`` functions over the records they keep (:meth:`affords`; this site ``affords``),
+        afford on average more than ``disclosure.glm_peer_ratio`` (:math:`\\rho`) times this site's count over
+        the ``n``. Their own parts at the same coefficients, released per site and counted there under their own
+        rules, take this site's out of the sum; each of them affords at most its count over the records it keeps,
+        however the sums split them into subsets, and their mean is no less than the smallest of them. Where they
+        afford less, then, the analyst takes apart at most :math:`\\rho` times this site's own count of such
+        functions (beside one set of peers and of their tables: :meth:`peer_set`, :meth:`same_peer_tables`);
+        where they afford more, the end counts here, each of its functions as :math:`1/\\rho` of one
+        (:data:`~dsfed_server.disclosure.equations.APART`), and the bound is the same: :math:`\\rho` times
+        ``disclosure.sums_per_record`` functions per record."""
         others = sites - 1
-        return others < 1 or pooled_kept - kept > self.rule(PEER_RULE) * n * others
+        return others < 1 or pooled_affords - affords > self.rule(PEER_RULE) * self.rule(SUMS_RULE) * n * others
+
+    def table_tag(self, table: str) -> float:
+        """This site's tag of ``table``: a whole number below 2^24 keyed by the site's secret, summed over the sites
+        of a fit so that each site learns a fingerprint of the other sites' tables (:meth:`same_peer_tables`)."""
+        return float(int.from_bytes(hmac.new(self.secret, table.encode(), hashlib.sha256).digest()[:3], "big"))
+
+    def same_peer_tables(self, table: str, fingerprint: float) -> None:
+        """A fit over this site's whole ``table`` whose other sites keep no more than ``disclosure.glm_peer_ratio``
+        times its records counts no end here: what bounds the analyst's taking it apart is their counts, per table
+        they keep. So such fits go over the same tables of the other sites every time, for every analyst
+        (``fingerprint``: the sum of their tags, :meth:`table_tag`, as the fit's start summed them), as they go over
+        one set of sites (:meth:`peer_set`): beside another table of theirs, each of its counts would afford as
+        much again (a site of 36 beside two peers of ten tables each: 30 ends where 3 are afforded)."""
+        self.applied.setdefault(PEER_RULE)
+        if self.history is None or not self.rule("disclosure.cut_history"):
+            return
+        mine = f"{round(fingerprint)}"
+        if self.history.pin_peer_tables(table, mine, analyst=self._analyst) != mine:
+            raise self._refuse(
+                "fits over this table beside sites that keep no more than disclosure.glm_peer_ratio times its records "
+                "went over other tables of theirs before (by any analyst): their own parts would take this site's end "
+                "out of the sum once more for every table they keep", PEER_RULE,
+                "fit over the same tables of the other sites as before (assignTable with the same tables)")
 
     def noise_share_over(self, n_sites: int) -> float:
         """This site's share of its DP noise variance in a secure sum over ``n_sites`` sites:

@@ -142,8 +142,14 @@ CREATE TABLE IF NOT EXISTS column_records (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, column_name)
 );
+CREATE TABLE IF NOT EXISTS peer_tables (
+    table_key TEXT NOT NULL PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL
+);
 """ + append_only(("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
-                   "released_sums", "released_cuts", "subset_rows"), "the release history")
+                   "released_sums", "released_cuts", "subset_rows", "peer_tables"), "the release history")
 
 _SEPARATOR = "\x1f"  # between the root columns of a summed function
 # the sizes at which a table's row sets were kept (before the sizes' digests were)
@@ -453,6 +459,13 @@ class History:
             rows = db.execute(f"SELECT function, roots, rows FROM released_sums WHERE {where}", params).fetchall()
         return list(dict.fromkeys(Summed(function, tuple(roots.split(_SEPARATOR)), now(packed))
                                   for function, roots, packed in rows))
+
+    def pin_peer_tables(self, table: str, fingerprint: str, *, analyst: str) -> str:
+        """The fingerprint of the other sites' tables that fits over ``table`` are summed with, for every analyst:
+        recorded by the first such fit (with who asked), returned as recorded."""
+        with self._connect() as db:
+            db.execute("INSERT OR IGNORE INTO peer_tables VALUES (?, ?, ?, ?)", (table, fingerprint, analyst, utc_now()))
+            return str(db.execute("SELECT fingerprint FROM peer_tables WHERE table_key = ?", (table,)).fetchone()[0])
 
     def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
         self._sizes(table, n_root)  # the table's digests at this size kept first

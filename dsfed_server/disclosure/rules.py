@@ -192,12 +192,14 @@ class Disclosure(_RulesSection):
             "A fit over this site's whole table summed with other sites' (pooled, or relayed over at least "
             "secure_aggregation.min_sites sites) counts its end here -- the score equations, information and "
             "deviance at the estimate, p(p+1)/2 + p + 1 functions of each column of the model, each as 1/this of "
-            "one, against sums_per_record -- where the other sites of the sum keep on average more than this many "
-            "times the records this site fits (the records of their tables, whatever subsets they fit). Their own "
-            "parts at the fit's last coefficients, released per site and counted there, take this site's out of "
-            "the sum; the smallest of them can afford at most its own count of such ends. Either way a site's "
-            "records answer at most this times sums_per_record such functions each (see docs/governance.md). "
-            "Protects a small site beside large ones."
+            "one, against sums_per_record -- where the other sites' counts afford on average more than this many "
+            "times this site's over the records it fits (their sums_per_record times the records of their tables, "
+            "whatever subsets they fit; without bound at a site that keeps no history). Their own parts at the "
+            "fit's last coefficients, released per site and counted there, take this site's out of the sum; the "
+            "smallest of them can afford at most its own count of such ends, so where they afford less, fits over "
+            "this table go over the same tables of theirs every time. Either way a site's records answer at most "
+            "this times sums_per_record such functions each (see docs/governance.md). Protects a small site beside "
+            "large ones."
         ),
     )
     glm_max_linear_predictor: Annotated[float, LOWER] = Field(

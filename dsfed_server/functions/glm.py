@@ -21,6 +21,7 @@ and only if they keep the linear predictor within ``glm_max_linear_predictor`` o
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from collections.abc import Generator
 from typing import Any, Callable
 
@@ -53,7 +54,9 @@ _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation", "disclosure.su
 _COEFFICIENT_CHECKS = ("disclosure.glm_analyst_coefficients", "disclosure.glm_max_linear_predictor")
 # the parts of a fit that are sums over records (summed over sites by the analyst or securely)
 _SUMMED = ("info.matrix", "score.vect", "xwz", "dev", "numsubs", "Nvalid", "Npositive", "Nmissing", "Ntotal")
-KEPT = "Nkept"  # a protocol's start also sums the records each site keeps of the table (its whole table's)
+AFFORDS = "Naffords"  # a protocol's start also sums what each site's count affords over the records it keeps
+TAGS = "Ntags"  # and each site's tag of its table (Guard.table_tag): the sum less its own fingerprints the others'
+
 
 
 def _frame_of(session: Session, formula: Formula, fam: Family, data: pd.DataFrame | RowSet,
@@ -288,7 +291,7 @@ ANALYST_STEPS = 3
 
 def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFrame, formula: Formula,
                beta: np.ndarray | None, weights: str | None, offset: str | None, *, iterates: bool = False
-               ) -> Generator[Declared, Any, tuple[FitEnd | None, int]]:
+               ) -> Generator[Declared, Any, tuple[SummedEnd | None, float, float]]:
     """The parts are exact sums over the model's records, counted with every sum released from the table
     (rule ``disclosure.sums_per_record``, :meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`; declared as
     :class:`~dsfed_server.disclosure.declared.ExactSums`).
@@ -310,19 +313,22 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     ``iterates``: the start of a fit whose later iterates the sites derive (the pooled or relayed
     protocol, or the site's own fit run to its end, ``glmSLMADS2``). Its end -- the score equations,
     information and deviance at the estimate -- counts as one coefficient vector's :math:`p(p+1)/2 + p + 1`
-    functions named by the fit's model, offset and weights where the analyst reads this site's own fit
-    (:func:`own_end`: study-level, relayed over fewer than ``secure_aggregation.min_sites`` sites, or over a
-    subset of the table's records): a start of moments says nothing of them (``y ~ s``, ``y ~ a`` and
-    ``y ~ s + a`` over a subset of ten records are 19 equations in its 20 values besides its moments). A
+    functions where the analyst reads this site's own fit (:func:`own_end`: study-level, relayed over fewer than
+    ``secure_aggregation.min_sites`` sites, or over a subset of the table's records): a start of moments says
+    nothing of them (``y ~ s``, ``y ~ a`` and ``y ~ s + a`` over a subset of ten records are 19 equations in its
+    20 values besides its moments). Study-level, the estimate is its records' alone, and the end counts at the
+    start named by the fit's model, offset and weights; summed with other sites', the estimate moves with their
+    records (the same model relayed beside another site, or beside other subsets of theirs, ends elsewhere), so
+    the end is returned (:class:`SummedEnd`) to count in full at the first iterate, named by it too. A
     least-squares fit's end is its start's moments, but for an offset's: its deviance sums :math:`o^2` and
     :math:`y o`. Over the whole table summed over min_sites sites or more, the estimate is the sum's, which the
     other sites' records move (beside other sites, or other subsets of theirs, the same model has another end
-    here), so the end is returned (:data:`FitEnd`) to count at the first iterate, named by it too, each
+    here), so the end is returned (:class:`SummedEnd`) to count at the first iterate, named by it too, each
     function as a share of one, only where the summed start shows the other sites keeping many more records
     (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`: their own parts at the estimate, released
     per site, take this site's out of the sum, as many times as the smallest of the table's one set of peers
-    affords). With it, how many
-    records this site keeps of the table (of the model's records where the site cannot tell). A logistic
+    affords). With it, what this site's count affords over the records it keeps
+    (:meth:`~dsfed_server.disclosure.checks.Guard.affords`) and its tag of its table. A logistic
     fit of a 0/1 outcome with an offset, which starts at moments, also counts as one function of the offset's
     columns at its start: at its first iterate the offset :math:`o = k s` gives
     the information :math:`\\sum_i \\sigma'(\\beta^{(1)}_k + k s_i)` and the score
@@ -346,7 +352,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     read = {v: _read(ctx, table, v) for v in [*variables, *(n for n in (weights, offset) if n)]}
     rows = ctx.record_rows(*(series for series, _ in read.values()))
     if rows is None or rows.index.size != mf.n:
-        return None, mf.n
+        return None, ctx.guard.affords(None), 0.0
     written = {v: found for v, (_, found) in read.items()}
     design = [[f"{written[v][0]}={name}" if is_factor else written[v][0] for v, is_factor in product]
               for name, product in zip(mf.names, mf.products)]
@@ -392,6 +398,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
 
     least_squares = (fam.name, fam.link) == ("gaussian", "identity") and not weights
     own = own_end(ctx, rows)
+    alone = own and not (ctx.pooled or ctx.relayed)  # the site's own fit: its estimate is its records' alone
     if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
         # the end of a fit the analyst reads is another function for every model (its terms in any order), each
@@ -403,12 +410,12 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         response = y[0] if fam.name == "binomial" else _exactly(ctx, read[formula.response][0])
         tail = (f" + {exact[offset]}" if offset else "") + (f"; weights {exact[weights]}" if weights else "") + ")"
         end_model = f"glm({fam.name}, {fam.link}; fit {response} ~ {' + '.join(sorted(named))}{tail}"
-        model = end_model if own else f"glm({fam.name}, {fam.link}; fit{tail}"
+        model = end_model if alone else f"glm({fam.name}, {fam.link}; fit{tail}"
     # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment; a
     # least-squares fit's end is its start's moments, but for an offset's (its deviance sums o^2 and y*o)
     share = constant and not offset and fam.name == "binomial" and list(mf.names) == ["(Intercept)"]
     ends = iterates and (not constant or (not (least_squares and not offset) and not share))
-    if iterates and (not constant or (own and ends)):
+    if iterates and (not constant or (alone and ends)):
         # the fit's parts at its end, where the analyst reads this site's own: a start of moments says nothing of
         # them (three logistic fits of a ten-record subset, y ~ s, y ~ a, y ~ s + a, are 19 equations in its 20
         # values besides the moments)
@@ -427,21 +434,21 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, hint=fewer if iterates else (
         "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
         "ds.glmSLMA), or over more records"))
-    kept = ctx.guard.kept_records(rows)
-    if not ends or own:
-        return None, kept
+    affords, tag = ctx.guard.affords(rows), ctx.guard.table_tag(rows.lineage)
+    if not ends or alone:
+        return None, affords, tag
 
     def at(estimate: np.ndarray) -> ExactSums:
         """The end of this fit, named by its model and its first iterate (the sum's, which the other sites'
         records move: beside other sites, or other subsets of theirs, the same model has another end here)."""
         end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
-        parts_at(f"{APART}{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
-        return ExactSums(rows, end, hint=(
+        parts_at(f"{'' if own else APART}{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
+        return ExactSums(rows, end, hint=fewer if own else (
             "the other sites of this fit keep on average more than this site's disclosure.glm_peer_ratio times "
             "the records it fits, so its end counts here, for every analyst (their own parts, released per site, "
             "would take it out of the sum): fewer models over this table"))
 
-    return at, kept
+    return SummedEnd(at, own, rows.lineage), affords, tag
 
 
 def first_iterate(estimate: np.ndarray, terms: list[str]) -> str:
@@ -450,8 +457,16 @@ def first_iterate(estimate: np.ndarray, terms: list[str]) -> str:
     return " + ".join(sorted(f"{b:.12g}*{term}" for b, term in zip(estimate, terms)))
 
 
-FitEnd = Callable[[np.ndarray], ExactSums]
-"""This site's parts at the end of a fit summed over the sites, declared named by the fit's first iterate."""
+@dataclass(frozen=True)
+class SummedEnd:
+    """This site's parts at the end of a fit summed over sites (``at`` the estimate: declared, named by the fit's
+    first iterate), counted in full where the analyst reads the site's own (``own``: relayed over fewer than
+    ``secure_aggregation.min_sites`` sites, or over a subset of the table's records), else as a share where the
+    other sites outnumber it (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`)."""
+
+    at: Callable[[np.ndarray], ExactSums]
+    own: bool
+    table: str
 
 
 def own_end(ctx: CallContext, rows: Rows) -> bool:
@@ -582,9 +597,9 @@ def glm_parts(ctx: CallContext, formula: Formula, family: str, beta_vect: list[f
     mf = yield from _checked_frame(ctx, formula, fam, dataName, weights, offset, levels)
     table = _model_table(dataName, formula, weights, offset)
     if (ctx.pooled or ctx.relayed) and beta_vect is None:
-        end, kept = yield from count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
+        end, affords, tag = yield from count_sums(ctx, fam, mf, table, formula, None, weights, offset, iterates=True)
         return irls_steps(fam, _weak_frame(ctx.session, formula, fam, dataName, weights, offset, levels), None,
-                          guard=ctx.guard, end=end, kept=kept)
+                          guard=ctx.guard, end=end, affords=affords, tag=tag)
     beta = None if beta_vect is None else np.asarray(beta_vect, dtype=float)
     if beta is not None:
         if beta.size != len(mf.names):
@@ -685,7 +700,7 @@ def _weak_frame(session: Session, formula: Formula, fam: Family, data: pd.DataFr
 
 
 def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | None, *, guard: Guard,
-               end: FitEnd | None = None, kept: int = 0) -> PooledSteps:
+               end: SummedEnd | None = None, affords: float = 0.0, tag: float = 0.0) -> PooledSteps:
     """The distributed Fisher scoring as a pooled protocol (the iterates come from the sites).
 
     Step t seals this site's parts at :math:`\\beta^{(t)}`; pooled, the sites release the summed
@@ -707,10 +722,12 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     Poisson fit weighs each record by its mean :math:`e^{\\eta_i}`, which a steep offset (``1000*score``)
     puts on one record.
 
-    ``end``: this site's parts at the end of a fit over its whole table summed over the sites (:func:`count_sums`),
-    counted at the first iterate and named by it, each function as a share of one, where the summed start shows
-    the other sites keeping so many more records that their own parts could take this site's out of the sum
-    (:meth:`Guard.peers_outnumber`); the start sums ``kept``, the records each site keeps of the table, for that."""
+    ``end``: this site's parts at the end of a fit summed over the sites (:func:`count_sums`), counted at the first
+    iterate and named by it: in full where the analyst reads the site's own; over its whole table, each function as
+    a share of one, where the summed start shows the other sites keeping so many more records that their own parts
+    could take this site's out of the sum (:meth:`Guard.peers_outnumber`), and where they keep fewer, over the
+    same tables of theirs every time (:meth:`Guard.same_peer_tables`); the start sums ``affords``, what each
+    site's count affords over the records it keeps (:meth:`Guard.affords`), and ``tag``, its tag of its table."""
     mf = frame()
     n = mf.n
     mine, effective = _parts(fam, mf, beta)
@@ -719,20 +736,23 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     del mf  # the next step asks ``frame`` again
     fields = {name: np.asarray(mine[name], dtype=float) for name in _SUMMED}
     if beta is None:
-        fields[KEPT] = np.asarray(float(kept))
+        fields[AFFORDS], fields[TAGS] = np.asarray(float(affords)), np.asarray(tag)
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor
                 ) -> Generator[Declared, Any, tuple[dict[str, Any], PooledSteps]]:
         release = {"family": fam.name, "link": fam.link, "coef.names": names, "pooled": True,
-                   **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()}}
+                   **{name: v.tolist() if v.ndim else float(v) for name, v in pooled.items()
+                      if name not in (AFFORDS, TAGS)}}  # the sites' own, for the count
         try:
             following = np.linalg.solve(pooled["info.matrix"], pooled["xwz"])
         except np.linalg.LinAlgError:
             raise CallError("the pooled information matrix is singular: the model cannot be fitted "
                             "(a covariate constant over all records, collinear covariates, or covariates that "
                             "separate the outcomes, whose fitted probabilities then reach 0 or 1)") from None
-        if end is not None and guard.peers_outnumber(n, kept, float(pooled[KEPT]), floor.sites):
-            yield end(following)
+        if end is not None and (end.own or guard.peers_outnumber(n, affords, float(pooled[AFFORDS]), floor.sites)):
+            yield end.at(following)
+        elif end is not None:  # the other sites' counts bound its taking apart: per table they keep
+            guard.same_peer_tables(end.table, float(pooled[TAGS]) - tag)
         step = irls_steps(fam, frame, following, guard=guard)
         # from the start (beta 0) the first iterate's parts can be thousands of times larger (a weighted
         # probit ROC-GLM: 4e3 to 6e6, which overflowed at 40 bits); later iterates change little, and
