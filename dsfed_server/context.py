@@ -74,6 +74,8 @@ class CallContext:
     # what this call gives reaches the analyst only inside a sum over at least secure_aggregation.min_sites
     # sites (a relayed protocol over that many; a pooled release always is)
     hidden: bool = False
+    # a relayed protocol over other sites too: its iterates are the sum's, which their records move
+    beside: bool = False
 
     @property
     def limits(self) -> Limits:

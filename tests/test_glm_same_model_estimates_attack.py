@@ -133,9 +133,10 @@ def test_a_small_sites_end_of_one_model_at_many_estimates_counts_each(tmp_path: 
     print(f"ATTACK y ~ score relayed beside other peers and subsets (shipped rules): the small site's end at "
           f"{len(found)} estimates; refusals {refusals}")
     assert len(found) == 1  # the second set of peers is refused where the first set pinned the table
-    assert "s1: secure_aggregation.min_sites" in refusals and all(r.endswith(": secure_aggregation.min_sites")
-                                                                   for r in refusals)
+    assert "s1: secure_aggregation.min_sites" in refusals and all(
+        r.endswith((": secure_aggregation.min_sites", ": disclosure.glm_peer_ratio")) for r in refusals)
     monkeypatch.setattr(Guard, "peer_set", lambda self, *args: None)  # any set of peers, as before
+    monkeypatch.setattr(Guard, "same_peer_tables", lambda self, *args: None)  # and of their tables
     found, refusals = attack(tmp_path / "any peers", truth)
     print(f"ANY PEERS the small site's end at {len(found)} estimates; refusals {refusals}")
     assert len(found) == 2  # its count allows two ends at half a function each: the third estimate's is refused

@@ -316,7 +316,8 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     functions where the analyst reads this site's own fit (:func:`own_end`: study-level, relayed over fewer than
     ``secure_aggregation.min_sites`` sites, or over a subset of the table's records): a start of moments says
     nothing of them (``y ~ s``, ``y ~ a`` and ``y ~ s + a`` over a subset of ten records are 19 equations in its
-    20 values besides its moments). Study-level, the estimate is its records' alone, and the end counts at the
+    20 values besides its moments). Study-level (or relayed over this site alone), the estimate is its records'
+    alone, and the end counts at the
     start named by the fit's model, offset and weights; summed with other sites', the estimate moves with their
     records (the same model relayed beside another site, or beside other subsets of theirs, ends elsewhere), so
     the end is returned (:class:`SummedEnd`) to count in full at the first iterate, named by it too. A
@@ -398,7 +399,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
 
     least_squares = (fam.name, fam.link) == ("gaussian", "identity") and not weights
     own = own_end(ctx, rows)
-    alone = own and not (ctx.pooled or ctx.relayed)  # the site's own fit: its estimate is its records' alone
+    alone = own and not (ctx.pooled or ctx.beside)  # the site's own fit: its estimate is its records' alone
     if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
         # the end of a fit the analyst reads is another function for every model (its terms in any order), each

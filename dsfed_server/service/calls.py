@@ -193,7 +193,7 @@ class CallPipeline:
     def invoke(self, session: Session, call: Call, *, noise_share: float = 1.0,
                deferred: list[tuple[str, int]] | None = None,
                relayed_cuts: dict[tuple[str, str], list[Cut]] | None = None, relayed: bool = False,
-               relayed_cells: list[SharedCell] | None = None, hidden: bool = False) -> Any:
+               relayed_cells: list[SharedCell] | None = None, hidden: bool = False, beside: bool = False) -> Any:
         """Run ``call``. A function that releases part-way yields its declarations
         (:mod:`~dsfed_server.disclosure.declared`), each released here before it goes on. What it returns is
         released as its registry entry declares (:meth:`~dsfed_server.registry.FunctionSpec.release_of`): a
@@ -201,13 +201,14 @@ class CallPipeline:
         pooled release (``deferred``: the minimum counts to check on the pooled counts; ``relayed_cuts``: the
         sites' cut histories; ``relayed_cells``: the pooled cells released before), as it is, for the gate to
         release pooled. ``relayed``: the first step of a relayed protocol (checked per site); ``hidden``: over
-        at least ``secure_aggregation.min_sites`` sites (:attr:`~dsfed_server.context.CallContext.own_sums`)."""
+        at least ``secure_aggregation.min_sites`` sites (:attr:`~dsfed_server.context.CallContext.own_sums`);
+        ``beside``: over other sites too."""
         spec = self.spec(call.function, session)
         if spec.pooled_only and deferred is None:
             raise CallError(f"{spec.name} runs only as a pooled release over the sites (secure aggregation)",
                             function=spec.name, hint="ask with the pooled option (the dsfed client: secure=True)")
         guard = self.guard(spec.name, session, noise_share, deferred, relayed_cuts, relayed_cells)
-        ctx = CallContext(self, session, spec.name, guard, relayed, hidden)
+        ctx = CallContext(self, session, spec.name, guard, relayed, hidden, beside)
         try:
             bound = bind(spec, call.args, ctx)
             guard.check_analyst_data(spec.params, bound)

@@ -252,7 +252,7 @@ class SecureRounds:
         record["call"] += f" [relayed over {','.join(sorted(keys))}, round {rnd.round_id[:8]}, step {step}: sealed]"
         guard = self.calls.guard(spec.name, session)
         hidden = len(keys) >= guard.min_sites()
-        raw = self.calls.invoke(session, node, relayed=True, hidden=hidden)
+        raw = self.calls.invoke(session, node, relayed=True, hidden=hidden, beside=len(keys) > 1)
         if hidden:  # the tables the call read, as a secure sum's
             guard.peer_set(self.state.ledger.pin_peers(user.name, scope.sources, keys), keys, user.name)
         if spec.release_of(raw) != "steps":
