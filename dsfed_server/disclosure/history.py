@@ -464,7 +464,8 @@ class History:
         """The fingerprint of the other sites' tables that fits over ``table`` are summed with, for every analyst:
         recorded by the first such fit (with who asked), returned as recorded."""
         with self._connect() as db:
-            db.execute("INSERT OR IGNORE INTO peer_tables VALUES (?, ?, ?, ?)", (table, fingerprint, analyst, utc_now()))
+            db.execute("INSERT OR IGNORE INTO peer_tables VALUES (?, ?, ?, ?)",
+                       (table, fingerprint, analyst, utc_now()))
             return str(db.execute("SELECT fingerprint FROM peer_tables WHERE table_key = ?", (table,)).fetchone()[0])
 
     def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
