@@ -51,12 +51,12 @@ from scipy.optimize import Bounds, LinearConstraint, least_squares, milp, nnls
 from scipy.special import expit
 
 from conftest import inprocess_builder
-from dsfed_client import FederatedCallError, Ref
-from dsfed_client.analyses.glm import Formula, _parts_stream
+from dsfed_client import FederatedCallError
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
+from test_glm_pooled_share_attack import site_end
 from test_glm_same_model_estimates_attack import over
 
 SMALL, PEER, PEERS = 36, 72, 40
@@ -85,23 +85,6 @@ def peer(seed: int, centre: float) -> pd.DataFrame:
     return frame
 
 
-def fit_end(session) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """The relayed fit of ``y ~ score`` (the sites derive each iterate) to R's tolerance: its last coefficients,
-    and the summed information, X'Wz and deviance there."""
-    stream = _parts_stream(session.aggregation(False), Formula("y ~ score"), "binomial", None, None, None, Ref("D"),
-                           link=None)
-    step = next(stream)
-    deviance = step.dev
-    for _ in range(25):
-        beta = np.linalg.solve(step.info, step.xwz)
-        step = stream.send(beta)
-        if abs(step.dev - deviance) / (abs(step.dev) + 0.1) < 1e-10:
-            break
-        deviance = step.dev
-    stream.close()
-    return beta, np.asarray(step.info, float), np.asarray(step.xwz, float), float(step.dev)
-
-
 def releases(session, peers: list[str], rounds: list[tuple[int, ...]], degree: int) -> tuple[dict, list[str]]:
     """The small site's size, its own least-squares fit's sums, and its end at each relayed fit beside a round's
     peers: the sums less the peers' own parts at the estimate."""
@@ -119,17 +102,9 @@ def releases(session, peers: list[str], rounds: list[tuple[int, ...]], degree: i
     for members in rounds:
         pair = tuple(peers[i] for i in members)
         try:
-            beta, info, xwz, dev = fit_end(over(session, ("s1", *pair)))
-            for other in pair:
-                parts = session.site_view(other).aggregate("glmDS2", Formula("y ~ score"), "binomial",
-                                                           [float(v) for v in beta], None, None, Ref("D"))[other]
-                info = info - np.asarray(parts["info.matrix"], float)
-                xwz = xwz - np.asarray(parts["xwz"], float)
-                dev -= float(parts["dev"])
+            out["ends"].append(site_end(session, over(session, ("s1", *pair)), pair, "y ~ score", "D"))
         except FederatedCallError as exc:
             refusals += [e.rule or e.kind for e in exc.failures.values()]
-            continue
-        out["ends"].append((beta, info, xwz - info @ beta, dev))
     return out, refusals
 
 

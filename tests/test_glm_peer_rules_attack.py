@@ -31,35 +31,18 @@ import pandas as pd
 from scipy.special import expit
 
 from conftest import inprocess_builder
-from dsfed_client import FederatedCallError, Ref
-from dsfed_client.analyses.glm import Formula, _parts_stream
+from dsfed_client import FederatedCallError
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.provision import provision
 from dsfed_server.service import SiteService
 from sitekit import DEFAULT_RULES, _MADE, write_table
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm_many_peers_attack import PEER, SMALL, peer
+from test_glm_pooled_share_attack import site_end
 
 PEERS = ("pa", "pb")
 MODELS = ["y ~ score + age", "y ~ score + weight", "y ~ score + height", "y ~ score + age + weight",
           "y ~ score + age + height", "y ~ score + weight + height", "y ~ score", "y ~ score + income"]
-
-
-def fit_end(session, formula: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """The relayed fit of ``formula`` (the sites derive each iterate) to R's tolerance: its last coefficients,
-    and the summed information, X'Wz and deviance there."""
-    stream = _parts_stream(session.aggregation(False), Formula(formula), "binomial", None, None, None, Ref("D"),
-                           link=None)
-    step = next(stream)
-    deviance = step.dev
-    for _ in range(25):
-        beta = np.linalg.solve(step.info, step.xwz)
-        step = stream.send(beta)
-        if abs(step.dev - deviance) / (abs(step.dev) + 0.1) < 1e-10:
-            break
-        deviance = step.dev
-    stream.close()
-    return beta, np.asarray(step.info, float), np.asarray(step.xwz, float), float(step.dev)
 
 
 def design(frame: pd.DataFrame, formula: str) -> np.ndarray:
@@ -93,17 +76,11 @@ def attack(tmp: Path, peer_rules: Path) -> tuple[int, list[str]]:
         session.assign_table("D", "P.t")
         for formula in MODELS:
             try:
-                beta, info, xwz, dev = fit_end(session, formula)
-                for other in PEERS:
-                    parts = session.site_view(other).aggregate("glmDS2", Formula(formula), "binomial",
-                                                               [float(v) for v in beta], None, None, Ref("D"))[other]
-                    info = info - np.asarray(parts["info.matrix"], float)
-                    xwz = xwz - np.asarray(parts["xwz"], float)
-                    dev -= float(parts["dev"])
+                beta, info, score, dev = site_end(session, session, PEERS, formula, "D")
             except FederatedCallError as exc:
                 refusals += [f"{site}: {e.rule or e.kind}" for site, e in exc.failures.items()]
                 continue
-            end = np.r_[info.ravel(), xwz - info @ beta, dev]
+            end = np.r_[info.ravel(), score, dev]
             if np.allclose(end, truth_end(truth, formula, beta), rtol=1e-6, atol=1e-6):
                 p = beta.size
                 functions += p * (p + 1) // 2 + p + 1

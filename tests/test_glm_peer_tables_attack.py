@@ -33,12 +33,12 @@ import pandas as pd
 from scipy.special import expit
 
 from conftest import inprocess_builder
-from dsfed_client import FederatedCallError, Ref
-from dsfed_client.analyses.glm import Formula
+from dsfed_client import FederatedCallError
 from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites, write_table
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_glm_many_peers_attack import PEER, SMALL, fit_end, peer, read
+from test_glm_many_peers_attack import PEER, SMALL, peer, read
+from test_glm_pooled_share_attack import site_end
 
 TABLES = 10  # tables of the same dictionary at each peer
 PEERS = ("pa", "pb")
@@ -83,17 +83,10 @@ def attack(tmp: Path, tables: int) -> tuple[int, int, list[str]]:
             session.site_tables = {"s1": "P.t", "pa": names[a], "pb": names[b]}
             session.assign_table("D")  # assignTable(tables = ...): one definition at the three sites
             try:
-                beta, info, xwz, dev = fit_end(session)
-                for other in PEERS:
-                    parts = session.site_view(other).aggregate("glmDS2", Formula("y ~ score"), "binomial",
-                                                               [float(v) for v in beta], None, None, Ref("D"))[other]
-                    info = info - np.asarray(parts["info.matrix"], float)
-                    xwz = xwz - np.asarray(parts["xwz"], float)
-                    dev -= float(parts["dev"])
+                beta, info, score, dev = site_end(session, session, PEERS, "y ~ score", "D")
             except FederatedCallError as exc:
                 refusals += [f"{site}: {e.rule or e.kind}" for site, e in exc.failures.items()]
                 continue
-            score = xwz - info @ beta
             got = np.array([info[0, 0], info[0, 1], info[1, 1], score[0], score[1], dev])
             exact += bool(np.allclose(got, truth_end(truth, beta), rtol=1e-6, atol=1e-6))
             found["ends"].append((beta, info, score, dev))

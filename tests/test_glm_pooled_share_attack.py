@@ -34,9 +34,9 @@ from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm_study_fit_attack import AGE, FITS, HI, LO
 
 
-def fit_end(session, formula: str, symbol: str = "S") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fit_end(session, formula: str, symbol: str = "S") -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """The relayed fit (the sites derive each iterate) of ``symbol`` to R's tolerance: its last coefficients, and
-    the summed information and X'Wz there."""
+    the summed information, X'Wz and deviance there."""
     stream = _parts_stream(session.aggregation(False), Formula(formula), "binomial", None, None, None, Ref(symbol),
                            link=None)
     step = next(stream)
@@ -48,7 +48,22 @@ def fit_end(session, formula: str, symbol: str = "S") -> tuple[np.ndarray, np.nd
             break
         deviance = step.dev
     stream.close()
-    return beta, step.info, step.xwz
+    return beta, np.asarray(step.info, float), np.asarray(step.xwz, float), float(step.dev)
+
+
+def site_end(session, fitted, others, formula: str, symbol: str = "S"
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The fit relayed over the session ``fitted`` (:func:`fit_end`) less the sites ``others``' own parts there
+    (``glmDS2`` at its last coefficients, asked of each alone): its coefficients, and the remaining site's
+    information, score equations and deviance at them."""
+    beta, info, xwz, dev = fit_end(fitted, formula, symbol)
+    for other in others:
+        parts = session.site_view(other).aggregate("glmDS2", Formula(formula), "binomial", [float(b) for b in beta],
+                                                   None, None, Ref(symbol))[other]
+        info = info - np.asarray(parts["info.matrix"], float)
+        xwz = xwz - np.asarray(parts["xwz"], float)
+        dev -= float(parts["dev"])
+    return beta, info, xwz - info @ beta, dev
 
 
 def releases(session) -> tuple[dict, list[str]]:
@@ -69,13 +84,8 @@ def releases(session) -> tuple[dict, list[str]]:
     refusals: list[str] = []
     try:
         for formula, columns in FITS:
-            beta, info, xwz = fit_end(session, formula)
-            for other in ("s2", "s3"):
-                parts = session.site_view(other).aggregate("glmDS2", Formula(formula), "binomial",
-                                                           [float(b) for b in beta], None, None, Ref("S"))[other]
-                info = info - np.asarray(parts["info.matrix"], float)
-                xwz = xwz - np.asarray(parts["xwz"], float)
-            out[formula] = (beta, info, xwz - info @ beta, columns)
+            beta, info, score, _ = site_end(session, session, ("s2", "s3"), formula)
+            out[formula] = (beta, info, score, columns)
     except FederatedCallError as exc:
         refusals += [e.rule or e.kind for e in exc.failures.values()]
     return out, refusals

@@ -36,13 +36,12 @@ import pandas as pd
 from scipy.special import expit
 
 from conftest import inprocess_builder
-from dsfed_client import FederatedCallError, Ref
-from dsfed_client.analyses.glm import Formula
+from dsfed_client import FederatedCallError
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_glm_pooled_share_attack import fit_end
+from test_glm_pooled_share_attack import fit_end, site_end
 
 PEERS = ("s2", "s3", "s4", "s5")
 CALIBRATION = [(0.0, 1.0), (-1.0, 1.6), (1.0, 0.6), (-0.5, 2.2)]  # each peer's outcome: a + g * logit(score)
@@ -78,13 +77,8 @@ def ends(session) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], list
             session.assign_expr("D", f'dataFrameSubsetDS2("A", "A$score", "{hi}", 3, NULL, NULL, FALSE)'
                                 if hi < 1 else "A")
             for peers in (p for k in (2, 3, 4) for p in itertools.combinations(PEERS, k)):
-                beta, info, xwz = fit_end(over(session, ("s1", *peers)), "y ~ score", "D")
-                for other in peers:
-                    parts = session.site_view(other).aggregate("glmDS2", Formula("y ~ score"), "binomial",
-                                                               [float(b) for b in beta], None, None, Ref("D"))[other]
-                    info = info - np.asarray(parts["info.matrix"], float)
-                    xwz = xwz - np.asarray(parts["xwz"], float)
-                found.append((beta, info, xwz - info @ beta))
+                beta, info, score, _ = site_end(session, over(session, ("s1", *peers)), peers, "y ~ score", "D")
+                found.append((beta, info, score))
     except FederatedCallError as exc:
         refusals += [f"{site}: {e.rule}" for site, e in exc.failures.items()]
     try:

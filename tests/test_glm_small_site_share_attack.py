@@ -39,14 +39,13 @@ from scipy.optimize import least_squares
 from scipy.special import expit
 
 from conftest import inprocess_builder
-from dsfed_client import FederatedCallError, Ref
+from dsfed_client import FederatedCallError
 from dsfed_client.analyses import ds_glm
-from dsfed_client.analyses.glm import Formula
 from dsfed_server.disclosure.checks import Guard
 from sitekit import DEFAULT_RULES, make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm import r_glm
-from test_glm_pooled_share_attack import fit_end
+from test_glm_pooled_share_attack import site_end
 from test_glm_study_fit_attack import HI, LO
 
 COLUMNS = ("score", "age", "weight", "height")
@@ -77,13 +76,8 @@ def releases(session) -> tuple[dict, list[str]]:
     try:
         for columns in FITS:
             formula = "y ~ " + " + ".join(columns)
-            beta, info, xwz = fit_end(session, formula, "D")
-            for other in ("s2", "s3"):
-                parts = session.site_view(other).aggregate("glmDS2", Formula(formula), "binomial",
-                                                           [float(b) for b in beta], None, None, Ref("D"))[other]
-                info = info - np.asarray(parts["info.matrix"], float)
-                xwz = xwz - np.asarray(parts["xwz"], float)
-            out["fits"][columns] = (beta, info, xwz - info @ beta)
+            beta, info, score, _ = site_end(session, session, ("s2", "s3"), formula, "D")
+            out["fits"][columns] = (beta, info, score)
     except FederatedCallError as exc:
         refusals += [e.rule or e.kind for e in exc.failures.values()]
     return out, refusals
