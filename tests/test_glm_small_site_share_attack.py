@@ -22,7 +22,7 @@ as half of one: the first fit is refused there.
 to whole years, weights and heights to the decimal the table keeps, the scores solved again) against the truth: a
 record whose score is within 1e-3 and whose age, weight, height and outcome are exact. The control counts the end
 of a fit over whole tables summed over three sites nowhere, as before. Now a site counts it where the other
-sites of the sum keep on average more than ``disclosure.glm_peer_ratio`` times its records: the first fit is
+sites' counts afford on average more than ``disclosure.glm_peer_ratio`` times its own: the first fit is
 refused at the small site.
 """
 

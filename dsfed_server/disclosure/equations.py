@@ -42,7 +42,7 @@ from dsfed_server.disclosure.differencing import MAX_AUDIT_WORK, AuditTooLarge, 
 
 RULE = "disclosure.sums_per_record"
 APART = "apart: "
-"""Begins the name of a function of a fit's end that the other sites of a sum, keeping many more records, could take
+"""Begins the name of a function of a fit's end that the other sites of a sum, whose counts afford much more, could take
 out of the sum with their own parts (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`): it counts a
 share of a function (:func:`too_many`'s ``apart``)."""
 

@@ -325,7 +325,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     :math:`y o`. Over the whole table summed over min_sites sites or more, the estimate is the sum's, which the
     other sites' records move (beside other sites, or other subsets of theirs, the same model has another end
     here), so the end is returned (:class:`SummedEnd`) to count at the first iterate, named by it too, each
-    function as a share of one, only where the summed start shows the other sites keeping many more records
+    function as a share of one, only where the summed start shows the other sites' counts affording much more
     (:meth:`~dsfed_server.disclosure.checks.Guard.peers_outnumber`: their own parts at the estimate, released
     per site, take this site's out of the sum, as many times as the smallest of the table's one set of peers
     affords). With it, what this site's count affords over the records it keeps
@@ -445,9 +445,9 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         end: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]] = []
         parts_at(f"{'' if own else APART}{end_model[:-1]}; from {first_iterate(estimate, named)})", end)
         return ExactSums(rows, end, hint=fewer if own else (
-            "the other sites of this fit keep on average more than this site's disclosure.glm_peer_ratio times "
-            "the records it fits, so its end counts here, for every analyst (their own parts, released per site, "
-            "would take it out of the sum): fewer models over this table"))
+            "the other sites' counts afford on average more than this site's disclosure.glm_peer_ratio times its "
+            "own over the records it fits, so its end counts here, for every analyst (their own parts, released per "
+            "site, would take it out of the sum): fewer models over this table"))
 
     return SummedEnd(at, own, rows.lineage), affords, tag
 
@@ -726,7 +726,7 @@ def irls_steps(fam: Family, frame: Callable[[], ModelFrame], beta: np.ndarray | 
     ``end``: this site's parts at the end of a fit summed over the sites (:func:`count_sums`), counted at the first
     iterate and named by it: in full where the analyst reads the site's own; over its whole table, each function as
     a share of one, where the summed start shows the other sites keeping so many more records that their own parts
-    could take this site's out of the sum (:meth:`Guard.peers_outnumber`), and where they keep fewer, over the
+    could take this site's out of the sum (:meth:`Guard.peers_outnumber`), and where they afford less, over the
     same tables of theirs every time (:meth:`Guard.same_peer_tables`); the start sums ``affords``, what each
     site's count affords over the records it keeps (:meth:`Guard.affords`), and ``tag``, its tag of its table."""
     mf = frame()
