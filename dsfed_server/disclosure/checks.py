@@ -902,9 +902,9 @@ class Guard:
         mine = f"{round(fingerprint)}"
         if self.history.pin_peer_tables(table, mine, analyst=self._analyst) != mine:
             raise self._refuse(
-                "fits over this table beside sites that keep no more than disclosure.glm_peer_ratio times its records "
-                "went over other tables of theirs before (by any analyst): their own parts would take this site's end "
-                "out of the sum once more for every table they keep", PEER_RULE,
+                "fits over this table beside sites whose counts afford no more than disclosure.glm_peer_ratio times "
+                "this site's went over other tables of theirs before (by any analyst): their own parts would take "
+                "this site's end out of the sum once more for every table they keep", PEER_RULE,
                 "fit over the same tables of the other sites as before (assignTable with the same tables)")
 
     def noise_share_over(self, n_sites: int) -> float:
