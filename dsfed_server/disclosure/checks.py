@@ -25,7 +25,8 @@ from dsfed_server.disclosure.accountant import Cap, Caps
 from dsfed_server.disclosure.equations import APART, RULE as SUMS_RULE, Summed, second_moment, too_many
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
-from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, isolated_records,
+from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
+                                                 isolated_records, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
                                                  shared_pair_problems, shared_pairs, spanned_gap, superset_gap,
@@ -64,6 +65,12 @@ SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sum
 PEER_RULE = "disclosure.glm_peer_ratio"
 # what a site whose count bounds nothing affords (no history kept): more than any table's records times the ratio
 UNCOUNTED = 1e8
+# a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
+# and how many of its records of it no release of that site alone gives
+THIN, HIDDEN = "thin", "hidden"
+THIN_COMPLEMENT = ("these records are this site's of a cell released pooled before in which another site held fewer "
+                   "than q records: released here alone, the pooled count less this site's and the other sites' own "
+                   "would be those few records'")
 # what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
 LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
@@ -78,6 +85,44 @@ class HistoryBehind(Exception):
     def __init__(self, key: tuple[str, str], cuts: list[Cut]) -> None:
         super().__init__(f"cut history of {key} behind")
         self.key, self.cuts = key, cuts
+
+
+SPAN_CELLS = 8  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
+
+
+Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
+
+
+def cell_spans(n_cells: int, ordered: bool, shape: tuple[int, ...] = ()) -> list[Span]:
+    """The spans of a pooled release's cells that the sites check as one (:meth:`Guard.coarsened`), alike at
+    every site: each cell; for cells in order (intervals of a column) every run of 2 to :data:`SPAN_CELLS`
+    consecutive cells, whose union an analyst can ask alone at the other sites with cuts released pooled; for a
+    table of two factors (``shape``) each row and each column, which a table of one factor asks alone."""
+    singles = [(k,) for k in range(n_cells)]
+    if ordered:
+        longest = min(SPAN_CELLS, n_cells)
+        return singles + [tuple(range(start, start + size)) for size in range(2, longest + 1)
+                          for start in range(n_cells - size + 1)]
+    if len(shape) == 2 and int(np.prod(shape)) == n_cells:
+        grid = np.arange(n_cells).reshape(shape)
+        return singles + [tuple(row) for row in grid.tolist()] + [tuple(col) for col in grid.T.tolist()]
+    return singles
+
+
+def apart(cells: set[int]) -> set[int]:
+    """Of ``cells`` (positions), those merged with the cell above in one round: no two adjacent, so that a run
+    of them merges in pairs rather than into one cell (the next round checks the merged cells again)."""
+    out: set[int] = set()
+    for cell in sorted(cells):
+        if cell - 1 not in out:
+            out.add(cell)
+    return out
+
+
+def span_rows(cells: list[PooledCell], spans: list[Span]) -> list[np.ndarray]:
+    """This site's records (packed) of each span of ``cells``: the union of its records of the span's cells."""
+    packed = [packed_set(c.rows) for c in cells]
+    return [np.bitwise_or.reduce([packed[k] for k in span]) for span in spans]
 
 
 @dataclass(frozen=True)
@@ -354,6 +399,7 @@ class Guard:
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
+            self._refuse_thin([new], rows)
             if condition is not None:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "subset")
             self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
@@ -396,6 +442,7 @@ class Guard:
                 if problem:
                     raise self._refuse(problem, "disclosure.subset_min_difference",
                                        "use cuts further from earlier ones, or a column of the table")
+                self._refuse_thin(members, rows)  # type: ignore[arg-type]
             for condition in conditions:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "derived")
             self._record_row_sets(members, rows)
@@ -695,7 +742,10 @@ class Guard:
         base = self._base(rows)  # type: ignore[union-attr]
         problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"), base)
         if problem is None:
-            return None if self._against_pooled(row_sets, rows) is None else -1
+            thin = self._thin_complement(row_sets, rows)  # type: ignore[arg-type]
+            if thin is not None:
+                return thin
+            return None if self._pooled_pairs(row_sets, rows) is None else -1
         if not isolated.size:  # a set too close to another: the record the sets isolate, if any, names the cut
             n = rows.n_root  # type: ignore[union-attr]
             try:
@@ -709,13 +759,64 @@ class Guard:
             return
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         problem = row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference"),
-                                  self._base(rows)) or self._against_pooled(row_sets, rows)  # type: ignore[union-attr]
+                                  self._base(rows)) or self._pooled_pairs(row_sets, rows)  # type: ignore[arg-type]
         if problem:
             raise self._refuse(problem, "disclosure.subset_min_difference",
                                "ask for fewer or wider bins, or on the whole table")
+        self._refuse_thin(row_sets, rows)  # type: ignore[arg-type]
         self._record_row_sets(row_sets, rows)
 
+    def _refuse_thin(self, row_sets: list[np.ndarray], rows: Rows) -> None:
+        """Refuse row sets of this site alone that would give its records of a pooled cell in which another site
+        held 1 to q - 1 records (:meth:`_thin_complement`)."""
+        if self._thin_complement(row_sets, rows) is not None:
+            raise self._refuse(THIN_COMPLEMENT, "secure_aggregation.pooled_thresholds",
+                               "ask for other cells or subsets, or pooled (secure=True) as before")
+
     def _against_pooled(self, row_sets: list[np.ndarray], rows: Rows) -> str | None:
+        """The row sets of this site alone against the cells released pooled before: :meth:`_pooled_pairs`, and
+        :meth:`_thin_complement`."""
+        return self._pooled_pairs(row_sets, rows) or (
+            THIN_COMPLEMENT if self._thin_complement(row_sets, rows) is not None else None)
+
+    def _thin_complement(self, row_sets: list[np.ndarray], rows: Rows) -> int | None:
+        """A record (its table position; -1 for none in particular) of a pooled cell released before in which
+        another site held fewer than its q records, whose records here the row sets of this site alone (boolean
+        over the table) would give for the first time, with those released before (:func:`~dsfed_server.
+        disclosure.differencing.combined`); None if they give none. Released pooled, such a cell hid the few
+        records behind the others' shares; the pooled count less this site's and the other sites' own, each
+        released alone, would be theirs (Denning & Schlörer 1983). So where the pooled release came first, its
+        cells' records stay unreleased alone at the other sites; where the releases alone came first, the pooled
+        release merges the cell (:meth:`coarsened`). Where the audit is too large, -1."""
+        thin = self.history.thin_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        if not thin or not row_sets:
+            return None
+        minimum, n = self.rule("disclosure.subset_min_difference"), rows.n_root
+        sets = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
+        try:
+            before = combined(thin, sets, n, minimum)
+            after = combined(thin, sets + [np.packbits(m) for m in row_sets], n, minimum)
+        except AuditTooLarge:
+            return -1
+        for cell, was, now in zip(thin, before, after):
+            if now and not was:
+                return int(np.flatnonzero(bits(cell, n))[0])
+        return None
+
+    def _public_shares(self, members: list[np.ndarray], rows: Rows | None) -> list[bool]:
+        """Which of this site's records of pooled cells (packed) its releases alone give (:func:`~dsfed_server.
+        disclosure.differencing.combined`): their count is known to the analyst without the pooled cell. A
+        site that keeps no history knows of none; where the audit is too large, all."""
+        if not self._audits(rows) or not members:
+            return [False] * len(members)
+        n = rows.n_root  # type: ignore[union-attr]
+        sets = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
+        try:
+            return combined(members, sets, n, self.rule("disclosure.subset_min_difference"))
+        except AuditTooLarge:
+            return [True] * len(members)
+
+    def _pooled_pairs(self, row_sets: list[np.ndarray], rows: Rows) -> str | None:
         """The row sets of this site alone (the analyst sees their counts) against this site's records of
         the cells released pooled before (:func:`~dsfed_server.disclosure.differencing.pooled_pair_problem`)."""
         pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
@@ -759,16 +860,18 @@ class Guard:
             held = self._shared(self.history.pooled_row_sets(rows.lineage, rows.n_root))  # type: ignore[union-attr]
         return shared_pairs(cells, relayed, held, min_difference)
 
-    def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any]) -> PooledSteps:
-        """The last step of a pooled release of ``cells`` with no cut to merge (:meth:`coarsened`): ``release()``
-        runs only if no site objects to any of them, and every site refuses alike otherwise. Each site decides
-        every pair with earlier cells on its own records (no shared floor: the sites' ``min_difference`` may
-        differ, and with it the pairs)."""
-        return self.coarsened(lambda exclude: PooledRelease(None, [], cells), rows, lambda _: release())
+    def agreed(self, cells: list[PooledCell], rows: Rows | None, release: Callable[[], Any], n_cells: int
+               ) -> PooledSteps:
+        """The last step of a pooled release of ``cells`` (``n_cells`` intervals of a protocol's values, in order)
+        with no cut to merge (:meth:`coarsened`): ``release()`` runs only if no site objects to any of them, and
+        every site refuses alike otherwise. Each site decides every pair with earlier cells on its own records (no
+        shared floor: the sites' ``min_difference`` may differ, and with it the pairs)."""
+        return self.coarsened(lambda exclude: PooledRelease(None, [], cells, n_cells=n_cells), rows,
+                              lambda _: release(), ordered=True)
 
     def coarsened(self, attempt: Callable[[frozenset[Cut]], PooledRelease], rows: Rows | None,
                   on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset(),
-                  shared: Floor | None = None) -> PooledSteps:
+                  shared: Floor | None = None, ordered: bool | None = None) -> PooledSteps:
         """The last steps of a pooled release of cells, coarsened where it must be, as a per-site release is:
         every site seals, per released cell of ``attempt(exclude)``, whether its own records of it fail its
         audit (:meth:`_pooled_problems`); where no site objects to any, ``on_release`` releases the
@@ -797,18 +900,31 @@ class Guard:
         else:  # nothing to merge (categories, a protocol's groups): one objection, every site's vector alike
             vector = np.asarray([float(bool(problems))])
         tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
+        spans = cell_spans(release.n_cells, bool(release.cuts) if ordered is None else ordered, release.shape)
+        shares = self._shares(release, rows, spans)
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
             if pairs.positions:
                 both = shared_pair_problems(pairs, pooled, differ)
                 objected |= both if release.cuts else {0} if both else set()
+            hidden = np.rint(np.ravel(pooled.get(HIDDEN, np.zeros(0))))
+            exposed = apart({spans[k][-1] for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
+            objected |= exposed if release.cuts else {0} if exposed else set()  # a span's last cell merges upwards
             if not objected:
                 cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
                 self.record_pooled_cells(cells, rows)
+                if THIN in pooled:
+                    self._record_thin(release.own_cells, spans, np.rint(np.ravel(pooled[THIN])) - shares[THIN], rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
             cuts = release.cuts
+            if not cuts and exposed:
+                raise self._refuse(
+                    "a cell of this pooled table holds fewer than q records at some sites whose records of it are "
+                    "not released alone, while every other site's are: the pooled count less the others' own "
+                    "would be those few records'", "secure_aggregation.pooled_thresholds",
+                    "ask for fewer or coarser cells, or on the whole table")
             if not cuts:
                 raise self._refuse(
                     "a site's records of these pooled cells, with earlier cells or subsets of the same table, leave "
@@ -817,9 +933,39 @@ class Guard:
                     "disclosure.subset_min_difference",
                     "ask for fewer or wider cells, or over the whole table or a subset that differs more")
             drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
-            return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared)
+            return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered)
 
-        return PooledSteps({"objections": vector, "tag": tag, **pairs.fields}, advance, frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, **pairs.fields, **shares}, advance, frac_bits=8)
+
+    def _shares(self, release: PooledRelease, rows: Rows | None, spans: list[Span]
+                ) -> dict[str, np.ndarray]:
+        """This site's part of the pooled check of a pooled release's cells against the releases of each site
+        alone, per span of released cells (:func:`cell_spans`): whether it holds 1 to q - 1 records of it
+        (:data:`THIN`, q its own), and how many of its records of it no release of this site alone gives
+        (:data:`HIDDEN`: none where they give them, :meth:`_public_shares`). A span whose hidden records are 1 to
+        q - 1 over the sites is merged upwards (or the table refused): the pooled count less the other sites'
+        releases alone would be those records' (Denning & Schlörer 1983). A span some other site held 1 to q - 1
+        records of is kept (:meth:`_record_thin`), so that this site does not release its own records of it
+        alone later (:meth:`_thin_complement`). A release that names no number of cells takes no part."""
+        if not spans:
+            return {}
+        sizes, public = np.zeros(len(spans)), [False] * len(spans)
+        if len(release.own_cells) == release.n_cells:
+            members = span_rows(release.own_cells, spans)
+            sizes = np.array([float(set_size(m)) for m in members])
+            public = self._public_shares(members, rows)
+        thin = ((sizes > 0) & (sizes < self.q)).astype(float) if self.q > 1 else np.zeros(len(spans))
+        return {THIN: thin, HIDDEN: np.where(public, 0.0, sizes)}
+
+    def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
+                     rows: Rows | None) -> None:
+        """Keep this site's records of the spans of released cells some other site held 1 to q - 1 records of."""
+        if not self._audits(rows) or len(spans) != elsewhere.size or not cells:
+            return
+        packed = [m for m, other in zip(span_rows(cells, spans), elsewhere) if other > 0.5 and set_size(m)]
+        if packed:
+            self.history.record_thin_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
+                                              analyst=self._analyst)
 
     def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
         if self._audits(rows) and cells:

@@ -324,7 +324,7 @@ def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[st
     positions, counts, differing, holding, held_count, objects = [], [], [], [], [], []
     sizes = {cell_id: set_size(old.rows) for cell_id, old in held.items()}
     for j, cell in enumerate(new):
-        packed = _packed(cell.rows)
+        packed = packed_set(cell.rows)
         size = set_size(packed)
         for shared in relayed:
             if abs(cell.count - shared.count) >= min_difference or (cell.column and cell.column == shared.column):
@@ -363,7 +363,7 @@ def shared_pair_problems(pairs: SharedPairs, pooled: dict[str, np.ndarray], min_
     return out
 
 
-def _packed(rows: np.ndarray) -> np.ndarray:
+def packed_set(rows: np.ndarray) -> np.ndarray:
     """A row set packed by ``np.packbits`` (1 bit a record), as the history keeps it."""
     return np.packbits(rows) if rows.dtype == bool else rows
 
@@ -386,7 +386,7 @@ def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_di
     counts sizes (differencing, Denning & Schlörer 1983). Two cells whose counts differ by at least
     ``min_difference``, or whose records here are not nested, tell no group below it apart by their
     difference; nor do two intervals of one column over all its records, which the gate keeps apart."""
-    packed_earlier = [(_packed(c.rows), c) for c in earlier]
+    packed_earlier = [(packed_set(c.rows), c) for c in earlier]
     for cell in new:
         problem = _cell_problem(cell, packed_earlier, min_difference)
         if problem:
@@ -399,14 +399,14 @@ def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_d
     """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse. Cells in ``shared``
     (pooled cells whose pairs the sites decide on the pooled records: :func:`shared_pairs`) take part in the
     remainders of three or more cells only."""
-    packed_earlier = [(_packed(c.rows), c) for c in earlier]
-    packed_shared = [(_packed(c.rows), c) for c in shared]
+    packed_earlier = [(packed_set(c.rows), c) for c in earlier]
+    packed_shared = [(packed_set(c.rows), c) for c in shared]
     return [j for j, cell in enumerate(new) if _cell_problem(cell, packed_earlier, min_difference, packed_shared)]
 
 
 def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, PooledCell]], min_difference: int,
                   packed_shared: Sequence[tuple[np.ndarray, PooledCell]] = ()) -> str | None:
-    packed = _packed(cell.rows)
+    packed = packed_set(cell.rows)
     size = set_size(packed)
     for old, before in packed_earlier:
         if cell.column and cell.column == before.column:
@@ -512,6 +512,41 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
     whole = now[sizes[now] == counts[parent[now]]]  # an atom of the sets already: new only if not spanned before
     found += [int(sizes[part]) for part in np.setdiff1d(now, whole[_alone(atoms, counts, parent[whole])])]
     return min(found, default=0)
+
+
+def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int, min_difference: int) -> list[bool]:
+    """Whether sums over the row sets ``sets`` (packed, over a table of ``n`` records; the table's among them)
+    give the sum over each row set of ``members`` (packed), or over it but for fewer than ``min_difference``
+    records: the member is a union of the sets' atoms that lies in their span (Chin & Ozsoyoglu 1982), or one
+    of the sets holds it, or lies within it, and differs from it in fewer than ``min_difference`` records.
+    :class:`AuditTooLarge` where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`."""
+    out = [False] * len(members)
+    if not members or not sets:
+        return out
+    where = []
+    for k, member in enumerate(members):
+        size = set_size(member)
+        if size and any(_differing(rows, member) < min_difference and _differing(rows, member) ==
+                        abs(set_size(rows) - size) for rows in sets):
+            out[k] = True
+        elif size:
+            where.append(k)
+    if not where:
+        return out
+    label = _atom_labels(sets, n)
+    counts = np.bincount(label)
+    if counts.size * len(sets) ** 2 > MAX_AUDIT_WORK:
+        raise AuditTooLarge(f"{len(sets)} row sets over {counts.size:,} groups of records")
+    first = np.full(counts.size, n, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n))
+    candidates = []
+    for k in where:
+        held = np.bincount(label[bits(members[k], n).astype(bool)], minlength=counts.size)
+        if not np.any((held > 0) & (held < counts)):  # a union of whole atoms
+            candidates.append((k, held > 0))
+    for (k, _), spanned in zip(candidates, _spanned(_incidence(sets, first), counts, [u for _, u in candidates])):
+        out[k] = spanned
+    return out
 
 
 def _atoms_with(sets: list[np.ndarray], member: np.ndarray, n: int

@@ -328,7 +328,9 @@ def coarsening_reason(floor: Floor, history: Sequence[Cut], dropped: Sequence[Cu
                "(disclosure.cut_history)" if earlier else ""))
     if audited:
         reasons.append(f"{audited} edge(s) merged as a bin would differ from a subset or cell released before from "
-                       "this table in too few records (disclosure.subset_min_difference)")
+                       "this table in too few records (disclosure.subset_min_difference), or would leave a site's "
+                       "few records of a pooled bin the only ones the sites' releases alone do not give "
+                       "(secure_aggregation.pooled_thresholds)")
     if dominated:
         reasons.append(f"{dominated} edge(s) merged as a pooled bin would hold fewer than {floor.q} records outside "
                        "its largest sites (secure_aggregation.dominance_sites)")
@@ -864,6 +866,7 @@ class PooledRelease:
     own_cells: list[PooledCell]
     cuts: tuple[Cut, ...] = ()  # the cuts between the released cells, in the values' units (none: categories)
     n_cells: int = 0  # how many cells were released
+    shape: tuple[int, ...] = ()  # of a table of categories: its shape (the cells in C order)
 
 
 def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray, column: str = ""
@@ -905,7 +908,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
             if np.any((counts > 0) & (others < q)):
                 raise _refuse_dominated(cells.what, floor)
         return PooledRelease(cells.render(Released((), counts, {}, pooled=True, totals=totals)), [],
-                             own_cells(cells.rows, cells.codes, counts), (), int(counts.size))
+                             own_cells(cells.rows, cells.codes, counts), (), int(counts.size), plan.shape)
     position = {cut: i for i, cut in enumerate(plan.refined)}
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
     if plan.own_space:

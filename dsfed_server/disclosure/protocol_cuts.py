@@ -151,7 +151,7 @@ class ProtocolCuts:
         ``values``, the protocol's records) with their pooled ``counts`` fail its row-set audit against
         the cells and subsets released before from the table (:meth:`Guard.agreed`); every site refuses
         alike otherwise."""
-        return self.guard.agreed(self._own_cells(values, cuts, counts), self.rows, release)
+        return self.guard.agreed(self._own_cells(values, cuts, counts), self.rows, release, len(cuts) + 1)
 
     def record_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> None:
         """This site's records of the cells between ``cuts`` (on ``values``) with their pooled ``counts``

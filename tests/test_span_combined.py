@@ -1,0 +1,55 @@
+"""Whether sums over released row sets give the sum over another row set: ``differencing.combined`` against a dense
+least-squares oracle.
+
+The oracle builds the records x sets indicator matrix and asks numpy whether the member's indicator is a
+combination of its columns (the residual of ``lstsq``), and, separately, whether one set holds the member or lies
+within it and differs from it in fewer than ``min_difference`` records. The function under test works on atoms
+(records in the same sets) and packed row sets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from dsfed_server.disclosure.differencing import combined
+
+N = 24
+MIN_DIFFERENCE = 3
+
+
+def _oracle(member: np.ndarray, sets: list[np.ndarray]) -> bool:
+    if not member.any():
+        return False
+    for s in sets:
+        nested = not np.any(member & ~s) or not np.any(s & ~member)
+        if nested and np.count_nonzero(member ^ s) < MIN_DIFFERENCE:
+            return True
+    matrix = np.column_stack(sets).astype(float)
+    coef, *_ = np.linalg.lstsq(matrix, member.astype(float), rcond=None)
+    return bool(np.allclose(matrix @ coef, member, atol=1e-8))
+
+
+rows = st.lists(st.booleans(), min_size=N, max_size=N).map(lambda v: np.array(v, dtype=bool))
+
+
+@settings(max_examples=300, deadline=None)
+@given(sets=st.lists(rows, min_size=1, max_size=6), members=st.lists(rows, min_size=1, max_size=4),
+       unions=st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=3), max_size=3))
+def test_combined_agrees_with_least_squares(sets, members, unions):
+    sets = [np.ones(N, dtype=bool), *sets]  # the table's records are always a released set
+    # members that are unions or differences of the sets, so that "in the span" is often true
+    for picked in unions:
+        chosen = [sets[k % len(sets)] for k in picked]
+        members.append(np.logical_or.reduce(chosen) & ~(chosen[0] & chosen[-1] if len(chosen) > 1 else False))
+    got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in sets], N, MIN_DIFFERENCE)
+    assert got == [_oracle(m, sets) for m in members]
+
+
+def test_a_cell_of_two_releases_is_given_and_a_part_of_one_is_not():
+    """Cells [0, 8) and [8, 16) of 24 records, and the table: [8, 16) is given, [0, 24) less [4, 8) is not,
+    [0, 8) less one record is (within ``min_difference`` of a set), [0, 4) is not."""
+    table, low, mid = np.ones(N, bool), np.arange(N) < 8, (np.arange(N) >= 8) & (np.arange(N) < 16)
+    members = [mid, ~((np.arange(N) >= 4) & (np.arange(N) < 8)), low & (np.arange(N) != 0), np.arange(N) < 4]
+    got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in (table, low, mid)], N, 3)
+    assert got == [True, False, True, False]
