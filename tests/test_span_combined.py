@@ -2,9 +2,8 @@
 least-squares oracle.
 
 The oracle builds the records x sets indicator matrix and asks numpy whether the member's indicator is a
-combination of its columns (the residual of ``lstsq``), and, separately, whether one set holds the member or lies
-within it and differs from it in fewer than ``min_difference`` records. The function under test works on atoms
-(records in the same sets) and packed row sets.
+combination of its columns (the residual of ``lstsq``). The function under test works on atoms (records in the same
+sets) and packed row sets.
 """
 
 from __future__ import annotations
@@ -15,16 +14,11 @@ from hypothesis import given, settings, strategies as st
 from dsfed_server.disclosure.differencing import combined
 
 N = 24
-MIN_DIFFERENCE = 3
 
 
 def _oracle(member: np.ndarray, sets: list[np.ndarray]) -> bool:
     if not member.any():
         return False
-    for s in sets:
-        nested = not np.any(member & ~s) or not np.any(s & ~member)
-        if nested and np.count_nonzero(member ^ s) < MIN_DIFFERENCE:
-            return True
     matrix = np.column_stack(sets).astype(float)
     coef, *_ = np.linalg.lstsq(matrix, member.astype(float), rcond=None)
     return bool(np.allclose(matrix @ coef, member, atol=1e-8))
@@ -42,14 +36,15 @@ def test_combined_agrees_with_least_squares(sets, members, unions):
     for picked in unions:
         chosen = [sets[k % len(sets)] for k in picked]
         members.append(np.logical_or.reduce(chosen) & ~(chosen[0] & chosen[-1] if len(chosen) > 1 else False))
-    got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in sets], N, MIN_DIFFERENCE)
+    got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in sets], N)
     assert got == [_oracle(m, sets) for m in members]
 
 
 def test_a_cell_of_two_releases_is_given_and_a_part_of_one_is_not():
-    """Cells [0, 8) and [8, 16) of 24 records, and the table: [8, 16) is given, [0, 24) less [4, 8) is not,
-    [0, 8) less one record is (within ``min_difference`` of a set), [0, 4) is not."""
-    table, low, mid = np.ones(N, bool), np.arange(N) < 8, (np.arange(N) >= 8) & (np.arange(N) < 16)
-    members = [mid, ~((np.arange(N) >= 4) & (np.arange(N) < 8)), low & (np.arange(N) != 0), np.arange(N) < 4]
-    got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in (table, low, mid)], N, 3)
-    assert got == [True, False, True, False]
+    """Cells [0, 8) and [8, 16) of 24 records, and the table: [8, 16) and [16, 24) (the table less both) are given;
+    [0, 24) less [4, 8), [0, 8) less one record, [0, 4) and no record are not."""
+    at = np.arange(N)
+    table, low, mid = np.ones(N, bool), at < 8, (at >= 8) & (at < 16)
+    members = [mid, at >= 16, ~((at >= 4) & (at < 8)), low & (at != 0), at < 4, np.zeros(N, bool)]
+    got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in (table, low, mid)], N)
+    assert got == [True, True, False, False, False, False]

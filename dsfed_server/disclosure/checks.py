@@ -791,11 +791,11 @@ class Guard:
         thin = self.history.thin_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         if not thin or not row_sets:
             return None
-        minimum, n = self.rule("disclosure.subset_min_difference"), rows.n_root
+        n = rows.n_root
         sets = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
         try:
-            before = combined(thin, sets, n, minimum)
-            after = combined(thin, sets + [np.packbits(m) for m in row_sets], n, minimum)
+            before = combined(thin, sets, n)
+            after = combined(thin, sets + [np.packbits(m) for m in row_sets], n)
         except AuditTooLarge:
             return -1
         for cell, was, now in zip(thin, before, after):
@@ -812,7 +812,7 @@ class Guard:
         n = rows.n_root  # type: ignore[union-attr]
         sets = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
         try:
-            return combined(members, sets, n, self.rule("disclosure.subset_min_difference"))
+            return combined(members, sets, n)
         except AuditTooLarge:
             return [True] * len(members)
 

@@ -514,36 +514,27 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
     return min(found, default=0)
 
 
-def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int, min_difference: int) -> list[bool]:
+def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int) -> list[bool]:
     """Whether sums over the row sets ``sets`` (packed, over a table of ``n`` records; the table's among them)
-    give the sum over each row set of ``members`` (packed), or over it but for fewer than ``min_difference``
-    records: the member is a union of the sets' atoms that lies in their span (Chin & Ozsoyoglu 1982), or one
-    of the sets holds it, or lies within it, and differs from it in fewer than ``min_difference`` records.
-    :class:`AuditTooLarge` where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`."""
+    give the sum over each row set of ``members`` (packed) exactly: the member is a union of the sets' atoms that
+    lies in their span (Chin & Ozsoyoglu 1982). An empty member is given by none. :class:`AuditTooLarge` where the
+    atoms are too many to audit within :data:`MAX_AUDIT_WORK`."""
     out = [False] * len(members)
     if not members or not sets:
-        return out
-    where = []
-    for k, member in enumerate(members):
-        size = set_size(member)
-        if size and any(_differing(rows, member) < min_difference and _differing(rows, member) ==
-                        abs(set_size(rows) - size) for rows in sets):
-            out[k] = True
-        elif size:
-            where.append(k)
-    if not where:
         return out
     label = _atom_labels(sets, n)
     counts = np.bincount(label)
     if counts.size * len(sets) ** 2 > MAX_AUDIT_WORK:
         raise AuditTooLarge(f"{len(sets)} row sets over {counts.size:,} groups of records")
+    candidates = []
+    for k, member in enumerate(members):
+        held = np.bincount(label[bits(member, n).astype(bool)], minlength=counts.size)
+        if held.any() and not np.any((held > 0) & (held < counts)):  # a union of whole atoms
+            candidates.append((k, held > 0))
+    if not candidates:
+        return out
     first = np.full(counts.size, n, dtype=np.int64)
     np.minimum.at(first, label, np.arange(n))
-    candidates = []
-    for k in where:
-        held = np.bincount(label[bits(members[k], n).astype(bool)], minlength=counts.size)
-        if not np.any((held > 0) & (held < counts)):  # a union of whole atoms
-            candidates.append((k, held > 0))
     for (k, _), spanned in zip(candidates, _spanned(_incidence(sets, first), counts, [u for _, u in candidates])):
         out[k] = spanned
     return out
