@@ -139,7 +139,7 @@ class CallContext:
         elif products:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         groups = None if cells is None else [cells == c for c in np.unique(cells) if c >= 0]
-        yield ExactSums(rows, functions, groups)
+        yield ExactSums(rows, functions, groups, alone=self.own_sums)
 
     def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:
         """``vector`` as a function of root columns: its core (:func:`~dsfed_server.disclosure.expressions.

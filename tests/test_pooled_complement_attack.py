@@ -65,19 +65,28 @@ def outcomes_read(pooled: pd.DataFrame, alone: list[pd.DataFrame], truth: pd.Dat
     return read
 
 
+RULE = "secure_aggregation.pooled_thresholds"
+
+
 def _attack(tmp: Path, pooled_first: bool, alone_at: np.ndarray = THRESHOLDS, small: int = 30
-            ) -> tuple[int, list[int]]:
+            ) -> tuple[int, list[int], list[str]]:
     frames = _frames(small)
     provisioned, services = make_sites(tmp, frames)  # disclosure_rules/default.toml
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
 
+        why: list[str] = []
+
+        def metrics(on, at: np.ndarray, secure: bool) -> pd.DataFrame:
+            result = ds_threshold_metrics(on, "D$y", "D$score", at, secure=secure)
+            why.extend(result.bins.why.values())
+            return result.to_frame()
+
         def pooled() -> pd.DataFrame:
-            return ds_threshold_metrics(session, "D$y", "D$score", THRESHOLDS, secure=True).to_frame()
+            return metrics(session, THRESHOLDS, True)
 
         def alone() -> list[pd.DataFrame]:
-            return [ds_threshold_metrics(session.site_view(site), "D$y", "D$score", alone_at,
-                                         secure=False).to_frame() for site in ("north", "south")]
+            return [metrics(session.site_view(site), alone_at, False) for site in ("north", "south")]
 
         if pooled_first:
             together, own = pooled(), alone()
@@ -85,7 +94,7 @@ def _attack(tmp: Path, pooled_first: bool, alone_at: np.ndarray = THRESHOLDS, sm
             own = alone()
             together = pooled()
     released = [len(together), *(len(o) for o in own)]
-    return outcomes_read(together, own, frames["small"]), released
+    return outcomes_read(together, own, frames["small"]), released, why
 
 
 def _checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,12 +105,13 @@ def _checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
 def test_pooled_cells_less_the_large_sites_own_read_no_outcome(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                pooled_first: bool):
-    read, released = _attack(tmp_path / "shipped", pooled_first)
+    read, released, why = _attack(tmp_path / "shipped", pooled_first)
     print(f"\n{'pooled first' if pooled_first else 'alone first'}: {read} outcomes read of the small site's "
           f"30 records; thresholds released (pooled, north, south): {released}")
     assert read == 0
+    assert any(RULE in text for text in why)  # the result says why it merged
     _checks_off(monkeypatch)
-    before, released = _attack(tmp_path / "control", pooled_first)
+    before, released, _ = _attack(tmp_path / "control", pooled_first)
     print(f"control (both checks off): {before} outcomes read; thresholds released {released}")
     assert before >= 5 and released == [9, 9, 9]
 
@@ -112,11 +122,11 @@ def test_unions_of_pooled_cells_less_the_large_sites_own_read_no_outcome(tmp_pat
     two pooled cells, the top one of two): checked per cell only, the small site's records of those unions were the
     analyst's."""
     every_other = THRESHOLDS[1::2]
-    read, released = _attack(tmp_path / "shipped", True, every_other, small=12)
+    read, released, _ = _attack(tmp_path / "shipped", True, every_other, small=12)
     print(f"\nunions: {read} outcomes read; thresholds released (pooled, north, south): {released}")
     assert read == 0
     monkeypatch.setattr("dsfed_server.disclosure.checks.SPAN_CELLS", 1)
-    before, released = _attack(tmp_path / "control", True, every_other, small=12)
+    before, released, _ = _attack(tmp_path / "control", True, every_other, small=12)
     print(f"control (single cells only): {before} outcomes read; thresholds released {released}")
     assert before > 0 and released == [9, 4, 4]
 

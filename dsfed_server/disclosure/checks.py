@@ -68,9 +68,10 @@ UNCOUNTED = 1e8
 # a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
 # and how many of its records of it no release of that site alone gives
 THIN, HIDDEN = "thin", "hidden"
-THIN_COMPLEMENT = ("these records are this site's of a cell released pooled before in which another site held fewer "
-                   "than q records: released here alone, the pooled count less this site's and the other sites' own "
-                   "would be those few records'")
+THIN_COMPLEMENT = ("with what this site released alone before (by any analyst), this would give the number of its "
+                   "records of a cell released pooled before in which another site held fewer than q records: once "
+                   "the other sites release theirs alone too, the pooled count less theirs would be those few "
+                   "records'")
 # what a release of a factor's levels applies (:meth:`Guard.factor_levels`)
 LEVEL_RULES = ("disclosure.max_factor_levels", "disclosure.factor_levels_density")
 # what a noisy release applies (:meth:`Guard.mechanism`, :meth:`Guard.noisy`): the mechanism and the budget
@@ -87,7 +88,7 @@ class HistoryBehind(Exception):
         self.key, self.cuts = key, cuts
 
 
-SPAN_CELLS = 8  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
+SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -538,17 +539,23 @@ class Guard:
                 return released.result
             history = self._cut_history(cells.history_key)
             exclude: set[Cut] = set()
+            kept_pooled: set[Cut] = set()  # of exclude: dropped so that another site's few records stay pooled
             while True:
-                released = release_local(cells, self.floor, history, exclude, snap=snap_dropped)
-                culprit = self._row_set_culprit(released.row_sets, cells.rows)
-                if culprit is None:
+                released = release_local(cells, self.floor, history, exclude, snap=snap_dropped,
+                                         kept_pooled=kept_pooled)
+                found = self._row_set_culprit(released.row_sets, cells.rows)
+                if found is None:
                     break
+                culprit, pooled_share = found
                 requested = [c for c in cells.cuts if c not in exclude]
                 if not requested or cells.policy == "refuse":
                     self._audit_row_sets(released.row_sets, cells.rows)  # raises, naming the rule
                 at = np.flatnonzero(cells.rows.index == culprit)  # type: ignore[union-attr]
                 value = float(cells.x[at[0]]) if at.size else float(np.median(cells.x))
-                exclude.add(min(requested, key=lambda c: abs(c.value - value)))
+                cut = min(requested, key=lambda c: abs(c.value - value))
+                exclude.add(cut)
+                if pooled_share:
+                    kept_pooled.add(cut)
             self._record_cuts(cells.history_key, released.root_cuts, "site")
             self._record_row_sets(released.row_sets, cells.rows)
         return released.result
@@ -609,7 +616,7 @@ class Guard:
                    functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
                    groups: list[np.ndarray] | None = None,
                    hint: str = "use the column itself, or fewer transforms of it over small subsets; a larger "
-                               "subset answers more", steps: int = 1) -> None:
+                               "subset answers more", steps: int = 1, alone: bool = False) -> None:
         """The release gives exact sums of ``functions`` (each a function's core, its root columns,
         :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
         boolean, computed when needed) over each of the ``groups`` of ``rows`` (boolean over them; None:
@@ -622,9 +629,14 @@ class Guard:
         refused first, and nothing recorded, where the records could not answer that many with nothing
         released before, so that an analysis the count would stop part-way spends none of the table's count
         (on 50 records, two of DataSHIELD's ``ds.glm`` iterations of three coefficients would leave too few for
-        the same fit at the site, ``ds.glmSLMA``)."""
+        the same fit at the site, ``ds.glmSLMA``). ``alone``: the analyst reads this site's own sums; then the
+        records each sum is over, second moments too (a sum of a 0/1 column is their number), must not give its
+        records of a pooled cell in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
+        supports = self._supports(rows, functions, groups) if alone and self._audits(rows) else []
+        self._refuse_thin(supports, rows)  # type: ignore[arg-type]
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
+            self._record_supports(supports, rows)  # type: ignore[arg-type]
             return
         new = []
         for function, roots, where in counted:
@@ -659,6 +671,26 @@ class Guard:
                     "for the group's size: as many functions as records give the records' values (as power sums "
                     "give a polynomial's roots)", SUMS_RULE, hint)
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
+            self._record_supports(supports, rows)  # type: ignore[arg-type]
+
+    def _supports(self, rows: Rows, functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
+                  groups: list[np.ndarray] | None) -> list[np.ndarray]:
+        """The records (packed, over the table) each of ``functions`` is summed over, in each of ``groups``: once
+        each, the records this site keeps (the table's count) left out."""
+        base = self._base(rows).tobytes()
+        found: dict[bytes, None] = {}
+        for _, _, where in functions:
+            over = where()
+            for group in groups if groups is not None else [None]:
+                packed = packed_rows(rows, over if group is None else over & group)
+                if packed is not None and packed != base:
+                    found[packed] = None
+        return [np.frombuffer(packed, dtype=np.uint8) for packed in found]
+
+    def _record_supports(self, supports: list[np.ndarray], rows: Rows) -> None:
+        if supports:
+            self.history.record_summed_row_sets(rows.lineage, rows.n_root, supports,  # type: ignore[union-attr]
+                                                analyst=self._analyst)
 
     def table_unchanged(self, table: str, n_root: int) -> None:
         """Refuse a table whose records changed since it was read here before, in any run of the site (edited,
@@ -733,9 +765,10 @@ class Guard:
         return (rows is not None and self.history is not None and self.rule("disclosure.cut_history")
                 and self.q > 1)
 
-    def _row_set_culprit(self, row_sets: list[np.ndarray], rows: Rows | None) -> int | None:
+    def _row_set_culprit(self, row_sets: list[np.ndarray], rows: Rows | None) -> tuple[int, bool] | None:
         """None if the row sets pass the audit, else the table position of a record they would single
-        out (-1 when the problem is a small group rather than one record)."""
+        out (-1 when the problem is a small group rather than one record), and whether it is another site's
+        few records of a pooled cell that they would give (:meth:`_thin_complement`)."""
         if not self._audits(rows) or not row_sets:
             return None
         earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
@@ -744,15 +777,15 @@ class Guard:
         if problem is None:
             thin = self._thin_complement(row_sets, rows)  # type: ignore[arg-type]
             if thin is not None:
-                return thin
-            return None if self._pooled_pairs(row_sets, rows) is None else -1
+                return thin, True
+            return None if self._pooled_pairs(row_sets, rows) is None else (-1, False)
         if not isolated.size:  # a set too close to another: the record the sets isolate, if any, names the cut
             n = rows.n_root  # type: ignore[union-attr]
             try:
                 isolated = isolated_records([base, *earlier, *row_sets], n)
             except AuditTooLarge:
-                return -1
-        return int(isolated[0]) if isolated.size else -1
+                return -1, False
+        return (int(isolated[0]) if isolated.size else -1), False
 
     def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
         if not self._audits(rows) or not row_sets:
@@ -780,24 +813,27 @@ class Guard:
             THIN_COMPLEMENT if self._thin_complement(row_sets, rows) is not None else None)
 
     def _thin_complement(self, row_sets: list[np.ndarray], rows: Rows) -> int | None:
-        """A record (its table position; -1 for none in particular) of a pooled cell released before in which
-        another site held fewer than its q records, whose records here the row sets of this site alone (boolean
-        over the table) would give for the first time, with those released before (:func:`~dsfed_server.
+        """A record (its table position) of a pooled cell released before in which another site held fewer than
+        its q records, whose records here the row sets of this site alone (over the table, boolean or packed) would
+        give for the first time, with those released before (:meth:`_alone_sets`, :func:`~dsfed_server.
         disclosure.differencing.combined`); None if they give none. Released pooled, such a cell hid the few
         records behind the others' shares; the pooled count less this site's and the other sites' own, each
         released alone, would be theirs (Denning & Schlörer 1983). So where the pooled release came first, its
         cells' records stay unreleased alone at the other sites; where the releases alone came first, the pooled
-        release merges the cell (:meth:`coarsened`). Where the audit is too large, -1."""
-        thin = self.history.thin_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        if not thin or not row_sets:
+        release merges the cell (:meth:`coarsened`). Refused where the audit is too large."""
+        if not row_sets or not self._audits(rows):
             return None
-        n = rows.n_root
-        sets = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
+        thin = self.history.thin_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        if not thin:
+            return None
+        n, sets = rows.n_root, self._alone_sets(rows)
         try:
             before = combined(thin, sets, n)
-            after = combined(thin, sets + [np.packbits(m) for m in row_sets], n)
-        except AuditTooLarge:
-            return -1
+            after = combined(thin, sets + [packed_set(m) for m in row_sets], n)
+        except AuditTooLarge as exc:
+            raise self._refuse(f"the release history of this table is too large to check against its pooled cells "
+                               f"({exc})", "secure_aggregation.pooled_thresholds", "ask the site's administrator"
+                               ) from None
         for cell, was, now in zip(thin, before, after):
             if now and not was:
                 return int(np.flatnonzero(bits(cell, n))[0])
@@ -809,12 +845,17 @@ class Guard:
         site that keeps no history knows of none; where the audit is too large, all."""
         if not self._audits(rows) or not members:
             return [False] * len(members)
-        n = rows.n_root  # type: ignore[union-attr]
-        sets = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
         try:
-            return combined(members, sets, n)
+            return combined(members, self._alone_sets(rows), rows.n_root)  # type: ignore[arg-type,union-attr]
         except AuditTooLarge:
             return [True] * len(members)
+
+    def _alone_sets(self, rows: Rows) -> list[np.ndarray]:
+        """Every row set of ``rows``' table whose count this site released alone (packed): the records it keeps,
+        its subsets and cells, and the records its exact sums were over."""
+        n = rows.n_root
+        return [self._base(rows), *self.history.row_sets(rows.lineage, n),  # type: ignore[union-attr]
+                *self.history.summed_row_sets(rows.lineage, n)]  # type: ignore[union-attr]
 
     def _pooled_pairs(self, row_sets: list[np.ndarray], rows: Rows) -> str | None:
         """The row sets of this site alone (the analyst sees their counts) against this site's records of
@@ -866,14 +907,15 @@ class Guard:
         with no cut to merge (:meth:`coarsened`): ``release()`` runs only if no site objects to any of them, and
         every site refuses alike otherwise. Each site decides every pair with earlier cells on its own records (no
         shared floor: the sites' ``min_difference`` may differ, and with it the pairs)."""
-        return self.coarsened(lambda exclude: PooledRelease(None, [], cells, n_cells=n_cells), rows,
+        return self.coarsened(lambda exclude, kept_pooled: PooledRelease(None, [], cells, n_cells=n_cells), rows,
                               lambda _: release(), ordered=True)
 
-    def coarsened(self, attempt: Callable[[frozenset[Cut]], PooledRelease], rows: Rows | None,
+    def coarsened(self, attempt: Callable[[frozenset[Cut], frozenset[Cut]], PooledRelease], rows: Rows | None,
                   on_release: Callable[[PooledRelease], Any], exclude: frozenset[Cut] = frozenset(),
-                  shared: Floor | None = None, ordered: bool | None = None) -> PooledSteps:
+                  shared: Floor | None = None, ordered: bool | None = None,
+                  kept_pooled: frozenset[Cut] = frozenset()) -> PooledSteps:
         """The last steps of a pooled release of cells, coarsened where it must be, as a per-site release is:
-        every site seals, per released cell of ``attempt(exclude)``, whether its own records of it fail its
+        every site seals, per released cell of ``attempt(exclude, kept_pooled)``, whether its own records of it fail its
         audit (:meth:`_pooled_problems`); where no site objects to any, ``on_release`` releases the
         result and the cells join this site's history; otherwise the cut above each cell objected to (the
         one below, for the last) is dropped and every site tries again alike, and a release with no cut
@@ -889,8 +931,12 @@ class Guard:
         are nested as its own are, and would object to every cell nested in an earlier one at this site by a
         few records. The released cells get an identity from a random number the sites sum in the same step
         (none of them chooses it), which the result carries (:class:`~dsfed_server.disclosure.relay.Recorded`)
-        for the analyst to relay."""
-        release = attempt(exclude)
+        for the analyst to relay.
+
+        The sites also merge a span of cells whose records their releases alone do not give are 1 to q - 1, and
+        keep the spans some site held 1 to q - 1 records of (:meth:`_shares`); ``kept_pooled``: of ``exclude``,
+        the cuts so dropped (``secure_aggregation.pooled_thresholds``, a reason of their own in the result)."""
+        release = attempt(exclude, kept_pooled)
         problems = self._pooled_problems(release.own_cells, rows, decided_pooled=shared is not None)
         differ = max(self.rule("disclosure.subset_min_difference"), shared.min_difference if shared else 0)
         pairs = self._shared_pairs(release.own_cells, rows, differ) if shared else SharedPairs([], [], {})
@@ -933,7 +979,10 @@ class Guard:
                     "disclosure.subset_min_difference",
                     "ask for fewer or wider cells, or over the whole table or a subset that differs more")
             drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
-            return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered)
+            only_pooled = {cuts[min(j, len(cuts) - 1)] for j in exposed} - {
+                cuts[min(j, len(cuts) - 1)] for j in objected - exposed}
+            return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
+                                        kept_pooled | only_pooled)
 
         return PooledSteps({"objections": vector, "tag": tag, **pairs.fields, **shares}, advance, frac_bits=8)
 

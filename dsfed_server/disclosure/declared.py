@@ -225,6 +225,7 @@ class ExactSums:
     groups: list[np.ndarray] | None = None
     hint: str | None = None
     steps: int = 1
+    alone: bool = False  # the analyst reads this site's own sums (CallContext.own_sums)
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ def release(guard: Guard, declared: Declared) -> Any:
         return guard.reference_edges(declared.p, declared.edges, declared.root)
     if isinstance(declared, ExactSums):
         hint = {} if declared.hint is None else {"hint": declared.hint}
-        return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, steps=declared.steps, **hint)
+        return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, steps=declared.steps,
+                                alone=declared.alone, **hint)
     if isinstance(declared, QuantilesOf):
         return guard.quantiles_of(declared.rows, declared.function, declared.roots)
     raise TypeError(f"a function declared {type(declared).__name__}, which is no release of a step")

@@ -311,16 +311,17 @@ def _refuse_small_bin(what: str, floor: Floor, pooled: bool) -> DisclosureRefusa
 
 
 def coarsening_reason(floor: Floor, history: Sequence[Cut], dropped: Sequence[Cut], moved: dict[Cut, Cut],
-                      audited: int = 0, dominated: int = 0) -> str:
+                      audited: int = 0, dominated: int = 0, kept_pooled: int = 0) -> str:
     """Why the gate dropped or moved requested cuts, and what the analyst can do: the rule of each
     kind of change, the site's ``q`` and margin, and whether cuts released before on the column (by
-    any analyst, ``history``) took part. ``audited``, ``dominated``: of ``dropped``, those the row-set
-    audit or the dominance rule dropped. It names no count the release does not show."""
+    any analyst, ``history``) took part. ``audited``, ``dominated``, ``kept_pooled``: of ``dropped``, those the
+    row-set audit, the dominance rule, or a site's few records of a pooled cell dropped. It names no count the
+    release does not show."""
     if not dropped and not moved:
         return ""
     earlier = sum(1 for c in history if np.isfinite(c.value))
     reasons = []
-    if len(dropped) > audited + dominated:
+    if len(dropped) > audited + dominated + kept_pooled:
         reasons.append(
             f"merged: a bin beside each merged edge would hold fewer than {floor.q} records{margin_note(floor)}, or "
             "none (an empty bin between two edges is merged, so that 'empty' and 'one record' answer alike)"
@@ -328,8 +329,10 @@ def coarsening_reason(floor: Floor, history: Sequence[Cut], dropped: Sequence[Cu
                "(disclosure.cut_history)" if earlier else ""))
     if audited:
         reasons.append(f"{audited} edge(s) merged as a bin would differ from a subset or cell released before from "
-                       "this table in too few records (disclosure.subset_min_difference), or would leave a site's "
-                       "few records of a pooled bin the only ones the sites' releases alone do not give "
+                       "this table in too few records (disclosure.subset_min_difference)")
+    if kept_pooled:
+        reasons.append(f"{kept_pooled} edge(s) merged as a site holds fewer than q records of a bin released pooled, "
+                       "which the sites' releases alone would then give by subtraction "
                        "(secure_aggregation.pooled_thresholds)")
     if dominated:
         reasons.append(f"{dominated} edge(s) merged as a pooled bin would hold fewer than {floor.q} records outside "
@@ -619,11 +622,12 @@ Snap = Callable[[Intervals, Floor, Sequence[Cut], list[Any], Collection[Cut]], t
 
 
 def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclude: Collection[Cut] = (),
-                  snap: Snap | None = None) -> LocalRelease:
+                  snap: Snap | None = None, kept_pooled: Collection[Cut] = ()) -> LocalRelease:
     """The declaration's result as this site releases it alone (module docstring), with the cuts it
     released and its cells' row sets; ``floor``: keyed by the site's secret (:func:`decide_local`);
     ``snap``: moves a dropped cut onto an earlier one where it may
-    (:func:`~dsfed_server.disclosure.snapping.snap_dropped`; None: dropped cuts stay dropped)."""
+    (:func:`~dsfed_server.disclosure.snapping.snap_dropped`; None: dropped cuts stay dropped); ``kept_pooled``: of
+    ``exclude``, the cuts dropped so that a site's few records of a pooled cell stay pooled."""
     q = floor.q
     if isinstance(cells, Categories):
         size = int(np.prod(cells.shape))
@@ -642,7 +646,9 @@ def release_local(cells: Cells, floor: Floor, history: Sequence[Cut] = (), exclu
     counts = np.bincount(idx, minlength=size)
     sums = {name: np.bincount(idx, weights=v, minlength=size) for name, v in cells.sums.items()}
     root_of = {**dict(zip(cells.cuts, cells.root_cuts())), **snapped}
-    why = coarsening_reason(floor, history, dropped, moved, audited=sum(1 for c in dropped if c in exclude))
+    why = coarsening_reason(floor, history, dropped, moved,
+                            audited=sum(1 for c in dropped if c in exclude and c not in kept_pooled),
+                            kept_pooled=sum(1 for c in dropped if c in kept_pooled))
     return LocalRelease(cells.render(Released(kept, counts, sums, dropped, moved, totals=dict(cells.totals), why=why)),
                         [root_of[c] for c in kept], _row_sets(cells.rows, idx, size))
 
@@ -891,11 +897,12 @@ def interval_column(cells: Intervals) -> str:
 
 
 def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor,
-                   exclude: Collection[Cut] = ()) -> PooledRelease:
+                   exclude: Collection[Cut] = (), kept_pooled: Collection[Cut] = ()) -> PooledRelease:
     """The declaration's result from the pooled refined cells, decided with the pooled counts and
     the sites' shared ``floor`` (:func:`pooled_floor`), the cuts it released, in the column's units
     (for every site's history), and this site's records of each released cell. Cuts in ``exclude``
-    (effective cuts a row-set audit of an earlier attempt objected to) are dropped, their cells merged."""
+    (effective cuts a row-set audit of an earlier attempt objected to, or, ``kept_pooled``, the check that a site's
+    few records of a cell stay pooled) are dropped, their cells merged."""
     q = floor.q
     counts = np.rint(pooled["counts"]).astype(np.int64)
     totals = {name[6:]: float(v[0]) for name, v in pooled.items() if name.startswith("total:")}
@@ -937,12 +944,13 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
         more = tuple(c for c in plan.requested if c in gone or moved.get(c) in gone)
         dropped, dominated = dropped + more, len(more)
         moved = {c: m for c, m in moved.items() if m not in gone}
-    audited = 0
+    audited = pooled_share = 0
     if exclude:
         gone = set(exclude)
         kept = tuple(c for c in kept if c not in gone)
         more = tuple(c for c in plan.requested if (c in gone or moved.get(c) in gone) and c not in dropped)
-        dropped, audited = dropped + more, len(more)
+        pooled_share = sum(1 for c in more if c in kept_pooled or moved.get(c) in kept_pooled)
+        dropped, audited = dropped + more, len(more) - pooled_share
         moved = {c: m for c, m in moved.items() if m not in gone}
     # released cell k = the refined cells between kept cut k - 1 and kept cut k
     bounds = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
@@ -951,7 +959,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
             for name in pooled if name.startswith("sum:")}
     released = Released(kept, merged_counts, sums, dropped, moved, pooled=True, totals=totals,
                         why=coarsening_reason(floor, plan.history, dropped, moved, audited=audited,
-                                              dominated=dominated))
+                                              dominated=dominated, kept_pooled=pooled_share))
     new = [c for c in kept if c not in plan.roots]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
     return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept],

@@ -113,6 +113,14 @@ CREATE TABLE IF NOT EXISTS pooled_cells (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, cell_id)
 );
+CREATE TABLE IF NOT EXISTS summed_rows (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, rows)
+);
 CREATE TABLE IF NOT EXISTS thin_cells (
     table_key TEXT NOT NULL,
     n_root INTEGER NOT NULL,
@@ -157,7 +165,8 @@ CREATE TABLE IF NOT EXISTS peer_tables (
     time TEXT NOT NULL
 );
 """ + append_only(("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
-                   "thin_cells", "released_sums", "released_cuts", "subset_rows", "peer_tables"), "the release history")
+                   "thin_cells", "summed_rows", "released_sums", "released_cuts", "subset_rows", "peer_tables"),
+                  "the release history")
 
 _SEPARATOR = "\x1f"  # between the root columns of a summed function
 # the sizes at which a table's row sets were kept (before the sizes' digests were)
@@ -515,18 +524,32 @@ class History:
     def thin_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """This site's records (packed) of the cells of ``table`` released pooled in which another site held
         fewer than its q records (:meth:`~dsfed_server.disclosure.checks.Guard.coarsened`)."""
-        where, params, now = self._where(table, n_root)
-        with self._connect() as db:
-            rows = db.execute(f"SELECT rows FROM thin_cells WHERE {where}", params).fetchall()
-        return [np.frombuffer(packed, dtype=np.uint8) for packed in dict.fromkeys(now(r[0]) for r in rows)]
+        return self._packed_sets("thin_cells", table, n_root)
 
     def record_thin_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
         """Keep this site's records (packed) of pooled cells of ``table`` in which another site held fewer than
         its q records."""
+        self._record_packed("thin_cells", table, n_root, packed, analyst)
+
+    def summed_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
+        """The records (packed) of ``table`` that exact sums this site released alone were over, second moments
+        too (:meth:`~dsfed_server.disclosure.checks.Guard.exact_sums`): a sum of a 0/1 column is their number."""
+        return self._packed_sets("summed_rows", table, n_root)
+
+    def record_summed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
+        self._record_packed("summed_rows", table, n_root, packed, analyst)
+
+    def _packed_sets(self, name: str, table: str, n_root: int) -> list[np.ndarray]:
+        where, params, now = self._where(table, n_root)
+        with self._connect() as db:
+            rows = db.execute(f"SELECT rows FROM {name} WHERE {where}", params).fetchall()
+        return [np.frombuffer(packed, dtype=np.uint8) for packed in dict.fromkeys(now(r[0]) for r in rows)]
+
+    def _record_packed(self, name: str, table: str, n_root: int, packed: list[np.ndarray], analyst: str) -> None:
         self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
         with self._connect() as db:
-            db.executemany("INSERT OR IGNORE INTO thin_cells VALUES (?, ?, ?, ?, ?)",
+            db.executemany(f"INSERT OR IGNORE INTO {name} VALUES (?, ?, ?, ?, ?)",
                            [(table, n_root, self._kept(table, n_root, rows.tobytes()), analyst, now)
                             for rows in packed])
 

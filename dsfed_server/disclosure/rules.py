@@ -474,11 +474,12 @@ class SecureAggregation(_RulesSection):
             "cell against its q_threshold, and only then are the cells released, pooled. A site's "
             "own share of a cell may then hold fewer than q records. Used only when every site of "
             "the sum has it true (each signs it with its key). Such a share stays pooled: a cell (or a "
-            "run of up to 8 adjacent bins, a row or column of a table) whose records that no site's "
+            "run of up to 64 adjacent bins, a row or column of a table) whose records that no site's "
             "releases alone give are 1 to q - 1 is merged (a table refused), and a site does not release "
-            "alone its records of a pooled cell in which another site held 1 to q - 1 records, so the "
-            "pooled count less the other sites' own never gives them. What it does not protect: a pooled "
-            "cell that one site holds entirely is no different from that site releasing it alone. "
+            "alone (cells, subsets, exact sums) its records of a pooled cell in which another site held 1 "
+            "to q - 1 records, so the pooled count less the other sites' own never gives them. What it "
+            "does not protect: a pooled cell that one site holds entirely is no different from that site "
+            "releasing it alone. "
             "false: each site applies its rules to its own contribution before masking."
         ),
     )

@@ -434,9 +434,10 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     analysts = beta is not None and not constant  # one step of a fit the analyst iterates (DataSHIELD's ds.glm)
     fewer = ("fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
              "p(p+1)/2 + p + 1 sums), or a fit over more records")
-    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, hint=fewer if iterates else (
-        "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or DataSHIELD's "
-        "ds.glmSLMA), or over more records"))
+    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums,
+                    hint=fewer if iterates else (
+                        "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or "
+                        "DataSHIELD's ds.glmSLMA), or over more records"))
     affords, tag = ctx.guard.affords(rows), ctx.guard.table_tag(rows.lineage)
     if not ends or alone:
         return None, affords, tag

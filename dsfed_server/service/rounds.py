@@ -202,8 +202,9 @@ class SecureRounds:
                             raw.on_pooled(release)
                     return release.result
 
-                return None, guard.coarsened(lambda exclude: gate.release_pooled(raw, plan, pooled, floor, exclude),
-                                             raw.rows, released, shared=floor)
+                return None, guard.coarsened(
+                    lambda exclude, kept_pooled: gate.release_pooled(raw, plan, pooled, floor, exclude, kept_pooled),
+                    raw.rows, released, shared=floor)
         elif kind == "steps":
             fields, finish = raw.fields, raw.advance
             frac_bits = raw.frac_bits if raw.frac_bits is not None else asked_bits
