@@ -409,9 +409,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         named = ["*".join(sorted(_exactly(ctx, read[v][0]) + (f"={name}" if is_factor else "")
                                  for v, is_factor in product)) or "1" for name, product in zip(mf.names, mf.products)]
         response = y[0] if fam.name == "binomial" else _exactly(ctx, read[formula.response][0])
-        # an offset named as one (y ~ 1 with offset lp is another model than y ~ 1 + lp)
-        tail = (f" + offset({exact[offset]})" if offset else "") + (
-            f"; weights {exact[weights]}" if weights else "") + ")"
+        tail = (f" + {exact[offset]}" if offset else "") + (f"; weights {exact[weights]}" if weights else "") + ")"
         end_model = f"glm({fam.name}, {fam.link}; fit {response} ~ {' + '.join(sorted(named))}{tail}"
         model = end_model if alone else f"glm({fam.name}, {fam.link}; fit{tail}"
     # a 0/1 outcome's intercept-only fit without offset: its end is the share of positives, a moment; a
