@@ -21,7 +21,7 @@ from dsfed_server.catalog import Catalog
 from dsfed_server.config import SiteConfig
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.disclosure.declared import Declared, ExactSums, QuantilesOf
-from dsfed_server.disclosure.differencing import ROWS, Rows, bits
+from dsfed_server.disclosure.differencing import ROWS, Rows, bits, few_levels
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, meaning, root_column
@@ -139,7 +139,9 @@ class CallContext:
         elif products:
             functions += [_product(a, b) for a, b in combinations(cores, 2)]
         groups = None if cells is None else [cells == c for c in np.unique(cells) if c >= 0]
-        yield ExactSums(rows, functions, groups, alone=self.own_sums)
+        levels = [level for vector in vectors
+                  for level in few_levels(vector.to_numpy(dtype=float, na_value=np.nan)[complete], 2 if squares else 1)]
+        yield ExactSums(rows, functions, groups, alone=self.own_sums, levels=levels)
 
     def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:
         """``vector`` as a function of root columns: its core (:func:`~dsfed_server.disclosure.expressions.

@@ -99,7 +99,7 @@ def _attack(tmp: Path, pooled_first: bool, alone_at: np.ndarray = THRESHOLDS, sm
 
 def _checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Guard, "_thin_complement", lambda self, row_sets, rows: None)
-    monkeypatch.setattr(Guard, "_shares", lambda self, release, rows, spans: {})
+    monkeypatch.setattr(Guard, "_shares", lambda self, *args: {})
 
 
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])

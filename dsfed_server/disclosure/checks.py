@@ -16,7 +16,7 @@ import secrets
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -67,7 +67,7 @@ PEER_RULE = "disclosure.glm_peer_ratio"
 UNCOUNTED = 1e8
 # a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
 # and how many of its records of it no release of that site alone gives
-THIN, HIDDEN = "thin", "hidden"
+THIN, HIDDEN, UNAUDITED = "thin", "hidden", "unaudited"
 THIN_COMPLEMENT = ("with what this site released alone before (by any analyst), this would give the number of its "
                    "records of a cell released pooled before in which another site held fewer than q records: once "
                    "the other sites release theirs alone too, the pooled count less theirs would be those few "
@@ -118,6 +118,15 @@ def apart(cells: set[int]) -> set[int]:
         if cell - 1 not in out:
             out.add(cell)
     return out
+
+
+def merged_at(span: Span, n_cells: int) -> int:
+    """The cell of ``span`` merged with the next (:meth:`Guard.coarsened` drops the cut above it): its last, or,
+    where it ends at the last cell, the one before its first (the cut below it), so that the span's records are no
+    longer a union of released cells. A span of every cell: its last (the release is then refused or merged
+    whole)."""
+    end = span[-1]
+    return end if end < n_cells - 1 or span[0] == 0 else span[0] - 1
 
 
 def span_rows(cells: list[PooledCell], spans: list[Span]) -> list[np.ndarray]:
@@ -616,7 +625,8 @@ class Guard:
                    functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
                    groups: list[np.ndarray] | None = None,
                    hint: str = "use the column itself, or fewer transforms of it over small subsets; a larger "
-                               "subset answers more", steps: int = 1, alone: bool = False) -> None:
+                               "subset answers more", steps: int = 1, alone: bool = False,
+                   levels: Sequence[np.ndarray] = ()) -> None:
         """The release gives exact sums of ``functions`` (each a function's core, its root columns,
         :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
         boolean, computed when needed) over each of the ``groups`` of ``rows`` (boolean over them; None:
@@ -630,9 +640,11 @@ class Guard:
         released before, so that an analysis the count would stop part-way spends none of the table's count
         (on 50 records, two of DataSHIELD's ``ds.glm`` iterations of three coefficients would leave too few for
         the same fit at the site, ``ds.glmSLMA``). ``alone``: the analyst reads this site's own sums; then the
-        records each sum is over, second moments too (a sum of a 0/1 column is their number), must not give its
+        records each sum is over, second moments too (a sum of a 0/1 column is their number), and ``levels``, the
+        records at each value of a summed column of few values (:func:`~dsfed_server.disclosure.differencing.
+        few_levels`: ``D$g + 1`` is summed over every record, yet gives the number of g = 1), must not give its
         records of a pooled cell in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
-        supports = self._supports(rows, functions, groups) if alone and self._audits(rows) else []
+        supports = self._supports(rows, functions, groups, levels) if alone and self._audits(rows) else []
         self._refuse_thin(supports, rows)  # type: ignore[arg-type]
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
@@ -674,13 +686,12 @@ class Guard:
             self._record_supports(supports, rows)  # type: ignore[arg-type]
 
     def _supports(self, rows: Rows, functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
-                  groups: list[np.ndarray] | None) -> list[np.ndarray]:
-        """The records (packed, over the table) each of ``functions`` is summed over, in each of ``groups``: once
-        each, the records this site keeps (the table's count) left out."""
+                  groups: list[np.ndarray] | None, levels: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
+        """The records (packed, over the table) each of ``functions`` is summed over, and each of ``levels``, in
+        each of ``groups``: once each, the records this site keeps (the table's count) left out."""
         base = self._base(rows).tobytes()
         found: dict[bytes, None] = {}
-        for _, _, where in functions:
-            over = where()
+        for over in [where() for _, _, where in functions] + list(levels):
             for group in groups if groups is not None else [None]:
                 packed = packed_rows(rows, over if group is None else over & group)
                 if packed is not None and packed != base:
@@ -842,13 +853,10 @@ class Guard:
     def _public_shares(self, members: list[np.ndarray], rows: Rows | None) -> list[bool]:
         """Which of this site's records of pooled cells (packed) its releases alone give (:func:`~dsfed_server.
         disclosure.differencing.combined`): their count is known to the analyst without the pooled cell. A
-        site that keeps no history knows of none; where the audit is too large, all."""
+        site that keeps no history knows of none; :class:`AuditTooLarge` where it cannot tell."""
         if not self._audits(rows) or not members:
             return [False] * len(members)
-        try:
-            return combined(members, self._alone_sets(rows), rows.n_root)  # type: ignore[arg-type,union-attr]
-        except AuditTooLarge:
-            return [True] * len(members)
+        return combined(members, self._alone_sets(rows), rows.n_root)  # type: ignore[arg-type,union-attr]
 
     def _alone_sets(self, rows: Rows) -> list[np.ndarray]:
         """Every row set of ``rows``' table whose count this site released alone (packed): the records it keeps,
@@ -954,8 +962,15 @@ class Guard:
             if pairs.positions:
                 both = shared_pair_problems(pairs, pooled, differ)
                 objected |= both if release.cuts else {0} if both else set()
+            if float(np.ravel(pooled.get(UNAUDITED, np.zeros(1)))[0]) > 0.5:
+                raise self._refuse(
+                    "a site of the round cannot tell which of its records of these pooled cells its own releases give "
+                    "(its release history of the table is too large to audit), so it cannot keep another site's few "
+                    "records of a cell from the pooled count less the sites' own",
+                    "secure_aggregation.pooled_thresholds", "ask the sites' administrators")
             hidden = np.rint(np.ravel(pooled.get(HIDDEN, np.zeros(0))))
-            exposed = apart({spans[k][-1] for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
+            exposed = apart({merged_at(spans[k], release.n_cells)
+                             for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
             objected |= exposed if release.cuts else {0} if exposed else set()  # a span's last cell merges upwards
             if not objected:
                 cells = with_identities(release.own_cells, pooled["tag"])
@@ -998,13 +1013,16 @@ class Guard:
         alone later (:meth:`_thin_complement`). A release that names no number of cells takes no part."""
         if not spans:
             return {}
-        sizes, public = np.zeros(len(spans)), [False] * len(spans)
+        sizes, public, unaudited = np.zeros(len(spans)), np.zeros(len(spans), dtype=bool), 0.0
         if len(release.own_cells) == release.n_cells:
             members = span_rows(release.own_cells, spans)
             sizes = np.array([float(set_size(m)) for m in members])
-            public = self._public_shares(members, rows)
-        thin = ((sizes > 0) & (sizes < self.q)).astype(float) if self.q > 1 else np.zeros(len(spans))
-        return {THIN: thin, HIDDEN: np.where(public, 0.0, sizes)}
+            try:
+                public = np.array(self._public_shares(members, rows), dtype=bool)
+            except AuditTooLarge:
+                unaudited = 1.0
+        thin = (sizes > 0) & (sizes < self.q) & ~public if self.q > 1 else np.zeros(len(spans), dtype=bool)
+        return {THIN: thin.astype(float), HIDDEN: np.where(public, 0.0, sizes), UNAUDITED: np.asarray([unaudited])}
 
     def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
                      rows: Rows | None) -> None:

@@ -514,6 +514,20 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
     return min(found, default=0)
 
 
+def few_levels(values: np.ndarray, powers: int) -> list[np.ndarray]:
+    """The records at each value of a column (boolean over ``values``) whose sums of its first ``powers`` powers
+    over all of them give how many hold each: a column of at most ``powers + 1`` values (a 0/1 column's sum is its
+    ones; ``D$g + 1`` or ``exp(D$g)`` as well, with the count of records). None for a constant or many-valued one."""
+    finite = values[np.isfinite(values)]
+    distinct = np.unique(finite)
+    if not 2 <= distinct.size <= powers + 1:
+        return []
+    return [values == v for v in distinct]
+
+
+SPAN_BATCH = 64  # members whose span combined() tests at once (an atoms x members matrix)
+
+
 def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int) -> list[bool]:
     """Whether sums over the row sets ``sets`` (packed, over a table of ``n`` records; the table's among them)
     give the sum over each row set of ``members`` (packed) exactly: the member is a union of the sets' atoms that
@@ -535,8 +549,11 @@ def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int) -> list[
         return out
     first = np.full(counts.size, n, dtype=np.int64)
     np.minimum.at(first, label, np.arange(n))
-    for (k, _), spanned in zip(candidates, _spanned(_incidence(sets, first), counts, [u for _, u in candidates])):
-        out[k] = spanned
+    incidence = _incidence(sets, first)
+    for start in range(0, len(candidates), SPAN_BATCH):
+        batch = candidates[start:start + SPAN_BATCH]
+        for (k, _), spanned in zip(batch, _spanned(incidence, counts, [u for _, u in batch])):
+            out[k] = spanned
     return out
 
 

@@ -35,7 +35,7 @@ from dsfed_server.workspace import Session
 from dsfed_server.disclosure.checks import DERIVED_RULES, GATE_RULES, Guard
 from dsfed_server.disclosure.declared import Declared, ExactSums
 from dsfed_server.disclosure.equations import APART
-from dsfed_server.disclosure.differencing import ROWS, Rows
+from dsfed_server.disclosure.differencing import ROWS, Rows, few_levels
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.provenance import MEANING, NO_TABLE, PUBLIC_DESIGN
@@ -432,7 +432,9 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     analysts = beta is not None and not constant  # one step of a fit the analyst iterates (DataSHIELD's ds.glm)
     fewer = ("fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
              "p(p+1)/2 + p + 1 sums), or a fit over more records")
-    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums,
+    # a design column of few values: its products' sums at constant weights give the records at each value
+    levels = [level for column in mf.columns for level in few_levels(_values(column, mf.n), 2)] if ctx.own_sums else []
+    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums, levels=levels,
                     hint=fewer if iterates else (
                         "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or "
                         "DataSHIELD's ds.glmSLMA), or over more records"))
@@ -516,6 +518,11 @@ def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, 
         series = series.copy(deep=False)
         series.attrs = attrs
     return series, ctx.written(series)
+
+
+def _values(column: np.ndarray | Any, n: int) -> np.ndarray:
+    """A design column's values (a computed column read a batch at a time)."""
+    return np.concatenate([np.asarray(column[rows], dtype=float) for rows in row_batches(n)]) if n else np.zeros(0)
 
 
 def _nonzero(column: np.ndarray | Any, n: int) -> Callable[[], np.ndarray]:
