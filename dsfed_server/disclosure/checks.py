@@ -639,12 +639,12 @@ class Guard:
         refused first, and nothing recorded, where the records could not answer that many with nothing
         released before, so that an analysis the count would stop part-way spends none of the table's count
         (on 50 records, two of DataSHIELD's ``ds.glm`` iterations of three coefficients would leave too few for
-        the same fit at the site, ``ds.glmSLMA``). ``alone``: the analyst reads this site's own sums; then the
-        records each sum is over, second moments too (a sum of a 0/1 column is their number), and ``levels``, the
-        records at each value of a summed column of few values (:func:`~dsfed_server.disclosure.differencing.
-        few_levels`: ``D$g + 1`` is summed over every record, yet gives the number of g = 1), must not give its
-        records of a pooled cell in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
-        supports = self._supports(rows, functions, groups, levels) if alone and self._audits(rows) else []
+        the same fit at the site, ``ds.glmSLMA``). ``alone``: the analyst reads this site's own sums; then
+        ``levels``, the records at each value of a summed column of few values, whose number its sums give, second
+        moments too (:func:`~dsfed_server.disclosure.differencing.few_levels`: a 0/1 column's sum is its ones, a
+        GLM's dummy's too, and ``D$g + 1``'s less the count of records), must not give its records of a pooled cell
+        in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
+        supports = self._supports(rows, groups, levels) if alone and levels and self._audits(rows) else []
         self._refuse_thin(supports, rows)  # type: ignore[arg-type]
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
@@ -685,13 +685,13 @@ class Guard:
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
             self._record_supports(supports, rows)  # type: ignore[arg-type]
 
-    def _supports(self, rows: Rows, functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
-                  groups: list[np.ndarray] | None, levels: Sequence[np.ndarray] = ()) -> list[np.ndarray]:
-        """The records (packed, over the table) each of ``functions`` is summed over, and each of ``levels``, in
-        each of ``groups``: once each, the records this site keeps (the table's count) left out."""
+    def _supports(self, rows: Rows, groups: list[np.ndarray] | None, levels: Sequence[np.ndarray]
+                  ) -> list[np.ndarray]:
+        """The records (packed, over the table) of each of ``levels`` in each of ``groups``: once each, the
+        records this site keeps (the table's count) left out."""
         base = self._base(rows).tobytes()
         found: dict[bytes, None] = {}
-        for over in [where() for _, _, where in functions] + list(levels):
+        for over in levels:
             for group in groups if groups is not None else [None]:
                 packed = packed_rows(rows, over if group is None else over & group)
                 if packed is not None and packed != base:
