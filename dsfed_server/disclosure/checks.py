@@ -832,9 +832,9 @@ class Guard:
         released alone, would be theirs (Denning & Schlörer 1983). So where the pooled release came first, its
         cells' records stay unreleased alone at the other sites; where the releases alone came first, the pooled
         release merges the cell (:meth:`coarsened`). Refused where the audit is too large."""
-        if not row_sets or not self._audits(rows):
+        if not row_sets or self.history is None or rows is None:
             return None
-        thin = self.history.thin_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        thin = self.history.thin_row_sets(rows.lineage, rows.n_root)  # kept only where the site audits
         if not thin:
             return None
         n, sets = rows.n_root, self._alone_sets(rows)
