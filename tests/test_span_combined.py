@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from dsfed_server.disclosure.differencing import combined
+from dsfed_server.disclosure.differencing import combined, combined_spans
 
 N = 24
 
@@ -48,3 +48,20 @@ def test_a_cell_of_two_releases_is_given_and_a_part_of_one_is_not():
     members = [mid, at >= 16, ~((at >= 4) & (at < 8)), low & (at != 0), at < 4, np.zeros(N, bool)]
     got = combined([np.packbits(m) for m in members], [np.packbits(s) for s in (table, low, mid)], N)
     assert got == [True, True, False, False, False, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(sets=st.lists(rows, min_size=0, max_size=5), cuts=st.lists(st.integers(1, N - 1), max_size=6, unique=True),
+       extra=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=3, unique=True), max_size=3))
+def test_spans_of_cells_agree_with_their_unions(sets, cuts, extra):
+    """``combined_spans`` (a running sum of each cell's atoms) against the oracle on each span's union built
+    whole: the cells are intervals of the records between ``cuts``; the spans every run of them and a few other
+    groups of cells."""
+    sets = [np.ones(N, dtype=bool), *sets]
+    bounds = [0, *sorted(cuts), N]
+    cells = [(np.arange(N) >= a) & (np.arange(N) < b) for a, b in zip(bounds[:-1], bounds[1:])]
+    k = len(cells)
+    spans = [tuple(range(a, b)) for a in range(k) for b in range(a + 1, k + 1)]
+    spans += [tuple(sorted({c % k for c in group})) for group in extra]
+    got = combined_spans([np.packbits(c) for c in cells], spans, [np.packbits(s) for s in sets], N)
+    assert got == [_oracle(np.logical_or.reduce([cells[c] for c in span]), sets) for span in spans]

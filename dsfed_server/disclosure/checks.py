@@ -26,6 +26,7 @@ from dsfed_server.disclosure.equations import APART, RULE as SUMS_RULE, Summed, 
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
+                                                 combined_spans,
                                                  isolated_records, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
@@ -89,6 +90,7 @@ class HistoryBehind(Exception):
 
 
 SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
+MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -97,11 +99,12 @@ Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending)
 def cell_spans(n_cells: int, ordered: bool, shape: tuple[int, ...] = ()) -> list[Span]:
     """The spans of a pooled release's cells that the sites check as one (:meth:`Guard.coarsened`), alike at
     every site: each cell; for cells in order (intervals of a column) every run of 2 to :data:`SPAN_CELLS`
-    consecutive cells, whose union an analyst can ask alone at the other sites with cuts released pooled; for a
-    table of two factors (``shape``) each row and each column, which a table of one factor asks alone."""
+    consecutive cells (fewer where the release has so many cells that the runs would pass :data:`MAX_SPANS`: 16 of
+    256 bins), whose union an analyst can ask alone at the other sites with cuts released pooled; for a table of
+    two factors (``shape``) each row and each column, which a table of one factor asks alone."""
     singles = [(k,) for k in range(n_cells)]
     if ordered:
-        longest = min(SPAN_CELLS, n_cells)
+        longest = min(SPAN_CELLS, n_cells, max(1, MAX_SPANS // max(n_cells, 1)))
         return singles + [tuple(range(start, start + size)) for size in range(2, longest + 1)
                           for start in range(n_cells - size + 1)]
     if len(shape) == 2 and int(np.prod(shape)) == n_cells:
@@ -850,13 +853,14 @@ class Guard:
                 return int(np.flatnonzero(bits(cell, n))[0])
         return None
 
-    def _public_shares(self, members: list[np.ndarray], rows: Rows | None) -> list[bool]:
-        """Which of this site's records of pooled cells (packed) its releases alone give (:func:`~dsfed_server.
-        disclosure.differencing.combined`): their count is known to the analyst without the pooled cell. A
-        site that keeps no history knows of none; :class:`AuditTooLarge` where it cannot tell."""
-        if not self._audits(rows) or not members:
-            return [False] * len(members)
-        return combined(members, self._alone_sets(rows), rows.n_root)  # type: ignore[arg-type,union-attr]
+    def _public_shares(self, cells: list[np.ndarray], spans: list[Span], rows: Rows | None) -> list[bool]:
+        """Which of this site's records of the spans of pooled cells (``cells``, packed) its releases alone give
+        (:func:`~dsfed_server.disclosure.differencing.combined_spans`): their count is known to the analyst without
+        the pooled cells. A site that keeps no history knows of none; :class:`AuditTooLarge` where it cannot
+        tell."""
+        if not self._audits(rows) or not spans:
+            return [False] * len(spans)
+        return combined_spans(cells, spans, self._alone_sets(rows), rows.n_root)  # type: ignore[arg-type,union-attr]
 
     def _alone_sets(self, rows: Rows) -> list[np.ndarray]:
         """Every row set of ``rows``' table whose count this site released alone (packed): the records it keeps,
@@ -1015,10 +1019,11 @@ class Guard:
             return {}
         sizes, public, unaudited = np.zeros(len(spans)), np.zeros(len(spans), dtype=bool), 0.0
         if len(release.own_cells) == release.n_cells:
-            members = span_rows(release.own_cells, spans)
-            sizes = np.array([float(set_size(m)) for m in members])
+            cells = [packed_set(c.rows) for c in release.own_cells]
+            counts = np.array([float(set_size(c)) for c in cells])
+            sizes = np.array([counts[list(span)].sum() for span in spans])
             try:
-                public = np.array(self._public_shares(members, rows), dtype=bool)
+                public = np.array(self._public_shares(cells, spans, rows), dtype=bool)
             except AuditTooLarge:
                 unaudited = 1.0
         thin = (sizes > 0) & (sizes < self.q) & ~public if self.q > 1 else np.zeros(len(spans), dtype=bool)
@@ -1029,7 +1034,8 @@ class Guard:
         """Keep this site's records of the spans of released cells some other site held 1 to q - 1 records of."""
         if not self._audits(rows) or len(spans) != elsewhere.size or not cells:
             return
-        packed = [m for m, other in zip(span_rows(cells, spans), elsewhere) if other > 0.5 and set_size(m)]
+        thin = [span for span, other in zip(spans, elsewhere) if other > 0.5]
+        packed = [m for m in span_rows(cells, thin) if set_size(m)]
         if packed:
             self.history.record_thin_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
                                               analyst=self._analyst)

@@ -557,6 +557,39 @@ def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int) -> list[
     return out
 
 
+def combined_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets: list[np.ndarray], n: int
+                   ) -> list[bool]:
+    """:func:`combined` of the union of each span of ``cells`` (disjoint row sets, packed; a span names some of
+    them), without building the unions: how many records of each atom of ``sets`` each cell holds, summed over the
+    span's cells (a running sum for a run of consecutive cells). :class:`AuditTooLarge` where the atoms are too
+    many to audit, or to hold for every cell (16 x :data:`ATOM_FLOATS` values)."""
+    out = [False] * len(spans)
+    if not spans or not sets or not cells:
+        return out
+    label = _atom_labels(sets, n)
+    counts = np.bincount(label)
+    if counts.size * len(sets) ** 2 > MAX_AUDIT_WORK or counts.size * len(cells) > 16 * ATOM_FLOATS:
+        raise AuditTooLarge(f"{len(sets)} row sets over {counts.size:,} groups of records, {len(cells)} cells")
+    held = np.stack([np.bincount(label[bits(c, n).astype(bool)], minlength=counts.size) for c in cells])
+    running = np.vstack([np.zeros((1, counts.size), dtype=held.dtype), np.cumsum(held, axis=0)])
+    candidates = []
+    for k, span in enumerate(spans):
+        first, last = span[0], span[-1]
+        union = running[last + 1] - running[first] if last - first + 1 == len(span) else held[list(span)].sum(axis=0)
+        if union.any() and not np.any((union > 0) & (union < counts)):  # a union of whole atoms
+            candidates.append((k, union > 0))
+    if not candidates:
+        return out
+    first_record = np.full(counts.size, n, dtype=np.int64)
+    np.minimum.at(first_record, label, np.arange(n))
+    incidence = _incidence(sets, first_record)
+    for start in range(0, len(candidates), SPAN_BATCH):
+        batch = candidates[start:start + SPAN_BATCH]
+        for (k, _), spanned in zip(batch, _spanned(incidence, counts, [u for _, u in batch])):
+            out[k] = spanned
+    return out
+
+
 def _atoms_with(sets: list[np.ndarray], member: np.ndarray, n: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The atoms of ``sets`` (their incidence, atoms x sets, and sizes), how many records of each ``member``
