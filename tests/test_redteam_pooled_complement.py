@@ -63,6 +63,16 @@ def _sums_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Guard, "_supports", lambda self, *args: [])
 
 
+def both_orders(session, pooled_first: bool, x: str, alone) -> tuple[Any, Any]:
+    """The pooled table of ``x`` by ``D$y`` and each large site's ``alone(session, site)``, in either order: the
+    second answer None where a site refuses it (:func:`_refused`)."""
+    if pooled_first:
+        pooled = session.pooled("table2DDS", Ref(x), Ref("D$y"))
+        return pooled, _refused(lambda: [alone(session, site) for site in LARGE])
+    own = [alone(session, site) for site in LARGE]
+    return _refused(lambda: session.pooled("table2DDS", Ref(x), Ref("D$y"))), own
+
+
 def _refused(call) -> Any:
     """``call()``, or None where a site refuses it under ``secure_aggregation.pooled_thresholds``."""
     try:
@@ -92,12 +102,7 @@ def test_glm_factor_dummies_less_the_pooled_table_read_the_small_sites_level(tmp
     assert 0 < len(small) < Q and small["y"].nunique() == 1
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        if pooled_first:
-            pooled = session.pooled("table2DDS", Ref("D$grade"), Ref("D$y"))
-            own = _refused(lambda: [_glm_level(session, site) for site in LARGE])
-        else:
-            own = [_glm_level(session, site) for site in LARGE]
-            pooled = _refused(lambda: session.pooled("table2DDS", Ref("D$grade"), Ref("D$y")))
+        pooled, own = both_orders(session, pooled_first, "D$grade", _glm_level)
     if checks == "shipped":
         print(f"\nGLM factor dummies ({'pooled first' if pooled_first else 'GLM first'}): "
               f"{'the GLMs' if pooled_first else 'the pooled table'} refused, 0 outcomes read")

@@ -33,7 +33,7 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from sitekit import make_sites
-from test_redteam_pooled_complement import LARGE, _binary, _refused
+from test_redteam_pooled_complement import LARGE, _binary, both_orders
 
 Q = 5
 
@@ -59,12 +59,7 @@ def test_a_shifted_binary_columns_sums_do_not_read_the_small_sites_records(tmp_p
     provisioned, services = make_sites(tmp_path, frames)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
-        if pooled_first:
-            pooled = session.pooled("table2DDS", Ref("D$g"), Ref("D$y"))
-            own = _refused(lambda: [_shifted(session, site) for site in LARGE])
-        else:
-            own = [_shifted(session, site) for site in LARGE]
-            pooled = _refused(lambda: session.pooled("table2DDS", Ref("D$g"), Ref("D$y")))
+        pooled, own = both_orders(session, pooled_first, "D$g", _shifted)
     read = 0
     if own is not None and pooled is not None:
         counts = np.asarray(pooled["counts"], dtype=int)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -533,28 +533,11 @@ def combined(members: list[np.ndarray], sets: list[np.ndarray], n: int) -> list[
     give the sum over each row set of ``members`` (packed) exactly: the member is a union of the sets' atoms that
     lies in their span (Chin & Ozsoyoglu 1982). An empty member is given by none. :class:`AuditTooLarge` where the
     atoms are too many to audit within :data:`MAX_AUDIT_WORK`."""
-    out = [False] * len(members)
     if not members or not sets:
-        return out
-    label = _atom_labels(sets, n)
-    counts = np.bincount(label)
-    if counts.size * len(sets) ** 2 > MAX_AUDIT_WORK:
-        raise AuditTooLarge(f"{len(sets)} row sets over {counts.size:,} groups of records")
-    candidates = []
-    for k, member in enumerate(members):
-        held = np.bincount(label[bits(member, n).astype(bool)], minlength=counts.size)
-        if held.any() and not np.any((held > 0) & (held < counts)):  # a union of whole atoms
-            candidates.append((k, held > 0))
-    if not candidates:
-        return out
-    first = np.full(counts.size, n, dtype=np.int64)
-    np.minimum.at(first, label, np.arange(n))
-    incidence = _incidence(sets, first)
-    for start in range(0, len(candidates), SPAN_BATCH):
-        batch = candidates[start:start + SPAN_BATCH]
-        for (k, _), spanned in zip(batch, _spanned(incidence, counts, [u for _, u in batch])):
-            out[k] = spanned
-    return out
+        return [False] * len(members)
+    label, counts = _audited_atoms(sets, n)
+    held = (np.bincount(label[bits(member, n).astype(bool)], minlength=counts.size) for member in members)
+    return _spanned_unions(held, len(members), label, counts, sets, n)
 
 
 def combined_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets: list[np.ndarray], n: int
@@ -563,26 +546,39 @@ def combined_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets
     them), without building the unions: how many records of each atom of ``sets`` each cell holds, summed over the
     span's cells (a running sum for a run of consecutive cells). :class:`AuditTooLarge` where the atoms are too
     many to audit, or to hold for every cell (16 x :data:`ATOM_FLOATS` values)."""
-    out = [False] * len(spans)
     if not spans or not sets or not cells:
-        return out
-    label = _atom_labels(sets, n)
-    counts = np.bincount(label)
-    if counts.size * len(sets) ** 2 > MAX_AUDIT_WORK or counts.size * len(cells) > 16 * ATOM_FLOATS:
-        raise AuditTooLarge(f"{len(sets)} row sets over {counts.size:,} groups of records, {len(cells)} cells")
+        return [False] * len(spans)
+    label, counts = _audited_atoms(sets, n)
+    if counts.size * len(cells) > 16 * ATOM_FLOATS:
+        raise AuditTooLarge(f"{counts.size:,} groups of records in each of {len(cells)} cells")
     held = np.stack([np.bincount(label[bits(c, n).astype(bool)], minlength=counts.size) for c in cells])
     running = np.vstack([np.zeros((1, counts.size), dtype=held.dtype), np.cumsum(held, axis=0)])
-    candidates = []
-    for k, span in enumerate(spans):
-        first, last = span[0], span[-1]
-        union = running[last + 1] - running[first] if last - first + 1 == len(span) else held[list(span)].sum(axis=0)
-        if union.any() and not np.any((union > 0) & (union < counts)):  # a union of whole atoms
-            candidates.append((k, union > 0))
+    unions = (running[span[-1] + 1] - running[span[0]] if span[-1] - span[0] + 1 == len(span)
+              else held[list(span)].sum(axis=0) for span in spans)
+    return _spanned_unions(unions, len(spans), label, counts, sets, n)
+
+
+def _audited_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's atom of ``sets`` and the atoms' sizes; :class:`AuditTooLarge` beyond :data:`MAX_AUDIT_WORK`."""
+    label = _atom_labels(sets, n)
+    counts = np.bincount(label)
+    if counts.size * len(sets) ** 2 > MAX_AUDIT_WORK:
+        raise AuditTooLarge(f"{len(sets)} row sets over {counts.size:,} groups of records")
+    return label, counts
+
+
+def _spanned_unions(held: Iterable[np.ndarray], size: int, label: np.ndarray, counts: np.ndarray,
+                    sets: list[np.ndarray], n: int) -> list[bool]:
+    """Whether each of ``size`` row sets, given as how many records of each atom of ``sets`` it holds (``held``,
+    read once), is a union of whole atoms lying in the sets' span (:func:`_spanned`, :data:`SPAN_BATCH` at a
+    time)."""
+    out = [False] * size
+    candidates = [(k, h > 0) for k, h in enumerate(held) if h.any() and not np.any((h > 0) & (h < counts))]
     if not candidates:
         return out
-    first_record = np.full(counts.size, n, dtype=np.int64)
-    np.minimum.at(first_record, label, np.arange(n))
-    incidence = _incidence(sets, first_record)
+    first = np.full(counts.size, n, dtype=np.int64)
+    np.minimum.at(first, label, np.arange(n))
+    incidence = _incidence(sets, first)
     for start in range(0, len(candidates), SPAN_BATCH):
         batch = candidates[start:start + SPAN_BATCH]
         for (k, _), spanned in zip(batch, _spanned(incidence, counts, [u for _, u in batch])):
