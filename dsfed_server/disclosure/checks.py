@@ -53,14 +53,17 @@ BUDGET_RULES = ("budget.epsilon_per_table", "budget.delta_per_table", "budget.ep
 # rules the site applies to every call's arguments, whatever the function (a function declares none of them)
 CALL_RULES = ("disclosure.combine_analyst_vectors",)
 # what the release gate applies to a declaration of cells or a subset's condition (:meth:`Guard.release`,
-# :meth:`Guard.subset_rows`): q, the secret margin, the cut history and the row-set audit
+# :meth:`Guard.subset_rows`): q, the secret margin, the cut history, the row-set audit and, for cells released alone,
+# another site's few records of a pooled cell (:meth:`Guard._thin_complement`)
 GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut_history",
-              "disclosure.subset_min_difference")
+              "disclosure.subset_min_difference", "secure_aggregation.pooled_thresholds")
 # what reading a derived column's expression applies (:meth:`Guard.derived_expression`)
 DERIVED_RULES = ("disclosure.derived_concentration", "disclosure.derived_dominance")
 # what a release of exact sums of columns applies (:meth:`Guard.exact_sums`): q, and the functions each
-# group of records answers, counted with the release history kept (cut_history)
-SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record")
+# group of records answers, counted with the release history kept (cut_history), and, alone, the records of a
+# few-valued column's levels against another site's few records of a pooled cell (:meth:`Guard._refuse_thin`)
+SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record",
+             "secure_aggregation.pooled_thresholds")
 # how many times a site's records the other sites of a fit summed over its whole table keep before its end counts
 # here, and the share of a function such an end counts (:meth:`Guard.peers_outnumber`, :meth:`Guard.exact_sums`)
 PEER_RULE = "disclosure.glm_peer_ratio"
