@@ -73,6 +73,18 @@ def both_orders(session, pooled_first: bool, x: str, alone) -> tuple[Any, Any]:
     return _refused(lambda: session.pooled("table2DDS", Ref(x), Ref("D$y"))), own
 
 
+def level_read(pooled: dict[str, Any], own: list[tuple[int, int]], level: str, truth: pd.DataFrame
+               ) -> tuple[int, int, int]:
+    """The pooled table's row ``level`` less the large sites' own (records, events), asserted to be the small site's
+    records there (``truth``), and the outcomes they read: all of them where 1 to q - 1 share one outcome."""
+    counts = np.asarray(pooled["counts"], dtype=int)
+    row, col = pooled["rows"].index(level), pooled["cols"].index("1")
+    records = int(counts[row].sum()) - sum(n for n, _ in own)
+    events = int(counts[row, col]) - sum(e for _, e in own)
+    assert (records, events) == (len(truth), int(truth["y"].sum()))  # the small site's share, exactly
+    return records, events, records if 0 < records < Q and events in (0, records) else 0
+
+
 def _refused(call) -> Any:
     """``call()``, or None where a site refuses it under ``secure_aggregation.pooled_thresholds``."""
     try:
@@ -108,12 +120,7 @@ def test_glm_factor_dummies_less_the_pooled_table_read_the_small_sites_level(tmp
               f"{'the GLMs' if pooled_first else 'the pooled table'} refused, 0 outcomes read")
         assert (own if pooled_first else pooled) is None
         return
-    counts = dict(zip(pooled["rows"], np.asarray(pooled["counts"], dtype=int).tolist()))
-    col = {c: k for k, c in enumerate(pooled["cols"])}
-    records = sum(counts["III"]) - sum(n for n, _ in own)
-    events = counts["III"][col["1"]] - sum(e for _, e in own)
-    assert (records, events) == (len(small), int(small["y"].sum()))  # the small site's share, exactly
-    read = records if 0 < records < Q and events in (0, records) else 0
+    records, events, read = level_read(pooled, own, "III", small)
     print(f"\ncontrol, GLM factor dummies ({'pooled first' if pooled_first else 'GLM first'}): the small site's grade "
           f"III records read: {records}, {events} with the event -> {read} outcomes read of its "
           f"{len(frames['small'])} records")
@@ -277,13 +284,7 @@ def test_a_binary_columns_sums_less_the_pooled_table_read_the_small_sites_record
               f"{'corDS' if pooled_first else 'the pooled table'} refused, 0 outcomes read")
         assert (own if pooled_first else pooled) is None
         return
-    counts = np.asarray(pooled["counts"], dtype=int)
-    row, col = pooled["rows"].index("1"), pooled["cols"].index("1")
-    records = int(counts[row].sum()) - sum(n for n, _ in own)
-    events = int(counts[row, col]) - sum(e for _, e in own)
-    truth = frames["small"][frames["small"]["g"] == 1]
-    assert (records, events) == (len(truth), int(truth["y"].sum()))
-    read = records if 0 < records < Q and events in (0, records) else 0
+    records, events, read = level_read(pooled, own, "1", frames["small"][frames["small"]["g"] == 1])
     print(f"\ncontrol, binary column ({'pooled first' if pooled_first else 'corDS first'}): the small site's records "
           f"with g = 1 read: {records}, {events} with the event -> {read} outcomes read of its 30 records")
     assert read == 2
