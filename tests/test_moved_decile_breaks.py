@@ -30,7 +30,7 @@ from conftest import inprocess_builder
 from dsfed_client.analyses.calibration import ds_hosmer_lemeshow
 from dsfed_client.calls import Ref
 from dsfed_server.disclosure.gate import Cut, Floor
-from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
+from dsfed_server.disclosure.protocol_cuts import REFINED, ProtocolCuts
 from dsfed_server.synthetic import seed000_scores
 from rref import r_eval, r_hl_on_edges
 from sitekit import make_sites
@@ -135,12 +135,12 @@ def test_a_break_that_cannot_move_is_dropped():
     history = [Cut(0.305, False), Cut(0.335, False), Cut(0.705, False)]
     cuts = ProtocolCuts(_History(history), x, None)  # type: ignore[arg-type]
     breaks = [Cut(0.29, True), Cut(0.32, True), Cut(0.5, True), Cut(0.72, True)]
-    counts = cuts.counted(breaks)
+    counts = cuts.counted(breaks)[REFINED]
     placed = cuts.placed(breaks, counts, Floor(Q), move=True)
     assert placed == [Cut(0.305, False), None, Cut(0.5, True), Cut(0.705, False)]
     assert cuts.placed(breaks, counts, Floor(Q), move=False) == [None, None, Cut(0.5, True), None]
     # two earlier cuts 3 records apart, both moved to: the cell between them is not released
-    assert cuts.placed([Cut(0.29, True), Cut(0.35, True)], cuts.counted([Cut(0.29, True), Cut(0.35, True)]),
+    assert cuts.placed([Cut(0.29, True), Cut(0.35, True)], cuts.counted([Cut(0.29, True), Cut(0.35, True)])[REFINED],
                        Floor(Q), move=True) == [None, None]
 
 

@@ -183,6 +183,14 @@ class Intervals:
         return np.sort(self.root)
 
     @property
+    def all_of_column(self) -> bool:
+        """The values are every record of the table column with a value, untransformed (a missing value the
+        column's own, not another column's): their intervals are the column's. A pooled release's sites agree on
+        it (:data:`SUBSET`)."""
+        column = self.column
+        return column is not None and column.transform.identity and self.x.size == column.values.size
+
+    @property
     def subset(self) -> bool:
         """The values are not the column's records, all of them (a subset, or records dropped)."""
         return self.column is not None and (not self.column.whole or self.x.size != self.column.values.size)
@@ -666,12 +674,20 @@ class PooledPlan:
     requested: tuple[Cut, ...]
     history: tuple[Cut, ...]
     shape: tuple[int, ...]
-    own_space: bool  # the release's own records differ from the column's (a subset): both are counted
     roots: dict[Cut, Cut] = field(default_factory=dict)  # a history cut in the values' units -> the column's
 
 
+COLUMN_COUNTS = "column_counts"  # a pooled vector's field: per refined cell, the column's records (all of them)
+SUBSET = "subset"  # a pooled vector's field: the sites whose records are not all of the column's (subset_share)
 SQUARES = "squares"  # a pooled vector's field: per cell, this site's count squared (scaled by SQUARE_UNIT)
 SQUARE_UNIT = 2.0 ** 20  # squares travel in this unit, so a cell of 10^8 records still fits the fixed point
+
+
+def subset_share(cells: Intervals) -> np.ndarray:
+    """This site's share of :data:`SUBSET`: 1 where its values have a column and are not all of its records
+    (:attr:`Intervals.all_of_column`). Summed, every site of a pooled release knows alike whether the cells are
+    intervals of the column at every site (a cut history keeps them apart) or a subset's somewhere."""
+    return np.asarray([float(cells.column is not None and not cells.all_of_column)])
 
 
 def squares(counts: np.ndarray, dominance: bool) -> np.ndarray:
@@ -745,7 +761,7 @@ def pooled_vector(cells: Cells, history: Sequence[Cut] = (), *, dominance: bool 
     totals = {f"total:{name}": np.array([float(v)]) for name, v in cells.totals.items()}
     if isinstance(cells, Categories):
         counts = np.bincount(cells.codes, minlength=int(np.prod(cells.shape))).astype(float)
-        return PooledPlan((), (), (), cells.shape, False), {"counts": counts, SQUARES: squares(counts, dominance),
+        return PooledPlan((), (), (), cells.shape), {"counts": counts, SQUARES: squares(counts, dominance),
                                                             **totals}
     roots = cells.from_root(history)  # a transformed column's history in the values' units (every site alike)
     own_history = tuple(sorted(roots))
@@ -753,10 +769,11 @@ def pooled_vector(cells: Cells, history: Sequence[Cut] = (), *, dominance: bool 
     size = len(refined) + 1
     counts, sums = cell_sums(cells.x, refined, cells.sums)
     fields = {"counts": counts, SQUARES: squares(counts, dominance), **{f"sum:{name}": v for name, v in sums.items()}}
-    own_space = cells.subset
-    if own_space:
-        fields["column_counts"] = cell_sums(cells.column_in_own_units(), refined)[0]
-    return PooledPlan(refined, cells.cuts, own_history, (size,), own_space, roots), {**fields, **totals}
+    # the column's records per cell, which a subset's differ from (records dropped: a condition, a missing value
+    # in another column), and whether they differ; every site sends both, so the vectors have one length
+    fields[COLUMN_COUNTS] = cell_sums(cells.column_in_own_units(), refined)[0] if cells.subset else counts.copy()
+    fields[SUBSET] = subset_share(cells)
+    return PooledPlan(refined, cells.cuts, own_history, (size,), roots), {**fields, **totals}
 
 
 def pooled_space(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[Cut], refined_counts: np.ndarray
@@ -891,9 +908,11 @@ def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray,
     return out
 
 
-def interval_column(cells: Intervals) -> str:
-    """The column ``cells`` are intervals of, over all its records; "" for a subset or values without one."""
-    return "" if cells.column is None or cells.subset else "$".join(cells.history_key)
+def interval_column(cells: Intervals, subset: bool) -> str:
+    """The column ``cells`` are intervals of, over all its records; "" for a subset (``subset``: pooled, some site's
+    records of the cells are not all of its column's) or values without one. Alike at every site of a pooled
+    release: the sites pair their cells with earlier ones by it (:func:`~.differencing.shared_pairs`)."""
+    return "" if cells.column is None or subset else "$".join(cells.history_key)
 
 
 def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray], floor: Floor,
@@ -918,8 +937,9 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
                              own_cells(cells.rows, cells.codes, counts), (), int(counts.size), plan.shape)
     position = {cut: i for i, cut in enumerate(plan.refined)}
     spaces = [pooled_space(plan.requested, plan.refined, plan.history, counts)]
-    if plan.own_space:
-        spaces.append(pooled_space(plan.requested, plan.refined, plan.history, pooled["column_counts"]))
+    own_space = float(np.ravel(pooled[SUBSET])[0]) > 0.5  # some site's records are not all of its column's
+    if own_space:
+        spaces.append(pooled_space(plan.requested, plan.refined, plan.history, pooled[COLUMN_COUNTS]))
     column = floor.column(cells.column)
     released_before = {canonical(h, column) for h in plan.history}
     same = [canonical(c, column) for c in plan.requested]
@@ -932,7 +952,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     if cells.policy == "refuse" and any(
             d is None for d in sound_cells(plan.refined, plan.requested, counts, on_column, checked, decided)):
         raise _refuse_small_bin(cells.what, floor, pooled=True)
-    if not plan.own_space:  # a cut not kept moves to the released cut nearest in value, if any
+    if not own_space:  # a cut not kept moves to the released cut nearest in value, if any
         decided = [d if d is KEEP else _nearest_by_value(c, plan.history) or d for c, d in zip(plan.requested, decided)]
     decided = sound_cells(plan.refined, plan.requested, counts, on_column, checked, decided)
     kept, dropped, moved = _effective(plan.requested, decided)
@@ -962,6 +982,6 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
                                               dominated=dominated, kept_pooled=pooled_share))
     new = [c for c in kept if c not in plan.roots]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
-    return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept],
-                         own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells)),
-                         tuple(kept), len(kept) + 1)
+    own = own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells, own_space))
+    return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept], own, tuple(kept),
+                         len(kept) + 1)

@@ -37,6 +37,9 @@ from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.disclosure.snapping import nearby_history_cut
 
 
+REFINED = "refined"  # a protocol's pooled field: the column's records between its candidates and the history's cuts
+
+
 class ProtocolCuts:
     """One site's side of the cuts a pooled protocol puts on the column ``column`` its ``values``
     come from (None: values without provenance, whose cuts are kept under their own ordering).
@@ -51,21 +54,25 @@ class ProtocolCuts:
         self.key = self.cells.history_key
         self.history = guard.pooled_history(self.key)
         self.refined: tuple[gate.Cut, ...] = ()
-
-    @property
-    def whole_column(self) -> bool:
-        """The values are all of a table column's records (not a subset, nor values without provenance)."""
-        return self.cells.column is not None and not self.cells.subset
+        self.whole_column: bool | None = None  # known from the pooled vector (:meth:`pooled_counts`)
 
     def to_root(self, cuts: Sequence[gate.Cut]) -> tuple[gate.Cut, ...]:
         """Cuts on the values as the column's cuts (a monotone transform mapped back)."""
         return self.cells.to_root(cuts)
 
-    def counted(self, candidates: Sequence[gate.Cut]) -> np.ndarray:
+    def counted(self, candidates: Sequence[gate.Cut]) -> dict[str, np.ndarray]:
         """This site's counts of the column's records between ``candidates`` (the column's cuts) and every
-        cut of its history: the field the sites pool before :meth:`fits`."""
+        cut of its history (:data:`REFINED`), the fields the sites pool before :meth:`fits`; and whether the
+        protocol's values are not all of the column's records here (:func:`gate.subset_share`: a condition, or a
+        missing value in another column of the call), so that every site knows whether they are at any site."""
         self.refined = tuple(sorted(set(candidates) | set(self.history)))
-        return gate.cell_sums(self.cells.root, self.refined)[0]
+        return {REFINED: gate.cell_sums(self.cells.root, self.refined)[0], gate.SUBSET: gate.subset_share(self.cells)}
+
+    def pooled_counts(self, pooled: dict[str, np.ndarray]) -> np.ndarray:
+        """The pooled counts of :meth:`counted`; on reading them, every site takes the protocol's cells for
+        intervals of the column alike (none of the sites' values a subset) or for a subset's alike."""
+        self.whole_column = self.cells.column is not None and float(np.ravel(pooled[gate.SUBSET])[0]) < 0.5
+        return pooled[REFINED]
 
     def fits(self, cuts: Sequence[gate.Cut], pooled_counts: np.ndarray, floor: gate.Floor,
              history: Sequence[gate.Cut] | None = None) -> np.ndarray:
@@ -160,6 +167,8 @@ class ProtocolCuts:
         self.guard.record_pooled_cells(self._own_cells(values, cuts, counts), self.rows)
 
     def _own_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> list[PooledCell]:
+        if self.whole_column is None:
+            raise RuntimeError("a protocol's cells before its pooled counts were read (ProtocolCuts.pooled_counts)")
         column = "$".join(self.key) if self.whole_column else ""
         return gate.own_cells(self.rows, gate.cell_index(values, cuts), counts, column)
 

@@ -217,7 +217,7 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
     cuts = ProtocolCuts(ctx.guard, p, ctx.root_column(score))
     root_leaves = cuts.to_root(leaves)  # the leaf edges as cuts on the score column (a transform mapped back)
     fields = {"negatives": np.concatenate(negatives), "positives": np.concatenate(positives),
-              "variance": np.asarray(out["variance"]), "refined": cuts.counted(root_leaves)}
+              "variance": np.asarray(out["variance"]), **cuts.counted(root_leaves)}
     if "n_negative" in out:
         fields["n_negative"] = np.asarray(float(out["n_negative"]))
         fields["n_positive"] = np.asarray(float(out["n_positive"]))
@@ -235,8 +235,9 @@ def _pooled_histograms(ctx: CallContext, out: dict[str, Any], negatives: list[np
                    "positives": [v.tolist() for v in np.split(pooled["positives"], split)]}
         if "n_negative" in pooled:
             release["n_negative"], release["n_positive"] = float(pooled["n_negative"]), float(pooled["n_positive"])
-        kept = yield CandidateCuts(cuts, root_leaves, pooled["refined"], floor)  # the leaf edges the gate keeps
-        added = earlier_edges(cuts, out["lower"], out["upper"], leaves, root_leaves, kept, pooled["refined"], floor)
+        refined = cuts.pooled_counts(pooled)
+        kept = yield CandidateCuts(cuts, root_leaves, refined, floor)  # the leaf edges the gate keeps
+        added = earlier_edges(cuts, out["lower"], out["upper"], leaves, root_leaves, kept, refined, floor)
         digest = content_digest(*(np.atleast_1d(v) for v in pooled.values())).hex()
         reference = derived_reference(release, kept, added)
         name = session.keep_derived("ref", digest, reference, SITE_DERIVED, sources, name_length)

@@ -93,15 +93,15 @@ class DecileSearch:
         breaks = gate.cuts_from(groups.breaks[1:-1], inclusive=True)  # R's cut(include.lowest = TRUE)
         roots = self.cuts.to_root(breaks)
         self.r_groups = len(breaks) + 1
-        fields = {**self.sums(breaks), "refined": self.cuts.counted(roots)}
+        fields = {**self.sums(breaks), **self.cuts.counted(roots)}
 
         def advance(pooled: dict[str, np.ndarray], floor: gate.Floor
                     ) -> Generator[Declared, Any, tuple[None, PooledSteps]]:
             keep = small_groups_merged(pooled["n"], floor.q)
-            placed, why, moved = yield from self.coarsened(list(roots), keep, pooled, pooled["refined"], floor, [],
-                                                           move=True)
+            refined = self.cuts.pooled_counts(pooled)
+            placed, why, moved = yield from self.coarsened(list(roots), keep, pooled, refined, floor, [], move=True)
             if moved:  # the groups are now others: their sums again, at the breaks placed
-                return None, self.moved_sums(placed, moved, why, pooled["refined"], dict(zip(roots, breaks)),
+                return None, self.moved_sums(placed, moved, why, refined, dict(zip(roots, breaks)),
                                              exact=groups.exact)
             return None, (yield from self.released(breaks, placed, pooled, exact=groups.exact, why=why, moved=()))
 

@@ -62,7 +62,7 @@ from dsfed_server.disclosure.declared import CandidateCuts, Declared, DominatedC
 from dsfed_server.disclosure.differencing import Rows
 from dsfed_server.disclosure.gate import Floor
 from dsfed_server.disclosure.mechanisms import content_digest
-from dsfed_server.disclosure.protocol_cuts import ProtocolCuts
+from dsfed_server.disclosure.protocol_cuts import REFINED, ProtocolCuts
 from dsfed_server.disclosure.relay import PooledSteps
 from dsfed_server.functions.curves import SITE_DERIVED
 from dsfed_server.functions.validation import complete_pairs, derived_rows, kept, outcome_and_score
@@ -266,17 +266,19 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
         return tuple(sorted(set(cuts.to_root([on_values[v] for v in logits]))))
 
     knot_cuts, bound_cuts = as_cuts(knots), [as_cuts([b])[0] for b in bounds]
-    counts = cuts.counted(set(knot_cuts) | set(bound_cuts))
+    counted = cuts.counted(set(knot_cuts) | set(bound_cuts))
     history = cuts.history
     column = cuts.cells.column
     identity = column is None or column.transform.identity
     grid = sorted(set(on_values.values()) | (set(history) if identity else set()))  # where a released cut can lie
-    fields = {"refined": counts, gate.SQUARES: cuts.squares(counts), "own": gate.cell_sums(values, grid)[0]}
+    fields = {**counted, gate.SQUARES: cuts.squares(counted[REFINED]), "own": gate.cell_sums(values, grid)[0]}
 
     def advance(pooled: dict[str, np.ndarray], floor: Floor
                 ) -> Generator[Declared, Any, tuple[dict[str, Any], None]]:
+        refined = cuts.pooled_counts(pooled)
+
         def fits(candidates: list[gate.Cut]) -> CandidateCuts:
-            return CandidateCuts(cuts, candidates, pooled["refined"], floor)
+            return CandidateCuts(cuts, candidates, refined, floor)
 
         final, knot_cuts_kept, moved = yield from _moved_knots(knots, list(knot_cuts), history, fits,
                                                                movable=identity)
@@ -289,12 +291,12 @@ def _gated_knots(cuts: ProtocolCuts, values: np.ndarray, knots: list[float], bou
                      "release these knots for this column")
         new = [c for c in knot_cuts_kept if c not in history]
         ends = sorted(set(bound_cuts))
-        kept_ends = dict(zip(ends, (yield CandidateCuts(cuts, ends, pooled["refined"], floor,
+        kept_ends = dict(zip(ends, (yield CandidateCuts(cuts, ends, refined, floor,
                                                         sorted(set(history) | set(new))))))
         kept = [kept_ends[c] for c in bound_cuts]
         released = [b if k else knot for b, k, knot in zip(bounds, kept, (final[0], final[-1]))]
         cells = knot_cuts_kept + [c for c, k in zip(bound_cuts, kept) if k]
-        if (yield DominatedCells(cuts, cells, pooled["refined"], pooled[gate.SQUARES], floor)):
+        if (yield DominatedCells(cuts, cells, refined, pooled[gate.SQUARES], floor)):
             raise DisclosureRefusal(
                 f"a cell between the knots (and the range's ends) would hold fewer than {floor.q} records outside "
                 "its largest contributing site: a site that made up its records could have placed a knot on "
