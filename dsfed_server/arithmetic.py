@@ -180,6 +180,14 @@ def _truth(values: np.ndarray, out: Evaluated) -> np.ndarray:
     return values
 
 
+def two_columns_compared(text: str) -> CallError:
+    """A comparison with a column on each side is a cut on their combination, which no cut history checks (the
+    records where ``k > thr`` holds, ``thr`` any column, are whatever the analyst makes them): not made, in an
+    expression or a subset condition alike."""
+    return CallError(f"{text[:80]!r}: a comparison takes a column (scaled or shifted by numbers) on one side and a "
+                     "number on the other", hint="e.g. D$age > 50")
+
+
 def _apply(node: Arith, read: Callable[[Leaf], np.ndarray], out: Evaluated) -> tuple[np.ndarray, bool]:
     op, args = node.op, [a.value for a in node.args]
     if op == "(":
@@ -192,8 +200,7 @@ def _apply(node: Arith, read: Callable[[Leaf], np.ndarray], out: Evaluated) -> t
         elif isinstance(forms[0], float):
             form, value, cut_op = _cut_operand(node, args[1], "a comparison"), forms[0], _FLIP[op]
         else:
-            raise CallError(f"{node.to_text()[:80]!r}: a comparison takes a column (scaled or shifted by numbers) "
-                            "on one side and a number on the other", hint="e.g. D$age > 50")
+            raise two_columns_compared(node.to_text())
         if form[1] < 0:
             cut_op = _FLIP[cut_op]
         out.conditions.append(Condition(form[0], cut_op, _at(form, value)))

@@ -151,7 +151,7 @@ def test_a_fit_summed_over_three_sites_taken_apart_reads_no_record(tmp_path: Pat
     print(f"ATTACK three relayed fits over three sites, the others' own parts subtracted (shipped rules): "
           f"read {read_now} of 10; refusals {refusals}")
     assert read_now == 0 and refusals == ["disclosure.sums_per_record"]  # at the attacked site only
-    monkeypatch.setattr(glm, "own_end", lambda ctx, rows: ctx.own_sums)  # the control: the end counted as before
+    monkeypatch.setattr(glm, "own_end", lambda ctx, rows, roots: ctx.own_sums)  # the control: the end counted as before
     monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)
     read_before, refusals_before = attack(tmp_path / "before")
     print(f"CONTROL the end of a fit over three sites not counted: read {read_before} of 10")

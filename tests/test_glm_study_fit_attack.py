@@ -154,7 +154,7 @@ def test_three_fits_of_a_ten_record_subset_read_nothing(tmp_path, truth, door):
 @pytest.mark.parametrize("door", [study_level, relayed], ids=["glmSLMADS2", "relayed"])
 def test_control_three_fits_counted_as_their_start_read_every_record(tmp_path, truth, door, monkeypatch):
     """The control: the fit's end counted as a fit pooled over three sites or more is (the start's moments)."""
-    monkeypatch.setattr(glm, "own_end", lambda ctx, rows: False)
+    monkeypatch.setattr(glm, "own_end", lambda ctx, rows, roots: False)
     monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)
     found, refusals = collected(tmp_path, truth, door)
     assert refusals == [] and all(f in found for f, _ in FITS)

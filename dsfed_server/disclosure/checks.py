@@ -758,10 +758,15 @@ class Guard:
             self.history.record_sums(rows.lineage, rows.n_root, [mine],  # type: ignore[union-attr]
                                      analyst=self._analyst)
 
-    def subset_of_table(self, rows: Rows) -> bool:
+    def subset_of_table(self, rows: Rows, complete: np.ndarray | None = None) -> bool:
         """Whether ``rows`` are a subset of their table as the row-set audit tells one: at least
-        ``disclosure.subset_min_difference`` records fewer than the records the site keeps of it."""
-        return rows.index.size <= self.kept_records(rows) - self.rule("disclosure.subset_min_difference")
+        ``disclosure.subset_min_difference`` records fewer than the records the site keeps of it, or, where
+        ``rows`` lie within ``complete`` (boolean over the table: the records a call's stored columns all hold a
+        value in), than the records it keeps of those."""
+        kept = self._kept(rows)
+        if complete is not None and complete.size == kept.size and complete[rows.index].all():
+            kept = kept & complete
+        return rows.index.size <= int(np.count_nonzero(kept)) - self.rule("disclosure.subset_min_difference")
 
     def kept_records(self, rows: Rows) -> int:
         """How many records the site keeps of the table ``rows`` are of (every release of it is over them)."""

@@ -398,7 +398,7 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
         functions.extend((f"{model}: score {text[j]}", all_roots, nonzero[j]) for j in range(p))
 
     least_squares = (fam.name, fam.link) == ("gaussian", "identity") and not weights
-    own = own_end(ctx, rows)
+    own = own_end(ctx, rows, all_roots)
     alone = own and not (ctx.pooled or ctx.beside)  # the site's own fit: its estimate is its records' alone
     if iterates:  # one fit: its model, offset and weights written exactly
         exact = {v: _exactly(ctx, read[v][0]) for v in (offset, weights) if v}
@@ -473,14 +473,32 @@ class SummedEnd:
     table: str
 
 
-def own_end(ctx: CallContext, rows: Rows) -> bool:
+def own_end(ctx: CallContext, rows: Rows, roots: tuple[str, ...]) -> bool:
     """Whether the analyst reads this site's own end of a fit over the records ``rows``: study-level, relayed over
     fewer than ``secure_aggregation.min_sites`` sites, or summed over more but over a subset of the table's records
     (:meth:`~dsfed_server.disclosure.checks.Guard.subset_of_table`), which the other sites' own parts over theirs,
     released per site, take out of the sum (three relayed fits of a ten-record subset beside subsets of 163 and
     169 records at two other sites read all ten). The few records a model's own values leave out (a prediction of
-    0 or 1 beside a logit) leave it the table's."""
-    return ctx.own_sums or ctx.guard.subset_of_table(rows)
+    0 or 1 beside a logit) leave it the table's; so do the records missing one of the model's ``roots`` as the
+    table stores it (:func:`stored_complete`): no analyst chooses them, and a fit over the rest is weighed beside
+    the other sites by the records it fits, as a fit over the whole table is."""
+    return ctx.own_sums or ctx.guard.subset_of_table(rows, stored_complete(ctx, rows, roots))
+
+
+def stored_complete(ctx: CallContext, rows: Rows, roots: tuple[str, ...]) -> np.ndarray | None:
+    """The records of ``rows``' table that hold a value of every one of ``roots`` as the table stores them (the
+    complete cases a model of them is fitted over, where no derived column or subset drops more); None where a root
+    is not a column of the table (a column without provenance, or one from another table)."""
+    present = np.ones(rows.n_root, dtype=bool)
+    for root in roots:
+        try:
+            column = ctx.service.catalog.column(rows.lineage, root)
+        except NotFound:
+            return None
+        if column.size != rows.n_root:
+            return None
+        present &= column.notna().to_numpy()
+    return present
 
 
 def _exactly(ctx: CallContext, vector: pd.Series) -> str:

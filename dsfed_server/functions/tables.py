@@ -14,6 +14,7 @@ import pandas as pd
 from dsfed_core.calltree import Column, Literal, Symbol
 from dsfed_core.errors import CallError, NotFound
 from dsfed_core.parser import parse
+from dsfed_server.arithmetic import two_columns_compared
 from dsfed_server.context import NOTE, CallContext, r_class
 from dsfed_server.disclosure import missingness, shared_tables
 from dsfed_server.disclosure.checks import GATE_RULES
@@ -236,7 +237,9 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name:
     """Rows of a table where ``V1 <op> V2`` holds, optionally some columns (dsBase ``dataFrameSubsetDS2``).
 
     Refused when the subset, or the rows it leaves out, would hold fewer than
-    the site's ``subset_min`` rows (dsBase's nfilter.subset checks the subset only).
+    the site's ``subset_min`` rows (dsBase's nfilter.subset checks the subset only). A numeric condition is a
+    cut on ``V1`` at the number ``V2``, which the release gate checks; two numeric vectors are not compared (as in
+    an expression: a cut on their combination, which no cut history holds).
     """
     n_rows = len(df_name)
     if keep_cols is not None and rm_cols is not None:
@@ -256,10 +259,12 @@ def data_frame_subset(ctx: CallContext, df_name: pd.DataFrame | RowSet, V1_name:
             raise CallError(f"{V1_name!r} and {V2_name!r} are not both numbers or both text/factor values")
         if text and symbol not in ("==", "!="):
             raise CallError(f"text and factor values can only be compared with == or !=, not {symbol}")
+        if not text and isinstance(right, pd.Series):
+            raise two_columns_compared(f"{V1_name} {symbol} {V2_name}")
         result = pd.array(compare(left, right), dtype="boolean")
         mask = result.fillna(keep_NAs).to_numpy(dtype=bool)
-    numeric_literal = "ONES" not in (V1_name, V2_name) and not text and not isinstance(right, pd.Series)
-    condition = condition_cells(ctx, left, symbol, float(right)) if numeric_literal else None
+    numeric = "ONES" not in (V1_name, V2_name) and not text  # then a number on the right: a cut on the left
+    condition = condition_cells(ctx, left, symbol, float(right)) if numeric else None
     n_cols = df_name.shape[1]
     columns = None
     if keep_cols is not None:
