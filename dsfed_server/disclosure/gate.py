@@ -184,11 +184,13 @@ class Intervals:
 
     @property
     def all_of_column(self) -> bool:
-        """The values are every record of the table column with a value, untransformed (a missing value the
-        column's own, not another column's): their intervals are the column's. A pooled release's sites agree on
-        it (:data:`SUBSET`)."""
+        """The values are every record of the table column with a value, untransformed, read from the table
+        itself (not a subset of it: its condition is the analyst's, and with it whether it drops a record with a
+        value) and dropping none but those the column misses: their intervals are the column's. A pooled
+        release's sites agree on it (:func:`subset_share`)."""
         column = self.column
-        return column is not None and column.transform.identity and self.x.size == column.values.size
+        return (column is not None and column.table_rows and column.transform.identity
+                and self.x.size == column.values.size)
 
     @property
     def subset(self) -> bool:
@@ -455,7 +457,7 @@ class Floor:
 
 
 def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, again: Sequence[bool],
-           outside: Sequence[bool], pick: Pick, same: Sequence[Any] | None = None) -> list[Any]:
+           outside: Sequence[bool], pick: Pick, same: Sequence[Any] | None = None, ends: bool = True) -> list[Any]:
     """Per requested cut: :data:`KEEP`; :data:`TWIN`, not kept because another new cut with no
     record between them is; or None, not kept (it would leave fewer than q records to a cut used,
     or sit at the rank of a released cut without being it).
@@ -480,7 +482,11 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, agai
       released at that end before: "nothing below t" is answered once, after which every cut there
       is at the rank of a released one, so a bisection for the smallest value stops at its first
       "empty" answer (it pins the value to a width w of its range W with probability about w / W).
-      With q = 1 (single records released) a group is kept whole anywhere.
+      With q = 1 (single records released) a group is kept whole anywhere. Without ``ends`` (values of no
+      table column: a combination of several columns, or values without provenance) an end is never answered
+      so: each such combination is a column of its own with its own first answer, and one built so that a
+      chosen record alone may lie at its end (``D$y*1000 - D$w`` with that record's ``w`` unique) would
+      answer what the record holds; the group is then dropped, as a cell of one record would be.
     * Cuts with the same ``same`` key are one cut (no value the column may hold lies between them:
       :func:`canonical`) and are kept together."""
     used = [sorted(history) for history, _ in spaces]
@@ -504,7 +510,7 @@ def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, agai
             if i < len(u) and u[i] == r:
                 at = history.get(r)
                 released = at is not None and bool(np.isfinite(at.value))
-                if floor.q <= 1 or (before is None and not released and r in (u[0], u[-1])):
+                if floor.q <= 1 or (ends and before is None and not released and r in (u[0], u[-1])):
                     end = True
                 else:
                     fits &= before is not None and released
@@ -597,7 +603,7 @@ def decide_local(cells: Intervals, floor: Floor, history: Sequence[Cut], pick: P
                       (_history_ranks(root, history), _ranks(root, [root_cuts[i] for i in chosen]))],
                      floor.on(*cells.history_key),
                      again=[c in released for c in same], outside=[outside(cells.cuts[i], column) for i in chosen],
-                     pick=pick, same=same)
+                     pick=pick, same=same, ends=column is not None)
     out: list[Any] = [None] * len(cells.cuts)
     for i, d in zip(chosen, decided):
         out[i] = d
@@ -798,7 +804,7 @@ def fits_pooled(cuts: Sequence[Cut], refined: Sequence[Cut], history: Sequence[C
     released = set(history)
     decided = decide([pooled_space(cuts, refined, history, refined_counts)], floor.on(*key),
                      again=[c in released for c in cuts],
-                     outside=[outside(c, None) for c in cuts], pick=first)
+                     outside=[outside(c, None) for c in cuts], pick=first, ends=key[0] != NO_TABLE)
     return np.array([d is KEEP for d in decided], dtype=bool)
 
 
@@ -946,7 +952,7 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     again = [c in released_before for c in same]
     public = [outside(c, column) for c in plan.requested]
     on_column = floor.on(*cells.history_key)  # the margins drawn for this column's cells
-    decided = decide(spaces, on_column, again=again, same=same, outside=public,
+    decided = decide(spaces, on_column, again=again, same=same, outside=public, ends=column is not None,
                      pick=seeded_pick(floor.key, *(repr(c) for c in plan.requested)))  # alike at every site
     checked = {c for c, d, a, o in zip(plan.requested, decided, again, public) if d is KEEP and (o or not a)}
     if cells.policy == "refuse" and any(

@@ -103,7 +103,8 @@ class RootColumn:
     """The site table column a vector's values come from.
 
     ``table`` and ``column`` name it; ``values`` are all its non-missing values at this site;
-    ``whole``: the vector is the whole column (the same records in the same order); ``transform``:
+    ``whole``: the vector is the whole column (the same records in the same order); ``table_rows``: the vector
+    holds every record the site keeps of the table (the table's column, not a subset's); ``transform``:
     the monotone transform the vector applied to the column; ``declared``: the range the data
     dictionary declares for the vector's values (the column's, transformed), or None; ``integer``:
     the dictionary declares whole numbers and the vector is not transformed (``age > 50`` and
@@ -116,6 +117,7 @@ class RootColumn:
     transform: Transform = IDENTITY
     declared: tuple[float, float] | None = None
     integer: bool = False
+    table_rows: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -247,7 +249,15 @@ def _root(rows: Rows, source: str, column: np.ndarray, values: np.ndarray, trans
     if index.size and not same and (index.max() >= column.size or not _agree(column, index, values)):
         return None
     whole = transform.identity and index.size == column.size and (rows.whole or _all_positions(index))
-    return RootColumn(rows.lineage, source, _counted(column, kept), whole, transform, declared, integer)
+    return RootColumn(rows.lineage, source, _counted(column, kept), whole, transform, declared, integer,
+                      _every_kept(rows, kept))
+
+
+def _every_kept(rows: Rows, kept: np.ndarray | None) -> bool:
+    """Whether ``rows`` are every record the site keeps of their table (``kept``: the others are left out)."""
+    if kept is None or kept.size != rows.n_root:
+        return rows.whole or (rows.index.size == rows.n_root and _all_positions(rows.index))
+    return rows.index.size == int(np.count_nonzero(kept)) and bool(kept[rows.index].all())
 
 
 def _counted(every: np.ndarray, kept: np.ndarray | None) -> np.ndarray:
