@@ -221,7 +221,8 @@ def _columns(spec: list[float] | None, n_cols: int, what: str) -> list[int]:
 _SUBSET_PARAMS = [
         Param("df.name", P.TABLE, "the table to subset, e.g. \"D\"", rows_only=True),
         Param("V1.name", P.STRING, "the vector compared, e.g. \"D$age\" (or \"ONES\" to keep every row)"),
-        Param("V2.name", P.STRING, "what it is compared with: a number (\"50\"), a quoted string, or a vector"),
+        Param("V2.name", P.STRING,
+              "what it is compared with: a number (\"50\"), a quoted string, or a text or factor vector"),
         Param("Boolean.operator.n", P.INTEGER, "1 ==, 2 !=, 3 <, 4 <=, 5 >, 6 >=", choices=tuple(_OPERATORS)),
         Param("keep.cols", P.NUMBERS, "column numbers to keep, e.g. \"1,3\"", required=False),
         Param("rm.cols", P.NUMBERS, "column numbers to drop, e.g. \"2\"", required=False),
