@@ -254,10 +254,13 @@ def test_dataFrameSubsetDS2_rules(tmp_path):
         # leaves them out of the table (docs/governance.md, "Missing values"), which holds 38
         session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$y", "10", 3, NULL, NULL, TRUE)')  # y < 10 or NA
         assert session.length("S$x").n == 10
-        session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$y", "T$x", 4, NULL, NULL, TRUE)')  # y <= x or NA
+        session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$y", "37", 4, NULL, NULL, TRUE)')  # y <= 37 or NA
         assert session.length("S$x").n == 38
-        session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$y", "T$x", 4, NULL, NULL, FALSE)')  # no NA left
+        session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$y", "37", 4, NULL, NULL, FALSE)')  # no NA left
         assert session.length("S$x").n == 38
+        with pytest.raises(FederatedCallError) as exc:  # two numeric columns: a cut on their combination
+            session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$y", "T$x", 4, NULL, NULL, FALSE)')
+        assert "a comparison takes a column" in exc.value.failures["s"].message
         with pytest.raises(FederatedCallError) as exc:
             session.assign_expr("S", 'dataFrameSubsetDS2("T", "T$g", "\'a\'", 3, NULL, NULL, FALSE)')
         assert "only be compared with == or !=" in exc.value.failures["s"].message
