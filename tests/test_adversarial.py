@@ -691,7 +691,7 @@ def _gate_view(scores: np.ndarray, labels: np.ndarray, breaks: np.ndarray, relea
     released the cuts ``released``, and how likely the site's secret draws made it so: the gate's
     algorithm is public, its key is not, so the attacker lets the pick take whichever cut of a group
     was released and every margin be what the released cuts need (:func:`_could_hold`)."""
-    from dsfed_server.disclosure.gate import KEEP, Intervals, cuts_from, decide_local
+    from dsfed_server.disclosure.gate import KEEP, Intervals, RootColumn, cuts_from, decide_local
 
     cuts = cuts_from(breaks[1:-1], True)
     x = np.sort(scores)
@@ -701,7 +701,8 @@ def _gate_view(scores: np.ndarray, labels: np.ndarray, breaks: np.ndarray, relea
     def pick(members):
         return next((m for m in members if cuts[m].value in released), members[0])
 
-    cells = Intervals(scores, cuts, render=lambda released: None)
+    column = RootColumn("t", "score", scores, True, declared=(0.0, 1.0))  # a table column, as the site's score
+    cells = Intervals(scores, cuts, render=lambda released: None, column=column)
     keep = np.r_[True, [d is KEEP for d in decide_local(cells, _could_hold(kept, log), [], pick)], True]
     edges = breaks[keep]
     at = _cells_of(scores, edges)
