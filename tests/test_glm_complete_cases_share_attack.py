@@ -62,15 +62,18 @@ def releases(session) -> tuple[dict, list[str]]:
             beta, info, score, _ = site_end(session, session, ("s2", "s3"), formula, "D")
             out[formula] = (beta, info, score, columns)
     except FederatedCallError as exc:
-        refusals += [e.rule or e.kind for e in exc.failures.values()]
+        refusals += [f"{site}: {e.rule or e.kind}" for site, e in exc.failures.items()]
     return out, refusals
 
 
-def attack(tmp: Path) -> tuple[int, list[str]]:
+def attack(tmp: Path, peers: dict[str, pd.DataFrame] | None = None, secrets: str = "complete cases share"
+           ) -> tuple[int, list[str]]:
+    """The records of the attacked site's ten complete cases read beside ``peers`` (default: two of 1,000 with
+    the same missing values), and the refusals (site: rule)."""
     truth = synthetic_frame(7, 60)
-    with fixed_secrets("complete cases share"):
-        provisioned, services = make_sites(tmp, {"s1": _band_only(truth), "s2": _band_only(synthetic_frame(8, 1000)),
-                                                 "s3": _band_only(synthetic_frame(9, 1000))})
+    peers = peers or {"s2": _band_only(synthetic_frame(8, 1000)), "s3": _band_only(synthetic_frame(9, 1000))}
+    with fixed_secrets(secrets):
+        provisioned, services = make_sites(tmp, {"s1": _band_only(truth), **peers})
     with inprocess_builder(provisioned, services).login() as session:
         found, refusals = releases(session)
     return (read(found, truth) if all(f in found for f, _ in FITS) else 0), refusals
@@ -80,7 +83,7 @@ def test_a_fit_over_complete_cases_taken_apart_reads_no_record(tmp_path: Path, m
     read_now, refusals = attack(tmp_path / "now")
     print(f"ATTACK three relayed fits over three tables, ten complete cases at the attacked site, the others' own "
           f"parts subtracted: read {read_now} of 10; refusals {refusals}")
-    assert read_now == 0 and refusals == ["disclosure.sums_per_record"]  # at the attacked site only
+    assert read_now == 0 and refusals == ["s1: disclosure.sums_per_record"]  # at the attacked site only
     monkeypatch.setattr(Guard, "peers_outnumber", lambda self, *args: False)  # the control: the end counted nowhere
     read_before, refusals_before = attack(tmp_path / "control")
     print(f"CONTROL the end counted nowhere: read {read_before} of 10")

@@ -45,9 +45,7 @@ from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_glm_complete_cases_share_attack import _band_only
-from test_glm_pooled_share_attack import read, site_end
-from test_glm_study_fit_attack import FITS
+from test_glm_complete_cases_share_attack import attack
 
 
 def _before_the_change(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,26 +69,9 @@ def _peers_uncounted(monkeypatch: pytest.MonkeyPatch, attacked: int) -> None:
 # Route 1 ---------------------------------------------------------------------------------------------------------
 
 def _small_peers_attack(tmp: Path) -> tuple[int, list[str]]:
-    truth = synthetic_frame(7, 60)
+    """The change's own attack (:func:`test_glm_complete_cases_share_attack.attack`) beside two peers of 20."""
     peers = {f"s{k}": synthetic_frame(seed, 1000).iloc[:20].reset_index(drop=True) for k, seed in ((2, 8), (3, 9))}
-    with fixed_secrets("h20 small peers"):
-        provisioned, services = make_sites(tmp, {"s1": _band_only(truth), **peers})
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
-        own = session.site_view("s1")
-        own.assign_expr("g", 'glmSLMADS.assign(y ~ score + age, "gaussian", NULL, NULL, "D")')
-        g = own.aggregate_expr('glmSLMADS2(y ~ score + age, "gaussian", NULL, NULL, "g", "D")')["s1"]
-        xtx = np.linalg.inv(np.asarray(g["cov.unscaled"], float))
-        xty = xtx @ np.asarray(g["coefficients"], float)[:, 0]
-        found: dict = {"n": round(xtx[0, 0]), "xtx": xtx, "xty": xty, "y": (xty[0], xty[0])}
-        refusals: list[str] = []
-        try:
-            for formula, columns in FITS:
-                beta, info, score, _ = site_end(session, session, ("s2", "s3"), formula, "D")
-                found[formula] = (beta, info, score, columns)
-        except FederatedCallError as exc:
-            refusals += [f"{site}: {e.rule}" for site, e in exc.failures.items()]
-    return (read(found, truth) if all(f in found for f, _ in FITS) else 0), refusals
+    return attack(tmp, peers, "h20 small peers")
 
 
 def test_similar_size_peers_cannot_take_ten_complete_cases_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
