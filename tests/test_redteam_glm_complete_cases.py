@@ -40,12 +40,13 @@ from scipy.special import expit
 
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
-from dsfed_client.analyses.glm import Formula, _parts_stream
+from dsfed_client.analyses.glm import Formula
 from dsfed_server.disclosure.checks import Guard
 from dsfed_server.functions import glm
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
 from test_glm_complete_cases_share_attack import attack
+from test_glm_pooled_share_attack import fit_end
 
 
 def _before_the_change(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,20 +114,6 @@ def _rotation_frames(missing: bool) -> tuple[pd.DataFrame, dict[str, pd.DataFram
     return truth, frames
 
 
-def _relayed(session) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    stream = _parts_stream(session.aggregation(False), FORMULA, "binomial", None, None, None, Ref("T"), link=None)
-    step = next(stream)
-    deviance = step.dev
-    for _ in range(30):
-        beta = np.linalg.solve(step.info, step.xwz)
-        step = stream.send(beta)
-        if abs(step.dev - deviance) / (abs(step.dev) + 0.1) < 1e-12:
-            break
-        deviance = step.dev
-    stream.close()
-    return beta, np.asarray(step.info, float), np.asarray(step.xwz, float), float(step.dev)
-
-
 def _rotation_attack(tmp: Path, missing: bool) -> tuple[int, list[str]]:
     """How many of the attacked site's ends over its complete cases the analyst takes apart exactly (each
     checked against the truth), and the refusals (site: rule)."""
@@ -144,7 +131,7 @@ def _rotation_attack(tmp: Path, missing: bool) -> tuple[int, list[str]]:
             try:
                 session.derive("W", "D$y" + "".join(f" + 0*D${c}" for c in columns))
                 session.assign_expr("T", 'cbindDS("W,D$score", "yy,score")')
-                beta, info, xwz, dev = _relayed(session)
+                beta, info, xwz, dev = fit_end(session, "yy ~ score", "T")
                 for peer in ("s2", "s3"):
                     parts = session.site_view(peer).aggregate("glmDS2", FORMULA, "binomial", [float(b) for b in beta],
                                                               None, None, Ref("T"))[peer]

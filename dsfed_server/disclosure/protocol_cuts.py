@@ -54,7 +54,7 @@ class ProtocolCuts:
         self.key = self.cells.history_key
         self.history = guard.pooled_history(self.key)
         self.refined: tuple[gate.Cut, ...] = ()
-        self.whole_column: bool | None = None  # known from the pooled vector (:meth:`pooled_counts`)
+        self.whole_column = False  # until the pooled vector says so (:meth:`pooled_counts`): paired as a subset's
 
     def to_root(self, cuts: Sequence[gate.Cut]) -> tuple[gate.Cut, ...]:
         """Cuts on the values as the column's cuts (a monotone transform mapped back)."""
@@ -167,8 +167,6 @@ class ProtocolCuts:
         self.guard.record_pooled_cells(self._own_cells(values, cuts, counts), self.rows)
 
     def _own_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> list[PooledCell]:
-        if self.whole_column is None:
-            raise RuntimeError("a protocol's cells before its pooled counts were read (ProtocolCuts.pooled_counts)")
         column = "$".join(self.key) if self.whole_column else ""
         return gate.own_cells(self.rows, gate.cell_index(values, cuts), counts, column)
 
