@@ -431,13 +431,7 @@ def _small_remainder(packed: np.ndarray, cell: PooledCell, earlier: list[tuple[n
     less the others' as the analyst sees them, is below ``min_difference`` too (three or more cells:
     ``A - B - C``, where no two differ by few records). The family subtracted is chosen greedily, largest
     first, with the new cell in it (or holding it); cells with no record here, and families of intervals of
-    one column, which the gate keeps apart, are left out.
-
-    Pooled, the difference of the counts is the sum of every site's remainder where the family lies inside
-    the container at every site, so it is at least this site's; a difference below this site's remainder
-    says the family holds records outside the container elsewhere, and is not a count of this site's
-    remainder (nor a sum of it with others'): it singles out none of its records, and nothing is refused
-    for it. Per site the counts are this site's own, and the difference is the remainder."""
+    one column, which the gate keeps apart, are left out."""
     size = set_size(packed)
     if size == 0:
         return False
@@ -459,8 +453,8 @@ def _small_remainder(packed: np.ndarray, cell: PooledCell, earlier: list[tuple[n
                 taken, counted, cells = np.bitwise_or(taken, old), counted + before.count, cells + 1
                 columns.add(before.column)
         left = total - set_size(taken)
-        if cells < 2 or left <= 0 or left >= min_difference or not left <= count - counted < min_difference:
-            return False  # one cell subtracted is a pair, checked above; a difference below `left` is none
+        if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
+            return False  # one cell subtracted is a pair, checked above
         return not (len(columns) == 1 and "" not in columns)  # intervals of one column: the gate's
 
     if remainder(packed, size, cell.count, [], {cell.column}):  # the new cell holds earlier ones
