@@ -184,8 +184,12 @@ def test_non_adjacent_union_by_an_abs_column_reads_the_small_sites_records(tmp_p
                 out[k] = cells
             return out
 
+        notes: list[str] = []
+
         def pooled() -> pd.DataFrame:
-            return ds_threshold_metrics(session, "D$y", "D$score", THRESHOLDS, secure=True).to_frame()
+            metrics = ds_threshold_metrics(session, "D$y", "D$score", THRESHOLDS, secure=True)
+            notes.append(metrics.bins.note())
+            return metrics.to_frame()
 
         if pooled_first:
             together = pooled()
@@ -193,6 +197,8 @@ def test_non_adjacent_union_by_an_abs_column_reads_the_small_sites_records(tmp_p
         else:
             own = alone()
             together = pooled()
+    if checks == "shipped" and not pooled_first:  # the bins merged around the union say which rule
+        assert RULE in notes[0] and list(together.index) != list(THRESHOLDS)
     small, read, released = frames["small"], 0, 0
     for k, _, bins in UNIONS:
         edges = [round(t, 6) for t in together.index]

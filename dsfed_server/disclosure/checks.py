@@ -1020,8 +1020,9 @@ class Guard:
                     "disclosure.subset_min_difference",
                     "ask for fewer or wider cells, or over the whole table or a subset that differs more")
             drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
-            only_pooled = {cuts[min(j, len(cuts) - 1)] for j in exposed} - {
-                cuts[min(j, len(cuts) - 1)] for j in objected - exposed}
+            pooled_rule = exposed | apart_union  # merged for secure_aggregation.pooled_thresholds
+            only_pooled = {cuts[min(j, len(cuts) - 1)] for j in pooled_rule} - {
+                cuts[min(j, len(cuts) - 1)] for j in objected - pooled_rule}
             return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
                                         kept_pooled | only_pooled)
 
