@@ -38,7 +38,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
-from dsfed_server.disclosure.unions import breaking_cell, kind_of, labels, spanned, union_of_cells
+from dsfed_server.disclosure.unions import kind_of, labels, spanned, union_of_cells
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -72,10 +72,7 @@ PEER_RULE = "disclosure.glm_peer_ratio"
 UNCOUNTED = 1e8
 # a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
 # and how many of its records of it no release of that site alone gives
-THIN, HIDDEN, UNAUDITED, UNION = "thin", "hidden", "unaudited", "union"
-UNION_ALONE = ("a site released alone before the records of some of these pooled cells together, cells that the "
-               "sites do not check as one (intervals apart, some of a row's cells, two categories): the pooled count "
-               "of those cells less the sites' own would be the other sites' records of them, a few at some site")
+THIN, HIDDEN, UNAUDITED = "thin", "hidden", "unaudited"
 THIN_COMPLEMENT = ("with what this site released alone before (by any analyst), this would give the number of its "
                    "records of a cell released pooled before in which another site held fewer than q records: once "
                    "the other sites release theirs alone too, the pooled count less theirs would be those few "
@@ -974,9 +971,6 @@ class Guard:
         spans = cell_spans(release.n_cells, in_order, release.shape)
         shares = self._shares(release, rows, spans)
         kind = kind_of(in_order, release.shape)
-        joined = self._alone_unions(release, rows, kind)
-        union = np.zeros(release.n_cells if release.cuts else 1)
-        union[[k if release.cuts else 0 for k in joined]] = 1
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
@@ -993,11 +987,6 @@ class Guard:
             exposed = apart({merged_at(spans[k], release.n_cells)
                              for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
             objected |= exposed if release.cuts else {0} if exposed else set()  # a span's last cell merges upwards
-            apart_union = set(np.flatnonzero(np.ravel(pooled.get(UNION, np.zeros(0))) > 0.5).tolist())
-            if apart_union and not release.cuts:
-                raise self._refuse(UNION_ALONE, "secure_aggregation.pooled_thresholds",
-                                   "ask for other cells, or pooled first and those cells' union not alone after")
-            objected |= apart_union
             if not objected:
                 cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
@@ -1020,14 +1009,12 @@ class Guard:
                     "disclosure.subset_min_difference",
                     "ask for fewer or wider cells, or over the whole table or a subset that differs more")
             drop = {cuts[min(j, len(cuts) - 1)] for j in objected}
-            pooled_rule = exposed | apart_union  # merged for secure_aggregation.pooled_thresholds
-            only_pooled = {cuts[min(j, len(cuts) - 1)] for j in pooled_rule} - {
-                cuts[min(j, len(cuts) - 1)] for j in objected - pooled_rule}
+            only_pooled = {cuts[min(j, len(cuts) - 1)] for j in exposed} - {
+                cuts[min(j, len(cuts) - 1)] for j in objected - exposed}
             return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
                                         kept_pooled | only_pooled)
 
-        return PooledSteps({"objections": vector, "tag": tag, UNION: union, **pairs.fields, **shares}, advance,
-                           frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, **pairs.fields, **shares}, advance, frac_bits=8)
 
     def _shares(self, release: PooledRelease, rows: Rows | None, spans: list[Span]
                 ) -> dict[str, np.ndarray]:
@@ -1073,25 +1060,6 @@ class Guard:
             if kind:
                 self.history.record_pooled_release(rows.lineage, rows.n_root, kind,  # type: ignore[union-attr]
                                                    [c.cell_id for c in cells], analyst=self._analyst)
-
-    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> set[int]:
-        """The cells of a pooled release (laid out as ``kind``) to merge, one per union of them that no span
-        stands for (:func:`~dsfed_server.disclosure.unions.spanned`) whose records here a release of this site
-        alone gave before (:meth:`_alone_sets`): released, the union's pooled count less the sites' own would be
-        the other sites' records of it, which the spans' checks do not see. Merging a cell of it with one outside
-        leaves the union no union of the coarsened release's cells."""
-        if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
-            return set()
-        n = rows.n_root  # type: ignore[union-attr]
-        cells = [packed_set(c.rows) for c in release.own_cells]
-        cell_of = labels(cells, n)
-        sizes = np.array([set_size(c) for c in cells])
-        out: set[int] = set()
-        for member in self._alone_sets(rows):  # type: ignore[arg-type]
-            positions = union_of_cells(member, cell_of, sizes)
-            if positions is not None and not spanned(positions, sizes, kind):
-                out.add(breaking_cell(positions))
-        return out
 
     def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
         """A record (its table position) of a pooled cell another site held 1 to q - 1 records of (``thin``: this

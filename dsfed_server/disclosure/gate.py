@@ -341,9 +341,9 @@ def coarsening_reason(floor: Floor, history: Sequence[Cut], dropped: Sequence[Cu
         reasons.append(f"{audited} edge(s) merged as a bin would differ from a subset or cell released before from "
                        "this table in too few records (disclosure.subset_min_difference)")
     if kept_pooled:
-        reasons.append(f"{kept_pooled} edge(s) merged as a site holds, or may hold, fewer than q records of a bin "
-                       "(or of bins apart whose union a site released alone) released pooled, which the sites' "
-                       "releases alone would then give by subtraction (secure_aggregation.pooled_thresholds)")
+        reasons.append(f"{kept_pooled} edge(s) merged as a site holds fewer than q records of a bin released pooled, "
+                       "which the sites' releases alone would then give by subtraction "
+                       "(secure_aggregation.pooled_thresholds)")
     if dominated:
         reasons.append(f"{dominated} edge(s) merged as a pooled bin would hold fewer than {floor.q} records outside "
                        "its largest sites (secure_aggregation.dominance_sites)")

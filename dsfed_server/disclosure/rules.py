@@ -480,7 +480,7 @@ class SecureAggregation(_RulesSection):
             "alone (cells, subsets, exact sums) its records of a pooled cell in which another site held 1 "
             "to q - 1 records, so the pooled count less the other sites' own never gives them; nor a union "
             "of pooled cells no span stands for (bins apart, some of a row's cells) where a span in it was "
-            "thin, and such a union released alone before merges the pooled cells. What it "
+            "thin. What it "
             "does not protect: a pooled cell that one site holds entirely is no different from that site "
             "releasing it alone. "
             "false: each site applies its rules to its own contribution before masking."
