@@ -2,9 +2,8 @@
 first version (which checked row sets only, and runs of up to 8 bins), measured. The truth is known
 (tests/test_pooled_complement_attack.py's frames, three in-process sites under the shipped rules
 ``disclosure_rules/default.toml``); every test runs both orders (the pooled release first, or the large sites' own
-first). Now routes 1, 3 and 4 read nothing, and route 2 nothing where the pooled release comes first (the controls
-switch the new part off and read what the first version gave); route 2 with the releases alone first is the
-residual the docs state, pinned at what it reads.
+first). Now none of the four reads anything (the controls of routes 1, 2 and 4 switch the new part off and read
+what the first version gave).
 
 1. A per-site GLM with a factor covariate. ``glmDS2(y ~ grade, "binomial", "0,0,0", ...)`` at a large site
    releases X'WX and X'Wz at beta = 0: with W = 1/4, the diagonal entry of the dummy ``grade=III`` is a quarter of
@@ -24,10 +23,10 @@ residual the docs state, pinned at what it reads.
    union test (kink 0.45: bins [0.1, 0.2) and [0.7, 0.8)), 2 of its 12 records' outcomes are read (both events),
    in either order. A second kink on the same table (0.55, 0.65) is merged or refused: its cells combine with the
    first's into single bins, which the checks see. Now a site keeps how each pooled release's cells lie, and a
-   union of them that no span stands for is refused alone where a thin span lies in it (``Guard._thin_union``):
-   pooled first, 0 read (the control, with it off, reads the 2). Alone first it still reads 2, pinned: merging
-   every union a site released alone before, whatever the others hold, refused honest analyses (a subgroup of
-   two grades, then the pooled table of grade by outcome), and was withdrawn.
+   union of them that no span stands for is refused alone where a thin span lies in it (pooled first:
+   ``Guard._thin_union``), and merged at the pooled release, in a second sealed step, where a site released it
+   alone before and another site was thin in a cell of it (alone first: ``Guard._alone_unions``,
+   ``Guard._union_round``): 0 read in both orders; the control, both off, reads the 2.
 3. A run of more than 8 adjacent pooled bins (admitted too), reached with the shipped thresholds' grain: a pooled
    ``thresholdBinsDS`` at 19 thresholds 0.05 .. 0.95 (cells of 0.05) over a small site of 20 high-risk records (3
    below 0.5, none with the event: a specialised clinic) and two sites of 200; each large site alone at 0.5 (a cut
@@ -145,8 +144,10 @@ def _pooled_bin(pooled: pd.DataFrame, lower: float) -> tuple[int, int]:
 
 
 def _unions_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The control of route 2: a union of pooled cells no span stands for not refused alone after the pooled release."""
+    """The control of route 2: a union of pooled cells no span stands for neither refused alone after the pooled
+    release nor merged at one after it was released alone."""
     monkeypatch.setattr(Guard, "_thin_union", lambda self, *args: None)
+    monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [])
 
 
 @pytest.mark.parametrize("checks", ["shipped", "control"])
@@ -210,9 +211,7 @@ def test_non_adjacent_union_by_an_abs_column_reads_the_small_sites_records(tmp_p
     order = "pooled first" if pooled_first else "alone first"
     print(f"\n{'control, ' if checks == 'control' else ''}non-adjacent unions ({order}): {read} outcomes read of the "
           f"small site's {len(small)} records ({released} of {len(UNIONS)} unions released both ways)")
-    # pooled first: 0 (the union refused alone where a thin bin lies in it); alone first: the residual the docs state,
-    # pinned at what it reads (a pooled release does not yet see unions the sites released alone before it)
-    assert read == (2 if checks == "control" or not pooled_first else 0)
+    assert read == (2 if checks == "control" else 0)
 
 
 def _skewed() -> dict[str, pd.DataFrame]:

@@ -1,14 +1,14 @@
-"""Red team of "Unions no span stands for" (``Guard._thin_union``, the ``pooled_releases`` history;
-docs/governance.md), measured on three in-process sites under the shipped rules (``disclosure_rules/default.toml``):
-an honest small site of 12 and two large sites of 400, a normal analyst.
+"""Red team of "Unions no span stands for" (``Guard._thin_union``, ``Guard._alone_unions``, the
+``pooled_releases`` history; docs/governance.md), measured on three in-process sites under the shipped rules
+(``disclosure_rules/default.toml``): an honest small site of 12 and two large sites of 400, a normal analyst.
 
 The small site's 12 records lie in the bins [0.3, 0.4) (5), [0.4, 0.5) (5) and [0.7, 0.8) (2, both with the event) of
 the pooled ``thresholdBinsDS`` at 0.1, ..., 0.9; nothing in [0.1, 0.2). The union of the bins [0.1, 0.2) and
 [0.7, 0.8) holds 2 of its records: pooled, less the large sites' own records of it, their outcomes.
 
 1. One row set that is the union (route 2 of tests/test_redteam_pooled_complement.py, folded by a polynomial rather
-   than ``abs``): ``d2 = (D$score - 0.45)^2`` at 0.0625 and 0.1225 at each large site. Pooled first: 0 read (the
-   control, ``_thin_union`` off, reads the 2, as the code before did). Alone first: 2, the residual the docs state.
+   than ``abs``): ``d2 = (D$score - 0.45)^2`` at 0.0625 and 0.1225 at each large site: 0 read in both orders (the
+   control, ``_thin_union`` and ``_alone_unions`` off, reads the 2, as the code before did).
 2. HOLE: the union as the difference of two row sets, neither a union that no span stands for. At each large site
    alone: ``thresholdBinsDS`` on the score at the pooled cuts 0.1 and 0.8 (the run [0.1, 0.8)), and on
    ``abs(D$score - 0.45)`` at 0.25 and 0.39: its cell below 0.25 is the run [0.2, 0.7); its other two cells cut
@@ -24,11 +24,11 @@ the pooled ``thresholdBinsDS`` at 0.1, ..., 0.9; nothing in [0.1, 0.2). The unio
 4. Some of a table's cells (grade 2 with the event, grade 3) by a derived column of few values: closed before and
    after (the older checks see each value's records).
 
-Honest use, no site holding 1 to q - 1 records of anything: a first version also merged, at the pooled release,
-every union a site had released alone before, whatever the others held; it refused the pooled table of grade by
-outcome after each site's event rate among grades II and III, and dropped the pooled cut 0.2 after each site's
-metrics among confident predictions (``abs(D$score - 0.5)`` at 0.3). It was withdrawn; both are released again
-(the two tests below).
+Honest use, no site holding 1 to q - 1 records of anything: a first version merged, at the pooled release, every
+union a site had released alone before, whatever the others held; it refused the pooled table of grade by outcome
+after each site's event rate among grades II and III, and dropped the pooled cut 0.2 after each site's metrics among
+confident predictions (``abs(D$score - 0.5)`` at 0.3). Now a site objects to such a union only in a second sealed
+step, where another site was thin in a cell of it; both are released (the two tests below).
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ def _frames() -> dict[str, pd.DataFrame]:
 
 
 def _unions_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The control: a union of pooled cells no span stands for not refused alone (the code before the check)."""
+    """The control: a union of pooled cells no span stands for neither refused alone nor merged (the code before the
+    checks)."""
     monkeypatch.setattr(Guard, "_thin_union", lambda self, *args: None)
+    monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [])
 
 
 def _at(frame: pd.DataFrame, t: float) -> np.ndarray:
@@ -160,8 +162,7 @@ def test_a_polynomial_fold_of_the_score_reads_no_outcome(tmp_path: Path, pooled_
     read, how = _run(tmp_path, pooled_first, _polynomial)
     print(f"\n{'control, ' if checks == 'control' else ''}(score - 0.45)^2 "
           f"({'pooled first' if pooled_first else 'alone first'}): {read} outcomes read of 12 ({how})")
-    # alone first: the residual the docs state (a pooled release does not see unions released alone before it)
-    assert read == (2 if checks == "control" or not pooled_first else 0)
+    assert read == (2 if checks == "control" else 0)
 
 
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
@@ -171,8 +172,8 @@ def test_two_releases_alone_whose_difference_is_the_union_read_the_small_sites_r
     print(f"\n[0.1, 0.8) less abs(score - 0.45) < 0.25 ({'pooled first' if pooled_first else 'alone first'}): "
           f"{read} outcomes read of 12 ({how})")
     # HOLE: neither release alone is a union no span stands for (a run; cells that cut pooled bins), and the bin
-    # [0.7, 0.8) alone is not derivable, so neither _thin_union nor _thin_complement (pooled first) nor the HIDDEN
-    # spans (alone first) object; the code before the check reads the same 2.
+    # [0.7, 0.8) alone is not derivable, so neither _thin_union nor _thin_complement (pooled first) nor
+    # _alone_unions nor the HIDDEN spans (alone first) object; the code before the checks reads the same 2.
     assert read == 2
 
 
@@ -241,8 +242,8 @@ def test_a_union_of_cells_of_two_pooled_releases_reads_the_small_sites_records(t
     men and over the women), and at each large site alone ONE row set: the cell of ``abs(w - 1)`` between 0.2 and
     0.3, ``w = D$score + D$sex``: the men's bin [0.7, 0.8) and the women's bin [0.2, 0.3). It is a union of cells
     of two pooled releases, and of no one release's cells (each holds records outside the other's cells), so
-    ``union_of_cells`` answers None for each and ``_thin_union`` (pooled first) does not see it; the small site
-    holds 2 records of it (both men of [0.7, 0.8), with the event)."""
+    ``union_of_cells`` answers None for each and neither ``_thin_union`` (pooled first) nor ``_alone_unions``
+    (alone first) sees it; the small site holds 2 records of it (both men of [0.7, 0.8), with the event)."""
     frames = _by_sex()
     provisioned, services = make_sites(tmp_path, frames)
     with inprocess_builder(provisioned, services).login() as session:

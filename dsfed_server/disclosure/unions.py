@@ -8,8 +8,9 @@ row's cells, two levels of a factor. The pooled counts of those cells, summed, l
 the same records, are the remaining site's records of them (Denning & Schlörer 1983): a union no span stands for.
 
 :func:`union_of_cells` finds the cells whose union a row set is at this site (the cells that hold records here and
-lie inside it, where every other cell lies outside it), and :func:`spanned` says whether the sites checked that
-union as one.
+lie inside it, where every other cell lies outside it), :func:`spanned` says whether the sites checked that union
+as one, and :func:`breaking_cell` names the cell whose merger with the next leaves a union of intervals apart no
+union of the coarsened release's cells.
 """
 
 from __future__ import annotations
@@ -68,3 +69,13 @@ def spanned(positions: tuple[int, ...], sizes: np.ndarray, kind: str) -> bool:
         grid = np.arange(rows * cols).reshape(rows, cols)
         return any(chosen == set(line.tolist()) for line in (*grid, *grid.T))
     return False
+
+
+def breaking_cell(positions: tuple[int, ...]) -> int:
+    """Of a union of intervals apart (``positions``), the cell whose merger with the next breaks it: the last of its
+    first run, whose next cell lies outside the union."""
+    ordered = sorted(positions)
+    for a, b in zip(ordered, ordered[1:]):
+        if b != a + 1:
+            return a
+    return ordered[-1]
