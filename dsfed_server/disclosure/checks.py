@@ -1111,8 +1111,9 @@ class Guard:
         cells = [packed_set(c.rows) for c in release.own_cells]
         cell_of = labels(cells, n)
         sizes = np.array([set_size(c) for c in cells])
+        counts = np.array([c.count for c in release.own_cells])
         found = (union_of_cells(member, cell_of, sizes) for member in self._alone_sets(rows))  # type: ignore[arg-type]
-        return sorted({positions for positions in found if positions is not None and not spanned(positions, sizes,
+        return sorted({positions for positions in found if positions is not None and not spanned(positions, counts,
                                                                                                   kind)})
 
     def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
@@ -1134,9 +1135,10 @@ class Guard:
             packed_cells = [packed_set(c.rows) for c in cells]
             cell_of = labels(packed_cells, n)
             sizes = np.array([set_size(c) for c in packed_cells])
+            counts = np.array([c.count for c in cells])
             for packed, cell in candidates:
                 positions = union_of_cells(packed, cell_of, sizes)
-                if positions is not None and not spanned(positions, sizes, kind):
+                if positions is not None and not spanned(positions, counts, kind):
                     return int(np.flatnonzero(bits(cell, n))[0])
         return None
 

@@ -42,10 +42,12 @@ def labels(cells: list[np.ndarray], n: int) -> np.ndarray:
 
 def union_of_cells(member: np.ndarray, cell_of: np.ndarray, sizes: np.ndarray) -> tuple[int, ...] | None:
     """The positions of the cells (``cell_of``: :func:`labels`; ``sizes``: each cell's records here) whose records
-    here are exactly the row set ``member`` (packed), where it is two or more of them; None otherwise (a record of
-    ``member`` in no cell, a cell it holds part of, or fewer than two)."""
+    here are exactly those of the row set ``member`` (packed) in any cell, where it is two or more of them; None
+    otherwise (a cell it holds part of, or fewer than two). Its records in no cell (an outcome missing, a record
+    outside the release) are left out: their count comes apart from the cells' (complete cases, ``Nvalid``)."""
     inside = cell_of[bits(member, cell_of.size).astype(bool)]
-    if inside.size == 0 or np.any(inside < 0):
+    inside = inside[inside >= 0]
+    if inside.size == 0:
         return None
     held = np.bincount(inside, minlength=sizes.size)
     touched = np.flatnonzero(held)
@@ -54,13 +56,14 @@ def union_of_cells(member: np.ndarray, cell_of: np.ndarray, sizes: np.ndarray) -
     return tuple(int(k) for k in touched)
 
 
-def spanned(positions: tuple[int, ...], sizes: np.ndarray, kind: str) -> bool:
-    """Whether the cells at ``positions`` (of a release of ``sizes.size`` cells laid out as ``kind``) are a union
-    the sites checked as one: adjacent intervals (a run longer than the runs checked is left, as the documented
-    bound of the check), a whole row or column of a table, or every cell that holds records here (the release's
-    total, which its own rules govern). Cells apart, some of a row's, or two categories are not."""
+def spanned(positions: tuple[int, ...], counts: np.ndarray, kind: str) -> bool:
+    """Whether the cells at ``positions`` (of a release of ``counts.size`` cells laid out as ``kind``; ``counts``:
+    their pooled counts) are a union the sites checked as one: adjacent intervals (a run longer than the runs
+    checked is left, as the documented bound of the check), a whole row or column of a table, or every cell the
+    pooled release holds records of (its total, which its own rules govern). Cells apart, some of a row's, or two
+    categories are not; nor every cell this site holds records of where another site holds the rest."""
     chosen = set(positions)
-    if chosen >= set(np.flatnonzero(sizes).tolist()):
+    if chosen >= set(np.flatnonzero(counts).tolist()):
         return True
     if kind == ORDERED:
         return max(positions) - min(positions) + 1 == len(positions)
