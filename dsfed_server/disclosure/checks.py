@@ -991,6 +991,7 @@ class Guard:
             exposed = apart({merged_at(spans[k], release.n_cells)
                              for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
             objected |= exposed if release.cuts else {0} if exposed else set()  # a span's last cell merges upwards
+
             def finish() -> tuple[Any, None]:
                 cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
