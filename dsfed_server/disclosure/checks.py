@@ -1001,7 +1001,8 @@ class Guard:
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
-            if not objected and thin.any():  # some site thin in a cell (alike at every site): unions released alone
+            held = float(np.ravel(pooled[UNION])[0]) > 0.5  # some site released a union of these cells alone
+            if not objected and held and thin.any():  # and some site is thin in a cell (alike at every site)
                 elsewhere = thin - shares[THIN][:release.n_cells] > 0.5
                 return None, self._union_round(release, unions, elsewhere, finish,
                                                lambda drop: self.coarsened(attempt, rows, on_release, exclude | drop,
@@ -1028,12 +1029,14 @@ class Guard:
             return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
                                         kept_pooled | only_pooled)
 
-        return PooledSteps({"objections": vector, "tag": tag, **pairs.fields, **shares}, advance, frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray([float(bool(unions))]), **pairs.fields,
+                            **shares}, advance, frac_bits=8)
 
     def _union_round(self, release: PooledRelease, unions: list[tuple[int, ...]], elsewhere: np.ndarray,
                      finish: Callable[[], tuple[Any, None]], merge: Callable[[frozenset[Cut]], PooledSteps]
                      ) -> PooledSteps:
-        """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of: each site objects,
+        """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of, where some site
+        released a union of its cells alone before (the first step sums a flag of each): each site objects,
         per union of the cells that no span stands for whose records here it released alone before (``unions``,
         :meth:`_alone_unions`), to the union's last cell of its first run where another site was thin in a cell of it
         (``elsewhere``, per cell), so that merged with the next cell it leaves the union no union of the released
