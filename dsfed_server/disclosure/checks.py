@@ -38,6 +38,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
+from dsfed_server.disclosure.unions import breaking_cell, kind_of, labels, spanned, union_of_cells
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -71,7 +72,10 @@ PEER_RULE = "disclosure.glm_peer_ratio"
 UNCOUNTED = 1e8
 # a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
 # and how many of its records of it no release of that site alone gives
-THIN, HIDDEN, UNAUDITED = "thin", "hidden", "unaudited"
+THIN, HIDDEN, UNAUDITED, UNION = "thin", "hidden", "unaudited", "union"
+UNION_ALONE = ("a site released alone before its records of some of these pooled cells together, cells the sites do "
+               "not check as one (intervals apart, some of a row's cells, two categories), and another site holds 1 "
+               "to q - 1 records of one of them: the pooled count of those cells less the sites' own would give them")
 THIN_COMPLEMENT = ("with what this site released alone before (by any analyst), this would give the number of its "
                    "records of a cell released pooled before in which another site held fewer than q records: once "
                    "the other sites release theirs alone too, the pooled count less theirs would be those few "
@@ -859,7 +863,7 @@ class Guard:
         for cell, was, now in zip(thin, before, after):
             if now and not was:
                 return int(np.flatnonzero(bits(cell, n))[0])
-        return None
+        return self._thin_union(row_sets, rows, thin)
 
     def _public_shares(self, cells: list[np.ndarray], spans: list[Span], rows: Rows | None) -> list[bool]:
         """Which of this site's records of the spans of pooled cells (``cells``, packed) its releases alone give
@@ -966,8 +970,11 @@ class Guard:
         else:  # nothing to merge (categories, a protocol's groups): one objection, every site's vector alike
             vector = np.asarray([float(bool(problems))])
         tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
-        spans = cell_spans(release.n_cells, bool(release.cuts) if ordered is None else ordered, release.shape)
+        in_order = bool(release.cuts) if ordered is None else ordered
+        spans = cell_spans(release.n_cells, in_order, release.shape)
         shares = self._shares(release, rows, spans)
+        kind = kind_of(in_order, release.shape)
+        unions = self._alone_unions(release, rows, kind)
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
@@ -984,13 +991,24 @@ class Guard:
             exposed = apart({merged_at(spans[k], release.n_cells)
                              for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
             objected |= exposed if release.cuts else {0} if exposed else set()  # a span's last cell merges upwards
-            if not objected:
+
+            def finish() -> tuple[Any, None]:
                 cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
-                self.record_pooled_cells(cells, rows)
+                self.record_pooled_cells(cells, rows, kind if len(cells) == release.n_cells else "")
                 if THIN in pooled:
                     self._record_thin(release.own_cells, spans, np.rint(np.ravel(pooled[THIN])) - shares[THIN], rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
+
+            thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
+            held = float(np.ravel(pooled[UNION])[0]) > 0.5  # some site released a union of these cells alone
+            if not objected and held and thin.any():  # and some site is thin in a cell (alike at every site)
+                elsewhere = thin - shares[THIN][:release.n_cells] > 0.5
+                return None, self._union_round(release, unions, elsewhere, finish,
+                                               lambda drop: self.coarsened(attempt, rows, on_release, exclude | drop,
+                                                                           shared, ordered, kept_pooled | drop))
+            if not objected:
+                return finish()
             cuts = release.cuts
             if not cuts and exposed:
                 raise self._refuse(
@@ -1011,7 +1029,36 @@ class Guard:
             return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
                                         kept_pooled | only_pooled)
 
-        return PooledSteps({"objections": vector, "tag": tag, **pairs.fields, **shares}, advance, frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray([float(bool(unions))]), **pairs.fields,
+                            **shares}, advance, frac_bits=8)
+
+    def _union_round(self, release: PooledRelease, unions: list[tuple[int, ...]], elsewhere: np.ndarray,
+                     finish: Callable[[], tuple[Any, None]], merge: Callable[[frozenset[Cut]], PooledSteps]
+                     ) -> PooledSteps:
+        """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of, where some site
+        released a union of its cells alone before (the first step sums a flag of each): each site objects,
+        per union of the cells that no span stands for whose records here it released alone before (``unions``,
+        :meth:`_alone_unions`), to the union's last cell of its first run where another site was thin in a cell of it
+        (``elsewhere``, per cell), so that merged with the next cell it leaves the union no union of the released
+        cells (``merge``: the release again, those cuts dropped); a table of categories is refused. Where none objects,
+        ``finish`` releases. A site cannot see the others' shares before the first sum, and a union none of whose
+        cells another site is thin in holds 0 or q or more records of each site's."""
+        vector = np.zeros(release.n_cells if release.cuts else 1)
+        for union in unions:
+            if elsewhere[list(union)].any():
+                vector[breaking_cell(union) if release.cuts else 0] = 1
+
+        def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
+            objected = np.flatnonzero(np.ravel(pooled[UNION]) > 0.5).tolist()
+            if not objected:
+                return finish()
+            if not release.cuts:
+                raise self._refuse(UNION_ALONE, "secure_aggregation.pooled_thresholds",
+                                   "ask for other cells, or for the pooled release first")
+            cuts = release.cuts
+            return None, merge(frozenset(cuts[min(j, len(cuts) - 1)] for j in objected))
+
+        return PooledSteps({UNION: vector}, advance, frac_bits=8)
 
     def _shares(self, release: PooledRelease, rows: Rows | None, spans: list[Span]
                 ) -> dict[str, np.ndarray]:
@@ -1048,10 +1095,56 @@ class Guard:
             self.history.record_thin_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
                                               analyst=self._analyst)
 
-    def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None) -> None:
+    def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None, kind: str = "") -> None:
+        """Keep this site's records of pooled cells and, where ``kind`` says how a whole release's cells lie
+        (:func:`~dsfed_server.disclosure.unions.kind_of`), the release they make."""
         if self._audits(rows) and cells:
             self.history.record_pooled_row_sets(rows.lineage, rows.n_root, cells,  # type: ignore[union-attr]
                                                 analyst=self._analyst)
+            if kind:
+                self.history.record_pooled_release(rows.lineage, rows.n_root, kind,  # type: ignore[union-attr]
+                                                   [c.cell_id for c in cells], analyst=self._analyst)
+
+    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[tuple[int, ...]]:
+        """The unions of a pooled release's cells (laid out as ``kind``) that no span stands for
+        (:func:`~dsfed_server.disclosure.unions.spanned`) whose records here a release of this site alone gave before
+        (:meth:`_alone_sets`), each as the cells' positions."""
+        if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
+            return []
+        n = rows.n_root  # type: ignore[union-attr]
+        cells = [packed_set(c.rows) for c in release.own_cells]
+        cell_of = labels(cells, n)
+        sizes = np.array([set_size(c) for c in cells])
+        counts = np.array([c.count for c in release.own_cells])
+        found = (union_of_cells(member, cell_of, sizes) for member in self._alone_sets(rows))  # type: ignore[arg-type]
+        return sorted({positions for positions in found if positions is not None and not spanned(positions, counts,
+                                                                                                  kind)})
+
+    def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
+        """A record (its table position) of a pooled cell another site held 1 to q - 1 records of (``thin``: this
+        site's records of such spans) that a row set of this site alone (``row_sets``) holds, where the row set is a
+        union of a pooled release's cells that no span stands for (:mod:`~dsfed_server.disclosure.unions`); None
+        if there is none. The union's pooled count less the sites' own would be the others' records of it, and
+        the spans' checks at the pooled release did not see that union."""
+        n = rows.n_root
+        candidates = []
+        for member in row_sets:
+            packed = packed_set(member)
+            held = [cell for cell in thin if set_size(cell) and not np.any(np.bitwise_and(cell, ~packed))]
+            if held:
+                candidates.append((packed, held[0]))
+        if not candidates:
+            return None
+        for kind, cells in self.history.pooled_releases(rows.lineage, n):  # type: ignore[union-attr]
+            packed_cells = [packed_set(c.rows) for c in cells]
+            cell_of = labels(packed_cells, n)
+            sizes = np.array([set_size(c) for c in packed_cells])
+            counts = np.array([c.count for c in cells])
+            for packed, cell in candidates:
+                positions = union_of_cells(packed, cell_of, sizes)
+                if positions is not None and not spanned(positions, counts, kind):
+                    return int(np.flatnonzero(bits(cell, n))[0])
+        return None
 
     def _record_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
         if self._audits(rows):

@@ -121,6 +121,16 @@ CREATE TABLE IF NOT EXISTS summed_rows (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, rows)
 );
+CREATE TABLE IF NOT EXISTS pooled_releases (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    first_cell TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    cell_ids TEXT NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, first_cell)
+);
 CREATE TABLE IF NOT EXISTS thin_cells (
     table_key TEXT NOT NULL,
     n_root INTEGER NOT NULL,
@@ -165,7 +175,8 @@ CREATE TABLE IF NOT EXISTS peer_tables (
     time TEXT NOT NULL
 );
 """ + append_only(("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
-                   "thin_cells", "summed_rows", "released_sums", "released_cuts", "subset_rows", "peer_tables"),
+                   "pooled_releases", "thin_cells", "summed_rows", "released_sums", "released_cuts", "subset_rows",
+                   "peer_tables"),
                   "the release history")
 
 _SEPARATOR = "\x1f"  # between the root columns of a summed function
@@ -520,6 +531,30 @@ class History:
             db.executemany("INSERT OR IGNORE INTO pooled_cells VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            [(table, n_root, c.cell_id, packed, c.count, c.column, analyst, now) for c, packed in rows
                             if c.cell_id])
+
+    def record_pooled_release(self, table: str, n_root: int, kind: str, cell_ids: list[str], *, analyst: str) -> None:
+        """Keep how a pooled release's cells lie (:func:`~dsfed_server.disclosure.unions.kind_of`) and their
+        identities in order (their records are kept with :meth:`record_pooled_row_sets`)."""
+        if cell_ids:
+            with self._connect() as db:
+                db.execute("INSERT OR IGNORE INTO pooled_releases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (table, n_root, cell_ids[0], kind, ",".join(cell_ids), analyst, utc_now()))
+
+    def pooled_releases(self, table: str, n_root: int) -> list[tuple[str, list[PooledCell]]]:
+        """Every pooled release of ``table`` kept at ``n_root`` records (or fewer): how its cells lie, and this
+        site's records of them in order (a release whose cells are not all kept is left out)."""
+        where, params, _ = self._where(table, n_root)
+        with self._connect() as db:
+            kept = db.execute(f"SELECT kind, cell_ids FROM pooled_releases WHERE {where}", params).fetchall()
+        if not kept:
+            return []
+        cells = {c.cell_id: c for c in self.pooled_row_sets(table, n_root) if c.cell_id}
+        out = []
+        for kind, ids in kept:
+            found = [cells.get(i) for i in ids.split(",")]
+            if all(c is not None for c in found):
+                out.append((kind, found))
+        return out  # type: ignore[return-value]
 
     def thin_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """This site's records (packed) of the cells of ``table`` released pooled in which another site held
