@@ -22,10 +22,13 @@ in 1..q-1 only if its share of some cell is, which that cell's THIN flag shows.
    12 records in [0.5, 0.6), 2 in [0.7, 0.8). The pooled cells but [0.5, 0.6), less the large sites' totals
    (``meanDS(D$y)``), less the fourth site's 0 outside [0.5, 0.6), are the small site's 2 plus the large sites'
    records of [0.5, 0.6): given the side knowledge that those are none, 2 read in both orders, as at cbb6fde.
-   Now the total is every cell the pooled release holds records of (its pooled counts): 0.
-4. Closed: route 3 on a pooled table (grade by outcome; the large sites hold no grade III): the outcome read needs
-   the large sites' events, column 1 less (III, 1), a union holding the thin (II, 1): refused in both orders
-   (at cbb6fde: 2 read).
+   The total as every cell of nonzero pooled count closed it, but refused honest protocols (a small site's whole
+   table holding none of a middle decile group is no union of cells, beside any thin cell); a cell a site holds
+   no record of now fills a union out to a span (``spanned``). Three sites: the small site holds every record of
+   [0.5, 0.6), so the bin's pooled count is its release alone, which its audit merges (``Guard._held_alone``):
+   0. Four sites: 2, pinned (the fourth site's share of the bin released alone exposes the small site's).
+4. Closed: route 3 on a pooled table (grade by outcome; the large sites hold no grade III): row III is the small
+   site's alone, 2 records from its whole; the table is refused in both orders (at cbb6fde: 2 read).
 5. Closed: the small site's total less its share of a bin, the large sites' shares released alone (HIDDEN merges
    the run above the bin alone first; the large sites' cuts refused pooled first; as at cbb6fde).
 2b. Closed: route 2 with the records in no cell made by the analyst (pooled over the women, the union subset over
@@ -57,6 +60,7 @@ from sitekit import make_sites
 Q = 5
 THRESHOLDS = np.round(np.linspace(0.1, 0.9, 9), 3)
 RULE = "secure_aggregation.pooled_thresholds"
+HELD = "disclosure.subset_min_difference"  # a span one site holds every record of: its release alone
 LARGE = ("north", "south")
 
 
@@ -235,7 +239,22 @@ def test_the_large_sites_totals_are_no_union_to_them(tmp_path: Path, mid: bool, 
     read, note = _gap_route(tmp_path, mid, pooled_first)
     print(f"\nroute 3 ({'four' if mid else 'three'} sites, {'pooled first' if pooled_first else 'alone first'}), every "
           f"bin but [0.5, 0.6) less the large sites' totals: {read} of 12 read ({note})")
-    assert read == 0  # 2 at cbb6fde, and while the total was every cell holding records here
+    # Three sites: the small site holds every record of [0.5, 0.6), so the pooled count is its release alone, which
+    # its own audit merges (Guard._held_alone); 2 read at cbb6fde. Four sites: a hole, pinned. The fourth site's
+    # share of the bin is its release alone, the large sites' none, so the small site's share is exposed though two
+    # sites hold the bin (docs/governance.md, "a share the others' releases expose").
+    assert read == (2 if mid else 0)
+
+
+@pytest.mark.parametrize("pooled_first", [False, True], ids=["alone-first", "pooled-first"])
+def test_the_large_sites_totals_without_the_held_alone_audit(tmp_path: Path, pooled_first: bool,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """Control of route 3 on three sites: with no site auditing a span it holds every record of as its release
+    alone, the small site's 2 records outside [0.5, 0.6) are read."""
+    monkeypatch.setattr(Guard, "_held_alone", lambda self, release, rows, spans: [])
+    read, note = _gap_route(tmp_path, False, pooled_first)
+    print(f"\nroute 3 control ({'pooled first' if pooled_first else 'alone first'}): {read} of 12 read ({note})")
+    assert read == 2
 
 
 # ---------------------------------------------------------------- honest use beside a thin cell
@@ -379,11 +398,10 @@ def _declare_grades(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_pooled_table_less_the_large_sites_totals(tmp_path: Path, pooled_first: bool,
                                                     monkeypatch: pytest.MonkeyPatch):
     """Route 4: route 3 with the pooled table of grade by outcome (``table2DDS``), the large sites holding no record
-    of grade III. Rows I and II are every cell the large sites hold, so ``spanned`` takes them as the total; but the
-    outcome read needs the large sites' events (``meanDS(D$y)``), the records of column 1 (I, 1) and (II, 1) at
-    them: a union no span stands for, holding the small site's thin (II, 1). Closed: alone first the table is
-    refused (UNION_ALONE), pooled first ``meanDS`` is (``_thin_union``). (Counts alone, ``lengthDS``, read that 2
-    of its 12 records are not grade III, but so do its total less the pooled row III, which it holds entirely.)"""
+    of grade III. The outcome read needs the large sites' events (``meanDS(D$y)``), their column 1, which a cell
+    they hold no record of, (III, 1), fills out to a column. Row III is every record of the small site but 2, and
+    the small site holds every record of it: its pooled count is the small site's release alone, whose audit
+    refuses the table in both orders (``Guard._held_alone``, ``disclosure.subset_min_difference``)."""
     from dsfed_client import Ref
     frames = _table_frames()
     _declare_grades(monkeypatch)
@@ -395,7 +413,7 @@ def test_a_pooled_table_less_the_large_sites_totals(tmp_path: Path, pooled_first
             try:
                 return session.pooled("table2DDS", Ref("D$grade"), Ref("D$y"))
             except FederatedCallError as exc:
-                assert RULE in {f.rule for f in exc.failures.values()}, exc
+                assert {RULE, HELD} & {f.rule for f in exc.failures.values()}, exc
                 return None
 
         def totals() -> np.ndarray | None:

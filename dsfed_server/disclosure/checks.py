@@ -962,6 +962,9 @@ class Guard:
         the cuts so dropped (``secure_aggregation.pooled_thresholds``, a reason of their own in the result)."""
         release = attempt(exclude, kept_pooled)
         problems = self._pooled_problems(release.own_cells, rows, decided_pooled=shared is not None)
+        in_order = bool(release.cuts) if ordered is None else ordered
+        spans = cell_spans(release.n_cells, in_order, release.shape)
+        problems += self._held_alone(release, rows, spans)
         differ = max(self.rule("disclosure.subset_min_difference"), shared.min_difference if shared else 0)
         pairs = self._shared_pairs(release.own_cells, rows, differ) if shared else SharedPairs([], [], {})
         if release.cuts:  # per released cell: the cuts beside those objected to are merged
@@ -970,8 +973,6 @@ class Guard:
         else:  # nothing to merge (categories, a protocol's groups): one objection, every site's vector alike
             vector = np.asarray([float(bool(problems))])
         tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
-        in_order = bool(release.cuts) if ordered is None else ordered
-        spans = cell_spans(release.n_cells, in_order, release.shape)
         shares = self._shares(release, rows, spans)
         kind = kind_of(in_order, release.shape)
         unions = self._alone_unions(release, rows, kind)
@@ -1084,6 +1085,33 @@ class Guard:
         thin = (sizes > 0) & (sizes < self.q) & ~public if self.q > 1 else np.zeros(len(spans), dtype=bool)
         return {THIN: thin.astype(float), HIDDEN: np.where(public, 0.0, sizes), UNAUDITED: np.asarray([unaudited])}
 
+    def _held_alone(self, release: PooledRelease, rows: Rows | None, spans: list[Span]) -> list[int]:
+        """The cells to merge (:func:`merged_at`) for the spans of a pooled release's cells whose every record is
+        this site's (its share is the pooled count: the others hold none, which their own releases can show), where
+        its records of the span fail its audit of a release alone (``disclosure.subset_min_difference``) against its
+        records of every cell of the release and the row sets it released alone before: the pooled count is then
+        its release alone, and the site's total, which the pooled total less the others' gives, less that count
+        is its few records outside the span (Denning & Schlörer 1983). A span of every cell is left to the
+        release's own rules."""
+        if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
+            return []
+        n = rows.n_root  # type: ignore[union-attr]
+        cells = [packed_set(c.rows) for c in release.own_cells]
+        here = np.array([set_size(c) for c in cells])
+        pooled = np.array([c.count for c in release.own_cells])
+        held = [span for span in spans if len(span) < release.n_cells
+                and 0 < here[list(span)].sum() == pooled[list(span)].sum()]
+        if not held:
+            return []
+        minimum, within = self.rule("disclosure.subset_min_difference"), np.bitwise_or.reduce(cells)
+        earlier = self.history.row_sets(rows.lineage, n)  # type: ignore[union-attr]
+        out = []
+        for span, member in zip(held, span_rows(release.own_cells, held)):
+            if (row_set_problem(earlier, [bits(member, n).astype(bool)], minimum, within)
+                    or spanned_gap(member, [within, *earlier], n, below=minimum)):
+                out.append(merged_at(span, release.n_cells))
+        return out
+
     def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
                      rows: Rows | None) -> None:
         """Keep this site's records of the spans of released cells some other site held 1 to q - 1 records of."""
@@ -1118,7 +1146,7 @@ class Guard:
         counts = np.array([c.count for c in release.own_cells])
         found = (union_of_cells(member, cell_of, sizes) for member in self._alone_sets(rows))  # type: ignore[arg-type]
         return sorted({positions for positions in found if positions is not None and not spanned(positions, counts,
-                                                                                                  kind)})
+                                                                                                  kind, sizes)})
 
     def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
         """A record (its table position) of a pooled cell another site held 1 to q - 1 records of (``thin``: this
@@ -1142,7 +1170,7 @@ class Guard:
             counts = np.array([c.count for c in cells])
             for packed, cell in candidates:
                 positions = union_of_cells(packed, cell_of, sizes)
-                if positions is not None and not spanned(positions, counts, kind):
+                if positions is not None and not spanned(positions, counts, kind, sizes):
                     return int(np.flatnonzero(bits(cell, n))[0])
         return None
 
