@@ -90,11 +90,13 @@ def level_read(pooled: dict[str, Any], own: list[tuple[int, int]], level: str, t
 
 
 def _refused(call) -> Any:
-    """``call()``, or None where a site refuses it under ``secure_aggregation.pooled_thresholds``."""
+    """``call()``, or None where a site refuses it under ``secure_aggregation.pooled_thresholds``, or, where the
+    others' releases alone expose a site's share of a span of the pooled cells, ``disclosure.subset_min_difference``
+    (its audit of that share as a release alone)."""
     try:
         return call()
     except FederatedCallError as exc:
-        assert RULE in {f.rule for f in exc.failures.values()}, exc
+        assert {RULE, "disclosure.subset_min_difference"} & {f.rule for f in exc.failures.values()}, exc
         return None
 
 
@@ -145,9 +147,11 @@ def _pooled_bin(pooled: pd.DataFrame, lower: float) -> tuple[int, int]:
 
 def _unions_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """The control of route 2: a union of pooled cells no span stands for neither refused alone after the pooled
-    release nor merged at one after it was released alone."""
+    release nor merged at one after it was released alone, nor a share the others' releases alone expose audited
+    as a release alone (either closes it)."""
     monkeypatch.setattr(Guard, "_thin_union", lambda self, *args: None)
     monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [])
+    monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))
 
 
 @pytest.mark.parametrize("checks", ["shipped", "control"])

@@ -9,14 +9,16 @@ the pooled ``thresholdBinsDS`` at 0.1, ..., 0.9; nothing in [0.1, 0.2). The unio
 1. One row set that is the union (route 2 of tests/test_redteam_pooled_complement.py, folded by a polynomial rather
    than ``abs``): ``d2 = (D$score - 0.45)^2`` at 0.0625 and 0.1225 at each large site: 0 read in both orders (the
    control, ``_thin_union`` and ``_alone_unions`` off, reads the 2, as the code before did).
-2. HOLE: the union as the difference of two row sets, neither a union that no span stands for. At each large site
+2. Closed by the audit of exposed shares (``Guard._fails_alone``; 2 read before it): the union as the difference
+   of two row sets, neither a union that no span stands for. At each large site
    alone: ``thresholdBinsDS`` on the score at the pooled cuts 0.1 and 0.8 (the run [0.1, 0.8)), and on
    ``abs(D$score - 0.45)`` at 0.25 and 0.39: its cell below 0.25 is the run [0.2, 0.7); its other two cells cut
    the bins [0, 0.1) and [0.8, 0.9) (at 0.06 and 0.84), so they are no union of pooled cells and nothing checks
    them as one. [0.1, 0.8) less [0.2, 0.7) is the union; the bin [0.7, 0.8) alone is not derivable (its records
    and [0.1, 0.2)'s lie in the same released sets), so the thin-cell check (``combined``) passes too. The pooled
-   union less the two differences reads the small site's 2 records, both orders, as before the check: the bound
-   the docs state ("not combinations of several (R1 - R2 that is a union)"), measured.
+   union less the two differences read the small site's 2 records, both orders, before that audit: the large
+   sites' releases give their shares of [0.2, 0.7), and the small site's share of it, 10 of its 12, is the pooled
+   count less theirs, a release alone its audit refuses.
 3. HOLE: a union of cells of two pooled releases, in ONE row set (not a combination): pooled thresholds over the
    men and over the women (a stratified validation), and at each large site alone the cell of ``abs(w - 1)``,
    ``w = D$score + D$sex``, between 0.2 and 0.3: the men's [0.7, 0.8) and the women's [0.2, 0.3). It is a union
@@ -63,10 +65,11 @@ def _frames() -> dict[str, pd.DataFrame]:
 
 
 def _unions_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The control: a union of pooled cells no span stands for neither refused alone nor merged (the code before the
-    checks)."""
+    """The control: a union of pooled cells no span stands for neither refused alone nor merged, nor a share the
+    others' releases alone expose audited as a release alone (the code before the checks)."""
     monkeypatch.setattr(Guard, "_thin_union", lambda self, *args: None)
     monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [])
+    monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))
 
 
 def _at(frame: pd.DataFrame, t: float) -> np.ndarray:
@@ -165,16 +168,20 @@ def test_a_polynomial_fold_of_the_score_reads_no_outcome(tmp_path: Path, pooled_
     assert read == (2 if checks == "control" else 0)
 
 
+@pytest.mark.parametrize("checks", ["shipped", "control"])
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
-def test_two_releases_alone_whose_difference_is_the_union_read_the_small_sites_records(tmp_path: Path,
-                                                                                       pooled_first: bool):
+def test_two_releases_alone_whose_difference_is_the_union_read_the_small_sites_records(
+        tmp_path: Path, pooled_first: bool, checks: str, monkeypatch: pytest.MonkeyPatch):
+    if checks == "control":
+        _unions_off(monkeypatch)
     read, how = _run(tmp_path, pooled_first, _difference)
-    print(f"\n[0.1, 0.8) less abs(score - 0.45) < 0.25 ({'pooled first' if pooled_first else 'alone first'}): "
-          f"{read} outcomes read of 12 ({how})")
-    # HOLE: neither release alone is a union no span stands for (a run; cells that cut pooled bins), and the bin
-    # [0.7, 0.8) alone is not derivable, so neither _thin_union nor _thin_complement (pooled first) nor
-    # _alone_unions nor the HIDDEN spans (alone first) object; the code before the checks reads the same 2.
-    assert read == 2
+    print(f"\n{'control, ' if checks == 'control' else ''}[0.1, 0.8) less abs(score - 0.45) < 0.25 "
+          f"({'pooled first' if pooled_first else 'alone first'}): {read} outcomes read of 12 ({how})")
+    # Neither release alone is a union no span stands for, but together they give the large sites' shares of the
+    # run [0.2, 0.7), so the small site's share of it (10 of its 12) is the pooled count less theirs: its audit as a
+    # release alone fails, the run merges alone first, and pooled first the large sites keep it as a thin span
+    # (Guard._fails_alone). The control, as the code before the checks, reads 2.
+    assert read == (2 if checks == "control" else 0)
 
 
 def _graded() -> dict[str, pd.DataFrame]:
@@ -332,7 +339,7 @@ def test_some_of_a_tables_cells_read_no_outcome(tmp_path: Path, pooled_first: bo
                     out.append(counts[1] if form == "one-set" else (counts[0][0] - counts[1][0],
                                                                      counts[0][1] - counts[1][1]))
             except FederatedCallError as exc:
-                assert RULE in {f.rule for f in exc.failures.values()}, exc
+                assert {RULE, "disclosure.subset_min_difference"} & {f.rule for f in exc.failures.values()}, exc
                 return None
             return out
 
@@ -340,7 +347,7 @@ def test_some_of_a_tables_cells_read_no_outcome(tmp_path: Path, pooled_first: bo
             try:
                 return session.pooled("table2DDS", Ref("D$grade"), Ref("D$y"))
             except FederatedCallError as exc:
-                assert RULE in {f.rule for f in exc.failures.values()}, exc
+                assert {RULE, "disclosure.subset_min_difference"} & {f.rule for f in exc.failures.values()}, exc
                 return None
 
         if pooled_first:

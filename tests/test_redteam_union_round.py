@@ -24,9 +24,11 @@ in 1..q-1 only if its share of some cell is, which that cell's THIN flag shows.
    records of [0.5, 0.6): given the side knowledge that those are none, 2 read in both orders, as at cbb6fde.
    The total as every cell of nonzero pooled count closed it, but refused honest protocols (a small site's whole
    table holding none of a middle decile group is no union of cells, beside any thin cell); a cell a site holds
-   no record of now fills a union out to a span (``spanned``). Three sites: the small site holds every record of
-   [0.5, 0.6), so the bin's pooled count is its release alone, which its audit merges (``Guard._held_alone``):
-   0. Four sites: 2, pinned (the fourth site's share of the bin released alone exposes the small site's).
+   no record of now fills a union out to a span (``spanned``). The small site's share of [0.5, 0.6) is the bin's
+   pooled count less the others' releases alone (the large sites hold none, the fourth site released its own), and
+   differs from its whole by 2: each site seals, per span, its records of it that no release alone gives where
+   they would fail its audit as a release alone (``Guard._fails_alone``); a span whose such records are all of
+   them is merged, and pooled first the others keep it as a thin one: 0 in each order (2 with the audit off).
 4. Closed: route 3 on a pooled table (grade by outcome; the large sites hold no grade III): row III is the small
    site's alone, 2 records from its whole; the table is refused in both orders (at cbb6fde: 2 read).
 5. Closed: the small site's total less its share of a bin, the large sites' shares released alone (HIDDEN merges
@@ -60,7 +62,7 @@ from sitekit import make_sites
 Q = 5
 THRESHOLDS = np.round(np.linspace(0.1, 0.9, 9), 3)
 RULE = "secure_aggregation.pooled_thresholds"
-HELD = "disclosure.subset_min_difference"  # a span one site holds every record of: its release alone
+HELD = "disclosure.subset_min_difference"  # a share the others' releases alone expose: a release alone
 LARGE = ("north", "south")
 
 
@@ -169,8 +171,10 @@ def _union_route(tmp_path: Path, how: str, missing: int, pooled_first: bool = Fa
 
 @pytest.mark.parametrize("checks", ["shipped", "control"])
 def test_one_union_as_cells_alone_first_reads_nothing(tmp_path: Path, checks: str, monkeypatch: pytest.MonkeyPatch):
-    if checks == "control":
+    if checks == "control":  # the union round and the audit of exposed shares both off (each closes it alone)
         monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [], raising=False)
+        monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans),
+                                                                                                         bool))
     read, note = _union_route(tmp_path, "cells", 0)
     print(f"\nroute 1{' (control)' if checks == 'control' else ''}, union by ds_threshold_metrics, alone first: "
           f"{read} of 12 read ({note})")
@@ -239,21 +243,23 @@ def test_the_large_sites_totals_are_no_union_to_them(tmp_path: Path, mid: bool, 
     read, note = _gap_route(tmp_path, mid, pooled_first)
     print(f"\nroute 3 ({'four' if mid else 'three'} sites, {'pooled first' if pooled_first else 'alone first'}), every "
           f"bin but [0.5, 0.6) less the large sites' totals: {read} of 12 read ({note})")
-    # Three sites: the small site holds every record of [0.5, 0.6), so the pooled count is its release alone, which
-    # its own audit merges (Guard._held_alone); 2 read at cbb6fde. Four sites: a hole, pinned. The fourth site's
-    # share of the bin is its release alone, the large sites' none, so the small site's share is exposed though two
-    # sites hold the bin (docs/governance.md, "a share the others' releases expose").
-    assert read == (2 if mid else 0)
+    # The small site's share of [0.5, 0.6) is the bin's pooled count less the others' releases alone (the large
+    # sites hold none; the fourth site's share is its own cuts), and it is its whole but 2 records: every record of
+    # the bin no site released alone is at a site whose share fails its audit, so the bin merges, or pooled first
+    # the fourth site's cuts alone are refused (Guard._fails_alone). 2 read at cbb6fde.
+    assert read == 0
 
 
 @pytest.mark.parametrize("pooled_first", [False, True], ids=["alone-first", "pooled-first"])
-def test_the_large_sites_totals_without_the_held_alone_audit(tmp_path: Path, pooled_first: bool,
-                                                              monkeypatch: pytest.MonkeyPatch):
-    """Control of route 3 on three sites: with no site auditing a span it holds every record of as its release
-    alone, the small site's 2 records outside [0.5, 0.6) are read."""
-    monkeypatch.setattr(Guard, "_held_alone", lambda self, release, rows, spans: [])
-    read, note = _gap_route(tmp_path, False, pooled_first)
-    print(f"\nroute 3 control ({'pooled first' if pooled_first else 'alone first'}): {read} of 12 read ({note})")
+@pytest.mark.parametrize("mid", [False, True], ids=["three-sites", "four-sites"])
+def test_the_large_sites_totals_without_the_exposed_share_audit(tmp_path: Path, mid: bool, pooled_first: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    """Control of route 3: with no site auditing its share of a span as a release alone, the small site's 2
+    records outside [0.5, 0.6) are read."""
+    monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))
+    read, note = _gap_route(tmp_path, mid, pooled_first)
+    print(f"\nroute 3 control ({'four' if mid else 'three'} sites, {'pooled first' if pooled_first else 'alone first'})"
+          f": {read} of 12 read ({note})")
     assert read == 2
 
 
@@ -401,7 +407,7 @@ def test_a_pooled_table_less_the_large_sites_totals(tmp_path: Path, pooled_first
     of grade III. The outcome read needs the large sites' events (``meanDS(D$y)``), their column 1, which a cell
     they hold no record of, (III, 1), fills out to a column. Row III is every record of the small site but 2, and
     the small site holds every record of it: its pooled count is the small site's release alone, whose audit
-    refuses the table in both orders (``Guard._held_alone``, ``disclosure.subset_min_difference``)."""
+    refuses the table in both orders (``Guard._fails_alone``, ``disclosure.subset_min_difference``)."""
     from dsfed_client import Ref
     frames = _table_frames()
     _declare_grades(monkeypatch)

@@ -72,7 +72,7 @@ PEER_RULE = "disclosure.glm_peer_ratio"
 UNCOUNTED = 1e8
 # a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
 # and how many of its records of it no release of that site alone gives
-THIN, HIDDEN, UNAUDITED, UNION = "thin", "hidden", "unaudited", "union"
+THIN, HIDDEN, HOLDERS, FAILING, UNAUDITED, UNION = "thin", "hidden", "holders", "failing", "unaudited", "union"
 UNION_ALONE = ("a site released alone before its records of some of these pooled cells together, cells the sites do "
                "not check as one (intervals apart, some of a row's cells, two categories), and another site holds 1 "
                "to q - 1 records of one of them: the pooled count of those cells less the sites' own would give them")
@@ -964,7 +964,6 @@ class Guard:
         problems = self._pooled_problems(release.own_cells, rows, decided_pooled=shared is not None)
         in_order = bool(release.cuts) if ordered is None else ordered
         spans = cell_spans(release.n_cells, in_order, release.shape)
-        problems += self._held_alone(release, rows, spans)
         differ = max(self.rule("disclosure.subset_min_difference"), shared.min_difference if shared else 0)
         pairs = self._shared_pairs(release.own_cells, rows, differ) if shared else SharedPairs([], [], {})
         if release.cuts:  # per released cell: the cuts beside those objected to are merged
@@ -992,13 +991,30 @@ class Guard:
             exposed = apart({merged_at(spans[k], release.n_cells)
                              for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
             objected |= exposed if release.cuts else {0} if exposed else set()  # a span's last cell merges upwards
+            failing = np.rint(np.ravel(pooled.get(FAILING, np.zeros(hidden.size))))
+            alone = np.rint(np.ravel(pooled.get(HOLDERS, np.zeros(hidden.size)))) == 1  # one site's hidden records
+            revealed = apart({merged_at(spans[k], release.n_cells) for k in np.flatnonzero(alone & (hidden > 0) &
+                                                                                         (failing == hidden))})
+            if revealed and not release.cuts:
+                raise self._refuse(
+                    "every record of a span of these pooled cells that the sites' releases alone do not give is at "
+                    f"sites whose records of it differ from their other releases by fewer than "
+                    f"{self.rule('disclosure.subset_min_difference')}: the pooled count less the others' own would "
+                    "single those records out", "disclosure.subset_min_difference",
+                    "ask for fewer or coarser cells, or on the whole table")
+            objected |= revealed
 
             def finish() -> tuple[Any, None]:
                 cells = with_identities(release.own_cells, pooled["tag"])
                 result = on_release(release)
                 self.record_pooled_cells(cells, rows, kind if len(cells) == release.n_cells else "")
                 if THIN in pooled:
-                    self._record_thin(release.own_cells, spans, np.rint(np.ravel(pooled[THIN])) - shares[THIN], rows)
+                    elsewhere = np.rint(np.ravel(pooled[THIN])) - shares[THIN]
+                    if FAILING in pooled:
+                        elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
+                    self._record_thin(release.own_cells, spans, elsewhere, rows)
+                    self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
+                                         rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
@@ -1070,47 +1086,68 @@ class Guard:
         q - 1 over the sites is merged upwards (or the table refused): the pooled count less the other sites'
         releases alone would be those records' (Denning & Schlörer 1983). A span some other site held 1 to q - 1
         records of is kept (:meth:`_record_thin`), so that this site does not release its own records of it
-        alone later (:meth:`_thin_complement`). A release that names no number of cells takes no part."""
+        alone later (:meth:`_thin_complement`). Each site also seals whether it holds hidden records of a span
+        (:data:`HOLDERS`) and, where its hidden records would fail its audit as a release alone, how many
+        (:data:`FAILING`, :meth:`_fails_alone`): a span whose hidden records are one site's, failing so, is that
+        site's release alone and is merged (or the table refused); a span another site's share fails so is kept as a
+        thin one. A release that names no number of cells takes no part."""
         if not spans:
             return {}
         sizes, public, unaudited = np.zeros(len(spans)), np.zeros(len(spans), dtype=bool), 0.0
+        fails = np.zeros(len(spans), dtype=bool)
         if len(release.own_cells) == release.n_cells:
             cells = [packed_set(c.rows) for c in release.own_cells]
             counts = np.array([float(set_size(c)) for c in cells])
             sizes = np.array([counts[list(span)].sum() for span in spans])
             try:
                 public = np.array(self._public_shares(cells, spans, rows), dtype=bool)
+                fails = self._fails_alone(cells, spans, (sizes > 0) & ~public, rows)
             except AuditTooLarge:
                 unaudited = 1.0
         thin = (sizes > 0) & (sizes < self.q) & ~public if self.q > 1 else np.zeros(len(spans), dtype=bool)
-        return {THIN: thin.astype(float), HIDDEN: np.where(public, 0.0, sizes), UNAUDITED: np.asarray([unaudited])}
+        hidden = np.where(public, 0.0, sizes)
+        return {THIN: thin.astype(float), HIDDEN: hidden, HOLDERS: (hidden > 0).astype(float),
+                FAILING: np.where(fails, hidden, 0.0), UNAUDITED: np.asarray([unaudited])}
 
-    def _held_alone(self, release: PooledRelease, rows: Rows | None, spans: list[Span]) -> list[int]:
-        """The cells to merge (:func:`merged_at`) for the spans of a pooled release's cells whose every record is
-        this site's (its share is the pooled count: the others hold none, which their own releases can show), where
-        its records of the span fail its audit of a release alone (``disclosure.subset_min_difference``) against its
-        records of every cell of the release and the row sets it released alone before: the pooled count is then
-        its release alone, and the site's total, which the pooled total less the others' gives, less that count
-        is its few records outside the span (Denning & Schlörer 1983). A span of every cell is left to the
-        release's own rules."""
-        if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
-            return []
+    def _fails_alone(self, cells: list[np.ndarray], spans: list[Span], candidates: np.ndarray, rows: Rows | None
+                     ) -> np.ndarray:
+        """Per span of a pooled release's cells (``cells``: this site's records of each, packed), whether this site's
+        records of it, were they released alone, would fail its audit of a release alone
+        (``disclosure.subset_min_difference``: :func:`~dsfed_server.disclosure.differencing.row_set_problem` and
+        :func:`~dsfed_server.disclosure.differencing.spanned_gap`) against its records of every cell of the release
+        and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them);
+        only the ``candidates`` (its records of the span not released alone, some) are audited. Where every record of
+        a span that no site released alone is at sites whose share fails so, the pooled count less the others'
+        releases alone (none, where they hold none) is such a site's release alone (Denning & Schlörer 1983):
+        :meth:`coarsened` merges the span, and the other sites keep it as a span another site was thin in."""
+        out = np.zeros(len(spans), dtype=bool)
+        if not self._audits(rows) or not candidates.any():
+            return out
         n = rows.n_root  # type: ignore[union-attr]
-        cells = [packed_set(c.rows) for c in release.own_cells]
-        here = np.array([set_size(c) for c in cells])
-        pooled = np.array([c.count for c in release.own_cells])
-        held = [span for span in spans if len(span) < release.n_cells
-                and 0 < here[list(span)].sum() == pooled[list(span)].sum()]
-        if not held:
-            return []
         minimum, within = self.rule("disclosure.subset_min_difference"), np.bitwise_or.reduce(cells)
-        earlier = self.history.row_sets(rows.lineage, n)  # type: ignore[union-attr]
-        out = []
-        for span, member in zip(held, span_rows(release.own_cells, held)):
-            if (row_set_problem(earlier, [bits(member, n).astype(bool)], minimum, within)
-                    or spanned_gap(member, [within, *earlier], n, below=minimum)):
-                out.append(merged_at(span, release.n_cells))
-        return out
+        earlier = self._alone_sets(rows)[1:]  # type: ignore[arg-type]
+        chosen = [span for span, audited in zip(spans, candidates) if audited and len(span) < len(cells)]
+        audited = {span: bool(row_set_problem(earlier, [bits(member, n).astype(bool)], minimum, within)
+                              or spanned_gap(member, [within, *earlier], n, below=minimum))
+                   for span, member in ((span, np.bitwise_or.reduce([cells[k] for k in span])) for span in chosen)}
+        return np.array([audited.get(span, False) for span in spans])
+
+    def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, rows: Rows | None
+                        ) -> None:
+        """Keep as released alone this site's records of the spans of released cells whose every record no site
+        released alone is here (``exposed``): the pooled count less the others' releases alone (none, where they
+        hold none) gives them, as this site's release alone would. Each such cell, and each such span holding a cell
+        that is not one (the others' shares of that cell are not given alone, the span's are), is kept; a span of
+        such cells is their union, which the audit of a later release alone combines
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`)."""
+        if not self._audits(rows) or len(spans) != exposed.size or not cells:
+            return
+        single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}
+        kept = [span for span, shown in zip(spans, exposed) if shown and (len(span) == 1 or not single >= set(span))]
+        for member in span_rows(cells, kept):
+            if set_size(member):
+                self.history.record_row_set(rows.lineage, bits(member, rows.n_root).astype(bool),  # type: ignore
+                                            analyst=self._analyst)
 
     def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
                      rows: Rows | None) -> None:

@@ -58,24 +58,22 @@ def union_of_cells(member: np.ndarray, cell_of: np.ndarray, sizes: np.ndarray) -
 
 def spanned(positions: tuple[int, ...], counts: np.ndarray, kind: str, here: np.ndarray) -> bool:
     """Whether the cells at ``positions`` (of a release of ``counts.size`` cells laid out as ``kind``; ``counts``:
-    their pooled counts; ``here``: this site's records of each) are, with some cells this site holds no record of,
-    a union the sites checked as one: adjacent intervals (a run longer than the runs checked is left, as the
-    documented bound of the check), a whole row or column of a table, or every cell the pooled release holds
-    records of (its total, which its own rules govern). A cell empty here adds nothing to this site's records of a
-    union, so the union here is that span's: the others' records of it are the span's less the empty cells', pooled
-    counts the release gave already. Cells apart, some of a row's, or two categories, with a cell between that
-    this site holds records of, are not; nor every cell this site holds records of where another site holds the
-    rest of a cell this site holds records of too."""
-    chosen, empty = set(positions), set(np.flatnonzero(here == 0).tolist())
-    within = chosen | empty
-    if within >= set(np.flatnonzero(counts).tolist()):
+    their pooled counts; ``here``: this site's records of each) are a union the sites checked as one: adjacent
+    intervals (a run longer than the runs checked is left, as the documented bound of the check), a whole row or
+    column of a table, or, with the cells this site holds no record of, every cell the pooled release holds records
+    of (this site's total, which the others' totals and the pooled total give anyway; what the pooled release
+    adds is checked where a site's share of a span is exposed, :meth:`~dsfed_server.disclosure.checks.Guard.
+    _fails_alone`). A cell empty here fills no run, row or column: the others' records of the union would be the
+    span's less that cell's, a difference no check saw. Cells apart, some of a row's, or two categories are not."""
+    chosen = set(positions)
+    if chosen | set(np.flatnonzero(here == 0).tolist()) >= set(np.flatnonzero(counts).tolist()):
         return True
     if kind == ORDERED:
-        return set(range(min(positions), max(positions) + 1)) <= within
+        return max(positions) - min(positions) + 1 == len(positions)
     if kind.startswith("table:"):
         rows, cols = (int(v) for v in kind.split(":", 1)[1].split(","))
         grid = np.arange(rows * cols).reshape(rows, cols)
-        return any(chosen <= set(line.tolist()) <= within for line in (*grid, *grid.T))
+        return any(chosen == set(line.tolist()) for line in (*grid, *grid.T))
     return False
 
 
