@@ -27,7 +27,7 @@ from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
                                                  combined_spans,
-                                                 isolated_records, packed_set,
+                                                 isolated_records, near_spans, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
                                                  shared_pair_problems, shared_pairs, spanned_gap, superset_gap,
@@ -98,6 +98,7 @@ class HistoryBehind(Exception):
 
 SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
 MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
+EXPOSED_AUDITS = 128  # spans per release a site audits in full as its release alone (Guard._fails_alone)
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -1115,22 +1116,30 @@ class Guard:
         records of it, were they released alone, would fail its audit of a release alone
         (``disclosure.subset_min_difference``: :func:`~dsfed_server.disclosure.differencing.row_set_problem` and
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`) against its records of every cell of the release
-        and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them);
-        only the ``candidates`` (its records of the span not released alone, some) are audited. Where every record of
-        a span that no site released alone is at sites whose share fails so, the pooled count less the others'
-        releases alone (none, where they hold none) is such a site's release alone (Denning & Schlörer 1983):
-        :meth:`coarsened` merges the span, and the other sites keep it as a span another site was thin in."""
+        and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them).
+        Only the ``candidates`` (its records of the span not released alone, some) are audited, the first
+        :data:`EXPOSED_AUDITS` of them so (cells, rows and columns, the shortest runs first), the rest by the bound
+        :func:`~dsfed_server.disclosure.differencing.near_spans` (a union of atoms within q - 1 records; it does not
+        see a few records that the span and earlier row sets together set apart). Where every record of a span that
+        no site released alone is at one site, whose share fails so, the pooled count less the others' releases
+        alone (none, where they hold none) is that site's release alone (Denning & Schlörer 1983): :meth:`coarsened`
+        merges the span, and the other sites keep it as a span another site was thin in. :class:`AuditTooLarge`
+        where the atoms are too many."""
         out = np.zeros(len(spans), dtype=bool)
         if not self._audits(rows) or not candidates.any():
             return out
-        n = rows.n_root  # type: ignore[union-attr]
-        minimum, within = self.rule("disclosure.subset_min_difference"), np.bitwise_or.reduce(cells)
-        earlier = self._alone_sets(rows)[1:]  # type: ignore[arg-type]
-        chosen = [span for span, audited in zip(spans, candidates) if audited and len(span) < len(cells)]
-        audited = {span: bool(row_set_problem(earlier, [bits(member, n).astype(bool)], minimum, within)
-                              or spanned_gap(member, [within, *earlier], n, below=minimum))
-                   for span, member in ((span, np.bitwise_or.reduce([cells[k] for k in span])) for span in chosen)}
-        return np.array([audited.get(span, False) for span in spans])
+        n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")  # type: ignore[union-attr]
+        within, earlier = np.bitwise_or.reduce(cells), self._alone_sets(rows)[1:]  # type: ignore[arg-type]
+        chosen = sorted((k for k, span in enumerate(spans) if candidates[k] and len(span) < len(cells)),
+                        key=lambda k: len(spans[k]))
+        exact, bounded = chosen[:EXPOSED_AUDITS], chosen[EXPOSED_AUDITS:]
+        for k in exact:
+            member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
+            out[k] = bool(row_set_problem(earlier, [bits(member, n).astype(bool)], minimum, within)
+                          or spanned_gap(member, [within, *earlier], n, below=minimum))
+        near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
+        out[[k for k, fails in zip(bounded, near) if fails]] = True
+        return out
 
     def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, rows: Rows | None
                         ) -> None:

@@ -548,6 +548,29 @@ def combined_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets
     many to audit, or to hold for every cell (16 x :data:`ATOM_FLOATS` values)."""
     if not spans or not sets or not cells:
         return [False] * len(spans)
+    label, counts, unions = _span_atoms(cells, spans, sets, n)
+    return _spanned_unions(unions, len(spans), label, counts, sets, n)
+
+
+def near_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets: list[np.ndarray], n: int, *,
+               below: int) -> list[bool]:
+    """Whether the union of each span of ``cells`` (disjoint row sets, packed) differs from some union of the atoms
+    of ``sets`` (packed; records that belong to the same sets) by 1 to ``below`` - 1 records: the fewest records
+    that tell it from any of them, each atom's records in it or out of it, whichever are fewer. A bound of the
+    audit of a release alone (:func:`row_set_problem`, :func:`spanned_gap`) for many spans at once: it counts a
+    union of atoms the sets' counts do not give (not in their span) as given, so it finds more, never fewer, of
+    the differences those find by pairs, by unions in the span, and by a lone record. :class:`AuditTooLarge` as
+    :func:`combined_spans`."""
+    if not spans or not cells:
+        return [False] * len(spans)
+    _, counts, unions = _span_atoms(cells, spans, sets, n)
+    return [bool(0 < np.minimum(held, counts - held).sum() < below) for held in unions]
+
+
+def _span_atoms(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets: list[np.ndarray], n: int
+                ) -> tuple[np.ndarray, np.ndarray, Iterable[np.ndarray]]:
+    """Each record's atom of ``sets``, the atoms' sizes, and per span of ``cells`` how many records of each atom
+    its cells hold (a running sum for a run of consecutive cells)."""
     label, counts = _audited_atoms(sets, n)
     if counts.size * len(cells) > 16 * ATOM_FLOATS:
         raise AuditTooLarge(f"{counts.size:,} groups of records in each of {len(cells)} cells")
@@ -555,7 +578,7 @@ def combined_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets
     running = np.vstack([np.zeros((1, counts.size), dtype=held.dtype), np.cumsum(held, axis=0)])
     unions = (running[span[-1] + 1] - running[span[0]] if span[-1] - span[0] + 1 == len(span)
               else held[list(span)].sum(axis=0) for span in spans)
-    return _spanned_unions(unions, len(spans), label, counts, sets, n)
+    return label, counts, unions
 
 
 def _audited_atoms(sets: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
