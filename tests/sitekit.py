@@ -23,6 +23,7 @@ from dsfed_client import Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_server.api import create_app
 from dsfed_server.dictionary import Variable, write_dictionary
+from dsfed_server.disclosure.checks import Guard
 from dsfed_server.cli import _bind
 from dsfed_server.provision import ProvisionedSite, provision
 from dsfed_server.service import SiteService
@@ -223,3 +224,9 @@ def whole_table_sum(session: Any, column: str) -> tuple[float | None, Any]:
     except FederatedCallError as exc:
         return None, next(iter(exc.failures.values()))
     return mean["EstimatedMean"] * mean["Nvalid"], None
+
+
+def exposed_shares_unaudited(patch: pytest.MonkeyPatch) -> None:
+    """The red teams' control: no site audits its share of a span of pooled cells as a release alone where the
+    others' releases expose it (``Guard._fails_alone`` finds no span failing)."""
+    patch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))

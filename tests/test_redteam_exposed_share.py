@@ -1,4 +1,4 @@
-"""Red team of the exposed-share check of pooled releases (commit 53f0c5f: ``Guard._shares``' HOLDERS and FAILING
+"""Red team of the exposed-share check of pooled releases (``Guard._shares``' HOLDERS and FAILING
 fields, ``Guard._fails_alone``, ``Guard._record_exposed``, the FAILING part of ``_record_thin``), measured on
 in-process sites under the shipped rules (``disclosure_rules/default.toml``, q = 5), a normal analyst, honest sites.
 Each route knows the truth and counts the small site's records (1 to 4) whose count and outcome it read.
@@ -58,7 +58,7 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.disclosure.checks import Guard
-from sitekit import make_sites
+from sitekit import exposed_shares_unaudited, make_sites
 from test_redteam_union_round import _at, _bin, _declare_grades, _pooled, THRESHOLDS
 
 Q = 5
@@ -81,10 +81,9 @@ def _fixed_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _off(monkeypatch: pytest.MonkeyPatch, checks: str) -> None:
-    """``control``: the exposed-share audit and the keeping of exposed shares off (as before 53f0c5f)."""
+    """``control``: the exposed-share audit and the keeping of exposed shares off (as before either was built)."""
     if checks == "control":
-        monkeypatch.setattr(Guard, "_fails_alone",
-                            lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))
+        exposed_shares_unaudited(monkeypatch)
         monkeypatch.setattr(Guard, "_record_exposed", lambda self, *args: None)
 
 

@@ -45,7 +45,7 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.disclosure.checks import Guard
-from sitekit import make_sites
+from sitekit import exposed_shares_unaudited, make_sites
 from test_pooled_complement_attack import Q, THRESHOLDS
 
 LARGE = ("north", "south")
@@ -69,7 +69,7 @@ def _unions_off(monkeypatch: pytest.MonkeyPatch) -> None:
     others' releases alone expose audited as a release alone (the code before the checks)."""
     monkeypatch.setattr(Guard, "_thin_union", lambda self, *args: None)
     monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [])
-    monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))
+    exposed_shares_unaudited(monkeypatch)
 
 
 def _at(frame: pd.DataFrame, t: float) -> np.ndarray:

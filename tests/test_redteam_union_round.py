@@ -57,7 +57,7 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.disclosure.checks import Guard
-from sitekit import make_sites
+from sitekit import exposed_shares_unaudited, make_sites
 
 Q = 5
 THRESHOLDS = np.round(np.linspace(0.1, 0.9, 9), 3)
@@ -173,8 +173,7 @@ def _union_route(tmp_path: Path, how: str, missing: int, pooled_first: bool = Fa
 def test_one_union_as_cells_alone_first_reads_nothing(tmp_path: Path, checks: str, monkeypatch: pytest.MonkeyPatch):
     if checks == "control":  # the union round and the audit of exposed shares both off (each closes it alone)
         monkeypatch.setattr(Guard, "_alone_unions", lambda self, *args: [], raising=False)
-        monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans),
-                                                                                                         bool))
+        exposed_shares_unaudited(monkeypatch)
     read, note = _union_route(tmp_path, "cells", 0)
     print(f"\nroute 1{' (control)' if checks == 'control' else ''}, union by ds_threshold_metrics, alone first: "
           f"{read} of 12 read ({note})")
@@ -256,7 +255,7 @@ def test_the_large_sites_totals_without_the_exposed_share_audit(tmp_path: Path, 
                                                                  monkeypatch: pytest.MonkeyPatch):
     """Control of route 3: with no site auditing its share of a span as a release alone, the small site's 2
     records outside [0.5, 0.6) are read."""
-    monkeypatch.setattr(Guard, "_fails_alone", lambda self, cells, spans, candidates, rows: np.zeros(len(spans), bool))
+    exposed_shares_unaudited(monkeypatch)
     read, note = _gap_route(tmp_path, mid, pooled_first)
     print(f"\nroute 3 control ({'four' if mid else 'three'} sites, {'pooled first' if pooled_first else 'alone first'})"
           f": {read} of 12 read ({note})")
