@@ -25,8 +25,10 @@ C. A combination of spans, each passing alone. The small site holds every record
 C2. C with the site's total for T: the small site holds every record of [0.2, 0.3) and [0.6, 0.7) (10 each)
    and 3 records (events) of [0.9, 1), where the large sites hold many. Calls: ``meanDS(D$y)`` at the small site alone
    and the pooled thresholds, either order. Read: the small site's Nvalid and events less the two pooled bins.
-   HOLE in both orders, 3 read (as with the checks off): each bin passes alone (13 from the site's 23), their union
-   (no span) differs by 3. The count needs nothing but the site's total.
+   3 read in both orders with the checks off, and with a first version of the audit (each bin passes alone, 13
+   from the site's 23; their union, no span, differs by 3). Now a span is audited with the other cells the site
+   holds every record of as released beside it: the bins merge, 0. C alone first stays a hole: the 2 records are
+   one in each of two parts of atoms that the bins split, which the audit's bound (``spanned_gap``) does not see.
 S. A second pooled release over a subset, no release of the small site alone. The small site holds 10 records of
    [0.5, 0.6), 8 of them in ``T`` (``g == 1``, a subset made at every site; the 2 left out are events); the large
    sites about 40 each. Calls: the pooled thresholds on D, then on T; each large site alone its [0.5, 0.6) on D and
@@ -287,13 +289,11 @@ def test_the_sites_total_less_two_exposed_bins(tmp_path: Path, checks: str, pool
     read, note = _total_route(tmp_path, pooled_first)
     print(f"\nC2 ({checks}, {'pooled first' if pooled_first else 'alone first'}): small's meanDS(D$y) alone less "
           f"the pooled [0.2, 0.3) + [0.6, 0.7) (its alone): {read} of 23 read ({note})")
-    # HOLE in both orders (3, as the control): each bin is the small site's alone and differs from its records of
-    # the release (23) by 13, so each passes _fails_alone; their union, no span, differs by 3: the site's total
-    # (always public: lengthDS, or meanDS's Nvalid) less the two pooled bins is its 3 records of [0.9, 1), a thin
-    # share of a cell the large sites hold many records of, and its events (meanDS) less the bins' are their
-    # outcomes. The count needs no release but the total; pooled first the events' read is also the pinned
-    # "exact-sum levels not audited against earlier row sets".
-    assert read == 3
+    # The control reads 3 in both orders: each bin is the small site's alone and differs from its records of the
+    # release (23) by 13; their union, no span, differs by 3: the site's total (always public: lengthDS, or
+    # meanDS's Nvalid) less the two pooled bins is its 3 records of [0.9, 1). Now each bin is audited with the other
+    # cells the site holds alone as released beside it (Guard._fails_alone, HELD_CELLS): the bins merge, 0.
+    assert read == (3 if checks == "control" else 0)
 
 
 # ---------------------------------------------------------------- S: a second pooled release over a subset

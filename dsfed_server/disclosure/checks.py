@@ -99,6 +99,7 @@ class HistoryBehind(Exception):
 SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
 MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
 EXPOSED_AUDITS = 128  # spans per release a site audits in full as its release alone (Guard._fails_alone)
+HELD_CELLS = 16  # cells of a release a site holds every record of that the audit counts as released alone with it
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -1102,7 +1103,8 @@ class Guard:
             sizes = np.array([counts[list(span)].sum() for span in spans])
             try:
                 public = np.array(self._public_shares(cells, spans, rows), dtype=bool)
-                fails = self._fails_alone(cells, spans, (sizes > 0) & ~public, rows)
+                fails = self._fails_alone(cells, spans, (sizes > 0) & ~public, rows,
+                                          np.array([c.count for c in release.own_cells]))
             except AuditTooLarge:
                 unaudited = 1.0
         thin = (sizes > 0) & (sizes < self.q) & ~public if self.q > 1 else np.zeros(len(spans), dtype=bool)
@@ -1110,14 +1112,16 @@ class Guard:
         return {THIN: thin.astype(float), HIDDEN: hidden, HOLDERS: (hidden > 0).astype(float),
                 FAILING: np.where(fails, hidden, 0.0), UNAUDITED: np.asarray([unaudited])}
 
-    def _fails_alone(self, cells: list[np.ndarray], spans: list[Span], candidates: np.ndarray, rows: Rows | None
-                     ) -> np.ndarray:
+    def _fails_alone(self, cells: list[np.ndarray], spans: list[Span], candidates: np.ndarray, rows: Rows | None,
+                     pooled: np.ndarray) -> np.ndarray:
         """Per span of a pooled release's cells (``cells``: this site's records of each, packed), whether this site's
         records of it, were they released alone, would fail its audit of a release alone
         (``disclosure.subset_min_difference``: :func:`~dsfed_server.disclosure.differencing.row_set_problem` and
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`) against its records of every cell of the release
-        and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them).
-        Only the ``candidates`` (its records of the span not released alone, some) are audited, the first
+        and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them), and
+        the cells of the release outside the span that it holds every record of (``pooled``: the cells' pooled
+        counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone. Only the
+        ``candidates`` (its records of the span not released alone, some) are audited, the first
         :data:`EXPOSED_AUDITS` of them so (cells, rows and columns, the shortest runs first), the rest by the bound
         :func:`~dsfed_server.disclosure.differencing.near_spans` (a union of atoms within q - 1 records; it does not
         see a few records that the span and earlier row sets together set apart). Where every record of a span that
@@ -1129,14 +1133,17 @@ class Guard:
         if not self._audits(rows) or not candidates.any():
             return out
         n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")  # type: ignore[union-attr]
+        here = np.array([set_size(c) for c in cells])
+        held = np.flatnonzero((here > 0) & (here == pooled))[:HELD_CELLS].tolist()
         within, earlier = np.bitwise_or.reduce(cells), self._alone_sets(rows)[1:]  # type: ignore[arg-type]
         chosen = sorted((k for k, span in enumerate(spans) if candidates[k] and len(span) < len(cells)),
                         key=lambda k: len(spans[k]))
         exact, bounded = chosen[:EXPOSED_AUDITS], chosen[EXPOSED_AUDITS:]
         for k in exact:
             member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
-            out[k] = bool(row_set_problem(earlier, [bits(member, n).astype(bool)], minimum, within)
-                          or spanned_gap(member, [within, *earlier], n, below=minimum))
+            besides = [*earlier, *(cells[j] for j in held if j not in spans[k])]
+            out[k] = bool(row_set_problem(besides, [bits(member, n).astype(bool)], minimum, within)
+                          or spanned_gap(member, [within, *besides], n, below=minimum))
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
