@@ -1,5 +1,5 @@
 """Red team of the exposed-share check of pooled releases (``Guard._shares``' HOLDERS and FAILING
-fields, ``Guard._fails_alone``, ``Guard._record_exposed``, the FAILING part of ``_record_thin``), measured on
+fields, ``Guard._fails_alone``, the FAILING part of ``_record_thin``), measured on
 in-process sites under the shipped rules (``disclosure_rules/default.toml``, q = 5), a normal analyst, honest sites.
 Each route knows the truth and counts the small site's records (1 to 4) whose count and outcome it read.
 
@@ -15,13 +15,14 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
    of the run as released alone), the large sites' runs pass (not kept as thin): HOLE, 2 read in both later orders.
    Alone first (T, then pooled, then the large sites): the small site's FAILING is 20, the large sites keep the run
    as thin and north's cut 0.5 alone is dropped: 0 (2 with the checks off). Large sites' runs first, then pooled,
-   then T: 0 (the run is the small site's alone at pooled time, kept; T refused).
+   then T: HOLE, 2 (the run is the small site's alone at pooled time and passes its audit; a share so exposed is
+   not kept as released alone: keeping every such span grew the release history past what the audit runs in time).
 C. A combination of spans, each passing alone. The small site holds every record of the pooled bins [0.2, 0.3) and
    [0.6, 0.7) (10 each; the large sites none of either) and none between. Its subset ``T`` alone (9 of each bin,
    ``meanDS(T$y)``; the 2 left out are events), then the pooled thresholds: each bin is one site's share
    (HOLDERS = 1) and passes the audit alone against T (T and one bin isolate nothing), so both are released; the
-   two bins' pooled counts less T are the 2 left out: HOLE alone first, 2 read (as with the checks off). Pooled
-   first the two bins are kept as released alone and T is refused: 0.
+   two bins' pooled counts less T are the 2 left out: HOLE in both orders, 2 read (as with the checks off); pooled
+   first the bins are not kept as released alone, so T passes.
 C2. C with the site's total for T: the small site holds every record of [0.2, 0.3) and [0.6, 0.7) (10 each)
    and 3 records (events) of [0.9, 1), where the large sites hold many. Calls: ``meanDS(D$y)`` at the small site alone
    and the pooled thresholds, either order. Read: the small site's Nvalid and events less the two pooled bins.
@@ -35,8 +36,8 @@ S. A second pooled release over a subset, no release of the small site alone. Th
    on T (cuts [0.5, 0.6)). Read: (pooled D bin less the large sites' D bins) less (pooled T bin less theirs).
    Pooled first: HOLE, 2 read (as with the checks off): at both pooled releases three sites hold hidden records
    of the bin, the small site's shares pass its audit (nothing alone there), the two pooled bins differ by more
-   than 5, and the large sites' later releases alone are kept by nobody. Alone first: 0 (the D bin is the small
-   site's alone, kept as released alone; the T bin merges).
+   than 5, and the large sites' later releases alone are kept by nobody. Alone first: HOLE too (the D bin is the
+   small site's alone but not kept as released alone, so the T bin passes).
 
 Honest costs (end of the file): four heterogeneous sites (380, 250, 120, and a small site of 30 whose scores sit
 high; and three sites of 300, 150 and 25), the pooled thresholds, the pooled table of grade by outcome,
@@ -59,7 +60,6 @@ import pytest
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
-from dsfed_server.disclosure.checks import Guard
 from sitekit import exposed_shares_unaudited, make_sites
 from test_redteam_union_round import _at, _bin, _declare_grades, _pooled, THRESHOLDS
 
@@ -83,10 +83,9 @@ def _fixed_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _off(monkeypatch: pytest.MonkeyPatch, checks: str) -> None:
-    """``control``: the exposed-share audit and the keeping of exposed shares off (as before either was built)."""
+    """``control``: the exposed-share audit off (as before it was built)."""
     if checks == "control":
         exposed_shares_unaudited(monkeypatch)
-        monkeypatch.setattr(Guard, "_record_exposed", lambda self, *args: None)
 
 
 def _read(records: int, events: int, truth: tuple[int, int]) -> int:
@@ -223,18 +222,18 @@ def test_two_exposed_bins_less_a_subset_alone(tmp_path: Path, checks: str, poole
           f"(the small site's alone) less its T alone: {read} of 30 read ({note})")
     # HOLE alone first (2, as the control): each bin alone is one site's (HOLDERS = 1) and passes the audit against T
     # (T and one bin isolate nothing); the two together with T single out the 2 left out, and no span is their
-    # union. Pooled first both bins are kept as released alone, and T is refused against them.
-    assert read == (0 if checks == "shipped" and pooled_first else 2)
+    # union. HOLE pooled first too: the bins are not kept as the small site's releases alone.
+    assert read == 2
 
 
 # ---------------------------------------------------------------- L2: the other order, closed
 
 def test_the_others_runs_alone_first_then_pooled_then_the_subset(tmp_path: Path):
     """Route L with the large sites' runs alone first: at pooled time the run is the small site's alone (HOLDERS =
-    1), so its share is kept as released alone and T is refused: 0."""
+    1) and passes its audit (T comes after); its share is not kept as released alone, so T passes too: a HOLE, 2."""
     read, note = _later_route(tmp_path, "large-pooled-T")
     print(f"\nL (shipped, large-pooled-T): {read} of 30 read ({note})")
-    assert read == 0 and "T alone refused" in note
+    assert read == 2
 
 
 # ---------------------------------------------------------------- C2: two exposed bins less the site's total
@@ -381,10 +380,10 @@ def test_a_second_pooled_release_over_a_subset(tmp_path: Path, checks: str, pool
           f"less (pooled T less theirs) on [0.5, 0.6): {read} of 30 read ({note})")
     # HOLE pooled first (2, as the control): no release of the small site alone at all. At each pooled release three
     # sites hold hidden records of [0.5, 0.6); the two pooled cells differ by 2 at the small site but by more than 5
-    # pooled (the pair check passes); the large sites' shares alone come after, kept by nobody. Alone first the
-    # small site's share of the pooled D bin is its alone (HOLDERS = 1), kept as released alone, and the T bin,
-    # 2 from it, is merged (cut 0.5 dropped).
-    assert read == (0 if checks == "shipped" and not pooled_first else 2)
+    # pooled (the pair check passes); the large sites' shares alone come after, kept by nobody. HOLE alone first
+    # too: the small site's share of the pooled D bin is its alone (HOLDERS = 1) but is not kept as released alone,
+    # so the T bin, 2 from it, passes.
+    assert read == 2
 
 
 # ---------------------------------------------------------------- honest costs

@@ -98,7 +98,7 @@ class HistoryBehind(Exception):
 
 SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union cell_spans() checks as one
 MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
-EXPOSED_AUDITS = 128  # spans per release a site audits in full as its release alone (Guard._fails_alone)
+EXPOSED_AUDITS = 64  # spans per release a site audits in full as its release alone (Guard._fails_alone)
 HELD_CELLS = 16  # cells of a release a site holds every record of that the audit counts as released alone with it
 
 
@@ -1015,8 +1015,6 @@ class Guard:
                     if FAILING in pooled:
                         elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
                     self._record_thin(release.own_cells, spans, elsewhere, rows)
-                    self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
-                                         rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
@@ -1147,23 +1145,6 @@ class Guard:
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
-
-    def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, rows: Rows | None
-                        ) -> None:
-        """Keep as released alone this site's records of the spans of released cells whose every record no site
-        released alone is here (``exposed``): the pooled count less the others' releases alone (none, where they
-        hold none) gives them, as this site's release alone would. Each such cell, and each such span holding a cell
-        that is not one (the others' shares of that cell are not given alone, the span's are), is kept; a span of
-        such cells is their union, which the audit of a later release alone combines
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`)."""
-        if not self._audits(rows) or len(spans) != exposed.size or not cells:
-            return
-        single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}
-        kept = [span for span, shown in zip(spans, exposed) if shown and (len(span) == 1 or not single >= set(span))]
-        for member in span_rows(cells, kept):
-            if set_size(member):
-                self.history.record_row_set(rows.lineage, bits(member, rows.n_root).astype(bool),  # type: ignore
-                                            analyst=self._analyst)
 
     def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
                      rows: Rows | None) -> None:
