@@ -38,7 +38,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
-from dsfed_server.disclosure.unions import breaking_cell, kind_of, labels, spanned, union_of_cells
+from dsfed_server.disclosure.unions import breaking_cell, kind_of, layout, spanned, union_of_cells
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -1174,10 +1174,8 @@ class Guard:
         if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
             return []
         n = rows.n_root  # type: ignore[union-attr]
-        cells = [packed_set(c.rows) for c in release.own_cells]
-        cell_of = labels(cells, n)
-        sizes = np.array([set_size(c) for c in cells])
-        counts = np.array([c.count for c in release.own_cells])
+        cell_of, sizes, counts = layout([packed_set(c.rows) for c in release.own_cells],
+                                        [c.count for c in release.own_cells], n)
         found = (union_of_cells(member, cell_of, sizes) for member in self._alone_sets(rows))  # type: ignore[arg-type]
         return sorted({positions for positions in found if positions is not None and not spanned(positions, counts,
                                                                                                   kind, sizes)})
@@ -1198,10 +1196,7 @@ class Guard:
         if not candidates:
             return None
         for kind, cells in self.history.pooled_releases(rows.lineage, n):  # type: ignore[union-attr]
-            packed_cells = [packed_set(c.rows) for c in cells]
-            cell_of = labels(packed_cells, n)
-            sizes = np.array([set_size(c) for c in packed_cells])
-            counts = np.array([c.count for c in cells])
+            cell_of, sizes, counts = layout([packed_set(c.rows) for c in cells], [c.count for c in cells], n)
             for packed, cell in candidates:
                 positions = union_of_cells(packed, cell_of, sizes)
                 if positions is not None and not spanned(positions, counts, kind, sizes):

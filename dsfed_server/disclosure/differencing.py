@@ -558,9 +558,9 @@ def near_spans(cells: list[np.ndarray], spans: Sequence[Sequence[int]], sets: li
     of ``sets`` (packed; records that belong to the same sets) by 1 to ``below`` - 1 records: the fewest records
     that tell it from any of them, each atom's records in it or out of it, whichever are fewer. A bound of the
     audit of a release alone (:func:`row_set_problem`, :func:`spanned_gap`) for many spans at once: it counts a
-    union of atoms the sets' counts do not give (not in their span) as given, so it finds more, never fewer, of
-    the differences those find by pairs, by unions in the span, and by a lone record. :class:`AuditTooLarge` as
-    :func:`combined_spans`."""
+    union of atoms the sets' counts do not give (not in their span) as given, so it finds every difference those
+    find by pairs and by unions of atoms, but not a few records that the union and the sets together set apart
+    inside atoms it splits. :class:`AuditTooLarge` as :func:`combined_spans`."""
     if not spans or not cells:
         return [False] * len(spans)
     _, counts, unions = _span_atoms(cells, spans, sets, n)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsfed_server.disclosure.differencing import bits
+from dsfed_server.disclosure.differencing import bits, set_size
 
 ORDERED, CATEGORIES = "ordered", "categories"  # a release's cells: intervals in order, or categories of one factor
 
@@ -38,6 +38,13 @@ def labels(cells: list[np.ndarray], n: int) -> np.ndarray:
     for k, cell in enumerate(cells):
         out[bits(cell, n).astype(bool)] = k
     return out
+
+
+def layout(cells: list[np.ndarray], counts: list[int], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of a pooled release's cells (this site's records of each, packed, over a table of ``n`` records; ``counts``:
+    their pooled counts): per record the cell that holds it (:func:`labels`), this site's records of each, and the
+    pooled counts, as :func:`union_of_cells` and :func:`spanned` take them."""
+    return labels(cells, n), np.array([set_size(c) for c in cells]), np.array(counts)
 
 
 def union_of_cells(member: np.ndarray, cell_of: np.ndarray, sizes: np.ndarray) -> tuple[int, ...] | None:
