@@ -1,0 +1,169 @@
+"""An exact sum's count of a column's ones, against a subset released before: the difference is a few records.
+
+``meanDS(D$y)`` of a 0/1 outcome releases the number of events, the records at the value 1 of ``y``: a row set whose
+count the analyst holds, as a subset's. At one site of 24 records (shipped rules, q = 5), grade III holds 12 records,
+10 of them events; outside it 2 of 12 records are events. A subset of grade III with its own ``meanDS`` gives 10
+events; ``meanDS(D$y)`` over the table gives 12: the events outside grade III are 2, a cell of grade by outcome
+below q that ``table2DDS`` refuses (and the records whose sums of another column the same pair of sums over them
+would then give). The site now audits the records at each value of a summed column of few values against every row
+set it released alone before, the levels of its earlier sums among them (``Guard._audit_levels``,
+``disclosure.subset_min_difference``): 0 read in either order, 2 with that audit off (the code before).
+
+Pinned, measured: the same records through a subset defined by the outcome itself (``y == 1`` within grade III) made
+after ``meanDS(D$y)``: a subset's count is audited against earlier subsets and cells, not against the levels of
+earlier sums: 2 read (0 where the subset comes first). Honest costs on the same data: the events over the table
+beside a subset with 5 or more events outside it are released (with 2, refused, as the table's cell of 2 is); a
+tapply of the outcome by grade (groups whose events and non-events are few) is released.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from dsfed_server.disclosure import checks as checks_module
+from sitekit import make_sites
+
+Q = 5
+SITE = "small"
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    """24 records: grade III (``iii`` 1, ``grade`` "III") 12, 10 of them events; outside it 12, 2 of them events."""
+    rng = np.random.default_rng(41)
+    iii = np.r_[np.ones(12, int), np.zeros(12, int)]
+    y = np.r_[np.ones(10, int), 0, 0, 1, 1, np.zeros(10, int)]
+    return {SITE: pd.DataFrame({"iii": iii, "grade": np.where(iii == 1, "III", "other"), "y": y,
+                                "age": np.round(rng.uniform(30, 80, 24), 1)})}
+
+
+def _rules(exc: FederatedCallError) -> str:
+    return ", ".join(sorted({f.rule for f in exc.failures.values()}))
+
+
+def _events(view, expr: str) -> tuple[int | None, str]:
+    try:
+        m = view.aggregate_expr(f"meanDS({expr})")[SITE]
+    except FederatedCallError as exc:
+        return None, f"meanDS({expr}) refused ({_rules(exc)})"
+    return int(round(m["EstimatedMean"] * m["Nvalid"])), f"meanDS({expr}) released"
+
+
+def _subset(view, name: str, column: str) -> tuple[int | None, str]:
+    try:
+        view.assign_expr(name, f'dataFrameSubsetDS2("D", "D${column}", "1", 1, NULL, NULL, FALSE)')
+        m = view.aggregate_expr(f"meanDS({name}$iii)")[SITE]
+    except FederatedCallError as exc:
+        return None, f"subset {column} refused ({_rules(exc)})"
+    return int(m["Nvalid"]), f"subset {column} released"
+
+
+def _off(monkeypatch: pytest.MonkeyPatch, checks: str) -> None:
+    if checks == "control":
+        monkeypatch.setattr(checks_module.Guard, "_audit_levels", lambda self, supports, rows: None)
+
+
+def _read(found: int | None, truth: int) -> int:
+    if found is None:
+        return 0
+    assert found == truth, (found, truth)
+    return found if 0 < found < Q else 0
+
+
+@pytest.mark.parametrize("sum_first", [False, True], ids=["subset-first", "sum-first"])
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+def test_a_subsets_events_and_the_tables_read_no_few_records(tmp_path: Path, checks: str, sum_first: bool,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    _off(monkeypatch, checks)
+    frames = _frames()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        view = session.site_view(SITE)
+
+        def subset_events() -> tuple[int | None, str]:
+            n, note = _subset(view, "S", "iii")
+            return (_events(view, "S$y") if n is not None else (None, note))
+
+        if sum_first:
+            (total, a), (inside, b) = _events(view, "D$y"), subset_events()
+        else:
+            (inside, b), (total, a) = subset_events(), _events(view, "D$y")
+    small = frames[SITE]
+    truth = int(((small.iii == 0) & (small.y == 1)).sum())
+    read = _read(None if total is None or inside is None else total - inside, truth)
+    print(f"\n{checks}, {'sum first' if sum_first else 'subset first'}: events outside grade III, {read} of 24 read "
+          f"({a}; {b})")
+    assert read == (2 if checks == "control" else 0)
+
+
+@pytest.mark.parametrize("sum_first", [False, True], ids=["subset-first", "sum-first"])
+def test_a_subset_by_the_outcome_reads_the_few_records_only_after_the_sum(tmp_path: Path, sum_first: bool):
+    """The subset ``y == 1`` within grade III (10 records). Made first, it is a row set the later events (12) are
+    audited against: 0 read. HOLE, made after ``meanDS(D$y)`` (2 read): a subset is audited against earlier subsets
+    and cells, not against the levels of earlier sums (a subset of grade III after a tapply of the outcome by grade
+    is that group's own records, which the audit cannot tell from this without the sums' groups kept)."""
+    frames = _frames()
+    frames[SITE]["e3"] = ((frames[SITE].iii == 1) & (frames[SITE].y == 1)).astype(int)
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        view = session.site_view(SITE)
+        if sum_first:
+            (total, a), (inside, b) = _events(view, "D$y"), _subset(view, "E", "e3")
+        else:
+            (inside, b), (total, a) = _subset(view, "E", "e3"), _events(view, "D$y")
+    small = frames[SITE]
+    read = _read(None if total is None or inside is None else total - inside, int(((small.iii == 0) & small.y).sum()))
+    print(f"\npinned, {'sum first' if sum_first else 'subset first'}: events outside grade III through a subset of "
+          f"the events, {read} of 24 read ({a}; {b})")
+    assert read == (2 if sum_first else 0)
+
+
+@pytest.mark.parametrize("outside", [2, 5])
+def test_the_events_beside_a_subset_are_released_where_its_complement_holds_q_events(tmp_path: Path, outside: int):
+    """Honest cost: the subgroup's event rate, then the table's. With 5 events outside the subgroup both are
+    released (as a table of subgroup by outcome would be); with 2 the table's is refused, naming the rule, as the
+    table's cell of 2 is."""
+    frames = _frames()
+    y = frames[SITE].y.to_numpy().copy()
+    y[12:12 + outside] = 1
+    y[12 + outside:] = 0
+    frames[SITE]["y"] = y
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        view = session.site_view(SITE)
+        n, _ = _subset(view, "S", "iii")
+        inside, _ = _events(view, "S$y")
+        total, note = _events(view, "D$y")
+    print(f"\nhonest, {outside} events outside the subgroup: subgroup {n} records, {inside} events; {note}")
+    assert (n, inside) == (12, 10)
+    if outside >= Q:
+        assert total == 10 + outside
+    else:
+        assert total is None and "disclosure.subset_min_difference" in note
+
+
+def test_a_tapply_of_the_outcome_by_grade_is_released_beside_the_tables_events(tmp_path: Path):
+    """Honest: the table's events, a subset of grade III with its events, then each grade's (``tapplyDS``, the mean
+    of y by grade): a group's own records are left out of the comparison (a group's mean gives its events and
+    non-events by design), and no level differs from an earlier row set by fewer than q records."""
+    frames = _frames()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        view = session.site_view(SITE)
+        n, _ = _subset(view, "S", "iii")
+        inside, _ = _events(view, "S$y")
+        out = view.aggregate_expr('tapplyDS("D$y", "D$grade", "mean")')[SITE]
+    small = frames[SITE]
+    print(f"\nhonest: subset {n} records, {inside} events; tapply by grade {out['Mean']} of {out['N']}")
+    assert (n, inside) == (12, 10)
+    assert out["dimnames"] == [["D$grade.III", "D$grade.other"]] and out["N"] == [12, 12]
+    np.testing.assert_allclose(out["Mean"], small.groupby("grade").y.mean().loc[["III", "other"]].to_numpy())
