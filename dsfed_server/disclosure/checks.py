@@ -27,7 +27,7 @@ from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
                                                  combined_spans,
-                                                 isolated_records, level_problem, near_spans, packed_set,
+                                                 inside_levels, isolated_records, level_problem, near_spans, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
                                                  shared_pair_problems, shared_pairs, spanned_gap, superset_gap,
@@ -399,8 +399,9 @@ class Guard:
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`), and a numeric condition's cuts
         (``condition``: ``age >= 55`` cuts age) with every cut released before on the column, as any
         released cut (``disclosure.cut_history``: ``age >= 55`` after ``age > 55`` differs by the
-        records aged 55). Recorded in the release history only if all pass. Returns the subset's
-        rows, for ``differencing.mark_rows`` on the new table."""
+        records aged 55), and with the records at each value of an exact sum released before
+        (:func:`~dsfed_server.disclosure.differencing.inside_levels`). Recorded in the release history only if
+        all pass. Returns the subset's rows, for ``differencing.mark_rows`` on the new table."""
         mask = np.asarray(mask, dtype=bool)
         self.subset(int(mask.sum()), int(mask.size))
         parent_rows = rows_of(parent)
@@ -419,6 +420,11 @@ class Guard:
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
+            if not problem and inside_levels(np.packbits(new), self.history.summed_row_sets(rows.lineage, rows.n_root),
+                                             minimum):
+                problem = (f"these records are all but 1 to {minimum - 1} of the records at a value of a column whose "
+                           "sums were released before (its events, say): comparing the two counts would single those "
+                           "out")
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")

@@ -154,6 +154,16 @@ def level_problem(support: np.ndarray, group: np.ndarray, earlier: Sequence[np.n
     return False
 
 
+def inside_levels(new: np.ndarray, summed: Sequence[np.ndarray], min_difference: int) -> bool:
+    """Whether row set ``new`` (packed) lies inside the records at one value of an exact sum released alone before
+    (``summed``, packed: :func:`level_problem`'s sets) and misses 1 to ``min_difference`` - 1 of them: the subset of
+    the events within grade III, after the events over the table, leaves the events outside it. A set that holds
+    such records and a few more is the group a mean gives the events and non-events of by design, and passes."""
+    size = set_size(new)
+    return any(0 < _differing(old, new) < min_difference and _differing(old, new) == set_size(old) - size
+               for old in summed)
+
+
 def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Whether the records at ``positions`` belong to row set ``rows`` (boolean, or packed)."""
     if rows.dtype == bool:
