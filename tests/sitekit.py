@@ -228,6 +228,8 @@ def whole_table_sum(session: Any, column: str) -> tuple[float | None, Any]:
 
 def exposed_shares_unaudited(patch: pytest.MonkeyPatch) -> None:
     """The red teams' control: no site audits its share of a span of pooled cells as a release alone where the
-    others' releases expose it (``Guard._fails_alone`` finds no span failing)."""
+    others' releases expose it (``Guard._fails_alone`` finds no span failing), nor keeps it for a later subset
+    (``Guard._record_exposed``)."""
     patch.setattr(Guard, "_fails_alone",
                   lambda self, cells, spans, candidates, rows, pooled: np.zeros(len(spans), bool))
+    patch.setattr(Guard, "_record_exposed", lambda self, cells, spans, exposed, rows: None)

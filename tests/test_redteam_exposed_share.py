@@ -15,14 +15,14 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
    of the run as released alone), the large sites' runs pass (not kept as thin): HOLE, 2 read in both later orders.
    Alone first (T, then pooled, then the large sites): the small site's FAILING is 20, the large sites keep the run
    as thin and north's cut 0.5 alone is dropped: 0 (2 with the checks off). Large sites' runs first, then pooled,
-   then T: HOLE, 2 (the run is the small site's alone at pooled time and passes its audit; a share so exposed is
-   not kept as released alone: keeping every such span grew the release history past what the audit runs in time).
+   then T: the run is the small site's alone at pooled time and passes its audit; the site keeps its records of it
+   (``Guard._record_exposed``, apart from its releases alone) and T is refused: 0 (2 before, and with the control).
 C. A combination of spans, each passing alone. The small site holds every record of the pooled bins [0.2, 0.3) and
    [0.6, 0.7) (10 each; the large sites none of either) and none between. Its subset ``T`` alone (9 of each bin,
    ``meanDS(T$y)``; the 2 left out are events), then the pooled thresholds: each bin is one site's share
    (HOLDERS = 1) and passes the audit alone against T (T and one bin isolate nothing), so both are released; the
-   two bins' pooled counts less T are the 2 left out: HOLE in both orders, 2 read (as with the checks off); pooled
-   first the bins are not kept as released alone, so T passes.
+   two bins' pooled counts less T are the 2 left out: HOLE alone first, 2 read (as with the checks off); pooled
+   first the small site keeps its records of the bins and T, within 2 of their union, is refused: 0.
 C2. C with the site's total for T: the small site holds every record of [0.2, 0.3) and [0.6, 0.7) (10 each)
    and 3 records (events) of [0.9, 1), where the large sites hold many. Calls: ``meanDS(D$y)`` at the small site alone
    and the pooled thresholds, either order. Read: the small site's Nvalid and events less the two pooled bins.
@@ -37,7 +37,8 @@ S. A second pooled release over a subset, no release of the small site alone. Th
    Pooled first: HOLE, 2 read (as with the checks off): at both pooled releases three sites hold hidden records
    of the bin, the small site's shares pass its audit (nothing alone there), the two pooled bins differ by more
    than 5, and the large sites' later releases alone are kept by nobody. Alone first: HOLE too (the D bin is the
-   small site's alone but not kept as released alone, so the T bin passes).
+   small site's alone; its records of it are kept for a later subset, not for a later pooled release, so the T bin
+   passes).
 
 Honest costs (end of the file): four heterogeneous sites (380, 250, 120, and a small site of 30 whose scores sit
 high; and three sites of 300, 150 and 25), the pooled thresholds, the pooled table of grade by outcome,
@@ -222,18 +223,24 @@ def test_two_exposed_bins_less_a_subset_alone(tmp_path: Path, checks: str, poole
           f"(the small site's alone) less its T alone: {read} of 30 read ({note})")
     # HOLE alone first (2, as the control): each bin alone is one site's (HOLDERS = 1) and passes the audit against T
     # (T and one bin isolate nothing); the two together with T single out the 2 left out, and no span is their
-    # union. HOLE pooled first too: the bins are not kept as the small site's releases alone.
-    assert read == 2
+    # union. Pooled first the small site keeps its records of the two bins (Guard._record_exposed) and T, within 2
+    # of their union, is refused: 0 (2 on the code before, and with the control).
+    assert read == (0 if checks == "shipped" and pooled_first else 2)
 
 
-# ---------------------------------------------------------------- L2: the other order, closed
+# ---------------------------------------------------------------- L2: the others' runs first
 
-def test_the_others_runs_alone_first_then_pooled_then_the_subset(tmp_path: Path):
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+def test_the_others_runs_alone_first_then_pooled_then_the_subset(tmp_path: Path, checks: str,
+                                                                 monkeypatch: pytest.MonkeyPatch):
     """Route L with the large sites' runs alone first: at pooled time the run is the small site's alone (HOLDERS =
-    1) and passes its audit (T comes after); its share is not kept as released alone, so T passes too: a HOLE, 2."""
+    1) and passes its audit (T comes after); the small site keeps its records of the run (the others' shares of its
+    cells are not given alone, the run's are: ``Guard._record_exposed``), and T, within 2 of it, is refused: 0 (2 on
+    the code before, where nothing was kept, and with the control)."""
+    _off(monkeypatch, checks)
     read, note = _later_route(tmp_path, "large-pooled-T")
-    print(f"\nL (shipped, large-pooled-T): {read} of 30 read ({note})")
-    assert read == 2
+    print(f"\nL ({checks}, large-pooled-T): {read} of 30 read ({note})")
+    assert read == (0 if checks == "shipped" else 2)
 
 
 # ---------------------------------------------------------------- C2: two exposed bins less the site's total

@@ -20,8 +20,9 @@ A3. Closed in every version: route A where the large sites' span ends the range 
 B. A run one site holds alone, then a subset alone: the small site holds every record of [0.5, 0.7) (10 + 10) and
    10 elsewhere; the pooled thresholds and, at the small site alone, ``meanDS(S$y)`` of a subset ``S`` (18 of the
    run's 20 records, 9 in each bin, so nested in neither cell). The run's pooled count is the small site's release
-   alone: alone first the run merges, 0 (2 with the audit off). HOLE pooled first (2): the run is not kept as the
-   site's release alone, so the later subset is audited against each pooled cell only.
+   alone: alone first the run merges, 0 (2 with the audit off). Pooled first the small site keeps its records of
+   the two cells (``Guard._record_exposed``, apart from its releases alone) and the subset, within 2 of their union
+   (``spanned_gap``), is refused: 0 (2 on the code before, where nothing was kept, and with the control).
 C. A cell one site holds alone less that site's exact sum alone (``meanDS(D$y)`` at the small site: its events, the
    records at the value 1 of a 0/1 column) on A2's data: 12 events, 10 of them (III, 1), which it holds alone. The
    audit runs against every row set the site released alone, the levels of its exact sums among them: alone first
@@ -342,10 +343,10 @@ def test_a_sole_held_run_less_a_subset_alone(tmp_path: Path, checks: str, pooled
     read, note = _run_route(tmp_path, pooled_first)
     print(f"\nB ({checks}, {'pooled first' if pooled_first else 'alone first'}): pooled [0.5, 0.7) less the small "
           f"site's subset alone: {read} of 30 read ({note})")
-    # Alone first the run merges (the subset released before); HOLE pooled first (2): the run the small site holds
-    # alone is not kept as its release alone (keeping every such span grew the release history past what the audit
-    # runs in time), so the later subset is audited against each pooled cell only.
-    assert read == (2 if checks == "control" or pooled_first else 0)
+    # Alone first the run merges (the subset released before); pooled first the small site keeps its records of the
+    # cells it held alone (Guard._record_exposed) and the later subset, within 2 of their union, is refused. Pooled
+    # first read 2 on the code before (nothing kept) and with the control.
+    assert read == (2 if checks == "control" else 0)
 
 
 # ---------------------------------------------------------------- honest costs of _held_alone

@@ -26,7 +26,7 @@ from dsfed_server.disclosure.equations import APART, RULE as SUMS_RULE, Summed, 
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
-                                                 combined_spans,
+                                                 combined_spans, differs_little,
                                                  inside_levels, isolated_records, level_problem, near_spans, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
@@ -416,7 +416,12 @@ class Guard:
             earlier = self.history.row_sets(rows.lineage, rows.n_root)
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             problem = row_set_problem(earlier, [new], minimum, base)
-            if not problem and spanned_gap(np.packbits(new), [base, *earlier], rows.n_root, below=minimum):
+            exposed = self.history.exposed_row_sets(rows.lineage, rows.n_root)
+            if not problem and differs_little(np.packbits(new), exposed, minimum):
+                problem = (f"these records differ from this site's records of a pooled cell in fewer than {minimum} "
+                           "rows, where the other sites' releases alone gave theirs: comparing the two would single "
+                           "them out")
+            if not problem and spanned_gap(np.packbits(new), [base, *earlier, *exposed], rows.n_root, below=minimum):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
@@ -1050,6 +1055,8 @@ class Guard:
                     if FAILING in pooled:
                         elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
                     self._record_thin(release.own_cells, spans, elsewhere, rows)
+                    self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
+                                         rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
@@ -1180,6 +1187,24 @@ class Guard:
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
+
+    def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, rows: Rows | None
+                        ) -> None:
+        """Keep this site's records of each released cell whose every record no site released alone is here
+        (``exposed``, per span): the pooled count less the others' releases alone (none, where they hold none) gives
+        them, as this site's release alone would. Each such cell is kept, and each such span holding a cell that is
+        not one (the others' shares of that cell are not given alone, the span's are); a span of such cells is their
+        union. They are kept apart from the releases alone that every audit combines (keeping them there grew the
+        history past what a padding member's walk of the decile breaks could audit), and a later subset is audited
+        against them, pairwise and in combination (:func:`~dsfed_server.disclosure.differencing.spanned_gap`)."""
+        if not self._audits(rows) or len(spans) != exposed.size or not cells:
+            return
+        single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}
+        kept = [span for span, shown in zip(spans, exposed) if shown and (len(span) == 1 or not single >= set(span))]
+        packed = [m for m in span_rows(cells, kept) if set_size(m)]
+        if packed:
+            self.history.record_exposed_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
+                                                 analyst=self._analyst)
 
     def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
                      rows: Rows | None) -> None:

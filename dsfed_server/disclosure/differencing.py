@@ -154,6 +154,12 @@ def level_problem(support: np.ndarray, group: np.ndarray, earlier: Sequence[np.n
     return False
 
 
+def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
+    """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) in 1 to ``min_difference`` - 1
+    records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases its span audits."""
+    return any(0 < _differing(old, member) < min_difference for old in sets)
+
+
 def inside_levels(new: np.ndarray, summed: Sequence[np.ndarray], min_difference: int) -> bool:
     """Whether row set ``new`` (packed) lies inside the records at one value of an exact sum released alone before
     (``summed``, packed: :func:`level_problem`'s sets) and misses 1 to ``min_difference`` - 1 of them: the subset of

@@ -139,6 +139,14 @@ CREATE TABLE IF NOT EXISTS thin_cells (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, rows)
 );
+CREATE TABLE IF NOT EXISTS exposed_cells (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, rows)
+);
 CREATE TABLE IF NOT EXISTS table_records (
     table_key TEXT NOT NULL,
     n_root INTEGER NOT NULL,
@@ -175,7 +183,7 @@ CREATE TABLE IF NOT EXISTS peer_tables (
     time TEXT NOT NULL
 );
 """ + append_only(("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
-                   "pooled_releases", "thin_cells", "summed_rows", "released_sums", "released_cuts", "subset_rows",
+                   "pooled_releases", "thin_cells", "exposed_cells", "summed_rows", "released_sums", "released_cuts", "subset_rows",
                    "peer_tables"),
                   "the release history")
 
@@ -565,6 +573,15 @@ class History:
         """Keep this site's records (packed) of pooled cells of ``table`` in which another site held fewer than
         its q records."""
         self._record_packed("thin_cells", table, n_root, packed, analyst)
+
+    def exposed_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
+        """This site's records (packed) of the cells of ``table`` released pooled whose every record no site released
+        alone was here (:meth:`~dsfed_server.disclosure.checks.Guard.coarsened`): the pooled count less the other
+        sites' releases alone gave them, as this site's release alone would."""
+        return self._packed_sets("exposed_cells", table, n_root)
+
+    def record_exposed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
+        self._record_packed("exposed_cells", table, n_root, packed, analyst)
 
     def summed_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """The records (packed) of ``table`` that exact sums this site released alone were over, second moments
