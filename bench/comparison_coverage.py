@@ -21,6 +21,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,22 @@ def write_sites(data: Path, pooled: pd.DataFrame) -> None:
         write_dictionary(folder / "t.dictionary.json", PROJECT, "t", [VARIABLES["y"], VARIABLES["score"], SCORE_B])
 
 
+def fresh_sessions(pooled: pd.DataFrame, runs: int, prefix: str) -> Iterator[Any]:
+    """A session per run, with ``D`` assigned, over five sites holding ``pooled`` split as :func:`write_sites` does,
+    provisioned afresh each run (new secrets, ledgers and histories), under ``default.toml`` with the budget raised."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        rules = bench_rules(Path(tmp) / "rules.toml")
+        write_sites(Path(tmp) / "data", pooled)
+        for r in range(runs):
+            prov = provision(Path(tmp) / f"run{r}", {f"site{i + 1}": (Path(tmp) / "data" / f"site{i + 1}", rules)
+                                                     for i in range(SITES)})
+            services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
+            with login(prov, services).login() as session, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                session.assign_table("D", f"{PROJECT}.t")
+                yield session
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -80,23 +97,14 @@ def main() -> int:
           f"secrets; pooled paired AUC difference (pROC) {truth:+.4f}")
     t0 = time.perf_counter()
     errors, covered, noise_covered, coarsened = [], [], [], []
-    with tempfile.TemporaryDirectory(prefix="dsfed-comparison-") as tmp:
-        rules = bench_rules(Path(tmp) / "rules.toml")
-        write_sites(Path(tmp) / "data", pooled)
-        for r in range(args.runs):
-            prov = provision(Path(tmp) / f"run{r}", {f"site{i + 1}": (Path(tmp) / "data" / f"site{i + 1}", rules)
-                                                     for i in range(SITES)})
-            services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
-            with login(prov, services).login() as session, warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                session.assign_table("D", f"{PROJECT}.t")
-                result = ds_compare_models(session, "D$y", "D$score", "D$score_b", secure=True)
-            lo, hi = result.ci
-            half = 1.959964 * np.sqrt(result.noise_variance)
-            errors.append(result.auc_difference - truth)
-            covered.append(lo <= truth <= hi)
-            noise_covered.append(abs(result.auc_difference - truth) <= half)
-            coarsened.append(result.joint_coarsened)
+    for session in fresh_sessions(pooled, args.runs, "dsfed-comparison-"):
+        result = ds_compare_models(session, "D$y", "D$score", "D$score_b", secure=True)
+        lo, hi = result.ci
+        half = 1.959964 * np.sqrt(result.noise_variance)
+        errors.append(result.auc_difference - truth)
+        covered.append(lo <= truth <= hi)
+        noise_covered.append(abs(result.auc_difference - truth) <= half)
+        coarsened.append(result.joint_coarsened)
     e = np.asarray(errors)
     print(f"  AUC difference: bias {e.mean():+.4f} (SE {e.std(ddof=1) / np.sqrt(e.size):.4f}), MAE "
           f"{np.abs(e).mean():.4f}; reported interval covers {np.mean(covered):.3f}, the noise-only interval "

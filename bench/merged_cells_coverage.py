@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from comparison_coverage import SITES, two_scores, write_sites  # noqa: E402  (bench/comparison_coverage.py)
-from curves import bench_rules, login  # noqa: E402  (bench/curves.py)
+from comparison_coverage import SITES, fresh_sessions, two_scores  # noqa: E402  (bench/comparison_coverage.py)
 from dsfed_client.analyses.curves import ds_hist_auc  # noqa: E402
-from dsfed_server.provision import provision  # noqa: E402
-from dsfed_server.service import SiteService  # noqa: E402
-from dsfed_server.synthetic import PROJECT  # noqa: E402
 
 
 def main() -> int:
@@ -45,24 +39,15 @@ def main() -> int:
     print(f"binormal n = 250 over {SITES} sites, second model's pooled AUC {truth:.4f}, {args.runs} runs")
     t0 = time.perf_counter()
     errors, logit, delong, alone = [], [], [], []
-    with tempfile.TemporaryDirectory(prefix="dsfed-merged-") as tmp:
-        rules = bench_rules(Path(tmp) / "rules.toml")
-        write_sites(Path(tmp) / "data", pooled)
-        for r in range(args.runs):
-            prov = provision(Path(tmp) / f"run{r}", {f"site{i + 1}": (Path(tmp) / "data" / f"site{i + 1}", rules)
-                                                     for i in range(SITES)})
-            services = {s: SiteService.from_config_file(p.config) for s, p in prov.items()}
-            with login(prov, services).login() as session, warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                session.assign_table("D", f"{PROJECT}.t")
-                learn = session._learn_histories  # relay no pooled cell: each site decides the pairs alone
-                session._learn_histories = lambda answers: [learn(answers), session._pooled_cells.clear()][0]
-                ds_hist_auc(session, "D$y", "D$score", secure=True)
-                second = ds_hist_auc(session, "D$y", "D$score_b", secure=True)
-            errors.append(second.auc - truth)
-            logit.append(second.ci_logit.lower <= truth <= second.ci_logit.upper)
-            delong.append(second.ci_delong.lower <= truth <= second.ci_delong.upper)
-            alone.append(second.estimator.startswith("histograms alone"))
+    for session in fresh_sessions(pooled, args.runs, "dsfed-merged-"):
+        learn = session._learn_histories  # relay no pooled cell: each site decides the pairs alone
+        session._learn_histories = lambda answers: [learn(answers), session._pooled_cells.clear()][0]
+        ds_hist_auc(session, "D$y", "D$score", secure=True)
+        second = ds_hist_auc(session, "D$y", "D$score_b", secure=True)
+        errors.append(second.auc - truth)
+        logit.append(second.ci_logit.lower <= truth <= second.ci_logit.upper)
+        delong.append(second.ci_delong.lower <= truth <= second.ci_delong.upper)
+        alone.append(second.estimator.startswith("histograms alone"))
     e = np.asarray(errors)
     print(f"  bias {e.mean():+.4f} (SE {e.std(ddof=1) / np.sqrt(e.size):.4f}), MAE {np.abs(e).mean():.4f}; logit "
           f"interval covers {np.mean(logit):.3f}, DeLong {np.mean(delong):.3f}; histograms alone in "

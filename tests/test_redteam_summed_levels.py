@@ -65,6 +65,25 @@ def _subset(view, name: str, column: str) -> tuple[int | None, str]:
     return int(m["Nvalid"]), f"subset {column} released"
 
 
+def _grade_iii_then(tmp_path: Path, frames: dict[str, pd.DataFrame], then: str) -> tuple[int | None, int | None, dict]:
+    """At sites of ``frames``: the subset of grade III and its events, then ``then`` (an aggregate call) alone, its
+    answer (None where refused, with the refusal's rules)."""
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        view = session.site_view(SITE)
+        n, _ = _subset(view, "S", "iii")
+        inside, _ = _events(view, "S$y")
+        try:
+            answer = {"answer": view.aggregate_expr(then)[SITE]}
+        except FederatedCallError as exc:
+            answer = {"refused": _rules(exc)}
+        if "tapplyDS" in then:  # the other grade's subset after the tapply
+            view.assign_expr("O", 'dataFrameSubsetDS2("D", "D$iii", "0", 1, NULL, NULL, FALSE)')
+            answer["other"] = view.aggregate_expr("meanDS(O$age)")[SITE]
+    return n, inside, answer
+
+
 def _off(monkeypatch: pytest.MonkeyPatch, checks: str) -> None:
     if checks == "control":
         monkeypatch.setattr(checks_module.Guard, "_audit_levels", lambda self, supports, rows: None)
@@ -141,35 +160,25 @@ def test_the_events_beside_a_subset_are_released_where_its_complement_holds_q_ev
     y[12:12 + outside] = 1
     y[12 + outside:] = 0
     frames[SITE]["y"] = y
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
-        view = session.site_view(SITE)
-        n, _ = _subset(view, "S", "iii")
-        inside, _ = _events(view, "S$y")
-        total, note = _events(view, "D$y")
-    print(f"\nhonest, {outside} events outside the subgroup: subgroup {n} records, {inside} events; {note}")
+    n, inside, answer = _grade_iii_then(tmp_path, frames, "meanDS(D$y)")
+    total = int(round(answer["answer"]["EstimatedMean"] * answer["answer"]["Nvalid"])) if "answer" in answer else None
+    note = f"refused ({answer['refused']})" if total is None else "released"
+    print(f"\nhonest, {outside} events outside the subgroup: subgroup {n} records, {inside} events; the table's {note}")
     assert (n, inside) == (12, 10)
     if outside >= Q:
         assert total == 10 + outside
     else:
-        assert total is None and "disclosure.subset_min_difference" in note
+        assert total is None and answer["refused"] == "disclosure.subset_min_difference"
 
 
 def test_a_tapply_of_the_outcome_by_grade_is_released_beside_the_tables_events(tmp_path: Path):
-    """Honest: the table's events, a subset of grade III with its events, then each grade's (``tapplyDS``, the mean
-    of y by grade): a group's own records are left out of the comparison (a group's mean gives its events and
+    """Honest: a subset of grade III with its events, then each grade's (``tapplyDS``, the mean of y by grade), then
+    a subset of the other grade: a group's own records are left out of the comparison (a group's mean gives its events and
     non-events by design), and no level differs from an earlier row set by fewer than q records."""
     frames = _frames()
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
-        view = session.site_view(SITE)
-        n, _ = _subset(view, "S", "iii")
-        inside, _ = _events(view, "S$y")
-        out = view.aggregate_expr('tapplyDS("D$y", "D$grade", "mean")')[SITE]
-        view.assign_expr("O", 'dataFrameSubsetDS2("D", "D$iii", "0", 1, NULL, NULL, FALSE)')  # the other grade
-        other = view.aggregate_expr("meanDS(O$age)")[SITE]
+    n, inside, answer = _grade_iii_then(tmp_path, frames, 'tapplyDS("D$y", "D$grade", "mean")')
+    assert "answer" in answer, answer
+    out, other = answer["answer"], answer["other"]
     small = frames[SITE]
     print(f"\nhonest: subset {n} records, {inside} events; tapply by grade {out['Mean']} of {out['N']}; the other "
           f"grade's subset after it: mean age {other['EstimatedMean']:.2f} of {other['Nvalid']}")
