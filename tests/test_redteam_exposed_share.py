@@ -36,9 +36,9 @@ S. A second pooled release over a subset, no release of the small site alone. Th
    on T (cuts [0.5, 0.6)). Read: (pooled D bin less the large sites' D bins) less (pooled T bin less theirs).
    Pooled first: HOLE, 2 read (as with the checks off): at both pooled releases three sites hold hidden records
    of the bin, the small site's shares pass its audit (nothing alone there), the two pooled bins differ by more
-   than 5, and the large sites' later releases alone are kept by nobody. Alone first: HOLE too (the D bin is the
-   small site's alone; its records of it are kept for a later subset, not for a later pooled release, so the T bin
-   passes).
+   than 5, and the large sites' later releases alone are kept by nobody. Alone first the D bin is the small site's
+   alone, its records of it kept (``Guard._record_exposed``), and its share of the T bin, 2 from them, fails the
+   audit of the pooled T release and merges: 0 (2 before, and with the control).
 
 Honest costs (end of the file): four heterogeneous sites (380, 250, 120, and a small site of 30 whose scores sit
 high; and three sites of 300, 150 and 25), the pooled thresholds, the pooled table of grade by outcome,
@@ -387,10 +387,10 @@ def test_a_second_pooled_release_over_a_subset(tmp_path: Path, checks: str, pool
           f"less (pooled T less theirs) on [0.5, 0.6): {read} of 30 read ({note})")
     # HOLE pooled first (2, as the control): no release of the small site alone at all. At each pooled release three
     # sites hold hidden records of [0.5, 0.6); the two pooled cells differ by 2 at the small site but by more than 5
-    # pooled (the pair check passes); the large sites' shares alone come after, kept by nobody. HOLE alone first
-    # too: the small site's share of the pooled D bin is its alone (HOLDERS = 1) but is not kept as released alone,
-    # so the T bin, 2 from it, passes.
-    assert read == 2
+    # pooled (the pair check passes); the large sites' shares alone come after, kept by nobody. Alone first the
+    # small site's share of the pooled D bin is its alone (HOLDERS = 1) and kept (Guard._record_exposed); its share of
+    # the T bin, 2 from it, fails its audit as a release alone and merges: 0 (2 on the code before, and the control).
+    assert read == (0 if checks == "shipped" and not pooled_first else 2)
 
 
 # ---------------------------------------------------------------- honest costs

@@ -1160,7 +1160,8 @@ class Guard:
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`) against its records of every cell of the release
         and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them), and
         the cells of the release outside the span that it holds every record of (``pooled``: the cells' pooled
-        counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone. Only the
+        counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone, and, one by
+        one, its records of pooled cells exposed before (:meth:`_record_exposed`). Only the
         ``candidates`` (its records of the span not released alone, some) are audited, the first
         :data:`EXPOSED_AUDITS` of them so (cells, rows and columns, the shortest runs first), the rest by the bound
         :func:`~dsfed_server.disclosure.differencing.near_spans` (a union of atoms within q - 1 records; it does not
@@ -1176,6 +1177,7 @@ class Guard:
         here = np.array([set_size(c) for c in cells])
         held = np.flatnonzero((here > 0) & (here == pooled))[:HELD_CELLS].tolist()
         within, earlier = np.bitwise_or.reduce(cells), self._alone_sets(rows)[1:]  # type: ignore[arg-type]
+        exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
         chosen = sorted((k for k, span in enumerate(spans) if candidates[k] and len(span) < len(cells)),
                         key=lambda k: len(spans[k]))
         exact, bounded = chosen[:EXPOSED_AUDITS], chosen[EXPOSED_AUDITS:]
@@ -1183,7 +1185,8 @@ class Guard:
             member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
             besides = [*earlier, *(cells[j] for j in held if j not in spans[k])]
             out[k] = bool(row_set_problem(besides, [bits(member, n).astype(bool)], minimum, within)
-                          or spanned_gap(member, [within, *besides], n, below=minimum))
+                          or spanned_gap(member, [within, *besides], n, below=minimum)
+                          or differs_little(member, exposed, minimum))
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
