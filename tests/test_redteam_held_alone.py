@@ -26,9 +26,9 @@ B. A run one site holds alone, then a subset alone: the small site holds every r
 C. A cell one site holds alone less that site's exact sum alone (``meanDS(D$y)`` at the small site: its events, the
    records at the value 1 of a 0/1 column) on A2's data: 12 events, 10 of them (III, 1), which it holds alone. The
    audit runs against every row set the site released alone, the levels of its exact sums among them: alone first
-   the table is refused, 0 (2 with it off). Pooled first the events, the records at the value 1, are audited
-   against the site's records of the pooled cells (``Guard._audit_levels``: 10 against 12), and refused: 0 (2 on
-   the code before, where an exact sum's levels were kept and not audited).
+   the table is refused, 0 (2 with it off). HOLE pooled first (2): the exposed cell is kept as released alone, but
+   an exact sum's levels are kept, not audited against earlier row sets, as at one site alone (a subset of grade
+   III, then ``meanDS(D$y)``, reads the same 2 without any pooled release).
 
 Honest costs on ordinary data with heterogeneity are measured at the end: a pooled table is refused where one site
 alone holds a category and fewer than 5 records outside it (justified: its total less the row is those records);
@@ -71,12 +71,9 @@ def _open_spanned(positions, counts, kind, here) -> bool:
 
 
 def _off(monkeypatch: pytest.MonkeyPatch, checks: str) -> None:
-    """``open``: the first version's fill, the exposed-share audit off; ``control``: that audit and the audit of exact
-    sums' levels (``Guard._audit_levels``) off."""
+    """``open``: the first version's fill, the exposed-share audit off; ``control``: the audit off."""
     if checks in ("open", "control"):
         exposed_shares_unaudited(monkeypatch)
-    if checks == "control":
-        monkeypatch.setattr(checks_module.Guard, "_audit_levels", lambda self, supports, rows: None)
     if checks == "open":
         monkeypatch.setattr(checks_module, "spanned", _open_spanned)
 
@@ -482,7 +479,7 @@ def test_a_sole_held_cell_less_the_sites_events_alone(tmp_path: Path, checks: st
     read, note = _sum_route(tmp_path, pooled_first)
     print(f"\nC ({checks}, {'pooled first' if pooled_first else 'alone first'}): small's events alone less the "
           f"pooled (III, 1) it holds alone: {read} of 22 read ({note})")
-    # Alone first the audit of the exposed share sees the levels and refuses the table; pooled first the events are
-    # audited against the small site's records of the pooled cells (Guard._audit_levels) and refused. Both were 2
-    # on the code before the levels' audit (pooled first) and with the audits off.
-    assert read == (2 if checks == "control" else 0)
+    # HOLE pooled first (2): the exposed cell is kept as released alone, but an exact sum's levels are kept, not
+    # audited against the row sets released before (a subset of grade III, then meanDS(D$y), reads the same 2 at
+    # one site alone). Alone first the audit of the exposed share sees the levels and refuses the table.
+    assert read == (2 if checks == "control" or pooled_first else 0)

@@ -27,7 +27,7 @@ from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
                                                  combined_spans, differs_little,
-                                                 inside_levels, isolated_records, level_problem, near_spans, packed_set,
+                                                 isolated_records, near_spans, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
                                                  shared_pair_problems, shared_pairs, spanned_gap, superset_gap,
@@ -62,10 +62,9 @@ GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut
 DERIVED_RULES = ("disclosure.derived_concentration", "disclosure.derived_dominance")
 # what a release of exact sums of columns applies (:meth:`Guard.exact_sums`): q, and the functions each
 # group of records answers, counted with the release history kept (cut_history), and, alone, the records of a
-# few-valued column's levels against another site's few records of a pooled cell (:meth:`Guard._refuse_thin`) and
-# against the row sets released before (:meth:`Guard._audit_levels`)
+# few-valued column's levels against another site's few records of a pooled cell (:meth:`Guard._refuse_thin`)
 SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record",
-             "disclosure.subset_min_difference", "secure_aggregation.pooled_thresholds")
+             "secure_aggregation.pooled_thresholds")
 # how many times a site's records the other sites of a fit summed over its whole table keep before its end counts
 # here, and the share of a function such an end counts (:meth:`Guard.peers_outnumber`, :meth:`Guard.exact_sums`)
 PEER_RULE = "disclosure.glm_peer_ratio"
@@ -399,9 +398,9 @@ class Guard:
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`), and a numeric condition's cuts
         (``condition``: ``age >= 55`` cuts age) with every cut released before on the column, as any
         released cut (``disclosure.cut_history``: ``age >= 55`` after ``age > 55`` differs by the
-        records aged 55), and with the records at each value of an exact sum released before
-        (:func:`~dsfed_server.disclosure.differencing.inside_levels`). Recorded in the release history only if
-        all pass. Returns the subset's rows, for ``differencing.mark_rows`` on the new table."""
+        records aged 55), and with this site's records of pooled cells the other sites' releases alone exposed
+        (:meth:`_record_exposed`). Recorded in the release history only if all pass. Returns the subset's rows,
+        for ``differencing.mark_rows`` on the new table."""
         mask = np.asarray(mask, dtype=bool)
         self.subset(int(mask.sum()), int(mask.size))
         parent_rows = rows_of(parent)
@@ -425,11 +424,6 @@ class Guard:
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
-            if not problem and inside_levels(np.packbits(new), self.history.summed_row_sets(rows.lineage, rows.n_root),
-                                             minimum):
-                problem = (f"these records are all but 1 to {minimum - 1} of the records at a value of a column whose "
-                           "sums were released before (its events, say): comparing the two counts would single those "
-                           "out")
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
@@ -667,11 +661,8 @@ class Guard:
         ``levels``, the records at each value of a summed column of few values, whose number its sums give, second
         moments too (:func:`~dsfed_server.disclosure.differencing.few_levels`: a 0/1 column's sum is its ones, a
         GLM's dummy's too, and ``D$g + 1``'s less the count of records), must not give its records of a pooled cell
-        in which another site held fewer than q (:meth:`_refuse_thin`), nor differ by a few records from a row set
-        released before (:meth:`_audit_levels`), and are kept."""
-        grouped = self._supports(rows, groups, levels) if alone and levels and self._audits(rows) else []
-        self._audit_levels(grouped, rows)  # type: ignore[arg-type]
-        supports = [support for support, _ in grouped]
+        in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
+        supports = self._supports(rows, groups, levels) if alone and levels and self._audits(rows) else []
         self._refuse_thin(supports, rows)  # type: ignore[arg-type]
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
@@ -713,42 +704,17 @@ class Guard:
             self._record_supports(supports, rows)  # type: ignore[arg-type]
 
     def _supports(self, rows: Rows, groups: list[np.ndarray] | None, levels: Sequence[np.ndarray]
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The records (packed, over the table) of each of ``levels`` in each of ``groups``, with the group's:
-        once each, the records this site keeps (the table's count) left out."""
+                  ) -> list[np.ndarray]:
+        """The records (packed, over the table) of each of ``levels`` in each of ``groups``: once each, the
+        records this site keeps (the table's count) left out."""
         base = self._base(rows).tobytes()
-        found: dict[bytes, bytes] = {}
+        found: dict[bytes, None] = {}
         for over in levels:
             for group in groups if groups is not None else [None]:
                 packed = packed_rows(rows, over if group is None else over & group)
                 if packed is not None and packed != base:
-                    found.setdefault(packed, packed_rows(rows, group) or b"")
-        return [(np.frombuffer(packed, dtype=np.uint8), np.frombuffer(group, dtype=np.uint8))
-                for packed, group in found.items()]
-
-    def _audit_levels(self, supports: list[tuple[np.ndarray, np.ndarray]], rows: Rows) -> None:
-        """Each of ``supports`` (the records at one value of a summed column of few values in one group, and the
-        group's, packed), whose number the sums released alone give, against every row set this site released
-        alone before, the levels of its exact sums among them (:func:`~dsfed_server.disclosure.differencing.
-        level_problem`), and against its records of the cells released pooled (:func:`~dsfed_server.disclosure.
-        differencing.pooled_pair_problem`, the group's own cells left out): two counts that differ by a few
-        records give those records' number (a subset of grade III, then the events over the table: the events
-        outside grade III), refused (``disclosure.subset_min_difference``)."""
-        if not supports:
-            return
-        minimum = self.rule("disclosure.subset_min_difference")
-        earlier = self._alone_sets(rows)
-        pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
-        for support, group in supports:
-            others = [cell for cell in pooled if packed_set(cell.rows).tobytes() != group.tobytes()]
-            if level_problem(support, group, earlier, minimum) or \
-                    pooled_pair_problem(others, [PooledCell(support, set_size(support))], minimum):
-                raise self._refuse(
-                    f"these sums give the number of records at a value of a column (a 0/1 column's ones: its "
-                    f"events) that differ from a subset, cell or sum released before from this table (by any "
-                    f"analyst) in fewer than {minimum} records; comparing the two counts would single those "
-                    "records out", "disclosure.subset_min_difference",
-                    "ask over the whole table, or over subsets that differ from earlier ones by more records")
+                    found[packed] = None
+        return [np.frombuffer(packed, dtype=np.uint8) for packed in found]
 
     def _record_supports(self, supports: list[np.ndarray], rows: Rows) -> None:
         if supports:

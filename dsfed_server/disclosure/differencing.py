@@ -137,37 +137,10 @@ def _differing(a: np.ndarray, b: np.ndarray) -> int:
     return int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64))
 
 
-def level_problem(support: np.ndarray, group: np.ndarray, earlier: Sequence[np.ndarray], min_difference: int) -> bool:
-    """Whether the records at one value of a summed column of few values in one group (``support``, packed: an
-    exact sum released alone gives their number, a 0/1 column's sum its ones) differ from a row set released alone
-    before (``earlier``, packed), one holding the other, in 1 to ``min_difference`` - 1 records: the two counts
-    then differ by those few records' (a subset of grade III with its events, then the events over the table,
-    leave the events outside grade III; Denning & Schlörer 1983). The ``group`` itself (packed) is left out: a sum
-    over a cell and the cell's count differ by the records at the other values, which a cell's mean gives by
-    design; and so are sets not nested (two groups' few events apart), whose counts' difference is no set's."""
-    group_bytes, size = group.tobytes(), set_size(support)
-    for old in earlier:
-        if old.tobytes() != group_bytes:
-            differing = _differing(old, support)
-            if 0 < differing < min_difference and differing == abs(set_size(old) - size):
-                return True
-    return False
-
-
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
     """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) in 1 to ``min_difference`` - 1
     records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases its span audits."""
     return any(0 < _differing(old, member) < min_difference for old in sets)
-
-
-def inside_levels(new: np.ndarray, summed: Sequence[np.ndarray], min_difference: int) -> bool:
-    """Whether row set ``new`` (packed) lies inside the records at one value of an exact sum released alone before
-    (``summed``, packed: :func:`level_problem`'s sets) and misses 1 to ``min_difference`` - 1 of them: the subset of
-    the events within grade III, after the events over the table, leaves the events outside it. A set that holds
-    such records and a few more is the group a mean gives the events and non-events of by design, and passes."""
-    size = set_size(new)
-    return any(0 < _differing(old, new) < min_difference and _differing(old, new) == set_size(old) - size
-               for old in summed)
 
 
 def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
