@@ -62,6 +62,8 @@ from dsfed_server.disclosure.store import append_only, connect, create
 from dsfed_server.record_prefixes import RecordKeys
 from dsfed_server.timestamps import utc_now
 
+# the tables of packed row sets kept per table and size: exact sums' records, thin and exposed pooled cells
+_PACKED_SETS = ("summed_rows", "thin_cells", "exposed_cells")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS released_cuts (
     table_key TEXT NOT NULL,
@@ -113,14 +115,6 @@ CREATE TABLE IF NOT EXISTS pooled_cells (
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, cell_id)
 );
-CREATE TABLE IF NOT EXISTS summed_rows (
-    table_key TEXT NOT NULL,
-    n_root INTEGER NOT NULL,
-    rows BLOB NOT NULL,
-    analyst TEXT NOT NULL,
-    time TEXT NOT NULL,
-    PRIMARY KEY (table_key, n_root, rows)
-);
 CREATE TABLE IF NOT EXISTS pooled_releases (
     table_key TEXT NOT NULL,
     n_root INTEGER NOT NULL,
@@ -130,22 +124,6 @@ CREATE TABLE IF NOT EXISTS pooled_releases (
     analyst TEXT NOT NULL,
     time TEXT NOT NULL,
     PRIMARY KEY (table_key, n_root, first_cell)
-);
-CREATE TABLE IF NOT EXISTS thin_cells (
-    table_key TEXT NOT NULL,
-    n_root INTEGER NOT NULL,
-    rows BLOB NOT NULL,
-    analyst TEXT NOT NULL,
-    time TEXT NOT NULL,
-    PRIMARY KEY (table_key, n_root, rows)
-);
-CREATE TABLE IF NOT EXISTS exposed_cells (
-    table_key TEXT NOT NULL,
-    n_root INTEGER NOT NULL,
-    rows BLOB NOT NULL,
-    analyst TEXT NOT NULL,
-    time TEXT NOT NULL,
-    PRIMARY KEY (table_key, n_root, rows)
 );
 CREATE TABLE IF NOT EXISTS table_records (
     table_key TEXT NOT NULL,
@@ -182,10 +160,18 @@ CREATE TABLE IF NOT EXISTS peer_tables (
     analyst TEXT NOT NULL,
     time TEXT NOT NULL
 );
-""" + append_only(("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
-                   "pooled_releases", "thin_cells", "exposed_cells", "summed_rows", "released_sums", "released_cuts", "subset_rows",
-                   "peer_tables"),
-                  "the release history")
+""" + "".join(f"""CREATE TABLE IF NOT EXISTS {name} (
+    table_key TEXT NOT NULL,
+    n_root INTEGER NOT NULL,
+    rows BLOB NOT NULL,
+    analyst TEXT NOT NULL,
+    time TEXT NOT NULL,
+    PRIMARY KEY (table_key, n_root, rows)
+);
+""" for name in _PACKED_SETS) + append_only(
+    ("order_columns", "table_orders", "column_records", "table_records", "pooled_cells", "pooled_rows",
+     "pooled_releases", *_PACKED_SETS, "released_sums", "released_cuts", "subset_rows", "peer_tables"),
+    "the release history")
 
 _SEPARATOR = "\x1f"  # between the root columns of a summed function
 # the sizes at which a table's row sets were kept (before the sizes' digests were)
