@@ -16,14 +16,12 @@ fit is refused at the attacked site.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
-from scipy.special import expit
 
+from bandsolve import outcome_patterns
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.glm import Formula, _parts_stream
@@ -31,7 +29,7 @@ from dsfed_server.functions import glm
 from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_derived_column_attacks import fixed_secrets, synthetic_frame
-from test_glm_study_fit_attack import AGE, FITS, HI, LO
+from test_glm_study_fit_attack import AGE, FITS, HI, LO, band
 
 
 def fit_end(session, formula: str, symbol: str = "S") -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -95,45 +93,24 @@ def read(r: dict, truth: pd.DataFrame) -> int:
     """Least squares over the outcome patterns with the released count of positives, from four seeds; the
     solve of least cost, its ages rounded to whole years and its scores solved again, against the truth."""
     n, k = r["n"], round(r["y"][0])
-    xtx, xty = r["xtx"], r["xty"]
-    fits = [r[f] for f, _ in FITS if f in r]
-    lo, hi = np.r_[np.zeros(n), np.full(n, LO / AGE)], np.r_[np.ones(n), np.full(n, (HI - 1) / AGE)]
-
-    def residuals(v: np.ndarray, y: np.ndarray) -> np.ndarray:
-        s, a = v[:n], v[n:] * AGE
-        out = [s.sum() - xtx[0, 1], (a.sum() - xtx[0, 2]) / 50, s @ s - xtx[1, 1], (s @ a - xtx[1, 2]) / 50,
-               (a @ a - xtx[2, 2]) / 2500, y @ s - xty[1], (y @ a - xty[2]) / 50]
-        for coef, information, score, columns in fits:
-            x = np.column_stack([np.ones(n)] + [s if c == "score" else a for c in columns])
-            scale = np.array([1.0] + [1.0 if c == "score" else 50.0 for c in columns])
-            mu = expit(x @ coef)
-            out += list((x.T @ (y - mu) - score) / scale)
-            out += list(((x.T @ (x * (mu * (1 - mu))[:, None]) - information)
-                         / np.outer(scale, scale))[np.triu_indices(len(coef))])
-        return np.array(out)
-
+    equations = band(r)
+    bounds = np.r_[np.zeros(n), np.full(n, LO / AGE)], np.r_[np.ones(n), np.full(n, (HI - 1) / AGE)]
     best = None
     for seed in range(4):
         rng = np.random.default_rng(seed)
-        trials = []
-        for ones in itertools.combinations(range(n), k):
-            y = np.zeros(n)
-            y[list(ones)] = 1
-            trials.append((least_squares(residuals, rng.uniform(lo, hi), bounds=(lo, hi), args=(y,),
-                                         max_nfev=25), y))
+        trials = [(equations.solve(rng.uniform(*bounds), y, bounds, max_nfev=25), y) for y in outcome_patterns(n, k)]
         trials.sort(key=lambda t: t[0].cost)
         for f, y in trials[:8]:
-            end = least_squares(residuals, f.x, bounds=(lo, hi), args=(y,), xtol=1e-12, ftol=1e-12)
+            end = equations.solve(f.x, y, bounds, xtol=1e-12, ftol=1e-12)
             if best is None or end.cost < best[0].cost:
                 best = (end, y)
     end, y = best  # type: ignore[misc]
     a = np.round(end.x[n:] * AGE)  # ages are whole years: rounded, and the scores solved again beside them
-    s = least_squares(lambda v: residuals(np.r_[v, a / AGE], y), end.x[:n], bounds=(0, 1), xtol=1e-14,
-                      ftol=1e-14).x
-    band = truth[(truth.age >= LO) & (truth.age < HI)].sort_values("score")
+    s = equations.solve_first(end.x[:n], a / AGE, y, xtol=1e-14, ftol=1e-14).x
+    band_ = truth[(truth.age >= LO) & (truth.age < HI)].sort_values("score")
     o = np.argsort(s)
-    return int(np.sum((np.abs(s[o] - band.score.to_numpy()) < 1e-3) & (np.abs(a[o] - band.age.to_numpy()) < 0.01)
-                      & (y[o] == band.y.to_numpy())))
+    return int(np.sum((np.abs(s[o] - band_.score.to_numpy()) < 1e-3) & (np.abs(a[o] - band_.age.to_numpy()) < 0.01)
+                      & (y[o] == band_.y.to_numpy())))
 
 
 def attack(tmp: Path) -> tuple[int, list[str]]:

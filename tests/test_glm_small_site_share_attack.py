@@ -29,15 +29,13 @@ refused at the small site.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.optimize import least_squares
-from scipy.special import expit
 
+from bandsolve import Band
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses import ds_glm
@@ -83,29 +81,11 @@ def releases(session) -> tuple[dict, list[str]]:
     return out, refusals
 
 
-def equations(r: dict) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The released sums less the same sums of candidate values ``v`` (each column over the records, divided
-    by its scale) and outcomes ``y``: 0 at the truth."""
-    n = r["n"]
-
-    def residuals(v: np.ndarray, y: np.ndarray) -> np.ndarray:
-        x = {c: v[i * n:(i + 1) * n] * SCALE[c] for i, c in enumerate(COLUMNS)}
-        out = []
-        for c in COLUMNS:
-            out += [(x[c].sum() - r[c][0]) / SCALE[c], (x[c] @ x[c] - r[c][1]) / SCALE[c] ** 2,
-                    (y @ x[c] - r["y", c]) / SCALE[c]]
-        for a, b in itertools.combinations(COLUMNS, 2):
-            out.append((x[a] @ x[b] - r[a, b]) / (SCALE[a] * SCALE[b]))
-        for columns, (coef, information, score) in r["fits"].items():
-            design = np.column_stack([np.ones(n)] + [x[c] for c in columns])
-            s = np.array([1.0] + [SCALE[c] for c in columns])
-            mu = expit(design @ coef)
-            out += list((design.T @ (y - mu) - score) / s)
-            out += list(((design.T @ (design * (mu * (1 - mu))[:, None]) - information)
-                         / np.outer(s, s))[np.triu_indices(len(coef))])
-        return np.array(out)
-
-    return residuals
+def equations(r: dict) -> Band:
+    """The released sums less the same sums of candidate values (each column over the records, divided by its
+    scale) and outcomes: 0 at the truth."""
+    fits = [(columns, coef, information, score) for columns, (coef, information, score) in r["fits"].items()]
+    return Band(r["n"], COLUMNS, SCALE, r, fits)
 
 
 def read(r: dict, truth: pd.DataFrame, starts: int = STARTS) -> int:
@@ -114,17 +94,15 @@ def read(r: dict, truth: pd.DataFrame, starts: int = STARTS) -> int:
     order); the solve of least cost, rounded where
     the table keeps whole years or one decimal, its scores solved again, against the truth."""
     n, k = r["n"], round(r["y"][0])
-    residuals = equations(r)
+    band = equations(r)
     scale = np.repeat([SCALE[c] for c in COLUMNS], n)
     lo = np.repeat([BOUNDS[c][0] for c in COLUMNS], n)
     hi = np.repeat([BOUNDS[c][1] for c in COLUMNS], n)
     y = np.r_[np.ones(k), np.zeros(n - k)]
     best = None
     for seed in range(starts):
-        f = least_squares(residuals, np.random.default_rng(seed).uniform(lo, hi), bounds=(lo, hi), args=(y,),
-                          max_nfev=60)
-        f = least_squares(residuals, f.x, bounds=(lo, hi), args=(y,), xtol=1e-15, ftol=1e-15, gtol=1e-15,
-                          max_nfev=400)
+        f = band.solve(np.random.default_rng(seed).uniform(lo, hi), y, (lo, hi), max_nfev=60)
+        f = band.solve(f.x, y, (lo, hi), xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=400)
         if best is None or f.cost < best.cost:
             best = f
         if f.cost < EXACT:  # exact sums: the released sums to rounding (the analyst stops on the cost alone)
@@ -134,8 +112,7 @@ def read(r: dict, truth: pd.DataFrame, starts: int = STARTS) -> int:
         if c in DECIMALS:
             values[i * n:(i + 1) * n] = np.round(values[i * n:(i + 1) * n], DECIMALS[c])
     fixed = values[n:] / scale[n:]
-    s = least_squares(lambda v: residuals(np.r_[v, fixed], y), best.x[:n], bounds=(0, 1),  # type: ignore[union-attr]
-                      xtol=1e-14, ftol=1e-14).x
+    s = band.solve_first(best.x[:n], fixed, y, xtol=1e-14, ftol=1e-14).x  # type: ignore[union-attr]
     got = pd.DataFrame({"score": s, **{c: values[i * n:(i + 1) * n] for i, c in enumerate(COLUMNS) if i},
                         "y": y}).sort_values("score").reset_index(drop=True)
     want = truth.sort_values("score").reset_index(drop=True)

@@ -18,16 +18,14 @@ moments; ``y ~ score`` gives 6 of the score): the first fit is refused, and the 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.optimize import least_squares
-from scipy.special import expit
 
+from bandsolve import Band, outcome_patterns
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
 from dsfed_client.analyses import ds_glm
@@ -73,45 +71,35 @@ def releases(session, door: Callable) -> tuple[dict, list[str]]:
     try:
         for formula, columns in FITS:
             coef, cov = door(session, formula)
-            out[formula] = (coef, np.linalg.inv(cov), columns)
+            out[formula] = (coef, np.linalg.inv(cov), np.zeros(len(coef)), columns)  # score 0 at its estimate
     except FederatedCallError as exc:
         refusals += [e.rule or e.kind for e in exc.failures.values()]
     return out, refusals
+
+
+def band(r: dict) -> Band:
+    """The equations the band's releases give about its ten records' scores and ages: the moments and each
+    fit's score equations and information at its coefficients."""
+    xtx, xty = r["xtx"], r["xty"]
+    moments = {"score": (xtx[0, 1], xtx[1, 1]), "age": (xtx[0, 2], xtx[2, 2]), ("y", "score"): xty[1],
+               ("y", "age"): xty[2], ("score", "age"): xtx[1, 2]}
+    fits = [(columns, coef, information, score) for coef, information, score, columns in
+            (r[f] for f, _ in FITS if f in r)]
+    return Band(r["n"], ("score", "age"), {"score": 1.0, "age": AGE}, moments, fits)
 
 
 def solved(r: dict, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scores, ages and outcomes solving every equation released: each outcome pattern with the released count
     of positives, least squares on the scores and ages (from starts drawn with ``seed``); the best pattern."""
     n, k = r["n"], round(r["y"][0])
-    xtx, xty = r["xtx"], r["xty"]
-    fits = [r[f] for f, _ in FITS if f in r]
+    equations = band(r)
     rng = np.random.default_rng(seed)
-    lo, hi = np.r_[np.zeros(n), np.full(n, LO / AGE)], np.r_[np.ones(n), np.full(n, (HI - 1) / AGE)]
-
-    def residuals(v: np.ndarray, y: np.ndarray) -> np.ndarray:
-        s, a = v[:n], v[n:] * AGE
-        out = [s.sum() - xtx[0, 1], (a.sum() - xtx[0, 2]) / 50, s @ s - xtx[1, 1], (s @ a - xtx[1, 2]) / 50,
-               (a @ a - xtx[2, 2]) / 2500, y @ s - xty[1], (y @ a - xty[2]) / 50]
-        for coef, information, columns in fits:
-            x = np.column_stack([np.ones(n)] + [s if c == "score" else a for c in columns])
-            scale = np.array([1.0] + [1.0 if c == "score" else 50.0 for c in columns])
-            mu = expit(x @ coef)
-            upper = np.triu_indices(len(coef))
-            out += list(x.T @ (y - mu) / scale)
-            out += list(((x.T @ (x * (mu * (1 - mu))[:, None]) - information) / np.outer(scale, scale))[upper])
-        return np.array(out)
-
-    trials = []  # a few steps for every pattern, then the eight nearest solved to the end
-    for ones in itertools.combinations(range(n), k):
-        y = np.zeros(n)
-        y[list(ones)] = 1
-        f = least_squares(residuals, rng.uniform(lo, hi), bounds=(lo, hi), args=(y,), max_nfev=25)
-        trials.append((f.cost, f.x, y))
-    ends = [least_squares(residuals, x, bounds=(lo, hi), args=(y,), xtol=1e-12, ftol=1e-12)
-            for _, x, y in sorted(trials, key=lambda t: t[0])[:8]]
-    j = int(np.argmin([f.cost for f in ends]))
-    v, y = ends[j].x, sorted(trials, key=lambda t: t[0])[j][2]
-    return v[:n], v[n:] * AGE, y
+    bounds = np.r_[np.zeros(n), np.full(n, LO / AGE)], np.r_[np.ones(n), np.full(n, (HI - 1) / AGE)]
+    trials = [(equations.solve(rng.uniform(*bounds), y, bounds, max_nfev=25), y) for y in outcome_patterns(n, k)]
+    trials.sort(key=lambda t: t[0].cost)  # a few steps for every pattern, then the eight nearest solved to the end
+    end, y = min(((equations.solve(f.x, y, bounds, xtol=1e-12, ftol=1e-12), y) for f, y in trials[:8]),
+                 key=lambda e: e[0].cost)
+    return end.x[:n], end.x[n:] * AGE, y
 
 
 def read(r: dict, truth: pd.DataFrame) -> int:
