@@ -57,7 +57,7 @@ from typing import Any, Callable, Collection, Literal, Sequence
 import numpy as np
 
 from dsfed_server.disclosure.differencing import PooledCell, Rows
-from dsfed_server.disclosure.mechanisms import content_digest, seeded_rng
+from dsfed_server.disclosure.mechanisms import content_digest, extended, keyed, rng_of, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, Transform, ordering_key
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_server.rowbatches import row_batches
@@ -373,8 +373,10 @@ def first(members: Sequence[int]) -> int:
 def seeded_pick(key: bytes, *parts: str) -> Pick:
     """A :data:`Pick` the analyst cannot simulate: uniform over the group, seeded by a key only
     the sites hold (HMAC-SHA256 over ``parts`` and the group's position), so a repeat picks the same."""
+    common = keyed(key, "gate pick", *parts)  # hashed once: the parts name every requested cut
+
     def pick(members: Sequence[int]) -> int:
-        rng = seeded_rng(key, "gate pick", *parts, ",".join(map(str, members)))
+        rng = rng_of(extended(common, ",".join(map(str, members))))
         return members[int(rng.integers(len(members)))]
     return pick
 

@@ -80,14 +80,30 @@ class AnalyticGaussian:
         return np.asarray(values, dtype=float) + rng.normal(0.0, self.sigma, size=np.shape(values))
 
 
-def seeded_rng(secret: bytes, *parts: bytes | str) -> np.random.Generator:
-    """A generator seeded by HMAC-SHA256(secret, parts): same site, same query -> same noise."""
-    mac = hmac.new(secret, digestmod=hashlib.sha256)
+def keyed(secret: bytes, *parts: bytes | str) -> hmac.HMAC:
+    """HMAC-SHA256 under ``secret`` over ``parts`` (each after its length), open for more: a long common
+    prefix of many seeds is hashed once and copied (:func:`extended`)."""
+    return extended(hmac.new(secret, digestmod=hashlib.sha256), *parts)
+
+
+def extended(mac: hmac.HMAC, *parts: bytes | str) -> hmac.HMAC:
+    """A copy of ``mac`` over ``parts`` more; ``mac`` itself unchanged."""
+    mac = mac.copy()
     for part in parts:
         data = part.encode() if isinstance(part, str) else part
         mac.update(len(data).to_bytes(8, "big"))
         mac.update(data)
+    return mac
+
+
+def rng_of(mac: hmac.HMAC) -> np.random.Generator:
+    """A generator seeded by the digest of ``mac``."""
     return np.random.default_rng(np.random.SeedSequence(int.from_bytes(mac.digest(), "big")))
+
+
+def seeded_rng(secret: bytes, *parts: bytes | str) -> np.random.Generator:
+    """A generator seeded by HMAC-SHA256(secret, parts): same site, same query -> same noise."""
+    return rng_of(keyed(secret, *parts))
 
 
 def content_digest(*arrays: np.ndarray) -> bytes:
