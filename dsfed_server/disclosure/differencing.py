@@ -392,9 +392,9 @@ def pooled_pair_problem(earlier: list[PooledCell], new: list[PooledCell], min_di
     counts sizes (differencing, Denning & Schlörer 1983). Two cells whose counts differ by at least
     ``min_difference``, or whose records here are not nested, tell no group below it apart by their
     difference; nor do two intervals of one column over all its records, which the gate keeps apart."""
-    packed_earlier = [(packed_set(c.rows), c) for c in earlier]
+    cells = _Cells(earlier)
     for cell in new:
-        problem = _cell_problem(cell, packed_earlier, min_difference)
+        problem = _cell_problem(cell, cells, min_difference)
         if problem:
             return problem
     return None
@@ -405,71 +405,94 @@ def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_d
     """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse. Cells in ``shared``
     (pooled cells whose pairs the sites decide on the pooled records: :func:`shared_pairs`) take part in the
     remainders of three or more cells only."""
-    packed_earlier = [(packed_set(c.rows), c) for c in earlier]
-    packed_shared = [(packed_set(c.rows), c) for c in shared]
-    return [j for j, cell in enumerate(new) if _cell_problem(cell, packed_earlier, min_difference, packed_shared)]
+    cells, every = _Cells(earlier), _Cells([*earlier, *shared])
+    return [j for j, cell in enumerate(new) if _cell_problem(cell, cells, min_difference, every)]
 
 
-def _cell_problem(cell: PooledCell, packed_earlier: list[tuple[np.ndarray, PooledCell]], min_difference: int,
-                  packed_shared: Sequence[tuple[np.ndarray, PooledCell]] = ()) -> str | None:
+class _Cells:
+    """Earlier cells' records at this site, packed one cell a row, with their sizes, counts and columns: the
+    audits of a new cell against all of them run as array operations. Which cells lie within an earlier
+    one is kept once asked (:meth:`inside`)."""
+
+    def __init__(self, cells: Sequence[PooledCell]) -> None:
+        self.cells = list(cells)
+        self.rows = np.stack([packed_set(c.rows) for c in self.cells]) if self.cells else None
+        self.sizes = _POPCOUNT[self.rows].sum(axis=1, dtype=np.int64) if self.rows is not None else np.zeros(0, int)
+        self.counts = np.array([c.count for c in self.cells], dtype=np.int64)
+        self.columns = np.array([c.column for c in self.cells], dtype=object)
+        self.by_size = np.argsort(-self.sizes, kind="stable")  # largest first, ties in their order
+        self._inside: dict[int, np.ndarray] = {}
+
+    def within(self, container: np.ndarray) -> np.ndarray:
+        """Per cell: whether it holds no record ``container`` (packed) does not."""
+        return ~np.any(np.bitwise_and(self.rows, np.bitwise_not(container)), axis=1)
+
+    def holding(self, packed: np.ndarray) -> np.ndarray:
+        """Per cell: whether it holds every record of ``packed``."""
+        return ~np.any(np.bitwise_and(packed, np.bitwise_not(self.rows)), axis=1)
+
+    def inside(self, k: int) -> np.ndarray:
+        """:meth:`within` the ``k``-th cell's records, kept."""
+        if k not in self._inside:
+            self._inside[k] = self.within(self.rows[k])  # type: ignore[index]
+        return self._inside[k]
+
+
+def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every: _Cells | None = None
+                  ) -> str | None:
     packed = packed_set(cell.rows)
     size = set_size(packed)
-    for old, before in packed_earlier:
-        if cell.column and cell.column == before.column:
-            continue
-        differing = _differing(old, packed)
-        if (0 < differing < min_difference and abs(cell.count - before.count) < min_difference
-                and differing == abs(set_size(old) - size)):  # nested: one holds the other
+    if earlier.rows is not None:
+        differing = _POPCOUNT[np.bitwise_xor(earlier.rows, packed)].sum(axis=1, dtype=np.int64)
+        other_column = ~(earlier.columns == cell.column) if cell.column else np.ones(len(earlier.cells), bool)
+        nested = (other_column & (differing > 0) & (differing < min_difference)  # nested: one holds the other
+                  & (np.abs(cell.count - earlier.counts) < min_difference)
+                  & (differing == np.abs(earlier.sizes - size)))
+        if nested.any():
             return (f"a cell's records at this site differ from those of an earlier cell or subset of the same "
                     f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
                     "differ by fewer too: comparing the two would single those records out")
-    if _small_remainder(packed, cell, packed_earlier + list(packed_shared), min_difference):
+    if _small_remainder(packed, size, cell, every or earlier, min_difference):
         return (f"a cell and earlier cells or subsets of the same table, each within the next, leave fewer than "
                 f"{min_difference} records at this site, and their counts as the analyst sees them leave fewer "
                 "too: subtracting them would single those records out")
     return None
 
 
-def _small_remainder(packed: np.ndarray, cell: PooledCell, earlier: list[tuple[np.ndarray, PooledCell]],
-                     min_difference: int) -> bool:
+def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _Cells, min_difference: int) -> bool:
     """Whether the new cell and earlier cells, one of them holding the others (disjoint from each other at
     this site), leave a remainder of 1 to ``min_difference - 1`` records here whose count, the container's
     less the others' as the analyst sees them, is below ``min_difference`` too (three or more cells:
     ``A - B - C``, where no two differ by few records). The family subtracted is chosen greedily, largest
     first, with the new cell in it (or holding it); cells with no record here, and families of intervals of
     one column, which the gate keeps apart, are left out."""
-    size = set_size(packed)
-    if size == 0:
+    if size == 0 or earlier.rows is None:
         return False
-    inside = [(old, before, set_size(old)) for old, before in earlier]
-    inside = [(old, before, n) for old, before, n in inside if n > 0]
 
-    def within(a: np.ndarray, b: np.ndarray) -> bool:  # a holds no record b does not
-        return not np.any(np.bitwise_and(a, np.bitwise_not(b)))
-
-    def remainder(container: np.ndarray, total: int, count: int, family: list[tuple[np.ndarray, int, str]],
-                  columns: set[str]) -> bool:
+    def remainder(container: np.ndarray, inside: np.ndarray, total: int, count: int,
+                  family: list[tuple[np.ndarray, int, str]], columns: set[str]) -> bool:
         taken = np.zeros_like(container)
         counted, cells = 0, len(family)
         for rows, n, column in family:
             taken, counted = np.bitwise_or(taken, rows), counted + n
             columns.add(column)
-        for old, before, n in sorted(inside, key=lambda item: -item[2]):
-            if n < total and within(old, container) and not np.any(np.bitwise_and(old, taken)):
-                taken, counted, cells = np.bitwise_or(taken, old), counted + before.count, cells + 1
-                columns.add(before.column)
+        candidates = inside & (earlier.sizes > 0) & (earlier.sizes < total)
+        for k in earlier.by_size[candidates[earlier.by_size]]:
+            old = earlier.rows[k]  # type: ignore[index]
+            if not np.any(np.bitwise_and(old, taken)):
+                taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
+                columns.add(earlier.columns[k])
         left = total - set_size(taken)
         if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
             return False  # one cell subtracted is a pair, checked above
         return not (len(columns) == 1 and "" not in columns)  # intervals of one column: the gate's
 
-    if remainder(packed, size, cell.count, [], {cell.column}):  # the new cell holds earlier ones
+    if remainder(packed, earlier.within(packed), size, cell.count, [], {cell.column}):  # it holds earlier ones
         return True
-    for old, before, n in inside:  # an earlier cell holds the new one and others
-        if n > size and within(packed, old) and remainder(old, n, before.count, [(packed, cell.count, cell.column)],
-                                                          {before.column}):
-            return True
-    return False
+    holders = np.flatnonzero((earlier.sizes > size) & earlier.holding(packed))
+    return any(remainder(earlier.rows[k], earlier.inside(k), int(earlier.sizes[k]),  # type: ignore[index]
+                         int(earlier.counts[k]), [(packed, cell.count, cell.column)], {earlier.columns[k]})
+               for k in holders)  # an earlier cell holds the new one and others
 
 
 def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
