@@ -749,16 +749,22 @@ def _undominated(cells: Intervals, plan: PooledPlan, kept: list[Cut], counts: np
     bound = largest_sites(pooled_squares, floor)
     position = {cut: i for i, cut in enumerate(plan.refined)}
     kept, dropped = list(kept), []
-    while True:
-        edges = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
-        bad = [i for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))
-               if counts[a:b].sum() > 0 and counts[a:b].sum() - min(bound[a:b].sum(), counts[a:b].sum()) < floor.q]
-        if not bad:
-            return kept, dropped
+    edges = [0] + [position[c] + 1 for c in kept] + [len(plan.refined) + 1]
+
+    def short(a: int, b: int) -> bool:
+        total = counts[a:b].sum()
+        return bool(total > 0 and total - min(bound[a:b].sum(), total) < floor.q)
+
+    bad = [short(a, b) for a, b in zip(edges[:-1], edges[1:])]  # per cell between the kept cuts
+    while True in bad:
         if cells.policy == "refuse" or not kept:
             raise _refuse_dominated(cells.what, floor)
-        i = bad[0]
-        dropped.append(kept.pop(i if i < len(kept) else i - 1))
+        i = bad.index(True)
+        j = i if i < len(kept) else i - 1  # the cut above the cell, or below the top one
+        dropped.append(kept.pop(j))
+        del edges[j + 1]
+        bad[j:j + 2] = [short(edges[j], edges[j + 1])]  # the two cells merged; the others as they were
+    return kept, dropped
 
 
 def pooled_vector(cells: Cells, history: Sequence[Cut] = (), *, dominance: bool = False
