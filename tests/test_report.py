@@ -235,6 +235,7 @@ def messy_explored(tmp_path_factory):
     return tmp, frames, pooled, per_site
 
 
+@pytest.mark.timeout(900)  # the first to run builds messy_explored: 290 s on two slow cores
 def test_the_text_summary_fits_100_columns_and_keeps_every_value_and_note(messy_explored):
     _, frames, pooled, per_site = messy_explored
     for result in (pooled, per_site):
@@ -249,6 +250,7 @@ def test_the_text_summary_fits_100_columns_and_keeps_every_value_and_note(messy_
         assert frame.loc["Brier score", "estimate"] == pytest.approx(((truth.score - truth.y) ** 2).mean(), rel=1e-9)
 
 
+@pytest.mark.timeout(900)  # the first to run builds messy_explored: 290 s on two slow cores
 def test_a_coarsened_curve_says_which_edges_it_merged_and_no_more(messy_explored):
     """The note's count of cells and its list of edges agree with the edges released: every edge
     asked and not released is named, no released edge is named, and the count is the released one."""
@@ -270,6 +272,7 @@ def test_a_coarsened_curve_says_which_edges_it_merged_and_no_more(messy_explored
     assert per_site.curve.bins.was_coarsened, "the exploratory histogram's cuts coarsened the per-site curve"
 
 
+@pytest.mark.timeout(900)  # the first to run builds messy_explored: 290 s on two slow cores
 def test_merged_hosmer_lemeshow_groups_are_drawn_and_explained(messy_explored):
     """After the exploratory histogram, some deciles of risk lie a few records from its edges: the sites
     move those breaks onto the histogram's edges, or merge their groups where they cannot (the statistics

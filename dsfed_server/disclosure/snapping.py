@@ -95,17 +95,14 @@ def unsound_move(cells: Intervals, floor: Floor, roots: dict[Cut, Cut], decided:
     def sound(a: int, b: int, n: int) -> bool:
         return on_column.holds(a, b) or (a == b and a in (0, n))
 
+    ranks = [(int(values.size), {c: (c if own else rc).below(values) for c, rc in released.items()})
+             for values, own in ((x, True), (root, False))]  # records below each released cut, in each space
     for i, target in sorted(targets.items()):
         if target in kept:
             continue  # released anyway, as requested: no new cell
-        for values, own in ((x, True), (root, False)):
-            n = int(values.size)
-
-            def rank(cut: Cut, in_root: Cut) -> int:
-                return cut.below(values) if own else in_root.below(values)  # noqa: B023 (used in this pass)
-
-            others = [0, *sorted({rank(c, rc) for c, rc in released.items() if c != target}), n]
-            r = rank(target, roots[target])
+        for n, rank in ranks:
+            others = [0, *sorted({r for c, r in rank.items() if c != target}), n]
+            r = rank[target]
             if 0 < r < n and r in others[1:-1]:
                 return i  # another released cut parts the records where this one would: an empty cell
             lower = others[bisect.bisect_left(others, r) - 1] if r > 0 else 0
