@@ -405,7 +405,8 @@ def pooled_problem_cells(earlier: list[PooledCell], new: list[PooledCell], min_d
     """The positions among ``new`` of the cells :func:`pooled_pair_problem` would refuse. Cells in ``shared``
     (pooled cells whose pairs the sites decide on the pooled records: :func:`shared_pairs`) take part in the
     remainders of three or more cells only."""
-    cells, every = _Cells(earlier), _Cells([*earlier, *shared])
+    cells = _Cells(earlier)
+    every = _Cells([*earlier, *shared]) if shared else cells
     return [j for j, cell in enumerate(new) if _cell_problem(cell, cells, min_difference, every)]
 
 
@@ -415,11 +416,10 @@ class _Cells:
     one is kept once asked (:meth:`inside`)."""
 
     def __init__(self, cells: Sequence[PooledCell]) -> None:
-        self.cells = list(cells)
-        self.rows = np.stack([packed_set(c.rows) for c in self.cells]) if self.cells else None
+        self.rows = np.stack([packed_set(c.rows) for c in cells]) if cells else None
         self.sizes = _POPCOUNT[self.rows].sum(axis=1, dtype=np.int64) if self.rows is not None else np.zeros(0, int)
-        self.counts = np.array([c.count for c in self.cells], dtype=np.int64)
-        self.columns = np.array([c.column for c in self.cells], dtype=object)
+        self.counts = np.array([c.count for c in cells], dtype=np.int64)
+        self.columns = np.array([c.column for c in cells], dtype=object)
         self.by_size = np.argsort(-self.sizes, kind="stable")  # largest first, ties in their order
         self._inside: dict[int, np.ndarray] = {}
 
@@ -444,7 +444,7 @@ def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every:
     size = set_size(packed)
     if earlier.rows is not None:
         differing = _POPCOUNT[np.bitwise_xor(earlier.rows, packed)].sum(axis=1, dtype=np.int64)
-        other_column = ~(earlier.columns == cell.column) if cell.column else np.ones(len(earlier.cells), bool)
+        other_column = ~(earlier.columns == cell.column) if cell.column else np.ones(earlier.counts.size, bool)
         nested = (other_column & (differing > 0) & (differing < min_difference)  # nested: one holds the other
                   & (np.abs(cell.count - earlier.counts) < min_difference)
                   & (differing == np.abs(earlier.sizes - size)))
