@@ -327,26 +327,48 @@ def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[st
     audit (nested here within ``min_difference`` records, the pooled counts as close: :func:`pooled_pair_problem`),
     which decides where the holders' records of the earlier cell do not make up its pooled count
     (:func:`shared_pair_problems`)."""
-    positions, counts, differing, holding, held_count, objects = [], [], [], [], [], []
-    sizes = {cell_id: set_size(old.rows) for cell_id, old in held.items()}
-    for j, cell in enumerate(new):
-        packed = packed_set(cell.rows)
-        size = set_size(packed)
-        for shared in relayed:
-            if abs(cell.count - shared.count) >= min_difference or (cell.column and cell.column == shared.column):
-                continue
-            old = held.get(shared.cell_id)
-            positions.append(j)
-            counts.append(shared.count)
-            if old is None:
-                differing.append(size), holding.append(0), held_count.append(0), objects.append(0)
-                continue
-            d = _differing(old.rows, packed)
-            differing.append(d), holding.append(1), held_count.append(sizes[shared.cell_id])
-            objects.append(int(0 < d < min_difference and d == abs(sizes[shared.cell_id] - size)))
-    fields = {"pair_differing": differing, "pair_holding": holding, "pair_held": held_count, "pair_objects": objects}
+    if not new or not relayed:
+        return SharedPairs([], [], {})
+    packed = np.stack([packed_set(cell.rows) for cell in new])
+    sizes = _POPCOUNT[packed].sum(axis=1, dtype=np.int64)
+    codes: dict[str, int] = {"": -1}
+    new_columns = np.array([codes.setdefault(cell.column, len(codes)) for cell in new])
+    earlier_columns = np.array([codes.setdefault(shared.column, len(codes)) for shared in relayed])
+    earlier = np.array([shared.count for shared in relayed])
+    close = np.abs(np.array([cell.count for cell in new])[:, None] - earlier[None, :]) < min_difference
+    same_column = (new_columns[:, None] == earlier_columns[None, :]) & (new_columns >= 0)[:, None]
+    new_at, earlier_at = np.nonzero(close & ~same_column)
+    held_ids = [cell_id for cell_id in dict.fromkeys(shared.cell_id for shared in relayed) if cell_id in held]
+    held_at = {cell_id: k for k, cell_id in enumerate(held_ids)}
+    held_rows = np.stack([held[cell_id].rows for cell_id in held_ids]) if held_ids else packed[:0]
+    held_sizes = _POPCOUNT[held_rows].sum(axis=1, dtype=np.int64)
+    pair_held_at = np.array([held_at.get(relayed[k].cell_id, -1) for k in earlier_at], dtype=np.int64)
+    pair_holding = pair_held_at >= 0
+    differing = sizes[new_at]
+    held_count = np.zeros(len(new_at), dtype=np.int64)
+    objects = np.zeros(len(new_at), dtype=bool)
+    if pair_holding.any():
+        both = np.flatnonzero(pair_holding)
+        a, b = new_at[both], pair_held_at[both]
+        d = _pairwise_differing(packed, held_rows, a, b)
+        differing[both], held_count[both] = d, held_sizes[b]
+        objects[both] = (d > 0) & (d < min_difference) & (d == np.abs(held_sizes[b] - sizes[a]))
+    positions, counts = [int(j) for j in new_at], [int(c) for c in earlier[earlier_at]]
+    fields = {"pair_differing": differing, "pair_holding": pair_holding, "pair_held": held_count,
+              "pair_objects": objects}
     return SharedPairs(positions, counts,
                        {name: np.asarray(v, dtype=float) for name, v in fields.items()} if positions else {})
+
+
+def _pairwise_differing(left: np.ndarray, right: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per pair ``(a[k], b[k])``, the number of records in one of the packed row sets ``left[a[k]]`` and
+    ``right[b[k]]`` and not the other; in blocks of about 32 MB."""
+    out = np.empty(len(a), dtype=np.int64)
+    step = max(1, (32 << 20) // max(1, left.shape[1]))
+    for s in range(0, len(a), step):
+        out[s:s + step] = _POPCOUNT[np.bitwise_xor(left[a[s:s + step]], right[b[s:s + step]])].sum(axis=1,
+                                                                                                 dtype=np.int64)
+    return out
 
 
 def shared_pair_problems(pairs: SharedPairs, pooled: dict[str, np.ndarray], min_difference: int) -> set[int]:
@@ -732,13 +754,14 @@ def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_differen
     none = np.zeros(0, dtype=np.int64)
     n = new[0].size
     history = [base if base is not None else np.packbits(np.ones(n, dtype=bool)), *earlier]
+    stacked = np.stack(history)
     fresh = []
     for rows in new:
         packed = np.packbits(rows)
-        differences = [_differing(old, packed) for old in history]
-        if 0 in differences:
+        differences = _POPCOUNT[np.bitwise_xor(stacked, packed)].sum(axis=1, dtype=np.int64)
+        if (differences == 0).any():
             continue  # the same rows as before: nothing new
-        if min(differences) < min_difference:
+        if differences.min() < min_difference:
             return (f"these records differ from the table, an earlier subset of it or an earlier release's cell "
                     f"in fewer than {min_difference} rows; comparing the two would single them out"), none
         fresh.append(packed)

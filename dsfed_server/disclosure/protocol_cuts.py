@@ -105,7 +105,7 @@ class ProtocolCuts:
         released = set(self.history)
         decided: list[Any] = [gate.KEEP if k else None for k in kept]
         if move:
-            targets = [h for h in self.cells.from_root(self.history).values() if np.isfinite(h.value)]
+            targets = sorted(h for h in self.cells.from_root(self.history).values() if np.isfinite(h.value))
             taken = {c for c, k in zip(candidates, kept) if k}
             for i in np.flatnonzero(~kept):
                 target = None if candidates[i] in released else nearby_history_cut(candidates, int(i), targets)

@@ -26,16 +26,17 @@ answer the gate gives for any requested cut.
 from __future__ import annotations
 
 import bisect
+import collections
 from typing import Any, Collection, Sequence
 
 import numpy as np
 
-from dsfed_server.disclosure.gate import KEEP, Cut, Floor, Intervals
+from dsfed_server.disclosure.gate import KEEP, Cut, Floor, Intervals, ranks
 
 
 def nearby_history_cut(cuts: Sequence[Cut], i: int, history: Sequence[Cut]) -> Cut | None:
-    """The finite cut of ``history`` (in the values' units) nearest in value to the requested cut
-    ``cuts[i]`` and nearer to it than to any other requested cut (half the gap to each neighbour;
+    """The cut of ``history`` (finite cuts in the values' units, sorted) nearest in value to the requested
+    cut ``cuts[i]`` and nearer to it than to any other requested cut (half the gap to each neighbour;
     ties: the lower), or None."""
     value = cuts[i].value
     low = (value + cuts[i - 1].value) / 2 if i > 0 else -np.inf
@@ -44,7 +45,8 @@ def nearby_history_cut(cuts: Sequence[Cut], i: int, history: Sequence[Cut]) -> C
         low = value - (cuts[1].value - value) / 2
     if i == len(cuts) - 1 and len(cuts) > 1:
         high = value + (value - cuts[i - 1].value) / 2
-    near = [h for h in history if np.isfinite(h.value) and low <= h.value <= high]
+    near = history[bisect.bisect_left(history, low, key=lambda h: h.value):
+                   bisect.bisect_right(history, high, key=lambda h: h.value)]
     return min(near, key=lambda h: (abs(h.value - value), h), default=None)
 
 
@@ -61,9 +63,10 @@ def snap_dropped(cells: Intervals, floor: Floor, history: Sequence[Cut], decided
     roots = cells.from_root(history)  # history cut in the values' units -> the column's cut
     out = list(decided)
     targets: dict[int, Cut] = {}
+    finite = sorted(h for h in roots if np.isfinite(h.value))
     for i, d in enumerate(decided):
         if d is None and cells.cuts[i] not in exclude:
-            target = nearby_history_cut(cells.cuts, i, list(roots))
+            target = nearby_history_cut(cells.cuts, i, finite)
             if target is not None:
                 targets[i] = target
     if not targets:
@@ -95,18 +98,20 @@ def unsound_move(cells: Intervals, floor: Floor, roots: dict[Cut, Cut], decided:
     def sound(a: int, b: int, n: int) -> bool:
         return on_column.holds(a, b) or (a == b and a in (0, n))
 
-    ranks = [(int(values.size), {c: (c if own else rc).below(values) for c, rc in released.items()})
-             for values, own in ((x, True), (root, False))]  # records below each released cut, in each space
+    spaces = []  # per space: its records, the records below each released cut, how many cuts are at each rank
+    for values, own in ((x, True), (root, False)):
+        rank = dict(zip(released, ranks(values, list(released) if own else list(released.values()))))
+        used = collections.Counter(rank.values())
+        spaces.append((int(values.size), rank, used, sorted({0, int(values.size), *used})))
     for i, target in sorted(targets.items()):
         if target in kept:
             continue  # released anyway, as requested: no new cell
-        for n, rank in ranks:
-            others = [0, *sorted({r for c, r in rank.items() if c != target}), n]
+        for n, rank, used, edges in spaces:
             r = rank[target]
-            if 0 < r < n and r in others[1:-1]:
+            if 0 < r < n and used[r] > 1:
                 return i  # another released cut parts the records where this one would: an empty cell
-            lower = others[bisect.bisect_left(others, r) - 1] if r > 0 else 0
-            upper = others[bisect.bisect_right(others, r)] if r < n else n
+            lower = edges[bisect.bisect_left(edges, r) - 1] if r > 0 else 0
+            upper = edges[bisect.bisect_right(edges, r)] if r < n else n
             if not (sound(lower, r, n) and sound(r, upper, n)):
                 return i
     return None
