@@ -49,7 +49,8 @@ demo: r-deps venv
 
 test: r-deps r-client-deps browser-deps pg-deps client-venv $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 clean:
 	rm -rf $(VENV) $(CLIENT_VENV) .pytest_cache build *.egg-info

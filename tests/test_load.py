@@ -30,6 +30,7 @@ from dsfed_server.provision import provision  # noqa: E402
 from sitekit import ACCESS_LINE, DEFAULT_RULES, write_table  # noqa: E402
 
 
+@pytest.mark.serial  # its analysts are timed against a flood: another test's load on the same cores fails it
 def test_twenty_analysts_and_a_login_flood(tmp_path):
     sites = make_sites(tmp_path, analysts=20)
     for site in sites.values():  # 5 failed guesses per address and minute, not the default 20: the
