@@ -137,6 +137,14 @@ def _differing(a: np.ndarray, b: np.ndarray) -> int:
     return int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64))
 
 
+def _differences(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
+    """Per packed row set of ``sets``, the number of records in it or in ``packed`` and not in the other; a block of
+    sets of about 1 MB at a time, so that a long history is never copied whole."""
+    step = max(1, (1 << 20) // max(1, packed.size))
+    return np.concatenate([_POPCOUNT[np.bitwise_xor(np.stack(sets[s:s + step]), packed)].sum(axis=1, dtype=np.int64)
+                           for s in range(0, len(sets), step)])
+
+
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
     """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) in 1 to ``min_difference`` - 1
     records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases its span audits."""
@@ -754,11 +762,10 @@ def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_differen
     none = np.zeros(0, dtype=np.int64)
     n = new[0].size
     history = [base if base is not None else np.packbits(np.ones(n, dtype=bool)), *earlier]
-    stacked = np.stack(history)
     fresh = []
     for rows in new:
         packed = np.packbits(rows)
-        differences = _POPCOUNT[np.bitwise_xor(stacked, packed)].sum(axis=1, dtype=np.int64)
+        differences = _differences(history, packed)
         if (differences == 0).any():
             continue  # the same rows as before: nothing new
         if differences.min() < min_difference:
