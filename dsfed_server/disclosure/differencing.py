@@ -342,10 +342,15 @@ def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[st
     codes: dict[str, int] = {"": -1}
     new_columns = np.array([codes.setdefault(cell.column, len(codes)) for cell in new])
     earlier_columns = np.array([codes.setdefault(shared.column, len(codes)) for shared in relayed])
-    earlier = np.array([shared.count for shared in relayed])
-    close = np.abs(np.array([cell.count for cell in new])[:, None] - earlier[None, :]) < min_difference
-    same_column = (new_columns[:, None] == earlier_columns[None, :]) & (new_columns >= 0)[:, None]
-    new_at, earlier_at = np.nonzero(close & ~same_column)
+    earlier = np.array([shared.count for shared in relayed], dtype=np.int64)
+    order = np.argsort(earlier, kind="stable")
+    new_counts = np.array([cell.count for cell in new], dtype=np.int64)
+    starts = np.searchsorted(earlier[order], new_counts - min_difference, "right")  # counts closer than
+    ends = np.searchsorted(earlier[order], new_counts + min_difference, "left")  # min_difference to each new cell's
+    near = [np.sort(order[a:b]) for a, b in zip(starts, ends)]
+    near = [k[earlier_columns[k] != c] if c >= 0 else k for k, c in zip(near, new_columns)]
+    new_at = np.repeat(np.arange(len(new)), [len(k) for k in near])
+    earlier_at = np.concatenate(near)
     held_ids = [cell_id for cell_id in dict.fromkeys(shared.cell_id for shared in relayed) if cell_id in held]
     held_at = {cell_id: k for k, cell_id in enumerate(held_ids)}
     held_rows = np.stack([held[cell_id].rows for cell_id in held_ids]) if held_ids else packed[:0]
