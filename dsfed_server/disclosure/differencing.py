@@ -337,8 +337,8 @@ def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[st
     (:func:`shared_pair_problems`)."""
     if not new or not relayed:
         return SharedPairs([], [], {})
-    packed = np.stack([packed_set(cell.rows) for cell in new])
-    sizes = _POPCOUNT[packed].sum(axis=1, dtype=np.int64)
+    packed = [packed_set(cell.rows) for cell in new]
+    sizes = np.array([set_size(rows) for rows in packed], dtype=np.int64)
     codes: dict[str, int] = {"": -1}
     new_columns = np.array([codes.setdefault(cell.column, len(codes)) for cell in new])
     earlier_columns = np.array([codes.setdefault(shared.column, len(codes)) for shared in relayed])
@@ -353,8 +353,8 @@ def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[st
     earlier_at = np.concatenate(near)
     held_ids = [cell_id for cell_id in dict.fromkeys(shared.cell_id for shared in relayed) if cell_id in held]
     held_at = {cell_id: k for k, cell_id in enumerate(held_ids)}
-    held_rows = np.stack([held[cell_id].rows for cell_id in held_ids]) if held_ids else packed[:0]
-    held_sizes = _POPCOUNT[held_rows].sum(axis=1, dtype=np.int64)
+    held_rows = [held[cell_id].rows for cell_id in held_ids]
+    held_sizes = np.array([set_size(rows) for rows in held_rows], dtype=np.int64)
     pair_held_at = np.array([held_at.get(relayed[k].cell_id, -1) for k in earlier_at], dtype=np.int64)
     pair_holding = pair_held_at >= 0
     differing = sizes[new_at]
@@ -373,14 +373,15 @@ def shared_pairs(new: list[PooledCell], relayed: list[SharedCell], held: dict[st
                        {name: np.asarray(v, dtype=float) for name, v in fields.items()} if positions else {})
 
 
-def _pairwise_differing(left: np.ndarray, right: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _pairwise_differing(left: Sequence[np.ndarray], right: Sequence[np.ndarray], a: np.ndarray, b: np.ndarray
+                        ) -> np.ndarray:
     """Per pair ``(a[k], b[k])``, the number of records in one of the packed row sets ``left[a[k]]`` and
-    ``right[b[k]]`` and not the other; in blocks of about 32 MB."""
+    ``right[b[k]]`` and not the other; a block of pairs at a time, about 32 MB of copies in all."""
     out = np.empty(len(a), dtype=np.int64)
-    step = max(1, (32 << 20) // max(1, left.shape[1]))
+    step = max(1, (8 << 20) // max(1, left[0].size))
     for s in range(0, len(a), step):
-        out[s:s + step] = _POPCOUNT[np.bitwise_xor(left[a[s:s + step]], right[b[s:s + step]])].sum(axis=1,
-                                                                                                 dtype=np.int64)
+        block = np.bitwise_xor(np.stack([left[k] for k in a[s:s + step]]), np.stack([right[k] for k in b[s:s + step]]))
+        out[s:s + step] = _POPCOUNT[block].sum(axis=1, dtype=np.int64)
     return out
 
 

@@ -455,14 +455,14 @@ class Floor:
         spare = b - a - self.q
         if spare < 0 or spare >= self.most or self.q <= 1:
             return spare >= 0
-        return spare >= min(_margin(self.key, self.parts, a, b), self.most)
+        return spare >= min(_margin(self.key, self.parts, f"{a}:{b}"), self.most)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _margin(key: bytes, parts: tuple[str, ...], a: int, b: int) -> int:
-    """The secret margin of the cell between ranks ``a`` and ``b`` of a column (:class:`Floor`): the same
-    draw each time, kept for the next check of the same cell."""
-    return int(seeded_rng(key, "gate margin", *parts, f"{a}:{b}").geometric(0.5)) - 1
+def _margin(key: bytes, parts: tuple[str, ...], cell: str) -> int:
+    """The secret margin of a column's cell (its ranks, ``"a:b"``; :class:`Floor`): the same draw each time,
+    kept for the next check of the same cell."""
+    return int(seeded_rng(key, "gate margin", *parts, cell).geometric(0.5)) - 1
 
 
 def decide(spaces: list[tuple[dict[int, Cut], list[int]]], floor: Floor, *, again: Sequence[bool],

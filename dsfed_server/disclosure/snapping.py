@@ -45,6 +45,8 @@ def nearby_history_cut(cuts: Sequence[Cut], i: int, history: Sequence[Cut]) -> C
         low = value - (cuts[1].value - value) / 2
     if i == len(cuts) - 1 and len(cuts) > 1:
         high = value + (value - cuts[i - 1].value) / 2
+    if np.isnan(low) or np.isnan(high):
+        return None  # a bound undefined (a neighbouring cut at infinity): no history cut is near
     near = history[bisect.bisect_left(history, low, key=lambda h: h.value):
                    bisect.bisect_right(history, high, key=lambda h: h.value)]
     return min(near, key=lambda h: (abs(h.value - value), h), default=None)
