@@ -34,9 +34,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from coverage import pooled_auc  # noqa: E402  (bench/coverage.py)
 from curves import inprocess_sites, login  # noqa: E402  (bench/curves.py)
 from dsfed_client.analyses.suite import validate  # noqa: E402
-from dsfed_server import rbridge  # noqa: E402
 from dsfed_server.synthetic import PROJECT  # noqa: E402
-from suite import R_SUITE  # noqa: E402  (bench/suite.py)
+from suite import r_time  # noqa: E402  (bench/suite.py: pROC, ci.auc, val.prob and glm, timed in R)
 
 SITES = 5
 
@@ -78,12 +77,6 @@ def numpy_time(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
     auc = pooled_auc(y, p)
     float(np.mean((p - y) ** 2))
     return time.perf_counter() - t0, auc
-
-
-def r_time(y: np.ndarray, p: np.ndarray) -> float:
-    ro = rbridge.robjects()
-    with rbridge.lock(), ro.default_converter.context():
-        return float(ro.r(R_SUITE)(ro.FloatVector(y.tolist()), ro.FloatVector(p.tolist()))[0])
 
 
 def main() -> int:
