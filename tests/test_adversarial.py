@@ -691,11 +691,11 @@ def _gate_view(scores: np.ndarray, labels: np.ndarray, breaks: np.ndarray, relea
     released the cuts ``released``, and how likely the site's secret draws made it so: the gate's
     algorithm is public, its key is not, so the attacker lets the pick take whichever cut of a group
     was released and every margin be what the released cuts need (:func:`_could_hold`)."""
-    from dsfed_server.disclosure.gate import KEEP, Intervals, RootColumn, cuts_from, decide_local
+    from dsfed_server.disclosure.gate import KEEP, Intervals, RootColumn, cuts_from, decide_local, ranks
 
     cuts = cuts_from(breaks[1:-1], True)
     x = np.sort(scores)
-    kept = {0, scores.size} | {c.below(x) for c in cuts if c.value in released}
+    kept = {0, scores.size, *ranks(x, [c for c in cuts if c.value in released])}
     log: dict[tuple[int, int], float] = {}
 
     def pick(members):
@@ -810,7 +810,7 @@ def test_matthews_harel_on_placement_sums(fed):
     more than dsfed releases: which edges the site kept (read from its release history); it
     simulates the public gate for every position, weighting each by how likely the site's draws
     made the edges it kept. With a fixed minimum this pinned 2 of 8 targets."""
-    from dsfed_server.disclosure.gate import KEEP, Cut, Intervals, RootColumn, cuts_from, decide_local, first
+    from dsfed_server.disclosure.gate import KEEP, Cut, Intervals, RootColumn, cuts_from, decide_local, first, ranks
 
     frame = fed.frame
     exact_pinned = dsfed_pinned = best_right = 0
@@ -853,8 +853,8 @@ def test_matthews_harel_on_placement_sums(fed):
             cells = Intervals(scores, cuts, render=lambda released: None, column=column)
             xs = np.sort(scores)
             log: dict[tuple[int, int], float] = {}
-            ranks = {0, scores.size} | {c.below(xs) for c, k in zip(cuts, kept) if k}
-            keep = np.array([d is KEEP for d in decide_local(cells, _could_hold(ranks, log), [], first)])
+            used = {0, scores.size, *ranks(xs, [c for c, k in zip(cuts, kept) if k])}
+            keep = np.array([d is KEEP for d in decide_local(cells, _could_hold(used, log), [], first)])
             if not np.array_equal(keep, kept) or not np.allclose(evaluate(keep, scores, labels), released,
                                                                  rtol=0, atol=1e-9):
                 return 0.0

@@ -74,10 +74,6 @@ class Cut:
     value: float
     inclusive: bool
 
-    def below(self, sorted_x: np.ndarray) -> int:
-        """How many of the (sorted) values lie below the cut."""
-        return int(np.searchsorted(sorted_x, self.value, "right" if self.inclusive else "left"))
-
 
 def cuts_from(values: Sequence[float], inclusive: bool) -> tuple[Cut, ...]:
     return tuple(Cut(float(v), inclusive) for v in values)
@@ -559,7 +555,7 @@ def outside(cut: Cut, column: RootColumn | None) -> bool:
 
 
 def ranks(sorted_x: np.ndarray, cuts: Sequence[Cut]) -> list[int]:
-    """How many of the (sorted) values lie below each cut (:meth:`Cut.below`, in one search per side)."""
+    """How many of the (sorted) values lie below each cut: those ``< value``, or ``<= value`` for an inclusive cut."""
     values = np.array([c.value for c in cuts], dtype=float)
     inclusive = np.array([c.inclusive for c in cuts], dtype=bool)
     return np.where(inclusive, np.searchsorted(sorted_x, values, "right"),
