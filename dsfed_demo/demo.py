@@ -120,6 +120,9 @@ def _validation(session, report: Report, fixtures: Path) -> None:  # type: ignor
     d = v.discrimination
     print(f"   disclosure checks: {v.mode}{'' if v.mode == 'pooled' else ' (' + v.mode_note + ')'}")
     print(f"   discrimination ({d.method} method): {d.noise}")
+    if d.method == "histogram":
+        fit = d.result.roc_glm
+        print(f"   estimator: {d.result.estimator}" + (f"; the ROC-GLM fitted on {fit.fitted_on}" if fit else ""))
     rows = [
         ("empirical AUC", d.auc, ref["auc"], "95% CI {:.3f}-{:.3f} (DeLong + noise variance; noise sd {:.4f})".format(
             *d.ci, d.noise_variance ** 0.5)),

@@ -23,7 +23,7 @@ import pytest
 
 from dsfed_client.analyses.curves import ScoreHistograms, ds_hist_auc, histograms_alone, merged_pairs
 from conftest import ROOT
-from rref import r_eval
+from rref import R_ROCGLM, r_eval
 
 sys.path.insert(0, str(ROOT / "bench"))
 from comparison_coverage import two_scores, write_sites  # noqa: E402  (bench/comparison_coverage.py)
@@ -100,6 +100,14 @@ def test_a_second_models_auc_over_merged_cells_has_an_interval_that_holds_the_po
     assert second.ci_delong.lower <= truth_second <= second.ci_delong.upper
     assert second.ci_logit.upper - second.ci_logit.lower < 0.6  # the widened placement interval was 0.0-1.0
     assert any("merged" in note for note in second._notes())
+    # the ROC-GLM on the same histograms' leaves: its interval holds the pooled ROC-GLM's AUC (R, Schalk et al.'s
+    # table on the exact placement values)
+    fit, pooled = second.roc_glm, r_eval(R_ROCGLM + "rocglm_ref(y, p, rep(1, length(y)), 99)",
+                                         y=frame["y"].to_numpy(dtype=float), p=frame["score_b"].to_numpy(dtype=float))
+    print(f"second model's ROC-GLM: AUC {fit.auc:.4f} {tuple(fit.ci)} on {fit.fitted_on}; pooled {pooled[2]:.4f}")
+    assert fit.fitted_on.startswith("the released histograms' leaves") and fit.merged_bound == 0.0
+    assert fit.ci.lower <= pooled[2] <= fit.ci.upper  # noqa
+    assert fit.ci.upper - fit.ci.lower <= 1.05 * (second.ci_logit.upper - second.ci_logit.lower)
 
 
 def test_the_histograms_alone_auc_is_the_binned_scores_auc():

@@ -42,7 +42,7 @@ from scipy import integrate, interpolate, stats
 from dsfed_core.histograms import global_cdfs, level_variances, tree_least_squares
 
 from dsfed_client.analyses.discrimination import AUCIntervals, ROCGLMFit, placement_moments
-from dsfed_client.analyses.glm import ConvergenceError, ds_glm
+from dsfed_client.analyses.glm import ConvergenceError, ds_glm, probit_fit
 from dsfed_client.calls import Call, Ref
 from dsfed_client.errors import FederatedCallError
 from dsfed_client.params import (
@@ -50,7 +50,7 @@ from dsfed_client.params import (
 )
 from dsfed_client.results import ConfInt, Results, derived, hidden, render, result, stat
 from dsfed_client.session import FederatedSession
-from dsfed_core.roc import binormal_auc
+from dsfed_core.roc import binormal_auc, roc_glm_rows
 
 
 
@@ -882,7 +882,10 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
        positives' (:math:`v_{10} > v_{01}`: fewer negatives), on the negatives' table of
        :math:`1(V_{01,j} \\le s_k)` instead, whose probit line is the inverse curve's (Pepe & Cai 2004;
        ``roc_glm.placed``): the curve's noise, and the bias a nonlinear fit makes of it, are then those of the
-       larger class's reference. Noise off, the positives' (Schalk et al.'s).
+       larger class's reference. Noise off, the positives' (Schalk et al.'s). Where the sites merged the
+       reference's cells so far that the AUC is the histograms' alone (:func:`histograms_alone`), the ROC-GLM is
+       fitted on those histograms' leaves too (:func:`histograms_roc_glm`): a fit through one merged cell's single
+       placement value would say nothing of the curve.
 
     A ROC-GLM that cannot be fitted (scores that separate the classes make its slope infinite: the
     fit does not converge or its information matrix is singular) leaves ``roc_glm`` None and
@@ -965,7 +968,13 @@ def ds_hist_auc(session: FederatedSession, truth: str, score: str, *, alpha: flo
         bound = tied / 2  # what the merged cells can do to an AUC over the placement values (the ROC-GLM's too)
         if why.startswith("histograms alone"):
             tied = 0.0
-        if roc_glm:
+        if roc_glm and why.startswith("histograms alone"):  # its fit on those histograms too: no site asked
+            try:
+                fit = histograms_roc_glm(hist, n_thresholds, alpha, variance, noise + ties,
+                                         "negatives" if v10 > v01 else "positives")
+            except (ConvergenceError, np.linalg.LinAlgError) as exc:
+                failed = f"{type(exc).__name__} (on the histograms alone): {exc}"
+        elif roc_glm:
             try:
                 with session.temporary("hroc") as roc_data, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -1003,14 +1012,43 @@ def histograms_alone(hist: ScoreHistograms, n0: int, n1: int, noise: float) -> t
     :func:`placement_noise_variances`). A post-processing of the released histograms only, so no cell of the
     scores is read: the estimate where the sites merged the reference's cells for the exact placement sums. Like
     the placement sums' estimate, it leaves the leaves' own ties out of its interval."""
-    l0, l1 = (np.clip(np.diff(c), 0.0, None) for c in (hist.cum_negatives, hist.cum_positives))
+    l0, l1, v10, v01 = leaf_placements(hist)
     s0, s1 = l0 / l0.sum(), l1 / l1.sum()
-    v10 = np.concatenate([[0.0], np.cumsum(s0)[:-1]]) + s0 / 2  # a positive's share of negatives below it
-    v01 = 1.0 - (np.concatenate([[0.0], np.cumsum(s1)[:-1]]) + s1 / 2)  # a negative's share of positives above it
     a = float(np.clip(np.dot(s1, v10), 0.0, 1.0))
     variance = np.dot(s1, (v10 - a) ** 2) * n1 / max(n1 - 1, 1) / n1 + np.dot(s0, (v01 - a) ** 2) * n0 / max(
         n0 - 1, 1) / n0
     return a, float(variance), float(noise)
+
+
+def leaf_placements(hist: ScoreHistograms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per leaf of the histograms: the noisy counts of negatives and positives (below 0 read as 0), a positive's
+    share of the negatives below it (:math:`\\tilde F_0`, half its own leaf's negatives counted) and a negative's
+    share of the positives above it (:math:`1 - \\tilde F_1`, likewise): the placement values of records at the
+    leaf, their order within it unknown (pairs in one leaf count one half; Xu & Cormode 2025)."""
+    l0, l1 = (np.clip(np.diff(c), 0.0, None) for c in (hist.cum_negatives, hist.cum_positives))
+    s0, s1 = l0 / l0.sum(), l1 / l1.sum()
+    v10 = np.concatenate([[0.0], np.cumsum(s0)[:-1]]) + s0 / 2
+    v01 = 1.0 - (np.concatenate([[0.0], np.cumsum(s1)[:-1]]) + s1 / 2)
+    return l0, l1, v10, v01
+
+
+def histograms_roc_glm(hist: ScoreHistograms, n_thresholds: int, alpha: float, variance: float, noise: float,
+                       placed: str) -> ROCGLMFit:
+    """The ROC-GLM (Schalk et al. 2024) on the noisy histograms alone: the records of a leaf at the leaf's placement
+    value (:func:`leaf_placements`), weighted by its noisy count, in Schalk et al.'s table
+    :math:`u_j = 1(PV \\le t_j)` (``placed``: the positives' values, or the negatives' for the inverse curve, as
+    :func:`ds_hist_auc` picks them), fitted by R's probit GLM (:func:`~dsfed_client.analyses.glm.probit_fit`). A
+    post-processing of the released histograms: no site is asked and no cell of the scores is read. Its interval
+    is eq. (3) on ``variance`` and ``noise`` (:func:`histograms_alone`'s, the leaves' ties included)."""
+    l0, l1, v10, v01 = leaf_placements(hist)
+    u, x, w = roc_glm_rows(1.0 - v10, n_thresholds, l1) if placed == "positives" else roc_glm_rows(v01, n_thresholds,
+                                                                                                   l0)
+    glm = probit_fit(x, u, w)
+    a, b = (float(v) for v in glm.params)
+    if placed == "negatives":  # the inverse curve's coefficients (c, d): Phi^-1(t) = c + d Phi^-1(ROC(t))
+        a, b = -a / b, 1.0 / b
+    return ROCGLMFit(binormal_auc(a, b), a, b, variance, alpha, n_thresholds, glm, noise, placed,
+                     fitted_on="the released histograms' leaves (no cell of the scores read)")
 
 
 def merged_cells(described: list[dict[str, Any]]) -> list[tuple[list[float], list[float]]]:

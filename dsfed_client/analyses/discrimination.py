@@ -425,6 +425,7 @@ class ROCGLMFit(Results):
     placed: str = stat("Placement values of", default="positives")  # 'negatives': glm fits the inverse curve
     # half the share of pairs in cells the sites merged (curves.merged_pairs): the interval widens by it
     merged_bound: float = stat("Widened for merged cells by", default=0.0)
+    fitted_on: str = stat("Fitted on", default="the sites' placement-value tables")  # or the histograms' leaves
 
     @derived("{level} CI (logit, eq. 3)", brief=".4f")
     def ci(self) -> ConfInt:
@@ -443,7 +444,7 @@ class ROCGLMFit(Results):
         return stats.norm.cdf(self.a + self.b * stats.norm.ppf(t))
 
     def _notes(self) -> tuple[str, ...]:
-        return ("Probit fit u ~ x on the sites' intermediate data:", self.glm.to_frame(self.alpha).to_string(
+        return (f"Probit fit u ~ x on {self.fitted_on}:", self.glm.to_frame(self.alpha).to_string(
             float_format=lambda v: f"{v:.6g}"))
 
 

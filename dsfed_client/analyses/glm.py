@@ -446,7 +446,24 @@ def _fit(session: FederatedSession, agg: Aggregation, formula: str, table: Ref, 
         stream, analyst = _analyst_stream(session, Formula(formula), family, offset, weights, table, link=link,
                                           xlev=xlev), True
         summed = next(stream)
-    names, info, xwz, dev_old = summed.names, summed.info, summed.xwz, summed.dev
+    beta, info_used, iteration, summed = _scoring(stream, summed, formula, epsilon, maxit)
+    n, dev = summed.n, summed.dev
+    df_resid = n - len(summed.names)
+    dispersion = dev / df_resid if family == "gaussian" else 1.0
+    return GLMResults(
+        formula=formula, family=family, link=summed.link, names=summed.names, params=beta,
+        cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
+        nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=agg.pooled,
+        weighted=weights is not None, analyst_iterates=analyst,
+    )
+
+
+def _scoring(stream: Generator[_Parts, np.ndarray, None], summed: _Parts, formula: str, epsilon: float, maxit: int
+             ) -> tuple[np.ndarray, np.ndarray, int, _Parts]:
+    """Fisher scoring from the parts ``summed`` at R's ``mustart`` (R's ``glm.fit`` path and stopping rule), each
+    next iterate sent into ``stream`` for its parts: the coefficients, the information matrix they were solved
+    with, the iterations and the parts at the coefficients. The progress bar counts the rounds."""
+    info, xwz, dev_old = summed.info, summed.xwz, summed.dev
     with progress(f"GLM {formula}: Fisher scoring", total=maxit) as bar:
         for iteration in range(1, maxit + 1):
             beta = np.linalg.solve(info, xwz)
@@ -462,12 +479,34 @@ def _fit(session: FederatedSession, agg: Aggregation, formula: str, table: Ref, 
             stream.close()
             raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
     stream.close()
-    n = summed.n
-    df_resid = n - len(names)
-    dispersion = dev / df_resid if family == "gaussian" else 1.0
-    return GLMResults(
-        formula=formula, family=family, link=summed.link, names=names, params=beta,
-        cov_params_=np.linalg.inv(info_used) * dispersion, deviance=dev, dispersion=dispersion,
-        nobs=n, df_resid=df_resid, iterations=iteration, sites=tuple(session.sites), pooled=agg.pooled,
-        weighted=weights is not None, analyst_iterates=analyst,
-    )
+    return beta, info_used, iteration, summed
+
+
+def _probit_rows(x: np.ndarray, u: np.ndarray, w: np.ndarray) -> Generator[_Parts, np.ndarray, None]:
+    """The parts of the binomial probit GLM ``u ~ x`` over rows of prior weights ``w`` the analyst holds, first at
+    R's ``mustart`` :math:`(w u + 1/2) / (w + 1)`, then at each coefficient vector sent; rows of weight 0 left out
+    (R's ``glm.fit``; its probit link keeps the linear predictor within :math:`\\pm\\Phi^{-1}(1 - \\epsilon_{mach})`
+    and :math:`\\phi(\\eta)` at least :math:`\\epsilon_{mach}`)."""
+    good = w > 0
+    x, u, w = x[good], u[good].astype(float), w[good]
+    design, eps = np.column_stack([np.ones(x.size), x]), np.finfo(float).eps
+    eta = stats.norm.ppf((w * u + 0.5) / (w + 1.0))
+    while True:
+        mu = stats.norm.cdf(np.clip(eta, stats.norm.ppf(eps), -stats.norm.ppf(eps)))
+        mu_eta = np.maximum(stats.norm.pdf(eta), eps)
+        weight = w * mu_eta**2 / (mu * (1.0 - mu))
+        z = eta + (u - mu) / mu_eta
+        dev = -2.0 * float(np.sum(w * np.where(u > 0, np.log(mu), np.log1p(-mu))))
+        beta = yield _Parts(("(Intercept)", "x"), "probit", design.T @ (weight[:, None] * design),
+                            design.T @ (weight * z), dev, int(good.sum()))
+        eta = design @ beta
+
+
+def probit_fit(x: np.ndarray, u: np.ndarray, w: np.ndarray, epsilon: float = 1e-8, maxit: int = 25) -> GLMResults:
+    """R's ``glm(u ~ x, family = binomial("probit"), weights = w)`` on rows the analyst holds (a post-processing of
+    released counts: no site is asked), by the Fisher scoring of :func:`ds_glm`."""
+    stream = _probit_rows(np.asarray(x, dtype=float), np.asarray(u), np.asarray(w, dtype=float))
+    beta, info_used, iteration, summed = _scoring(stream, next(stream), "u ~ x", epsilon, maxit)
+    return GLMResults(formula="u ~ x", family="binomial", link="probit", names=summed.names, params=beta,
+                      cov_params_=np.linalg.inv(info_used), deviance=summed.dev, dispersion=1.0, nobs=summed.n,
+                      df_resid=summed.n - 2, iterations=iteration, weighted=True)

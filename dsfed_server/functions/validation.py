@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 from dsfed_server.context import RECORDS_BEHIND, CallContext, numeric
 from dsfed_server.disclosure.checks import GATE_RULES, NOISE_RULES
@@ -29,6 +28,7 @@ from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
 from dsfed_server.disclosure.provenance import DERIVED, MODEL_OUTPUT, PUBLIC_DESIGN, RootColumn
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.quantiles import MAX_THRESHOLDS
+from dsfed_core.roc import roc_glm_rows
 from dsfed_core.wire import encode_f64
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
@@ -337,13 +337,8 @@ def roc_glm_table(pv: np.ndarray, thresholds: int, y: np.ndarray) -> pd.DataFram
     ``(u, x = \\Phi^{-1}(t_j), w = count)``. Its counts summarize the site's records of outcome
     ``y``, so every release from it applies rule A1 to those records (:data:`RECORDS_BEHIND`): per
     site, or pooled over the sites in a pooled release."""
-    t = np.arange(1, thresholds + 1) / (thresholds + 1)
-    ones = np.searchsorted(np.sort(pv), t, side="right")  # number of PV_i <= t_j
-    frame = pd.DataFrame({
-        "u": np.tile([0, 1], thresholds).astype(np.int64),
-        "x": np.repeat(special.ndtri(t), 2),
-        "w": np.column_stack([pv.size - ones, ones]).ravel().astype(float),
-    })
+    u, x, w = roc_glm_rows(pv, thresholds)
+    frame = pd.DataFrame({"u": u, "x": x, "w": w})
     # x are the thresholds, which the analyst knows: a fit at its coefficients would be equations in the counts w
     frame.attrs[PUBLIC_DESIGN] = True
     frame.attrs[RECORDS_BEHIND] = class_counts(y)
