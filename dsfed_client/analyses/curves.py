@@ -1041,8 +1041,8 @@ def histograms_roc_glm(hist: ScoreHistograms, n_thresholds: int, alpha: float, v
     post-processing of the released histograms: no site is asked and no cell of the scores is read. Its interval
     is eq. (3) on ``variance`` and ``noise`` (:func:`histograms_alone`'s, the leaves' ties included)."""
     l0, l1, v10, v01 = leaf_placements(hist)
-    u, x, w = roc_glm_rows(1.0 - v10, n_thresholds, l1) if placed == "positives" else roc_glm_rows(v01, n_thresholds,
-                                                                                                   l0)
+    pv, weight = (1.0 - v10, l1) if placed == "positives" else (v01, l0)
+    u, x, w = roc_glm_rows(pv, n_thresholds, weight)
     glm = probit_fit(x, u, w)
     a, b = (float(v) for v in glm.params)
     if placed == "negatives":  # the inverse curve's coefficients (c, d): Phi^-1(t) = c + d Phi^-1(ROC(t))
