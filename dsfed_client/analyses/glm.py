@@ -37,7 +37,7 @@ from dsfed_core.parser import parse_formula
 
 
 class ConvergenceError(RuntimeError):
-    """The distributed fit did not converge within ``maxit`` iterations."""
+    """The fit (distributed, or :func:`probit_fit`'s) did not converge within ``maxit`` iterations."""
 
 
 @result
@@ -477,7 +477,7 @@ def _scoring(stream: Generator[_Parts, np.ndarray, None], summed: _Parts, formul
             dev_old = dev
         else:
             stream.close()
-            raise ConvergenceError(f"the distributed GLM did not converge in {maxit} iterations")
+            raise ConvergenceError(f"the GLM {formula} did not converge in {maxit} iterations")
     stream.close()
     return beta, info_used, iteration, summed
 
