@@ -398,7 +398,8 @@ class ROCGLMFit(Results):
     their leaves: ``fitted_on``, :func:`~dsfed_client.analyses.curves.histograms_roc_glm`), its AUC
     :math:`\\Phi(a/\\sqrt{1+b^2})` and the interval of Schalk et al. (2024) eq. (3) on ``variance`` (DeLong, of
     the placement values) plus ``noise_variance`` (what DP noise adds, where estimated). :func:`ds_hist_auc` gives
-    this fit on histogram placement values; :class:`ROCGLM` extends it with Schalk et al.'s (2024) noisy-score reference.
+    this fit on histogram placement values; :class:`ROCGLM` extends it with Schalk et al.'s (2024) noisy-score
+    reference.
 
     ``placed``: whose placement values the probit model ``glm`` was fitted on. ``'positives'`` (Schalk et al.):
     :math:`PV = 1 - \\tilde F_0(x)` of the positives, whose distribution is the ROC curve, so ``glm``'s
