@@ -9,6 +9,12 @@ each a product of factors (a function of one column, a gated piece, the branch o
 its condition), multiplying out sums inside products (``(C + 1e-13)*f`` is ``C*f + 1e-13*f``), and
 counts each summand's sum over the records where that summand is not 0. A release of the column's
 sum tells no more than the summands' sums, so counting those errs on the side of the records.
+
+Each summand also names the records its **indicator factors** hold (a factor that takes one value wherever it is
+not 0: a 0/1 column, a comparison, an ``ifelse``'s condition): the row set its sum is over, read from the
+expression's factors, not from where the other factors happen to be 0. ``D$y*D$high + D$age`` sums the outcome's
+ones over the records of ``high`` (its count, and its events), as a subset of them would; the row-set audit
+compares those records with every other row set released from the table (Chin & Ozsoyoglu 1982).
 """
 
 from __future__ import annotations
@@ -31,17 +37,18 @@ ONE = "1"  # the constant summand: no function of a record on its own, the other
 
 @dataclass(frozen=True)
 class Summand:
-    """A product of factors: its text up to a straight line (its core), its root columns, and the
-    records (of the column's) where it is not 0."""
+    """A product of factors: its text up to a straight line (its core), its root columns, the
+    records (of the column's) where it is not 0, and those its indicator factors hold (all where it has none)."""
 
     core: str
     roots: frozenset[str]
     support: np.ndarray
+    over: np.ndarray
 
     def times(self, other: "Summand") -> "Summand":
         a, b = sorted((self.core, other.core))
         core = b if a == ONE else a if b == ONE else f"*({a}, {b})"
-        return Summand(core, self.roots | other.roots, self.support & other.support)
+        return Summand(core, self.roots | other.roots, self.support & other.support, self.over & other.over)
 
 
 class _Writer:
@@ -54,19 +61,21 @@ class _Writer:
         values = evaluate(node, self.read, self.n).values
         core = node_forms(node, self.meanings.__getitem__)[1]
         roots = frozenset(r.column for leaf in columns_read(node) for r in self.meanings[leaf].roots)
-        return [Summand(core, roots, np.isfinite(values) & (values != 0))]
+        support = np.isfinite(values) & (values != 0)
+        indicator = np.unique(values[support]).size == 1  # one value wherever it is not 0
+        return [Summand(core, roots, support, support if indicator else np.ones(self.n, dtype=bool))]
 
     def summands(self, node: Node) -> list[Summand]:
         if isinstance(node, Literal) or not columns_read(node):  # a number: the constant summand, if not 0
             value = evaluate(node, self.read, self.n).values
-            return [Summand(ONE, frozenset(), np.ones(self.n, dtype=bool))] if np.any(value != 0) else []
+            every = np.ones(self.n, dtype=bool)
+            return [Summand(ONE, frozenset(), every, every)] if np.any(value != 0) else []
         if isinstance(node, (Column, Symbol)):
             found = self.meanings[node]
             if found.summands is None:
                 return self.factor(node)
-            return [Summand(core, frozenset(roots), bits(np.frombuffer(support, dtype=np.uint8),
-                                                          self.rows.n_root)[self.rows.index].astype(bool))
-                    for core, roots, support in found.summands()]
+            return [Summand(core, frozenset(roots), self._here(support), self._here(over))
+                    for core, roots, support, over in found.summands()]
         if not isinstance(node, Arith):
             return self.factor(node)
         op, args = node.op, [a.value for a in node.args]
@@ -84,7 +93,7 @@ class _Writer:
         if op == "/":  # the divisor as written: 1/(x + c) is another function for every c
             (divisor,) = self.factor(args[1])
             text = node_forms(args[1], self.meanings.__getitem__)[0]
-            reciprocal = Summand(f"/(1.0, {text})", divisor.roots, divisor.support)
+            reciprocal = Summand(f"/(1.0, {text})", divisor.roots, divisor.support, divisor.over)
             return [s.times(reciprocal) for s in self.summands(args[0])]
         if op == "ifelse":
             test = truth(args[0], self.read, self.n)
@@ -92,10 +101,14 @@ class _Writer:
             roots = frozenset(r.column for leaf in columns_read(args[0]) for r in self.meanings[leaf].roots)
             out = []
             for branch, holds, mark in ((args[1], test == 1.0, ""), (args[2], test == 0.0, "!")):
-                out += [Summand(f"[{mark}{condition}]{s.core}", s.roots | roots, s.support & holds)
+                out += [Summand(f"[{mark}{condition}]{s.core}", s.roots | roots, s.support & holds, s.over & holds)
                         for s in self.summands(branch)]  # a constant branch: the condition's indicator
             return self._checked(out, node)
         return self.factor(node)
+
+    def _here(self, packed: bytes) -> np.ndarray:
+        """Records of the root table (packed) as a boolean over the column's records."""
+        return bits(np.frombuffer(packed, dtype=np.uint8), self.rows.n_root)[self.rows.index].astype(bool)
 
     @staticmethod
     def _checked(found: list[Summand], node: Node) -> list[Summand]:
@@ -106,18 +119,22 @@ class _Writer:
 
 
 def summands(expression: Node, meanings: dict[Leaf, Meaning], read: Callable[[Leaf], np.ndarray], n: int,
-             rows: Rows) -> tuple[tuple[str, tuple[str, ...], bytes], ...]:
+             rows: Rows) -> tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]:
     """The summands of ``expression`` (module docstring) over the records ``rows`` of its table, as a
-    :class:`~dsfed_server.disclosure.expressions.Meaning` keeps them: each one's core, its root columns
-    and the records of the root table where it is not 0 (packed)."""
+    :class:`~dsfed_server.disclosure.expressions.Meaning` keeps them: each one's core, its root columns,
+    the records of the root table where it is not 0 and those its indicator factors hold (packed)."""
     out = []
     for s in _Writer(meanings, read, n, rows).summands(expression):
         if not s.roots:
             continue  # a number: the count of the records, which the analyst has
-        full = np.zeros(rows.n_root, dtype=bool)
-        full[rows.index[s.support]] = True
-        out.append((s.core, tuple(sorted(s.roots)), np.packbits(full).tobytes()))
+        out.append((s.core, tuple(sorted(s.roots)), _packed(s.support, rows), _packed(s.over, rows)))
     return tuple(out)
+
+
+def _packed(member: np.ndarray, rows: Rows) -> bytes:
+    full = np.zeros(rows.n_root, dtype=bool)
+    full[rows.index[member]] = True
+    return np.packbits(full).tobytes()
 
 
 def columns_read(node: Node) -> list[Leaf]:

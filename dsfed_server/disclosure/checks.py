@@ -62,9 +62,10 @@ GATE_RULES = ("disclosure.q_threshold", "disclosure.cut_margin", "disclosure.cut
 DERIVED_RULES = ("disclosure.derived_concentration", "disclosure.derived_dominance")
 # what a release of exact sums of columns applies (:meth:`Guard.exact_sums`): q, and the functions each
 # group of records answers, counted with the release history kept (cut_history), and, alone, the records of a
-# few-valued column's levels against another site's few records of a pooled cell (:meth:`Guard._refuse_thin`)
+# few-valued column's levels or a derived column's 0/1 factors, audited as row sets (:meth:`Guard._audit_supports`)
+# and against another site's few records of a pooled cell (:meth:`Guard._refuse_thin`)
 SUM_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record",
-             "secure_aggregation.pooled_thresholds")
+             "disclosure.subset_min_difference", "secure_aggregation.pooled_thresholds")
 # how many times a site's records the other sites of a fit summed over its whole table keep before its end counts
 # here, and the share of a function such an end counts (:meth:`Guard.peers_outnumber`, :meth:`Guard.exact_sums`)
 PEER_RULE = "disclosure.glm_peer_ratio"
@@ -412,7 +413,7 @@ class Guard:
         with self.history.lock:
             if condition is not None:
                 self._check_condition(condition, "the subset's condition", "or the full table")
-            earlier = self.history.row_sets(rows.lineage, rows.n_root)
+            earlier = self._earlier(rows)
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             problem = row_set_problem(earlier, [new], minimum, base)
             exposed = self.history.exposed_row_sets(rows.lineage, rows.n_root)
@@ -464,7 +465,7 @@ class Guard:
                     full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
                     full[rows.index[member]] = True  # type: ignore[union-attr]
                     members.append(full)
-                earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+                earlier = self._earlier(rows)
                 problem = row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"),
                                           self._base(rows))  # type: ignore[union-attr]
                 if problem:
@@ -613,7 +614,7 @@ class Guard:
                 return []
             rows: Rows = cells.rows  # type: ignore[assignment]
             held = [c for c in range(size) if np.any(cells.codes == c)]  # the row sets' order
-            earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+            earlier = self._earlier(rows)
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             sets = [base, *earlier]
 
@@ -662,8 +663,10 @@ class Guard:
         moments too (:func:`~dsfed_server.disclosure.differencing.few_levels`: a 0/1 column's sum is its ones, a
         GLM's dummy's too, and ``D$g + 1``'s less the count of records), must not give its records of a pooled cell
         in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
-        supports = self._supports(rows, groups, levels) if alone and levels and self._audits(rows) else []
-        self._refuse_thin(supports, rows)  # type: ignore[arg-type]
+        audits = alone and levels and self._audits(rows)
+        supports = self._supports(rows, groups, levels) if audits else {}  # type: ignore[arg-type]
+        self._refuse_thin([np.frombuffer(m, dtype=np.uint8) for m in supports], rows)  # type: ignore[arg-type]
+        self._audit_supports(supports, rows)  # type: ignore[arg-type]
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
         if not counted or not self._audits(rows):
             self._record_supports(supports, rows)  # type: ignore[arg-type]
@@ -704,21 +707,54 @@ class Guard:
             self._record_supports(supports, rows)  # type: ignore[arg-type]
 
     def _supports(self, rows: Rows, groups: list[np.ndarray] | None, levels: Sequence[np.ndarray]
-                  ) -> list[np.ndarray]:
-        """The records (packed, over the table) of each of ``levels`` in each of ``groups``: once each, the
-        records this site keeps (the table's count) left out."""
+                  ) -> dict[bytes, bytes]:
+        """The records (packed, over the table) of each of ``levels`` in each of ``groups``, once each, the records
+        this site keeps (the table's count) left out: each beside the group's records (packed) it is of."""
         base = self._base(rows).tobytes()
-        found: dict[bytes, None] = {}
-        for over in levels:
-            for group in groups if groups is not None else [None]:
+        found: dict[bytes, bytes] = {}
+        for group in groups if groups is not None else [None]:
+            whole = packed_rows(rows, group)
+            for over in levels:
                 packed = packed_rows(rows, over if group is None else over & group)
-                if packed is not None and packed != base:
-                    found[packed] = None
-        return [np.frombuffer(packed, dtype=np.uint8) for packed in found]
+                if packed is not None and packed != base and whole is not None:
+                    found.setdefault(packed, whole)
+        return found
 
-    def _record_supports(self, supports: list[np.ndarray], rows: Rows) -> None:
+    def _audit_supports(self, supports: dict[bytes, bytes], rows: Rows) -> None:
+        """Refuse the records a summed column's values (or a derived column's 0/1 factors) are over where they differ
+        from the table, from each other or from an earlier row set of it in fewer than
+        ``disclosure.subset_min_difference`` records, or isolate one with them (:func:`~dsfed_server.disclosure.
+        differencing.row_set_problem`): the sums of ``D$high`` and of ``D$y*D$high`` over a table are the count and
+        the events of the records of ``high``, and beside those of a subset two records from it, theirs. Not compared
+        with the group a value's records are of (the table, a subset): their difference is the records at the
+        column's other values, whose count is what a table of the column gives (a prevalence of 3 in 50). A group
+        whose sums the earlier row sets already give (in their span: the events over the table after the events of
+        each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared."""
+        if not supports:
+            return
+        n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")
+        with self.history.lock:  # type: ignore[union-attr]
+            earlier = self._earlier(rows)
+            packed = [np.frombuffer(member, dtype=np.uint8) for member in supports]
+            try:
+                given = combined(packed, [self._base(rows), *earlier], n)
+            except AuditTooLarge as exc:
+                raise self._refuse(f"the release history of this table is too large to audit ({exc})",
+                                   "disclosure.subset_min_difference", "ask the site's administrator") from None
+            new = [(member, group) for member, group, old in zip(packed, supports.values(), given) if not old]
+            problem = new and row_set_problem(earlier, [bits(member, n).astype(bool) for member, _ in new], minimum,
+                                              self._base(rows), [np.frombuffer(g, dtype=np.uint8) for _, g in new])
+        if problem:
+            raise self._refuse(
+                f"the records at one value of a summed column of few values, or those a derived column's 0/1 factor "
+                f"holds, are a group of the table: {problem}", "disclosure.subset_min_difference",
+                "sum columns whose groups differ from each other and from earlier subsets by more records, or "
+                "compare the groups with a table of the factors")
+
+    def _record_supports(self, supports: dict[bytes, bytes], rows: Rows) -> None:
         if supports:
-            self.history.record_summed_row_sets(rows.lineage, rows.n_root, supports,  # type: ignore[union-attr]
+            packed = [np.frombuffer(member, dtype=np.uint8) for member in supports]
+            self.history.record_summed_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
                                                 analyst=self._analyst)
 
     def table_unchanged(self, table: str, n_root: int) -> None:
@@ -805,7 +841,7 @@ class Guard:
         few records of a pooled cell that they would give (:meth:`_thin_complement`)."""
         if not self._audits(rows) or not row_sets:
             return None
-        earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        earlier = self._earlier(rows)
         base = self._base(rows)  # type: ignore[union-attr]
         problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"), base)
         if problem is None:
@@ -824,7 +860,7 @@ class Guard:
     def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
         if not self._audits(rows) or not row_sets:
             return
-        earlier = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        earlier = self._earlier(rows)
         problem = row_set_problem(earlier, row_sets, self.rule("disclosure.subset_min_difference"),
                                   self._base(rows)) or self._pooled_pairs(row_sets, rows)  # type: ignore[arg-type]
         if problem:
@@ -882,6 +918,14 @@ class Guard:
             return [False] * len(spans)
         return combined_spans(cells, spans, self._alone_sets(rows), rows.n_root)  # type: ignore[arg-type,union-attr]
 
+    def _earlier(self, rows: Rows) -> list[np.ndarray]:
+        """Every row set of ``rows``' table released before (packed, once each): its subsets and cells, and the
+        records this site's exact sums were over alone (:meth:`exact_sums`' levels)."""
+        n, history = rows.n_root, self.history
+        found = {bytes(old): old for old in (*history.row_sets(rows.lineage, n),  # type: ignore[union-attr]
+                                             *history.summed_row_sets(rows.lineage, n))}  # type: ignore[union-attr]
+        return list(found.values())
+
     def _alone_sets(self, rows: Rows) -> list[np.ndarray]:
         """Every row set of ``rows``' table whose count this site released alone (packed): the records it keeps,
         its subsets and cells, and the records its exact sums were over."""
@@ -906,7 +950,7 @@ class Guard:
         ``disclosure.subset_min_difference``)."""
         if not self._audits(rows) or not cells:
             return []
-        before = self.history.row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+        before = self._earlier(rows)  # type: ignore[arg-type]
         earlier = [PooledCell(old, set_size(old)) for old in before]
         pooled = self.history.pooled_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
         shared = self._shared(pooled) if decided_pooled else {}

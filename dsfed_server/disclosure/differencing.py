@@ -145,6 +145,13 @@ def _differences(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
                            for s in range(0, len(sets), step)])
 
 
+def _overlaps(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
+    """Per packed row set of ``sets``, the number of records in it and in ``packed`` (as :func:`_differences`)."""
+    step = max(1, (1 << 20) // max(1, packed.size))
+    return np.concatenate([_POPCOUNT[np.bitwise_and(np.stack(sets[s:s + step]), packed)].sum(axis=1, dtype=np.int64)
+                           for s in range(0, len(sets), step)])
+
+
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
     """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) in 1 to ``min_difference`` - 1
     records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases its span audits."""
@@ -749,29 +756,37 @@ def _alone(incidence: np.ndarray, counts: np.ndarray, atoms: np.ndarray) -> np.n
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
-                    base: np.ndarray | None = None) -> str | None:
+                    base: np.ndarray | None = None, within: Sequence[np.ndarray] | None = None) -> str | None:
     """None if row sets ``new`` (boolean row indicators) may be released after the row sets ``earlier``
     of the same table (packed, as the history keeps them; the table itself, or the records ``base`` of
     it that its releases are over (packed), counts as one), else
     the reason to refuse: a new set
-    that differs from the table or an earlier set in fewer than ``min_difference`` rows (but not
-    zero: the same rows again tell nothing new), or a single record isolated by a combination of all
-    the sets (:func:`isolated_records`)."""
-    return row_set_audit(earlier, new, min_difference, base)[0]
+    that differs from the table or an earlier set it shares a record with in fewer than ``min_difference`` rows
+    (but not zero: the same rows again tell nothing new), or a single record isolated by a combination of all
+    the sets (:func:`isolated_records`). Each new set is compared with those before it too, but not with
+    the group ``within`` names for it (:func:`row_set_audit`)."""
+    return row_set_audit(earlier, new, min_difference, base, within)[0]
 
 
 def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
-                  base: np.ndarray | None = None) -> tuple[str | None, np.ndarray]:
+                  base: np.ndarray | None = None, within: Sequence[np.ndarray] | None = None
+                  ) -> tuple[str | None, np.ndarray]:
     """:func:`row_set_problem`'s answer, and the records the sets isolate (positions; empty unless
     that is the reason): the release gate names the record to drop a cut next to without auditing
-    the history twice."""
+    the history twice. ``within``: for each new set, the group it is one value's records of (packed), whose
+    difference from it, the group's records at the other values, is not compared: that count is what a table
+    of the values gives."""
     none = np.zeros(0, dtype=np.int64)
     n = new[0].size
     history = [base if base is not None else np.packbits(np.ones(n, dtype=bool)), *earlier]
-    fresh = []
-    for rows in new:
+    fresh: list[np.ndarray] = []
+    for k, rows in enumerate(new):
         packed = np.packbits(rows)
-        differences = _differences(history, packed)
+        differences = _differences(history + fresh, packed)  # the new sets with each other too
+        # two sets without a record in common: each one's sums are released, their difference tells nothing more
+        differences[_overlaps(history + fresh, packed) == 0] = min_difference
+        if within is not None:
+            differences[_differences(history + fresh, within[k]) == 0] = min_difference
         if (differences == 0).any():
             continue  # the same rows as before: nothing new
         if differences.min() < min_difference:

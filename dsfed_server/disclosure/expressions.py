@@ -559,10 +559,10 @@ class Meaning:
     text: str = ""
     core: str = ""
     # the summands of such a column (:mod:`dsfed_server.summands`), computed when asked from what the
-    # column reads: each one's core, its root columns, and the records of the root table where it is not 0
-    # (packed by np.packbits)
-    summands: Callable[[], tuple[tuple[str, tuple[str, ...], bytes], ...]] | None = field(default=None,
-                                                                                         compare=False)
+    # column reads: each one's core, its root columns, the records of the root table where it is not 0 and
+    # those its indicator factors hold (packed by np.packbits)
+    summands: Callable[[], tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]] | None = field(default=None,
+                                                                                                compare=False)
 
     @property
     def root(self) -> Root | None:

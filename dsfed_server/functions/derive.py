@@ -143,7 +143,7 @@ def derive(ctx: CallContext, expression: Node) -> Generator[Declared, Any, Colum
 
 
 def _summands(expression: Node, meanings: dict[Leaf, Meaning], leaves: tuple[Leaf, ...], held: tuple[Held, ...],
-              n: int, rows: Rows) -> tuple[tuple[str, tuple[str, ...], bytes], ...]:
+              n: int, rows: Rows) -> tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]:
     """The expression's summands (:func:`~dsfed_server.summands.summands`) over what its leaves read now."""
     return summands(expression, meanings, _numbers(dict(zip(leaves, (h.read() for h in held)))), n, rows)
 

@@ -21,8 +21,9 @@ and only if they keep the linear predictor within ``glm_max_linear_predictor`` o
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 from collections.abc import Generator
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -47,7 +48,7 @@ from dsfed_server.modelframe import COMPUTED, R_NAME, ModelFrame, formula_variab
 from dsfed_server.registry import P, Param, SecureSum, register
 from dsfed_server.rowbatches import row_batches
 from dsfed_server.rowsets import RowSet, kept_table
-from dsfed_server.summands import columns_read
+from dsfed_server.summands import columns_read, summands
 
 _CHECKS = ("disclosure.q_threshold", "disclosure.glm_saturation", "disclosure.sums_per_record") + DERIVED_RULES \
     + GATE_RULES
@@ -433,7 +434,10 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     fewer = ("fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
              "p(p+1)/2 + p + 1 sums), or a fit over more records")
     # a design column of few values: its products' sums at constant weights give the records at each value
-    levels = [level for column in mf.columns for level in few_levels(_values(column, mf.n), 2)] if ctx.own_sums else []
+    # a derived variable's 0/1 factor (``I(high + 1e-13*age)``): its design column sums over the factor's records
+    levels = [level for column in mf.columns for level in few_levels(_values(column, mf.n), 2)] + [
+        member for v in variables if v != formula.response for member in ctx.indicator_sets(read[v][0], rows)
+    ] if ctx.own_sums else []
     yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums, levels=levels,
                     hint=fewer if iterates else (
                         "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or "
@@ -532,7 +536,12 @@ def _read(ctx: CallContext, table: pd.DataFrame, name: str) -> tuple[pd.Series, 
         stored = all((leaf.column if isinstance(leaf, Column) else leaf.name) in table.columns for leaf in leaves)
         if stored and not name.startswith("factor("):  # as check_formula reads it: a computed leaf has no meaning
             meanings = {leaf: ctx.meaning(column) for leaf, column in leaves.items()}
-            attrs[MEANING] = ctx.guard.derived_expression(node, meanings.__getitem__).meaning
+            found = ctx.guard.derived_expression(node, meanings.__getitem__).meaning
+            if rows is not None and found.function is None:  # a sum of summands, as a derived column's
+                values = {leaf: column.to_numpy(dtype=float, na_value=np.nan) for leaf, column in leaves.items()}
+                found = replace(found, summands=partial(summands, node, meanings, values.__getitem__, len(series),
+                                                        rows))
+            attrs[MEANING] = found
         series = series.copy(deep=False)
         series.attrs = attrs
     return series, ctx.written(series)

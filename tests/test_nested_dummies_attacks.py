@@ -1,0 +1,188 @@
+"""Two nested 0/1 columns summed at one site: the few records between them, read by a red team (a helper) at one
+site of 24 records with the shipped rules (q = 5) before their records were audited as row sets.
+
+Grade III holds 12 records, grade IV 2 (one an event); ``high`` is grade III or IV (14 records). No release names
+grade IV, and each 0/1 column's records at each value are q or more; but sums over ``iii`` and over ``high`` differ
+by grade IV's 2 records, their count and their events:
+
+- one release, ``glmDS2(y ~ iii + high)`` at coefficients 0: its information matrix gives 14 - 12 records and its
+  score 11 - 10 events (also with ``high`` padded by a negligible many-valued term, ``I(high + 1e-13*age)``);
+- derived sums with no few-valued column (``D$y * D$high + D$age``, ``D$high + D$age``, less ``meanDS(D$age)``)
+  beside the subset of grade III and its events, in either order.
+
+Before the fix each route read grade IV's 2 records and their 1 event (the code before it passed every release
+here). Now the records each summed 0/1 column, GLM dummy or derived column's 0/1 factor is over are audited as row
+sets with every subset and cell of the table (rule ``disclosure.subset_min_difference``): 0 read. The GLM's control
+runs it with ``subset_min_difference = 1`` (no pair of row sets too close) and reads 2, so what stops it is that
+rule; the derived sums' control, with ``cut_history = false`` (no release history, so no row set audited), reads 2
+too: with the minimum at 1 the audit's span check still finds the event of grade IV alone (the events of ``high``
+less those of grade III). Honest sums stay released: a prevalence of 2 in 24 (a rare value's count is what a table of the column
+gives) and the events of a subset with 2 non-events.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import inprocess_builder
+from dsfed_client import FederatedCallError
+from sitekit import ROOT, make_sites
+
+SITE = "small"
+N = 24
+SUBSET = 'dataFrameSubsetDS2("D", "D$iii", "1", 1, NULL, NULL, FALSE)'
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    """24 records: grade III 12 (10 events), outside it 12 (2 events); grade IV (records 13, an event, and 20, not)
+    lies outside grade III; ``high`` is grade III or IV, ``iv`` grade IV; ``e3`` the events within grade III."""
+    rng = np.random.default_rng(41)
+    iii = np.r_[np.ones(12, int), np.zeros(12, int)]
+    y = np.r_[np.ones(10, int), 0, 0, 1, 1, np.zeros(10, int)]
+    grade = np.where(iii == 1, "III", "I")
+    grade[[13, 20]] = "IV"
+    return {SITE: pd.DataFrame({"iii": iii, "grade": grade, "y": y, "high": (grade != "I").astype(int),
+                                "iv": (grade == "IV").astype(int),
+                                "e3": iii * y, "age": np.round(rng.uniform(30, 80, N), 1)})}
+
+
+class _Site:
+    def __init__(self, view):
+        self.view = view
+
+    def get(self, expr: str) -> dict | None:
+        try:
+            return self.view.aggregate_expr(expr)[SITE]
+        except FederatedCallError as exc:
+            print(f"  refused {expr}: {sorted({str(f.rule) for f in exc.failures.values()})}")
+            return None
+
+    def assign(self, name: str, expr: str) -> bool:
+        try:
+            self.view.assign_expr(name, expr)
+            return True
+        except FederatedCallError as exc:
+            print(f"  refused {name} <- {expr}: {sorted({str(f.rule) for f in exc.failures.values()})}")
+            return False
+
+    def subset_events(self) -> int | None:
+        """Grade III as a subset, and its events (meanDS)."""
+        if not self.assign("S", SUBSET):
+            return None
+        m = self.get("meanDS(S$y)")
+        return None if m is None else int(round(m["EstimatedMean"] * m["Nvalid"]))
+
+
+def _rules(tmp_path: Path, control: str) -> Path | None:
+    """The shipped rules, or for a control the same with one line changed."""
+    if not control:
+        return None
+    text = (ROOT / "disclosure_rules" / "default.toml").read_text()
+    line = control.split(" = ")[0] + " = "
+    assert text.count(line) == 1
+    path = tmp_path / "control.toml"
+    path.write_text(re.sub(f"^{line}.*$", control, text, flags=re.M))
+    return path
+
+
+def _run(tmp_path: Path, steps, frames: dict[str, pd.DataFrame] | None = None, control: str = ""):
+    provisioned, services = make_sites(tmp_path, frames or _frames(), _rules(tmp_path, control))
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        site = _Site(session.site_view(SITE))
+        return [step(site) for step in steps]
+
+
+@pytest.mark.parametrize("control", ["", "subset_min_difference = 1"], ids=["shipped", "control"])
+@pytest.mark.parametrize("term", ["high", "I(high + 1e-13*age)"])
+def test_nested_design_columns_of_one_glm(tmp_path: Path, term: str, control: str):
+    """glmDS2(y ~ iii + high, gaussian) at 0, nothing released before: iii (12 records) lies inside high (14). Its
+    information matrix would give grade IV's count (14 - 12 = 2), its score grade IV's events (11 - 10 = 1)."""
+    frames = _frames()
+    small = frames[SITE]
+    call = f'glmDS2(y ~ iii + {term}, "gaussian", "0,0,0", NULL, NULL, "D")'
+    (out,) = _run(tmp_path, [lambda site: site.get(call)], frames, control)
+    read = 0
+    if out is not None:
+        info, score = np.array(out["info.matrix"]), np.array(out["score.vect"])
+        count, events = int(round(info[2, 2] - info[1, 1])), int(round(score[2] - score[1]))
+        iv = small.grade == "IV"
+        assert (count, events) == (int(iv.sum()), int(small.y[iv].sum())) == (2, 1)
+        read = count
+    print(f"\n{term}, {'control' if control else 'shipped'}: grade IV, {read} records read from one GLM")
+    assert read == (2 if control else 0)
+
+
+@pytest.mark.parametrize("control", ["", "cut_history = false"], ids=["shipped", "control"])
+@pytest.mark.parametrize("sum_first", [False, True], ids=["subset-first", "sums-first"])
+def test_a_product_inside_a_many_valued_column_beside_a_subset(tmp_path: Path, sum_first: bool, control: str):
+    """Grade IV's 2 records and their events, no subset of them: Z = D$y * D$high + D$age and H = D$high + D$age
+    (deriveDS; W = D$y * D$high alone, after the subset, is refused as a row set 3 records from it) take many
+    values; meanDS(Z), meanDS(H) and meanDS(D$age) would give grade III or IV's events (11) and records (14); the
+    subset of grade III its 10 events of 12 records: grade IV 2 records, 1 an event, in either order."""
+    frames = _frames()
+
+    def sums(site: _Site) -> tuple[int, int] | None:
+        if not (site.assign("Z", "D$y * D$high + D$age") and site.assign("H", "D$high + D$age")):
+            return None
+        z, h, age = site.get("meanDS(Z)"), site.get("meanDS(H)"), site.get("meanDS(D$age)")
+        if z is None or h is None or age is None:
+            return None
+        return (int(round((z["EstimatedMean"] - age["EstimatedMean"]) * N)),
+                int(round((h["EstimatedMean"] - age["EstimatedMean"]) * N)))
+
+    def grade_iii(site: _Site) -> tuple[int, int] | None:
+        events = site.subset_events()
+        return None if events is None else (events, 12)
+
+    steps = [sums, grade_iii]
+    high, iii = _run(tmp_path, steps if sum_first else steps[::-1], frames, control)[:: 1 if sum_first else -1]
+    small = frames[SITE]
+    iv = small.grade == "IV"
+    read = 0
+    if high is not None and iii is not None:
+        events, count = high[0] - iii[0], high[1] - iii[1]
+        assert (count, events) == (int(iv.sum()), int(small.y[iv].sum())) == (2, 1)
+        read = count
+    print(f"\n{'sums first' if sum_first else 'subset first'}, {'control' if control else 'shipped'}: grade IV, "
+          f"{read} records read")
+    assert read == (2 if control else 0)
+
+
+def test_a_rare_values_count_and_a_subsets_events_are_released_as_a_table_gives_them(tmp_path: Path):
+    """Honest sums of 0/1 columns under the shipped rules: the prevalence of grade IV (2 of 24) and, over the
+    subset of grade III, the events (10 of 12: 2 non-events), each equal to the data's."""
+    frames = _frames()
+    small = frames[SITE]
+
+    def steps(site: _Site) -> tuple[dict | None, int | None]:
+        return site.get("meanDS(D$iv)"), site.subset_events()
+
+    (got,) = _run(tmp_path, [steps], frames)
+    prevalence, events = got
+    assert prevalence is not None and prevalence["EstimatedMean"] * N == pytest.approx((small.grade == "IV").sum()) \
+        == pytest.approx(2)
+    assert events == int(small.y[small.iii == 1].sum()) == 10
+
+
+def test_the_events_over_the_table_after_the_events_by_grade_tell_nothing_new_and_are_released(tmp_path: Path):
+    """The events of each value of ``iii`` (tapplyDS: 2 of 12 and 10 of 12), then over the table (meanDS): the
+    records of the outcome's ones lie 2 records from those within grade III, but their sum is the two groups' sum,
+    already released: released, equal to the data's."""
+    frames = _frames()
+    small = frames[SITE]
+
+    def steps(site: _Site) -> tuple[dict | None, dict | None]:
+        assert site.assign("G", 'asFactorDS2("D$iii", "0,1", FALSE, 1)')
+        return site.get('tapplyDS("D$y", "G", "sum")'), site.get("meanDS(D$y)")
+
+    (got,) = _run(tmp_path, [steps], frames)
+    by_grade, overall = got
+    assert by_grade is not None and overall is not None
+    assert sorted(np.ravel(by_grade["Sum"]).tolist()) == sorted(small.groupby("iii").y.sum().tolist()) == [2, 10]
+    assert overall["EstimatedMean"] * N == pytest.approx(small.y.sum())
