@@ -123,9 +123,11 @@ class CallContext:
         for vector in (*vectors, *by):
             complete &= vector.notna().to_numpy()
         cores: list[_Summed] = []
+        indicators: list[np.ndarray] = []
         for vector in vectors:
             found = self.meaning(vector)
             terms = found.summands() if found.summands is not None else ()
+            indicators += _indicator_sets(terms, rows)
             if terms and all(len(support) == (rows.n_root + 7) // 8 for _, _, support, _ in terms):
                 cores += [(core, roots, partial(_support, support, rows)) for core, roots, support, _ in terms]
                 continue
@@ -141,24 +143,13 @@ class CallContext:
         groups = None if cells is None else [cells == c for c in np.unique(cells) if c >= 0]
         levels = [level for vector in vectors
                   for level in few_levels(vector.to_numpy(dtype=float, na_value=np.nan)[complete], 2 if squares else 1)]
-        levels += [member for vector in vectors for member in self.indicator_sets(vector, rows)]
-        yield ExactSums(rows, functions, groups, alone=self.own_sums, levels=levels)
+        yield ExactSums(rows, functions, groups, alone=self.own_sums, levels=levels + indicators)
 
     def indicator_sets(self, vector: pd.Series, rows: Rows) -> list[np.ndarray]:
-        """The records each summand of a derived ``vector`` sums over through its indicator factors
-        (:mod:`dsfed_server.summands`: the ones of ``D$high`` in ``D$y*D$high + D$age``), and the others of
-        ``rows``, boolean over ``rows``: a sum of the column gives a sum over each, as a subset of them would.
-        None for a column without summands, or one whose summands sum over all of ``rows``."""
+        """The records each summand of a derived ``vector`` sums over through its 0/1 factors, and the others
+        (:func:`_indicator_sets`)."""
         found = self.meaning(vector)
-        terms = found.summands() if found.summands is not None else ()
-        out: dict[bytes, np.ndarray] = {}
-        for *_, over in terms:
-            if len(over) != (rows.n_root + 7) // 8:
-                continue
-            member = _support(over, rows)
-            if member.any() and not member.all():
-                out.setdefault(np.packbits(member).tobytes(), member)
-        return [side for member in out.values() for side in (member, ~member)]
+        return _indicator_sets(found.summands() if found.summands is not None else (), rows)
 
     def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:
         """``vector`` as a function of root columns: its core (:func:`~dsfed_server.disclosure.expressions.
@@ -295,6 +286,21 @@ def _product(a: _Summed, b: _Summed) -> _Summed:
 def _support(packed: bytes, rows: Rows) -> np.ndarray:
     """A summand's records (packed over the root table) among the records ``rows``."""
     return bits(np.frombuffer(packed, dtype=np.uint8), rows.n_root)[rows.index] == 1
+
+
+def _indicator_sets(terms: tuple[tuple[str, tuple[str, ...], bytes, bytes], ...], rows: Rows) -> list[np.ndarray]:
+    """The records each of a derived column's summands ``terms`` sums over through its 0/1 factors
+    (:mod:`dsfed_server.summands`: the ones of ``D$high`` in ``D$y*D$high + D$age``), and the others of ``rows``,
+    boolean over ``rows``: a sum of the column gives a sum over each, as a subset of them would. Empty for a column
+    without summands, or one whose summands sum over all of ``rows``."""
+    out: dict[bytes, np.ndarray] = {}
+    for *_, over in terms:
+        if len(over) != (rows.n_root + 7) // 8:
+            continue
+        member = _support(over, rows)
+        if member.any() and not member.all():
+            out.setdefault(np.packbits(member).tobytes(), member)
+    return [side for member in out.values() for side in (member, ~member)]
 
 
 def _nonzero(vector: pd.Series, complete: np.ndarray) -> np.ndarray:
