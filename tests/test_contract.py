@@ -63,9 +63,9 @@ def _site(tmp_path: Path, undeclare: str | None = None):
 
 
 # what meanDS declares: q, then (the release history kept) the functions its records answer, which the
-# mean of a table's column, a second moment, does not apply
+# mean of a table's column, a second moment, does not apply, and the records at each value of a 0/1 column as row sets
 MEAN_RULES = ("disclosure.q_threshold", "disclosure.cut_history", "disclosure.sums_per_record",
-              "secure_aggregation.pooled_thresholds")
+              "disclosure.subset_min_difference", "secure_aggregation.pooled_thresholds")
 
 
 def _aggregate(url: str, site, expr: str) -> requests.Response:
