@@ -417,10 +417,7 @@ class Guard:
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             problem = row_set_problem(earlier, [new], minimum, base)
             exposed = self.history.exposed_row_sets(rows.lineage, rows.n_root)
-            if not problem and differs_little(np.packbits(new), exposed, minimum):
-                problem = (f"these records differ from this site's records of a pooled cell in fewer than {minimum} "
-                           "rows, where the other sites' releases alone gave theirs: comparing the two would single "
-                           "them out")
+            problem = problem or self._near_exposed([np.packbits(new)], exposed, minimum)
             if not problem and spanned_gap(np.packbits(new), [base, *earlier, *exposed], rows.n_root, below=minimum):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
@@ -433,6 +430,16 @@ class Guard:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "subset")
             self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
         return rows
+
+    @staticmethod
+    def _near_exposed(members: list[np.ndarray], exposed: list[np.ndarray], minimum: int) -> str | None:
+        """Why row sets ``members`` (packed) of this site alone may not be released beside its records of pooled cells
+        the other sites' releases alone exposed (``exposed``, packed): one differs from such records in fewer than
+        ``minimum`` (:func:`~dsfed_server.disclosure.differencing.differs_little`); None if none does."""
+        if any(differs_little(member, exposed, minimum) for member in members):
+            return (f"these records differ from this site's records of a pooled cell in fewer than {minimum} rows, "
+                    "where the other sites' releases alone gave theirs: comparing the two would single them out")
+        return None
 
     def _check_condition(self, condition: Intervals, what: str, instead: str) -> None:
         """Refuse a condition's cuts unless the gate keeps every one: each cell between them and the
@@ -727,7 +734,8 @@ class Guard:
         differencing.row_set_problem`): the sums of ``D$high`` and of ``D$y*D$high`` over a table are the count and
         the events of the records of ``high``, and beside those of a subset two records from it, theirs. Not compared
         with the group a value's records are of (the table, a subset): their difference is the records at the
-        column's other values, whose count is what a table of the column gives (a prevalence of 3 in 50). A group
+        column's other values, whose count is what a table of the column gives (a prevalence of 3 in 50). Compared
+        too, as a subset is, with this site's records of pooled cells the other sites' releases alone exposed. A group
         whose sums the earlier row sets already give (in their span: the events over the table after the events of
         each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared."""
         if not supports:
@@ -744,6 +752,8 @@ class Guard:
             new = [(member, group) for member, group, old in zip(packed, supports.values(), given) if not old]
             problem = new and row_set_problem(earlier, [bits(member, n).astype(bool) for member, _ in new], minimum,
                                               self._base(rows), [np.frombuffer(g, dtype=np.uint8) for _, g in new])
+            exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
+            problem = problem or self._near_exposed([member for member, _ in new], exposed, minimum)
         if problem:
             raise self._refuse(
                 f"the records at one value of a summed column of few values, or those a derived column's 0/1 factor "

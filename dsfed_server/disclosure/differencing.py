@@ -153,9 +153,10 @@ def _overlaps(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
 
 
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
-    """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) in 1 to ``min_difference`` - 1
-    records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases its span audits."""
-    return any(0 < _differing(old, member) < min_difference for old in sets)
+    """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) it shares a record with in 1 to
+    ``min_difference`` - 1 records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases
+    its span audits."""
+    return any(0 < _differing(old, member) < min_difference and np.bitwise_and(old, member).any() for old in sets)
 
 
 def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
