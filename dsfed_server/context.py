@@ -151,6 +151,13 @@ class CallContext:
         found = self.meaning(vector)
         return _indicator_sets(found.summands() if found.summands is not None else (), rows)
 
+    def summand_sets(self, vector: pd.Series, rows: Rows) -> list[np.ndarray]:
+        """The records of ``rows`` each summand of a derived ``vector`` sums over through its 0/1 factors (boolean
+        over them; all of them for a summand without one), one per summand in the expression's order: as many at
+        every site. Empty for a column without summands."""
+        found = self.meaning(vector)
+        return _over_sets(found.summands() if found.summands is not None else (), rows)
+
     def written(self, vector: pd.Series) -> tuple[str, tuple[str, ...]]:
         """``vector`` as a function of root columns: its core (:func:`~dsfed_server.disclosure.expressions.
         forms`; "" for a number) and the names of its roots. A column the site cannot write as a function of
@@ -294,13 +301,17 @@ def _indicator_sets(terms: tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]
     boolean over ``rows``: a sum of the column gives a sum over each, as a subset of them would. Empty for a column
     without summands, or one whose summands sum over all of ``rows``."""
     out: dict[bytes, np.ndarray] = {}
-    for *_, over in terms:
-        if len(over) != (rows.n_root + 7) // 8:
-            continue
-        member = _support(over, rows)
+    for member in _over_sets(terms, rows):
         if member.any() and not member.all():
             out.setdefault(np.packbits(member).tobytes(), member)
     return [side for member in out.values() for side in (member, ~member)]
+
+
+def _over_sets(terms: tuple[tuple[str, tuple[str, ...], bytes, bytes], ...], rows: Rows) -> list[np.ndarray]:
+    """Each summand's records through its 0/1 factors among ``rows`` (boolean over them; all of them where its
+    records are of another table)."""
+    return [_support(over, rows) if len(over) == (rows.n_root + 7) // 8 else np.ones(rows.index.size, dtype=bool)
+            for *_, over in terms]
 
 
 def _nonzero(vector: pd.Series, complete: np.ndarray) -> np.ndarray:

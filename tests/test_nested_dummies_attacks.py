@@ -12,9 +12,11 @@ by grade IV's 2 records, their count and their events:
 
 Before the fix each route read grade IV's 2 records and their 1 event (the code before it passed every release
 here). Now the records each summed 0/1 column, GLM dummy or derived column's 0/1 factor is over are audited as row
-sets with every subset and cell of the table (rule ``disclosure.subset_min_difference``): 0 read. The GLM's control
-runs it with ``subset_min_difference = 1`` (no pair of row sets too close) and reads 2, so what stops it is that
-rule; the derived sums' control, with ``cut_history = false`` (no release history, so no row set audited), reads 2
+sets with every subset and cell of the table (rule ``disclosure.subset_min_difference``), and a GLM's two-valued
+design columns (a derived variable's 0/1 factors among them) must differ and agree in 0 or at least q records, per
+site and pooled (``disclosure.q_threshold``): 0 read. The GLM's control runs it with ``q_threshold = 2`` and
+``subset_min_difference = 1`` (no pair of row sets too close) and reads 2, so what stops it is those rules; the
+pooled fit has no control (the same fit on the code before read 2, 1 event); the derived sums' control, with ``cut_history = false`` (no release history, so no row set audited), reads 2
 too: with the minimum at 1 the audit's span check still finds the event of grade IV alone (the events of ``high``
 less those of grade III). Honest sums stay released: a prevalence of 2 in 24 (a rare value's count is what a table of the column
 gives) and the events of a subset with 2 non-events.
@@ -83,10 +85,12 @@ def _rules(tmp_path: Path, control: str) -> Path | None:
     if not control:
         return None
     text = (ROOT / "disclosure_rules" / "default.toml").read_text()
-    line = control.split(" = ")[0] + " = "
-    assert text.count(line) == 1
+    for change in control.split("; "):
+        line = change.split(" = ")[0] + " = "
+        assert text.count(line) == 1
+        text = re.sub(f"^{line}.*$", change, text, flags=re.M)
     path = tmp_path / "control.toml"
-    path.write_text(re.sub(f"^{line}.*$", control, text, flags=re.M))
+    path.write_text(text)
     return path
 
 
@@ -98,7 +102,7 @@ def _run(tmp_path: Path, steps, frames: dict[str, pd.DataFrame] | None = None, c
         return [step(site) for step in steps]
 
 
-@pytest.mark.parametrize("control", ["", "subset_min_difference = 1"], ids=["shipped", "control"])
+@pytest.mark.parametrize("control", ["", "q_threshold = 2; subset_min_difference = 1"], ids=["shipped", "control"])
 @pytest.mark.parametrize("term", ["high", "I(high + 1e-13*age)"])
 def test_nested_design_columns_of_one_glm(tmp_path: Path, term: str, control: str):
     """glmDS2(y ~ iii + high, gaussian) at 0, nothing released before: iii (12 records) lies inside high (14). Its
@@ -186,3 +190,48 @@ def test_the_events_over_the_table_after_the_events_by_grade_tell_nothing_new_an
     assert by_grade is not None and overall is not None
     assert sorted(np.ravel(by_grade["Sum"]).tolist()) == sorted(small.groupby("iii").y.sum().tolist()) == [2, 10]
     assert overall["EstimatedMean"] * N == pytest.approx(small.y.sum())
+
+
+def _pooled_frames() -> dict[str, pd.DataFrame]:
+    """Three sites of 24 records as the one above (other ages and outcomes outside grade IV), grade IV's 2 records
+    at the first (1 an event) and none elsewhere: pooled, grade III holds 36 records, grade IV 2."""
+    frames = {}
+    for k, name in enumerate(("a", "b", "c")):
+        frame = _frames()[SITE]
+        if k:  # grade I where the first site has grade IV
+            frame.loc[frame.grade == "IV", ["grade", "high", "iv"]] = ["I", 0, 0]
+        frame["age"] = np.round(np.random.default_rng(k).uniform(30, 80, N), 1)
+        frames[name] = frame
+    return frames
+
+
+@pytest.mark.parametrize("term", ["high", "I(high + 1e-13*age)"])
+def test_nested_design_columns_of_one_pooled_glm(tmp_path: Path, term: str):
+    """The pooled Gaussian fit ``y ~ iii + high`` over three sites (secure aggregation): its design holds grade
+    IV's 2 records apart (high less iii), so ``(Intercept) + high`` is their mean outcome and the unscaled variance
+    of that sum their number. Before the fit checked how many records two 0/1 columns differ in, pooled, the analyst
+    read both (2 records, 1 event), also with ``high`` padded by a negligible many-valued term; now refused before
+    any sum is released."""
+    from dsfed_client.analyses.glm import ds_glm
+
+    frames = _pooled_frames()
+    provisioned, services = make_sites(tmp_path, frames)
+    read, why = 0, ""
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        try:
+            fit = ds_glm(session, f"y ~ iii + {term}", "D", family="gaussian", secure=True, null_model=False)
+        except FederatedCallError as exc:
+            why = sorted({str(f.rule) for f in exc.failures.values()})
+        else:
+            names = list(fit.names)
+            i, h = names.index("(Intercept)"), names.index(term)
+            v = fit.cov_params_ / fit.dispersion
+            count = int(round(1 / (v[i, i] + v[h, h] + 2 * v[i, h])))
+            events = int(round(count * (fit.params.iloc[i] + fit.params.iloc[h])))
+            pooled = pd.concat(frames.values())
+            iv = pooled.grade == "IV"
+            assert (count, events) == (int(iv.sum()), int(pooled.y[iv].sum())) == (2, 1)
+            read = count
+    print(f"\npooled y ~ iii + {term}: grade IV, {read} records read {why}")
+    assert read == 0 and why == ["disclosure.q_threshold"]

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Generator
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import combinations
 from typing import Any, Callable
 
 import numpy as np
@@ -101,9 +102,31 @@ def _checked_frame(ctx: CallContext, formula: Formula, fam: Family, data: pd.Dat
     read as derived columns are (:func:`~dsfed_server.functions.derive.check_formula`, whose cuts it declares)."""
     yield from check_formula(ctx, formula, data)
     mf = _frame_of(ctx.session, formula, fam, data, weights, offset, levels)
-    check_frame(ctx.guard, mf, fam, formula)
-    check_outcome(ctx, formula, fam, mf, _model_table(data, formula, weights, offset), weights, offset)
+    table = _model_table(data, formula, weights, offset)
+    check_frame(ctx.guard, mf, fam, formula, _summand_sets(ctx, mf, table, formula, weights, offset))
+    check_outcome(ctx, formula, fam, mf, table, weights, offset)
     return mf
+
+
+def _summand_sets(ctx: CallContext, mf: ModelFrame, table: pd.DataFrame, formula: Formula, weights: str | None,
+                  offset: str | None) -> list[tuple[str, np.ndarray | None]]:
+    """Each summand of each derived variable of the model (``I(high + 1e-13*age)``: ``high`` and ``age``), named by
+    the formula, with the model's records its 0/1 factors hold (:meth:`~dsfed_server.context.CallContext.
+    summand_sets`; None where the model's records cannot be matched with them here): as many at every site."""
+    variables = list(dict.fromkeys(v for product in mf.products for v, _ in product))
+    read = {v: _read(ctx, table, v)[0] for v in dict.fromkeys([formula.response, *variables,
+                                                                *(n for n in (weights, offset) if n)])}
+    rows = ctx.record_rows(*read.values())
+    matched = rows is not None and rows.index.size == mf.n
+    out: list[tuple[str, np.ndarray | None]] = []
+    for v in variables:
+        if not pd.api.types.is_numeric_dtype(read[v].dtype):
+            continue
+        found = ctx.meaning(read[v])
+        count = len(found.summands()) if found.summands is not None else 0
+        sets = ctx.summand_sets(read[v], rows) if matched else [None] * count  # type: ignore[arg-type]
+        out += [(f"{v} (summand {k + 1})", member) for k, member in enumerate(sets)]
+    return out
 
 
 def check_outcome(ctx: CallContext, formula: Formula, fam: Family, mf: ModelFrame, table: pd.DataFrame,
@@ -170,13 +193,15 @@ def _meaning_of(ctx: CallContext, table: pd.DataFrame, name: str) -> Meaning:
     return ctx.meaning(formula_variable(table, name))
 
 
-def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> None:
+def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula,
+                summands: list[tuple[str, np.ndarray | None]]) -> None:
     """DataSHIELD's ``glmDS1`` checks, and more: at least q records; at most ``glm_saturation`` x n
     parameters; every level of a factor covariate, the reference level included, holds 0 or at
     least q records (a small reference level would release its records' outcomes through the
     score and information, although a table would refuse that cell); a binary outcome or covariate
-    has at least q records at each level. In a pooled release every count is checked pooled (a
-    covariate counts as 0/1 at a site where it takes no other value)."""
+    has at least q records at each level; every two of them, and of the derived variables' ``summands``' 0/1
+    factors, differ and agree in 0 or at least q records (:func:`_check_pairs`). In a pooled release every count is
+    checked pooled (a covariate counts as 0/1 at a site where it takes no other value)."""
     guard.min_count(mf.n, "complete records for the model")
     guard.saturation(len(mf.names), mf.n)
     problem = fam.validate_y(mf.y)
@@ -206,6 +231,36 @@ def check_frame(guard: Guard, mf: ModelFrame, fam: Family, formula: Formula) -> 
         levels, counts = np.unique(np.asarray(column), return_counts=True)
         if levels.size == 2:
             guard.min_count(int(counts.min()), f"binary {what}: a level")
+    _check_pairs(guard, mf, summands)
+
+
+def _check_pairs(guard: Guard, mf: ModelFrame, summands: list[tuple[str, np.ndarray | None]]) -> None:
+    """Every two design columns of two values (a factor's dummies, 0/1 covariates) differ in 0 or at least q records
+    and agree in 0 or at least q: nested, ``iii`` inside ``high``, their difference is a group the information and
+    the score sum over (``(Intercept) + high`` of ``y ~ iii + high`` is its records' mean outcome, and their number
+    is in the information), which neither column's levels show; complements but for a few records likewise. Two
+    columns that cross are not checked cell by cell (a two-way table of them would be): the fit sums over no cell
+    of theirs on its own. A derived variable's summands count by the records their 0/1 factors hold
+    (``I(high + 1e-13*age)`` takes many values, but sums ``high`` over its records). Pooled, the counts are summed
+    over the sites (a column counts as 0/1 at a site where it takes no other value; elsewhere its pairs count 0
+    there)."""
+    pooled = guard.deferred is not None
+    sets = []
+    for j, name in enumerate(mf.names):
+        if name == "(Intercept)":
+            continue
+        values = _values(mf.columns[j], mf.n)
+        distinct = np.unique(values)
+        if pooled:
+            sets.append((name, values == 1 if np.isin(distinct, (0, 1)).all() else None))
+        elif distinct.size == 2:
+            sets.append((name, values == distinct[1]))
+    sets += [(name, member) for name, member in summands if pooled or member is not None]
+    for (a, xa), (b, xb) in combinations(sets, 2):
+        differ = 0 if xa is None or xb is None else int(np.count_nonzero(xa != xb))
+        agree = 0 if xa is None or xb is None else mf.n - differ
+        guard.min_count(differ, f"two-valued covariates {a} and {b}: the records where they differ", allow_zero=True)
+        guard.min_count(agree, f"two-valued covariates {a} and {b}: the records where they agree", allow_zero=True)
 
 
 def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.DataFrame, offset: str | None,
