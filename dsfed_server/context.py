@@ -143,7 +143,10 @@ class CallContext:
         groups = None if cells is None else [cells == c for c in np.unique(cells) if c >= 0]
         levels = [level for vector in vectors
                   for level in few_levels(vector.to_numpy(dtype=float, na_value=np.nan)[complete], 2 if squares else 1)]
-        yield ExactSums(rows, functions, groups, alone=self.own_sums, levels=levels + indicators)
+        if len(vectors) == 1 and not products:  # its sums over each value's records give their number alone
+            yield ExactSums(rows, functions, groups, alone=self.own_sums, levels=levels, sets=indicators)
+        else:  # the other columns' too
+            yield ExactSums(rows, functions, groups, alone=self.own_sums, sets=levels + indicators)
 
     def indicator_sets(self, vector: pd.Series, rows: Rows) -> list[np.ndarray]:
         """The records each summand of a derived ``vector`` sums over through its 0/1 factors, and the others

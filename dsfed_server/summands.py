@@ -11,10 +11,13 @@ counts each summand's sum over the records where that summand is not 0. A releas
 sum tells no more than the summands' sums, so counting those errs on the side of the records.
 
 Each summand also names the records its **indicator factors** hold (a factor that takes one value wherever it is
-not 0: a 0/1 column, a comparison, an ``ifelse``'s condition): the row set its sum is over, read from the
-expression's factors, not from where the other factors happen to be 0. ``D$y*D$high + D$age`` sums the outcome's
-ones over the records of ``high`` (its count, and its events), as a subset of them would; the row-set audit
-compares those records with every other row set released from the table (Chin & Ozsoyoglu 1982).
+not 0: a 0/1 column, a comparison, an ``ifelse``'s condition; or two values, ``a + (b - a)`` times the indicator of
+``b``: a coding 1/2): the row set its sum is over, read from the expression's factors, not from where the other
+factors happen to be 0. ``D$y*D$high + D$age`` counts the records of both ``y`` and ``high`` (the events of
+``high``), ``D$age*D$sex`` with ``sex`` coded 1/2 sums the age over the records of ``sex`` 2 (besides the table),
+as a subset of them would; the row-set audit compares those records with every other row set released from the
+table (Chin & Ozsoyoglu 1982). A factor of three values or more is no indicator (its sums over each value's records
+are the moment count's, :mod:`dsfed_server.disclosure.equations`).
 """
 
 from __future__ import annotations
@@ -62,8 +65,14 @@ class _Writer:
         core = node_forms(node, self.meanings.__getitem__)[1]
         roots = frozenset(r.column for leaf in columns_read(node) for r in self.meanings[leaf].roots)
         support = np.isfinite(values) & (values != 0)
-        indicator = np.unique(values[support]).size == 1  # one value wherever it is not 0
-        return [Summand(core, roots, support, support if indicator else np.ones(self.n, dtype=bool))]
+        distinct = np.unique(values[np.isfinite(values)])
+        if np.unique(values[support]).size == 1:  # one value wherever it is not 0: c times an indicator
+            over = support
+        elif distinct.size == 2:  # a + (b - a) times the indicator of b (a coding 1/2, or -1/1)
+            over = values == distinct[1]
+        else:
+            over = np.ones(self.n, dtype=bool)
+        return [Summand(core, roots, support, over)]
 
     def summands(self, node: Node) -> list[Summand]:
         if isinstance(node, Literal) or not columns_read(node):  # a number: the constant summand, if not 0

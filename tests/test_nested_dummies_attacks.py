@@ -235,3 +235,50 @@ def test_nested_design_columns_of_one_pooled_glm(tmp_path: Path, term: str):
             read = count
     print(f"\npooled y ~ iii + {term}: grade IV, {read} records read {why}")
     assert read == 0 and why == ["disclosure.q_threshold"]
+
+
+def _coded_frames() -> dict[str, pd.DataFrame]:
+    """The site above with three more columns: ``x`` 1 but at records 3 and 7 (0), ``sex`` coded 1/2 with 2 at
+    records 5 and 9, and two rare 0/1 columns without a record in common, ``a`` at records 1, 2 and ``b`` at 10, 11."""
+    frame = _frames()[SITE]
+    frame["x"] = np.where(np.isin(np.arange(N), [3, 7]), 0, 1)
+    frame["sex"] = np.where(np.isin(np.arange(N), [5, 9]), 2, 1)
+    frame["a"] = np.isin(np.arange(N), [1, 2]).astype(int)
+    frame["b"] = np.isin(np.arange(N), [10, 11]).astype(int)
+    return {SITE: frame}
+
+
+@pytest.mark.parametrize("factor, few", [("D$x", [3, 7]), ("D$sex", [5, 9])], ids=["0/1 but 2", "coded 1/2"])
+def test_a_product_with_a_two_valued_column_less_the_table_reads_nothing(tmp_path: Path, factor: str, few: list[int]):
+    """``D$age*D$x`` with ``x`` 0 at 2 of 24 records, and ``D$age*D$sex`` with ``sex`` 2 at 2 (a + (b - a) times an
+    indicator), beside ``meanDS(D$age)``: the sum of the 2 records' ages (found by a review of the first version of
+    this audit, which compared a 0/1 factor's records with the table as it does a column's own values, and read
+    both as ones). Now the product's sum is refused: 0 read."""
+    frames = _coded_frames()
+    small = frames[SITE]
+
+    def steps(site: _Site) -> float | None:
+        age = site.get("meanDS(D$age)")
+        if age is None or not site.assign("W", f"D$age*{factor}"):
+            return None
+        product = site.get("meanDS(W)")
+        return None if product is None else (product["EstimatedMean"] - age["EstimatedMean"]) * N
+
+    (got,) = _run(tmp_path, [steps], frames)
+    truth = float(small.age.iloc[few].sum())
+    read = 0
+    if got is not None:
+        assert abs(got) == pytest.approx(truth, abs=1e-6)
+        read = len(few)
+    print(f"\n{factor}: {read} records' summed age read (truth {truth:.1f})")
+    assert read == 0
+
+
+def test_two_rare_values_of_two_columns_without_a_record_in_common_are_both_released(tmp_path: Path):
+    """``a`` and ``b`` each 1 at 2 records, none in common: their prevalences (2 in 24 each) are released one after the
+    other; the records where neither is 1 differ by 4, whose number the two counts already give."""
+    frames = _coded_frames()
+    small = frames[SITE]
+    (got,) = _run(tmp_path, [lambda site: (site.get("meanDS(D$a)"), site.get("meanDS(D$b)"))], frames)
+    assert got[0] is not None and got[1] is not None
+    assert (got[0]["EstimatedMean"] * N, got[1]["EstimatedMean"] * N) == pytest.approx((small.a.sum(), small.b.sum()))

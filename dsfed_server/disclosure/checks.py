@@ -652,7 +652,7 @@ class Guard:
                    groups: list[np.ndarray] | None = None,
                    hint: str = "use the column itself, or fewer transforms of it over small subsets; a larger "
                                "subset answers more", steps: int = 1, alone: bool = False,
-                   levels: Sequence[np.ndarray] = ()) -> None:
+                   levels: Sequence[np.ndarray] = (), sets: Sequence[np.ndarray] = ()) -> None:
         """The release gives exact sums of ``functions`` (each a function's core, its root columns,
         :func:`~dsfed_server.disclosure.expressions.forms`, and the records of ``rows`` it is summed over,
         boolean, computed when needed) over each of the ``groups`` of ``rows`` (boolean over them; None:
@@ -668,10 +668,20 @@ class Guard:
         the same fit at the site, ``ds.glmSLMA``). ``alone``: the analyst reads this site's own sums; then
         ``levels``, the records at each value of a summed column of few values, whose number its sums give, second
         moments too (:func:`~dsfed_server.disclosure.differencing.few_levels`: a 0/1 column's sum is its ones, a
-        GLM's dummy's too, and ``D$g + 1``'s less the count of records), must not give its records of a pooled cell
-        in which another site held fewer than q (:meth:`_refuse_thin`), and are kept."""
-        audits = alone and levels and self._audits(rows)
-        supports = self._supports(rows, groups, levels) if audits else {}  # type: ignore[arg-type]
+        GLM's dummy's too, and ``D$g + 1``'s less the count of records) whose sums give nothing but their number, and
+        ``sets``, records other functions are summed over (a GLM's design column's values, a derived column's 0/1
+        factors: :mod:`dsfed_server.summands`), are audited as row sets (:meth:`_audit_supports`), must not give its
+        records of a pooled cell in which another site held fewer than q (:meth:`_refuse_thin`), and are kept; under
+        the history's lock from the audit to the record, so that two sessions cannot both pass."""
+        lock = self.history.lock if self.history is not None else nullcontext()
+        with lock:
+            self._exact_sums(rows, functions, groups, hint, steps, alone, levels, sets)
+
+    def _exact_sums(self, rows: Rows | None, functions: list[tuple[str, tuple[str, ...], Callable[[], np.ndarray]]],
+                    groups: list[np.ndarray] | None, hint: str, steps: int, alone: bool,
+                    levels: Sequence[np.ndarray], sets: Sequence[np.ndarray]) -> None:
+        audits = alone and (levels or sets) and self._audits(rows)
+        supports = self._supports(rows, groups, levels, sets) if audits else {}  # type: ignore[arg-type]
         self._refuse_thin([np.frombuffer(m, dtype=np.uint8) for m in supports], rows)  # type: ignore[arg-type]
         self._audit_supports(supports, rows)  # type: ignore[arg-type]
         counted = [(f, roots, where) for f, roots, where in functions if not second_moment(f, roots)]
@@ -713,18 +723,20 @@ class Guard:
             self.history.record_sums(rows.lineage, rows.n_root, new, analyst=self._analyst)  # type: ignore[union-attr]
             self._record_supports(supports, rows)  # type: ignore[arg-type]
 
-    def _supports(self, rows: Rows, groups: list[np.ndarray] | None, levels: Sequence[np.ndarray]
-                  ) -> dict[bytes, bytes]:
-        """The records (packed, over the table) of each of ``levels`` in each of ``groups``, once each, the records
-        this site keeps (the table's count) left out: each beside the group's records (packed) it is of."""
+    def _supports(self, rows: Rows, groups: list[np.ndarray] | None, levels: Sequence[np.ndarray],
+                  sets: Sequence[np.ndarray]) -> dict[bytes, bytes]:
+        """The records (packed, over the table) of each of ``levels`` and ``sets`` in each of ``groups``, once each,
+        the records this site keeps (the table's count) left out: each of ``levels`` beside the group's records
+        (packed) it is of, each of ``sets`` beside nothing (b"")."""
         base = self._base(rows).tobytes()
         found: dict[bytes, bytes] = {}
         for group in groups if groups is not None else [None]:
             whole = packed_rows(rows, group)
-            for over in levels:
-                packed = packed_rows(rows, over if group is None else over & group)
-                if packed is not None and packed != base and whole is not None:
-                    found.setdefault(packed, whole)
+            for members, within in ((sets, False), (levels, True)):
+                for over in members:
+                    packed = packed_rows(rows, over if group is None else over & group)
+                    if packed is not None and packed != base and whole is not None:
+                        found.setdefault(packed, whole if within else b"")
         return found
 
     def _audit_supports(self, supports: dict[bytes, bytes], rows: Rows) -> None:
@@ -732,9 +744,11 @@ class Guard:
         from the table, from each other or from an earlier row set of it in fewer than
         ``disclosure.subset_min_difference`` records, or isolate one with them (:func:`~dsfed_server.disclosure.
         differencing.row_set_problem`): the sums of ``D$high`` and of ``D$y*D$high`` over a table are the count and
-        the events of the records of ``high``, and beside those of a subset two records from it, theirs. Not compared
-        with the group a value's records are of (the table, a subset): their difference is the records at the
-        column's other values, whose count is what a table of the column gives (a prevalence of 3 in 50). Compared
+        the events of the records of ``high``, and beside those of a subset two records from it, theirs. A value's
+        records whose sums give only their number (``supports`` beside a group) are not compared with the group they
+        are of (the table, a subset), nor with a set of it that covers the group with them: their difference is the
+        records at the column's other values, whose count is what a table of the column gives (a prevalence of 3 in
+        50); records other functions are summed over are (beside b""): the age summed over all but 2 records. Compared
         too, as a subset is, with this site's records of pooled cells the other sites' releases alone exposed. A group
         whose sums the earlier row sets already give (in their span: the events over the table after the events of
         each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared."""
@@ -743,15 +757,18 @@ class Guard:
         n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")
         with self.history.lock:  # type: ignore[union-attr]
             earlier = self._earlier(rows)
-            packed = [np.frombuffer(member, dtype=np.uint8) for member in supports]
+            known = {bytes(old) for old in earlier}
+            fresh = {member: group for member, group in supports.items() if member not in known}
+            packed = [np.frombuffer(member, dtype=np.uint8) for member in fresh]
             try:
                 given = combined(packed, [self._base(rows), *earlier], n)
             except AuditTooLarge as exc:
                 raise self._refuse(f"the release history of this table is too large to audit ({exc})",
                                    "disclosure.subset_min_difference", "ask the site's administrator") from None
-            new = [(member, group) for member, group, old in zip(packed, supports.values(), given) if not old]
+            new = [(member, group) for member, group, old in zip(packed, fresh.values(), given) if not old]
+            within = [np.frombuffer(group, dtype=np.uint8) if group else None for _, group in new]
             problem = new and row_set_problem(earlier, [bits(member, n).astype(bool) for member, _ in new], minimum,
-                                              self._base(rows), [np.frombuffer(g, dtype=np.uint8) for _, g in new])
+                                              self._base(rows), within)
             exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
             problem = problem or self._near_exposed([member for member, _ in new], exposed, minimum)
         if problem:

@@ -227,6 +227,7 @@ class ExactSums:
     steps: int = 1
     alone: bool = False  # the analyst reads this site's own sums (CallContext.own_sums)
     levels: Sequence[np.ndarray] = ()  # the records at each value of a summed column of few values (few_levels)
+    sets: Sequence[np.ndarray] = ()  # records other functions are summed over (a GLM's levels, a summand's 0/1 factors)
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ def release(guard: Guard, declared: Declared) -> Any:
     if isinstance(declared, ExactSums):
         hint = {} if declared.hint is None else {"hint": declared.hint}
         return guard.exact_sums(declared.rows, list(declared.functions), declared.groups, steps=declared.steps,
-                                alone=declared.alone, levels=declared.levels, **hint)
+                                alone=declared.alone, levels=declared.levels, sets=declared.sets, **hint)
     if isinstance(declared, QuantilesOf):
         return guard.quantiles_of(declared.rows, declared.function, declared.roots)
     raise TypeError(f"a function declared {type(declared).__name__}, which is no release of a step")

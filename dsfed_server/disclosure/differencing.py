@@ -152,6 +152,14 @@ def _overlaps(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
                            for s in range(0, len(sets), step)])
 
 
+def _covering(sets: Sequence[np.ndarray], packed: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per packed row set of ``sets``, whether it and ``packed`` together are exactly ``group`` (a block at a time, as
+    :func:`_differences`)."""
+    step = max(1, (1 << 20) // max(1, packed.size))
+    return np.concatenate([(np.bitwise_or(np.stack(sets[s:s + step]), packed) == group).all(axis=1)
+                           for s in range(0, len(sets), step)])
+
+
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
     """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) it shares a record with in 1 to
     ``min_difference`` - 1 records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases
@@ -757,7 +765,7 @@ def _alone(incidence: np.ndarray, counts: np.ndarray, atoms: np.ndarray) -> np.n
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
-                    base: np.ndarray | None = None, within: Sequence[np.ndarray] | None = None) -> str | None:
+                    base: np.ndarray | None = None, within: Sequence[np.ndarray | None] | None = None) -> str | None:
     """None if row sets ``new`` (boolean row indicators) may be released after the row sets ``earlier``
     of the same table (packed, as the history keeps them; the table itself, or the records ``base`` of
     it that its releases are over (packed), counts as one), else
@@ -770,13 +778,14 @@ def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_differ
 
 
 def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
-                  base: np.ndarray | None = None, within: Sequence[np.ndarray] | None = None
+                  base: np.ndarray | None = None, within: Sequence[np.ndarray | None] | None = None
                   ) -> tuple[str | None, np.ndarray]:
     """:func:`row_set_problem`'s answer, and the records the sets isolate (positions; empty unless
     that is the reason): the release gate names the record to drop a cut next to without auditing
-    the history twice. ``within``: for each new set, the group it is one value's records of (packed), whose
-    difference from it, the group's records at the other values, is not compared: that count is what a table
-    of the values gives."""
+    the history twice. ``within``: for each new set, the group it is one value's records of (packed; None: none),
+    whose sums give only the records' number: not compared with that group, nor with a set of it that covers the
+    group with the new one (their differences are the group's records at the other values, whose counts a table of
+    the values gives)."""
     none = np.zeros(0, dtype=np.int64)
     n = new[0].size
     history = [base if base is not None else np.packbits(np.ones(n, dtype=bool)), *earlier]
@@ -786,8 +795,10 @@ def row_set_audit(earlier: list[np.ndarray], new: list[np.ndarray], min_differen
         differences = _differences(history + fresh, packed)  # the new sets with each other too
         # two sets without a record in common: each one's sums are released, their difference tells nothing more
         differences[_overlaps(history + fresh, packed) == 0] = min_difference
-        if within is not None:
-            differences[_differences(history + fresh, within[k]) == 0] = min_difference
+        group = within[k] if within is not None else None
+        if group is not None:
+            differences[_differences(history + fresh, group) == 0] = min_difference
+            differences[_covering(history + fresh, packed, group)] = min_difference
         if (differences == 0).any():
             continue  # the same rows as before: nothing new
         if differences.min() < min_difference:

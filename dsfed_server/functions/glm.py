@@ -256,11 +256,17 @@ def _check_pairs(guard: Guard, mf: ModelFrame, summands: list[tuple[str, np.ndar
         elif distinct.size == 2:
             sets.append((name, values == distinct[1]))
     sets += [(name, member) for name, member in summands if pooled or member is not None]
-    for (a, xa), (b, xb) in combinations(sets, 2):
-        differ = 0 if xa is None or xb is None else int(np.count_nonzero(xa != xb))
-        agree = 0 if xa is None or xb is None else mf.n - differ
-        guard.min_count(differ, f"two-valued covariates {a} and {b}: the records where they differ", allow_zero=True)
-        guard.min_count(agree, f"two-valued covariates {a} and {b}: the records where they agree", allow_zero=True)
+    held = [member is not None for _, member in sets]
+    matrix = np.column_stack([member if member is not None else np.zeros(mf.n, dtype=bool) for _, member in sets]
+                             ) if sets else np.zeros((mf.n, 0))
+    both = matrix.T.astype(np.float64) @ matrix.astype(np.float64)  # records in each two sets
+    for a, b in combinations(range(len(sets)), 2):
+        counted = held[a] and held[b]
+        differ = int(round(both[a, a] + both[b, b] - 2 * both[a, b])) if counted else 0
+        agree = mf.n - differ if counted else 0
+        pair = f"two-valued covariates {sets[a][0]} and {sets[b][0]}"
+        guard.min_count(differ, f"{pair}: the records where they differ", allow_zero=True)
+        guard.min_count(agree, f"{pair}: the records where they agree", allow_zero=True)
 
 
 def check_coefficients(ctx: CallContext, fam: Family, mf: ModelFrame, data: pd.DataFrame, offset: str | None,
@@ -489,11 +495,11 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     fewer = ("fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
              "p(p+1)/2 + p + 1 sums), or a fit over more records")
     # a design column of few values: its products' sums at constant weights give the records at each value
-    # a derived variable's 0/1 factor (``I(high + 1e-13*age)``): its design column sums over the factor's records
-    levels = [level for column in mf.columns for level in few_levels(_values(column, mf.n), 2)] + [
-        member for v in variables if v != formula.response for member in ctx.indicator_sets(read[v][0], rows)
-    ] if ctx.own_sums else []
-    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums, levels=levels,
+    # the outcome and the other columns are summed over them, and over a derived variable's 0/1 factor's records
+    # (``I(high + 1e-13*age)``), the outcome's included
+    sets = [level for column in mf.columns for level in few_levels(_values(column, mf.n), 2)] + [
+        member for v in variables for member in ctx.indicator_sets(read[v][0], rows)] if ctx.own_sums else []
+    yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums, sets=sets,
                     hint=fewer if iterates else (
                         "fit the model pooled (the sites derive every coefficient: the dsfed client's ds_glm, or "
                         "DataSHIELD's ds.glmSLMA), or over more records"))
