@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np

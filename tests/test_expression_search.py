@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 

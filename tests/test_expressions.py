@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dsfed_core.calltree import Column, Limits
+from dsfed_core.calltree import Limits
 from dsfed_core.parser import parse_expression
 from dsfed_server.disclosure.expressions import (CONCENTRATION, DOMINANCE, ExpressionRefused, Meaning, Root,
                                                  classify, concentration, dominance)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from dsfed_client import Call, FederatedCallError, Ref
+from dsfed_client import FederatedCallError, Ref
 from dsfed_core.wire import decode_f64
 from dsfed_client.analyses.discrimination import ds_roc_glm
 from dsfed_server.disclosure.mechanisms import analytic_gaussian_sigma

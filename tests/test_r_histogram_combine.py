@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import numpy as np
