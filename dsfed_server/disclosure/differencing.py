@@ -38,7 +38,7 @@ import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Callable, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -138,26 +138,26 @@ def _differing(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def _differences(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
-    """Per packed row set of ``sets``, the number of records in it or in ``packed`` and not in the other; a block of
-    sets of about 1 MB at a time, so that a long history is never copied whole."""
-    step = max(1, (1 << 20) // max(1, packed.size))
-    return np.concatenate([_POPCOUNT[np.bitwise_xor(np.stack(sets[s:s + step]), packed)].sum(axis=1, dtype=np.int64)
-                           for s in range(0, len(sets), step)])
+    """Per packed row set of ``sets``, the number of records in it or in ``packed`` and not in the other."""
+    return _per_set(sets, packed, lambda block: _POPCOUNT[np.bitwise_xor(block, packed)].sum(axis=1, dtype=np.int64))
 
 
 def _overlaps(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
-    """Per packed row set of ``sets``, the number of records in it and in ``packed`` (as :func:`_differences`)."""
-    step = max(1, (1 << 20) // max(1, packed.size))
-    return np.concatenate([_POPCOUNT[np.bitwise_and(np.stack(sets[s:s + step]), packed)].sum(axis=1, dtype=np.int64)
-                           for s in range(0, len(sets), step)])
+    """Per packed row set of ``sets``, the number of records in it and in ``packed``."""
+    return _per_set(sets, packed, lambda block: _POPCOUNT[np.bitwise_and(block, packed)].sum(axis=1, dtype=np.int64))
 
 
 def _covering(sets: Sequence[np.ndarray], packed: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Per packed row set of ``sets``, whether it and ``packed`` together are exactly ``group`` (a block at a time, as
-    :func:`_differences`)."""
+    """Per packed row set of ``sets``, whether it and ``packed`` together are exactly ``group``."""
+    return _per_set(sets, packed, lambda block: (np.bitwise_or(block, packed) == group).all(axis=1))
+
+
+def _per_set(sets: Sequence[np.ndarray], packed: np.ndarray, answer: Callable[[np.ndarray], np.ndarray]
+             ) -> np.ndarray:
+    """``answer`` of each block of ``sets`` (packed, stacked: about 1 MB at a time, so that a long history is never
+    copied whole), one value per set."""
     step = max(1, (1 << 20) // max(1, packed.size))
-    return np.concatenate([(np.bitwise_or(np.stack(sets[s:s + step]), packed) == group).all(axis=1)
-                           for s in range(0, len(sets), step)])
+    return np.concatenate([answer(np.stack(sets[s:s + step])) for s in range(0, len(sets), step)])
 
 
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:

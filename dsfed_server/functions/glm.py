@@ -122,9 +122,11 @@ def _summand_sets(ctx: CallContext, mf: ModelFrame, table: pd.DataFrame, formula
     for v in variables:
         if not pd.api.types.is_numeric_dtype(read[v].dtype):
             continue
-        found = ctx.meaning(read[v])
-        count = len(found.summands()) if found.summands is not None else 0
-        sets = ctx.summand_sets(read[v], rows) if matched else [None] * count  # type: ignore[arg-type]
+        if matched:
+            sets: list[np.ndarray | None] = list(ctx.summand_sets(read[v], rows))  # type: ignore[arg-type]
+        else:
+            found = ctx.meaning(read[v])
+            sets = [None] * (len(found.summands()) if found.summands is not None else 0)
         out += [(f"{v} (summand {k + 1})", member) for k, member in enumerate(sets)]
     return out
 
@@ -264,7 +266,8 @@ def _check_pairs(guard: Guard, mf: ModelFrame, summands: list[tuple[str, np.ndar
         counted = held[a] and held[b]
         differ = int(round(both[a, a] + both[b, b] - 2 * both[a, b])) if counted else 0
         agree = mf.n - differ if counted else 0
-        pair = f"two-valued covariates {sets[a][0]} and {sets[b][0]}"
+        pair = (f"two-valued covariates {sets[a][0]} and {sets[b][0]} (between them a group the fit would sum over: "
+                "fit one of the two, or both as one factor)")
         guard.min_count(differ, f"{pair}: the records where they differ", allow_zero=True)
         guard.min_count(agree, f"{pair}: the records where they agree", allow_zero=True)
 
@@ -494,9 +497,9 @@ def count_sums(ctx: CallContext, fam: Family, mf: ModelFrame, table: pd.DataFram
     analysts = beta is not None and not constant  # one step of a fit the analyst iterates (DataSHIELD's ds.glm)
     fewer = ("fewer models, offsets or prior weights fitted over the same records (each fit's end counts as its "
              "p(p+1)/2 + p + 1 sums), or a fit over more records")
-    # a design column of few values: its products' sums at constant weights give the records at each value
-    # the outcome and the other columns are summed over them, and over a derived variable's 0/1 factor's records
-    # (``I(high + 1e-13*age)``), the outcome's included
+    # a design column of few values: its products' sums give the outcome's and the other columns' over the records
+    # at each value; so do a derived variable's over its 0/1 factors' records (``I(high + 1e-13*age)``), the
+    # outcome's included
     sets = [level for column in mf.columns for level in few_levels(_values(column, mf.n), 2)] + [
         member for v in variables for member in ctx.indicator_sets(read[v][0], rows)] if ctx.own_sums else []
     yield ExactSums(rows, functions, steps=ANALYST_STEPS if analysts else 1, alone=ctx.own_sums, sets=sets,
