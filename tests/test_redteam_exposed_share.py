@@ -11,8 +11,10 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
    a subset ``T`` (9 of each bin of the run, the 2 left out are events); each large site alone
    ``ds_threshold_metrics`` at cuts [0.5, 0.7). Read: the pooled run less the large sites' runs less T.
    Pooled first, the small site's FAILING was 0 at pooled time (T came after) and the run was not its alone
-   (the large sites hold records of it): nobody keeps anything, T passes (the small site's history holds no record
-   of the run as released alone), the large sites' runs pass (not kept as thin): HOLE, 2 read in both later orders.
+   (the large sites hold records of it): on the code before nobody kept anything, T passed and the large sites'
+   runs passed, 2 read in both later orders (as with the control). Now each site keeps its records of every pooled
+   cell it holds records of that its own releases do not give (``Guard._record_exposed``: the others may release
+   theirs alone later, which it cannot see), and T, 2 from its records of the run's two cells, is refused: 0.
    Alone first (T, then pooled, then the large sites): the small site's FAILING is 20, the large sites keep the run
    as thin and north's cut 0.5 alone is dropped: 0 (2 with the checks off). Large sites' runs first, then pooled,
    then T: the run is the small site's alone at pooled time and passes its audit; the site keeps its records of it
@@ -34,18 +36,21 @@ S. A second pooled release over a subset, no release of the small site alone. Th
    [0.5, 0.6), 8 of them in ``T`` (``g == 1``, a subset made at every site; the 2 left out are events); the large
    sites about 40 each. Calls: the pooled thresholds on D, then on T; each large site alone its [0.5, 0.6) on D and
    on T (cuts [0.5, 0.6)). Read: (pooled D bin less the large sites' D bins) less (pooled T bin less theirs).
-   Pooled first: HOLE, 2 read (as with the checks off): at both pooled releases three sites hold hidden records
-   of the bin, the small site's shares pass its audit (nothing alone there), the two pooled bins differ by more
-   than 5, and the large sites' later releases alone are kept by nobody. Alone first the D bin is the small site's
-   alone, its records of it kept (``Guard._record_exposed``), and its share of the T bin, 2 from them, fails the
-   audit of the pooled T release and merges: 0 (2 before, and with the control).
+   Pooled first: 2 read on the code before (as with the checks off): at both pooled releases three sites hold
+   hidden records of the bin, the two pooled bins differ by more than 5, and nobody kept anything. Now the small
+   site keeps its records of the pooled D bin (its share, which the large sites' later D bins alone give), its
+   share of the T bin, 2 from them, fails its audit as a release alone, so the large sites keep the T bin as
+   another site's failing share and do not release theirs alone (north's [0.5, 0.6) on T is merged): 0. Alone
+   first the D bin is the small site's alone, its records of it kept (``Guard._record_exposed``), and its share of
+   the T bin, 2 from them, fails the audit of the pooled T release and merges: 0 (2 before, and with the control).
 
 Honest costs (end of the file): four heterogeneous sites (380, 250, 120, and a small site of 30 whose scores sit
 high; and three sites of 300, 150 and 25), the pooled thresholds, the pooled table of grade by outcome,
 ``validate(secure=True)``, then each site's metrics alone at the pooled cuts, with the checks and with the control
 (site secrets fixed, so that both arms draw the same margins). Four sites: no difference. Three sites: the largest
 site's per-site cut 0.9 is dropped with the checks (kept by the control): site b's FAILING on the run [0.1, 0.9)
-(its 146 of 150 records there: 2 in each end bin) keeps the run as thin at a. In both arms the per-site metrics
+(its 146 of 150 records there: 2 in each end bin) keeps the run as thin at a; the small site keeps its cut 0.1 (an
+empty outer bin) where the control merges it with the rest. In both arms the per-site metrics
 after the pooled releases lose nearly every cut at every site, and the logistic calibration fails (glmDS2 at one
 site): neither is the checks' doing.
 """
@@ -166,11 +171,12 @@ def test_a_share_exposed_later_by_the_other_holders_releases_alone(tmp_path: Pat
     read, note = _later_route(tmp_path, order)
     print(f"\nL ({checks}, {order}): pooled [0.5, 0.7) less the large sites' runs alone less the small site's T "
           f"alone: {read} of 30 read ({note})")
-    # HOLE (pooled first, 2 in both later orders): at pooled time three sites hold hidden records of the run and the
-    # small site's share passes (T is not yet released), so nothing is kept; the large sites' later runs alone make
-    # the small site's share the pooled run less theirs, and T then differs from it by 2. Alone first the small
-    # site's FAILING keeps the run as thin at the large sites, whose runs are refused.
-    assert read == (0 if checks == "shipped" and order == "T-pooled-large" else 2)
+    # Pooled first (2 on the code before, in both later orders, and with the control): at pooled time three sites
+    # hold hidden records of the run; the large sites' later runs alone make the small site's share the pooled run
+    # less theirs. Now the small site keeps its records of each pooled cell it holds records of, and T, within 2 of
+    # their union, is refused. Alone first the small site's FAILING keeps the run as thin at the large sites, whose
+    # runs are refused.
+    assert read == (0 if checks == "shipped" else 2)
 
 
 # ---------------------------------------------------------------- C: two exposed spans combined with a subset alone
@@ -385,12 +391,14 @@ def test_a_second_pooled_release_over_a_subset(tmp_path: Path, checks: str, pool
     read, note = _second_route(tmp_path, pooled_first)
     print(f"\nS ({checks}, {'pooled first' if pooled_first else 'alone first'}): (pooled D less the large sites' D) "
           f"less (pooled T less theirs) on [0.5, 0.6): {read} of 30 read ({note})")
-    # HOLE pooled first (2, as the control): no release of the small site alone at all. At each pooled release three
-    # sites hold hidden records of [0.5, 0.6); the two pooled cells differ by 2 at the small site but by more than 5
-    # pooled (the pair check passes); the large sites' shares alone come after, kept by nobody. Alone first the
-    # small site's share of the pooled D bin is its alone (HOLDERS = 1) and kept (Guard._record_exposed); its share of
-    # the T bin, 2 from it, fails its audit as a release alone and merges: 0 (2 on the code before, and the control).
-    assert read == (0 if checks == "shipped" and not pooled_first else 2)
+    # Pooled first (2 on the code before, and with the control): no release of the small site alone at all; at each
+    # pooled release three sites hold hidden records of [0.5, 0.6), and the two pooled cells differ by 2 at the small
+    # site but by more than 5 pooled. Now the small site keeps its share of the pooled D bin, which the others'
+    # later releases alone would give (Guard._record_exposed), its share of the T bin fails against it, and the
+    # large sites keep the T bin as another's failing share: their T bins alone are merged. Alone first the small
+    # site's share of the pooled D bin is its alone (HOLDERS = 1) and kept; its share of the T bin, 2 from it, fails
+    # its audit as a release alone and merges: 0 (2 on the code before, and the control).
+    assert read == (0 if checks == "shipped" else 2)
 
 
 # ---------------------------------------------------------------- honest costs
@@ -475,9 +483,14 @@ def test_honest_pooled_then_per_site_three_sites(tmp_path: Path, monkeypatch: py
     # the control. Site b (150) holds 2 records of [0, 0.1) and 2 of [0.9, 1): its share of the run [0.1, 0.9)
     # differs from its records of the release by 4, so its FAILING keeps that run as thin at a, whose later cut
     # alone would give its share of the run. Everything else is as with the control.
+    # The small site's own metrics keep the cut 0.1 with the checks (it holds no record below it; its other cuts are
+    # merged as cells another site was thin in, which leaves 0.1 with an empty outer bin), and none with the control
+    # (each bin beside a cut below q plus the secret margin).
     assert shipped["per-site cuts dropped"]["a"] == THRESHOLDS.tolist()
     assert control["per-site cuts dropped"]["a"] == THRESHOLDS.tolist()[:-1]
+    assert shipped["per-site cuts dropped"]["small"] == THRESHOLDS.tolist()[1:]
+    assert control["per-site cuts dropped"]["small"] == THRESHOLDS.tolist()
+    assert frames["small"].score.min() >= 0.1
     for key in ("pooled cuts", "table", "validate"):
         assert shipped[key] == control[key]
-    assert {k: v for k, v in shipped["per-site cuts dropped"].items() if k != "a"} == {
-        k: v for k, v in control["per-site cuts dropped"].items() if k != "a"}
+    assert shipped["per-site cuts dropped"]["b"] == control["per-site cuts dropped"]["b"]

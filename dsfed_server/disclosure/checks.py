@@ -101,6 +101,7 @@ SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union ce
 MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
 EXPOSED_AUDITS = 64  # spans per release a site audits in full as its release alone (Guard._fails_alone)
 HELD_CELLS = 16  # cells of a release a site holds every record of that the audit counts as released alone with it
+KEPT_COMBINED = 32  # pooled cells kept before (the latest) a share is audited in combination with (Guard._fails_alone)
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -399,7 +400,7 @@ class Guard:
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`), and a numeric condition's cuts
         (``condition``: ``age >= 55`` cuts age) with every cut released before on the column, as any
         released cut (``disclosure.cut_history``: ``age >= 55`` after ``age > 55`` differs by the
-        records aged 55), and with this site's records of pooled cells the other sites' releases alone exposed
+        records aged 55), and with this site's records of pooled cells the other sites' releases alone expose
         (:meth:`_record_exposed`). Recorded in the release history only if all pass. Returns the subset's rows,
         for ``differencing.mark_rows`` on the new table."""
         mask = np.asarray(mask, dtype=bool)
@@ -434,7 +435,7 @@ class Guard:
     @staticmethod
     def _near_exposed(members: list[np.ndarray], exposed: list[np.ndarray], minimum: int) -> str | None:
         """Why row sets ``members`` (packed) of this site alone may not be released beside its records of pooled cells
-        the other sites' releases alone exposed (``exposed``, packed): one differs from such records in fewer than
+        the other sites' releases alone expose (``exposed``, packed): one differs from such records in fewer than
         ``minimum`` (:func:`~dsfed_server.disclosure.differencing.differs_little`); None if none does."""
         if any(differs_little(member, exposed, minimum) for member in members):
             return (f"these records differ from this site's records of a pooled cell in fewer than {minimum} rows, "
@@ -749,7 +750,7 @@ class Guard:
         are of (the table, a subset), nor with a set of it that covers the group with them: their difference is the
         records at the column's other values, whose count is what a table of the column gives (a prevalence of 3 in
         50); records other functions are summed over are (beside b""): the age summed over all but 2 records. Compared
-        too, as a subset is, with this site's records of pooled cells the other sites' releases alone exposed. A group
+        too, as a subset is, with this site's records of pooled cells the other sites' releases alone expose. A group
         whose sums the earlier row sets already give (in their span: the events over the table after the events of
         each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared."""
         if not supports:
@@ -1092,8 +1093,10 @@ class Guard:
                     if FAILING in pooled:
                         elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
                     self._record_thin(release.own_cells, spans, elsewhere, rows)
-                    self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
-                                         rows)
+                    # a cell's share is exposed once its other holders release theirs alone; a span's where it is now
+                    cell = np.array([len(span) == 1 for span in spans], dtype=bool)
+                    self._record_exposed(release.own_cells, spans,
+                                         (shares[HIDDEN] > 0) & (cell | (hidden == shares[HIDDEN])), rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
@@ -1197,8 +1200,9 @@ class Guard:
         :func:`~dsfed_server.disclosure.differencing.spanned_gap`) against its records of every cell of the release
         and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them), and
         the cells of the release outside the span that it holds every record of (``pooled``: the cells' pooled
-        counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone, and, one by
-        one, its records of pooled cells exposed before (:meth:`_record_exposed`). Only the
+        counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone, and its
+        records of pooled cells kept before (:meth:`_record_exposed`), one by one and, the latest
+        :data:`KEPT_COMBINED`, in combination. Only the
         ``candidates`` (its records of the span not released alone, some) are audited, the first
         :data:`EXPOSED_AUDITS` of them so (cells, rows and columns, the shortest runs first), the rest by the bound
         :func:`~dsfed_server.disclosure.differencing.near_spans` (a union of atoms within q - 1 records; it does not
@@ -1222,7 +1226,7 @@ class Guard:
             member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
             besides = [*earlier, *(cells[j] for j in held if j not in spans[k])]
             out[k] = bool(row_set_problem(besides, [bits(member, n).astype(bool)], minimum, within)
-                          or spanned_gap(member, [within, *besides], n, below=minimum)
+                          or spanned_gap(member, [within, *besides, *exposed[-KEPT_COMBINED:]], n, below=minimum)
                           or differs_little(member, exposed, minimum))
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
@@ -1230,13 +1234,16 @@ class Guard:
 
     def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, rows: Rows | None
                         ) -> None:
-        """Keep this site's records of each released cell whose every record no site released alone is here
-        (``exposed``, per span): the pooled count less the others' releases alone (none, where they hold none) gives
-        them, as this site's release alone would. Each such cell is kept, and each such span holding a cell that is
-        not one (the others' shares of that cell are not given alone, the span's are); a span of such cells is their
-        union. They are kept apart from the releases alone that every audit combines (keeping them there grew the
-        history past what a padding member's walk of the decile breaks could audit), and a later subset is audited
-        against them, pairwise and in combination (:func:`~dsfed_server.disclosure.differencing.spanned_gap`)."""
+        """Keep this site's records of the released spans ``exposed`` (per span): each cell it holds records of that
+        no release of its own gives, and each span whose every such record is here. The pooled count less the
+        others' releases alone (none, where they hold none) gives them, as this site's release alone would: now, for
+        such a span, and for a cell once the other sites holding records of it release theirs alone, which this site
+        cannot see (Denning & Schlörer 1983). A span holding a cell that is not kept is kept whole (the others'
+        shares of that cell are not given alone, the span's are); a span of kept cells is their union. They are
+        kept apart from the releases alone that every audit combines (keeping them there grew the history past what
+        a padding member's walk of the decile breaks could audit), and a later subset, and this site's share of a
+        later pooled span (:meth:`_fails_alone`), is audited against them, pairwise and in combination
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`)."""
         if not self._audits(rows) or len(spans) != exposed.size or not cells:
             return
         single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}

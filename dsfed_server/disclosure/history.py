@@ -580,7 +580,7 @@ class History:
     def _packed_sets(self, name: str, table: str, n_root: int) -> list[np.ndarray]:
         where, params, now = self._where(table, n_root)
         with self._connect() as db:
-            rows = db.execute(f"SELECT rows FROM {name} WHERE {where}", params).fetchall()
+            rows = db.execute(f"SELECT rows FROM {name} WHERE {where} ORDER BY rowid", params).fetchall()
         return [np.frombuffer(packed, dtype=np.uint8) for packed in dict.fromkeys(now(r[0]) for r in rows)]
 
     def _record_packed(self, name: str, table: str, n_root: int, packed: list[np.ndarray], analyst: str) -> None:
