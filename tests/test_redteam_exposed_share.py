@@ -15,6 +15,12 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
    runs passed, 2 read in both later orders (as with the control). Now each site keeps its records of every pooled
    cell it holds records of that its own releases do not give (``Guard._record_exposed``: the others may release
    theirs alone later, which it cannot see), and T, 2 from its records of the run's two cells, is refused: 0.
+   H: the same with exact sums at the small site alone instead of T (``meanDS(D$g)``, ``meanDS(D$y * D$g)``; ``g``
+   is 1 on T's records only). The large sites' runs first, then pooled, then the sums: 0 (the run, exposed at the
+   pooled release, is kept whole, and the sums' 18 records are 2 from it), 2 with the control. Pooled first: HOLE,
+   2 read (as on the code before): the small site keeps the run's two cells, and an exact sum's records are
+   compared with kept sets one by one only (10 and 10, each far from 18). Combining them as a subset's are refused
+   ordinary sums: ``meanDS(D$y)`` beside cells whose events the pooled release gave too.
    Alone first (T, then pooled, then the large sites): the small site's FAILING is 20, the large sites keep the run
    as thin and north's cut 0.5 alone is dropped: 0 (2 with the checks off). Large sites' runs first, then pooled,
    then T: the run is the small site's alone at pooled time and passes its audit; the site keeps its records of it
@@ -113,6 +119,19 @@ def _subset_mean(session, site: str = "small") -> tuple[np.ndarray | None, str]:
     return np.array([int(m["Nvalid"]), int(round(m["EstimatedMean"] * m["Nvalid"]))]), f"T alone {int(m['Nvalid'])}"
 
 
+def _sums_alone(session, site: str = "small") -> tuple[np.ndarray | None, str]:
+    """T's records (the small site's ``g``, 1 on 18 of its 20 records of [0.5, 0.7) and nowhere else) and their
+    events as exact sums at the small site alone, no subset: ``meanDS`` of ``D$g`` and of ``D$y * D$g``."""
+    view = session.site_view(site)
+    try:
+        view.assign_expr("HY", "D$y * D$g")
+        h, hy = (view.aggregate_expr(f"meanDS({name})")[site] for name in ("D$g", "HY"))
+    except FederatedCallError as exc:
+        return None, f"sums alone refused ({_rules(exc)})"
+    n = int(h["Nvalid"])
+    return np.array([int(round(h["EstimatedMean"] * n)), int(round(hy["EstimatedMean"] * n))]), "sums alone"
+
+
 def _runs_alone(session, cuts: list[float]) -> tuple[np.ndarray | None, str]:
     out = np.zeros(2, int)
     for site in LARGE:
@@ -130,7 +149,7 @@ def _runs_alone(session, cuts: list[float]) -> tuple[np.ndarray | None, str]:
 
 def _later_frames() -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(61)
-    score = np.r_[rng.uniform(0.5, 0.6, 10), rng.uniform(0.6, 0.7, 10), rng.uniform(0.0, 0.1, 10)]
+    score = np.r_[rng.uniform(0.5, 0.6, 10), rng.uniform(0.6, 0.7, 10), rng.uniform(0.0, 0.3, 10)]
     y = np.r_[1, np.tile([0, 1], 4), 0, 1, np.tile([0, 1], 4), 0, (rng.uniform(0, 1, 10) < 0.5).astype(int)]
     g = np.r_[0, np.ones(9, int), 0, np.ones(9, int), np.zeros(10, int)]  # T: 9 of each bin; the 2 left: events
     frames = {"small": pd.DataFrame({"y": y.astype(float), "score": score, "g": g})}
@@ -148,7 +167,7 @@ def _later_route(tmp_path: Path, order: str) -> tuple[int, str]:
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         steps = {"pooled": lambda: _pooled(session), "T": lambda: _subset_mean(session),
-                 "large": lambda: _runs_alone(session, [0.5, 0.7])}
+                 "H": lambda: _sums_alone(session), "large": lambda: _runs_alone(session, [0.5, 0.7])}
         for step in order.split("-"):
             got[step], note = steps[step]()
             notes.append(note)
@@ -156,14 +175,15 @@ def _later_route(tmp_path: Path, order: str) -> tuple[int, str]:
     if all(v is not None for v in got.values()):
         parts = [_bin(got["pooled"], 0.5), _bin(got["pooled"], 0.6)]
         if all(p is not None for p in parts):
-            records, events = sum(parts) - got["large"] - got["T"]
+            records, events = sum(parts) - got["large"] - got["T" if "T" in got else "H"]
             small = frames["small"]
             left = small[(small.score >= 0.5) & (small.score < 0.7) & (small.g != 1)]
             read = _read(int(records), int(events), (len(left), int(left.y.sum())))
     return read, "; ".join(notes)
 
 
-@pytest.mark.parametrize("order", ["pooled-T-large", "pooled-large-T", "T-pooled-large"])
+@pytest.mark.parametrize("order", ["pooled-T-large", "pooled-large-T", "T-pooled-large", "pooled-H-large",
+                                   "large-pooled-H"])
 @pytest.mark.parametrize("checks", ["shipped", "control"])
 def test_a_share_exposed_later_by_the_other_holders_releases_alone(tmp_path: Path, checks: str, order: str,
                                                                    monkeypatch: pytest.MonkeyPatch):
@@ -175,8 +195,8 @@ def test_a_share_exposed_later_by_the_other_holders_releases_alone(tmp_path: Pat
     # hold hidden records of the run; the large sites' later runs alone make the small site's share the pooled run
     # less theirs. Now the small site keeps its records of each pooled cell it holds records of, and T, within 2 of
     # their union, is refused. Alone first the small site's FAILING keeps the run as thin at the large sites, whose
-    # runs are refused.
-    assert read == (0 if checks == "shipped" else 2)
+    # runs are refused. HOLE: pooled first with exact sums instead of T (H), compared with the kept cells one by one.
+    assert read == (2 if checks == "control" or order == "pooled-H-large" else 0)
 
 
 # ---------------------------------------------------------------- C: two exposed spans combined with a subset alone

@@ -101,7 +101,7 @@ SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union ce
 MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
 EXPOSED_AUDITS = 64  # spans per release a site audits in full as its release alone (Guard._fails_alone)
 HELD_CELLS = 16  # cells of a release a site holds every record of that the audit counts as released alone with it
-KEPT_COMBINED = 32  # pooled cells kept before (the latest) a share is audited in combination with (Guard._fails_alone)
+KEPT_COMBINED = 32  # row sets of pooled cells kept (the latest) that an audit combines (Guard._record_exposed)
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -419,7 +419,8 @@ class Guard:
             problem = row_set_problem(earlier, [new], minimum, base)
             exposed = self.history.exposed_row_sets(rows.lineage, rows.n_root)
             problem = problem or self._near_exposed([np.packbits(new)], exposed, minimum)
-            if not problem and spanned_gap(np.packbits(new), [base, *earlier, *exposed], rows.n_root, below=minimum):
+            if not problem and spanned_gap(np.packbits(new), [base, *earlier, *exposed[-KEPT_COMBINED:]], rows.n_root,
+                                           below=minimum):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
@@ -750,7 +751,7 @@ class Guard:
         are of (the table, a subset), nor with a set of it that covers the group with them: their difference is the
         records at the column's other values, whose count is what a table of the column gives (a prevalence of 3 in
         50); records other functions are summed over are (beside b""): the age summed over all but 2 records. Compared
-        too, as a subset is, with this site's records of pooled cells the other sites' releases alone expose. A group
+        too, pairwise, with this site's records of pooled cells the other sites' releases alone expose. A group
         whose sums the earlier row sets already give (in their span: the events over the table after the events of
         each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared."""
         if not supports:
@@ -1093,10 +1094,8 @@ class Guard:
                     if FAILING in pooled:
                         elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
                     self._record_thin(release.own_cells, spans, elsewhere, rows)
-                    # a cell's share is exposed once its other holders release theirs alone; a span's where it is now
-                    cell = np.array([len(span) == 1 for span in spans], dtype=bool)
-                    self._record_exposed(release.own_cells, spans,
-                                         (shares[HIDDEN] > 0) & (cell | (hidden == shares[HIDDEN])), rows)
+                    self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
+                                         shares[HIDDEN] > 0, rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
@@ -1232,22 +1231,24 @@ class Guard:
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
 
-    def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, rows: Rows | None
-                        ) -> None:
-        """Keep this site's records of the released spans ``exposed`` (per span): each cell it holds records of that
-        no release of its own gives, and each span whose every such record is here. The pooled count less the
-        others' releases alone (none, where they hold none) gives them, as this site's release alone would: now, for
-        such a span, and for a cell once the other sites holding records of it release theirs alone, which this site
-        cannot see (Denning & Schlörer 1983). A span holding a cell that is not kept is kept whole (the others'
-        shares of that cell are not given alone, the span's are); a span of kept cells is their union. They are
-        kept apart from the releases alone that every audit combines (keeping them there grew the history past what
-        a padding member's walk of the decile breaks could audit), and a later subset, and this site's share of a
-        later pooled span (:meth:`_fails_alone`), is audited against them, pairwise and in combination
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`)."""
+    def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, held: np.ndarray,
+                        rows: Rows | None) -> None:
+        """Keep this site's records of each released span whose every record no site released alone is here
+        (``exposed``, per span), and of each cell it holds such records of (``held``, per span): the pooled count
+        less the others' releases alone (none, where they hold none) gives them, as this site's release alone
+        would, now for the first and, for the second, once the other sites holding records of the cell release
+        theirs alone, which this site cannot see (Denning & Schlörer 1983). A span exposed now holding a cell that
+        is not is kept whole (the others' shares of that cell are not given alone, the span's are); a span of cells
+        exposed now is their union. They are kept apart from the releases alone that every audit combines (keeping
+        them there grew the history past what a padding member's walk of the decile breaks could audit): a later
+        subset and this site's share of a later pooled span (:meth:`_fails_alone`, its first :data:`EXPOSED_AUDITS`
+        spans) are audited against them pairwise and, the latest :data:`KEPT_COMBINED`, in combination
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`); a later exact sum's records pairwise."""
         if not self._audits(rows) or len(spans) != exposed.size or not cells:
             return
         single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}
         kept = [span for span, shown in zip(spans, exposed) if shown and (len(span) == 1 or not single >= set(span))]
+        kept += [span for span, here in zip(spans, held) if here and len(span) == 1 and span[0] not in single]
         packed = [m for m in span_rows(cells, kept) if set_size(m)]
         if packed:
             self.history.record_exposed_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
