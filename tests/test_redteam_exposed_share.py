@@ -53,10 +53,11 @@ S. A second pooled release over a subset, no release of the small site alone. Th
 Honest costs (end of the file): four heterogeneous sites (380, 250, 120, and a small site of 30 whose scores sit
 high; and three sites of 300, 150 and 25), the pooled thresholds, the pooled table of grade by outcome,
 ``validate(secure=True)``, then each site's metrics alone at the pooled cuts, with the checks and with the control
-(site secrets fixed, so that both arms draw the same margins). Four sites: no difference. Three sites: the largest
-site's per-site cut 0.9 is dropped with the checks (kept by the control): site b's FAILING on the run [0.1, 0.9)
-(its 146 of 150 records there: 2 in each end bin) keeps the run as thin at a; the small site keeps its cut 0.1 (an
-empty outer bin) where the control merges it with the rest. In both arms the per-site metrics
+(site secrets fixed, so that both arms draw the same margins). Four sites: no difference. Three sites: at most the
+largest site's per-site cut 0.9 is dropped with the checks (kept by the control; in some runs, as the order in which
+a site reads its thin sets varies): site b's FAILING on the run [0.1, 0.9) (its 146 of 150 records there) keeps the
+run as thin at a; the small site, which holds no record below 0.4, keeps some of its cuts below 0.4 (empty bins)
+where the control merges them with the rest. In both arms the per-site metrics
 after the pooled releases lose nearly every cut at every site, and the logistic calibration fails (glmDS2 at one
 site): neither is the checks' doing.
 """
@@ -499,18 +500,16 @@ def test_honest_pooled_then_per_site_three_sites(tmp_path: Path, monkeypatch: py
     frames = _honest_frames("three")
     shipped, control = _steady(_honest(tmp_path / "shipped", frames)), _steady(_control_honest(tmp_path, "three"))
     print(f"\nhonest, three sites {[len(f) for f in frames.values()]}:\n  shipped {shipped}\n  control {control}")
-    # COST: the largest site's per-site cut 0.9 (it holds no record above 0.9) is dropped with the checks, kept with
-    # the control. Site b (150) holds 2 records of [0, 0.1) and 2 of [0.9, 1): its share of the run [0.1, 0.9)
-    # differs from its records of the release by 4, so its FAILING keeps that run as thin at a, whose later cut
-    # alone would give its share of the run. Everything else is as with the control.
-    # The small site's own metrics keep the cut 0.1 with the checks (it holds no record below it; its other cuts are
-    # merged as cells another site was thin in, which leaves 0.1 with an empty outer bin), and none with the control
-    # (each bin beside a cut below q plus the secret margin).
-    assert shipped["per-site cuts dropped"]["a"] == THRESHOLDS.tolist()
-    assert control["per-site cuts dropped"]["a"] == THRESHOLDS.tolist()[:-1]
-    assert shipped["per-site cuts dropped"]["small"] == THRESHOLDS.tolist()[1:]
-    assert control["per-site cuts dropped"]["small"] == THRESHOLDS.tolist()
-    assert frames["small"].score.min() >= 0.1
+    # COST, at most: the largest site's per-site cut 0.9 (it holds no record above 0.9), dropped with the checks in
+    # some runs, kept with the control (site b's FAILING on the run [0.1, 0.9), its 146 of 150 records there, keeps
+    # the run as thin at a; which cut a thin set costs follows the order its records are read in, which varies).
+    # Otherwise the checks drop no cut the control keeps. The small site (no record below 0.4) keeps some cuts
+    # with the checks that the control drops (cuts released pooled before, with empty bins below 0.4).
     for key in ("pooled cuts", "table", "validate"):
         assert shipped[key] == control[key]
+    assert control["per-site cuts dropped"]["a"] == THRESHOLDS.tolist()[:-1]
+    for site in frames:
+        extra = set(shipped["per-site cuts dropped"][site]) - set(control["per-site cuts dropped"][site])
+        assert extra <= ({0.9} if site == "a" else set()), (site, extra)
+    assert frames["small"].score.min() >= 0.4
     assert shipped["per-site cuts dropped"]["b"] == control["per-site cuts dropped"]["b"]

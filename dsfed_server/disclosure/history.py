@@ -564,7 +564,7 @@ class History:
         """This site's records (packed) of the cells of ``table`` released pooled whose every record no site released
         alone was here (:meth:`~dsfed_server.disclosure.checks.Guard.coarsened`): the pooled count less the other
         sites' releases alone gave them, as this site's release alone would."""
-        return self._packed_sets("exposed_cells", table, n_root)
+        return self._packed_sets("exposed_cells", table, n_root, " ORDER BY rowid")  # the latest last
 
     def record_exposed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
         self._record_packed("exposed_cells", table, n_root, packed, analyst)
@@ -577,10 +577,10 @@ class History:
     def record_summed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
         self._record_packed("summed_rows", table, n_root, packed, analyst)
 
-    def _packed_sets(self, name: str, table: str, n_root: int) -> list[np.ndarray]:
+    def _packed_sets(self, name: str, table: str, n_root: int, order: str = "") -> list[np.ndarray]:
         where, params, now = self._where(table, n_root)
         with self._connect() as db:
-            rows = db.execute(f"SELECT rows FROM {name} WHERE {where} ORDER BY rowid", params).fetchall()
+            rows = db.execute(f"SELECT rows FROM {name} WHERE {where}{order}", params).fetchall()
         return [np.frombuffer(packed, dtype=np.uint8) for packed in dict.fromkeys(now(r[0]) for r in rows)]
 
     def _record_packed(self, name: str, table: str, n_root: int, packed: list[np.ndarray], analyst: str) -> None:
