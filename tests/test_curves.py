@@ -282,12 +282,14 @@ def test_gbsg2_over_http_equals_in_process(tmp_path):
             with builder.login() as session:
                 session.assign_table("D", "P.t")
                 curves = ds_roc_pr_curves(session, "D$y", "D$score", levels=5)
-                results.append((curves.roc_auc, curves.pr_auc, ds_hist_auc(session, "D$y", "D$score").auc))
+                hist = ds_hist_auc(session, "D$y", "D$score")
+                results.append((curves.roc_auc, curves.pr_auc, hist.auc, np.sqrt(hist.variance + hist.noise_variance)))
     assert results[0] == results[1]
     # the sites' secrets, and so their noise, are fresh each run: over 20 runs of this body the curves'
-    # AUC had sd 0.019 about the pooled AUC - 0.005, the histogram AUC sd 0.006 about the pooled AUC
-    # - 0.015; the bounds sit about 4.5 sd out (before: 2.6 sd, failing about one run in a hundred)
-    assert abs(results[0][0] - auc) < 0.09 and abs(results[0][2] - auc) < 0.045
+    # AUC had sd 0.019 about the pooled AUC - 0.005; the bound sits about 4.5 sd out. The histogram AUC, over 40
+    # runs (in process, 2026-11-30), lay from 0.64 to 0.76 about the pooled 0.703, within 1.8 of its reported
+    # standard errors (0.040 to 0.046, the noise's included); a fixed bound of 0.045 failed about one run in ten
+    assert abs(results[0][0] - auc) < 0.09 and abs(results[0][2] - auc) < 3 * results[0][3]
 
 
 # --- the analyst's pure functions --------------------------------------------------------------
