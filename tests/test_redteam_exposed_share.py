@@ -19,8 +19,8 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
    is 1 on T's records only). The large sites' runs first, then pooled, then the sums: 0 (the run, exposed at the
    pooled release, is kept whole, and the sums' 18 records are 2 from it), 2 with the control. Pooled first: HOLE,
    2 read (as on the code before): the small site keeps the run's two cells, and an exact sum's records are
-   compared with kept sets one by one only (10 and 10, each far from 18). Combining them as a subset's are refused
-   ordinary sums: ``meanDS(D$y)`` beside cells whose events the pooled release gave too.
+   compared with kept sets one by one only (10 and 10, each far from 18). Combining them too, as a subset's records
+   are, refused ordinary sums: ``meanDS(D$y)`` beside cells whose events the pooled release gave too.
    Alone first (T, then pooled, then the large sites): the small site's FAILING is 20, the large sites keep the run
    as thin and north's cut 0.5 alone is dropped: 0 (2 with the checks off). Large sites' runs first, then pooled,
    then T: the run is the small site's alone at pooled time and passes its audit; the site keeps its records of it

@@ -561,10 +561,10 @@ class History:
         self._record_packed("thin_cells", table, n_root, packed, analyst)
 
     def exposed_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
-        """This site's records (packed) of the cells of ``table`` released pooled whose every record no site released
-        alone was here (:meth:`~dsfed_server.disclosure.checks.Guard.coarsened`): the pooled count less the other
-        sites' releases alone gave them, as this site's release alone would."""
-        return self._packed_sets("exposed_cells", table, n_root, " ORDER BY rowid")  # the latest last
+        """This site's records (packed) of the cells of ``table`` released pooled that the pooled count less the other
+        sites' releases alone gave, or would give once they release theirs
+        (:meth:`~dsfed_server.disclosure.checks.Guard._record_exposed`), in the order kept: the latest last."""
+        return self._packed_sets("exposed_cells", table, n_root, in_order=True)
 
     def record_exposed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
         self._record_packed("exposed_cells", table, n_root, packed, analyst)
@@ -577,8 +577,9 @@ class History:
     def record_summed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
         self._record_packed("summed_rows", table, n_root, packed, analyst)
 
-    def _packed_sets(self, name: str, table: str, n_root: int, order: str = "") -> list[np.ndarray]:
+    def _packed_sets(self, name: str, table: str, n_root: int, in_order: bool = False) -> list[np.ndarray]:
         where, params, now = self._where(table, n_root)
+        order = " ORDER BY rowid" if in_order else ""  # rowid: the order kept (the tables are append-only)
         with self._connect() as db:
             rows = db.execute(f"SELECT rows FROM {name} WHERE {where}{order}", params).fetchall()
         return [np.frombuffer(packed, dtype=np.uint8) for packed in dict.fromkeys(now(r[0]) for r in rows)]
