@@ -232,4 +232,4 @@ def exposed_shares_unaudited(patch: pytest.MonkeyPatch) -> None:
     (``Guard._record_exposed``)."""
     patch.setattr(Guard, "_fails_alone",
                   lambda self, cells, spans, candidates, rows, pooled: np.zeros(len(spans), bool))
-    patch.setattr(Guard, "_record_exposed", lambda self, cells, spans, exposed, held, rows: None)
+    patch.setattr(Guard, "_record_exposed", lambda self, cells, spans, exposed, held, rows, parts=(): None)

@@ -416,11 +416,9 @@ class Guard:
                 self._check_condition(condition, "the subset's condition", "or the full table")
             earlier = self._earlier(rows)
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
-            problem = row_set_problem(earlier, [new], minimum, base)
-            exposed = self.history.exposed_row_sets(rows.lineage, rows.n_root)
-            problem = problem or self._near_exposed([np.packbits(new)], exposed, minimum)
-            if not problem and spanned_gap(np.packbits(new), [base, *earlier, *exposed[-KEPT_COMBINED:]], rows.n_root,
-                                           below=minimum):
+            problem = row_set_problem(earlier, [new], minimum, base) or self._against_kept(
+                [(np.packbits(new), b"")], [base, *earlier], rows)
+            if not problem and spanned_gap(np.packbits(new), [base, *earlier], rows.n_root, below=minimum):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
@@ -433,14 +431,44 @@ class Guard:
             self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
         return rows
 
-    @staticmethod
-    def _near_exposed(members: list[np.ndarray], exposed: list[np.ndarray], minimum: int) -> str | None:
-        """Why row sets ``members`` (packed) of this site alone may not be released beside its records of pooled cells
-        the other sites' releases alone expose (``exposed``, packed): one differs from such records in fewer than
-        ``minimum`` (:func:`~dsfed_server.disclosure.differencing.differs_little`); None if none does."""
-        if any(differs_little(member, exposed, minimum) for member in members):
+    def _against_kept(self, new: list[tuple[np.ndarray, bytes]], earlier: list[np.ndarray], rows: Rows
+                      ) -> str | None:
+        """Why row sets of this site alone (``new``: each packed, beside the group (packed) it is one value's
+        records of, whose sums give only their number, or b"": a subset's, a derived column's, a summed design
+        column's) may not be released beside ``earlier`` row sets (the table's first) and this site's records of
+        pooled cells it keeps (:meth:`_record_exposed`), which the other sites' releases alone give, or will once
+        they release theirs: one differs from such records in 1 to ``disclosure.subset_min_difference`` - 1
+        (:func:`~dsfed_server.disclosure.differencing.differs_little`), or from a combination of them, the latest
+        :data:`KEPT_COMBINED` with their events
+        (:meth:`~dsfed_server.disclosure.history.History.exposed_parts`), and ``earlier``
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`; a value's records not from their group):
+        ``meanDS(D$g)`` and ``meanDS(D$y * D$g)`` over 18 of a site's 20 records of two pooled cells give the
+        events of the 2 left out. A row set they all give already (:func:`~dsfed_server.disclosure.differencing.
+        combined`) tells nothing new: a site's events beside pooled cells holding every record of it. None if
+        none differs so."""
+        n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")
+        exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
+        if any(differs_little(member, exposed, minimum) for member, _ in new):
             return (f"these records differ from this site's records of a pooled cell in fewer than {minimum} rows, "
                     "where the other sites' releases alone gave theirs: comparing the two would single them out")
+        kept = exposed[-KEPT_COMBINED:]
+        if not kept or not new:
+            return None
+        parts = [part for part in self.history.exposed_parts(rows.lineage, n)  # type: ignore[union-attr]
+                 if any(not np.bitwise_and(part, np.bitwise_not(cell)).any() for cell in kept)]
+        basis = [*earlier, *kept, *parts]
+        try:
+            given = combined([member for member, _ in new], basis, n)
+        except AuditTooLarge:
+            given = [False] * len(new)
+        for (member, group), old in zip(new, given):
+            within = np.frombuffer(group, dtype=np.uint8) if group else None
+            if not old and spanned_gap(member, basis if within is None else [*basis, within], n, below=minimum,
+                                       group=within):
+                return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
+                        "this site's records of pooled cells, which the other sites' releases alone give, or will "
+                        "once they release theirs (two cells less a few records, say): comparing them would "
+                        "single those records out")
         return None
 
     def _check_condition(self, condition: Intervals, what: str, instead: str) -> None:
@@ -474,9 +502,10 @@ class Guard:
                     full = np.zeros(rows.n_root, dtype=bool)  # type: ignore[union-attr]
                     full[rows.index[member]] = True  # type: ignore[union-attr]
                     members.append(full)
-                earlier = self._earlier(rows)
-                problem = row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"),
-                                          self._base(rows))  # type: ignore[union-attr]
+                earlier, base = self._earlier(rows), self._base(rows)  # type: ignore[arg-type]
+                packed = [(np.packbits(member), b"") for member in members]
+                problem = (row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"), base)
+                           or self._against_kept(packed, [base, *earlier], rows))  # type: ignore[arg-type]
                 if problem:
                     raise self._refuse(problem, "disclosure.subset_min_difference",
                                        "use cuts further from earlier ones, or a column of the table")
@@ -771,8 +800,7 @@ class Guard:
             within = [np.frombuffer(group, dtype=np.uint8) if group else None for _, group in new]
             problem = new and row_set_problem(earlier, [bits(member, n).astype(bool) for member, _ in new], minimum,
                                               self._base(rows), within)
-            exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
-            problem = problem or self._near_exposed([member for member, _ in new], exposed, minimum)
+            problem = problem or self._against_kept(new, [self._base(rows), *earlier], rows)
         if problem:
             raise self._refuse(
                 f"the records at one value of a summed column of few values, or those a derived column's 0/1 factor "
@@ -1095,7 +1123,7 @@ class Guard:
                         elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
                     self._record_thin(release.own_cells, spans, elsewhere, rows)
                     self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
-                                         shares[HIDDEN] > 0, rows)
+                                         shares[HIDDEN] > 0, rows, release.parts)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
@@ -1232,7 +1260,7 @@ class Guard:
         return out
 
     def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, held: np.ndarray,
-                        rows: Rows | None) -> None:
+                        rows: Rows | None, parts: Sequence[np.ndarray] = ()) -> None:
         """Keep this site's records of each released span whose every record no site released alone is here
         (``exposed``, per span), and of each cell it holds such records of (``held``, per span): the pooled count
         less the others' releases alone (none, where they hold none) gives them, as this site's release alone
@@ -1243,7 +1271,10 @@ class Guard:
         them there grew the history past what a padding member's walk of the decile breaks could audit): a later
         subset and this site's share of a later pooled span (:meth:`_fails_alone`, its first :data:`EXPOSED_AUDITS`
         spans) are audited against them pairwise and, the latest :data:`KEPT_COMBINED`, in combination
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`); a later exact sum's records pairwise."""
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`); a later exact sum's records the same way
+        (:meth:`_audit_supports`). With each, its records at 1 of each 0/1 quantity the release summed per cell
+        (``parts``, :func:`~dsfed_server.disclosure.gate.own_parts`: the events), whose number the pooled release
+        gives too: a later sum that they and the kept sets give tells nothing new."""
         if not self._audits(rows) or len(spans) != exposed.size or not cells:
             return
         single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}
@@ -1253,6 +1284,9 @@ class Guard:
         if packed:
             self.history.record_exposed_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
                                                  analyst=self._analyst)
+            within = [m & part for m in packed for part in parts]
+            self.history.record_exposed_parts(rows.lineage, rows.n_root,  # type: ignore[union-attr]
+                                              [m for m in within if set_size(m)], analyst=self._analyst)
 
     def _record_thin(self, cells: list[PooledCell], spans: list[Span], elsewhere: np.ndarray,
                      rows: Rows | None) -> None:

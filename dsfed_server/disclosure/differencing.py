@@ -557,7 +557,8 @@ def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
     return min(gaps, default=member.size * 8)
 
 
-def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: int) -> int:
+def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: int,
+                group: np.ndarray | None = None) -> int:
     """How few records (1 .. ``below`` - 1; 0 for none) a combination of the row sets ``sets`` (packed)
     and ``member`` (packed, of a table of ``n`` records) singles out beyond what ``sets`` alone do.
 
@@ -576,14 +577,19 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
       earlier subset (the complete cases) already set them apart, or a part of an atom ``member`` splits.
 
     The check is bounded, not complete: a group spread over several parts of split atoms, none in the
-    span alone, passes. Where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`, 1."""
+    span alone, passes. ``group``: the group ``member`` is one value's records of (packed, a union of atoms of
+    ``sets``, the table's among them), whose sums give only their number: the atoms it touches making up the
+    group are no candidate, as their difference is the group's records at the other values, whose count a table
+    of the values gives (:func:`row_set_audit`). Where the atoms are too many to audit within
+    :data:`MAX_AUDIT_WORK`, 1."""
     if not sets:
         return 0
     try:
         atoms, counts, held, parts, sizes, parent = _atoms_with(sets, member, n)
     except AuditTooLarge:
         return 1
-    candidates = [(int(counts[held > 0].sum() - held.sum()), held > 0),
+    touched = int(counts[held > 0].sum())
+    candidates = [(touched - int(held.sum()) if group is None or touched != set_size(group) else 0, held > 0),
                   (int(held.sum() - counts[held == counts].sum()), held == counts)]
     candidates = [(gap, union) for gap, union in candidates if 0 < gap < below and union.any()]
     found = [gap for (gap, _), spanned in zip(candidates, _spanned(atoms, counts, [u for _, u in candidates]))

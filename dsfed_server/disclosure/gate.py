@@ -912,6 +912,27 @@ class PooledRelease:
     cuts: tuple[Cut, ...] = ()  # the cuts between the released cells, in the values' units (none: categories)
     n_cells: int = 0  # how many cells were released
     shape: tuple[int, ...] = ()  # of a table of categories: its shape (the cells in C order)
+    parts: tuple[np.ndarray, ...] = ()  # this site's records (packed) at 1 of each 0/1 quantity summed per cell
+
+
+def own_parts(rows: Rows | None, sums: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """This site's records (packed over the table) at 1 of each quantity of ``sums`` that is 0 or 1 on every
+    record (the events), one of a quantity and its complement: a pooled release gives its sum per cell, which is
+    the number of the cell's records among them."""
+    if rows is None:
+        return ()
+    out: dict[bytes, np.ndarray] = {}
+    whole = np.zeros(rows.n_root, dtype=bool)
+    whole[rows.index] = True
+    for values in sums.values():
+        values = np.asarray(values, dtype=float)
+        if values.size != rows.index.size or not np.isin(values, (0.0, 1.0)).all():
+            continue
+        member = np.zeros(rows.n_root, dtype=bool)
+        member[rows.index[values == 1]] = True
+        if np.packbits(whole & ~member).tobytes() not in out:
+            out.setdefault(np.packbits(member).tobytes(), np.packbits(member))
+    return tuple(out.values())
 
 
 def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray, column: str = ""
@@ -1006,4 +1027,4 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
     own = own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells, own_space))
     return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept], own, tuple(kept),
-                         len(kept) + 1)
+                         len(kept) + 1, parts=own_parts(cells.rows, cells.sums))

@@ -62,8 +62,9 @@ from dsfed_server.disclosure.store import append_only, connect, create
 from dsfed_server.record_prefixes import RecordKeys
 from dsfed_server.timestamps import utc_now
 
-# the tables of packed row sets kept per table and size: exact sums' records, thin and exposed pooled cells
-_PACKED_SETS = ("summed_rows", "thin_cells", "exposed_cells")
+# the tables of packed row sets kept per table and size: exact sums' records, thin and exposed pooled cells, and
+# the exposed cells' records at 1 of a 0/1 quantity the cells sum
+_PACKED_SETS = ("summed_rows", "thin_cells", "exposed_cells", "exposed_parts")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS released_cuts (
     table_key TEXT NOT NULL,
@@ -568,6 +569,14 @@ class History:
 
     def record_exposed_row_sets(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
         self._record_packed("exposed_cells", table, n_root, packed, analyst)
+
+    def exposed_parts(self, table: str, n_root: int) -> list[np.ndarray]:
+        """This site's records (packed) of each of :meth:`exposed_row_sets` at 1 of a 0/1 quantity its pooled
+        release summed per cell (its events), whose number the pooled release gave with the cell's."""
+        return self._packed_sets("exposed_parts", table, n_root)
+
+    def record_exposed_parts(self, table: str, n_root: int, packed: list[np.ndarray], *, analyst: str) -> None:
+        self._record_packed("exposed_parts", table, n_root, packed, analyst)
 
     def summed_row_sets(self, table: str, n_root: int) -> list[np.ndarray]:
         """The records (packed) of ``table`` that exact sums this site released alone were over, second moments
