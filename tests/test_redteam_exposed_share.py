@@ -17,10 +17,16 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
    theirs alone later, which it cannot see), and T, 2 from its records of the run's two cells, is refused: 0.
    H: the same with exact sums at the small site alone instead of T (``meanDS(D$g)``, ``meanDS(D$y * D$g)``; ``g``
    is 1 on T's records only). The large sites' runs first, then pooled, then the sums: 0 (the run, exposed at the
-   pooled release, is kept whole, and the sums' 18 records are 2 from it), 2 with the control. Pooled first: HOLE,
-   2 read (as on the code before): the small site keeps the run's two cells, and an exact sum's records are
-   compared with kept sets one by one only (10 and 10, each far from 18). Combining them too, as a subset's records
-   are, refused ordinary sums: ``meanDS(D$y)`` beside cells whose events the pooled release gave too.
+   pooled release, is kept whole, and the sums' 18 records are 2 from it), 2 with the control. Pooled first: 2
+   read on the code before, which compared an exact sum's records with kept sets one by one (10 and 10, each far
+   from 18). Now the small site keeps with each cell its records of it with the event (the pooled release gives
+   their number too), and the records other functions are summed over -- ``D$y * D$g``'s ones (16), a derived
+   column's 0/1 factor -- are audited against a combination of the kept cells and their events
+   (``Guard._against_kept``): 2 from the run's events, refused, 0. ``meanDS(D$g)`` alone gives only the number of
+   g's ones and is compared pairwise (a site's ``meanDS(D$y)`` beside cells whose events the pooled release gave
+   passes). G: the same, the events through a GLM instead (``meanDS(D$g)``, then ``glmDS2(y ~ g)`` at beta = 0,
+   whose X'Wz entry is g's events less half of g's ones): 2 on the code before, 0 now (the GLM's records of g = 1,
+   the outcome summed over them, are audited so, though their number was released before).
    Alone first (T, then pooled, then the large sites): the small site's FAILING is 20, the large sites keep the run
    as thin and north's cut 0.5 alone is dropped: 0 (2 with the checks off). Large sites' runs first, then pooled,
    then T: the run is the small site's alone at pooled time and passes its audit; the site keeps its records of it
@@ -28,16 +34,16 @@ L. LATER exposure, two holders (HOLDERS = 3 at pooled time). The small site hold
 C. A combination of spans, each passing alone. The small site holds every record of the pooled bins [0.2, 0.3) and
    [0.6, 0.7) (10 each; the large sites none of either) and none between. Its subset ``T`` alone (9 of each bin,
    ``meanDS(T$y)``; the 2 left out are events), then the pooled thresholds: each bin is one site's share
-   (HOLDERS = 1) and passes the audit alone against T (T and one bin isolate nothing), so both are released; the
-   two bins' pooled counts less T are the 2 left out: HOLE alone first, 2 read (as with the checks off); pooled
-   first the small site keeps its records of the bins and T, within 2 of their union, is refused: 0.
+   (HOLDERS = 1), audited alone against T and the other bin; the two bins' pooled counts less T are the 2 left out,
+   one in each bin. Alone first: 2 read before (as with the checks off), the audit's bound seeing no group spread
+   over parts of one record; now (``differencing._new_small_group``) the bins are merged: 0. Pooled first the
+   small site keeps its records of the bins and T, within 2 of their union, is refused: 0.
 C2. C with the site's total for T: the small site holds every record of [0.2, 0.3) and [0.6, 0.7) (10 each)
    and 3 records (events) of [0.9, 1), where the large sites hold many. Calls: ``meanDS(D$y)`` at the small site alone
    and the pooled thresholds, either order. Read: the small site's Nvalid and events less the two pooled bins.
    3 read in both orders with the checks off, and with a first version of the audit (each bin passes alone, 13
    from the site's 23; their union, no span, differs by 3). Now a span is audited with the other cells the site
-   holds every record of as released beside it: the bins merge, 0. C alone first stays a hole: the 2 records are
-   one in each of two parts of atoms that the bins split, which the audit's bound (``spanned_gap``) does not see.
+   holds every record of as released beside it: the bins merge, 0.
 S. A second pooled release over a subset, no release of the small site alone. The small site holds 10 records of
    [0.5, 0.6), 8 of them in ``T`` (``g == 1``, a subset made at every site; the 2 left out are events); the large
    sites about 40 each. Calls: the pooled thresholds on D, then on T; each large site alone its [0.5, 0.6) on D and
@@ -133,6 +139,21 @@ def _sums_alone(session, site: str = "small") -> tuple[np.ndarray | None, str]:
     return np.array([int(round(h["EstimatedMean"] * n)), int(round(hy["EstimatedMean"] * n))]), "sums alone"
 
 
+def _glm_alone(session, site: str = "small") -> tuple[np.ndarray | None, str]:
+    """T's records and their events at the small site alone through a GLM at beta = 0 after ``g``'s sum alone
+    (its number): ``glmDS2(y ~ g)`` releases X'WX and X'Wz, whose ``g`` entries are a quarter of g's ones and
+    their events less half of them (W = 1/4)."""
+    view = session.site_view(site)
+    try:
+        view.aggregate_expr("meanDS(D$g)")
+        part = view.aggregate_expr('glmDS2(y ~ g, "binomial", "0,0", NULL, NULL, "D")')[site]
+    except FederatedCallError as exc:
+        return None, f"sums alone refused ({_rules(exc)})"
+    info, xwz = np.asarray(part["info.matrix"], float), np.asarray(part["xwz"], float)
+    n = int(round(info[1, 1] / 0.25))
+    return np.array([n, int(round(xwz[1] + n / 2))]), "glm alone"
+
+
 def _runs_alone(session, cuts: list[float]) -> tuple[np.ndarray | None, str]:
     out = np.zeros(2, int)
     for site in LARGE:
@@ -168,7 +189,8 @@ def _later_route(tmp_path: Path, order: str) -> tuple[int, str]:
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
         steps = {"pooled": lambda: _pooled(session), "T": lambda: _subset_mean(session),
-                 "H": lambda: _sums_alone(session), "large": lambda: _runs_alone(session, [0.5, 0.7])}
+                 "H": lambda: _sums_alone(session), "G": lambda: _glm_alone(session),
+                 "large": lambda: _runs_alone(session, [0.5, 0.7])}
         for step in order.split("-"):
             got[step], note = steps[step]()
             notes.append(note)
@@ -176,7 +198,7 @@ def _later_route(tmp_path: Path, order: str) -> tuple[int, str]:
     if all(v is not None for v in got.values()):
         parts = [_bin(got["pooled"], 0.5), _bin(got["pooled"], 0.6)]
         if all(p is not None for p in parts):
-            records, events = sum(parts) - got["large"] - got["T" if "T" in got else "H"]
+            records, events = sum(parts) - got["large"] - next(got[k] for k in ("T", "H", "G") if k in got)
             small = frames["small"]
             left = small[(small.score >= 0.5) & (small.score < 0.7) & (small.g != 1)]
             read = _read(int(records), int(events), (len(left), int(left.y.sum())))
@@ -184,7 +206,7 @@ def _later_route(tmp_path: Path, order: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("order", ["pooled-T-large", "pooled-large-T", "T-pooled-large", "pooled-H-large",
-                                   "large-pooled-H"])
+                                   "large-pooled-H", "pooled-G-large"])
 @pytest.mark.parametrize("checks", ["shipped", "control"])
 def test_a_share_exposed_later_by_the_other_holders_releases_alone(tmp_path: Path, checks: str, order: str,
                                                                    monkeypatch: pytest.MonkeyPatch):
@@ -198,7 +220,47 @@ def test_a_share_exposed_later_by_the_other_holders_releases_alone(tmp_path: Pat
     # their union, is refused. Alone first the small site's FAILING keeps the run as thin at the large sites, whose
     # runs are refused. Pooled first with exact sums instead of T (H; 2 on the code before, which compared the sums'
     # records with the kept cells one by one): the small site keeps its records of the run's cells with their events,
-    # and y * g's records (16 of its 18 there with the event), 2 from the cells' events together, are refused.
+    # and y * g's records (16 of its 18 there with the event), 2 from the cells' events together, are refused; with
+    # a GLM instead (G), g's records, over which it sums the outcome, 2 from the run's cells together.
+    assert read == (2 if checks == "control" else 0)
+
+
+def _between_frames() -> dict[str, pd.DataFrame]:
+    """L's frames and, at every site, a second column ``v`` in [0, 1) (a few records of each of its tenths at
+    the small site) for a pooled release between."""
+    frames = _later_frames()
+    rng = np.random.default_rng(100)
+    return {site: frame.assign(v=rng.uniform(0, 1, len(frame))) for site, frame in frames.items()}
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+def test_exact_sums_after_a_pooled_release_of_another_column(tmp_path: Path, checks: str,
+                                                             monkeypatch: pytest.MonkeyPatch):
+    """H pooled first with a pooled release of another column between (a histogram of ``v`` in 12 bins, each
+    holding 1 to 5 of the small site's records): the small site keeps those cells too. On the first version of the
+    combination (a read-only review's route) 2 were read: with those cells the sums' records lay in the kept sets'
+    span and were taken as given, and the 2 left out of the run were atoms of their own, which no union of atoms
+    sets apart. Now cells of fewer than q records here are left out of the combination (the others keep them as
+    thin), every group of fewer than q records of its small atoms is tried, and the sums are refused: 0; the control
+    2."""
+    _off(monkeypatch, checks)
+    frames = _between_frames()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        pooled, note = _pooled(session)
+        between = session.pooled("histogramDS2", Ref("D$v"), 12, 0.0, 1.0, 1, 3, 0.25)["histobject"]["breaks"]
+        sums, said = _sums_alone(session)
+        runs, ran = _runs_alone(session, [0.5, 0.7])
+    read = 0
+    if sums is not None and runs is not None and pooled is not None:
+        parts = [_bin(pooled, 0.5), _bin(pooled, 0.6)]
+        if all(p is not None for p in parts):
+            records, events = sum(parts) - runs - sums
+            small = frames["small"]
+            left = small[(small.score >= 0.5) & (small.score < 0.7) & (small.g != 1)]
+            read = _read(int(records), int(events), (len(left), int(left.y.sum())))
+    print(f"\nL ({checks}, pooled-v-H-large): {read} of 30 read ({note}; {len(between) - 1} bins of v; {said}; {ran})")
     assert read == (2 if checks == "control" else 0)
 
 
@@ -250,11 +312,13 @@ def test_two_exposed_bins_less_a_subset_alone(tmp_path: Path, checks: str, poole
     read, note = _combined_route(tmp_path, pooled_first)
     print(f"\nC ({checks}, {'pooled first' if pooled_first else 'alone first'}): pooled [0.2, 0.3) + [0.6, 0.7) "
           f"(the small site's alone) less its T alone: {read} of 30 read ({note})")
-    # HOLE alone first (2, as the control): each bin alone is one site's (HOLDERS = 1) and passes the audit against T
-    # (T and one bin isolate nothing); the two together with T single out the 2 left out, and no span is their
-    # union. Pooled first the small site keeps its records of the two bins (Guard._record_exposed) and T, within 2
-    # of their union, is refused: 0 (2 on the code before, and with the control).
-    assert read == (0 if checks == "shipped" and pooled_first else 2)
+    # Alone first (2 on the code before, as the control): each bin alone is one site's (HOLDERS = 1), audited against
+    # T and the other bin, which the site holds every record of; the two with T single out the 2 left out, one in
+    # each bin, which the audit's bound did not see (two parts of one record each). Now it finds combinations that
+    # are 0 on every atom of q records or more and not on the few (differencing._new_small_group): the bins merge
+    # with their neighbours (cuts 0.3 and 0.7 dropped), 0. Pooled first the small site keeps its records of the two
+    # bins (Guard._record_exposed) and T, within 2 of their union, is refused: 0 (2 before, and with the control).
+    assert read == (0 if checks == "shipped" else 2)
 
 
 # ---------------------------------------------------------------- L2: the others' runs first

@@ -417,7 +417,7 @@ class Guard:
             earlier = self._earlier(rows)
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             problem = row_set_problem(earlier, [new], minimum, base) or self._against_kept(
-                [(np.packbits(new), b"")], [base, *earlier], rows)
+                [(np.packbits(new), b"")], rows)
             if not problem and spanned_gap(np.packbits(new), [base, *earlier], rows.n_root, below=minimum):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
@@ -431,44 +431,40 @@ class Guard:
             self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
         return rows
 
-    def _against_kept(self, new: list[tuple[np.ndarray, bytes]], earlier: list[np.ndarray], rows: Rows
-                      ) -> str | None:
+    def _against_kept(self, new: list[tuple[np.ndarray, bytes]], rows: Rows) -> str | None:
         """Why row sets of this site alone (``new``: each packed, beside the group (packed) it is one value's
-        records of, whose sums give only their number, or b"": a subset's, a derived column's, a summed design
-        column's) may not be released beside ``earlier`` row sets (the table's first) and this site's records of
-        pooled cells it keeps (:meth:`_record_exposed`), which the other sites' releases alone give, or will once
-        they release theirs: one differs from such records in 1 to ``disclosure.subset_min_difference`` - 1
-        (:func:`~dsfed_server.disclosure.differencing.differs_little`), or from a combination of them, the latest
-        :data:`KEPT_COMBINED` with their events
-        (:meth:`~dsfed_server.disclosure.history.History.exposed_parts`), and ``earlier``
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`; a value's records not from their group):
-        ``meanDS(D$g)`` and ``meanDS(D$y * D$g)`` over 18 of a site's 20 records of two pooled cells give the
-        events of the 2 left out. A row set they all give already (:func:`~dsfed_server.disclosure.differencing.
-        combined`) tells nothing new: a site's events beside pooled cells holding every record of it. None if
-        none differs so."""
+        records of, whose sums give only their number, or b"": a subset's, a derived column's 0/1 factor's, a
+        summed design column's records, over which other functions are summed) may not be released beside this
+        site's records of pooled cells it keeps (:meth:`_record_exposed`), which the other sites' releases alone
+        give, or will once they release theirs: one differs from such records in 1 to
+        ``disclosure.subset_min_difference`` - 1 (:func:`~dsfed_server.disclosure.differencing.differs_little`);
+        or, one other functions are summed over, from a combination
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`) of the latest :data:`KEPT_COMBINED` of them,
+        their events (:meth:`~dsfed_server.disclosure.history.History.exposed_parts`), the table and the subsets
+        and cells released alone before: ``D$y * D$g``'s ones, 16 of a site's 20 records of two pooled cells with
+        the event, are the cells' events less 2, whose outcome the pooled counts less the others' would give. A
+        value's records give only their number, and are compared pairwise only (a site's ``meanDS(D$y)`` beside
+        cells whose events the pooled release gave). Kept cells of fewer than q records here are left out: the
+        other sites keep them as thin and never release their own records of them alone
+        (:meth:`_thin_complement`), so the pooled count never gives them. None if none differs so."""
         n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")
-        exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
+        exposed = [cell for cell in self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
+                   if set_size(cell) >= self.q]
         if any(differs_little(member, exposed, minimum) for member, _ in new):
             return (f"these records differ from this site's records of a pooled cell in fewer than {minimum} rows, "
                     "where the other sites' releases alone gave theirs: comparing the two would single them out")
         kept = exposed[-KEPT_COMBINED:]
-        if not kept or not new:
+        summed = [member for member, group in new if not group]
+        if not kept or not summed:
             return None
         parts = [part for part in self.history.exposed_parts(rows.lineage, n)  # type: ignore[union-attr]
                  if any(not np.bitwise_and(part, np.bitwise_not(cell)).any() for cell in kept)]
-        basis = [*earlier, *kept, *parts]
-        try:
-            given = combined([member for member, _ in new], basis, n)
-        except AuditTooLarge:
-            given = [False] * len(new)
-        for (member, group), old in zip(new, given):
-            within = np.frombuffer(group, dtype=np.uint8) if group else None
-            if not old and spanned_gap(member, basis if within is None else [*basis, within], n, below=minimum,
-                                       group=within):
-                return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
-                        "this site's records of pooled cells, which the other sites' releases alone give, or will "
-                        "once they release theirs (two cells less a few records, say): comparing them would "
-                        "single those records out")
+        basis = [self._base(rows), *self.history.row_sets(rows.lineage, n), *kept, *parts]  # type: ignore[union-attr]
+        if any(spanned_gap(member, basis, n, below=minimum) for member in summed):
+            return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
+                    "this site's records of pooled cells, which the other sites' releases alone give, or will "
+                    "once they release theirs (two cells less a few records, say): comparing them would single "
+                    "those records out")
         return None
 
     def _check_condition(self, condition: Intervals, what: str, instead: str) -> None:
@@ -505,7 +501,7 @@ class Guard:
                 earlier, base = self._earlier(rows), self._base(rows)  # type: ignore[arg-type]
                 packed = [(np.packbits(member), b"") for member in members]
                 problem = (row_set_problem(earlier, members, self.rule("disclosure.subset_min_difference"), base)
-                           or self._against_kept(packed, [base, *earlier], rows))  # type: ignore[arg-type]
+                           or self._against_kept(packed, rows))  # type: ignore[arg-type]
                 if problem:
                     raise self._refuse(problem, "disclosure.subset_min_difference",
                                        "use cuts further from earlier ones, or a column of the table")
@@ -779,10 +775,12 @@ class Guard:
         records whose sums give only their number (``supports`` beside a group) are not compared with the group they
         are of (the table, a subset), nor with a set of it that covers the group with them: their difference is the
         records at the column's other values, whose count is what a table of the column gives (a prevalence of 3 in
-        50); records other functions are summed over are (beside b""): the age summed over all but 2 records. Compared
-        too, pairwise, with this site's records of pooled cells the other sites' releases alone expose. A group
+        50); records other functions are summed over are (beside b""): the age summed over all but 2 records. A group
         whose sums the earlier row sets already give (in their span: the events over the table after the events of
-        each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared."""
+        each grade, :func:`~dsfed_server.disclosure.differencing.combined`) tells nothing new, and is not compared.
+        Every one, given or not, is compared with this site's records of pooled cells the other sites' releases alone
+        give, or will (:meth:`_against_kept`): ``D$g``'s ones summed alone before (their number) and then in a GLM
+        (the outcome's sum over them) are the same records with new sums."""
         if not supports:
             return
         n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")
@@ -800,7 +798,8 @@ class Guard:
             within = [np.frombuffer(group, dtype=np.uint8) if group else None for _, group in new]
             problem = new and row_set_problem(earlier, [bits(member, n).astype(bool) for member, _ in new], minimum,
                                               self._base(rows), within)
-            problem = problem or self._against_kept(new, [self._base(rows), *earlier], rows)
+            problem = problem or self._against_kept(  # every one: a level summed before may now have other sums
+                [(np.frombuffer(member, dtype=np.uint8), group) for member, group in supports.items()], rows)
         if problem:
             raise self._refuse(
                 f"the records at one value of a summed column of few values, or those a derived column's 0/1 factor "

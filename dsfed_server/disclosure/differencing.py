@@ -36,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -48,6 +50,7 @@ from dsfed_server.rowbatches import row_batches
 ROWS = "dsfed.rows"
 T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
+SMALL_GROUPS = 50_000  # groups of few atoms spanned_gap tries (:func:`_new_small_group`)
 CODED_SETS = 16  # up to this many row sets, a record's atom is a 16-bit code (:func:`_atoms`)
 ATOM_FLOATS = 1 << 20  # values of the atoms x sets matrix the audit holds at once (8 MiB; :func:`atom_batch`)
 TOLERANCE_FACTOR = 100  # the leverage's tolerance, in eps x W's condition number (:func:`isolated_records`)
@@ -566,26 +569,26 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
     :func:`isolated_records` finds a single record in the span: a group of a few records that ``member``
     and two or more sets make (``A + B - G`` for a group ``G`` that is two cells less a few records;
     Chin & Ozsoyoglu 1982) passes all three, and the difference of the sums is the sum over those few. The
-    candidates, each tested for the span over the atoms (records that belong to the same sets) as
-    :func:`isolated_records` tests a record:
+    candidates, tested over the atoms (records that belong to the same sets):
 
     * the atoms of ``sets`` that ``member`` touches, and those it holds whole (``G - A - B``): unions in
       the span of ``sets`` alone, as many records from ``member`` as it lacks of the first or holds
       beyond the second;
-    * each atom of ``sets`` and ``member`` of fewer than ``below`` records that lies in their span and did
-      not lie in the span of ``sets`` alone: the few records of cell ``A`` that ``G`` lacks where an
-      earlier subset (the complete cases) already set them apart, or a part of an atom ``member`` splits.
+    * the fewest records that a combination of ``sets`` and ``member`` is not 0 on, where it is 0 on every
+      atom of ``below`` records or more and no combination of ``sets`` alone is it (:func:`_new_small_group`):
+      the few records of cell ``A`` that ``G`` lacks where an earlier subset already set them apart, a part of
+      an atom ``member`` splits, two bins less a subset of 9 of each's 10 records (one left out in each).
 
-    The check is bounded, not complete: a group spread over several parts of split atoms, none in the
-    span alone, passes. ``group``: the group ``member`` is one value's records of (packed, a union of atoms of
-    ``sets``, the table's among them), whose sums give only their number: the atoms it touches making up the
-    group are no candidate, as their difference is the group's records at the other values, whose count a table
-    of the values gives (:func:`row_set_audit`). Where the atoms are too many to audit within
-    :data:`MAX_AUDIT_WORK`, 1."""
+    ``group``: the group ``member`` is one value's records of (packed), whose sums give only their number: the
+    member's own records and the group's others are no candidate, as their counts are what a table of the values
+    gives (:func:`row_set_audit`). Where the atoms, or the groups of few records to try, are too many to audit
+    (:data:`MAX_AUDIT_WORK`, :data:`SMALL_GROUPS`), 1."""
     if not sets:
         return 0
+    if group is not None and not any(np.array_equal(group, s) for s in sets):
+        sets = [*sets, group]
     try:
-        atoms, counts, held, parts, sizes, parent = _atoms_with(sets, member, n)
+        atoms, counts, held, parts, sizes = _atoms_with(sets, member, n)
     except AuditTooLarge:
         return 1
     touched = int(counts[held > 0].sum())
@@ -594,11 +597,92 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
     candidates = [(gap, union) for gap, union in candidates if 0 < gap < below and union.any()]
     found = [gap for (gap, _), spanned in zip(candidates, _spanned(atoms, counts, [u for _, u in candidates]))
              if spanned]
-    small = np.flatnonzero((sizes > 1) & (sizes < below))  # a lone record is the row-set audit's
-    now = small[_alone(parts, sizes, small)]
-    whole = now[sizes[now] == counts[parent[now]]]  # an atom of the sets already: new only if not spanned before
-    found += [int(sizes[part]) for part in np.setdiff1d(now, whole[_alone(atoms, counts, parent[whole])])]
-    return min(found, default=0)
+    exempt: list[np.ndarray] = []
+    if group is not None:
+        column = next(j for j, s in enumerate(sets) if np.array_equal(group, s))
+        exempt = [parts[:, -1] > 0, (parts[:, column] > 0) & (parts[:, -1] == 0)]
+    spread = _new_small_group(parts, sizes, below, exempt)
+    return min([*found, spread] if spread else found, default=0)
+
+
+def _null(incidence: np.ndarray, width: int) -> np.ndarray:
+    """An orthonormal basis (columns) of the combinations of ``width`` sets that are 0 on every atom of
+    ``incidence`` (atoms x sets, 0/1)."""
+    if not incidence.size:
+        return np.eye(width)
+    values, vectors = np.linalg.eigh(incidence.T @ incidence)
+    return vectors[:, values <= max(values.max(), 1.0) * 1e-10]
+
+
+def _orthonormal(columns: np.ndarray) -> np.ndarray:
+    """An orthonormal basis (columns) of the span of ``columns``."""
+    if not columns.size:
+        return columns
+    u, s, _ = np.linalg.svd(columns, full_matrices=False)
+    return u[:, s > 1e-8]
+
+
+def _complement(basis: np.ndarray, size: int) -> np.ndarray:
+    """An orthonormal basis (columns) of the vectors of R^``size`` orthogonal to the columns of ``basis``."""
+    if not basis.size:
+        return np.eye(size)
+    u, _, _ = np.linalg.svd(basis, full_matrices=True)
+    return u[:, basis.shape[1]:]
+
+
+def _within(complement: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per group of atoms (rows: atom numbers), the dimension of the vectors of a space (given by an orthonormal
+    ``complement``) that are 0 outside the group: its size less the rank of the complement's rows."""
+    if not complement.shape[1]:
+        return np.full(len(groups), groups.shape[1])
+    return groups.shape[1] - np.linalg.matrix_rank(complement[groups], tol=1e-8)
+
+
+def _new_small_group(parts: np.ndarray, sizes: np.ndarray, below: int, exempt: Sequence[np.ndarray] = ()) -> int:
+    """The fewest records (1 .. ``below`` - 1; 0 for none) that a combination of the sets and a member (the last
+    column of ``parts``, the incidence of their atoms, whose sizes are ``sizes``) is not 0 on, where it is 0 on every
+    atom of ``below`` records or more and no combination of the sets alone is it (Chin & Ozsoyoglu 1982: a sum
+    over a group of a few records, which need not be one atom), other than the atoms ``exempt`` names (each a
+    boolean over the atoms). Such combinations make a space over the small atoms, and the sets' own a space within
+    it; a group of atoms holds a new one where the first's vectors that are 0 outside it outnumber the second's
+    (:func:`_within`). Every group of fewer than ``below`` records of the atoms the space reaches is tried, up to
+    :data:`SMALL_GROUPS`; beyond, 1 (too many to audit)."""
+    small = np.flatnonzero(sizes < below)
+    if not small.size:
+        return 0
+    large, few, width = parts[sizes >= below], parts[small], parts.shape[1]
+    space = _orthonormal(few @ _null(large, width))
+    old = _orthonormal(few[:, :-1] @ _null(large[:, :-1], width - 1))
+    if space.shape[1] <= old.shape[1]:
+        return 0
+    reached = np.flatnonzero(np.abs(space).max(axis=1) > 1e-8)
+    weight = sizes[small][reached]
+    if sum(math.comb(reached.size, k) for k in range(1, below)) > SMALL_GROUPS:
+        return 1
+    position = np.full(parts.shape[0], -1)
+    position[small[reached]] = np.arange(reached.size)
+    given = [frozenset(position[mask].tolist()) for mask in exempt if mask.any() and (position[mask] >= 0).all()]
+    new_out = _complement(_orthonormal(space[reached]), reached.size)
+
+    @functools.cache
+    def old_out(chosen: tuple[int, ...]) -> np.ndarray:
+        """The complement of the sets' own space and the exempt groups ``chosen`` (their indicators)."""
+        indicators = [np.isin(np.arange(reached.size), list(given[j])).astype(float) for j in chosen]
+        return _complement(_orthonormal(np.column_stack([old[reached], *indicators])), reached.size)
+
+    records = []
+    for k in range(1, below):
+        groups = np.array(list(itertools.combinations(range(reached.size), k)), dtype=np.int64).reshape(-1, k)
+        groups = groups[weight[groups].sum(axis=1) < below]
+        if not groups.size:
+            continue
+        dims, fresh = _within(new_out, groups), np.zeros(len(groups), dtype=bool)
+        keys = [tuple(j for j, e in enumerate(given) if e <= set(g)) for g in groups.tolist()]
+        for chosen in set(keys):  # an exempt group within the group counts as the sets' own there
+            these = np.array([key == chosen for key in keys])
+            fresh[these] = dims[these] > _within(old_out(chosen), groups[these])
+        records += [int(weight[g].sum()) for g in groups[fresh]]
+    return min(records, default=0)
 
 
 def few_levels(values: np.ndarray, powers: int) -> list[np.ndarray]:
@@ -697,13 +781,12 @@ def _spanned_unions(held: Iterable[np.ndarray], size: int, label: np.ndarray, co
 
 
 def _atoms_with(sets: list[np.ndarray], member: np.ndarray, n: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The atoms of ``sets`` (their incidence, atoms x sets, and sizes), how many records of each ``member``
-    holds, and the atoms of ``sets`` and ``member`` (incidence and sizes) with the atom of ``sets`` each is
-    part of. Up to :data:`CODED_SETS` sets and the member, from a 16-bit code a record (2 bytes a record,
-    as :func:`_atoms`); beyond, from :func:`_atom_labels` and each atom's first record, and
-    :class:`AuditTooLarge` where the atoms are too many to audit within :data:`MAX_AUDIT_WORK` (or to hold
-    16 x :data:`ATOM_FLOATS` values of their incidence)."""
+    holds, and the atoms of ``sets`` and ``member`` (incidence and sizes). Up to :data:`CODED_SETS` sets and the
+    member, from a 16-bit code a record (2 bytes a record, as :func:`_atoms`); beyond, from :func:`_atom_labels`
+    and each atom's first record, and :class:`AuditTooLarge` where the atoms are too many to audit within
+    :data:`MAX_AUDIT_WORK` (or to hold 16 x :data:`ATOM_FLOATS` values of their incidence)."""
     everything = [*sets, member]
     if len(everything) <= CODED_SETS:
         code = np.zeros(n, dtype=np.uint16)
@@ -713,10 +796,8 @@ def _atoms_with(sets: list[np.ndarray], member: np.ndarray, n: int
         half = both.size // 2
         values = np.flatnonzero(both[:half] + both[half:])  # the atoms of the sets: the codes' lower bits
         present = np.flatnonzero(both)
-        position = np.zeros(half, dtype=np.int64)
-        position[values] = np.arange(values.size)
         return (_code_bits(values, len(sets)), both[values] + both[values + half], both[values + half],
-                _code_bits(present, len(everything)), both[present], position[present % half])
+                _code_bits(present, len(everything)), both[present])
     label, parts = _atom_labels(sets, n), _atom_labels(everything, n)
     counts, sizes = np.bincount(label), np.bincount(parts)
     if sizes.size * len(everything) ** 2 > MAX_AUDIT_WORK or sizes.size * len(everything) > 16 * ATOM_FLOATS:
@@ -725,7 +806,7 @@ def _atoms_with(sets: list[np.ndarray], member: np.ndarray, n: int
     first, first_part = (np.full(c.size, n, dtype=np.int64) for c in (counts, sizes))
     np.minimum.at(first, label, np.arange(n))
     np.minimum.at(first_part, parts, np.arange(n))
-    return (_incidence(sets, first), counts, held, _incidence(everything, first_part), sizes, label[first_part])
+    return _incidence(sets, first), counts, held, _incidence(everything, first_part), sizes
 
 
 def _code_bits(codes: np.ndarray, width: int) -> np.ndarray:
@@ -759,15 +840,6 @@ def _spanned(incidence: np.ndarray, counts: np.ndarray, unions: list[np.ndarray]
     inside = ((incidence * np.sqrt(counts)[:, None]).T @ wanted).T @ to_basis  # unions x basis
     leverage = np.einsum("ij,ij->i", inside, inside) / np.einsum("ij,ij->j", wanted, wanted)
     return [bool(share > 1 - tolerance) for share in leverage]
-
-
-def _alone(incidence: np.ndarray, counts: np.ndarray, atoms: np.ndarray) -> np.ndarray:
-    """Which of ``atoms`` (numbers) lie alone in the span of the sets (their leverage is 1, :func:`_span`)."""
-    if not atoms.size:
-        return np.zeros(0, dtype=bool)
-    to_basis, tolerance = _span(incidence, counts)
-    u = incidence[atoms] * np.sqrt(counts[atoms])[:, None] @ to_basis
-    return np.einsum("ij,ij->i", u, u) > 1 - tolerance  # the atom's indicator: its weighted row's norm
 
 
 def row_set_problem(earlier: list[np.ndarray], new: list[np.ndarray], min_difference: int,
