@@ -314,9 +314,9 @@ def test_two_exposed_bins_less_a_subset_alone(tmp_path: Path, checks: str, poole
           f"(the small site's alone) less its T alone: {read} of 30 read ({note})")
     # Alone first (2 on the code before, as the control): each bin alone is one site's (HOLDERS = 1), audited against
     # T and the other bin, which the site holds every record of; the two with T single out the 2 left out, one in
-    # each bin, which the audit's bound did not see (two parts of one record each). Now it finds combinations that
-    # are 0 on every atom of q records or more and not on the few (differencing._new_small_group): the bins merge
-    # with their neighbours (cuts 0.3 and 0.7 dropped), 0. Pooled first the small site keeps its records of the two
+    # each bin, which the audit's bound did not see (two parts of one record each). Now it tries every group of the
+    # atoms of fewer than q records (differencing._new_small_group): the bins merge with their neighbours (cuts 0.3
+    # and 0.7 dropped), 0. Pooled first the small site keeps its records of the two
     # bins (Guard._record_exposed) and T, within 2 of their union, is refused: 0 (2 before, and with the control).
     assert read == (0 if checks == "shipped" else 2)
 
@@ -579,3 +579,42 @@ def test_honest_pooled_then_per_site_three_sites(tmp_path: Path, monkeypatch: py
         assert extra <= ({0.9} if site == "a" else set()), (site, extra)
     assert frames["small"].score.min() >= 0.4
     assert shipped["per-site cuts dropped"]["b"] == control["per-site cuts dropped"]["b"]
+
+
+def _ordinary_frames(seed: int) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    frames = {}
+    for site, n in (("small", 50), *((site, 200) for site in LARGE)):
+        s = rng.uniform(0, 1, n)
+        g = np.zeros(n, int)
+        g[rng.choice(n, 3, replace=False)] = 1  # a 0/1 column with 3 ones
+        frames[site] = pd.DataFrame({"y": (rng.uniform(0, 1, n) < s).astype(float), "score": s, "g": g,
+                                     "sex": (rng.uniform(0, 1, n) < 0.5).astype(int),
+                                     "age": rng.uniform(20, 90, n).round(),
+                                     "grade": pd.Categorical(rng.choice(["I", "II", "III"], n))})
+    return frames
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ordinary_calls_at_a_small_site_after_pooled_thresholds(tmp_path: Path, seed: int):
+    """The cost of the kept cells at a small site of 50 records, after pooled thresholds at 0.1 .. 0.9 over it and
+    two sites of 200: its ``meanDS`` of a 0/1 column with 3 ones, of a sex column and of the outcome, a derived
+    ``ifelse(D$age > 50, 1, 0)`` and its mean, and ``glmDS2(y ~ grade)`` are released, the means equal to the
+    site's own (pandas). On the code before, ``meanDS(D$g)`` was refused at two of these three data sets (seeds 0
+    and 2: pairwise, beside kept cells of fewer than q records, which the other sites keep as thin and never
+    release alone)."""
+    frames = _ordinary_frames(seed)
+    small = frames["small"]
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        ds_threshold_metrics(session, "D$y", "D$score", list(np.round(np.arange(0.1, 0.95, 0.1), 2)), secure=True)
+        view = session.site_view("small")
+        view.assign_expr("OLD", "ifelse(D$age > 50, 1, 0)")
+        for expr, truth in (("meanDS(D$g)", small.g.mean()), ("meanDS(D$sex)", small.sex.mean()),
+                            ("meanDS(D$y)", small.y.mean()), ("meanDS(OLD)", (small.age > 50).mean())):
+            assert view.aggregate_expr(expr)["small"]["EstimatedMean"] == pytest.approx(truth, abs=1e-12), expr
+        fit = view.aggregate_expr('glmDS2(y ~ grade, "binomial", "0,0,0", NULL, NULL, "D")')["small"]
+    counts = small.grade.value_counts()
+    assert np.asarray(fit["info.matrix"], float)[0, 0] == pytest.approx(len(small) / 4)  # W = 1/4 at beta = 0
+    assert np.asarray(fit["info.matrix"], float)[1, 1] == pytest.approx(counts["II"] / 4)

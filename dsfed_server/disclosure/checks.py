@@ -444,12 +444,10 @@ class Guard:
         and cells released alone before: ``D$y * D$g``'s ones, 16 of a site's 20 records of two pooled cells with
         the event, are the cells' events less 2, whose outcome the pooled counts less the others' would give. A
         value's records give only their number, and are compared pairwise only (a site's ``meanDS(D$y)`` beside
-        cells whose events the pooled release gave). Kept cells of fewer than q records here are left out: the
-        other sites keep them as thin and never release their own records of them alone
-        (:meth:`_thin_complement`), so the pooled count never gives them. None if none differs so."""
+        cells whose events the pooled release gave). Kept cells of fewer than q records here are left out
+        (:meth:`_kept_cells`). None if none differs so."""
         n, minimum = rows.n_root, self.rule("disclosure.subset_min_difference")
-        exposed = [cell for cell in self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
-                   if set_size(cell) >= self.q]
+        exposed = self._kept_cells(rows)
         if any(differs_little(member, exposed, minimum) for member, _ in new):
             return (f"these records differ from this site's records of a pooled cell in fewer than {minimum} rows, "
                     "where the other sites' releases alone gave theirs: comparing the two would single them out")
@@ -466,6 +464,13 @@ class Guard:
                     "once they release theirs (two cells less a few records, say): comparing them would single "
                     "those records out")
         return None
+
+    def _kept_cells(self, rows: Rows) -> list[np.ndarray]:
+        """This site's records (packed) of pooled cells it keeps (:meth:`_record_exposed`), in the order kept, that
+        hold q records or more here: one of fewer the other sites keep as thin and never release their own records
+        of alone (:meth:`_thin_complement`), so the pooled count never gives it."""
+        return [cell for cell in self.history.exposed_row_sets(rows.lineage, rows.n_root)  # type: ignore[union-attr]
+                if set_size(cell) >= self.q]
 
     def _check_condition(self, condition: Intervals, what: str, instead: str) -> None:
         """Refuse a condition's cuts unless the gate keeps every one: each cell between them and the
@@ -1227,7 +1232,7 @@ class Guard:
         and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them), and
         the cells of the release outside the span that it holds every record of (``pooled``: the cells' pooled
         counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone, and its
-        records of pooled cells kept before (:meth:`_record_exposed`), one by one and, the latest
+        records of pooled cells kept before of q records or more (:meth:`_kept_cells`), one by one and, the latest
         :data:`KEPT_COMBINED`, in combination. Only the
         ``candidates`` (its records of the span not released alone, some) are audited, the first
         :data:`EXPOSED_AUDITS` of them so (cells, rows and columns, the shortest runs first), the rest by the bound
@@ -1244,7 +1249,7 @@ class Guard:
         here = np.array([set_size(c) for c in cells])
         held = np.flatnonzero((here > 0) & (here == pooled))[:HELD_CELLS].tolist()
         within, earlier = np.bitwise_or.reduce(cells), self._alone_sets(rows)[1:]  # type: ignore[arg-type]
-        exposed = self.history.exposed_row_sets(rows.lineage, n)  # type: ignore[union-attr]
+        exposed = self._kept_cells(rows)  # type: ignore[arg-type]
         chosen = sorted((k for k, span in enumerate(spans) if candidates[k] and len(span) < len(cells)),
                         key=lambda k: len(spans[k]))
         exact, bounded = chosen[:EXPOSED_AUDITS], chosen[EXPOSED_AUDITS:]
@@ -1267,13 +1272,12 @@ class Guard:
         theirs alone, which this site cannot see (Denning & Schlörer 1983). A span exposed now holding a cell that
         is not is kept whole (the others' shares of that cell are not given alone, the span's are); a span of cells
         exposed now is their union. They are kept apart from the releases alone that every audit combines (keeping
-        them there grew the history past what a padding member's walk of the decile breaks could audit): a later
-        subset and this site's share of a later pooled span (:meth:`_fails_alone`, its first :data:`EXPOSED_AUDITS`
-        spans) are audited against them pairwise and, the latest :data:`KEPT_COMBINED`, in combination
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`); a later exact sum's records the same way
-        (:meth:`_audit_supports`). With each, its records at 1 of each 0/1 quantity the release summed per cell
-        (``parts``, :func:`~dsfed_server.disclosure.gate.own_parts`: the events), whose number the pooled release
-        gives too: a later sum that they and the kept sets give tells nothing new."""
+        them there grew the history past what a padding member's walk of the decile breaks could audit), with its
+        records of each at 1 of each 0/1 quantity the release summed per cell (``parts``,
+        :func:`~dsfed_server.disclosure.gate.own_parts`: the events, whose number the pooled release gives too).
+        Those of q records or more here (:meth:`_kept_cells`) are audited against: by a later release alone
+        (:meth:`_against_kept`) and by this site's share of a later pooled span (:meth:`_fails_alone`, its first
+        :data:`EXPOSED_AUDITS` spans)."""
         if not self._audits(rows) or len(spans) != exposed.size or not cells:
             return
         single = {span[0] for span, shown in zip(spans, exposed) if shown and len(span) == 1}

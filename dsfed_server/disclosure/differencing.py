@@ -560,8 +560,7 @@ def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
     return min(gaps, default=member.size * 8)
 
 
-def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: int,
-                group: np.ndarray | None = None) -> int:
+def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: int) -> int:
     """How few records (1 .. ``below`` - 1; 0 for none) a combination of the row sets ``sets`` (packed)
     and ``member`` (packed, of a table of ``n`` records) singles out beyond what ``sets`` alone do.
 
@@ -574,34 +573,24 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
     * the atoms of ``sets`` that ``member`` touches, and those it holds whole (``G - A - B``): unions in
       the span of ``sets`` alone, as many records from ``member`` as it lacks of the first or holds
       beyond the second;
-    * the fewest records that a combination of ``sets`` and ``member`` is not 0 on, where it is 0 on every
-      atom of ``below`` records or more and no combination of ``sets`` alone is it (:func:`_new_small_group`):
-      the few records of cell ``A`` that ``G`` lacks where an earlier subset already set them apart, a part of
-      an atom ``member`` splits, two bins less a subset of 9 of each's 10 records (one left out in each).
+    * the fewest records of a group whose sum a combination of ``sets`` and ``member`` is, and no combination
+      of ``sets`` alone (:func:`_new_small_group`): the few records of cell ``A`` that ``G`` lacks where an
+      earlier subset already set them apart, a part of an atom ``member`` splits, two bins less a subset of 9 of
+      each's 10 records (one left out in each).
 
-    ``group``: the group ``member`` is one value's records of (packed), whose sums give only their number: the
-    member's own records and the group's others are no candidate, as their counts are what a table of the values
-    gives (:func:`row_set_audit`). Where the atoms, or the groups of few records to try, are too many to audit
-    (:data:`MAX_AUDIT_WORK`, :data:`SMALL_GROUPS`), 1."""
+    Where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`, 1."""
     if not sets:
         return 0
-    if group is not None and not any(np.array_equal(group, s) for s in sets):
-        sets = [*sets, group]
     try:
         atoms, counts, held, parts, sizes = _atoms_with(sets, member, n)
     except AuditTooLarge:
         return 1
-    touched = int(counts[held > 0].sum())
-    candidates = [(touched - int(held.sum()) if group is None or touched != set_size(group) else 0, held > 0),
+    candidates = [(int(counts[held > 0].sum() - held.sum()), held > 0),
                   (int(held.sum() - counts[held == counts].sum()), held == counts)]
     candidates = [(gap, union) for gap, union in candidates if 0 < gap < below and union.any()]
     found = [gap for (gap, _), spanned in zip(candidates, _spanned(atoms, counts, [u for _, u in candidates]))
              if spanned]
-    exempt: list[np.ndarray] = []
-    if group is not None:
-        column = next(j for j, s in enumerate(sets) if np.array_equal(group, s))
-        exempt = [parts[:, -1] > 0, (parts[:, column] > 0) & (parts[:, -1] == 0)]
-    spread = _new_small_group(parts, sizes, below, exempt)
+    spread = _new_small_group(parts, sizes, below)
     return min([*found, spread] if spread else found, default=0)
 
 
@@ -622,31 +611,15 @@ def _orthonormal(columns: np.ndarray) -> np.ndarray:
     return u[:, s > 1e-8]
 
 
-def _complement(basis: np.ndarray, size: int) -> np.ndarray:
-    """An orthonormal basis (columns) of the vectors of R^``size`` orthogonal to the columns of ``basis``."""
-    if not basis.size:
-        return np.eye(size)
-    u, _, _ = np.linalg.svd(basis, full_matrices=True)
-    return u[:, basis.shape[1]:]
-
-
-def _within(complement: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """Per group of atoms (rows: atom numbers), the dimension of the vectors of a space (given by an orthonormal
-    ``complement``) that are 0 outside the group: its size less the rank of the complement's rows."""
-    if not complement.shape[1]:
-        return np.full(len(groups), groups.shape[1])
-    return groups.shape[1] - np.linalg.matrix_rank(complement[groups], tol=1e-8)
-
-
-def _new_small_group(parts: np.ndarray, sizes: np.ndarray, below: int, exempt: Sequence[np.ndarray] = ()) -> int:
-    """The fewest records (1 .. ``below`` - 1; 0 for none) that a combination of the sets and a member (the last
-    column of ``parts``, the incidence of their atoms, whose sizes are ``sizes``) is not 0 on, where it is 0 on every
-    atom of ``below`` records or more and no combination of the sets alone is it (Chin & Ozsoyoglu 1982: a sum
-    over a group of a few records, which need not be one atom), other than the atoms ``exempt`` names (each a
-    boolean over the atoms). Such combinations make a space over the small atoms, and the sets' own a space within
-    it; a group of atoms holds a new one where the first's vectors that are 0 outside it outnumber the second's
-    (:func:`_within`). Every group of fewer than ``below`` records of the atoms the space reaches is tried, up to
-    :data:`SMALL_GROUPS`; beyond, 1 (too many to audit)."""
+def _new_small_group(parts: np.ndarray, sizes: np.ndarray, below: int) -> int:
+    """The fewest records (1 .. ``below`` - 1; 0 for none) of a group whose sum a combination of the sets and a
+    member (the last column of ``parts``, the incidence of their atoms, whose sizes are ``sizes``) is, and no
+    combination of the sets alone (Chin & Ozsoyoglu 1982: a group of a few records, which need not be one atom).
+    Such a group is a union of atoms of fewer than ``below`` records, and its indicator lies in the space of the
+    combinations that are 0 on every larger atom; every group of them of fewer than ``below`` records that the
+    space reaches is tried, each atom alone and, while they number at most :data:`SMALL_GROUPS`, groups of two,
+    three, ... atoms (a bound beyond: a site's validation releases hundreds of small cells). A combination that is
+    no group's sum (two records' sum less two others') singles out none."""
     small = np.flatnonzero(sizes < below)
     if not small.size:
         return 0
@@ -656,33 +629,28 @@ def _new_small_group(parts: np.ndarray, sizes: np.ndarray, below: int, exempt: S
     if space.shape[1] <= old.shape[1]:
         return 0
     reached = np.flatnonzero(np.abs(space).max(axis=1) > 1e-8)
-    weight = sizes[small][reached]
-    if sum(math.comb(reached.size, k) for k in range(1, below)) > SMALL_GROUPS:
-        return 1
-    position = np.full(parts.shape[0], -1)
-    position[small[reached]] = np.arange(reached.size)
-    given = [frozenset(position[mask].tolist()) for mask in exempt if mask.any() and (position[mask] >= 0).all()]
-    new_out = _complement(_orthonormal(space[reached]), reached.size)
-
-    @functools.cache
-    def old_out(chosen: tuple[int, ...]) -> np.ndarray:
-        """The complement of the sets' own space and the exempt groups ``chosen`` (their indicators)."""
-        indicators = [np.isin(np.arange(reached.size), list(given[j])).astype(float) for j in chosen]
-        return _complement(_orthonormal(np.column_stack([old[reached], *indicators])), reached.size)
-
-    records = []
+    space, old, weight = space[reached], old[reached], sizes[small][reached]
+    records, tried = [], 0
     for k in range(1, below):
+        tried += math.comb(reached.size, k)
+        if k > 1 and tried > SMALL_GROUPS:
+            break  # a bound: groups of one atom are always tried
         groups = np.array(list(itertools.combinations(range(reached.size), k)), dtype=np.int64).reshape(-1, k)
         groups = groups[weight[groups].sum(axis=1) < below]
         if not groups.size:
             continue
-        dims, fresh = _within(new_out, groups), np.zeros(len(groups), dtype=bool)
-        keys = [tuple(j for j, e in enumerate(given) if e <= set(g)) for g in groups.tolist()]
-        for chosen in set(keys):  # an exempt group within the group counts as the sets' own there
-            these = np.array([key == chosen for key in keys])
-            fresh[these] = dims[these] > _within(old_out(chosen), groups[these])
-        records += [int(weight[g].sum()) for g in groups[fresh]]
-    return min(records, default=0)
+        indicators = np.zeros((len(groups), reached.size))
+        np.put_along_axis(indicators, groups, 1.0, axis=1)
+        inside = _residual(indicators, space) < 1e-8
+        new = inside & (_residual(indicators, old) > 1e-8)
+        records += weight[groups[new]].sum(axis=1).tolist()
+    return int(min(records, default=0))
+
+
+def _residual(vectors: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """The norm of each row of ``vectors`` less its projection on the columns of an orthonormal ``basis``."""
+    left = vectors - (vectors @ basis) @ basis.T if basis.size else vectors
+    return np.linalg.norm(left, axis=1)
 
 
 def few_levels(values: np.ndarray, powers: int) -> list[np.ndarray]:
