@@ -57,7 +57,7 @@ from typing import Any, Callable, Collection, Literal, Sequence
 
 import numpy as np
 
-from dsfed_server.disclosure.differencing import PooledCell, Rows
+from dsfed_server.disclosure.differencing import PooledCell, Rows, packed_rows
 from dsfed_server.disclosure.mechanisms import content_digest, extended, keyed, rng_of, seeded_rng
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, Transform, ordering_key
 from dsfed_core.errors import CallError, DisclosureRefusal
@@ -921,18 +921,13 @@ def own_parts(rows: Rows | None, sums: dict[str, np.ndarray]) -> tuple[np.ndarra
     the number of the cell's records among them."""
     if rows is None:
         return ()
-    out: dict[bytes, np.ndarray] = {}
-    whole = np.zeros(rows.n_root, dtype=bool)
-    whole[rows.index] = True
-    for values in sums.values():
-        values = np.asarray(values, dtype=float)
-        if values.size != rows.index.size or not np.isin(values, (0.0, 1.0)).all():
-            continue
-        member = np.zeros(rows.n_root, dtype=bool)
-        member[rows.index[values == 1]] = True
-        if np.packbits(whole & ~member).tobytes() not in out:
-            out.setdefault(np.packbits(member).tobytes(), np.packbits(member))
-    return tuple(out.values())
+    out: dict[bytes, None] = {}
+    for values in map(np.asarray, sums.values()):
+        if values.size == rows.index.size and np.isin(values, (0, 1)).all():
+            ones, rest = packed_rows(rows, values == 1), packed_rows(rows, values != 1)
+            if ones is not None and rest not in out:
+                out[ones] = None
+    return tuple(np.frombuffer(packed, dtype=np.uint8) for packed in out)
 
 
 def own_cells(rows: Rows | None, cell_of_record: np.ndarray, counts: np.ndarray, column: str = ""
