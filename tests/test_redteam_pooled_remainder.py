@@ -21,18 +21,19 @@ events) of R and checked against the truth:
   on the code before (each share so exposed was audited at its own pooled release against s1's releases alone, not
   its earlier exposed shares); now s1 audits each share in combination with the shares it kept: 0.
 * ``union``: no per-site release at all; a fourth pooled table over C's older patients (B and C). Where B and C
-  overlap at the target itself, no disjoint family exists there and nothing is checked, yet A - B - C + (B and C)
-  = A less the union of B and C is R (Chin & Ozsoyoglu's inclusion-exclusion): 2 read, a hole.
+  overlap at the target itself, A - B - C + (B and C) = A less the union of B and C is R (Chin & Ozsoyoglu's
+  inclusion-exclusion). The remainder check subtracted only families disjoint at the site, and 2 were read; it now
+  takes a cell whose records shared with the family are exactly an earlier cell's (subtracted once more): 0.
 
 Measured (each test prints what it read): others' own in the window 0 (2 under the relaxation); others' own nested
-everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 2; the control (nested
-everywhere, R alone pooled) 0 with the checks, 2 with the remainder check and the exposed-share audit bypassed in
-process. The union hole is pinned at what it reads (docs/governance.md states it): a read above 0 there is a hole,
-not a pass.
+everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 0 (2 with the checks
+bypassed, and on the code before); the control (nested everywhere, R alone pooled) 0 with the checks, 2 with the
+remainder check and the exposed-share audit bypassed in process.
 """
 
 from __future__ import annotations
 
+import itertools
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -142,11 +143,13 @@ def others_own_attack(builder, truth: pd.DataFrame) -> tuple[int, np.ndarray | N
     return scored(target["D"] - target["B"] - target["C"], truth), difference, refusals
 
 
-def union_attack(builder, truth: pd.DataFrame) -> tuple[int, list[str]]:
-    """Pooled releases only: A - B - C + (B and C) in the low cell."""
+def union_attack(builder, truth: pd.DataFrame, order: tuple[str, ...] = ("D", "B", "BC", "C")
+                 ) -> tuple[int, list[str]]:
+    """Pooled releases only, in ``order``: A - B - C + (B and C) in the low cell."""
     refusals: list[str] = []
     with builder.login() as session:
-        pooled = released(session.pooled, subsets(session, union=True), refusals)
+        subsets(session, union=True)
+        pooled = released(session.pooled, order, refusals)
     if any(s not in pooled or LOW not in pooled[s] for s in ("D", "B", "BC", "C")):
         return 0, refusals
     read = (np.asarray(pooled["D"][LOW]) - pooled["B"][LOW] - pooled["C"][LOW] + pooled["BC"][LOW])
@@ -195,19 +198,36 @@ def test_nested_everywhere_with_a_pooled_difference_of_q_reads_the_remainder_les
         assert difference is not None and difference[0] == 6  # 2 + 2 + 2 >= q: the remainder check passes it
 
 
-def test_inclusion_exclusion_at_the_target_reads_the_remainder_from_pooled_releases_alone(tmp_path):
+@pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("bypassed", 2)])
+def test_inclusion_exclusion_at_the_target_reads_nothing_from_pooled_releases_alone(tmp_path, which, expected):
+    """B and C overlap at the target, and the fourth release is over their overlap there: A - B - C + (B and C) is
+    A less the union of B and C, the target's 2 records (pooled 2 < q). The remainder check subtracted only families
+    disjoint at the site, and this read 2 on the code before; it now takes a cell that shares with the family exactly
+    an earlier cell's records, and merges the fourth release's cut: 0. With the checks bypassed in process, 2."""
     # 9 older patients of a lower income above 0.5 at the target, of its 15 older there: with 14 its records of the
     # cells of B and of B and C above 0.5 differ by 1, which it keeps apart since its shares of pooled cells are kept
     # (the others may release theirs alone), so it merges the fourth release's cut, and this route reads nothing for
     # a reason of its own.
     truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
                            target_old_poor_high=9)
-    read, refusals = union_attack(builder, truth)
-    print(f"ATTACK pooled A - B - C + (B and C), B and C overlapping at the target: read the outcomes of "
+    with rule(which):
+        read, refusals = union_attack(builder, truth)
+    print(f"ATTACK pooled A - B - C + (B and C), B and C overlapping at the target ({which}): read the outcomes of "
           f"{read} target records; refusals {sorted(set(refusals))}")
-    # OLDER HOLE (left, docs/governance.md): the remainder check subtracts only families disjoint at the site; with
-    # B and C overlapping at s1, none is, and A less the union of B and C (2 records, pooled 2 < q) is released.
-    assert read == 2
+    assert read == expected
+
+
+def test_inclusion_exclusion_in_any_order_of_the_four_releases_reads_nothing(tmp_path):
+    """The same four pooled releases in each of their 24 orders (the container first, last or between, the overlap
+    before or after the sets it is shared by): whichever comes last is checked against the other three. With the
+    checks bypassed, six of these orders (one in four) were tried in a probe and read 2 each."""
+    reads = {}
+    for k, order in enumerate(itertools.permutations(("D", "B", "BC", "C"))):
+        truth, builder = sites(tmp_path / str(k), target_old_poor=10, others_young_rich=0, others_old_poor=0,
+                               seed="rt union", target_old_poor_high=9)
+        reads[order], _ = union_attack(builder, truth, order)
+    print(f"ATTACK pooled A - B - C + (B and C) in 24 orders: read {sum(reads.values())} target records")
+    assert reads == {order: 0 for order in reads}
 
 
 @pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("bypassed", 2)])

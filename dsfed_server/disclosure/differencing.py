@@ -477,6 +477,7 @@ class _Cells:
         self.columns = np.array([c.column for c in cells], dtype=object)
         self.by_size = np.argsort(-self.sizes, kind="stable")  # largest first, ties in their order
         self._inside: dict[int, np.ndarray] = {}
+        self._by_rows: dict[bytes, int] | None = None
 
     def within(self, container: np.ndarray) -> np.ndarray:
         """Per cell: whether it holds no record ``container`` (packed) does not."""
@@ -491,6 +492,14 @@ class _Cells:
         if k not in self._inside:
             self._inside[k] = self.within(self.rows[k])  # type: ignore[index]
         return self._inside[k]
+
+    def with_rows(self, packed: np.ndarray) -> int | None:
+        """The first cell whose records here are exactly ``packed`` (some records), or None."""
+        if self._by_rows is None:
+            self._by_rows = {}
+            for k in np.flatnonzero(self.sizes > 0)[::-1]:
+                self._by_rows[self.rows[k].tobytes()] = int(k)  # type: ignore[index]
+        return self._by_rows.get(packed.tobytes())
 
 
 def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every: _Cells | None = None
@@ -515,12 +524,15 @@ def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every:
 
 
 def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _Cells, min_difference: int) -> bool:
-    """Whether the new cell and earlier cells, one of them holding the others (disjoint from each other at
-    this site), leave a remainder of 1 to ``min_difference - 1`` records here whose count, the container's
-    less the others' as the analyst sees them, is below ``min_difference`` too (three or more cells:
-    ``A - B - C``, where no two differ by few records). The family subtracted is chosen greedily, largest
-    first, with the new cell in it (or holding it); cells with no record here, and families of intervals of
-    one column, which the gate keeps apart, are left out."""
+    """Whether the new cell and earlier cells, one of them holding the others, leave a remainder of 1 to
+    ``min_difference - 1`` records here whose count, the container's less the others' as the analyst sees them, is
+    below ``min_difference`` too (three or more cells: ``A - B - C``, where no two differ by few records). The
+    family subtracted is chosen greedily, largest first, with the new cell in it (or holding it): a cell joins it
+    where it shares no record here with the family's, or where the records it shares with them are exactly a
+    cell's, whose count the analyst subtracts once more (inclusion-exclusion, Chin & Ozsoyoglu 1982:
+    ``A - B - C + (B and C)``, where the subset of C's older patients is B and C's overlap at this site). Where
+    several cells hold exactly those records, the first released counts. Cells with no record here, and families of
+    intervals of one column, which the gate keeps apart, are left out."""
     if size == 0 or earlier.rows is None:
         return False
 
@@ -528,15 +540,26 @@ def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _
                   family: list[tuple[np.ndarray, int, str]], columns: set[str]) -> bool:
         taken = np.zeros_like(container)
         counted, cells = 0, len(family)
+        members = {rows.tobytes(): (n, column) for rows, n, column in family}  # the new cell, if in the family
         for rows, n, column in family:
             taken, counted = np.bitwise_or(taken, rows), counted + n
             columns.add(column)
         candidates = inside & (earlier.sizes > 0) & (earlier.sizes < total)
         for k in earlier.by_size[candidates[earlier.by_size]]:
             old = earlier.rows[k]  # type: ignore[index]
-            if not np.any(np.bitwise_and(old, taken)):
-                taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
-                columns.add(earlier.columns[k])
+            shared = np.bitwise_and(old, taken)
+            if np.any(shared):
+                if not np.any(np.bitwise_and(old, np.bitwise_not(taken))):
+                    continue  # within the family's records
+                j = earlier.with_rows(shared)
+                overlap = (int(earlier.counts[j]), earlier.columns[j]) if j is not None else members.get(
+                    shared.tobytes())
+                if overlap is None:
+                    continue
+                counted -= overlap[0]
+                columns.add(overlap[1])
+            taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
+            columns.add(earlier.columns[k])
         left = total - set_size(taken)
         if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
             return False  # one cell subtracted is a pair, checked above
