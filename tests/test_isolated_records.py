@@ -13,7 +13,7 @@ import pytest
 from sitekit import held_by
 
 from dsfed_server.disclosure.differencing import (ATOM_FLOATS, CODED_SETS, MAX_AUDIT_WORK, AuditTooLarge,
-                                                 atom_batch, isolated_records, row_set_problem)
+                                                 atom_batch, isolated_records, row_set_problem, spanned_gap)
 
 
 def _in_span(matrix: np.ndarray) -> np.ndarray:
@@ -166,3 +166,5 @@ def test_an_audit_beyond_its_work_limit_refuses_the_release():
     new = rng.uniform(size=n) < 0.5
     problem = row_set_problem(earlier, [new], 5)
     assert problem is not None and "too large to audit" in problem
+    with pytest.raises(AuditTooLarge):  # not a gap of 1 record, which the gate reported as "differ by fewer than 5"
+        spanned_gap(np.packbits(new), earlier, n, below=5)

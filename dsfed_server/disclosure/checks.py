@@ -418,7 +418,7 @@ class Guard:
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             problem = row_set_problem(earlier, [new], minimum, base) or self._against_kept(
                 [(np.packbits(new), b"")], rows)
-            if not problem and spanned_gap(np.packbits(new), [base, *earlier], rows.n_root, below=minimum):
+            if not problem and self._spanned(np.packbits(new), [base, *earlier], rows):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
@@ -458,12 +458,23 @@ class Guard:
         parts = [part for part in self.history.exposed_parts(rows.lineage, n)  # type: ignore[union-attr]
                  if any(not np.bitwise_and(part, np.bitwise_not(cell)).any() for cell in kept)]
         basis = [self._base(rows), *self.history.row_sets(rows.lineage, n), *kept, *parts]  # type: ignore[union-attr]
-        if any(spanned_gap(member, basis, n, below=minimum) for member in summed):
+        if any(self._spanned(member, basis, rows) for member in summed):
             return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
                     "this site's records of pooled cells, which the other sites' releases alone give, or will "
                     "once they release theirs (two cells less a few records, say): comparing them would single "
                     "those records out")
         return None
+
+    def _spanned(self, member: np.ndarray, sets: list[np.ndarray], rows: Rows) -> bool:
+        """Whether a combination of ``sets`` and ``member`` (packed) singles out 1 to
+        ``disclosure.subset_min_difference`` - 1 records that ``sets`` alone do not
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`); refused, saying so, where the release history is
+        too large to audit."""
+        try:
+            return spanned_gap(member, sets, rows.n_root, below=self.rule("disclosure.subset_min_difference")) > 0
+        except AuditTooLarge as exc:
+            raise self._refuse(f"the release history of this table is too large to audit ({exc})",
+                               "disclosure.subset_min_difference", "ask the site's administrator") from None
 
     def _kept_cells(self, rows: Rows) -> list[np.ndarray]:
         """This site's records (packed) of pooled cells it keeps (:meth:`_record_exposed`), in the order kept, that
@@ -658,7 +669,7 @@ class Guard:
             sets = [base, *earlier]
 
             def near(members: list[np.ndarray]) -> bool:  # their union within a few records of a combination
-                return spanned_gap(np.packbits(np.logical_or.reduce(members)), sets, rows.n_root, below=minimum) > 0
+                return self._spanned(np.packbits(np.logical_or.reduce(members)), sets, rows)
 
             withheld = [cell for cell, member in zip(held, released.row_sets)
                         if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)

@@ -601,13 +601,10 @@ def spanned_gap(member: np.ndarray, sets: list[np.ndarray], n: int, *, below: in
       earlier subset already set them apart, a part of an atom ``member`` splits, two bins less a subset of 9 of
       each's 10 records (one left out in each).
 
-    Where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`, 1."""
+    :class:`AuditTooLarge` where the atoms are too many to audit within :data:`MAX_AUDIT_WORK`."""
     if not sets:
         return 0
-    try:
-        atoms, counts, held, parts, sizes = _atoms_with(sets, member, n)
-    except AuditTooLarge:
-        return 1
+    atoms, counts, held, parts, sizes = _atoms_with(sets, member, n)
     candidates = [(int(counts[held > 0].sum() - held.sum()), held > 0),
                   (int(held.sum() - counts[held == counts].sum()), held == counts)]
     candidates = [(gap, union) for gap, union in candidates if 0 < gap < below and union.any()]
