@@ -51,6 +51,7 @@ ROWS = "dsfed.rows"
 T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
 SMALL_GROUPS = 50_000  # groups of few atoms spanned_gap tries (:func:`_new_small_group`)
+GROUP_TOLERANCE = 1e-10  # a group's squared distance from a space below which it lies in it (:func:`_beyond`)
 CODED_SETS = 16  # up to this many row sets, a record's atom is a 16-bit code (:func:`_atoms`)
 ATOM_FLOATS = 1 << 20  # values of the atoms x sets matrix the audit holds at once (8 MiB; :func:`atom_batch`)
 TOLERANCE_FACTOR = 100  # the leverage's tolerance, in eps x W's condition number (:func:`isolated_records`)
@@ -659,18 +660,17 @@ def _new_small_group(parts: np.ndarray, sizes: np.ndarray, below: int) -> int:
         groups = groups[weight[groups].sum(axis=1) < below]
         if not groups.size:
             continue
-        indicators = np.zeros((len(groups), reached.size))
-        np.put_along_axis(indicators, groups, 1.0, axis=1)
-        inside = _residual(indicators, space) < 1e-8
-        new = inside & (_residual(indicators, old) > 1e-8)
+        inside = _beyond(space, groups) < GROUP_TOLERANCE
+        new = inside & (_beyond(old, groups) > GROUP_TOLERANCE)
         records += weight[groups[new]].sum(axis=1).tolist()
     return int(min(records, default=0))
 
 
-def _residual(vectors: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """The norm of each row of ``vectors`` less its projection on the columns of an orthonormal ``basis``."""
-    left = vectors - (vectors @ basis) @ basis.T if basis.size else vectors
-    return np.linalg.norm(left, axis=1)
+def _beyond(basis: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Per group (a row of atom positions), the squared norm of its indicator less its projection on the columns of
+    an orthonormal ``basis`` (atoms x dimensions): the group's size less the squared norm of the sum of its atoms'
+    rows of the basis, a gather per atom of the group instead of a product of every indicator with the space."""
+    return groups.shape[1] - np.square(basis[groups].sum(axis=1)).sum(axis=1)
 
 
 def few_levels(values: np.ndarray, powers: int) -> list[np.ndarray]:
