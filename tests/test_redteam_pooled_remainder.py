@@ -230,6 +230,83 @@ def test_inclusion_exclusion_in_any_order_of_the_four_releases_reads_nothing(tmp
     assert reads == {order: 0 for order in reads}
 
 
+def three_way(frame: pd.DataFrame, remainder_low: int, seed: int) -> pd.DataFrame:
+    """``frame`` laid out for a remainder of three overlapping subsets: older patients (B) 70 % under 75,000 (C), and
+    60 % of everyone at 95 kg or more (E); young patients under 75,000 but ``remainder_low`` below a score of 0.5 and
+    8 above, who earn 80,000 or more and weigh 70 kg (the remainder, outside B, C and E), and 6 more on each side
+    who earn as much but weigh 96 kg (so B and C leave many records, and E takes all but the remainder)."""
+    rng = np.random.default_rng(seed)
+    frame = frame.copy()
+    young = frame.age < 55
+    frame.loc[young, "income"] = np.minimum(frame.loc[young, "income"], 74_000.0)
+    older = int((~young).sum())
+    frame.loc[~young, "income"] = np.where(rng.uniform(size=older) < 0.7, 60_000.0, 90_000.0) + np.arange(older)
+    frame["weight"] = np.where(rng.uniform(size=len(frame)) < 0.6, 95.0, 70.0) + rng.integers(0, 5, len(frame))
+    for side, k in ((frame.score < 0.5, remainder_low), (frame.score >= 0.5, 8)):
+        chosen = frame.index[young & side][:k + 6]
+        frame.loc[chosen, "income"] = 80_000.0 + np.arange(len(chosen))
+        frame.loc[chosen[:k], "weight"] = 70.0
+        frame.loc[chosen[k:], "weight"] = 96.0
+    return frame
+
+
+THREE_WAY = {"D": 1, "B": -1, "C": -1, "E": -1, "BC": 1, "BE": 1, "CE": 1, "BCE": -1}  # A less B, C and E's union
+
+
+@pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("bypassed", 2)])
+def test_three_way_inclusion_exclusion_reads_nothing_from_pooled_releases_alone(tmp_path, which, expected):
+    """Three overlapping subsets (older, poorer, heavier) and their four overlaps, each released pooled: the signed
+    sum of the eight low cells is A less the union of the three, the target's 2 records (0 at the other sites). Where
+    the records a cell shares with the family are no single cell's, the check subtracted no such cell, and this read
+    2 (as with the checks bypassed); it now counts such records as a union of the overlaps (the records E shares
+    with B or C are BE and CE less BCE) and merges the last release's low cell: 0."""
+    with rule(which):
+        read, refusals = three_way_attack(tmp_path, tuple(THREE_WAY))
+    print(f"ATTACK pooled three-way inclusion-exclusion ({which}): read the outcomes of {read} target records; "
+          f"refusals {sorted(set(refusals))}")
+    assert read == expected
+
+
+def test_three_way_inclusion_exclusion_in_drawn_orders_reads_nothing(tmp_path):
+    """The eight releases in 8 drawn orders: on the code before (an overlap counted only where it was one cell's
+    records) each read 2, 16 in all; a first version of the union counted the records a cell shares with the family
+    as a union of earlier cells only, not of the new one, and read 2 in at least three (the last release BE or BC)."""
+    names = list(THREE_WAY)
+    rng = np.random.default_rng(5)
+    reads = {}
+    for k in range(8):
+        order = tuple(names[i] for i in rng.permutation(len(names)))
+        reads[order], _ = three_way_attack(tmp_path / str(k), order)
+    print(f"ATTACK pooled three-way inclusion-exclusion in 8 orders: read {sum(reads.values())} target records")
+    assert reads == {order: 0 for order in reads}
+
+
+def three_way_attack(path: Path, order: tuple[str, ...]) -> tuple[int, list[str]]:
+    """Sites laid out by :func:`three_way`, the seven subsets, then the pooled releases in ``order``: (records of
+    the target read from the signed sum of the low cells, refusals)."""
+    frames = {TARGET: three_way(synthetic_frame(21, 150), 2, 1)}
+    for k, name in enumerate(OTHERS):
+        frames[name] = three_way(synthetic_frame(22 + k, 150), 0, 2 + k)
+    target = frames[TARGET]
+    truth = target[(target.age < 55) & (target.income >= 75_000) & (target.weight < 90) & (target.score < 0.5)]
+    assert len(truth) == 2
+    with fixed_secrets("rt three way"):
+        provisioned, services = make_sites(path, frames)
+    refusals: list[str] = []
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        for name, parent, column, value, op in (("B", "D", "age", "55", 6), ("C", "D", "income", "75000", 3),
+                                                ("E", "D", "weight", "90", 6), ("BC", "C", "age", "55", 6),
+                                                ("BE", "B", "weight", "90", 6), ("CE", "C", "weight", "90", 6),
+                                                ("BCE", "BC", "weight", "90", 6)):
+            session.assign_expr(name, f'dataFrameSubsetDS2("{parent}", "{parent}${column}", "{value}", {op}, NULL, '
+                                      'NULL, FALSE)')
+        pooled = released(session.pooled, order, refusals)
+    if not all(name in pooled and LOW in pooled[name] for name in THREE_WAY):
+        return 0, refusals
+    return scored(sum(sign * np.asarray(pooled[name][LOW]) for name, sign in THREE_WAY.items()), truth), refusals
+
+
 @pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("bypassed", 2)])
 def test_control_a_remainder_alone_in_the_pooled_difference_is_refused(tmp_path, which, expected):
     """Nested everywhere, no remainder elsewhere: the pooled difference is s1's 2 records, which the check refuses
