@@ -1268,11 +1268,20 @@ class Guard:
             member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
             besides = [*earlier, *(cells[j] for j in held if j not in spans[k])]
             out[k] = bool(row_set_problem(besides, [bits(member, n).astype(bool)], minimum, within)
-                          or spanned_gap(member, [within, *besides, *exposed[-KEPT_COMBINED:]], n, below=minimum)
+                          or self._spanned_or_unaudited(member, [within, *besides, *exposed[-KEPT_COMBINED:]], n)
                           or differs_little(member, exposed, minimum))
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
+
+    def _spanned_or_unaudited(self, member: np.ndarray, sets: list[np.ndarray], n: int) -> bool:
+        """Whether a span's records and ``sets`` single out a few records in combination
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`), or are too many to tell: either way the span
+        fails, and is merged, not the whole release refused."""
+        try:
+            return spanned_gap(member, sets, n, below=self.rule("disclosure.subset_min_difference")) > 0
+        except AuditTooLarge:
+            return True
 
     def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, held: np.ndarray,
                         rows: Rows | None, parts: Sequence[np.ndarray] = ()) -> None:
