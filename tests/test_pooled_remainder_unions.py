@@ -62,16 +62,19 @@ def read(cells: dict[str, tuple[frozenset[int], int]]) -> tuple[int, int]:
     return sum(sign * cells[name][1] for name, sign in SIGNS.items()), int(here.sum())
 
 
+B2 = frozenset(range(15, 90))  # a larger subset inside A crossing C and D, holding B
+
+
 @pytest.mark.parametrize("last", list(SIGNS))
-@pytest.mark.parametrize("crossing", [False, True])
+@pytest.mark.parametrize("crossing", [(), (B,), (B, B2), (B2, B)])
 def test_a_less_the_union_of_two_overlapping_cells_is_objected_to_whichever_comes_last(last, crossing):
-    """``A - C - D + CD`` is this site's 2 records, pooled 2: the last of the four is objected to, with or without a
-    large subset B released first whose overlaps with C and D are no cell's (a greedy family that takes B first
-    leaves C and D out; the check tries again without it)."""
+    """``A - C - D + CD`` is this site's 2 records, pooled 2: the last of the four is objected to, with or without
+    large subsets released first whose overlaps with C and D are no cell's (a greedy family that takes them first
+    leaves C and D out; the check tries again without each, and without the first ones together)."""
     cells = family(extra=0)
     value, here = read(cells)
     assert (value, here) == (2, 2)
-    earlier = ([(B, pooled(B))] if crossing else []) + [cells[k] for k in SIGNS if k != last]
+    earlier = [(records, pooled(records)) for records in crossing] + [cells[k] for k in SIGNS if k != last]
     assert objected(earlier, cells[last])
 
 

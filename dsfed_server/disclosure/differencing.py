@@ -562,29 +562,38 @@ def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _
     family subtracted is chosen greedily, largest first, with the new cell in it (or holding it), and may overlap
     where the analyst has the count of the records shared (:func:`_union`); the greedy choice is made again without
     each of the first :data:`BLOCKERS_TRIED` cells that kept others out (a large subset crossing two that make the
-    remainder). Where cells hold the same records here, every count of theirs is tried. Cells with no record here,
-    and families of intervals of one column, which the gate keeps apart, are left out."""
+    remainder), and without the first of them, then it and the first of those the next choice finds, and so on (two
+    such subsets, one holding the other). Where cells hold the same records here, every count of theirs is tried.
+    Cells with no record here, and families of intervals of one column, which the gate keeps apart, are left out."""
     if size == 0 or earlier.rows is None:
         return False
     work, new, first = _Work(UNION_WORK), int.from_bytes(packed.tobytes(), "big"), earlier.firsts
+    answers: dict[bool, dict[tuple[int, int], _Union | None]] = {}
 
     def remainder(inside: np.ndarray, total: int, counts: set[int], family: dict[int, tuple[int, str]],
                   columns: set[str]) -> bool:
         start = _Union(new if family else 0, {cell.count} if family else {0}, len(family),
                        columns | {column for _, column in family.values()})
-        candidates = earlier.by_size[(inside & first & (earlier.sizes < total))[earlier.by_size]]
-        known: dict[tuple[int, int], _Union | None] = {}
-        union, blockers = _union(candidates.tolist(), earlier, family, start, UNION_DEPTH, work, known)
-        for blocker in [None, *blockers[:BLOCKERS_TRIED]]:
-            if blocker is not None:
-                union, _ = _union(candidates.tolist(), earlier, family, start, UNION_DEPTH, work, known, skip=blocker)
+        candidates = earlier.by_size[(inside & first & (earlier.sizes < total))[earlier.by_size]].tolist()
+        known = answers.setdefault(bool(family), {})  # what an overlap's count is depends on the family only
+
+        def small(skip: frozenset[int]) -> tuple[bool, list[int]]:
+            union, blockers = _union(candidates, earlier, family, start, UNION_DEPTH, work, known, skip=skip)
             left = total - union.rows.bit_count()
-            if union.cells < 2 or left <= 0 or left >= min_difference:
-                continue  # one cell subtracted is a pair, checked above
-            if any(abs(a - b) < min_difference for a in counts for b in union.counts) and not (
-                    len(union.columns) == 1 and "" not in union.columns):  # intervals of one column: the gate's
-                return True
-        return False
+            return (union.cells >= 2 and 0 < left < min_difference  # one cell subtracted is a pair, checked above
+                    and any(abs(a - b) < min_difference for a in counts for b in union.counts)
+                    and not (len(union.columns) == 1 and "" not in union.columns)), blockers  # one column: the gate's
+
+        found, blockers = small(frozenset())
+        tried, left_out = blockers[:BLOCKERS_TRIED], frozenset(blockers[:1])
+        for blocker in tried[1:]:  # each alone
+            found = found or small(frozenset({blocker}))[0]
+        for _ in range(BLOCKERS_TRIED):  # and the first ones together, as each try finds the next
+            if found or not left_out:
+                break
+            found, more = small(left_out)
+            left_out = left_out | frozenset(more[:1])
+        return found
 
     if remainder(earlier.within(packed), size, {cell.count}, {}, {cell.column}):  # it holds earlier ones
         return True
@@ -620,13 +629,13 @@ def _plus(a: set[int], b: set[int], sign: int = 1) -> set[int]:
 
 def _union(candidates: list[int], earlier: _Cells, members: dict[int, tuple[int, str]], start: _Union, depth: int,
            work: _Work, known: dict[tuple[int, int], "_Union | None"], within: int | None = None,
-           skip: int | None = None) -> tuple[_Union, list[int]]:
+           skip: frozenset[int] = frozenset()) -> tuple[_Union, list[int]]:
     """``start`` joined greedily by the earlier cells ``candidates`` (largest first) and the ``members`` (the new
     cell) ``within`` given records, and the cells that kept others out (their records, largest first): a cell joins
     where it shares no record here with the union, or where the analyst has the count of the records it shares
     (:func:`_count_of`, ``depth`` levels of overlaps), subtracted once more (inclusion-exclusion, Chin & Ozsoyoglu
     1982: ``A - B - C + (B and C)``, the subset of C's older patients being B and C's overlap here). Cells of the
-    same records here join as one, with each of their counts; ``skip``: the records of a cell left out."""
+    same records here join as one, with each of their counts; ``skip``: the records of cells left out."""
     entries, by_rows = earlier.entries, earlier.by_rows
     cells = [entries[k] for k in candidates]  # largest first
     if within is not None:
@@ -640,13 +649,13 @@ def _union(candidates: list[int], earlier: _Cells, members: dict[int, tuple[int,
     taken, counts, joined, columns = start.rows, set(start.counts), start.cells, set(start.columns)
     kept_out, joined_rows = 0, []
     for old, own, column in cells:
-        if old == skip:
+        if old in skip:
             continue
         shared = old & taken
         if shared:
-            if not old & ~taken:
+            if shared == old:
                 continue  # within the union's records
-            overlap = _count_of(shared, earlier, members, depth, work, known)
+            overlap = _count_of(shared, earlier, members, depth, work, known, candidates)
             if overlap is None:
                 kept_out |= old
                 continue
@@ -659,11 +668,12 @@ def _union(candidates: list[int], earlier: _Cells, members: dict[int, tuple[int,
 
 
 def _count_of(rows: int, earlier: _Cells, members: dict[int, tuple[int, str]], depth: int, work: _Work,
-              known: dict[tuple[int, int], _Union | None]) -> _Union | None:
+              known: dict[tuple[int, int], _Union | None], pool: list[int]) -> _Union | None:
     """The counts the analyst has of this site's records ``rows``: the earlier cells' (and ``members``') whose
     records here are exactly these; or, ``depth`` levels down and while :data:`UNION_WORK` lasts, a :func:`_union`
     of earlier cells and members within them that covers them (the records three subsets share with a fourth are
-    two overlaps less the overlap of the three). None where neither gives them; ``known``: the answers so far."""
+    two overlaps less the overlap of the three). ``pool``: earlier cells that hold every one within ``rows``, largest
+    first (those of the union ``rows`` lies in). None where neither gives them; ``known``: the answers so far."""
     key = (rows, depth)
     if key not in known:
         _, counts, columns, _ = earlier.by_rows.get(rows, (0, set(), set(), []))
@@ -676,9 +686,9 @@ def _count_of(rows: int, earlier: _Cells, members: dict[int, tuple[int, str]], d
         elif depth == 0 or work.left <= 0:
             known[key] = None
         else:
-            ints, first = earlier.ints, earlier.firsts
-            inside = [int(k) for k in earlier.by_size if first[k] and not ints[k] & ~rows and ints[k] != rows]
-            work.left -= len(ints)
+            ints = earlier.ints
+            inside = [k for k in pool if ints[k] & rows == ints[k] and ints[k] != rows]
+            work.left -= len(pool)
             union, _ = _union(inside, earlier, members, _Union(0, {0}, 0, set()), depth - 1, work, known, rows)
             known[key] = union if union.rows == rows else None
     return known[key]
