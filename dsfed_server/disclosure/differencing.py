@@ -51,10 +51,6 @@ ROWS = "dsfed.rows"
 T = TypeVar("T", pd.DataFrame, pd.Series)
 MAX_ROW_SETS = 5000  # different row sets released from one table (subsets and cells), all analysts together
 SMALL_GROUPS = 50_000  # groups of few atoms spanned_gap tries (:func:`_new_small_group`)
-UNION_DEPTH = 2  # levels of overlaps a pooled remainder resolves by inclusion-exclusion (:func:`_count_of`)
-UNION_WORK = 20_000  # cells a pooled remainder's unions look at before overlaps count as single cells (:func:`_union`)
-BLOCKERS_TRIED = 4  # cells that kept others out of a pooled remainder's family, each left out once (:func:`_union`)
-COUNT_CHOICES = 64  # counts a union keeps where cells of the same records here have different counts (:func:`_plus`)
 NEAR_SPACE = 1e-6  # a group's squared distance from a space (:func:`_beyond`) below which its residual is computed
 CODED_SETS = 16  # up to this many row sets, a record's atom is a 16-bit code (:func:`_atoms`)
 ATOM_FLOATS = 1 << 20  # values of the atoms x sets matrix the audit holds at once (8 MiB; :func:`atom_batch`)
@@ -482,8 +478,6 @@ class _Cells:
         self.columns = np.array([c.column for c in cells], dtype=object)
         self.by_size = np.argsort(-self.sizes, kind="stable")  # largest first, ties in their order
         self._inside: dict[int, np.ndarray] = {}
-        self._ints: list[int] | None = None
-        self._by_rows: dict[int, tuple[int, set[int], set[str], list[int]]] | None = None
 
     def within(self, container: np.ndarray) -> np.ndarray:
         """Per cell: whether it holds no record ``container`` (packed) does not."""
@@ -498,40 +492,6 @@ class _Cells:
         if k not in self._inside:
             self._inside[k] = self.within(self.rows[k])  # type: ignore[index]
         return self._inside[k]
-
-    @property
-    def ints(self) -> list[int]:
-        """Each cell's records here as a Python integer (1 bit a record, as packed): the greedy unions of
-        :func:`_union` test and join them a cell at a time, far faster so than as arrays."""
-        if self._ints is None:
-            self._ints = [int.from_bytes(rows.tobytes(), "big") for rows in self.rows] if self.rows is not None else []
-        return self._ints
-
-    @property
-    def by_rows(self) -> dict[int, tuple[int, set[int], set[str], list[int]]]:
-        """Per distinct records here (some), as :attr:`ints`: their number, the counts and columns of the cells
-        that hold exactly them, and those cells in the order released."""
-        if self._by_rows is None:
-            self._by_rows = {}
-            for k in np.flatnonzero(self.sizes > 0):
-                entry = self._by_rows.setdefault(self.ints[k], (int(self.sizes[k]), set(), set(), []))
-                entry[1].add(int(self.counts[k]))
-                entry[2].add(self.columns[k])
-                entry[3].append(int(k))
-        return self._by_rows
-
-    @functools.cached_property
-    def firsts(self) -> np.ndarray:
-        """Per cell: whether it holds records here and no cell released before holds exactly them."""
-        out = np.zeros(self.counts.size, dtype=bool)
-        out[[cells[0] for _, _, _, cells in self.by_rows.values()]] = True
-        return out
-
-    @functools.cached_property
-    def entries(self) -> list[tuple[int, set[int], set[str]]]:
-        """Per cell: its records here (:attr:`ints`), and the counts and columns of every cell of those records."""
-        by_rows = self.by_rows
-        return [(rows, *by_rows[rows][1:3]) if rows in by_rows else (rows, set(), set()) for rows in self.ints]
 
 
 def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every: _Cells | None = None
@@ -556,142 +516,39 @@ def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every:
 
 
 def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _Cells, min_difference: int) -> bool:
-    """Whether the new cell and earlier cells, one of them holding the others, leave a remainder of 1 to
-    ``min_difference - 1`` records here whose count, the container's less the others' as the analyst sees them, is
-    below ``min_difference`` too (three or more cells: ``A - B - C``, where no two differ by few records). The
-    family subtracted is chosen greedily, largest first, with the new cell in it (or holding it), and may overlap
-    where the analyst has the count of the records shared (:func:`_union`); the greedy choice is made again without
-    each of the first :data:`BLOCKERS_TRIED` cells that kept others out (a large subset crossing two that make the
-    remainder), and without the first of them, then it and the first of those the next choice finds, and so on (two
-    such subsets, one holding the other). Where cells hold the same records here, every count of theirs is tried.
-    Cells with no record here, and families of intervals of one column, which the gate keeps apart, are left out."""
+    """Whether the new cell and earlier cells, one of them holding the others (disjoint from each other at
+    this site), leave a remainder of 1 to ``min_difference - 1`` records here whose count, the container's
+    less the others' as the analyst sees them, is below ``min_difference`` too (three or more cells:
+    ``A - B - C``, where no two differ by few records). The family subtracted is chosen greedily, largest
+    first, with the new cell in it (or holding it); cells with no record here, and families of intervals of
+    one column, which the gate keeps apart, are left out."""
     if size == 0 or earlier.rows is None:
         return False
-    work, new, first = _Work(UNION_WORK), int.from_bytes(packed.tobytes(), "big"), earlier.firsts
-    answers: dict[bool, dict[tuple[int, int], _Union | None]] = {}
 
-    def remainder(inside: np.ndarray, total: int, counts: set[int], family: dict[int, tuple[int, str]],
-                  columns: set[str]) -> bool:
-        start = _Union(new if family else 0, {cell.count} if family else {0}, len(family),
-                       columns | {column for _, column in family.values()})
-        candidates = earlier.by_size[(inside & first & (earlier.sizes < total))[earlier.by_size]].tolist()
-        known = answers.setdefault(bool(family), {})  # what an overlap's count is depends on the family only
+    def remainder(container: np.ndarray, inside: np.ndarray, total: int, count: int,
+                  family: list[tuple[np.ndarray, int, str]], columns: set[str]) -> bool:
+        taken = np.zeros_like(container)
+        counted, cells = 0, len(family)
+        for rows, n, column in family:
+            taken, counted = np.bitwise_or(taken, rows), counted + n
+            columns.add(column)
+        candidates = inside & (earlier.sizes > 0) & (earlier.sizes < total)
+        for k in earlier.by_size[candidates[earlier.by_size]]:
+            old = earlier.rows[k]  # type: ignore[index]
+            if not np.any(np.bitwise_and(old, taken)):
+                taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
+                columns.add(earlier.columns[k])
+        left = total - set_size(taken)
+        if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
+            return False  # one cell subtracted is a pair, checked above
+        return not (len(columns) == 1 and "" not in columns)  # intervals of one column: the gate's
 
-        def small(skip: frozenset[int]) -> tuple[bool, list[int]]:
-            union, blockers = _union(candidates, earlier, family, start, UNION_DEPTH, work, known, skip=skip)
-            left = total - union.rows.bit_count()
-            return (union.cells >= 2 and 0 < left < min_difference  # one cell subtracted is a pair, checked above
-                    and any(abs(a - b) < min_difference for a in counts for b in union.counts)
-                    and not (len(union.columns) == 1 and "" not in union.columns)), blockers  # one column: the gate's
-
-        found, blockers = small(frozenset())
-        tried, left_out = blockers[:BLOCKERS_TRIED], frozenset(blockers[:1])
-        for blocker in tried[1:]:  # each alone
-            found = found or small(frozenset({blocker}))[0]
-        for _ in range(BLOCKERS_TRIED):  # and the first ones together, as each try finds the next
-            if found or not left_out:
-                break
-            found, more = small(left_out)
-            left_out = left_out | frozenset(more[:1])
-        return found
-
-    if remainder(earlier.within(packed), size, {cell.count}, {}, {cell.column}):  # it holds earlier ones
+    if remainder(packed, earlier.within(packed), size, cell.count, [], {cell.column}):  # it holds earlier ones
         return True
-    holders = np.flatnonzero((earlier.sizes > size) & earlier.holding(packed) & first)  # same records: one
-    return any(remainder(earlier.inside(k), int(earlier.sizes[k]), earlier.by_rows[earlier.ints[k]][1],
-                         {new: (cell.count, cell.column)}, {earlier.columns[k]})
+    holders = np.flatnonzero((earlier.sizes > size) & earlier.holding(packed))
+    return any(remainder(earlier.rows[k], earlier.inside(k), int(earlier.sizes[k]),  # type: ignore[index]
+                         int(earlier.counts[k]), [(packed, cell.count, cell.column)], {earlier.columns[k]})
                for k in holders)  # an earlier cell holds the new one and others
-
-
-@dataclass
-class _Work:
-    """What is left of :data:`UNION_WORK`: cells a pooled remainder's unions look at, overlaps' included."""
-
-    left: int
-
-
-@dataclass(frozen=True)
-class _Union:
-    """A union of cells at this site: its records (1 bit a record, as :attr:`_Cells.ints`), its counts as the
-    analyst may have them (one, unless cells of the same records here have different counts; at most
-    :data:`COUNT_CHOICES`), how many cells it joins and their columns."""
-
-    rows: int
-    counts: set[int]
-    cells: int
-    columns: set[str]
-
-
-def _plus(a: set[int], b: set[int], sign: int = 1) -> set[int]:
-    """Every count ``x + sign * y``, the first :data:`COUNT_CHOICES` of them (a bound)."""
-    return set(sorted({x + sign * y for x in a for y in b})[:COUNT_CHOICES])
-
-
-def _union(candidates: list[int], earlier: _Cells, members: dict[int, tuple[int, str]], start: _Union, depth: int,
-           work: _Work, known: dict[tuple[int, int], "_Union | None"], within: int | None = None,
-           skip: frozenset[int] = frozenset()) -> tuple[_Union, list[int]]:
-    """``start`` joined greedily by the earlier cells ``candidates`` (largest first) and the ``members`` (the new
-    cell) ``within`` given records, and the cells that kept others out (their records, largest first): a cell joins
-    where it shares no record here with the union, or where the analyst has the count of the records it shares
-    (:func:`_count_of`, ``depth`` levels of overlaps), subtracted once more (inclusion-exclusion, Chin & Ozsoyoglu
-    1982: ``A - B - C + (B and C)``, the subset of C's older patients being B and C's overlap here). Cells of the
-    same records here join as one, with each of their counts; ``skip``: the records of cells left out."""
-    entries, by_rows = earlier.entries, earlier.by_rows
-    cells = [entries[k] for k in candidates]  # largest first
-    if within is not None:
-        for rows, (count, column) in members.items():
-            if rows and not rows & ~within and rows != within:
-                same = by_rows.get(rows, (0, set(), set(), []))
-                cells.append((rows, same[1] | {count}, same[2] | {column}))
-        cells = sorted(dict((rows, (rows, own, column)) for rows, own, column in cells).values(),
-                       key=lambda cell: -cell[0].bit_count())  # stable: the first released first among equals
-    work.left -= len(cells)
-    taken, counts, joined, columns = start.rows, set(start.counts), start.cells, set(start.columns)
-    kept_out, joined_rows = 0, []
-    for old, own, column in cells:
-        if old in skip:
-            continue
-        shared = old & taken
-        if shared:
-            if shared == old:
-                continue  # within the union's records
-            overlap = _count_of(shared, earlier, members, depth, work, known, candidates)
-            if overlap is None:
-                kept_out |= old
-                continue
-            counts = _plus(counts, overlap.counts, -1)
-            columns |= overlap.columns
-        taken, counts, joined = taken | old, _plus(counts, own), joined + 1
-        columns |= column
-        joined_rows.append(old)
-    return _Union(taken, counts, joined, columns), [rows for rows in joined_rows if rows & kept_out]
-
-
-def _count_of(rows: int, earlier: _Cells, members: dict[int, tuple[int, str]], depth: int, work: _Work,
-              known: dict[tuple[int, int], _Union | None], pool: list[int]) -> _Union | None:
-    """The counts the analyst has of this site's records ``rows``: the earlier cells' (and ``members``') whose
-    records here are exactly these; or, ``depth`` levels down and while :data:`UNION_WORK` lasts, a :func:`_union`
-    of earlier cells and members within them that covers them (the records three subsets share with a fourth are
-    two overlaps less the overlap of the three). ``pool``: earlier cells that hold every one within ``rows``, largest
-    first (those of the union ``rows`` lies in). None where neither gives them; ``known``: the answers so far."""
-    key = (rows, depth)
-    if key not in known:
-        _, counts, columns, _ = earlier.by_rows.get(rows, (0, set(), set(), []))
-        counts, columns = set(counts), set(columns)
-        if rows in members:
-            counts.add(members[rows][0])
-            columns.add(members[rows][1])
-        if counts:
-            known[key] = _Union(rows, counts, 1, columns)
-        elif depth == 0 or work.left <= 0:
-            known[key] = None
-        else:
-            ints = earlier.ints
-            inside = [k for k in pool if ints[k] & rows == ints[k] and ints[k] != rows]
-            work.left -= len(pool)
-            union, _ = _union(inside, earlier, members, _Union(0, {0}, 0, set()), depth - 1, work, known, rows)
-            known[key] = union if union.rows == rows else None
-    return known[key]
 
 
 def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
