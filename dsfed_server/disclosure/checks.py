@@ -418,7 +418,7 @@ class Guard:
             minimum, base = self.rule("disclosure.subset_min_difference"), self._base(rows)
             problem = row_set_problem(earlier, [new], minimum, base) or self._against_kept(
                 [(np.packbits(new), b"")], rows)
-            if not problem and self._spanned(np.packbits(new), [base, *earlier], rows):
+            if not problem and self._spanned(np.packbits(new), [base, *earlier], rows.n_root):
                 problem = (f"these records differ by fewer than {minimum} from a combination of earlier subsets and "
                            "cells of the table (two cells less a few records, say); comparing them would single "
                            "those out")
@@ -458,21 +458,23 @@ class Guard:
         parts = [part for part in self.history.exposed_parts(rows.lineage, n)  # type: ignore[union-attr]
                  if any(not np.bitwise_and(part, np.bitwise_not(cell)).any() for cell in kept)]
         basis = [self._base(rows), *self.history.row_sets(rows.lineage, n), *kept, *parts]  # type: ignore[union-attr]
-        if any(self._spanned(member, basis, rows) for member in summed):
+        if any(self._spanned(member, basis, n) for member in summed):
             return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
                     "this site's records of pooled cells, which the other sites' releases alone give, or will "
                     "once they release theirs (two cells less a few records, say): comparing them would single "
                     "those records out")
         return None
 
-    def _spanned(self, member: np.ndarray, sets: list[np.ndarray], rows: Rows) -> bool:
-        """Whether a combination of ``sets`` and ``member`` (packed) singles out 1 to
+    def _spanned(self, member: np.ndarray, sets: list[np.ndarray], n: int, *, unaudited_fails: bool = False) -> bool:
+        """Whether a combination of ``sets`` and ``member`` (packed, over a table of ``n`` records) singles out 1 to
         ``disclosure.subset_min_difference`` - 1 records that ``sets`` alone do not
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`); refused, saying so, where the release history is
-        too large to audit."""
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`). Where the release history is too large to audit:
+        refused, saying so; or, ``unaudited_fails`` (a span of a pooled release), True, so the span is merged."""
         try:
-            return spanned_gap(member, sets, rows.n_root, below=self.rule("disclosure.subset_min_difference")) > 0
+            return spanned_gap(member, sets, n, below=self.rule("disclosure.subset_min_difference")) > 0
         except AuditTooLarge as exc:
+            if unaudited_fails:
+                return True
             raise self._refuse(f"the release history of this table is too large to audit ({exc})",
                                "disclosure.subset_min_difference", "ask the site's administrator") from None
 
@@ -669,7 +671,7 @@ class Guard:
             sets = [base, *earlier]
 
             def near(members: list[np.ndarray]) -> bool:  # their union within a few records of a combination
-                return self._spanned(np.packbits(np.logical_or.reduce(members)), sets, rows)
+                return self._spanned(np.packbits(np.logical_or.reduce(members)), sets, rows.n_root)
 
             withheld = [cell for cell, member in zip(held, released.row_sets)
                         if row_set_problem(earlier, [member], minimum, base) or self._against_pooled([member], rows)
@@ -1268,20 +1270,12 @@ class Guard:
             member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
             besides = [*earlier, *(cells[j] for j in held if j not in spans[k])]
             out[k] = bool(row_set_problem(besides, [bits(member, n).astype(bool)], minimum, within)
-                          or self._spanned_or_unaudited(member, [within, *besides, *exposed[-KEPT_COMBINED:]], n)
+                          or self._spanned(member, [within, *besides, *exposed[-KEPT_COMBINED:]], n,
+                                             unaudited_fails=True)
                           or differs_little(member, exposed, minimum))
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
         out[[k for k, fails in zip(bounded, near) if fails]] = True
         return out
-
-    def _spanned_or_unaudited(self, member: np.ndarray, sets: list[np.ndarray], n: int) -> bool:
-        """Whether a span's records and ``sets`` single out a few records in combination
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`), or are too many to tell: either way the span
-        fails, and is merged, not the whole release refused."""
-        try:
-            return spanned_gap(member, sets, n, below=self.rule("disclosure.subset_min_difference")) > 0
-        except AuditTooLarge:
-            return True
 
     def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, held: np.ndarray,
                         rows: Rows | None, parts: Sequence[np.ndarray] = ()) -> None:
