@@ -44,6 +44,15 @@ C2. C with the site's total for T: the small site holds every record of [0.2, 0.
    3 read in both orders with the checks off, and with a first version of the audit (each bin passes alone, 13
    from the site's 23; their union, no span, differs by 3). Now a span is audited with the other cells the site
    holds every record of as released beside it: the bins merge, 0.
+W. C pooled first with 12 pooled histograms of other columns between (36 cells the small site keeps, 25 or more of
+   its records each): an audit that combined the latest 32 kept cells pushed the two bins out, and T passed: 2 read
+   on the code before. Now it combines 32: the latest 8 and those nearest T (``differencing.nearest_sets``, whose
+   ranking ``tests/test_nearest_sets.py`` tests), among them the two bins: 0, the control 2.
+P. The pooled thresholds (the small site keeps its 10 records of [0.2, 0.3)), then 99 pooled thresholds on another
+   column whose cell [0.80, 0.81) holds 8 of those records at the small site, the 71st cell it holds records of, then
+   the large sites' own [0.80, 0.81): the kept cell less the pooled cell less theirs reads the 2 left out. A site
+   audited its first 64 spans against kept cells and the rest by the bound of the spans alone: 2 read on the code
+   before. Now every span is compared with the kept cells of nearly its size: 0, the control 2.
 S. A second pooled release over a subset, no release of the small site alone. The small site holds 10 records of
    [0.5, 0.6), 8 of them in ``T`` (``g == 1``, a subset made at every site; the 2 left out are events); the large
    sites about 40 each. Calls: the pooled thresholds on D, then on T; each large site alone its [0.5, 0.6) on D and
@@ -70,7 +79,9 @@ site): neither is the checks' doing.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -99,6 +110,15 @@ def _fixed_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
         path.chmod(0o600)
 
     monkeypatch.setattr(provision, "write_secret", write_secret)
+
+
+@contextmanager
+def _over(tmp_path: Path, frames: dict[str, pd.DataFrame]) -> Iterator[Any]:
+    """An analyst's session over in-process sites holding ``frames`` (shipped rules), the table assigned as D."""
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        yield session
 
 
 def _off(monkeypatch: pytest.MonkeyPatch, checks: str) -> None:
@@ -184,10 +204,8 @@ def _later_frames() -> dict[str, pd.DataFrame]:
 
 def _later_route(tmp_path: Path, order: str) -> tuple[int, str]:
     frames = _later_frames()
-    provisioned, services = make_sites(tmp_path, frames)
     notes, got = [], {}
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
         steps = {"pooled": lambda: _pooled(session), "T": lambda: _subset_mean(session),
                  "H": lambda: _sums_alone(session), "G": lambda: _glm_alone(session),
                  "large": lambda: _runs_alone(session, [0.5, 0.7])}
@@ -245,9 +263,7 @@ def test_exact_sums_after_a_pooled_release_of_another_column(tmp_path: Path, che
     2."""
     _off(monkeypatch, checks)
     frames = _between_frames()
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
         pooled, note = _pooled(session)
         between = session.pooled("histogramDS2", Ref("D$v"), 12, 0.0, 1.0, 1, 3, 0.25)["histobject"]["breaks"]
         sums, said = _sums_alone(session)
@@ -284,24 +300,28 @@ def _combined_frames() -> dict[str, pd.DataFrame]:
 
 def _combined_route(tmp_path: Path, pooled_first: bool) -> tuple[int, str]:
     frames = _combined_frames()
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
         if pooled_first:
             (pooled, note), (own, alone) = _pooled(session), _subset_mean(session)
         else:
             own, alone = _subset_mean(session)
             pooled, note = _pooled(session)
-    read = 0
-    if own is not None and pooled is not None:
-        parts = [_bin(pooled, 0.2), _bin(pooled, 0.6)]
-        if all(p is not None for p in parts):
-            records, events = sum(parts) - own  # both bins are the small site's alone (the others hold none)
-            small = frames["small"]
-            left = small[(((small.score >= 0.2) & (small.score < 0.3)) | ((small.score >= 0.6) & (small.score < 0.7)))
-                         & (small.g != 1)]
-            read = _read(int(records), int(events), (len(left), int(left.y.sum())))
-    return read, f"{note}; {alone}"
+    return _two_bins_less_t(frames, pooled, own), f"{note}; {alone}"
+
+
+def _two_bins_less_t(frames: dict[str, pd.DataFrame], pooled: pd.DataFrame | None, own: np.ndarray | None) -> int:
+    """The small site's records of C's two pooled bins (the others hold none) less T's, read where both bins and T
+    were released: the records T leaves out, and their events."""
+    if own is None or pooled is None:
+        return 0
+    parts = [_bin(pooled, 0.2), _bin(pooled, 0.6)]
+    if any(p is None for p in parts):
+        return 0
+    records, events = sum(parts) - own
+    small = frames["small"]
+    left = small[(((small.score >= 0.2) & (small.score < 0.3)) | ((small.score >= 0.6) & (small.score < 0.7)))
+                 & (small.g != 1)]
+    return _read(int(records), int(events), (len(left), int(left.y.sum())))
 
 
 @pytest.mark.parametrize("pooled_first", [False, True], ids=["alone-first", "pooled-first"])
@@ -319,6 +339,126 @@ def test_two_exposed_bins_less_a_subset_alone(tmp_path: Path, checks: str, poole
     # and 0.7 dropped), 0. Pooled first the small site keeps its records of the two
     # bins (Guard._record_exposed) and T, within 2 of their union, is refused: 0 (2 before, and with the control).
     assert read == (0 if checks == "shipped" else 2)
+
+
+# ---------------------------------------------------------------- W: the kept cells pushed out of the combination
+
+BETWEEN = 12  # pooled histograms between: 3 kept cells each, more than the latest 32 the combination once took
+
+
+def _window_frames() -> dict[str, pd.DataFrame]:
+    """C's two bins at the small site (10 records each, every record of them there; T is 9 of each, the 2 left out
+    events) and 200 records in [0.9, 1) in 40 blocks of 5, where the large sites hold records too. Columns ``v1`` ..
+    ``v12`` (for the pooled histograms between): at the small site the two bins' 20 records in the first third, each
+    block in a third drawn per column (at least two blocks in the first); at the large sites uniform."""
+    rng = np.random.default_rng(89)
+    frames = _combined_frames()
+    small = frames["small"]
+    small = small[small.score < 0.9].reset_index(drop=True)
+    blocks = pd.DataFrame({"y": (rng.uniform(0, 1, 200) < 0.5).astype(float), "score": rng.uniform(0.9, 1.0, 200),
+                           "g": np.zeros(200, int)})
+    small = pd.concat([small, blocks], ignore_index=True)
+    for k in range(1, BETWEEN + 1):
+        third = rng.integers(0, 3, 40)
+        third[rng.choice(40, 2, replace=False)] = 0
+        small[f"v{k}"] = np.r_[np.full(20, 1 / 6), (np.repeat(third, 5) + 0.5) / 3]
+    frames["small"] = small
+    for site in LARGE:
+        n = len(frames[site])
+        frames[site] = frames[site].assign(**{f"v{k}": rng.uniform(0, 1, n) for k in range(1, BETWEEN + 1)})
+    return frames
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+def test_two_exposed_bins_less_a_subset_after_many_pooled_cells(tmp_path: Path, checks: str,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """C pooled first, with 12 pooled histograms of other columns between (3 bins each, every bin holding 25 or
+    more of the small site's records, none within a few records of another or of T): the small site keeps their 36
+    cells after the two bins. A combination that took the latest 32 kept cells had pushed the two bins out of it,
+    and T (their union less 2; 10 and more records from each kept cell) passed: 2 read on the code before. The
+    histograms' cells do not give the two bins' union (its records are always in one cell with some blocks), so
+    only the two bins set the 2 apart. The combination now takes the latest 8 and the 24 nearest T: the bins among
+    them."""
+    _off(monkeypatch, checks)
+    frames = _window_frames()
+    with _over(tmp_path, frames) as session:
+        pooled, note = _pooled(session)
+        bins = [len(session.pooled("histogramDS2", Ref(f"D$v{k}"), 3, 0.0, 1.0, 1, 3, 0.25)["histobject"]["counts"])
+                for k in range(1, BETWEEN + 1)]
+        own, alone = _subset_mean(session)
+    read = _two_bins_less_t(frames, pooled, own)
+    print(f"\nW ({checks}): pooled [0.2, 0.3) + [0.6, 0.7) less T alone after {BETWEEN} pooled histograms "
+          f"({sum(bins)} bins): {read} of 220 read ({note}; {alone})")
+    assert sum(bins) == 3 * BETWEEN
+    assert read == (0 if checks == "shipped" else 2)
+
+
+# ---------------------------------------------------------------- P: a span past the first 64 a site audits in full
+
+FINE = np.round(np.arange(1, 100) / 100, 2)  # 99 pooled cuts of another column ``v``: 100 cells
+
+
+def _fine_frames() -> dict[str, pd.DataFrame]:
+    """C's frames with a column ``v`` in 100 cells of 1/100. The small site: 8 of its 10 records of [0.2, 0.3) in
+    the cell [0.80, 0.81) (the 2 it leaves out, both events, in [0.95, 0.96) with its other records of C), and 350
+    more records (scores in [0.9, 1)), 5 in each cell below 0.7: 70 cells hold its records before [0.80, 0.81). The
+    large sites: 8 records of each cell (their 400 records twice) and 15 more of [0.80, 0.81)."""
+    rng = np.random.default_rng(97)
+    frames = _combined_frames()
+    small = frames["small"]
+    inside = np.array([1, 3, 4, 5, 6, 7, 8, 9])  # of [0.2, 0.3)'s records 0 .. 9; 0 and 2 are left: events
+    assert small.y[[0, 2]].tolist() == [1.0, 1.0]
+    v = np.full(len(small), 0.955)
+    v[inside] = 0.805
+    spread = pd.DataFrame({"y": (rng.uniform(0, 1, 350) < 0.5).astype(float), "score": rng.uniform(0.9, 1.0, 350),
+                           "g": np.zeros(350, int), "v": (np.repeat(np.arange(70), 5) + 0.5) / 100})
+    frames["small"] = pd.concat([small.assign(v=v), spread], ignore_index=True)
+    for site in LARGE:  # 8 records of every cell (no site holds 1 to 4 of one), 15 more of [0.80, 0.81)
+        frame = pd.concat([frames[site]] * 2, ignore_index=True)
+        frame["v"] = (np.repeat(np.arange(100), 8) + rng.uniform(0.1, 0.9, 800)) / 100
+        extra = pd.DataFrame({"y": (rng.uniform(0, 1, 15) < 0.5).astype(float), "score": rng.uniform(0.3, 0.6, 15),
+                              "g": np.zeros(15, int), "v": rng.uniform(0.801, 0.809, 15)})
+        frames[site] = pd.concat([frame, extra], ignore_index=True)
+    return frames
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+def test_a_pooled_share_past_the_spans_audited_in_full(tmp_path: Path, checks: str, monkeypatch: pytest.MonkeyPatch):
+    """The pooled thresholds on the score first (the small site keeps its 10 records of [0.2, 0.3), which it holds
+    alone), then 99 pooled thresholds on ``v``, then each large site's [0.80, 0.81) of ``v`` alone: the pooled cell
+    less theirs is the small site's share, 8 of the 10 kept, and the kept cell less it the 2 left out. The share is
+    the 71st cell the small site holds records of: past the first 64 spans audited against kept cells (the rest by
+    the bound of the spans alone), it passed, 2 read on the code before. Now every span is compared with kept cells
+    of nearly its size: 0, the control 2."""
+    _off(monkeypatch, checks)
+    frames = _fine_frames()
+    with _over(tmp_path, frames) as session:
+        pooled, note = _pooled(session)
+        try:
+            fine = ds_threshold_metrics(session, "D$y", "D$v", FINE, secure=True).to_frame()
+        except FederatedCallError as exc:
+            fine, note = None, f"{note}; v pooled refused ({_rules(exc)})"
+        alone = []
+        for site in LARGE:
+            try:
+                alone.append(ds_threshold_metrics(session.site_view(site), "D$y", "D$v", [0.8, 0.81]).to_frame())
+            except FederatedCallError as exc:
+                note = f"{note}; {site} alone refused ({_rules(exc)})"
+    read, cuts = 0, [] if fine is None else [round(float(t), 2) for t in fine.index]
+    own = [[round(float(t), 2) for t in f.index] for f in alone]
+    if pooled is not None and fine is not None and len(alone) == 2 and {0.8, 0.81} <= set(cuts):
+        kept = _bin(pooled, 0.2)
+        if kept is not None and all(o == [0.8, 0.81] for o in own):
+            share = (_at(fine, 0.8) - _at(fine, 0.81)) - sum(_at(f, 0.8) - _at(f, 0.81) for f in alone)
+            records, events = kept - share
+            read = _read(int(records), int(events), (2, 2))
+    print(f"\nP ({checks}): pooled [0.2, 0.3) less (pooled v [0.80, 0.81) less the large sites' own): {read} of "
+          f"408 read ({note}; v cuts dropped {sorted(set(FINE.tolist()) - set(cuts))}; the large sites' own {own})")
+    assert read == (0 if checks == "shipped" else 2)
+    # the pooled cell is released in both arms; what closes it: the small site's share fails against its kept cell,
+    # so the large sites keep the cell as another site's failing share and do not release their own of it alone
+    assert pooled is not None and {0.8, 0.81} <= set(cuts) and len(own) == 2
+    assert any(o != [0.8, 0.81] for o in own) == (checks == "shipped")
 
 
 # ---------------------------------------------------------------- L2: the others' runs first
@@ -353,9 +493,7 @@ def _total_frames() -> dict[str, pd.DataFrame]:
 
 def _total_route(tmp_path: Path, pooled_first: bool) -> tuple[int, str]:
     frames = _total_frames()
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
 
         def events() -> tuple[np.ndarray | None, str]:
             try:
@@ -414,10 +552,8 @@ def _second_frames() -> dict[str, pd.DataFrame]:
 
 def _second_route(tmp_path: Path, pooled_first: bool) -> tuple[int, str]:
     frames = _second_frames()
-    provisioned, services = make_sites(tmp_path, frames)
     notes: list[str] = []
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
         session.assign_expr("T", 'dataFrameSubsetDS2("D", "D$g", "1", 1, NULL, NULL, FALSE)')
 
         def pooled() -> list[np.ndarray | None]:
@@ -508,10 +644,8 @@ def _honest_frames(shape: str) -> dict[str, pd.DataFrame]:
 
 def _honest(tmp_path: Path, frames: dict[str, pd.DataFrame]) -> dict:
     from dsfed_client.analyses.suite import validate
-    provisioned, services = make_sites(tmp_path, frames)
     out: dict = {}
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
         pooled, note = _pooled(session)
         out["pooled cuts"] = note
         try:
@@ -605,9 +739,7 @@ def test_ordinary_calls_at_a_small_site_after_pooled_thresholds(tmp_path: Path, 
     release alone)."""
     frames = _ordinary_frames(seed)
     small = frames["small"]
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
+    with _over(tmp_path, frames) as session:
         ds_threshold_metrics(session, "D$y", "D$score", list(np.round(np.arange(0.1, 0.95, 0.1), 2)), secure=True)
         view = session.site_view("small")
         view.assign_expr("OLD", "ifelse(D$age > 50, 1, 0)")

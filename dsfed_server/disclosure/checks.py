@@ -26,7 +26,7 @@ from dsfed_server.disclosure.equations import APART, RULE as SUMS_RULE, Summed, 
 from dsfed_server.disclosure.missingness import RULES as MISSING_RULES
 from dsfed_server.disclosure.expressions import X, Classified, ExpressionRefused, Meaning, classify
 from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Rows, SharedCell, bits, combined,
-                                                 combined_spans, differs_little,
+                                                 combined_spans, differs_little, nearest_sets,
                                                  isolated_records, near_spans, packed_set,
                                                  packed_rows, pooled_pair_problem, pooled_problem_cells, row_set_audit,
                                                  row_set_problem, rows_of, set_size, SharedPairs,
@@ -101,7 +101,8 @@ SPAN_CELLS = 64  # the most consecutive cells of a pooled release whose union ce
 MAX_SPANS = 4096  # and runs no longer than keep a release's spans within this many (a vector field each)
 EXPOSED_AUDITS = 64  # spans per release a site audits in full as its release alone (Guard._fails_alone)
 HELD_CELLS = 16  # cells of a release a site holds every record of that the audit counts as released alone with it
-KEPT_COMBINED = 32  # row sets of pooled cells kept (the latest) that an audit combines (Guard._record_exposed)
+KEPT_COMBINED = 32  # kept row sets of pooled cells an audit combines (Guard._against_kept, Guard._fails_alone)
+KEPT_LATEST = 8  # of them, the latest always (differencing.nearest_sets), the rest those nearest the audited set
 
 
 Span = tuple[int, ...]  # cells of a pooled release (their positions, ascending) whose union is checked as one
@@ -439,9 +440,10 @@ class Guard:
         give, or will once they release theirs: one differs from such records in 1 to
         ``disclosure.subset_min_difference`` - 1 (:func:`~dsfed_server.disclosure.differencing.differs_little`);
         or, one other functions are summed over, from a combination
-        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`) of the latest :data:`KEPT_COMBINED` of them,
-        their events (:meth:`~dsfed_server.disclosure.history.History.exposed_parts`), the table and the subsets
-        and cells released alone before: ``D$y * D$g``'s ones, 16 of a site's 20 records of two pooled cells with
+        (:func:`~dsfed_server.disclosure.differencing.spanned_gap`) of :data:`KEPT_COMBINED` of them, the latest
+        :data:`KEPT_LATEST` and those nearest it (:func:`~dsfed_server.disclosure.differencing.nearest_sets`), their
+        events (:meth:`~dsfed_server.disclosure.history.History.exposed_parts`), the table and the subsets and
+        cells released alone before: ``D$y * D$g``'s ones, 16 of a site's 20 records of two pooled cells with
         the event, are the cells' events less 2, whose outcome the pooled counts less the others' would give. A
         value's records give only their number, and are compared pairwise only (a site's ``meanDS(D$y)`` beside
         cells whose events the pooled release gave). Kept cells of fewer than q records here are left out
@@ -451,18 +453,20 @@ class Guard:
         if any(differs_little(member, exposed, minimum) for member, _ in new):
             return (f"these records differ from this site's records of a pooled cell in fewer than {minimum} rows, "
                     "where the other sites' releases alone gave theirs: comparing the two would single them out")
-        kept = exposed[-KEPT_COMBINED:]
         summed = [member for member, group in new if not group]
-        if not kept or not summed:
+        if not exposed or not summed:
             return None
-        parts = [part for part in self.history.exposed_parts(rows.lineage, n)  # type: ignore[union-attr]
-                 if any(not np.bitwise_and(part, np.bitwise_not(cell)).any() for cell in kept)]
-        basis = [self._base(rows), *self.history.row_sets(rows.lineage, n), *kept, *parts]  # type: ignore[union-attr]
-        if any(self._spanned(member, basis, n) for member in summed):
-            return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
-                    "this site's records of pooled cells, which the other sites' releases alone give, or will "
-                    "once they release theirs (two cells less a few records, say): comparing them would single "
-                    "those records out")
+        events = self.history.exposed_parts(rows.lineage, n)  # type: ignore[union-attr]
+        earlier = [self._base(rows), *self.history.row_sets(rows.lineage, n)]  # type: ignore[union-attr]
+        for member in summed:
+            kept = nearest_sets(member, exposed, KEPT_COMBINED, KEPT_LATEST)
+            parts = [part for part in events if any(not np.bitwise_and(part, np.bitwise_not(cell)).any()
+                                                    for cell in kept)]
+            if self._spanned(member, [*earlier, *kept, *parts], n):
+                return (f"these records differ by fewer than {minimum} from a combination of earlier row sets and "
+                        "this site's records of pooled cells, which the other sites' releases alone give, or will "
+                        "once they release theirs (two cells less a few records, say): comparing them would single "
+                        "those records out")
         return None
 
     def _spanned(self, member: np.ndarray, sets: list[np.ndarray], n: int, *, unaudited_fails: bool = False) -> bool:
@@ -1245,12 +1249,14 @@ class Guard:
         and the row sets it released alone before (:meth:`_alone_sets`, the levels of its exact sums among them), and
         the cells of the release outside the span that it holds every record of (``pooled``: the cells' pooled
         counts; the first :data:`HELD_CELLS`), which the pooled release gives as it would give them alone, and its
-        records of pooled cells kept before of q records or more (:meth:`_kept_cells`), one by one and, the latest
-        :data:`KEPT_COMBINED`, in combination. Only the
-        ``candidates`` (its records of the span not released alone, some) are audited, the first
+        records of pooled cells kept before of q records or more (:meth:`_kept_cells`), one by one and,
+        :data:`KEPT_COMBINED` of them (the latest and those nearest the span:
+        :func:`~dsfed_server.disclosure.differencing.nearest_sets`), in combination. Only the ``candidates`` (its
+        records of the span not released alone, some) are audited, the first
         :data:`EXPOSED_AUDITS` of them so (cells, rows and columns, the shortest runs first), the rest by the bound
         :func:`~dsfed_server.disclosure.differencing.near_spans` (a union of atoms within q - 1 records; it does not
-        see a few records that the span and earlier row sets together set apart). Where every record of a span that
+        see a few records that the span and earlier row sets together set apart) and against each kept cell within
+        q - 1 records of their size. Where every record of a span that
         no site released alone is at one site, whose share fails so, the pooled count less the others' releases
         alone (none, where they hold none) is that site's release alone (Denning & Schlörer 1983): :meth:`coarsened`
         merges the span, and the other sites keep it as a span another site was thin in. :class:`AuditTooLarge`
@@ -1266,15 +1272,25 @@ class Guard:
         chosen = sorted((k for k, span in enumerate(spans) if candidates[k] and len(span) < len(cells)),
                         key=lambda k: len(spans[k]))
         exact, bounded = chosen[:EXPOSED_AUDITS], chosen[EXPOSED_AUDITS:]
+        kept_sizes = np.array([set_size(cell) for cell in exposed])
+
+        def combined(member: np.ndarray) -> list[np.ndarray]:
+            return nearest_sets(member, exposed, KEPT_COMBINED, KEPT_LATEST)
+
+        def alike(k: int) -> list[np.ndarray]:  # kept cells whose size is within q - 1 of its records of span k
+            return [exposed[j] for j in np.flatnonzero(np.abs(kept_sizes - here[list(spans[k])].sum()) < minimum)]
+
         for k in exact:
             member = np.bitwise_or.reduce([cells[j] for j in spans[k]])
             besides = [*earlier, *(cells[j] for j in held if j not in spans[k])]
             out[k] = bool(row_set_problem(besides, [bits(member, n).astype(bool)], minimum, within)
-                          or self._spanned(member, [within, *besides, *exposed[-KEPT_COMBINED:]], n,
-                                             unaudited_fails=True)
-                          or differs_little(member, exposed, minimum))
+                          or self._spanned(member, [within, *besides, *combined(member)], n, unaudited_fails=True)
+                          or differs_little(member, alike(k), minimum))
         near = near_spans(cells, [spans[k] for k in bounded], [within, *earlier], n, below=minimum)
-        out[[k for k, fails in zip(bounded, near) if fails]] = True
+        for k, fails in zip(bounded, near):
+            close = alike(k)
+            out[k] = fails or bool(close and differs_little(np.bitwise_or.reduce([cells[j] for j in spans[k]]), close,
+                                                            minimum))
         return out
 
     def _record_exposed(self, cells: list[PooledCell], spans: list[Span], exposed: np.ndarray, held: np.ndarray,

@@ -33,6 +33,7 @@ otherwise gets a lineage keyed by its content (``calibrationFrameDS`` marks the 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import hashlib
@@ -127,18 +128,13 @@ def bits(rows: np.ndarray, n: int) -> np.ndarray:
                      f"bytes, not {rows.size} values of {rows.dtype}")
 
 
-# the number of bits set in each byte value (numpy's bitwise_count needs numpy 2)
+# the number of bits set in each byte value, as an index of a byte array
 _POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
 
 
 def set_size(packed: np.ndarray) -> int:
     """The number of records in a packed row set."""
-    return int(_POPCOUNT[packed].sum(dtype=np.int64))
-
-
-def _differing(a: np.ndarray, b: np.ndarray) -> int:
-    """The number of records in one of two packed row sets and not the other."""
-    return int(_POPCOUNT[np.bitwise_xor(a, b)].sum(dtype=np.int64))
+    return int(np.bitwise_count(packed).sum(dtype=np.int64))
 
 
 def _differences(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
@@ -164,11 +160,42 @@ def _per_set(sets: Sequence[np.ndarray], packed: np.ndarray, answer: Callable[[n
     return np.concatenate([answer(np.stack(sets[s:s + step])) for s in range(0, len(sets), step)])
 
 
+def _differing(a: np.ndarray, b: np.ndarray) -> int:
+    """The number of records in one of two packed row sets and not the other."""
+    return int(np.bitwise_count(np.bitwise_xor(a, b)).sum())
+
+
 def differs_little(member: np.ndarray, sets: Sequence[np.ndarray], min_difference: int) -> bool:
     """Whether row set ``member`` (packed) differs from one of ``sets`` (packed) it shares a record with in 1 to
     ``min_difference`` - 1 records: the pairwise part of :func:`row_set_problem`, for sets kept apart from the releases
     its span audits."""
     return any(0 < _differing(old, member) < min_difference and np.bitwise_and(old, member).any() for old in sets)
+
+
+def nearest_sets(member: np.ndarray, sets: Sequence[np.ndarray], limit: int, latest: int) -> list[np.ndarray]:
+    """Up to ``limit`` of ``sets`` (packed, the latest last) for an audit of ``member`` (packed) in combination: the
+    ``latest`` of them; then those that share records with it; then those that share records with theirs outside it
+    (``A - C - G`` where ``C``, inside ``A``, is outside ``G``), first those that meet the smallest of them (the
+    unions of the 1, 2, 4, ... smallest, each outside ``member``, rank them: a broad set that touches ``member``
+    puts nearly every set in its reach, and the sets beside a small one come before those); then the others. The
+    latest first within each tier, kept in their order. Taking the latest alone let an analyst push the cells that
+    set a few records apart out of the combination with cells released after them; the latest stay, so the audit
+    sees at least what it saw over them."""
+    if len(sets) <= limit:
+        return list(sets)
+    touching = [k for k, s in enumerate(sets) if np.bitwise_and(s, member).any()]
+    outside, reach, union = np.bitwise_not(member), [], np.zeros_like(member)
+    by_size = sorted(touching, key=lambda k: int(np.bitwise_count(sets[k]).sum()))
+    for rank, k in enumerate(by_size, 1):
+        np.bitwise_or(union, sets[k], out=union)
+        if rank & (rank - 1) == 0 or rank == len(by_size):  # 1, 2, 4, ... and all
+            reach.append(np.bitwise_and(union, outside))
+    near = set(touching)
+    tier = [1 if k in near else 2 + bisect.bisect_left(reach, True, key=lambda r: bool(np.bitwise_and(s, r).any()))
+            for k, s in enumerate(sets)]
+    tier[len(sets) - latest:] = [0] * min(latest, len(sets))
+    chosen = sorted(range(len(sets)), key=lambda k: (tier[k], -k))[:limit]
+    return [sets[k] for k in sorted(chosen)]
 
 
 def _bit_at(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
