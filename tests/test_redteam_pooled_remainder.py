@@ -21,14 +21,14 @@ events) of R and checked against the truth:
   on the code before (each share so exposed was audited at its own pooled release against s1's releases alone, not
   its earlier exposed shares); now s1 audits each share in combination with the shares it kept: 0.
 * ``union``: no per-site release at all; a fourth pooled table over C's older patients (B and C). Where B and C
-  overlap at the target itself, no disjoint family exists there and nothing is checked, yet A - B - C + (B and C)
-  = A less the union of B and C is R (Chin & Ozsoyoglu's inclusion-exclusion): 2 read, a hole.
+  overlap at the target itself, no disjoint family exists there, yet A - B - C + (B and C) = A less the union of B
+  and C is R (Chin & Ozsoyoglu's inclusion-exclusion): 2 read on the code before, which checked disjoint families
+  alone; the target now tries the union of overlapping cells too: 0.
 
 Measured (each test prints what it read): others' own in the window 0 (2 under the relaxation); others' own nested
-everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 2; the control (nested
-everywhere, R alone pooled) 0 with the checks, 2 with the remainder check and the exposed-share audit bypassed in
-process. The union hole is pinned at what it reads (docs/governance.md states it): a read above 0 there is a hole,
-not a pass.
+everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 0 (2 with disjoint families
+alone, as on the code before); the control (nested everywhere, R alone pooled) 0 with the checks, 2 with the
+remainder check and the exposed-share audit bypassed in process.
 """
 
 from __future__ import annotations
@@ -195,19 +195,25 @@ def test_nested_everywhere_with_a_pooled_difference_of_q_reads_the_remainder_les
         assert difference is not None and difference[0] == 6  # 2 + 2 + 2 >= q: the remainder check passes it
 
 
-def test_inclusion_exclusion_at_the_target_reads_the_remainder_from_pooled_releases_alone(tmp_path):
+@pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("disjoint only", 2)])
+def test_inclusion_exclusion_at_the_target_reads_no_remainder_from_pooled_releases_alone(
+        tmp_path, monkeypatch, which, expected):
+    """B and C overlap at the target, so no family of cells disjoint there leaves the remainder; but A - B - C +
+    (B and C), A less the union of B and C, is R. On the code before (the remainder check over disjoint families
+    alone, ``disjoint only`` here) 2 read; now the target also tries the union of overlapping cells, finds B + C -
+    (B and C) one on every record of it, and merges the fourth release's cut: 0."""
     # 9 older patients of a lower income above 0.5 at the target, of its 15 older there: with 14 its records of the
     # cells of B and of B and C above 0.5 differ by 1, which it keeps apart since its shares of pooled cells are kept
     # (the others may release theirs alone), so it merges the fourth release's cut, and this route reads nothing for
     # a reason of its own.
+    if which == "disjoint only":
+        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: False)
     truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
                            target_old_poor_high=9)
     read, refusals = union_attack(builder, truth)
-    print(f"ATTACK pooled A - B - C + (B and C), B and C overlapping at the target: read the outcomes of "
+    print(f"ATTACK pooled A - B - C + (B and C), B and C overlapping at the target ({which}): read the outcomes of "
           f"{read} target records; refusals {sorted(set(refusals))}")
-    # OLDER HOLE (left, docs/governance.md): the remainder check subtracts only families disjoint at the site; with
-    # B and C overlapping at s1, none is, and A less the union of B and C (2 records, pooled 2 < q) is released.
-    assert read == 2
+    assert read == expected
 
 
 @pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("bypassed", 2)])

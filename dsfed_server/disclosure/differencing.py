@@ -59,6 +59,7 @@ TOLERANCE_FACTOR = 100  # the leverage's tolerance, in eps x W's condition numbe
 # atoms x sets^2 the audit of one release may take (its QR updates' multiply-adds: about a minute on one
 # core); a release whose audit would take more is refused
 MAX_AUDIT_WORK = 2e11
+UNION_SETS = 64  # cells a pooled remainder's union is combined from (:func:`_union_remainder`)
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -536,39 +537,32 @@ def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every:
                     f"table in fewer than {min_difference} rows, and the counts the analyst sees of the two "
                     "differ by fewer too: comparing the two would single those records out")
     if _small_remainder(packed, size, cell, every or earlier, min_difference):
-        return (f"a cell and earlier cells or subsets of the same table, each within the next, leave fewer than "
-                f"{min_difference} records at this site, and their counts as the analyst sees them leave fewer "
-                "too: subtracting them would single those records out")
+        return (f"a cell and earlier cells or subsets of the same table, all inside one of them, leave fewer than "
+                f"{min_difference} records of it at this site outside the others, and adding and subtracting their "
+                "counts as the analyst sees them leaves fewer too: that would single those records out")
     return None
 
 
+Family = list[tuple[np.ndarray, int, str]]  # row sets (packed), their counts as the analyst sees them, columns
+
+
 def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _Cells, min_difference: int) -> bool:
-    """Whether the new cell and earlier cells, one of them holding the others (disjoint from each other at
-    this site), leave a remainder of 1 to ``min_difference - 1`` records here whose count, the container's
-    less the others' as the analyst sees them, is below ``min_difference`` too (three or more cells:
-    ``A - B - C``, where no two differ by few records). The family subtracted is chosen greedily, largest
-    first, with the new cell in it (or holding it); cells with no record here, and families of intervals of
-    one column, which the gate keeps apart, are left out."""
+    """Whether the new cell and earlier cells, one of them holding the others, leave a remainder of 1 to
+    ``min_difference - 1`` records here whose count, the container's less the others' as the analyst sees them, is
+    below ``min_difference`` too (three or more cells: ``A - B - C``, where no two differ by few records). The
+    family subtracted is chosen greedily, largest first, with the new cell in it (or holding it): first cells
+    disjoint here (:func:`_disjoint_remainder`), then cells overlapping here whose union the others' intersections
+    give (:func:`_union_remainder`). Cells with no record here, and families of intervals of one column, which the
+    gate keeps apart, are left out."""
     if size == 0 or earlier.rows is None:
         return False
 
-    def remainder(container: np.ndarray, inside: np.ndarray, total: int, count: int,
-                  family: list[tuple[np.ndarray, int, str]], columns: set[str]) -> bool:
-        taken = np.zeros_like(container)
-        counted, cells = 0, len(family)
-        for rows, n, column in family:
-            taken, counted = np.bitwise_or(taken, rows), counted + n
-            columns.add(column)
+    def remainder(container: np.ndarray, inside: np.ndarray, total: int, count: int, family: Family,
+                  columns: set[str]) -> bool:
         candidates = inside & (earlier.sizes > 0) & (earlier.sizes < total)
-        for k in earlier.by_size[candidates[earlier.by_size]]:
-            old = earlier.rows[k]  # type: ignore[index]
-            if not np.any(np.bitwise_and(old, taken)):
-                taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
-                columns.add(earlier.columns[k])
-        left = total - set_size(taken)
-        if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
-            return False  # one cell subtracted is a pair, checked above
-        return not (len(columns) == 1 and "" not in columns)  # intervals of one column: the gate's
+        order = earlier.by_size[candidates[earlier.by_size]]
+        return any(found(container, order, total, count, family, columns, earlier, min_difference)
+                   for found in (_disjoint_remainder, _union_remainder))
 
     if remainder(packed, earlier.within(packed), size, cell.count, [], {cell.column}):  # it holds earlier ones
         return True
@@ -576,6 +570,74 @@ def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _
     return any(remainder(earlier.rows[k], earlier.inside(k), int(earlier.sizes[k]),  # type: ignore[index]
                          int(earlier.counts[k]), [(packed, cell.count, cell.column)], {earlier.columns[k]})
                for k in holders)  # an earlier cell holds the new one and others
+
+
+def _kept_apart(columns: set[str]) -> bool:
+    """Whether a family of cells are intervals of one column, which the gate's cut history keeps apart."""
+    return len(columns) == 1 and "" not in columns
+
+
+def _disjoint_remainder(container: np.ndarray, order: np.ndarray, total: int, count: int, family: Family,
+                        columns: set[str], earlier: _Cells, min_difference: int) -> bool:
+    """:func:`_small_remainder` over the cells of ``order`` (inside ``container``, largest first) disjoint here from
+    ``family`` and from those taken before them: the container's count less theirs."""
+    taken = np.zeros_like(container)
+    counted, cells, columns = 0, len(family), set(columns)
+    for rows, n, column in family:
+        taken, counted = np.bitwise_or(taken, rows), counted + n
+        columns.add(column)
+    for k in order:
+        old = earlier.rows[k]  # type: ignore[index]
+        if not np.any(np.bitwise_and(old, taken)):
+            taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
+            columns.add(earlier.columns[k])
+    left = total - set_size(taken)
+    if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
+        return False  # one cell subtracted is a pair, checked above
+    return not _kept_apart(columns)
+
+
+def _union_remainder(container: np.ndarray, order: np.ndarray, total: int, count: int, family: Family,
+                     columns: set[str], earlier: _Cells, min_difference: int) -> bool:
+    """:func:`_small_remainder` over cells that overlap here: ``family`` and the cells of ``order`` (inside
+    ``container``, largest first) that leave at least one of its records out of their union, taken greedily. Where
+    that union leaves 1 to ``min_difference - 1`` records, and a combination of it and the cells inside it (up to
+    :data:`UNION_SETS`) is 1 on every record of the union here -- ``B + C - (B and C)`` -- the analyst's count of the
+    remainder is the container's less that combination of the cells' counts (inclusion-exclusion; Chin &
+    Ozsoyoglu 1982): below ``min_difference`` in size, a problem."""
+    named = {*columns, *(column for _, _, column in family)}
+    if _kept_apart(named) and bool(np.all(earlier.columns[order] == next(iter(named)))):
+        return False
+    taken = np.zeros_like(container)
+    for rows, _, _ in family:
+        taken = np.bitwise_or(taken, rows)
+    chosen, size = [], set_size(taken)
+    for k in order:  # the cells that grow the union and leave a record of the container out
+        grown = np.bitwise_or(taken, earlier.rows[k])  # type: ignore[index]
+        if size < (grown_size := set_size(grown)) < total:
+            taken, size = grown, grown_size
+            chosen.append(int(k))
+    left = total - size
+    if len(family) + len(chosen) < 2 or not 0 < left < min_difference:
+        return False
+    if size in {int(earlier.sizes[k]) for k in chosen} | {set_size(rows) for rows, _, _ in family}:
+        return False  # the union is one of the cells: a pair, checked above
+    inside, taken_ones = earlier.within(taken), set(chosen)
+    within = [int(k) for k in order if inside[k] and int(k) not in taken_ones]
+    family = [*family, *((earlier.rows[k], int(earlier.counts[k]), str(earlier.columns[k]))  # type: ignore[index]
+                         for k in [*chosen, *within])][:UNION_SETS]
+    touched = np.flatnonzero(taken)  # the bytes that hold records of the union
+    mask = np.unpackbits(taken[touched]).astype(bool)
+    code = np.zeros(size, dtype=np.uint64)
+    for j, (rows, _, _) in enumerate(family):  # each record's sets, a bit each (UNION_SETS of them at most)
+        np.bitwise_or(code, np.unpackbits(rows[touched])[mask].astype(np.uint64) << np.uint64(j), out=code)
+    atoms = np.unique(code)
+    incidence = _code_bits(atoms.view(np.int64), len(family))  # bit 63 as the sign: the shift keeps it
+    weights = np.linalg.lstsq(incidence, np.ones(atoms.size), rcond=None)[0]
+    if not np.allclose(incidence @ weights, 1.0, atol=1e-8):
+        return False  # no combination of the cells gives their union here
+    counted = float(weights @ np.array([n for _, n, _ in family], dtype=float))
+    return abs(count - counted) < min_difference
 
 
 def superset_gap(member: np.ndarray, sets: list[np.ndarray]) -> int:
