@@ -1134,17 +1134,19 @@ class Guard:
                     "ask for fewer or coarser cells, or on the whole table")
             objected |= revealed
 
-            def finish() -> tuple[Any, None]:
+            def finish() -> tuple[Any, None]:  # the release and its records, in one transaction of the history
                 cells = with_identities(release.own_cells, pooled["tag"])
-                result = on_release(release)
-                self.record_pooled_cells(cells, rows, kind if len(cells) == release.n_cells else "")
-                if THIN in pooled:
-                    elsewhere = np.rint(np.ravel(pooled[THIN])) - shares[THIN]
-                    if FAILING in pooled:
-                        elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
-                    self._record_thin(release.own_cells, spans, elsewhere, rows)
-                    self._record_exposed(release.own_cells, spans, (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]),
-                                         shares[HIDDEN] > 0, rows, release.parts)
+                with self.history.transaction() if self.history is not None else nullcontext():
+                    result = on_release(release)
+                    self.record_pooled_cells(cells, rows, kind if len(cells) == release.n_cells else "")
+                    if THIN in pooled:
+                        elsewhere = np.rint(np.ravel(pooled[THIN])) - shares[THIN]
+                        if FAILING in pooled:
+                            elsewhere += np.rint(np.ravel(pooled[FAILING])) - shares[FAILING] > 0.5
+                        self._record_thin(release.own_cells, spans, elsewhere, rows)
+                        self._record_exposed(release.own_cells, spans,
+                                             (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]), shares[HIDDEN] > 0,
+                                             rows, release.parts)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]

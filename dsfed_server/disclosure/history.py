@@ -46,7 +46,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -329,9 +330,39 @@ class History:
         self.lock = threading.RLock()
         self._digests = digests
         self._mapped: dict[tuple[str, int], _Decided] = {}  # per table and size, this run's decision
+        self._open = threading.local()  # this thread's connection in a transaction (:meth:`transaction`)
 
-    def _connect(self) -> sqlite3.Connection:
-        return connect(self.path)
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A connection to read with in a ``with`` block: this thread's transaction's (its writes seen), left open at
+        the block's end, or a new one."""
+        db = getattr(self._open, "db", None)
+        return nullcontext(db) if db is not None else connect(self.path)
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Every read and write of the history on this thread in the block as one SQLite transaction, on the
+        connection it gives: a release's records kept whole or not at all, synced to disk once. Nested blocks join
+        the outer one. (Outside a transaction each statement commits alone: one sync per row.)"""
+        db = getattr(self._open, "db", None)
+        if db is not None:
+            yield db
+            return
+        # the history's lock first, then SQLite's write lock (so no other writer's commit comes between its reads):
+        # always in that order, so a thread holding the first never waits on a transaction waiting for it
+        with self.lock:
+            db = connect(self.path)
+            db.execute("BEGIN IMMEDIATE")
+            self._open.db = db
+            try:
+                yield db
+            except BaseException:
+                db.rollback()
+                raise
+            else:
+                db.commit()
+            finally:
+                self._open.db = None
+                db.close()
 
     def _sizes(self, table: str, n: int, min_growth: int = 0) -> tuple[int, ...]:
         """The sizes of ``table`` whose row sets apply to it at ``n`` records: ``n``, and each earlier size whose
@@ -384,7 +415,7 @@ class History:
         if few:  # not recorded: the table is served once it grew by min_growth from the size read before
             return _Decided(partial(table_grew_little, table, max(few), n, min_growth), now)
         if n not in recorded:
-            with self._connect() as db:
+            with self.transaction() as db:
                 db.execute("INSERT OR IGNORE INTO table_records VALUES (?, ?, ?, ?)",
                            (table, n, json.dumps(now[n], sort_keys=True), utc_now()))
                 db.execute("INSERT OR IGNORE INTO table_orders VALUES (?, ?, ?, ?)",
@@ -400,7 +431,7 @@ class History:
         rows = [(table, size, column, digest, utc_now()) for size, kept in recorded.items() if size in now
                 for column, digest in now[size].items() if column not in kept]
         if rows:
-            with self._connect() as db:
+            with self.transaction() as db:
                 db.executemany("INSERT OR IGNORE INTO column_records VALUES (?, ?, ?, ?, ?)", rows)
 
     def columns_read(self, table: str, columns: list[str]) -> None:
@@ -458,7 +489,7 @@ class History:
         if not finite:
             return
         now = utc_now()
-        with self._connect() as db:
+        with self.transaction() as db:
             db.executemany("INSERT OR IGNORE INTO released_cuts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            [(table, column, c.value, int(c.inclusive), mode, analyst, function, now) for c in finite])
 
@@ -486,7 +517,7 @@ class History:
     def pin_peer_tables(self, table: str, fingerprint: str, *, analyst: str) -> str:
         """The fingerprint of the other sites' tables that fits over ``table`` are summed with, for every analyst:
         recorded by the first such fit (with who asked), returned as recorded."""
-        with self._connect() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO peer_tables VALUES (?, ?, ?, ?)",
                        (table, fingerprint, analyst, utc_now()))
             return str(db.execute("SELECT fingerprint FROM peer_tables WHERE table_key = ?", (table,)).fetchone()[0])
@@ -494,7 +525,7 @@ class History:
     def record_sums(self, table: str, n_root: int, sums: list[Summed], *, analyst: str) -> None:
         self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
-        with self._connect() as db:
+        with self.transaction() as db:
             db.executemany("INSERT OR IGNORE INTO released_sums VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(table, n_root, s.function, _SEPARATOR.join(s.roots),
                              self._kept(table, n_root, s.rows), analyst, now) for s in sums])
@@ -519,7 +550,7 @@ class History:
         now = utc_now()
         rows = [(c, self._kept(table, n_root, (np.packbits(c.rows) if c.rows.dtype == bool else c.rows).tobytes()))
                 for c in cells]
-        with self._connect() as db:
+        with self.transaction() as db:
             db.executemany("INSERT OR IGNORE INTO pooled_rows VALUES (?, ?, ?, ?, ?, ?, ?)",
                            [(table, n_root, packed, c.count, c.column, analyst, now) for c, packed in rows
                             if not c.cell_id])
@@ -531,7 +562,7 @@ class History:
         """Keep how a pooled release's cells lie (:func:`~dsfed_server.disclosure.unions.kind_of`) and their
         identities in order (their records are kept with :meth:`record_pooled_row_sets`)."""
         if cell_ids:
-            with self._connect() as db:
+            with self.transaction() as db:
                 db.execute("INSERT OR IGNORE INTO pooled_releases VALUES (?, ?, ?, ?, ?, ?, ?)",
                            (table, n_root, cell_ids[0], kind, ",".join(cell_ids), analyst, utc_now()))
 
@@ -596,14 +627,14 @@ class History:
     def _record_packed(self, name: str, table: str, n_root: int, packed: list[np.ndarray], analyst: str) -> None:
         self._sizes(table, n_root)  # the table's digests at this size kept first
         now = utc_now()
-        with self._connect() as db:
+        with self.transaction() as db:
             db.executemany(f"INSERT OR IGNORE INTO {name} VALUES (?, ?, ?, ?, ?)",
                            [(table, n_root, self._kept(table, n_root, rows.tobytes()), analyst, now)
                             for rows in packed])
 
     def record_row_set(self, table: str, rows: np.ndarray, *, analyst: str) -> None:
         self._sizes(table, int(rows.size))  # the table's digests at this size kept first
-        with self._connect() as db:
+        with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO subset_rows VALUES (?, ?, ?, ?, ?)",
                        (table, int(rows.size), self._kept(table, int(rows.size), np.packbits(rows).tobytes()),
                         analyst, utc_now()))
