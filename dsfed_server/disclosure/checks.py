@@ -14,7 +14,7 @@ import hmac
 import math
 import secrets
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -1136,7 +1136,7 @@ class Guard:
 
             def finish() -> tuple[Any, None]:  # the release and its records, in one transaction of the history
                 cells = with_identities(release.own_cells, pooled["tag"])
-                with self.history.transaction() if self.history is not None else nullcontext():
+                with self.recording():
                     result = on_release(release)
                     self.record_pooled_cells(cells, rows, kind if len(cells) == release.n_cells else "")
                     if THIN in pooled:
@@ -1333,6 +1333,11 @@ class Guard:
         if packed:
             self.history.record_thin_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
                                               analyst=self._analyst)
+
+    def recording(self) -> AbstractContextManager[Any]:
+        """One transaction of the release history for a release's records
+        (:meth:`~dsfed_server.disclosure.history.History.transaction`; nothing to do without a history)."""
+        return self.history.transaction() if self.history is not None else nullcontext()
 
     def record_pooled_cells(self, cells: list[PooledCell], rows: Rows | None, kind: str = "") -> None:
         """Keep this site's records of pooled cells and, where ``kind`` says how a whole release's cells lie

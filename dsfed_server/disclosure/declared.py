@@ -269,8 +269,9 @@ def release(guard: Guard, declared: Declared) -> Any:
                 return declared.result
 
             return cuts.audited(values, declared.bounds, counts, agreed)
-        cuts.record(declared.released)
-        cuts.record_cells(values, declared.bounds, counts)
+        with cuts.guard.recording():
+            cuts.record(declared.released)
+            cuts.record_cells(values, declared.bounds, counts)
         return None
     if isinstance(declared, CandidateCuts):
         return declared.cuts.fits(declared.candidates, declared.pooled_counts, declared.floor, declared.history)

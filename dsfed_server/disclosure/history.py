@@ -350,13 +350,16 @@ class History:
         # the history's lock first, then SQLite's write lock (so no other writer's commit comes between its reads):
         # always in that order, so a thread holding the first never waits on a transaction waiting for it
         with self.lock:
-            db = connect(self.path)
-            db.execute("BEGIN IMMEDIATE")
-            self._open.db = db
+            db, mapped = connect(self.path), set(self._mapped)
             try:
+                db.execute("BEGIN IMMEDIATE")
+                self._open.db = db
                 yield db
             except BaseException:
-                db.rollback()
+                if db.in_transaction:
+                    db.rollback()
+                for key in self._mapped.keys() - mapped:  # decisions whose digests were not kept: made again
+                    del self._mapped[key]
                 raise
             else:
                 db.commit()
