@@ -129,10 +129,6 @@ def bits(rows: np.ndarray, n: int) -> np.ndarray:
                      f"bytes, not {rows.size} values of {rows.dtype}")
 
 
-# the number of bits set in each byte value, as an index of a byte array
-_POPCOUNT = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
-
-
 def set_size(packed: np.ndarray) -> int:
     """The number of records in a packed row set."""
     return int(np.bitwise_count(packed).sum(dtype=np.int64))
@@ -140,12 +136,14 @@ def set_size(packed: np.ndarray) -> int:
 
 def _differences(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
     """Per packed row set of ``sets``, the number of records in it or in ``packed`` and not in the other."""
-    return _per_set(sets, packed, lambda block: _POPCOUNT[np.bitwise_xor(block, packed)].sum(axis=1, dtype=np.int64))
+    return _per_set(sets, packed,
+                    lambda block: np.bitwise_count(np.bitwise_xor(block, packed)).sum(axis=1, dtype=np.int64))
 
 
 def _overlaps(sets: Sequence[np.ndarray], packed: np.ndarray) -> np.ndarray:
     """Per packed row set of ``sets``, the number of records in it and in ``packed``."""
-    return _per_set(sets, packed, lambda block: _POPCOUNT[np.bitwise_and(block, packed)].sum(axis=1, dtype=np.int64))
+    return _per_set(sets, packed,
+                    lambda block: np.bitwise_count(np.bitwise_and(block, packed)).sum(axis=1, dtype=np.int64))
 
 
 def _covering(sets: Sequence[np.ndarray], packed: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -186,7 +184,7 @@ def nearest_sets(member: np.ndarray, sets: Sequence[np.ndarray], limit: int, lat
         return list(sets)
     touching = [k for k, s in enumerate(sets) if np.bitwise_and(s, member).any()]
     outside, reach, union = np.bitwise_not(member), [], np.zeros_like(member)
-    by_size = sorted(touching, key=lambda k: int(np.bitwise_count(sets[k]).sum()))
+    by_size = sorted(touching, key=lambda k: set_size(sets[k]))
     for rank, k in enumerate(by_size, 1):
         np.bitwise_or(union, sets[k], out=union)
         if rank & (rank - 1) == 0 or rank == len(by_size):  # 1, 2, 4, ... and all
@@ -429,7 +427,7 @@ def _pairwise_differing(left: Sequence[np.ndarray], right: Sequence[np.ndarray],
     step = max(1, (8 << 20) // max(1, left[0].size))
     for s in range(0, len(a), step):
         block = np.bitwise_xor(np.stack([left[k] for k in a[s:s + step]]), np.stack([right[k] for k in b[s:s + step]]))
-        out[s:s + step] = _POPCOUNT[block].sum(axis=1, dtype=np.int64)
+        out[s:s + step] = np.bitwise_count(block).sum(axis=1, dtype=np.int64)
     return out
 
 
@@ -501,7 +499,8 @@ class _Cells:
 
     def __init__(self, cells: Sequence[PooledCell]) -> None:
         self.rows = np.stack([packed_set(c.rows) for c in cells]) if cells else None
-        self.sizes = _POPCOUNT[self.rows].sum(axis=1, dtype=np.int64) if self.rows is not None else np.zeros(0, int)
+        self.sizes = (np.bitwise_count(self.rows).sum(axis=1, dtype=np.int64) if self.rows is not None
+                      else np.zeros(0, int))
         self.counts = np.array([c.count for c in cells], dtype=np.int64)
         self.columns = np.array([c.column for c in cells], dtype=object)
         self.by_size = np.argsort(-self.sizes, kind="stable")  # largest first, ties in their order
@@ -527,7 +526,7 @@ def _cell_problem(cell: PooledCell, earlier: _Cells, min_difference: int, every:
     packed = packed_set(cell.rows)
     size = set_size(packed)
     if earlier.rows is not None:
-        differing = _POPCOUNT[np.bitwise_xor(earlier.rows, packed)].sum(axis=1, dtype=np.int64)
+        differing = np.bitwise_count(np.bitwise_xor(earlier.rows, packed)).sum(axis=1, dtype=np.int64)
         other_column = ~(earlier.columns == cell.column) if cell.column else np.ones(earlier.counts.size, bool)
         nested = (other_column & (differing > 0) & (differing < min_difference)  # nested: one holds the other
                   & (np.abs(cell.count - earlier.counts) < min_difference)
