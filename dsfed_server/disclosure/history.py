@@ -59,7 +59,7 @@ from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.disclosure.store import append_only, connect, create
+from dsfed_server.disclosure.store import append_only, connect, create, immediate
 from dsfed_server.record_prefixes import RecordKeys
 from dsfed_server.timestamps import utc_now
 
@@ -347,25 +347,20 @@ class History:
         if db is not None:
             yield db
             return
-        # the history's lock first, then SQLite's write lock (so no other writer's commit comes between its reads):
-        # always in that order, so a thread holding the first never waits on a transaction waiting for it
+        # the history's lock first, then SQLite's write lock: always in that order, so a thread holding the first
+        # never waits on a transaction waiting for it
         with self.lock:
-            db, mapped = connect(self.path), set(self._mapped)
+            mapped = set(self._mapped)
             try:
-                db.execute("BEGIN IMMEDIATE")
-                self._open.db = db
-                yield db
+                with immediate(self.path) as db:
+                    self._open.db = db
+                    yield db
             except BaseException:
-                if db.in_transaction:
-                    db.rollback()
                 for key in self._mapped.keys() - mapped:  # decisions whose digests were not kept: made again
                     del self._mapped[key]
                 raise
-            else:
-                db.commit()
             finally:
                 self._open.db = None
-                db.close()
 
     def _sizes(self, table: str, n: int, min_growth: int = 0) -> tuple[int, ...]:
         """The sizes of ``table`` whose row sets apply to it at ``n`` records: ``n``, and each earlier size whose

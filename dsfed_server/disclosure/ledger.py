@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dsfed_server.disclosure.accountant import Cap, Caps, Cost, guarantee
-from dsfed_server.disclosure.store import connect, create
+from dsfed_server.disclosure.store import connect, create, immediate
 from dsfed_server.timestamps import utc_now
 
 _SCHEMA = """
@@ -154,35 +154,26 @@ class Ledger:
             return []
         now = utc_now()
         spent = []
-        with self._lock:
-            db = self._connect()
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                for charge in charges:
-                    done = self._released(db, charge.table, list(charge.keys))
-                    keys = [k for k in charge.keys if k not in done]
-                    if not keys:
-                        continue  # a concurrent call released the same values first
-                    over = self.overspent(db, analyst, charge.table, charge.cost, caps)
-                    if over is not None:
-                        refuse(charge.table, *over, charge.cost)
-                    cur = db.execute("INSERT INTO spend (time, analyst, table_key, function, epsilon, delta, rho) "
-                                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                     (now, analyst, charge.table, charge.function, charge.cost.epsilon,
-                                      charge.cost.delta, charge.cost.rho))
-                    db.executemany("INSERT INTO released (analyst, table_key, release, spend_seq) VALUES (?, ?, ?, ?)",
-                                   [(analyst, charge.table, k, cur.lastrowid) for k in keys])
-                    after = guarantee(self._total(db, charge.table), epsilon_budget=caps.table.epsilon,
-                                      delta_budget=caps.table.delta)
-                    spent.append({"table": charge.table, "epsilon": charge.cost.epsilon, "delta": charge.cost.delta,
-                                  "rho": charge.cost.rho, "releases": len(keys), "seq": cur.lastrowid,
-                                  "table_total": after.as_dict()})
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            finally:
-                db.close()
+        with self._lock, immediate(self.path) as db:
+            for charge in charges:
+                done = self._released(db, charge.table, list(charge.keys))
+                keys = [k for k in charge.keys if k not in done]
+                if not keys:
+                    continue  # a concurrent call released the same values first
+                over = self.overspent(db, analyst, charge.table, charge.cost, caps)
+                if over is not None:
+                    refuse(charge.table, *over, charge.cost)
+                cur = db.execute("INSERT INTO spend (time, analyst, table_key, function, epsilon, delta, rho) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (now, analyst, charge.table, charge.function, charge.cost.epsilon,
+                                  charge.cost.delta, charge.cost.rho))
+                db.executemany("INSERT INTO released (analyst, table_key, release, spend_seq) VALUES (?, ?, ?, ?)",
+                               [(analyst, charge.table, k, cur.lastrowid) for k in keys])
+                after = guarantee(self._total(db, charge.table), epsilon_budget=caps.table.epsilon,
+                                  delta_budget=caps.table.delta)
+                spent.append({"table": charge.table, "epsilon": charge.cost.epsilon, "delta": charge.cost.delta,
+                              "rho": charge.cost.rho, "releases": len(keys), "seq": cur.lastrowid,
+                              "table_total": after.as_dict()})
         return spent
 
     def pin_peers(self, analyst: str, tables: Iterable[str], peers: Iterable[str]) -> dict[str, str]:

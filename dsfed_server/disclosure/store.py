@@ -4,6 +4,8 @@ one connection per operation, write-ahead log, every commit synced to disk."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -12,6 +14,25 @@ def connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     return db
+
+
+
+@contextmanager
+def immediate(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection in one ``BEGIN IMMEDIATE`` transaction (the write lock taken at once, so no other writer's commit
+    comes between its reads and its writes): committed at the block's end, rolled back where it raises, closed."""
+    db = connect(path)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        yield db
+    except BaseException:
+        if db.in_transaction:
+            db.rollback()
+        raise
+    else:
+        db.commit()
+    finally:
+        db.close()
 
 
 def create(path: str | Path, schema: str) -> Path:
