@@ -265,8 +265,8 @@ class _Cuts:
     def record(self, cuts: Any) -> None:
         self.calls.append(("record", list(cuts)))
 
-    def record_cells(self, values: Any, bounds: Any, counts: Any) -> None:
-        self.calls.append(("record_cells", list(bounds)))
+    def record_cells(self, released: Any, values: Any, bounds: Any, counts: Any) -> None:
+        self.calls.append(("record_cells", list(released), list(bounds)))
 
     def audited(self, values: Any, bounds: Any, counts: Any, release: Any) -> Any:
         self.calls.append(("audited", list(bounds)))
@@ -276,7 +276,7 @@ class _Cuts:
 @pytest.mark.parametrize("cells, calls", [
     ({}, [("record", ["root"])]),
     ({"values": np.zeros(3), "bounds": ["on p"], "counts": np.ones(2)},
-     [("record", ["root"]), ("record_cells", ["on p"])]),
+     [("record_cells", ["root"], ["on p"])]),
 ])
 def test_a_protocols_cuts_are_recorded_with_their_cells_kept(cells, calls):
     cuts = _Cuts()

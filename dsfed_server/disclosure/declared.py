@@ -108,7 +108,7 @@ class ProtocolCells:
 
     ``audited`` False (a release of the counts the cuts' ranks tell, a spline's knots): the cuts join the
     history and this site's records of the cells the table's pooled row sets, for later releases' audits
-    (:meth:`ProtocolCuts.record`, :meth:`ProtocolCuts.record_cells`); None is sent back. ``audited`` True
+    in one transaction (:meth:`ProtocolCuts.record_cells`); None is sent back. ``audited`` True
     (sums over the cells leave, Hosmer-Lemeshow's groups): every site's records of the cells first pass the
     row-set audit on pooled objections (:meth:`ProtocolCuts.audited`); the pooled steps of that audit are
     sent back, and at their end the cuts join the history and ``result`` is released."""
@@ -269,9 +269,7 @@ def release(guard: Guard, declared: Declared) -> Any:
                 return declared.result
 
             return cuts.audited(values, declared.bounds, counts, agreed)
-        with cuts.guard.recording():
-            cuts.record(declared.released)
-            cuts.record_cells(values, declared.bounds, counts)
+        cuts.record_cells(declared.released, values, declared.bounds, counts)
         return None
     if isinstance(declared, CandidateCuts):
         return declared.cuts.fits(declared.candidates, declared.pooled_counts, declared.floor, declared.history)

@@ -160,11 +160,15 @@ class ProtocolCuts:
         alike otherwise."""
         return self.guard.agreed(self._own_cells(values, cuts, counts), self.rows, release, len(cuts) + 1)
 
-    def record_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> None:
-        """This site's records of the cells between ``cuts`` (on ``values``) with their pooled ``counts``
-        join the table's pooled row sets, unaudited: every later release of the table is audited
-        against them (a release of counts only, whose cuts the history kept apart on the column)."""
-        self.guard.record_pooled_cells(self._own_cells(values, cuts, counts), self.rows)
+    def record_cells(self, released: Sequence[gate.Cut], values: np.ndarray, cuts: Sequence[gate.Cut],
+                     counts: np.ndarray) -> None:
+        """The ``released`` cuts join this site's history of the column (:meth:`record`) and this site's
+        records of the cells between ``cuts`` (on ``values``) with their pooled ``counts`` join the table's
+        pooled row sets, unaudited, in one transaction of the history: every later release of the table is
+        audited against them (a release of counts only, whose cuts the history kept apart on the column)."""
+        with self.guard.recording():
+            self.record(released)
+            self.guard.record_pooled_cells(self._own_cells(values, cuts, counts), self.rows)
 
     def _own_cells(self, values: np.ndarray, cuts: Sequence[gate.Cut], counts: np.ndarray) -> list[PooledCell]:
         column = "$".join(self.key) if self.whole_column else ""
