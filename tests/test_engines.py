@@ -186,6 +186,7 @@ def _wide_sites(tmp: Path, engine: str) -> dict[str, ProvisionedSite]:
     return provision(tmp / "run", spec, catalog={"engine": engine})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # 223-242 s alone on two idle cores, 384 s beside two busy loops and other tests
 def test_a_table_beyond_the_memory_limit_completes_the_validation(tmp_path):
     # the limit: an idle site's address space on this machine and HEADROOM, less than the wide table
@@ -226,7 +227,8 @@ def _open_files(path: Path) -> int:
 
 def test_a_closed_site_releases_its_database_threads_and_files(gbsg2_frames, tmp_path):
     """SiteService.close() closes the DuckDB database (its threads end), drops the columns read and
-    closes the access log's file; a read after it is refused, nothing read."""
+    closes the access log's file and the privacy ledger's and release history's SQLite file (their connections kept
+    open for the next operation); a read after it is refused, nothing read."""
     threads = Path("/proc/self/task")
     gc.collect()  # services earlier tests left unreferenced end their threads now, not while this test counts
     before = len(list(threads.iterdir()))
@@ -235,9 +237,12 @@ def test_a_closed_site_releases_its_database_threads_and_files(gbsg2_frames, tmp
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
     access_log = provisioned["site1"].audit_log.with_name("site1-access.log")
+    # read as a noisy call's budget check and a cut's gate read them (this site's rules add no noise and keep no cuts)
+    assert service.ledger.total("P.t").epsilon == 0 and service.history.cuts("P.t", "age") == []
+    ledger = service.history.path  # the ledger's file too
     made = len(list(threads.iterdir()))
-    assert made > before and _open_files(access_log) == 1
+    assert made > before and _open_files(access_log) == 1 and _open_files(ledger) >= 1
     service.close()
-    assert len(list(threads.iterdir())) < made and _open_files(access_log) == 0
+    assert len(list(threads.iterdir())) < made and _open_files(access_log) == 0 and _open_files(ledger) == 0
     with pytest.raises(BackendUnavailable, match="cannot read .* nothing was read"):
         service.catalog.frame("P.t")

@@ -59,7 +59,7 @@ from dsfed_core.errors import DisclosureRefusal
 from dsfed_server.disclosure.differencing import PooledCell
 from dsfed_server.disclosure.equations import Summed
 from dsfed_server.disclosure.gate import Cut
-from dsfed_server.disclosure.store import append_only, connect, create, immediate
+from dsfed_server.disclosure.store import Connections, append_only, create
 from dsfed_server.record_prefixes import RecordKeys
 from dsfed_server.timestamps import utc_now
 
@@ -327,16 +327,21 @@ class History:
 
     def __init__(self, path: str | Path, digests: Digests | None = None) -> None:
         self.path = create(path, _SCHEMA)
+        self._db = Connections(self.path)
         self.lock = threading.RLock()
         self._digests = digests
         self._mapped: dict[tuple[str, int], _Decided] = {}  # per table and size, this run's decision
         self._open = threading.local()  # this thread's connection in a transaction (:meth:`transaction`)
 
+    def close(self) -> None:
+        """Close the connections kept open."""
+        self._db.close()
+
     def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
         """A connection to read with in a ``with`` block: this thread's transaction's (its writes seen), left open at
         the block's end, or a new one."""
         db = getattr(self._open, "db", None)
-        return nullcontext(db) if db is not None else connect(self.path)
+        return nullcontext(db) if db is not None else self._db.reading()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -352,7 +357,7 @@ class History:
         with self.lock:
             mapped = set(self._mapped)
             try:
-                with immediate(self.path) as db:
+                with self._db.immediate() as db:
                     self._open.db = db
                     yield db
             except BaseException:

@@ -40,10 +40,11 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import Any, Iterable
 
 from dsfed_server.disclosure.accountant import Cap, Caps, Cost, guarantee
-from dsfed_server.disclosure.store import connect, create, immediate
+from dsfed_server.disclosure.store import Connections, create
 from dsfed_server.timestamps import utc_now
 
 _SCHEMA = """
@@ -96,14 +97,19 @@ class Charge:
 
 
 class Ledger:
-    """Append-only spend records in SQLite; one connection per operation (thread-safe)."""
+    """Append-only spend records in SQLite (thread-safe)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = create(path, _SCHEMA)
+        self._db = Connections(self.path)
         self._lock = threading.Lock()
 
-    def _connect(self) -> sqlite3.Connection:
-        return connect(self.path)
+    def _connect(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.reading()
+
+    def close(self) -> None:
+        """Close the connections kept open."""
+        self._db.close()
 
     @staticmethod
     def _total(db: sqlite3.Connection, table: str, analyst: str | None = None) -> Cost:
@@ -154,7 +160,7 @@ class Ledger:
             return []
         now = utc_now()
         spent = []
-        with self._lock, immediate(self.path) as db:
+        with self._lock, self._db.immediate() as db:
             for charge in charges:
                 done = self._released(db, charge.table, list(charge.keys))
                 keys = [k for k in charge.keys if k not in done]
@@ -182,8 +188,7 @@ class Ledger:
         differ: two colluding accounts summing over different site sets could difference them)."""
         wanted = ",".join(sorted(peers))
         pinned: dict[str, str] = {}
-        with self._lock, self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._lock, self._db.immediate() as db:
             for table in sorted(set(tables)):
                 row = db.execute("SELECT peers FROM secure_peers WHERE table_key = ? ORDER BY time LIMIT 1",
                                  (table,)).fetchone()
@@ -192,9 +197,7 @@ class Ledger:
                                (analyst, table, wanted, datetime.now(timezone.utc).isoformat()))
                 pinned[table] = wanted if row is None else row[0]
             if any(v != wanted for v in pinned.values()):
-                db.execute("ROLLBACK")
-            else:
-                db.execute("COMMIT")
+                db.rollback()  # pinned nowhere: the call is refused
         return pinned
 
     def listing(self) -> list[dict[str, Any]]:

@@ -104,12 +104,14 @@ class SiteState:
 
     def close(self) -> None:
         """Release what the site holds open: its engine's connection (DuckDB's database and the threads it
-        keeps), the columns read, and the access log's file. A site process never needs it (its end
-        releases them); a site made in a program's own process (:mod:`dsfed_server.inprocess`, tests,
-        simulations) is closed when done, or holds them until it is garbage -- and a FastAPI app made
-        over it (``create_app``) keeps it alive in FastAPI's caches of route functions for about 80
-        apps made after it. The service answers no calls after."""
+        keeps), the columns read, the privacy ledger's and release history's connections, and the access log's
+        file. A site process never needs it (its end releases them); a site made in a program's own process
+        (:mod:`dsfed_server.inprocess`, tests, simulations) is closed when done, or holds them until it is
+        garbage -- and a FastAPI app made over it (``create_app``) keeps it alive in FastAPI's caches of route
+        functions for about 80 apps made after it. The service answers no calls after."""
         self.catalog.close()
+        self.ledger.close()
+        self.history.close()
         for handler in list(self.access_log.handlers):
             self.access_log.removeHandler(handler)
             handler.close()
