@@ -22,6 +22,19 @@ RULES = ROOT / "disclosure_rules"
 GBSG2_SITES = ("site1", "site2", "site3", "site4", "site5")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, those allowed longest (their timeout) first among them, the rest in their order: xdist's
+    workers steal tests from each other's queues, so a long test started late leaves the others idle to the end; the
+    longest first, the short ones fill in."""
+    def order(item: pytest.Item) -> tuple[int, float]:
+        if item.get_closest_marker("slow") is None:
+            return 1, 0.0
+        timeout = item.get_closest_marker("timeout")
+        return 0, -float(timeout.args[0] if timeout and timeout.args else item.config.getini("timeout") or 0)
+
+    items.sort(key=order)
+
+
 def read_site_csv(site: str) -> pd.DataFrame:
     """The raw fixture file, read independently of dsfed's catalog."""
     return pd.read_csv(FIXTURES / site / "GBSG2" / "validation.csv")

@@ -79,6 +79,7 @@ def attack(tmp: Path, peers: dict[str, pd.DataFrame] | None = None, secrets: str
     return (read(found, truth) if all(f in found for f, _ in FITS) else 0), refusals
 
 
+@pytest.mark.slow
 def test_a_fit_over_complete_cases_taken_apart_reads_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     read_now, refusals = attack(tmp_path / "now")
     print(f"ATTACK three relayed fits over three tables, ten complete cases at the attacked site, the others' own "

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy.optimize import Bounds, LinearConstraint, least_squares, milp, nnls
 from scipy.special import expit
 
@@ -229,6 +230,7 @@ def read(r: dict, truth: pd.DataFrame) -> int:
     want = truth.sort_values("score").reset_index(drop=True)
     return int((got.claimed & (np.abs(got.score - want.score) < 1e-3) & (got.y == want.y)).sum())
 
+@pytest.mark.slow
 def test_a_small_sites_whole_table_through_many_peer_sets_reads_no_record_with_one_set_per_table(tmp_path: Path,
                                                                                                 monkeypatch):
     read_now, refusals = attack(tmp_path / "now", "pairs of peers")
@@ -246,6 +248,7 @@ def test_a_small_sites_whole_table_through_many_peer_sets_reads_no_record_with_o
     assert read_before >= 25
 
 
+@pytest.mark.slow
 def test_a_small_sites_own_ends_beside_one_peer_at_a_time_count_each_estimate(tmp_path: Path, monkeypatch):
     """Rounds of two sites, the small site and one peer: fewer than min_sites, so each is the small site's own
     fit and counts there in full -- but named by its model alone, ``y ~ score`` beside forty peers counted once

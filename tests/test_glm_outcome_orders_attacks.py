@@ -45,6 +45,7 @@ def cut_outcome(session, kind: str, cut: float) -> None:
     session.assign_expr("Y", 'asNumericDS("F")')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pounds", "factor-as-numbers"])
 @pytest.mark.parametrize("check", [True, False], ids=["shipped", "without-the-own-fit-check"])
 def test_an_outcome_ordered_as_the_covariate_reads_no_record(tmp_path: Path, monkeypatch, check: bool, kind: str):

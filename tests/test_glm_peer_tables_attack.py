@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy.special import expit
 
 from conftest import inprocess_builder
@@ -93,6 +94,7 @@ def attack(tmp: Path, tables: int) -> tuple[int, int, list[str]]:
     return exact, read(found, truth), refusals
 
 
+@pytest.mark.slow
 def test_a_small_sites_end_taken_apart_through_its_peers_other_tables_reads_no_record(tmp_path: Path, monkeypatch):
     ends, read_now, refusals = attack(tmp_path / "now", TABLES)
     print(f"ATTACK y ~ score relayed over a site of {SMALL} and two peers, each on another of its {TABLES} tables "

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from bandsolve import outcome_patterns
 from conftest import inprocess_builder
@@ -123,6 +124,7 @@ def attack(tmp: Path) -> tuple[int, list[str]]:
     return (read(found, truth) if all(f in found for f, _ in FITS) else 0), refusals
 
 
+@pytest.mark.slow
 def test_a_fit_summed_over_three_sites_taken_apart_reads_no_record(tmp_path: Path, monkeypatch):
     read_now, refusals = attack(tmp_path / "counted")
     print(f"ATTACK three relayed fits over three sites, the others' own parts subtracted (shipped rules): "

@@ -92,6 +92,7 @@ def not_counted(*args, **kwargs) -> Iterator[None]:
     yield from ()
 
 
+@pytest.mark.slow
 def test_study_level_fits_are_counted_and_read_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     truth = synthetic_frame(7, 60)
     read, attacked, refusals = attack(tmp_path / "counted", truth)

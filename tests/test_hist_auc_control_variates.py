@@ -139,6 +139,7 @@ def noisy_tables(tmp_path: Path, data: pd.DataFrame, draws: int, rng: np.random.
                          epsilon_per_analyst="1000.0", delta_per_table="0.5", delta_per_analyst="0.5")
 
 
+@pytest.mark.slow
 def test_noise_on_reported_variance_is_the_noise_and_mae_falls(tmp_path: Path) -> None:
     """Binormal scores (AUC 0.75, prevalence 0.3), n = 600 over three sites of the shipped rules (epsilon 1,
     every site adding its full noise), pooled, 64 leaves (:func:`auc_levels`'s depth here); 50 noise draws."""

@@ -35,6 +35,7 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from conftest import http_builder
 from dsfed_client import Call, FederatedCallError, FederatedSession, Ref
@@ -343,6 +344,7 @@ def _padding() -> pd.DataFrame:
     })
 
 
+@pytest.mark.slow
 def test_a_padding_member_site_reads_the_honest_sites_cells(tmp_path: Path) -> None:
     """(f) A member site colluding with the analyst pads its table with 10 made-up records in every
     1/1000 of the score; one pooled ``thresholdBinsDS`` with 999 thresholds has 10 records or more in

@@ -278,6 +278,7 @@ def test_recalibrate_refuses_non_finite_and_unknown_method(smooth):
 # --- over HTTP ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_recalibration_over_http(tmp_path):
     """The maps travel as numbers over HTTP too (knots as raw float64) to real server processes."""
     frames = dict(list(_overconfident(8).items())[:2])

@@ -75,6 +75,7 @@ def _small_peers_attack(tmp: Path) -> tuple[int, list[str]]:
     return attack(tmp, peers, "h20 small peers")
 
 
+@pytest.mark.slow
 def test_similar_size_peers_cannot_take_ten_complete_cases_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # the peers (20 + 20 records, 0.25 each) afford 10, no more than 2 x 0.25 x 10 x 2: the end counts nowhere here
     read_now, refusals_now = _small_peers_attack(tmp_path / "now")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError
@@ -234,6 +235,7 @@ def test_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
     assert read == 0
 
 
+@pytest.mark.slow
 def test_pooled_placement_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
     frames, decoded, refused = over_subsets(tmp_path, lambda session, ref: {"pooled": session.pooled(
         "histPlacementSumsDS", Ref("T$y"), Ref("T$score"), Ref(ref))})

@@ -217,6 +217,7 @@ def test_joint_cells_of_two_scores_hold_q_records(tmp_path: Path):
         assert counts.min() >= 5
 
 
+@pytest.mark.slow
 def test_pooled_paired_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
     """The pooled paired sums over nested subsets (``age >= a``) against references the sites derived on the whole
     table: the reference's leaves were released on the pooled counts of the table's records, not of a subset's,
@@ -243,6 +244,7 @@ def test_pooled_paired_sums_over_nested_subsets_read_no_outcome(tmp_path: Path):
             assert refused == expect_refused
 
 
+@pytest.mark.slow
 def test_pooled_paired_sums_against_references_derived_per_subset_read_no_outcome(tmp_path: Path):
     """The nested-subset difference again, each subset with references the sites derived on that subset's own
     records (ten pooled histograms of epsilon 0.04 each: 1.6 of the analyst's budget over four subsets). A

@@ -165,6 +165,7 @@ def test_dsfed_report_cli_over_http(own_http_sites, tmp_path):
     assert refused.returncode == 2 and "sites" in refused.stderr and not (tmp_path / "x.html").exists()
 
 
+@pytest.mark.slow
 def test_demo_writes_the_report(tmp_path):
     out, report = tmp_path / "demo.json", tmp_path / "custom" / "validation.html"
     run = subprocess.run([sys.executable, "-m", "dsfed_client.cli", "demo", "--json", str(out), "--report",
