@@ -149,16 +149,19 @@ def test_noise_on_reported_variance_is_the_noise_and_mae_falls(tmp_path: Path) -
     y, p = data.y.to_numpy(), data.score.to_numpy()
     pooled_auc = r_reference("proc_ref", R_PROC, y=y, p=p)[0]
     corrected, reported, plain, plain_reported = [], [], [], []
-    with inprocess_builder(*make_sites(tmp_path, split(data, (200, 200, 200), rng), rules=rules)).login() as session:
-        for r in range(draws):
+    builder = inprocess_builder(*make_sites(tmp_path, split(data, (200, 200, 200), rng), rules=rules))
+    for r in range(draws):
+        # a session per draw: a session relays the cut histories and pooled cells of every table it released from
+        # with each pooled release, so one session over the draws grew with the tables before
+        with builder.login() as session:
             session.assign_table("D", f"P.t{r}")
             res = ds_hist_auc(session, "D$y", "D$score", secure=True, roc_glm=False)
-            assert res.estimator == "control variates" and res.histograms.edges.size == 65
-            w = placement_weight(res.histograms)
-            corrected.append(res.auc)
-            reported.append(res.noise_variance)
-            plain.append(w * res.auc_positives + (1 - w) * res.auc_negatives)
-            plain_reported.append(noise_variance(res.histograms, w))
+        assert res.estimator == "control variates" and res.histograms.edges.size == 65
+        w = placement_weight(res.histograms)
+        corrected.append(res.auc)
+        reported.append(res.noise_variance)
+        plain.append(w * res.auc_positives + (1 - w) * res.auc_negatives)
+        plain_reported.append(noise_variance(res.histograms, w))
     corrected, plain = np.asarray(corrected), np.asarray(plain)
     # the error's variance over the draws against the mean reported: the ratio of a sample variance of `draws`
     # normal errors to their variance lies in this band with probability 0.998

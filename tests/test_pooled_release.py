@@ -255,9 +255,10 @@ def test_validate_on_a_million_binormal_records(tmp_path):
     assert abs(d.roc_glm_auc - exact) <= 0.005
 
 
-# 120 secure pooled AUCs over five sites (bench/RESULTS.md: 200 in 19 s) took 794 s on two cores shared with
-# other test runs (load 20), beyond the 300 s default
-@pytest.mark.slow  # 136 s on two cores
+# 120 secure pooled AUCs over five sites took 928 s beside the rest of the suite on two cores while one session
+# carried them all (its pooled releases grew with the tables before); a session per data set, 1.85 s each alone
+# (bench/coverage.py --reps 40): beyond the 300 s default
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_the_noise_aware_interval_covers_the_exact_auc():
     """bench/coverage.py's simulation (Schalk et al.'s (2024) design, epsilon = 1, delta = 1e-5, five sites at the
