@@ -24,10 +24,13 @@ events) of R and checked against the truth:
   overlap at the target itself, no disjoint family exists there, yet A - B - C + (B and C) = A less the union of B
   and C is R (Chin & Ozsoyoglu's inclusion-exclusion): 2 read on the code before, which checked disjoint families
   alone; the target now tries the union of overlapping cells too: 0.
+* ``union`` after a large cell: L (72.4 kg or more), released after A, holds one of R's records and more of A's
+  than B or C at the target; the union pass took it first and found no combination: 2 read with one greedy pass,
+  as on the code before; each pass now runs again without the cell it took first: 0.
 
 Measured (each test prints what it read): others' own in the window 0 (2 under the relaxation); others' own nested
 everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 0 (2 with disjoint families
-alone, as on the code before); the control (nested everywhere, R alone pooled) 0 with the checks, 2 with the
+alone, as on the code before); the union after a large cell 0 (2 with one greedy pass); the control (nested everywhere, R alone pooled) 0 with the checks, 2 with the
 remainder check and the exposed-share audit bypassed in process.
 """
 
@@ -91,14 +94,19 @@ def cells(release: dict) -> dict[tuple[float, float], tuple[int, int]]:
     return {(edges[i], edges[i + 1]): (int(n), int(e)) for i, (n, e) in enumerate(zip(release["n"], release["sum_y"]))}
 
 
-def subsets(session, union: bool) -> tuple[str, ...]:
+def subsets(session, union: bool, large: bool = False) -> tuple[str, ...]:
+    """The tables released, in order: A (``D``), B and C; with ``union`` B and C after B; with ``large`` L (the
+    patients of 72.4 kg or more) after A."""
     session.assign_table("D", "P.t")
     session.assign_expr("B", 'dataFrameSubsetDS2("D", "D$age", "55", 6, NULL, NULL, FALSE)')
     session.assign_expr("C", 'dataFrameSubsetDS2("D", "D$income", "75000", 3, NULL, NULL, FALSE)')
+    large_cell = ("L",) if large else ()
+    if large:
+        session.assign_expr("L", 'dataFrameSubsetDS2("D", "D$weight", "72.4", 6, NULL, NULL, FALSE)')
     if union:
         session.assign_expr("BC", 'dataFrameSubsetDS2("C", "C$age", "55", 6, NULL, NULL, FALSE)')
-        return "D", "B", "BC", "C"
-    return "D", "B", "C"
+        return "D", *large_cell, "B", "BC", "C"
+    return "D", *large_cell, "B", "C"
 
 
 def released(call, symbols: tuple[str, ...], refusals: list[str]) -> dict[str, dict]:
@@ -142,11 +150,11 @@ def others_own_attack(builder, truth: pd.DataFrame) -> tuple[int, np.ndarray | N
     return scored(target["D"] - target["B"] - target["C"], truth), difference, refusals
 
 
-def union_attack(builder, truth: pd.DataFrame) -> tuple[int, list[str]]:
-    """Pooled releases only: A - B - C + (B and C) in the low cell."""
+def union_attack(builder, truth: pd.DataFrame, large: bool = False) -> tuple[int, list[str]]:
+    """Pooled releases only: A - B - C + (B and C) in the low cell (``large``: L released after A)."""
     refusals: list[str] = []
     with builder.login() as session:
-        pooled = released(session.pooled, subsets(session, union=True), refusals)
+        pooled = released(session.pooled, subsets(session, union=True, large=large), refusals)
     if any(s not in pooled or LOW not in pooled[s] for s in ("D", "B", "BC", "C")):
         return 0, refusals
     read = (np.asarray(pooled["D"][LOW]) - pooled["B"][LOW] - pooled["C"][LOW] + pooled["BC"][LOW])
@@ -207,12 +215,29 @@ def test_inclusion_exclusion_at_the_target_reads_no_remainder_from_pooled_releas
     # (the others may release theirs alone), so it merges the fourth release's cut, and this route reads nothing for
     # a reason of its own.
     if which == "disjoint only":
-        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: False)
+        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: (False, None))
     truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
                            target_old_poor_high=9)
     read, refusals = union_attack(builder, truth)
     print(f"ATTACK pooled A - B - C + (B and C), B and C overlapping at the target ({which}): read the outcomes of "
           f"{read} target records; refusals {sorted(set(refusals))}")
+    assert read == expected
+
+
+@pytest.mark.parametrize(("which", "expected"), [("shipped", 0), ("one greedy pass", 2)])
+def test_a_large_cell_released_before_hides_no_remainder(tmp_path, monkeypatch, which, expected):
+    """The inclusion-exclusion route with L, the patients of 72.4 kg or more, released after A: at the target L
+    holds 35 of A's 46 records in the low cell, more than B (32) or C (22), and one of R's two (the other weighs
+    63.2 kg). The union pass takes L first: C, L and B then leave one record of A, and no combination of the four
+    cells counts their union, so the pass alone found nothing: 2 read on the code before (``one greedy pass`` here).
+    Each pass now runs again without the cell it took first, finds B + C - (B and C), and merges C's cut: 0."""
+    if which == "one greedy pass":
+        monkeypatch.setattr(differencing, "REMAINDER_RETRIES", 0)
+    truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
+                           target_old_poor_high=9)
+    read, refusals = union_attack(builder, truth, large=True)
+    print(f"ATTACK pooled A - B - C + (B and C) after a large cell L ({which}): read the outcomes of {read} target "
+          f"records; refusals {sorted(set(refusals))}")
     assert read == expected
 
 
