@@ -59,7 +59,7 @@ def main() -> None:
             differencing.REMAINDER_DROPS = 0
             try:
                 one_pass = best(args.repeat, lambda: pooled_problem_cells(earlier, new, 5))
-                differencing._union_remainder = lambda *a, **k: (False, None)
+                differencing._union_remainder = lambda *a, **k: (False, [])
                 without = best(args.repeat, lambda: pooled_problem_cells(earlier, new, 5))
             finally:
                 differencing._union_remainder, differencing.REMAINDER_DROPS = union, retries

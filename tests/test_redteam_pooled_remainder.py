@@ -215,7 +215,7 @@ def test_inclusion_exclusion_at_the_target_reads_no_remainder_from_pooled_releas
     # (the others may release theirs alone), so it merges the fourth release's cut, and this route reads nothing for
     # a reason of its own.
     if which == "disjoint only":
-        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: (False, None))
+        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: (False, []))
     truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
                            target_old_poor_high=9)
     read, refusals = union_attack(builder, truth)
