@@ -1,5 +1,5 @@
 """What a site's remainder check of a pooled release costs (``differencing.pooled_problem_cells``), with and
-without its passes run again without the cells they took (``REMAINDER_DROPS``), and without its second pass
+without its passes run again without the cell they took first (``REMAINDER_RETRIES``), and without its second pass
 over cells that overlap at the site (``_union_remainder``: ``A - B - C + (B and C)``).
 
 One site of ``--n`` records (score uniform, age uniform 20-90). The history: the pooled cells of a 10-bin
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--subsets", type=int, nargs="+", default=[5, 20])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    union, retries = differencing._union_remainder, differencing.REMAINDER_DROPS
+    union, retries = differencing._union_remainder, differencing.REMAINDER_RETRIES
     print(f"{'n':>10} {'earlier cells':>14} {'check s':>9} {'one pass s':>11} {'disjoint only s':>16} "
           f"{'numpy s':>9}")
     for n in args.n:
@@ -56,13 +56,13 @@ def main() -> None:
                 earlier += _cells(score, age >= a, "")
             new = _cells(score, age >= 45, "")
             with_union = best(args.repeat, lambda: pooled_problem_cells(earlier, new, 5))
-            differencing.REMAINDER_DROPS = 0
+            differencing.REMAINDER_RETRIES = 0
             try:
                 one_pass = best(args.repeat, lambda: pooled_problem_cells(earlier, new, 5))
-                differencing._union_remainder = lambda *a, **k: (False, [])
+                differencing._union_remainder = lambda *a, **k: (False, None)
                 without = best(args.repeat, lambda: pooled_problem_cells(earlier, new, 5))
             finally:
-                differencing._union_remainder, differencing.REMAINDER_DROPS = union, retries
+                differencing._union_remainder, differencing.REMAINDER_RETRIES = union, retries
             counted = best(args.repeat, lambda: np.histogram(score[age >= 45], EDGES))
             print(f"{n:>10} {len(earlier):>14} {with_union:>9.3f} {one_pass:>11.3f} {without:>16.3f} "
                   f"{counted:>9.4f}")

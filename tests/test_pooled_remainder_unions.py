@@ -67,7 +67,7 @@ def test_a_large_cell_holding_a_record_of_the_remainder_does_not_hide_it(last):
     """The cells of the first test and L (records 10 to 38), the largest inside A, which holds record 38 of A less
     the union of B and C (38 and 39). Taken first, L grows the union to all but record 39, and no combination of L
     and the others counts that union (L alone holds record 38, and L and B alone records 10 to 14): the greedy pass
-    alone found nothing. Each pass runs again without each cell it took: B + C - (B and C) leaves the two
+    alone found nothing. Each pass runs again without the cell it took first: B + C - (B and C) leaves the two
     records, refused whichever of the three comes last."""
     a, b, c, bc, big = range(40), range(20), range(15, 38), range(15, 20), range(10, 39)
     assert _left(a, b, c) == 2 and len(big) > len(c) > len(b)

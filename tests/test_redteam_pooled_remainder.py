@@ -26,7 +26,7 @@ events) of R and checked against the truth:
   alone; the target now tries the union of overlapping cells too: 0.
 * ``union`` after a large cell: L (72.4 kg or more), released after A, holds one of R's records and more of A's
   than B or C at the target; the union pass took it first and found no combination: 2 read with one greedy pass,
-  as on the code before; each pass now runs again without each cell it took (up to three dropped): 0.
+  as on the code before; each pass now runs again without the cell it took first: 0.
 
 Measured (each test prints what it read): others' own in the window 0 (2 under the relaxation); others' own nested
 everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 0 (2 with disjoint families
@@ -215,7 +215,7 @@ def test_inclusion_exclusion_at_the_target_reads_no_remainder_from_pooled_releas
     # (the others may release theirs alone), so it merges the fourth release's cut, and this route reads nothing for
     # a reason of its own.
     if which == "disjoint only":
-        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: (False, []))
+        monkeypatch.setattr(differencing, "_union_remainder", lambda *a, **k: (False, None))
     truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
                            target_old_poor_high=9)
     read, refusals = union_attack(builder, truth)
@@ -230,10 +230,9 @@ def test_a_large_cell_released_before_hides_no_remainder(tmp_path, monkeypatch, 
     holds 35 of A's 46 records in the low cell, more than B (32) or C (22), and one of R's two (the other weighs
     63.2 kg). The union pass takes L first: C, L and B then leave one record of A, and no combination of the four
     cells counts their union, so the pass alone found nothing: 2 read on the code before (``one greedy pass`` here).
-    Each pass now runs again without the cells it took, one at a time (and so on, up to three dropped), finds B + C -
-    (B and C) without L, and merges C's cut: 0."""
+    Each pass now runs again without the cell it took first, finds B + C - (B and C), and merges C's cut: 0."""
     if which == "one greedy pass":
-        monkeypatch.setattr(differencing, "REMAINDER_DROPS", 0)
+        monkeypatch.setattr(differencing, "REMAINDER_RETRIES", 0)
     truth, builder = sites(tmp_path, target_old_poor=10, others_young_rich=0, others_old_poor=0, seed="rt union",
                            target_old_poor_high=9)
     read, refusals = union_attack(builder, truth, large=True)

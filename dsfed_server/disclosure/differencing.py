@@ -60,8 +60,7 @@ TOLERANCE_FACTOR = 100  # the leverage's tolerance, in eps x W's condition numbe
 # core); a release whose audit would take more is refused
 MAX_AUDIT_WORK = 2e11
 UNION_SETS = 64  # cells a pooled remainder's union is combined from (:func:`_union_remainder`)
-REMAINDER_DROPS = 3  # cells a remainder pass runs again without, at most (:func:`_small_remainder`)
-REMAINDER_BRANCHES = 3  # of the cells a remainder pass took, the first so many are each dropped in turn
+REMAINDER_RETRIES = 2  # a remainder pass run again without the cell it took first, so many times (_small_remainder)
 
 
 @dataclass(frozen=True, eq=False)  # identity equality: pandas compares attrs when combining frames
@@ -553,12 +552,11 @@ def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _
     below ``min_difference`` too (three or more cells: ``A - B - C``, where no two differ by few records). The
     family subtracted is chosen greedily, largest first, with the new cell in it (or holding it): first cells
     disjoint here (:func:`_disjoint_remainder`), then cells overlapping here whose union the others' intersections
-    give (:func:`_union_remainder`). A large cell taken may hold a record of the remainder and keep the cells that
-    leave it out of the family, so each pass runs again without each of the first :data:`REMAINDER_BRANCHES` cells
-    it took, and so on, up to :data:`REMAINDER_DROPS` cells dropped (at most 1 + 3 + 9 + 27 runs of each pass).
-    Cells with no record here, and families of intervals of one column, which the gate keeps apart, are left out;
-    where the cells left leave ``min_difference`` or more records of the container between them, no family of them
-    leaves fewer, and the pass does not run."""
+    give (:func:`_union_remainder`). A large cell taken first may hold a record of the remainder and keep the
+    cells that leave it out of the family, so each pass runs again without the cell it took first, up to
+    :data:`REMAINDER_RETRIES` times. Cells with no record here, and families of intervals of one column, which the
+    gate keeps apart, are left out; where the cells together leave ``min_difference`` or more records of the
+    container, no family of them leaves fewer, and nothing is tried."""
     if size == 0 or earlier.rows is None:
         return False
 
@@ -568,19 +566,16 @@ def _small_remainder(packed: np.ndarray, size: int, cell: PooledCell, earlier: _
         order = earlier.by_size[candidates[earlier.by_size]]
         given = [rows for rows, _, _ in family]
         for found in (_disjoint_remainder, _union_remainder):
-            queue, seen = [frozenset[int]()], {frozenset[int]()}
-            while queue:
-                dropped = queue.pop(0)
-                tried = order[~np.isin(order, list(dropped))]
+            tried = order
+            for _ in range(REMAINDER_RETRIES + 1):
                 if total - _covered(container, given, earlier.rows[tried]) >= min_difference:  # type: ignore[index]
-                    continue
-                hit, taken = found(container, tried, total, count, family, columns, earlier, min_difference)
+                    break
+                hit, first = found(container, tried, total, count, family, columns, earlier, min_difference)
                 if hit:
                     return True
-                if len(dropped) < REMAINDER_DROPS:
-                    fewer = [dropped | {k} for k in taken[:REMAINDER_BRANCHES]]
-                    queue += [d for d in fewer if d not in seen]
-                    seen.update(fewer)
+                if first is None:
+                    break
+                tried = tried[tried != first]
         return False
 
     if remainder(packed, earlier.within(packed), size, cell.count, [], {cell.column}):  # it holds earlier ones
@@ -597,13 +592,13 @@ def _kept_apart(columns: set[str]) -> bool:
 
 
 def _disjoint_remainder(container: np.ndarray, order: np.ndarray, total: int, count: int, family: Family,
-                        columns: set[str], earlier: _Cells, min_difference: int) -> tuple[bool, list[int]]:
+                        columns: set[str], earlier: _Cells, min_difference: int) -> tuple[bool, int | None]:
     """:func:`_small_remainder` over the cells of ``order`` (inside ``container``, largest first) disjoint here from
-    ``family`` and from those taken before them: the container's count less theirs. Also the cells of ``order`` it
-    took, in order."""
+    ``family`` and from those taken before them: the container's count less theirs. Also the cell of ``order`` it
+    took first (None: none)."""
     taken = np.zeros_like(container)
     counted, cells, columns = 0, len(family), set(columns)
-    took: list[int] = []
+    first: int | None = None
     for rows, n, column in family:
         taken, counted = np.bitwise_or(taken, rows), counted + n
         columns.add(column)
@@ -612,26 +607,26 @@ def _disjoint_remainder(container: np.ndarray, order: np.ndarray, total: int, co
         if not np.any(np.bitwise_and(old, taken)):
             taken, counted, cells = np.bitwise_or(taken, old), counted + earlier.counts[k], cells + 1
             columns.add(earlier.columns[k])
-            took.append(int(k))
+            first = int(k) if first is None else first
     left = total - set_size(taken)
     if cells < 2 or left <= 0 or left >= min_difference or abs(count - counted) >= min_difference:
-        return False, took  # one cell subtracted is a pair, checked above
-    return not _kept_apart(columns), took
+        return False, first  # one cell subtracted is a pair, checked above
+    return not _kept_apart(columns), first
 
 
 def _union_remainder(container: np.ndarray, order: np.ndarray, total: int, count: int, family: Family,
-                     columns: set[str], earlier: _Cells, min_difference: int) -> tuple[bool, list[int]]:
+                     columns: set[str], earlier: _Cells, min_difference: int) -> tuple[bool, int | None]:
     """:func:`_small_remainder` over cells that overlap here: ``family`` and the cells of ``order`` (inside
     ``container``, largest first) that leave at least one of its records out of their union, taken greedily. Where
     that union leaves 1 to ``min_difference - 1`` records, and a combination of it and the cells inside it (up to
     :data:`UNION_SETS`) is 1 on every record of the union here -- ``B + C - (B and C)`` -- the analyst's count of the
     remainder is the container's less that combination of the cells' counts (inclusion-exclusion; Chin &
     Ozsoyoglu 1982): below ``min_difference`` in size, a problem, unless the cells the combination weighs and the
-    container are intervals of one column (the gate keeps those apart). Also the cells of ``order`` it took, in
-    order."""
+    container are intervals of one column (the gate keeps those apart). Also the cell of ``order`` it took first (None:
+    none)."""
     named = {*columns, *(column for _, _, column in family)}
     if _kept_apart(named) and bool(np.all(earlier.columns[order] == next(iter(named)))):
-        return False, []
+        return False, None
     taken = np.zeros_like(container)
     for rows, _, _ in family:
         taken = np.bitwise_or(taken, rows)
@@ -641,11 +636,11 @@ def _union_remainder(container: np.ndarray, order: np.ndarray, total: int, count
         if size < (grown_size := set_size(grown)) < total:
             taken, size = grown, grown_size
             chosen.append(int(k))
-    left = total - size
+    left, first = total - size, (chosen[0] if chosen else None)
     if len(family) + len(chosen) < 2 or not 0 < left < min_difference:
-        return False, chosen
+        return False, first
     if size in {int(earlier.sizes[k]) for k in chosen} | {set_size(rows) for rows, _, _ in family}:
-        return False, chosen  # the union is one of the cells: a pair, checked above
+        return False, first  # the union is one of the cells: a pair, checked above
     inside, taken_ones = earlier.within(taken), set(chosen)
     within = [int(k) for k in order if inside[k] and int(k) not in taken_ones]
     family = [*family, *((earlier.rows[k], int(earlier.counts[k]), str(earlier.columns[k]))  # type: ignore[index]
@@ -659,11 +654,11 @@ def _union_remainder(container: np.ndarray, order: np.ndarray, total: int, count
     incidence = _code_bits(atoms.view(np.int64), len(family))  # bit 63 as the sign: the shift keeps it
     weights = np.linalg.lstsq(incidence, np.ones(atoms.size), rcond=None)[0]
     if not np.allclose(incidence @ weights, 1.0, atol=1e-8):
-        return False, chosen  # no combination of the cells gives their union here
+        return False, first  # no combination of the cells gives their union here
     if _kept_apart({*columns, *(str(c) for (_, _, c), w in zip(family, weights) if abs(w) > 1e-9)}):
-        return False, chosen  # the cells it combines are intervals of one column, as is the container
+        return False, first  # the cells it combines are intervals of one column, as is the container
     counted = float(weights @ np.array([n for _, n, _ in family], dtype=float))
-    return abs(count - counted) < min_difference, chosen
+    return abs(count - counted) < min_difference, first
 
 
 def _covered(container: np.ndarray, given: list[np.ndarray], rows: np.ndarray) -> int:
