@@ -7,6 +7,8 @@ records left, counted here by set arithmetic on the records, independently of th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -61,7 +63,6 @@ def test_other_sites_records_in_the_pooled_remainder_decide():
     assert pooled_problem_cells([_cell(a, 2), *earlier], [_cell(c)], Q) == [0]
 
 
-
 @pytest.mark.parametrize("last", ["B", "C", "B and C"])
 def test_a_large_cell_holding_a_record_of_the_remainder_does_not_hide_it(last):
     """The cells of the first test and L (records 10 to 38), the largest inside A, which holds record 38 of A less
@@ -74,3 +75,24 @@ def test_a_large_cell_holding_a_record_of_the_remainder_does_not_hide_it(last):
     cells = {"A": _cell(a), "B": _cell(b), "C": _cell(c), "B and C": _cell(bc), "L": _cell(big)}
     earlier = [cells[k] for k in ("A", "L", "B", "C", "B and C") if k != last]
     assert pooled_problem_cells(earlier, [cells[last]], Q) == [0]
+
+
+def _interval(records, column: str) -> PooledCell:
+    return replace(_cell(records), column=column)
+
+
+def test_a_union_combined_from_intervals_of_the_containers_column_alone_is_left_to_the_cut_history():
+    """A (records 0 to 39), I1 (0 to 19) and I2 (20 to 38) are intervals of one column; X (15 to 24), another kind of
+    cell, lies inside their union. I1 + I2 is one on every record of it and X is not needed (weight 0: I1 alone holds
+    0 to 14, I2 alone 25 to 38), so A - I1 - I2 is a difference of intervals of one column, which the gate's cut
+    history keeps q records apart pooled: not refused here. Where X is needed -- I2 ending at 24 and X2 (25 to 38)
+    the only cell of the rest -- the same remainder is refused."""
+    a, i1, i2, x = range(40), range(20), range(20, 39), range(15, 25)
+    assert _left(a, i1, i2) == 1
+    column = "P.t$score"
+    earlier = [_interval(a, column), _interval(i1, column), _cell(x)]
+    assert pooled_problem_cells(earlier, [_interval(i2, column)], Q) == []
+    i2_short, x2 = range(20, 25), range(25, 39)
+    assert _left(a, i1, i2_short, x2) == 1
+    earlier = [_interval(a, column), _interval(i1, column), _interval(i2_short, column)]
+    assert pooled_problem_cells(earlier, [_cell(x2)], Q) == [0]

@@ -30,8 +30,9 @@ events) of R and checked against the truth:
 
 Measured (each test prints what it read): others' own in the window 0 (2 under the relaxation); others' own nested
 everywhere 0 (2 with the checks bypassed, and on the code before); union at the target 0 (2 with disjoint families
-alone, as on the code before); the union after a large cell 0 (2 with one greedy pass); the control (nested everywhere, R alone pooled) 0 with the checks, 2 with the
-remainder check and the exposed-share audit bypassed in process.
+alone, as on the code before); the union after a large cell 0 (2 with one greedy pass); the control (nested
+everywhere, R alone pooled) 0 with the checks, 2 with the remainder check and the exposed-share audit bypassed in
+process.
 """
 
 from __future__ import annotations
