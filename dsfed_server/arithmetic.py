@@ -43,11 +43,15 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 @dataclass(frozen=True)
 class Condition:
     """A cut the expression makes on one column: the records with ``column op value`` (in the
-    column's own units), as a subset condition would."""
+    column's own units), as a subset condition would. ``kink``: a kink of ``abs``, ``pmin`` or ``pmax``, whose
+    record at the value adds the same to every sum on either side (``abs(0)`` is 0, a clamp at ``v`` gives ``v``),
+    so ``< value`` and ``<= value`` are the same cut of it: written ``<``, as bins ``[a, b)`` cut, unless the
+    column's history holds the other (:meth:`~dsfed_server.disclosure.checks.Guard.kinks_as_released`)."""
 
     leaf: Leaf
     op: str
     value: float
+    kink: bool = False
 
 
 @dataclass
@@ -224,7 +228,7 @@ def _apply(node: Arith, read: Callable[[Leaf], np.ndarray], out: Evaluated) -> t
         return _clamp(node, args, values, out), False
     if op == "abs":
         form = _cut_operand(node, args[0], "abs (a kink at 0)")
-        out.conditions.append(Condition(form[0], "<=", _at(form, 0.0)))
+        out.conditions.append(Condition(form[0], "<", _at(form, 0.0), kink=True))
     if op in _UNARY:
         return _UNARY[op](values[0]), False
     if op == "log":
@@ -243,7 +247,7 @@ def _clamp(node: Arith, args: list[Node], values: list[np.ndarray], out: Evaluat
     form = _cut_operand(node, args[variable[0]], node.op)
     for i, arg in enumerate(args):
         if i != variable[0]:
-            out.conditions.append(Condition(form[0], "<=", _at(form, affine(arg))))  # type: ignore[arg-type]
+            out.conditions.append(Condition(form[0], "<", _at(form, affine(arg)), kink=True))  # type: ignore[arg-type]
     combine = np.minimum if node.op == "pmin" else np.maximum  # NaN propagates, as R's na.rm = FALSE
     result = values[0]
     for value in values[1:]:

@@ -15,7 +15,7 @@ import math
 import secrets
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -33,8 +33,8 @@ from dsfed_server.disclosure.differencing import (AuditTooLarge, PooledCell, Row
                                                  shared_pair_problems, shared_pairs, spanned_gap, superset_gap,
                                                  with_identities)
 from dsfed_server.disclosure.shared_tables import own_key
-from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, cell_index,
-                                         cuts_from, decide_local,
+from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, Intervals, PooledRelease, canonical,
+                                         cell_index, cuts_from, decide_local,
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
@@ -501,6 +501,23 @@ class Guard:
                 f"{what} cuts the column within {self.q} records{margin_note(self.floor)}, of another of its cuts "
                 "or of a cut released before on it (by any analyst); comparing the two would single those records out",
                 "disclosure.cut_history", f"use a condition further from earlier cuts, {instead}")
+
+    def kinks_as_released(self, cells: Intervals, kinks: set[Cut]) -> Intervals:
+        """``cells`` with each of its cuts in ``kinks`` (a kink of ``abs``, ``pmin`` or ``pmax``:
+        :class:`~dsfed_server.arithmetic.Condition`, which is ``< v`` and ``<= v`` alike) written as the one of the
+        two released before on the column where the other was not: the same cut again, kept as it was
+        (``abs(D$score - 0.5)`` after thresholds at ``D$score >= 0.5``). Between ``< v`` and ``<= v`` lie the records
+        at ``v``, a cell the gate never releases inside the records' range."""
+        if not kinks:
+            return cells
+        column = cells.column
+        released = {canonical(h, column) for h in self._cut_history(cells.history_key)}
+        cuts = set(cells.cuts)
+        for cut, root in zip(cells.cuts, cells.root_cuts()):
+            other = Cut(root.value, not root.inclusive)
+            if cut in kinks and canonical(root, column) not in released and canonical(other, column) in released:
+                cuts = (cuts - {cut}) | {Cut(cut.value, not cut.inclusive)}
+        return cells if cuts == set(cells.cuts) else replace(cells, cuts=tuple(sorted(cuts)))
 
     def derived_cuts(self, conditions: list[Intervals], row_sets: list[np.ndarray], rows: Rows | None, *,
                      what: str = "the expression's comparison (or pmin, pmax, abs)",

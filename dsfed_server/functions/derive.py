@@ -199,7 +199,8 @@ def _cells(ctx: CallContext, columns: dict[Leaf, pd.Series], conditions: list[Co
     cells = []
     for leaf, found in by_leaf.items():
         cuts = tuple(sorted(set(chain.from_iterable(condition_cuts(c.op, c.value) for c in found))))
-        cells.append(cut_cells(ctx, columns[leaf], cuts, "expression's cuts"))
+        kinks = {cut for c in found if c.kink for cut in condition_cuts(c.op, c.value)}
+        cells.append(ctx.guard.kinks_as_released(cut_cells(ctx, columns[leaf], cuts, "expression's cuts"), kinks))
     return cells
 
 
