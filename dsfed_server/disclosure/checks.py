@@ -1426,10 +1426,10 @@ class Guard:
                 positions = union_of_cells(packed, cell_of, sizes)
                 if positions is not None and not spanned(positions, counts, kind, sizes):
                     return int(np.flatnonzero(bits(cell, n))[0])
-        laid = [ReleaseCells(kind, cells) for kind, cells in releases]
-        for packed, _ in candidates if len(laid) > 1 else ():  # a union of cells of two or more releases
-            parts = union_across(packed, laid)
-            found = thin_part(parts, laid, thin) if parts is not None else None
+        pooled = [ReleaseCells(kind, cells) for kind, cells in releases]
+        for packed, _ in candidates if len(pooled) > 1 else ():  # a union of cells of two or more releases
+            parts = union_across(packed, pooled)
+            found = thin_part(parts, pooled, thin) if parts is not None else None
             if found is not None:
                 return int(np.flatnonzero(bits(found, n))[0])
         return None

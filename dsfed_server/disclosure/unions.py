@@ -134,12 +134,12 @@ def union_across(member: np.ndarray, releases: list[ReleaseCells], needed: int |
     one). As :func:`union_of_cells`, its records in no cell are left out."""
     if needed is not None and not releases[needed].inside(member).size:
         return None  # that release's cells take no part in it
-    anywhere = np.bitwise_and(member, np.bitwise_or.reduce([laid.held for laid in releases]))
+    anywhere = np.bitwise_and(member, np.bitwise_or.reduce([release.held for release in releases]))
     if not set_size(anywhere):
         return None
-    parts = [laid.inside(member) for laid in releases]
-    covered = [np.bitwise_or.reduce(laid.rows[p], axis=0) if p.size else np.zeros_like(member)
-               for laid, p in zip(releases, parts)]
+    parts = [release.inside(member) for release in releases]
+    covered = [np.bitwise_or.reduce(release.rows[p], axis=0) if p.size else np.zeros_like(member)
+               for release, p in zip(releases, parts)]
 
     def leaves(taken: list[np.ndarray]) -> int:  # records of the row set in some cell that ``taken`` leave out
         held = np.bitwise_or.reduce(taken, axis=0) if taken else np.zeros_like(member)
@@ -150,7 +150,7 @@ def union_across(member: np.ndarray, releases: list[ReleaseCells], needed: int |
     if needed is not None and not leaves([c for j, c in enumerate(covered) if j != needed]):
         return None
     out = [tuple(int(k) for k in p) for p in parts]
-    if all(not p or whole(p, laid.counts, laid.sizes) for p, laid in zip(out, releases)):
+    if all(not p or whole(p, release.counts, release.sizes) for p, release in zip(out, releases)):
         return None  # a sum of this site's totals of releases (its whole table, the men and the women)
     return out
 
@@ -163,11 +163,11 @@ def thin_part(parts: list[tuple[int, ...]], releases: list[ReleaseCells], thin: 
     (:func:`spanned`), or a part that is a span and was thin itself. A part that is a span and was not thin holds 0 or
     q or more records of each site's, whatever cells of it were thin, and so does a sum of such parts. None if there
     is none."""
-    for positions, laid in zip(parts, releases):
+    for positions, release in zip(parts, releases):
         if not positions:
             continue
-        records = np.bitwise_or.reduce(laid.rows[list(positions)], axis=0)
-        span = spanned(positions, laid.counts, laid.kind, laid.sizes)
+        records = np.bitwise_or.reduce(release.rows[list(positions)], axis=0)
+        span = spanned(positions, release.counts, release.kind, release.sizes)
         for t in thin:
             if set_size(t) and not np.any(np.bitwise_and(t, np.bitwise_not(records))) and (
                     not span or np.array_equal(t, records)):
