@@ -460,3 +460,82 @@ def test_the_top_fifth_per_site_beside_the_pooled_thresholds_by_sex(tmp_path: Pa
     assert own == truth
     assert by_sex == [THRESHOLDS.tolist()] * 2
 
+
+
+def _by_sex_runs() -> dict[str, pd.DataFrame]:
+    """The small site's 29 records: men in [0.3, 0.4) (5), [0.6, 0.7) (5), [0.7, 0.8) (2, both with the event),
+    [0.8, 0.9) (5); women in [0.4, 0.5) (6), [0.5, 0.6) (6). Its one thin span is the men's [0.7, 0.8); the men's
+    runs [0.6, 0.8) and [0.7, 0.9) hold 7. The large sites' 400: uniform scores, half women."""
+    rng = np.random.default_rng(11)
+    score = np.r_[rng.uniform(0.3, 0.4, 5), rng.uniform(0.6, 0.7, 5), rng.uniform(0.7, 0.8, 2),
+                  rng.uniform(0.8, 0.9, 5), rng.uniform(0.4, 0.5, 6), rng.uniform(0.5, 0.6, 6)]
+    y = (rng.uniform(0, 1, 29) < score).astype(int)
+    y[10:12] = 1
+    frames = {"small": pd.DataFrame({"y": y, "score": score, "sex": np.r_[np.zeros(17, int), np.ones(12, int)]})}
+    for site in LARGE:
+        score = rng.uniform(0, 1, 400)
+        frames[site] = pd.DataFrame({"y": (rng.uniform(0, 1, 400) < score).astype(int), "score": score,
+                                     "sex": np.tile([0, 1], 200)})
+    return frames
+
+
+@pytest.mark.parametrize("order", ["pooled-first", "alone-first", "between"])
+def test_a_union_of_two_runs_less_two_cells_alone_reads_the_small_sites_records(tmp_path: Path, order: str):
+    """Route 3c. HOLE (a helper's red team of ``union_across``): at each large site alone the cell of ``abs(w - 1)``
+    between 0.2 and 0.4 (``w = D$score + D$sex``): the men's run [0.6, 0.8) and the women's run [0.2, 0.4), a
+    union across the two pooled releases whose parts are spans that were not thin (the small site holds 7 of the
+    men's run, none of the women's), so it is released; then the men's cell [0.6, 0.7) and the women's [0.3, 0.4),
+    each a cell of one release. The union less the two cells is route 3's union, the men's [0.7, 0.8) and the
+    women's [0.2, 0.3): the pooled bins less the large sites' differences read the small site's 2 records, in every
+    order ("between": the men's pooled release, the releases alone, the women's). The union checks look at one row
+    set released alone at a time, not at their differences; ``combined`` asks only whether the thin cell itself is
+    derived, and the women's [0.2, 0.3) stays in it."""
+    frames = _by_sex_runs()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+
+        def pooled(sexes: tuple[int, ...]) -> list[pd.DataFrame]:
+            out = []
+            for sex in sexes:
+                session.assign_expr(f"S{sex}", f'dataFrameSubsetDS2("D", "D$sex", "{sex}", 1, NULL, NULL, FALSE)')
+                out.append(ds_threshold_metrics(session, f"S{sex}$y", f"S{sex}$score", THRESHOLDS,
+                                                secure=True).to_frame())
+            return out
+
+        def alone() -> list[np.ndarray]:
+            out = []
+            for site in LARGE:
+                view = session.site_view(site)
+                view.derive("w", "D$score + D$sex")
+                view.derive("dw", "abs(w - 1)")
+                union = ds_threshold_metrics(view, "D$y", "dw", [0.2, 0.4]).to_frame()
+                view.assign_expr("M", 'dataFrameSubsetDS2("D", "D$sex", "0", 1, NULL, NULL, FALSE)')
+                men = ds_threshold_metrics(view, "M$y", "M$score", [0.6, 0.7]).to_frame()
+                view.assign_expr("W", 'dataFrameSubsetDS2("D", "D$sex", "1", 1, NULL, NULL, FALSE)')
+                women = ds_threshold_metrics(view, "W$y", "W$score", [0.3, 0.4]).to_frame()
+                assert [list(f.index) for f in (union, men, women)] == [[0.2, 0.4], [0.6, 0.7], [0.3, 0.4]]
+                out.append(_at(union, 0.2) - _at(union, 0.4) - (_at(men, 0.6) - _at(men, 0.7))
+                           - (_at(women, 0.3) - _at(women, 0.4)))
+            return out
+
+        if order == "pooled-first":
+            by_sex, own = pooled((0, 1)), alone()
+        elif order == "alone-first":
+            own = alone()
+            by_sex = pooled((0, 1))
+        else:
+            by_sex = pooled((0,))
+            own = alone()
+            by_sex += pooled((1,))
+    men, women = by_sex
+    assert {0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index)
+    records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
+    small = frames["small"]
+    held = small[((small["sex"] == 0) & (np.floor(small["score"] * 10) == 7))
+                 | ((small["sex"] == 1) & (np.floor(small["score"] * 10) == 2))]
+    assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
+    read = int(records) if 0 < records < Q and events in (0, records) else 0
+    print(f"\nthe men's run [0.6, 0.8) and the women's [0.2, 0.4) less a cell of each, alone ({order}): {read} "
+          "outcomes read of 29")
+    assert read == 2  # HOLE: differences of row sets released alone are not searched for unions across releases
