@@ -11,13 +11,8 @@ and with the span check switched off in process (what the check costs); pooled n
 outcome per cell over all the records, in the same run. Peak Python memory of the pooled call by tracemalloc
 (numpy reports its buffers to it).
 
-With ``--pooled-subsets``, the analyst also asks the nine thresholds pooled over each of the four subsets before the
-timed call, so that each site looks for unions of the timed release's cells and theirs (``unions.union_across``);
-"across off" is the same run with that search switched off in process.
-
     .venv/bin/python bench/pooled_spans.py                     # 10,000 and 100,000 records per site
     .venv/bin/python bench/pooled_spans.py --n 1000000
-    .venv/bin/python bench/pooled_spans.py --pooled-subsets     # the search for unions across pooled releases
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 from dsfed_client import Call, LoginBuilder  # noqa: E402
 from dsfed_client.analyses.thresholds import ds_threshold_metrics  # noqa: E402
 from dsfed_server import rbridge  # noqa: E402
-from dsfed_server.disclosure import checks  # noqa: E402
 from dsfed_server.disclosure.checks import Guard  # noqa: E402
 from dsfed_server.inprocess import in_process  # noqa: E402
 from dsfed_server.provision import provision  # noqa: E402
@@ -64,9 +58,8 @@ def login(work: Path, run: str) -> LoginBuilder:
     return builder
 
 
-def pooled_call(work: Path, run: str, pooled_subsets: bool = False) -> tuple[float, int, int]:
-    """Fresh sites, the history released alone (and, with ``pooled_subsets``, the nine thresholds pooled over each
-    subset), then the timed pooled call: seconds, peak bytes, cells released."""
+def pooled_call(work: Path, run: str) -> tuple[float, int, int]:
+    """Fresh sites, the history released alone, then the timed pooled call: seconds, peak bytes, cells released."""
     with login(work, run).login() as session:
         session.assign_table("D", "SYNTH.validation")
         for site in SITES:
@@ -75,8 +68,6 @@ def pooled_call(work: Path, run: str, pooled_subsets: bool = False) -> tuple[flo
             for k, cut in enumerate((-1.0, -0.5, 0.5, 1.0)):
                 view.assign(f"S{k}", Call("dataFrameSubsetDS2", "D", "D$x1", str(cut), 6))
                 view.aggregate("meanDS", f"S{k}$score")
-        for k in range(4) if pooled_subsets else ():
-            ds_threshold_metrics(session, f"S{k}$y", f"S{k}$score", ALONE, secure=True)
         tracemalloc.start()
         try:
             start = time.perf_counter()
@@ -117,15 +108,11 @@ def best(repeat: int, run: Callable[[], Any]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="*", default=[10_000, 100_000], help="records per site")
-    parser.add_argument("--pooled-subsets", action="store_true",
-                        help="pooled thresholds over the four subsets first; time the search for unions across them")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} cores; three in-process sites, default.toml; 99 pooled thresholds"
-          f"{', after nine pooled over each of four subsets' if args.pooled_subsets else ''}")
-    print(f"{'n/site':>9} {'check':>11} {'dsfed s':>8} {'peak MB':>8} {'cells':>6} {'numpy s':>8} {'R s':>7}")
-    shares, thin, across = Guard._shares, Guard._thin_complement, checks.union_across
-    arms = ("on", "across off") if args.pooled_subsets else ("on", "off")
+          f"{os.cpu_count()} cores; three in-process sites, default.toml; 99 pooled thresholds")
+    print(f"{'n/site':>9} {'check':>6} {'dsfed s':>8} {'peak MB':>8} {'cells':>6} {'numpy s':>8} {'R s':>7}")
+    shares, thin = Guard._shares, Guard._thin_complement
     with tempfile.TemporaryDirectory(prefix="dsfed-spans-") as tmp:
         work = Path(tmp)
         for n in args.n:
@@ -134,18 +121,15 @@ def main() -> int:
             score, y = frame["score"].to_numpy(dtype=float), frame["y"].to_numpy(dtype=int)
             numpy_s = best(3, lambda: numpy_counts(score, y))
             r_s = min(r_counts(score, y) for _ in range(3))
-            for arm in arms:
-                if arm == "off":  # the control: the span check and the kept spans off in process
+            for check in (True, False):
+                if not check:  # the control: the span check and the kept spans off in process
                     Guard._shares = lambda self, *a: {}  # type: ignore[method-assign]
                     Guard._thin_complement = lambda self, row_sets, rows: None  # type: ignore[method-assign]
-                if arm == "across off":  # the control: no search for unions across pooled releases
-                    checks.union_across = lambda *a, **k: None
                 try:
-                    seconds, peak, cells = pooled_call(work, f"run-{n}-{arm}", args.pooled_subsets)
+                    seconds, peak, cells = pooled_call(work, f"run-{n}-{check}")
                 finally:
                     Guard._shares, Guard._thin_complement = shares, thin  # type: ignore[method-assign]
-                    checks.union_across = across
-                print(f"{n:>9,} {arm:>11} {seconds:>8.2f} {peak / 2**20:>8.1f} {cells:>6} "
+                print(f"{n:>9,} {'on' if check else 'off':>6} {seconds:>8.2f} {peak / 2**20:>8.1f} {cells:>6} "
                       f"{numpy_s:>8.4f} {r_s:>7.3f}", flush=True)
     return 0
 

@@ -38,8 +38,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
-from dsfed_server.disclosure.unions import (AloneUnion, ReleaseCells, breaking_cell, kind_of, layout, spanned,
-                                           thin_part, union_across, union_of_cells)
+from dsfed_server.disclosure.unions import breaking_cell, kind_of, layout, spanned, union_of_cells
 from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -76,9 +75,8 @@ UNCOUNTED = 1e8
 # and how many of its records of it no release of that site alone gives
 THIN, HIDDEN, HOLDERS, FAILING, UNAUDITED, UNION = "thin", "hidden", "holders", "failing", "unaudited", "union"
 UNION_ALONE = ("a site released alone before its records of some of these pooled cells together, cells the sites do "
-               "not check as one (intervals apart, some of a row's cells, two categories, or cells with those of "
-               "another pooled release), and another site holds 1 to q - 1 records of them: the pooled count of "
-               "those cells less the sites' own would give them")
+               "not check as one (intervals apart, some of a row's cells, two categories), and another site holds 1 "
+               "to q - 1 records of one of them: the pooled count of those cells less the sites' own would give them")
 THIN_COMPLEMENT = ("with what this site released alone before (by any analyst), this would give the number of its "
                    "records of a cell released pooled before in which another site held fewer than q records: once "
                    "the other sites release theirs alone too, the pooled count less theirs would be those few "
@@ -1124,9 +1122,6 @@ class Guard:
         shares = self._shares(release, rows, spans)
         kind = kind_of(in_order, release.shape)
         unions = self._alone_unions(release, rows, kind)
-        before = [union for union in unions if union.thin_before]  # thin in an earlier release's part: merged now
-        for union in before if release.cuts else ():
-            vector[breaking_cell(union.positions)] = 1
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
@@ -1139,9 +1134,6 @@ class Guard:
                     "(its release history of the table is too large to audit), so it cannot keep another site's few "
                     "records of a cell from the pooled count less the sites' own",
                     "secure_aggregation.pooled_thresholds", "ask the sites' administrators")
-            if not release.cuts and float(np.ravel(pooled[UNION])[1]) > 0.5:
-                raise self._refuse(UNION_ALONE, "secure_aggregation.pooled_thresholds",
-                                   "ask for other cells, or for the pooled release first")
             hidden = np.rint(np.ravel(pooled.get(HIDDEN, np.zeros(0))))
             exposed = apart({merged_at(spans[k], release.n_cells)
                              for k in np.flatnonzero((hidden > 0) & (hidden < floor.q))})
@@ -1177,8 +1169,8 @@ class Guard:
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
             held = float(np.ravel(pooled[UNION])[0]) > 0.5  # some site released a union of these cells alone
             if not objected and held and thin.any():  # and some site is thin in a cell (alike at every site)
-                elsewhere = np.rint(np.ravel(pooled[THIN])) - shares[THIN] > 0.5  # per span
-                return None, self._union_round(release, unions, dict(zip(spans, elsewhere)), finish,
+                elsewhere = thin - shares[THIN][:release.n_cells] > 0.5
+                return None, self._union_round(release, unions, elsewhere, finish,
                                                lambda drop: self.coarsened(attempt, rows, on_release, exclude | drop,
                                                                            shared, ordered, kept_pooled | drop))
             if not objected:
@@ -1203,27 +1195,24 @@ class Guard:
             return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
                                         kept_pooled | only_pooled)
 
-        union = np.asarray([float(bool(unions)), float(bool(before))])
-        return PooledSteps({"objections": vector, "tag": tag, UNION: union, **pairs.fields, **shares}, advance,
-                           frac_bits=8)
+        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray([float(bool(unions))]), **pairs.fields,
+                            **shares}, advance, frac_bits=8)
 
-    def _union_round(self, release: PooledRelease, unions: list[AloneUnion], elsewhere: dict[Span, bool],
+    def _union_round(self, release: PooledRelease, unions: list[tuple[int, ...]], elsewhere: np.ndarray,
                      finish: Callable[[], tuple[Any, None]], merge: Callable[[frozenset[Cut]], PooledSteps]
                      ) -> PooledSteps:
         """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of, where some site
         released a union of its cells alone before (the first step sums a flag of each): each site objects,
         per union of the cells that no span stands for whose records here it released alone before (``unions``,
         :meth:`_alone_unions`), to the union's last cell of its first run where another site was thin in a cell of it
-        (``elsewhere``, per span; with cells of earlier releases, where this release's cells in it are a span, in that
-        span), so that merged with the next cell it leaves the union no union of the released cells (``merge``: the
-        release again, those cuts dropped); a table of categories is refused. Where none objects, ``finish``
-        releases. A site cannot see the others' shares before the first sum, and a union none of whose cells (or
-        spans) another site is thin in holds 0 or q or more records of each site's."""
+        (``elsewhere``, per cell), so that merged with the next cell it leaves the union no union of the released
+        cells (``merge``: the release again, those cuts dropped); a table of categories is refused. Where none objects,
+        ``finish`` releases. A site cannot see the others' shares before the first sum, and a union none of whose
+        cells another site is thin in holds 0 or q or more records of each site's."""
         vector = np.zeros(release.n_cells if release.cuts else 1)
         for union in unions:
-            parts = [union.positions] if union.span else [(k,) for k in union.positions]
-            if any(elsewhere.get(part, False) for part in parts):
-                vector[breaking_cell(union.positions) if release.cuts else 0] = 1
+            if elsewhere[list(union)].any():
+                vector[breaking_cell(union) if release.cuts else 0] = 1
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = np.flatnonzero(np.ravel(pooled[UNION]) > 0.5).tolist()
@@ -1377,39 +1366,25 @@ class Guard:
                 self.history.record_pooled_release(rows.lineage, rows.n_root, kind,  # type: ignore[union-attr]
                                                    [c.cell_id for c in cells], analyst=self._analyst)
 
-    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[AloneUnion]:
-        """The unions that no span stands for (:func:`~dsfed_server.disclosure.unions.spanned`) of a pooled release's
-        cells (laid out as ``kind``), alone or with cells of earlier pooled releases (:func:`~dsfed_server.
-        disclosure.unions.union_across`), whose records here a release of this site alone gave before
-        (:meth:`_alone_sets`), each as this release's cells in it, and whether it holds this site's records of an
-        earlier cell another site held 1 to q - 1 records of."""
+    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[tuple[int, ...]]:
+        """The unions of a pooled release's cells (laid out as ``kind``) that no span stands for
+        (:func:`~dsfed_server.disclosure.unions.spanned`) whose records here a release of this site alone gave before
+        (:meth:`_alone_sets`), each as the cells' positions."""
         if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
             return []
         n = rows.n_root  # type: ignore[union-attr]
         cell_of, sizes, counts = layout([packed_set(c.rows) for c in release.own_cells],
                                         [c.count for c in release.own_cells], n)
-        alone = self._alone_sets(rows)  # type: ignore[arg-type]
-        found = {AloneUnion(positions, False, False) for positions in (union_of_cells(member, cell_of, sizes)
-                                                                       for member in alone)
-                 if positions is not None and not spanned(positions, counts, kind, sizes)}
-        earlier = [ReleaseCells(k, cells) for k, cells in self.history.pooled_releases(rows.lineage, n)]  # type: ignore
-        if earlier:
-            releases = [ReleaseCells(kind, release.own_cells), *earlier]
-            thin = self.history.thin_row_sets(rows.lineage, n)  # type: ignore[union-attr]
-            for member in alone:
-                parts = union_across(member, releases, needed=0)
-                if parts is not None:
-                    found.add(AloneUnion(parts[0], thin_part(parts[1:], earlier, thin) is not None,
-                                         spanned(parts[0], counts, kind, sizes)))
-        return sorted(found)
+        found = (union_of_cells(member, cell_of, sizes) for member in self._alone_sets(rows))  # type: ignore[arg-type]
+        return sorted({positions for positions in found if positions is not None and not spanned(positions, counts,
+                                                                                                  kind, sizes)})
 
     def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
         """A record (its table position) of a pooled cell another site held 1 to q - 1 records of (``thin``: this
         site's records of such spans) that a row set of this site alone (``row_sets``) holds, where the row set is a
-        union of a pooled release's cells that no span stands for, or of cells of two or more pooled releases of
-        which a part makes another site's share thin (:mod:`~dsfed_server.disclosure.unions`); None if there is
-        none. The union's pooled count less the sites' own would be the others' records of it, and the spans'
-        checks at the pooled release did not see that union."""
+        union of a pooled release's cells that no span stands for (:mod:`~dsfed_server.disclosure.unions`); None
+        if there is none. The union's pooled count less the sites' own would be the others' records of it, and
+        the spans' checks at the pooled release did not see that union."""
         n = rows.n_root
         candidates = []
         for member in row_sets:
@@ -1419,19 +1394,12 @@ class Guard:
                 candidates.append((packed, held[0]))
         if not candidates:
             return None
-        releases = self.history.pooled_releases(rows.lineage, n)  # type: ignore[union-attr]
-        for kind, cells in releases:
+        for kind, cells in self.history.pooled_releases(rows.lineage, n):  # type: ignore[union-attr]
             cell_of, sizes, counts = layout([packed_set(c.rows) for c in cells], [c.count for c in cells], n)
             for packed, cell in candidates:
                 positions = union_of_cells(packed, cell_of, sizes)
                 if positions is not None and not spanned(positions, counts, kind, sizes):
                     return int(np.flatnonzero(bits(cell, n))[0])
-        pooled = [ReleaseCells(kind, cells) for kind, cells in releases]
-        for packed, _ in candidates if len(pooled) > 1 else ():  # a union of cells of two or more releases
-            parts = union_across(packed, pooled)
-            found = thin_part(parts, pooled, thin) if parts is not None else None
-            if found is not None:
-                return int(np.flatnonzero(bits(found, n))[0])
         return None
 
     def _record_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
