@@ -2,9 +2,12 @@
 adds the same to every sum on either side (``abs(0)`` is 0, a clamp at ``v`` gives ``v``). Written ``<=`` always, a
 kink at a cut released as ``< v`` (every bin ``[a, b)``: thresholds, calibration bins) left the records at ``v``
 between the two, a cell the gate never releases, and ``abs(D$score - 0.5)`` after the pooled thresholds at 0.1, ...,
-0.9 was refused at every site (``disclosure.cut_history``; the first test fails so on the code before). A kink is now
-written ``< v`` unless the column's history holds ``<= v`` alone, when it is that cut (the second test fails with the
-kink written ``< v`` always). Three in-process sites under the shipped rules."""
+0.9 was refused at every site (``disclosure.cut_history``; the first test's pooled-first case fails so on the code
+before, its derived-first case passed there too). A kink is now written ``< v`` unless the column's history holds
+``<= v`` alone, when it is that cut (the second test fails with the kink written ``< v`` always, and passed on the code
+before, which wrote ``<=``). The relaxation accepts a kink only at a cut released before; a comparison beside it, which
+would split the records at ``v`` off, is still refused (second test). Three in-process sites under the shipped
+rules."""
 
 from __future__ import annotations
 
