@@ -24,7 +24,7 @@ from dsfed_server.disclosure.declared import Declared, ExactSums, QuantilesOf
 from dsfed_server.disclosure.differencing import ROWS, Rows, bits, few_levels
 from dsfed_server.disclosure.expressions import Meaning, forms
 from dsfed_server.disclosure.mechanisms import content_digest
-from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, meaning, root_column
+from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn, meaning, root_column, strata
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.modelframe import integer_view
 from dsfed_server.models import ModelStore
@@ -196,6 +196,11 @@ class CallContext:
         root = root_column(self.service.catalog, vector)
         shared = self.session.shared_tables.get(root.table) if root is not None and self.pooled else None
         return root if shared is None or root is None else replace(root, table=shared)
+
+    def strata(self, vector: pd.Series) -> tuple[np.ndarray, ...]:
+        """The groups a derived column's few-valued roots make (:func:`~dsfed_server.disclosure.provenance.strata`),
+        for a release of this site alone; none in a pooled release."""
+        return () if self.pooled else strata(self.service.catalog, vector)
 
     def meaning(self, vector: pd.Series) -> Meaning:
         """What ``vector`` is as a function of root columns (:func:`~dsfed_server.disclosure.provenance.meaning`)."""

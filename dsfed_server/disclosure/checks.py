@@ -39,7 +39,7 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
 from dsfed_server.disclosure.unions import breaking_cell, kind_of, layout, spanned, union_of_cells
-from dsfed_server.disclosure.provenance import NO_TABLE, RootColumn
+from dsfed_server.disclosure.provenance import NO_TABLE, STRATA_MOST, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
 from dsfed_server.param_types import P
@@ -142,6 +142,12 @@ def merged_at(span: Span, n_cells: int) -> int:
     whole)."""
     end = span[-1]
     return end if end < n_cells - 1 or span[0] == 0 else span[0] - 1
+
+
+def _with_parts(row_sets: list[np.ndarray], parts: list[np.ndarray]) -> list[np.ndarray]:
+    """The row sets (boolean over the table) and those of their ``parts`` that are none of them, each once."""
+    known = {np.packbits(m).tobytes() for m in row_sets}
+    return [*row_sets, *(p for p in parts if np.packbits(p).tobytes() not in known)]
 
 
 def span_rows(cells: list[PooledCell], spans: list[Span]) -> list[np.ndarray]:
@@ -426,10 +432,12 @@ class Guard:
             if problem:
                 raise self._refuse(problem, "disclosure.subset_min_difference",
                                    "use subsets that differ from each other by more rows, or the full table")
-            self._refuse_thin([new], rows)
+            parts = self._parts([new], condition.strata if condition is not None else ())
+            self._refuse_thin(parts, rows)
             if condition is not None:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "subset")
-            self.history.record_row_set(rows.lineage, new, analyst=self._analyst)
+            for member in _with_parts([new], parts):
+                self.history.record_row_set(rows.lineage, member, analyst=self._analyst)
         return rows
 
     def _against_kept(self, new: list[tuple[np.ndarray, bytes]], rows: Rows) -> str | None:
@@ -519,14 +527,16 @@ class Guard:
 
     def derived_cuts(self, conditions: list[Intervals], row_sets: list[np.ndarray], rows: Rows | None, *,
                      what: str = "the expression's comparison (or pmin, pmax, abs)",
-                     instead: str = "or a column of the table") -> None:
+                     instead: str = "or a column of the table", strata: tuple[np.ndarray, ...] = ()) -> None:
         """A derived column's cuts (``conditions``: one per column its comparisons, ``pmin``/``pmax``
         and ``abs`` cut, :mod:`dsfed_server.arithmetic`) and row sets (the records where each
         comparison holds, and each value of a column with few values; boolean over ``rows``) go
         through the gate as a subset's do (:meth:`subset_rows`): every cut checked with the cuts
         released before on its column, the row sets audited with every row set released before
         from the table (``disclosure.subset_min_difference``); recorded only if all pass. ``what`` and
-        ``instead`` name the cuts and the alternative in a refusal (``recalibrateDS``: a map's knots)."""
+        ``instead`` name the cuts and the alternative in a refusal (``recalibrateDS``: a map's knots). A column of
+        several roots (``strata``: the groups its few-valued roots and comparisons make) keeps its row sets with their
+        parts in each group (:meth:`_parts`)."""
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
             for condition in conditions:
@@ -544,7 +554,9 @@ class Guard:
                 if problem:
                     raise self._refuse(problem, "disclosure.subset_min_difference",
                                        "use cuts further from earlier ones, or a column of the table")
-                self._refuse_thin(members, rows)  # type: ignore[arg-type]
+                parts = self._parts(members, strata)
+                self._refuse_thin(parts, rows)  # type: ignore[arg-type]
+                members = _with_parts(members, parts)
             for condition in conditions:
                 self._record_cuts(condition.history_key, list(condition.root_cuts()), "derived")
             self._record_row_sets(members, rows)
@@ -631,7 +643,9 @@ class Guard:
         same table (subsets, earlier cells; :func:`~dsfed_server.disclosure.differencing.row_set_problem`):
         where they would single out a record, the gate drops the requested cut next to the cell that
         holds it and tries again; a table of categories, or intervals with nothing left to drop, is
-        refused (``disclosure.subset_min_difference``)."""
+        refused (``disclosure.subset_min_difference``). Cells of a derived column of several roots, some
+        few-valued (``cells.strata``), are audited and kept as their parts in each group those roots make
+        (:func:`~dsfed_server.disclosure.provenance.strata`)."""
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
             if isinstance(cells, Categories):
@@ -644,13 +658,14 @@ class Guard:
             while True:
                 released = release_local(cells, self.floor, history, exclude, snap=snap_dropped,
                                          kept_pooled=kept_pooled)
-                found = self._row_set_culprit(released.row_sets, cells.rows)
+                parts = self._parts(released.row_sets, cells.strata)
+                found = self._row_set_culprit(released.row_sets, cells.rows, parts)
                 if found is None:
                     break
                 culprit, pooled_share = found
                 requested = [c for c in cells.cuts if c not in exclude]
                 if not requested or cells.policy == "refuse":
-                    self._audit_row_sets(released.row_sets, cells.rows)  # raises, naming the rule
+                    self._audit_row_sets(released.row_sets, cells.rows, parts)  # raises, naming the rule
                 at = np.flatnonzero(cells.rows.index == culprit)  # type: ignore[union-attr]
                 value = float(cells.x[at[0]]) if at.size else float(np.median(cells.x))
                 cut = min(requested, key=lambda c: abs(c.value - value))
@@ -658,7 +673,7 @@ class Guard:
                 if pooled_share:
                     kept_pooled.add(cut)
             self._record_cuts(cells.history_key, released.root_cuts, "site")
-            self._record_row_sets(released.row_sets, cells.rows)
+            self._record_row_sets(_with_parts(released.row_sets, parts), cells.rows)
         return released.result
 
     def release_groups(self, cells: Categories) -> list[int]:
@@ -930,17 +945,19 @@ class Guard:
         return (rows is not None and self.history is not None and self.rule("disclosure.cut_history")
                 and self.q > 1)
 
-    def _row_set_culprit(self, row_sets: list[np.ndarray], rows: Rows | None) -> tuple[int, bool] | None:
+    def _row_set_culprit(self, row_sets: list[np.ndarray], rows: Rows | None, parts: list[np.ndarray] | None = None
+                         ) -> tuple[int, bool] | None:
         """None if the row sets pass the audit, else the table position of a record they would single
         out (-1 when the problem is a small group rather than one record), and whether it is another site's
-        few records of a pooled cell that they would give (:meth:`_thin_complement`)."""
+        few records of a pooled cell that they would give (:meth:`_thin_complement`), they or their ``parts`` in
+        the groups of a derived column's few-valued parts (:meth:`_parts`)."""
         if not self._audits(rows) or not row_sets:
             return None
         earlier = self._earlier(rows)
         base = self._base(rows)  # type: ignore[union-attr]
         problem, isolated = row_set_audit(earlier, row_sets, self.rule("disclosure.subset_min_difference"), base)
         if problem is None:
-            thin = self._thin_complement(row_sets, rows)  # type: ignore[arg-type]
+            thin = self._thin_complement(parts or row_sets, rows)  # type: ignore[arg-type]
             if thin is not None:
                 return thin, True
             return None if self._pooled_pairs(row_sets, rows) is None else (-1, False)
@@ -952,7 +969,24 @@ class Guard:
                 return -1, False
         return (int(isolated[0]) if isolated.size else -1), False
 
-    def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:
+    def _parts(self, row_sets: list[np.ndarray], strata: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        """Each row set's part in each group of ``strata`` that holds records of it (boolean over the table): what a
+        cut on a derived column of several roots cuts within each group its few-valued parts make
+        (:func:`~dsfed_server.disclosure.provenance.strata`); the row sets themselves where there are no groups.
+        Refused beyond :data:`~dsfed_server.disclosure.provenance.STRATA_MOST` groups."""
+        if not strata:
+            return row_sets
+        if len(strata) > STRATA_MOST:
+            raise self._refuse(f"a cut on this derived column is a cut within each of the {len(strata)} groups its "
+                               f"few-valued roots and comparisons make, more than the {STRATA_MOST} this site audits "
+                               "alone", "disclosure.subset_min_difference",
+                               "ask for it pooled (secure=True), or derive it from fewer roots")
+        return [part for member in row_sets for group in strata if (part := member & group).any()]
+
+    def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None, parts: list[np.ndarray] | None = None
+                        ) -> None:
+        """Refuse row sets of this site alone that fail the audit (as :meth:`_row_set_culprit`), else keep them
+        and their ``parts``."""
         if not self._audits(rows) or not row_sets:
             return
         earlier = self._earlier(rows)
@@ -961,8 +995,8 @@ class Guard:
         if problem:
             raise self._refuse(problem, "disclosure.subset_min_difference",
                                "ask for fewer or wider bins, or on the whole table")
-        self._refuse_thin(row_sets, rows)  # type: ignore[arg-type]
-        self._record_row_sets(row_sets, rows)
+        self._refuse_thin(parts or row_sets, rows)  # type: ignore[arg-type]
+        self._record_row_sets(_with_parts(row_sets, parts or []), rows)
 
     def _refuse_thin(self, row_sets: list[np.ndarray], rows: Rows) -> None:
         """Refuse row sets of this site alone that would give its records of a pooled cell in which another site

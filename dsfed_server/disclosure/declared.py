@@ -195,6 +195,9 @@ class DerivedCuts:
     rows: Rows | None
     what: str | None = None
     instead: str | None = None
+    # the groups (boolean over the table) the column's few-valued roots and comparisons make, where it has several
+    # roots (:func:`~dsfed_server.disclosure.provenance.meaning_strata`): the row sets are kept with their parts
+    strata: tuple[np.ndarray, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,8 @@ def release(guard: Guard, declared: Declared) -> Any:
         return guard.subset_rows(declared.parent, declared.mask, declared.condition)
     if isinstance(declared, DerivedCuts):
         words = {k: v for k, v in (("what", declared.what), ("instead", declared.instead)) if v is not None}
-        return guard.derived_cuts(list(declared.conditions), list(declared.row_sets), declared.rows, **words)
+        return guard.derived_cuts(list(declared.conditions), list(declared.row_sets), declared.rows,
+                                  strata=declared.strata, **words)
     if isinstance(declared, ReferenceEdges):
         return guard.reference_edges(declared.p, declared.edges, declared.root)
     if isinstance(declared, ExactSums):

@@ -39,6 +39,8 @@ MEANINGS = "dsfed.meanings"  # frame attribute: {column: Meaning} of the derived
 MODEL_OUTPUT = "dsfed.model_output"
 MODEL_COLUMN = "dsfed.model_column"  # vector attribute: the ModelColumn a model's predictions come from
 PUBLIC_DESIGN = "dsfed.public_design"  # frame attribute: its covariates are known to the analyst (thresholds)
+STRATA_LEVELS = 10  # a root of at most this many values (declared, or here) groups a column of several roots
+STRATA_MOST = 64  # the most groups the few-valued roots of one column may make (beyond, its cells are refused alone)
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,6 +215,63 @@ def own_meaning(vector: pd.Series) -> Meaning | None:
         return found
     kept = vector.attrs.get(MEANINGS, {}).get(vector.name) if vector.name is not None else None
     return kept if isinstance(kept, Meaning) else None
+
+
+def strata(catalog: "Catalog", vector: pd.Series) -> tuple[np.ndarray, ...]:
+    """The groups of records (boolean over the root table) that ``vector``'s few-valued parts make, where it is a
+    derived column of several roots, one of them at least not few-valued: each combination of the values of its
+    few-valued roots (a missing value is one of them) and of the comparisons it was computed with (TRUE or not,
+    :attr:`Meaning.indicators`). A root is few-valued where the data dictionary declares it boolean or whole-numbered
+    over at most :data:`STRATA_LEVELS` values (``sex``, a grade), or where it holds at most that many values here.
+
+    A cut on such a column is a cut on its other roots within each group: ``D$score + D$sex`` below 0.8 is the men
+    with a score below 0.8 and the women below -0.2 (``D$score + ifelse(D$age > 50, 1, 0)`` alike, by age). A cell of
+    it may therefore be a union of cells that releases over the groups (the men's thresholds, the women's) made
+    apart, pooled, while no one release's cells make it up; its count alone at each large site, taken from theirs,
+    gives the small site's share of them (Denning & Schlörer 1983, differencing). So the release gate treats a cell
+    of such a column released by a site alone as its parts in each group, released alone: audited and kept as those
+    (refused alone beyond :data:`STRATA_MOST` groups). Empty where ``vector`` is no such column."""
+    found, rows = own_meaning(vector), vector.attrs.get(ROWS)
+    return () if found is None or not isinstance(rows, Rows) else meaning_strata(catalog, found, rows)
+
+
+def meaning_strata(catalog: "Catalog", found: Meaning, rows: Rows) -> tuple[np.ndarray, ...]:
+    """:func:`strata` of a column whose meaning is ``found``, over the records ``rows`` (as it is made, before it is
+    kept: its row sets are kept with their parts, :meth:`~dsfed_server.disclosure.checks.Guard.derived_cuts`)."""
+    if len(found.roots) < 2:
+        return ()
+    levels = [_levels(catalog, root, rows) for root in sorted(found.roots, key=lambda r: (r.table, r.column))]
+    few = [level for level in levels if level is not None]
+    if len(few) == len(found.roots):  # its values are few: each one's records are audited as it is made
+        return ()
+    group = np.zeros(rows.n_root, dtype=np.int64)
+    for level in few:
+        group = group * (int(level.max(initial=0)) + 1) + level
+    if found.indicators is not None and found.indicators[:2] == (rows.lineage, rows.n_root):
+        for packed in found.indicators[2]:
+            holds = np.unpackbits(np.frombuffer(packed, dtype=np.uint8), count=rows.n_root)
+            _, group = np.unique(group * 2 + holds, return_inverse=True)  # numbered again: no overflow
+    labels = np.unique(group)
+    return tuple(group == label for label in labels) if labels.size > 1 else ()
+
+
+def _levels(catalog: "Catalog", root: Root, rows: Rows) -> np.ndarray | None:
+    """Each record's value of a few-valued root column of ``rows``' table, numbered (a missing value one of them):
+    a column the data dictionary declares boolean, or whole-numbered over at most :data:`STRATA_LEVELS` values, or
+    that holds at most that many values here. None for any other root (a model's predictions, another table's)."""
+    if root.every is not None or root.table != rows.lineage:
+        return None
+    try:
+        variable = catalog.variable(root.table, root.column)
+        values = catalog.column(root.table, root.column).to_numpy(dtype=float, na_value=np.nan)
+    except SiteError:
+        return None  # a table derived without a dictionary
+    if variable is None or values.size != rows.n_root:
+        return None
+    declared = variable.value_type == "boolean" or (
+        root.integer and root.declared is not None and root.declared[1] - root.declared[0] < STRATA_LEVELS)
+    distinct, level = np.unique(np.where(np.isnan(values), np.inf, values), return_inverse=True)
+    return level.ravel() if declared or distinct.size <= STRATA_LEVELS else None
 
 
 def meaning(catalog: "Catalog", vector: pd.Series) -> Meaning:

@@ -100,7 +100,7 @@ def _exact_leaves(ctx: CallContext, y: np.ndarray, p: np.ndarray, score: pd.Seri
     return Intervals(p, cuts_from(inner, inclusive=False), render,
                      {"negatives": y == 0, "positives": y == 1},
                      policy=ctx.guard.rule("bins.small_bin_policy"), what="score histogram",
-                     column=ctx.root_column(score), rows=rows)
+                     column=ctx.root_column(score), strata=ctx.strata(score), rows=rows)
 
 
 def level_weights(levels: int, decay: float) -> np.ndarray:
@@ -406,7 +406,8 @@ def placement_cells(ctx: CallContext, p: np.ndarray, reference: pd.DataFrame, sc
     (:mod:`~dsfed_server.disclosure.declared`), and a caller yields from it."""
     cuts, described = yield Intervals(p, reference_cuts(reference), lambda released: (released.cuts, {
         **released.describe(), "cuts": [c.value for c in released.cuts[1:-1]]}),
-                                      what="reference's bins", column=ctx.root_column(score), rows=rows)
+                                      what="reference's bins", column=ctx.root_column(score),
+                                      strata=ctx.strata(score), rows=rows)
     return cuts, described
 
 
@@ -530,7 +531,7 @@ def hist_placement_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, re
                 release.cuts, release.result["placement_cells"])
 
     return Intervals(p, reference_cuts(reference), render, sums, what="reference's bins", column=ctx.root_column(score),
-                     rows=rows, on_pooled=keep)
+                     strata=ctx.strata(score), rows=rows, on_pooled=keep)
 
 
 @register(

@@ -37,7 +37,7 @@ on scores, coefficients from the analyst in ``glmDS2``) refuse it, naming the ru
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import replace
 from functools import partial
 from itertools import chain
@@ -56,7 +56,7 @@ from dsfed_server.disclosure.declared import Declared, DerivedCuts
 from dsfed_server.disclosure.differencing import ROWS, Rows
 from dsfed_server.disclosure.expressions import X, Classified, Meaning
 from dsfed_server.disclosure.gate import condition_cuts
-from dsfed_server.disclosure.provenance import MEANING, meaning
+from dsfed_server.disclosure.provenance import MEANING, meaning, meaning_strata
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet
@@ -133,8 +133,12 @@ def derive(ctx: CallContext, expression: Node) -> Generator[Declared, Any, Colum
         "a column whose values single out records is not made; use wider cuts or more records")
     row_sets = evaluated.row_sets + levels + _made_missing(columns, evaluated.values)
     conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
-    yield DerivedCuts(_cells(ctx, columns, conditions), row_sets, rows)
-    found = classified.meaning
+    found, groups = classified.meaning, ()
+    if rows is not None:  # its row sets are kept with their parts in the groups its columns' comparisons make
+        before = replace(found, indicators=_indicators(meanings.values(), [], rows))
+        groups = meaning_strata(ctx.service.catalog, before, rows)
+        found = replace(found, indicators=_indicators(meanings.values(), evaluated.row_sets, rows))
+    yield DerivedCuts(_cells(ctx, columns, conditions), row_sets, rows, strata=groups)
     if rows is not None and found.function is None:  # a sum of summands, each counted over its own records
         found = replace(found, summands=partial(_summands, expression, meanings, tuple(leaves), held, n, rows))
     attrs = {MEANING: found} if rows is None else {ROWS: rows, MEANING: found}
@@ -146,6 +150,20 @@ def _summands(expression: Node, meanings: dict[Leaf, Meaning], leaves: tuple[Lea
               n: int, rows: Rows) -> tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]:
     """The expression's summands (:func:`~dsfed_server.summands.summands`) over what its leaves read now."""
     return summands(expression, meanings, _numbers(dict(zip(leaves, (h.read() for h in held)))), n, rows)
+
+
+def _indicators(meanings: Iterable[Meaning], row_sets: list[np.ndarray], rows: Rows
+                ) -> tuple[str, int, tuple[bytes, ...]] | None:
+    """The records (packed, over the root table) where each comparison of the expression holds (``row_sets``,
+    boolean over ``rows``) and each that its derived columns were computed with (their meanings'), or None where
+    there are none: what :func:`~dsfed_server.disclosure.provenance.strata` groups a column of several roots by."""
+    found = {packed for m in meanings if m.indicators is not None and m.indicators[:2] == (rows.lineage, rows.n_root)
+             for packed in m.indicators[2]}
+    for member in row_sets:
+        full = np.zeros(rows.n_root, dtype=bool)
+        full[rows.index[member]] = True
+        found.add(np.packbits(full).tobytes())
+    return (rows.lineage, rows.n_root, tuple(sorted(found))) if found else None
 
 
 def _numbers(columns: dict[Leaf, pd.Series]) -> Callable[[Leaf], np.ndarray]:

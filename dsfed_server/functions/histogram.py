@@ -85,7 +85,7 @@ def histogram(ctx: CallContext, x: pd.Series, breaks: list[float]) -> Intervals:
 
     return Intervals(valid, hist_cuts(edges), render, policy=ctx.guard.rule("bins.small_bin_policy"),
                      what="histogram", column=ctx.root_column(x), totals={"Nmissing": values.size - valid.size},
-                     rows=ctx.record_rows(x))
+                     strata=ctx.strata(x), rows=ctx.record_rows(x))
 
 
 # --- histograms ----------------------------------------------------------------------------
@@ -257,4 +257,4 @@ def histogram_bins(ctx: CallContext, xvect: pd.Series, num_breaks: int, min: flo
         return {**out, "merged": merged, "why": released.why} if merged else out
 
     return Intervals(valid, tuple(by_cut), render, policy=guard.rule("bins.small_bin_policy"), what="histogram",
-                     column=ctx.root_column(xvect), rows=ctx.record_rows(xvect))
+                     column=ctx.root_column(xvect), strata=ctx.strata(xvect), rows=ctx.record_rows(xvect))

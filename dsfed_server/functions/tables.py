@@ -177,7 +177,7 @@ def cut_cells(ctx: CallContext, column: pd.Series, cuts: tuple[Cut, ...], what: 
     values = column.to_numpy(dtype=float, na_value=np.nan)
     present = ~np.isnan(values)
     return Intervals(values if present.all() else values[present], cuts, render=lambda released: None, what=what,
-                     column=ctx.root_column(column))
+                     column=ctx.root_column(column), strata=ctx.strata(column))
 
 
 # --- subsetting ----------------------------------------------------------------------------

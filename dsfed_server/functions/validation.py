@@ -402,7 +402,8 @@ def calibration_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, bins:
     (per site, or pooled over the sites under secure aggregation)."""
     y, p = outcome_and_score(ctx, truth, score, probability=True)
     return Intervals(p, calibration_cuts(bins), binned_sums(0.0, 1.0), {"sum_p": p, "sum_y": y},
-                     what="calibration bins", column=ctx.root_column(score), rows=ctx.record_rows(truth, score))
+                     what="calibration bins", column=ctx.root_column(score), rows=ctx.record_rows(truth, score),
+                     strata=ctx.strata(score))
 
 
 MAX_DECISION_THRESHOLDS = 1000  # thresholdBinsDS: thresholds per call
@@ -438,7 +439,7 @@ def threshold_bins(ctx: CallContext, truth: pd.Series, score: pd.Series, thresho
                         hint="e.g. c(0.1, 0.2, 0.5)")
     return Intervals(p, cuts_from(asked, inclusive=False), binned_sums(0.0, 1.0),
                      {"sum_p": p, "sum_y": y}, what="threshold cells", column=ctx.root_column(score),
-                     rows=ctx.record_rows(truth, score))
+                     strata=ctx.strata(score), rows=ctx.record_rows(truth, score))
 
 
 @register(
@@ -469,7 +470,7 @@ def count_below(ctx: CallContext, x: pd.Series, thresholds: list[float]) -> Inte
                 **released.describe()}
 
     return Intervals(values, cuts, render, what="counts below thresholds", column=ctx.root_column(x),
-                     rows=ctx.record_rows(x))
+                     strata=ctx.strata(x), rows=ctx.record_rows(x))
 
 
 @register(
@@ -492,7 +493,7 @@ def group_sums(ctx: CallContext, truth: pd.Series, score: pd.Series, breaks: lis
     if p.min() < edges[0] or p.max() > edges[-1]:
         raise CallError("breaks must cover every score (first break <= min, last break >= max)")
     return Intervals(p, cuts_from(edges[1:-1], inclusive=True), binned_sums(float(edges[0]), float(edges[-1])),
-                     {"sum_p": p, "sum_y": y}, what="groups", column=ctx.root_column(score),
+                     {"sum_p": p, "sum_y": y}, what="groups", column=ctx.root_column(score), strata=ctx.strata(score),
                      rows=ctx.record_rows(truth, score))
 
 
