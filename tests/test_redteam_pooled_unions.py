@@ -19,10 +19,13 @@ the pooled ``thresholdBinsDS`` at 0.1, ..., 0.9; nothing in [0.1, 0.2). The unio
    union less the two differences read the small site's 2 records, both orders, before that audit: the large
    sites' releases give their shares of [0.2, 0.7), and the small site's share of it, 10 of its 12, is the pooled
    count less theirs, a release alone its audit refuses.
-3. HOLE: a union of cells of two pooled releases, in ONE row set (not a combination): pooled thresholds over the
-   men and over the women (a stratified validation), and at each large site alone the cell of ``abs(w - 1)``,
-   ``w = D$score + D$sex``, between 0.2 and 0.3: the men's [0.7, 0.8) and the women's [0.2, 0.3). It is a union
-   of no one release's cells, so ``union_of_cells`` answers None for each release: 2 read in both orders.
+3. A union of cells of two pooled releases, in ONE row set (not a combination): pooled thresholds over the men and
+   over the women (a stratified validation), and at each large site alone the cell of ``abs(w - 1)``,
+   ``w = D$score + D$sex``, between 0.2 and 0.3: the men's [0.7, 0.8) and the women's [0.2, 0.3). It is a union of
+   no one release's cells, so ``union_of_cells`` answers None for each release: 2 read in both orders on the code
+   before (the control). Closed by auditing and keeping a cell of a column of several roots as its parts in each
+   group its few-valued parts make (``provenance.strata``, ``Guard._parts``): 0 in both orders, as a cell, as two
+   subsets, by age through ``ifelse(D$age > 50, 1, 0)``, and as a helper's union of two runs less a cell of each.
 4. Some of a table's cells (grade 2 with the event, grade 3) by a derived column of few values: closed before and
    after (the older checks see each value's records).
 
@@ -43,6 +46,8 @@ import pytest
 
 from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
+from dsfed_server import context
+from dsfed_server.functions import derive
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.disclosure.checks import Guard
 from sitekit import exposed_shares_unaudited, make_sites
@@ -50,6 +55,7 @@ from test_pooled_complement_attack import Q, THRESHOLDS
 
 LARGE = ("north", "south")
 RULE = "secure_aggregation.pooled_thresholds"
+SUBSET_RULE = "disclosure.subset_min_difference"
 UNION = (0.1, 0.7)  # the lower thresholds of the two pooled bins of the union
 
 
@@ -243,14 +249,28 @@ def _by_sex() -> dict[str, pd.DataFrame]:
     return frames
 
 
+@pytest.mark.parametrize("form", ["cells", "subsets", "indicators"])
+@pytest.mark.parametrize("checks", ["shipped", "control"])
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
-def test_a_union_of_cells_of_two_pooled_releases_reads_the_small_sites_records(tmp_path: Path, pooled_first: bool):
-    """Route 3. HOLE: the pooled thresholds by sex (an honest stratified validation: two pooled releases, over the
-    men and over the women), and at each large site alone ONE row set: the cell of ``abs(w - 1)`` between 0.2 and
-    0.3, ``w = D$score + D$sex``: the men's bin [0.7, 0.8) and the women's bin [0.2, 0.3). It is a union of cells
-    of two pooled releases, and of no one release's cells (each holds records outside the other's cells), so
-    ``union_of_cells`` answers None for each and neither ``_thin_union`` (pooled first) nor ``_alone_unions``
-    (alone first) sees it; the small site holds 2 records of it (both men of [0.7, 0.8), with the event)."""
+def test_a_union_of_cells_of_two_pooled_releases_reads_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 pooled_first: bool, checks: str, form: str):
+    """Route 3: the pooled thresholds by sex (an honest stratified validation: two pooled releases, over the men and
+    over the women), and at each large site alone ONE row set: the cell of ``abs(w - 1)`` between 0.2 and 0.3,
+    ``w = D$score + D$sex``: the men's bin [0.7, 0.8) and the women's bin [0.2, 0.3). It is a union of cells of two
+    pooled releases and of no one release's cells, which the searches for unions of one release's cells
+    (``_thin_union``, ``_alone_unions``) do not see; the small site holds 2 records of it (both men of [0.7, 0.8),
+    with the event). ``w`` is a column of two roots, ``sex`` declared 0/1, so a cell of it released alone is audited
+    and kept as its part among the men and its part among the women (``provenance.strata``): pooled first, the
+    men's part is the bin the small site was thin in, and the large sites drop the cuts; alone first, their parts
+    are kept as released, so the pooled men's bin [0.7, 0.8) is the small site's release alone and is merged.
+    The control (the parts off: the code before) reads the 2 in both orders. ``subsets``: the same cell as the
+    difference of two subsets, ``dw >= 0.2`` less ``dw >= 0.3``, each site's outcome count in each (``meanDS``);
+    ``indicators``: the sums of ``ifelse(dw >= 0.2 & dw < 0.3, 1, 0)`` and of the same times the outcome: pooled
+    first its comparisons' row sets with the men's subset gave the thin bin before (the control reads 0 there); alone
+    first their parts among the men (below 0.7, above 0.8, the bin) leave the small site's runs of the men's pooled
+    release to it alone, and the pooled releases merge every cut of them (what such a column costs)."""
+    if checks == "control":
+        _groups_off(monkeypatch)
     frames = _by_sex()
     provisioned, services = make_sites(tmp_path, frames)
     with inprocess_builder(provisioned, services).login() as session:
@@ -264,14 +284,31 @@ def test_a_union_of_cells_of_two_pooled_releases_reads_the_small_sites_records(t
                                                 secure=True).to_frame())
             return out
 
-        def alone() -> list[np.ndarray]:
+        def alone() -> list[np.ndarray] | None:
             out = []
             for site in LARGE:
                 view = session.site_view(site)
                 view.derive("w", "D$score + D$sex")
                 view.derive("dw", "abs(w - 1)")
+                if form == "indicators":
+                    try:
+                        out.append(np.array([_column_sum(view, site, name, f"ifelse(dw >= 0.2 & dw < 0.3, {value}, 0)")
+                                             for name, value in (("inside", "1"), ("events", "D$y"))]))
+                    except FederatedCallError as exc:
+                        assert {f.rule for f in exc.failures.values()} <= {RULE, SUBSET_RULE}, exc
+                        return None  # the column not made: nothing to subtract
+                    continue
+                if form == "subsets":
+                    try:
+                        out.append(np.subtract(*(_subset_count(view, site, f"A{k}", f'"dw", "{t}", 6')
+                                                 for k, t in ((1, 0.2), (2, 0.3)))))
+                    except FederatedCallError as exc:
+                        assert {f.rule for f in exc.failures.values()} == {RULE}, exc
+                        return None  # a subset refused: nothing to subtract
+                    continue
                 f = ds_threshold_metrics(view, "D$y", "dw", [0.2, 0.3]).to_frame()
-                assert list(f.index) == [0.2, 0.3]
+                if list(f.index) != [0.2, 0.3]:
+                    return None  # a cut of the cell dropped: nothing to subtract
                 out.append(_at(f, 0.2) - _at(f, 0.3))
             return out
 
@@ -281,18 +318,220 @@ def test_a_union_of_cells_of_two_pooled_releases_reads_the_small_sites_records(t
         else:
             own = alone()
             men, women = pooled()
-    assert {0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index)
-    records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
     small = frames["small"]
     held = small[((small["sex"] == 0) & (np.floor(small["score"] * 10) == 7))
                  | ((small["sex"] == 1) & (np.floor(small["score"] * 10) == 2))]
-    assert (records, events) == (len(held), int(held["y"].sum()))
-    read = int(records) if 0 < records < Q and events in (0, records) else 0
+    read = 0
+    if own is not None and {0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index):
+        records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
+        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
+        read = int(records) if 0 < records < Q and events in (0, records) else 0
     order = "pooled first" if pooled_first else "alone first"
-    print(f"\nmen's [0.7, 0.8) and women's [0.2, 0.3), one row set ({order})"
-          f": {read} outcomes read of 24")
-    # HOLE: a union of cells of two pooled releases; the code before the check reads the same 2
-    assert read == 2
+    print(f"\nmen's [0.7, 0.8) and women's [0.2, 0.3), one {form[:-1]} ({order}, {checks}): {read} outcomes read of "
+          f"24; alone {'released' if own is not None else 'cuts dropped'}, men's pooled cuts {list(men.index)}")
+    # pooled first, the indicator's comparisons with the men's subset gave the thin bin before (``combined``)
+    assert read == (0 if checks == "shipped" or (form == "indicators" and pooled_first) else 2)
+    if form != "indicators":  # the pooled validation by sex keeps its cuts but, alone first, the small site's bin
+        assert set(THRESHOLDS) - set(men.index) <= ({0.7, 0.8} if not pooled_first and checks == "shipped" else set())
+        assert set(women.index) == set(THRESHOLDS)
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+@pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
+def test_a_union_of_cells_by_a_comparison_reads_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          pooled_first: bool, checks: str):
+    """Route 3 through a comparison rather than a few-valued column: the pooled thresholds over the records aged 50 or
+    less and over those older (the small site's men and women of route 3, by age), and at each large site alone the
+    cell of ``abs(w - 1)`` between 0.2 and 0.3, ``w = D$score + ifelse(D$age > 50, 1, 0)``: the younger's bin
+    [0.7, 0.8) and the older's [0.2, 0.3). ``w``'s roots are two many-valued columns, so the groups come from the
+    comparison in it (the records where ``D$age > 50`` holds and where it does not): 0 read in both orders; the
+    control reads 2."""
+    if checks == "control":
+        _groups_off(monkeypatch)
+    frames = _by_sex()
+    rng = np.random.default_rng(17)
+    for frame in frames.values():  # the men 20 to 50, the women 50.5 to 80
+        frame["age"] = np.where(frame["sex"] == 0, rng.uniform(20, 50, len(frame)), rng.uniform(50.5, 80, len(frame)))
+        del frame["sex"]
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+
+        def pooled() -> list[pd.DataFrame]:
+            out = []
+            for name, op in (("Y", 4), ("O", 5)):
+                session.assign_expr(name, f'dataFrameSubsetDS2("D", "D$age", "50", {op}, NULL, NULL, FALSE)')
+                out.append(ds_threshold_metrics(session, f"{name}$y", f"{name}$score", THRESHOLDS,
+                                                secure=True).to_frame())
+            return out
+
+        def alone() -> list[np.ndarray] | None:
+            out = []
+            for site in LARGE:
+                view = session.site_view(site)
+                view.derive("w", "D$score + ifelse(D$age > 50, 1, 0)")
+                view.derive("dw", "abs(w - 1)")
+                f = ds_threshold_metrics(view, "D$y", "dw", [0.2, 0.3]).to_frame()
+                if list(f.index) != [0.2, 0.3]:
+                    return None  # a cut of the cell dropped: nothing to subtract
+                out.append(_at(f, 0.2) - _at(f, 0.3))
+            return out
+
+        if pooled_first:
+            young, old = pooled()
+            own = alone()
+        else:
+            own = alone()
+            young, old = pooled()
+    small = frames["small"]
+    held = small[((small["age"] <= 50) & (np.floor(small["score"] * 10) == 7))
+                 | ((small["age"] > 50) & (np.floor(small["score"] * 10) == 2))]
+    read = 0
+    if own is not None and {0.7, 0.8} <= set(young.index) and {0.2, 0.3} <= set(old.index):
+        records, events = _pooled_bin(young, 0.7) + _pooled_bin(old, 0.2) - sum(own)
+        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
+        read = int(records) if 0 < records < Q and events in (0, records) else 0
+    order = "pooled first" if pooled_first else "alone first"
+    print(f"\nthe younger's [0.7, 0.8) and the older's [0.2, 0.3), one row set ({order}, {checks}): {read} outcomes "
+          f"read of 24; alone {'released' if own is not None else 'cuts dropped'}, younger's pooled cuts "
+          f"{list(young.index)}")
+    assert read == (0 if checks == "shipped" else 2)
+    assert set(old.index) == set(THRESHOLDS)
+
+
+def test_a_score_by_sex_per_site_beside_the_pooled_thresholds_by_sex(tmp_path: Path):
+    """Honest use of a column of several roots, one few-valued, where no site is thin in anything: the pooled thresholds
+    over the men and over the women, then at each site alone the thresholds 0.3 and 0.6 of ``0.9*D$score + 0.05*D$sex``
+    and a subset of it. Audited as their parts among the men and among the women, they are released, every cut kept,
+    and their counts are numpy's."""
+    rng = np.random.default_rng(23)
+    frames = {site: pd.DataFrame({"y": (rng.uniform(0, 1, 300) < (score := rng.uniform(0, 1, 300))).astype(int),
+                                  "score": score, "sex": np.tile([0, 1], 150)}) for site in ("small", *LARGE)}
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        for sex in (0, 1):
+            session.assign_expr(f"S{sex}", f'dataFrameSubsetDS2("D", "D$sex", "{sex}", 1, NULL, NULL, FALSE)')
+            pooled = ds_threshold_metrics(session, f"S{sex}$y", f"S{sex}$score", THRESHOLDS, secure=True).to_frame()
+            assert list(pooled.index) == THRESHOLDS.tolist()
+        for site, frame in frames.items():
+            view = session.site_view(site)
+            view.derive("lp", "0.9*D$score + 0.05*D$sex")
+            own = ds_threshold_metrics(view, "D$y", "lp", [0.3, 0.6]).to_frame()
+            lp = 0.9 * frame["score"] + 0.05 * frame["sex"]
+            assert list(own.index) == [0.3, 0.6]
+            for t in (0.3, 0.6):
+                assert _at(own, t).tolist() == [int((lp >= t).sum()), int(frame["y"][lp >= t].sum())]
+            high = _subset_count(view, site, "H", '"lp", "0.6", 6')
+            assert high.tolist() == [int((lp >= 0.6).sum()), int(frame["y"][lp >= 0.6].sum())]
+
+
+def _groups_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: a cell, subset or row set of a derived column of several roots audited and kept as it is, not with
+    its parts in the groups its few-valued roots and comparisons make (the code before)."""
+    monkeypatch.setattr(context, "strata", lambda catalog, vector: ())
+    monkeypatch.setattr(derive, "meaning_strata", lambda catalog, found, rows: ())
+
+
+def _column_sum(view, site: str, name: str, expression: str) -> int:
+    """The sum of a derived column over ``D`` at one site alone (``meanDS``: its mean times its count)."""
+    view.derive(name, expression)
+    mean = view.aggregate("meanDS", Ref(name))[site]
+    return int(round(mean["EstimatedMean"] * mean["Nvalid"]))
+
+
+def _subset_count(view, site: str, name: str, condition: str) -> np.ndarray:
+    """The records and events of a subset of ``D`` at one site alone (``meanDS`` of its outcome)."""
+    view.assign_expr(name, f'dataFrameSubsetDS2("D", {condition}, NULL, NULL, FALSE)')
+    mean = view.aggregate("meanDS", Ref(f"{name}$y"))[site]
+    return np.array([int(mean["Nvalid"]), int(round(mean["EstimatedMean"] * mean["Nvalid"]))])
+
+
+def _by_sex_runs() -> dict[str, pd.DataFrame]:
+    """The small site's 29 records: men in [0.3, 0.4) (5), [0.6, 0.7) (5), [0.7, 0.8) (2, both with the event),
+    [0.8, 0.9) (5); women in [0.4, 0.5) (6), [0.5, 0.6) (6). Its one thin span is the men's [0.7, 0.8); the men's
+    runs [0.6, 0.8) and [0.7, 0.9) hold 7. The large sites' 400: uniform scores, half women."""
+    rng = np.random.default_rng(11)
+    score = np.r_[rng.uniform(0.3, 0.4, 5), rng.uniform(0.6, 0.7, 5), rng.uniform(0.7, 0.8, 2),
+                  rng.uniform(0.8, 0.9, 5), rng.uniform(0.4, 0.5, 6), rng.uniform(0.5, 0.6, 6)]
+    y = (rng.uniform(0, 1, 29) < score).astype(int)
+    y[10:12] = 1
+    frames = {"small": pd.DataFrame({"y": y, "score": score, "sex": np.r_[np.zeros(17, int), np.ones(12, int)]})}
+    for site in LARGE:
+        score = rng.uniform(0, 1, 400)
+        frames[site] = pd.DataFrame({"y": (rng.uniform(0, 1, 400) < score).astype(int), "score": score,
+                                     "sex": np.tile([0, 1], 200)})
+    return frames
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+@pytest.mark.parametrize("order", ["pooled-first", "alone-first", "between"])
+def test_a_union_of_two_runs_less_two_cells_alone_reads_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  order: str, checks: str):
+    """Route 3c (a helper's red team): at each large site alone the cell of ``abs(w - 1)`` between 0.2 and 0.4
+    (``w = D$score + D$sex``): the men's run [0.6, 0.8) and the women's run [0.2, 0.4), a union across the two pooled
+    releases of spans that were not thin (the small site holds 7 of the men's run, none of the women's); then the
+    men's cell [0.6, 0.7) and the women's [0.3, 0.4), each a cell of one release. The union less the two cells is
+    route 3's union, the men's [0.7, 0.8) and the women's [0.2, 0.3): the pooled bins less the large sites'
+    differences read the small site's 2 records, in every order ("between": the men's pooled release, the releases
+    alone, the women's), on the code before (the control). Audited as its parts among the men and among the women,
+    the cell of ``abs(w - 1)`` and the men's cell [0.6, 0.7) give the men's [0.7, 0.8) alone, the bin the small site
+    was thin in: the large sites drop a cut (pooled first), or the pooled release merges the bin (alone first)."""
+    if checks == "control":
+        _groups_off(monkeypatch)
+    frames = _by_sex_runs()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+
+        def pooled(sexes: tuple[int, ...]) -> list[pd.DataFrame]:
+            out = []
+            for sex in sexes:
+                session.assign_expr(f"S{sex}", f'dataFrameSubsetDS2("D", "D$sex", "{sex}", 1, NULL, NULL, FALSE)')
+                out.append(ds_threshold_metrics(session, f"S{sex}$y", f"S{sex}$score", THRESHOLDS,
+                                                secure=True).to_frame())
+            return out
+
+        def alone() -> list[np.ndarray] | None:
+            out = []
+            for site in LARGE:
+                view = session.site_view(site)
+                view.derive("w", "D$score + D$sex")
+                view.derive("dw", "abs(w - 1)")
+                union = ds_threshold_metrics(view, "D$y", "dw", [0.2, 0.4]).to_frame()
+                view.assign_expr("M", 'dataFrameSubsetDS2("D", "D$sex", "0", 1, NULL, NULL, FALSE)')
+                men = ds_threshold_metrics(view, "M$y", "M$score", [0.6, 0.7]).to_frame()
+                view.assign_expr("W", 'dataFrameSubsetDS2("D", "D$sex", "1", 1, NULL, NULL, FALSE)')
+                women = ds_threshold_metrics(view, "W$y", "W$score", [0.3, 0.4]).to_frame()
+                if [list(f.index) for f in (union, men, women)] != [[0.2, 0.4], [0.6, 0.7], [0.3, 0.4]]:
+                    return None  # a cut dropped: nothing to subtract
+                out.append(_at(union, 0.2) - _at(union, 0.4) - (_at(men, 0.6) - _at(men, 0.7))
+                           - (_at(women, 0.3) - _at(women, 0.4)))
+            return out
+
+        if order == "pooled-first":
+            by_sex, own = pooled((0, 1)), alone()
+        elif order == "alone-first":
+            own = alone()
+            by_sex = pooled((0, 1))
+        else:
+            by_sex = pooled((0,))
+            own = alone()
+            by_sex += pooled((1,))
+    men, women = by_sex
+    small = frames["small"]
+    held = small[((small["sex"] == 0) & (np.floor(small["score"] * 10) == 7))
+                 | ((small["sex"] == 1) & (np.floor(small["score"] * 10) == 2))]
+    read = 0
+    if own is not None and {0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index):
+        records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
+        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
+        read = int(records) if 0 < records < Q and events in (0, records) else 0
+    print(f"\nthe men's run [0.6, 0.8) and the women's [0.2, 0.4) less a cell of each, alone ({order}, {checks}): "
+          f"{read} outcomes read of 29; alone {'released' if own is not None else 'cuts dropped'}, men's pooled cuts "
+          f"{list(men.index)}")
+    assert read == (0 if checks == "shipped" else 2)
+    assert set(women.index) == set(THRESHOLDS)
 
 
 def _numeric_grades() -> dict[str, pd.DataFrame]:
