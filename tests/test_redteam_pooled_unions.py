@@ -249,11 +249,16 @@ def _by_sex() -> dict[str, pd.DataFrame]:
     return frames
 
 
-@pytest.mark.parametrize("form", ["cells", "subsets", "indicators"])
+# per grouping: its part of w, and the subset of each group (0, 1): sex equal to it; age <= 50 (4), > 50 (5)
+GROUPS = {"sex": ("D$sex", 'dataFrameSubsetDS2("D", "D$sex", "{group}", 1, NULL, NULL, FALSE)'),
+          "age": ("ifelse(D$age > 50, 1, 0)", 'dataFrameSubsetDS2("D", "D$age", "50", {op}, NULL, NULL, FALSE)')}
+
+
+@pytest.mark.parametrize("by, form", [("sex", "cells"), ("sex", "subsets"), ("sex", "indicators"), ("age", "cells")])
 @pytest.mark.parametrize("checks", ["shipped", "control"])
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
 def test_a_union_of_cells_of_two_pooled_releases_reads_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 pooled_first: bool, checks: str, form: str):
+                                                                 pooled_first: bool, checks: str, by: str, form: str):
     """Route 3: the pooled thresholds by sex (an honest stratified validation: two pooled releases, over the men and
     over the women), and at each large site alone ONE row set: the cell of ``abs(w - 1)`` between 0.2 and 0.3,
     ``w = D$score + D$sex``: the men's bin [0.7, 0.8) and the women's bin [0.2, 0.3). It is a union of cells of two
@@ -268,27 +273,31 @@ def test_a_union_of_cells_of_two_pooled_releases_reads_no_record(tmp_path: Path,
     ``indicators``: the sums of ``ifelse(dw >= 0.2 & dw < 0.3, 1, 0)`` and of the same times the outcome: pooled
     first its comparisons' row sets with the men's subset gave the thin bin before (the control reads 0 there); alone
     first their parts among the men (below 0.7, above 0.8, the bin) leave the small site's runs of the men's pooled
-    release to it alone, and the pooled releases merge every cut of them (what such a column costs)."""
+    release to it alone, and the pooled releases merge every cut of them (what such a column costs). ``age``: the same
+    through a comparison, the pooled thresholds over the records aged 50 or less and over the older (the small site's
+    men and women, by age), ``w = D$score + ifelse(D$age > 50, 1, 0)``, whose roots are two many-valued columns: the
+    groups come from the comparison in it."""
     if checks == "control":
         _groups_off(monkeypatch)
     frames = _by_sex()
+    if by == "age":
+        rng = np.random.default_rng(17)
+        for frame in frames.values():  # the men 20 to 50, the women 50.5 to 80
+            n = len(frame)
+            frame["age"] = np.where(frame["sex"] == 0, rng.uniform(20, 50, n), rng.uniform(50.5, 80, n))
+    group_of, subset = GROUPS[by]
     provisioned, services = make_sites(tmp_path, frames)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
 
         def pooled() -> list[pd.DataFrame]:
-            out = []
-            for sex in (0, 1):
-                session.assign_expr(f"S{sex}", f'dataFrameSubsetDS2("D", "D$sex", "{sex}", 1, NULL, NULL, FALSE)')
-                out.append(ds_threshold_metrics(session, f"S{sex}$y", f"S{sex}$score", THRESHOLDS,
-                                                secure=True).to_frame())
-            return out
+            return _pooled_by(session, subset, (0, 1))
 
         def alone() -> list[np.ndarray] | None:
             out = []
             for site in LARGE:
                 view = session.site_view(site)
-                view.derive("w", "D$score + D$sex")
+                view.derive("w", f"D$score + {group_of}")
                 view.derive("dw", "abs(w - 1)")
                 if form == "indicators":
                     try:
@@ -318,85 +327,16 @@ def test_a_union_of_cells_of_two_pooled_releases_reads_no_record(tmp_path: Path,
         else:
             own = alone()
             men, women = pooled()
-    small = frames["small"]
-    held = small[((small["sex"] == 0) & (np.floor(small["score"] * 10) == 7))
-                 | ((small["sex"] == 1) & (np.floor(small["score"] * 10) == 2))]
-    read = 0
-    if own is not None and {0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index):
-        records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
-        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
-        read = int(records) if 0 < records < Q and events in (0, records) else 0
+    read = _read_by_sex(men, women, own, frames["small"])
     order = "pooled first" if pooled_first else "alone first"
-    print(f"\nmen's [0.7, 0.8) and women's [0.2, 0.3), one {form[:-1]} ({order}, {checks}): {read} outcomes read of "
-          f"24; alone {'released' if own is not None else 'cuts dropped'}, men's pooled cuts {list(men.index)}")
+    print(f"\nmen's [0.7, 0.8) and women's [0.2, 0.3) by {by}, one {form[:-1]} ({order}, {checks}): {read} "
+          f"outcomes read of 24; alone {'released' if own is not None else 'cuts dropped'}, men's pooled cuts "
+          f"{list(men.index)}")
     # pooled first, the indicator's comparisons with the men's subset gave the thin bin before (``combined``)
     assert read == (0 if checks == "shipped" or (form == "indicators" and pooled_first) else 2)
     if form != "indicators":  # the pooled validation by sex keeps its cuts but, alone first, the small site's bin
         assert set(THRESHOLDS) - set(men.index) <= ({0.7, 0.8} if not pooled_first and checks == "shipped" else set())
         assert set(women.index) == set(THRESHOLDS)
-
-
-@pytest.mark.parametrize("checks", ["shipped", "control"])
-@pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
-def test_a_union_of_cells_by_a_comparison_reads_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          pooled_first: bool, checks: str):
-    """Route 3 through a comparison rather than a few-valued column: the pooled thresholds over the records aged 50 or
-    less and over those older (the small site's men and women of route 3, by age), and at each large site alone the
-    cell of ``abs(w - 1)`` between 0.2 and 0.3, ``w = D$score + ifelse(D$age > 50, 1, 0)``: the younger's bin
-    [0.7, 0.8) and the older's [0.2, 0.3). ``w``'s roots are two many-valued columns, so the groups come from the
-    comparison in it (the records where ``D$age > 50`` holds and where it does not): 0 read in both orders; the
-    control reads 2."""
-    if checks == "control":
-        _groups_off(monkeypatch)
-    frames = _by_sex()
-    rng = np.random.default_rng(17)
-    for frame in frames.values():  # the men 20 to 50, the women 50.5 to 80
-        frame["age"] = np.where(frame["sex"] == 0, rng.uniform(20, 50, len(frame)), rng.uniform(50.5, 80, len(frame)))
-        del frame["sex"]
-    provisioned, services = make_sites(tmp_path, frames)
-    with inprocess_builder(provisioned, services).login() as session:
-        session.assign_table("D", "P.t")
-
-        def pooled() -> list[pd.DataFrame]:
-            out = []
-            for name, op in (("Y", 4), ("O", 5)):
-                session.assign_expr(name, f'dataFrameSubsetDS2("D", "D$age", "50", {op}, NULL, NULL, FALSE)')
-                out.append(ds_threshold_metrics(session, f"{name}$y", f"{name}$score", THRESHOLDS,
-                                                secure=True).to_frame())
-            return out
-
-        def alone() -> list[np.ndarray] | None:
-            out = []
-            for site in LARGE:
-                view = session.site_view(site)
-                view.derive("w", "D$score + ifelse(D$age > 50, 1, 0)")
-                view.derive("dw", "abs(w - 1)")
-                f = ds_threshold_metrics(view, "D$y", "dw", [0.2, 0.3]).to_frame()
-                if list(f.index) != [0.2, 0.3]:
-                    return None  # a cut of the cell dropped: nothing to subtract
-                out.append(_at(f, 0.2) - _at(f, 0.3))
-            return out
-
-        if pooled_first:
-            young, old = pooled()
-            own = alone()
-        else:
-            own = alone()
-            young, old = pooled()
-    small = frames["small"]
-    held = small[((small["age"] <= 50) & (np.floor(small["score"] * 10) == 7))
-                 | ((small["age"] > 50) & (np.floor(small["score"] * 10) == 2))]
-    read = 0
-    if own is not None and {0.7, 0.8} <= set(young.index) and {0.2, 0.3} <= set(old.index):
-        records, events = _pooled_bin(young, 0.7) + _pooled_bin(old, 0.2) - sum(own)
-        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
-        read = int(records) if 0 < records < Q and events in (0, records) else 0
-    order = "pooled first" if pooled_first else "alone first"
-    print(f"\nthe younger's [0.7, 0.8) and the older's [0.2, 0.3), one row set ({order}, {checks}): {read} outcomes "
-          f"read of 24; alone {'released' if own is not None else 'cuts dropped'}, younger's pooled cuts "
-          f"{list(young.index)}")
-    assert read == (0 if checks == "shipped" else 2)
-    assert set(old.index) == set(THRESHOLDS)
 
 
 def test_a_score_by_sex_per_site_beside_the_pooled_thresholds_by_sex(tmp_path: Path):
@@ -424,6 +364,27 @@ def test_a_score_by_sex_per_site_beside_the_pooled_thresholds_by_sex(tmp_path: P
                 assert _at(own, t).tolist() == [int((lp >= t).sum()), int(frame["y"][lp >= t].sum())]
             high = _subset_count(view, site, "H", '"lp", "0.6", 6')
             assert high.tolist() == [int((lp >= 0.6).sum()), int(frame["y"][lp >= 0.6].sum())]
+
+
+def _read_by_sex(men: pd.DataFrame, women: pd.DataFrame, own: list[np.ndarray] | None, small: pd.DataFrame) -> int:
+    """The men's pooled bin [0.7, 0.8) and the women's [0.2, 0.3) less the large sites' own records of their union:
+    asserted to be the small site's share; the outcomes it reads (its 1 to q - 1 records where they share one)."""
+    if own is None or not ({0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index)):
+        return 0  # a cut alone dropped, or a pooled bin merged: nothing to subtract
+    held = small[((small["sex"] == 0) & (np.floor(small["score"] * 10) == 7))
+                 | ((small["sex"] == 1) & (np.floor(small["score"] * 10) == 2))]
+    records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
+    assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
+    return int(records) if 0 < records < Q and events in (0, records) else 0
+
+
+def _pooled_by(session, subset: str, groups: tuple[int, ...]) -> list[pd.DataFrame]:
+    """The pooled thresholds over the subset of each group (``subset``: its dataFrameSubsetDS2 text, :data:`GROUPS`)."""
+    out = []
+    for group in groups:
+        session.assign_expr(f"S{group}", subset.format(group=group, op=4 + group))
+        out.append(ds_threshold_metrics(session, f"S{group}$y", f"S{group}$score", THRESHOLDS, secure=True).to_frame())
+    return out
 
 
 def _groups_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -485,12 +446,7 @@ def test_a_union_of_two_runs_less_two_cells_alone_reads_no_record(tmp_path: Path
         session.assign_table("D", "P.t")
 
         def pooled(sexes: tuple[int, ...]) -> list[pd.DataFrame]:
-            out = []
-            for sex in sexes:
-                session.assign_expr(f"S{sex}", f'dataFrameSubsetDS2("D", "D$sex", "{sex}", 1, NULL, NULL, FALSE)')
-                out.append(ds_threshold_metrics(session, f"S{sex}$y", f"S{sex}$score", THRESHOLDS,
-                                                secure=True).to_frame())
-            return out
+            return _pooled_by(session, GROUPS["sex"][1], sexes)
 
         def alone() -> list[np.ndarray] | None:
             out = []
@@ -519,14 +475,7 @@ def test_a_union_of_two_runs_less_two_cells_alone_reads_no_record(tmp_path: Path
             own = alone()
             by_sex += pooled((1,))
     men, women = by_sex
-    small = frames["small"]
-    held = small[((small["sex"] == 0) & (np.floor(small["score"] * 10) == 7))
-                 | ((small["sex"] == 1) & (np.floor(small["score"] * 10) == 2))]
-    read = 0
-    if own is not None and {0.7, 0.8} <= set(men.index) and {0.2, 0.3} <= set(women.index):
-        records, events = _pooled_bin(men, 0.7) + _pooled_bin(women, 0.2) - sum(own)
-        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
-        read = int(records) if 0 < records < Q and events in (0, records) else 0
+    read = _read_by_sex(men, women, own, frames["small"])
     print(f"\nthe men's run [0.6, 0.8) and the women's [0.2, 0.4) less a cell of each, alone ({order}, {checks}): "
           f"{read} outcomes read of 29; alone {'released' if own is not None else 'cuts dropped'}, men's pooled cuts "
           f"{list(men.index)}")
