@@ -198,8 +198,9 @@ class CallContext:
         return root if shared is None or root is None else replace(root, table=shared)
 
     def strata(self, vector: pd.Series) -> tuple[np.ndarray, ...]:
-        """The groups a derived column's few-valued roots make (:func:`~dsfed_server.disclosure.provenance.strata`),
-        for a release of this site alone; none in a pooled release."""
+        """The groups a derived column's few-valued roots and comparisons make
+        (:func:`~dsfed_server.disclosure.provenance.strata`), for a release of this site alone; none in a pooled
+        release."""
         return () if self.pooled else strata(self.service.catalog, vector)
 
     def meaning(self, vector: pd.Series) -> Meaning:

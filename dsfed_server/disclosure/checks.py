@@ -643,9 +643,9 @@ class Guard:
         same table (subsets, earlier cells; :func:`~dsfed_server.disclosure.differencing.row_set_problem`):
         where they would single out a record, the gate drops the requested cut next to the cell that
         holds it and tries again; a table of categories, or intervals with nothing left to drop, is
-        refused (``disclosure.subset_min_difference``). Cells of a derived column of several roots, some
-        few-valued (``cells.strata``), are audited and kept as their parts in each group those roots make
-        (:func:`~dsfed_server.disclosure.provenance.strata`)."""
+        refused (``disclosure.subset_min_difference``). Cells of a derived column of several roots
+        (``cells.strata``: the groups its few-valued roots and comparisons make) are kept with their parts in each
+        group, and those parts are checked against the pooled cells another site was thin in (:meth:`_parts`)."""
         lock = self.history.lock if self.history is not None else nullcontext()
         with lock:
             if isinstance(cells, Categories):

@@ -155,8 +155,8 @@ class Intervals:
     column: RootColumn | None = None
     totals: dict[str, float] = field(default_factory=dict)  # counts that are not cells (e.g. missing values)
     rows: Rows | None = None  # the records of ``x``: their positions in the table (None: not known)
-    # the groups (boolean over the table) a derived column's few-valued roots make: released alone, a cell is its
-    # part in each (:func:`~dsfed_server.disclosure.provenance.strata`)
+    # the groups (boolean over the table) a derived column's few-valued roots and comparisons make: released alone,
+    # a cell is audited and kept with its part in each (:func:`~dsfed_server.disclosure.provenance.strata`)
     strata: tuple[np.ndarray, ...] = field(default=(), repr=False)
     # what the declaring function keeps once a pooled release of these cells passed every site's audit (the
     # release itself; never an attempt the audit may still coarsen, nor one the analyst left unfinished)
