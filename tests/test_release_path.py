@@ -324,10 +324,10 @@ class _Noted:
 @pytest.mark.parametrize("make, method, args, kwargs", [
     (lambda cuts: declared.SubsetRows("table", "mask", "condition"), "subset_rows",
      ("table", "mask", "condition"), {}),
-    (lambda cuts: declared.DerivedCuts(("cells",), ("rows of 1",), "rows"), "derived_cuts",
-     (["cells"], ["rows of 1"], "rows"), {}),
+    (lambda cuts: declared.DerivedCuts(("cells",), ("rows of 1",), "rows", strata=("groups",)), "derived_cuts",
+     (["cells"], ["rows of 1"], "rows"), {"strata": ("groups",)}),
     (lambda cuts: declared.DerivedCuts([], ["level"], None, what="the map's knots", instead="or fewer steps"),
-     "derived_cuts", ([], ["level"], None), {"what": "the map's knots", "instead": "or fewer steps"}),
+     "derived_cuts", ([], ["level"], None), {"strata": (), "what": "the map's knots", "instead": "or fewer steps"}),
     (lambda cuts: declared.ReferenceEdges("p", "edges", "root"), "reference_edges", ("p", "edges", "root"), {}),
     (lambda cuts: declared.ExactSums("rows", (("f", ("age",), None),)), "exact_sums",
      ("rows", [("f", ("age",), None)], None), {"steps": 1, "alone": False, "levels": (), "sets": ()}),
