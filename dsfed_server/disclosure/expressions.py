@@ -564,9 +564,10 @@ class Meaning:
     summands: Callable[[], tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]] | None = field(default=None,
                                                                                                 compare=False)
     # the records where each comparison the column was computed with holds (``ifelse(D$age > 50, 1, 0)``), its own
-    # and its derived columns': its root table, the table's size and each row set of it, packed; with its few-valued
-    # roots they make the groups a cut on a column of several roots cuts within (provenance.strata)
-    indicators: tuple[str, int, tuple[bytes, ...]] | None = field(default=None, compare=False)
+    # and its derived columns', computed when asked from what the column reads: its root table, the table's size and
+    # each row set of it, packed; with its few-valued roots they make the groups a cut on a column of several roots
+    # cuts within (provenance.strata)
+    indicators: Callable[[], tuple[str, int, tuple[bytes, ...]] | None] | None = field(default=None, compare=False)
 
     @property
     def root(self) -> Root | None:

@@ -135,9 +135,10 @@ def derive(ctx: CallContext, expression: Node) -> Generator[Declared, Any, Colum
     conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
     found, groups = classified.meaning, ()
     if rows is not None:  # its row sets are kept with their parts in the groups its columns' comparisons make
-        before = replace(found, indicators=_indicators(meanings.values(), [], rows))
-        groups = meaning_strata(ctx.service.catalog, before, rows)
-        found = replace(found, indicators=_indicators(meanings.values(), evaluated.row_sets, rows))
+        read = tuple(meanings.values())
+        groups = meaning_strata(ctx.service.catalog, replace(found, indicators=partial(_indicators, read, [], rows)),
+                                rows)
+        found = replace(found, indicators=partial(_indicators_now, expression, read, tuple(leaves), held, n, rows))
     yield DerivedCuts(_cells(ctx, columns, conditions), row_sets, rows, strata=groups)
     if rows is not None and found.function is None:  # a sum of summands, each counted over its own records
         found = replace(found, summands=partial(_summands, expression, meanings, tuple(leaves), held, n, rows))
@@ -152,13 +153,23 @@ def _summands(expression: Node, meanings: dict[Leaf, Meaning], leaves: tuple[Lea
     return summands(expression, meanings, _numbers(dict(zip(leaves, (h.read() for h in held)))), n, rows)
 
 
+def _indicators_now(expression: Node, meanings: tuple[Meaning, ...], leaves: tuple[Leaf, ...], held: tuple[Held, ...],
+                    n: int, rows: Rows) -> tuple[str, int, tuple[bytes, ...]] | None:
+    """:func:`_indicators` of the expression over what its leaves read now (kept as this, not as row sets: a derived
+    column holds no values of its own, :mod:`dsfed_server.views`)."""
+    read = _numbers(dict(zip(leaves, (h.read() for h in held))))
+    return _indicators(meanings, evaluate(expression, read, n).row_sets, rows)
+
+
 def _indicators(meanings: Iterable[Meaning], row_sets: list[np.ndarray], rows: Rows
                 ) -> tuple[str, int, tuple[bytes, ...]] | None:
     """The records (packed, over the root table) where each comparison of the expression holds (``row_sets``,
     boolean over ``rows``) and each that its derived columns were computed with (their meanings'), or None where
     there are none: what :func:`~dsfed_server.disclosure.provenance.strata` groups a column of several roots by."""
-    found = {packed for m in meanings if m.indicators is not None and m.indicators[:2] == (rows.lineage, rows.n_root)
-             for packed in m.indicators[2]}
+    found: set[bytes] = set()
+    for theirs in (m.indicators() for m in meanings if m.indicators is not None):
+        if theirs is not None and theirs[:2] == (rows.lineage, rows.n_root):
+            found.update(theirs[2])
     for member in row_sets:
         full = np.zeros(rows.n_root, dtype=bool)
         full[rows.index[member]] = True
