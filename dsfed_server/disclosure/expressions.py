@@ -563,11 +563,11 @@ class Meaning:
     # those its indicator factors hold (packed by np.packbits)
     summands: Callable[[], tuple[tuple[str, tuple[str, ...], bytes, bytes], ...]] | None = field(default=None,
                                                                                                 compare=False)
-    # the records where each comparison the column was computed with holds (``ifelse(D$age > 50, 1, 0)``), its own
-    # and its derived columns', computed when asked from what the column reads: its root table, the table's size and
-    # each row set of it, packed; with its few-valued roots they make the groups a cut on a column of several roots
-    # cuts within (provenance.strata)
-    indicators: Callable[[], tuple[str, int, tuple[bytes, ...]] | None] | None = field(default=None, compare=False)
+    # where the comparisons the column was computed with hold (``ifelse(D$age > 50, 1, 0)``), its own and its derived
+    # columns': per expression that compares, computed when asked from what it reads, its root table, the table's
+    # size and each row set of it, packed; with its few-valued roots they make the groups a cut on a column of
+    # several roots cuts within (provenance.strata)
+    indicators: tuple[Callable[[], tuple[str, int, tuple[bytes, ...]]], ...] = field(default=(), compare=False)
 
     @property
     def root(self) -> Root | None:

@@ -247,9 +247,8 @@ def meaning_strata(catalog: "Catalog", found: Meaning, rows: Rows) -> tuple[np.n
     group = np.zeros(rows.n_root, dtype=np.int64)
     for level in few:
         group = group * (int(level.max(initial=0)) + 1) + level
-    indicators = found.indicators() if found.indicators is not None else None
-    if indicators is not None and indicators[:2] == (rows.lineage, rows.n_root):
-        for packed in indicators[2]:
+    for lineage, n_root, sets in (comparisons() for comparisons in found.indicators):
+        for packed in sets if (lineage, n_root) == (rows.lineage, rows.n_root) else ():
             holds = np.unpackbits(np.frombuffer(packed, dtype=np.uint8), count=rows.n_root)
             _, group = np.unique(group * 2 + holds, return_inverse=True)  # numbered again: no overflow
     labels = np.unique(group)

@@ -37,7 +37,7 @@ on scores, coefficients from the analyst in ``glmDS2``) refuse it, naming the ru
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from dataclasses import replace
 from functools import partial
 from itertools import chain
@@ -135,10 +135,11 @@ def derive(ctx: CallContext, expression: Node) -> Generator[Declared, Any, Colum
     conditions = evaluated.conditions + _missing_conditions(classified, meanings, expression)
     found, groups = classified.meaning, ()
     if rows is not None:  # its row sets are kept with their parts in the groups its columns' comparisons make
-        read = tuple(meanings.values())
-        groups = meaning_strata(ctx.service.catalog, replace(found, indicators=partial(_indicators, read, [], rows)),
-                                rows)
-        found = replace(found, indicators=partial(_indicators_now, expression, read, tuple(leaves), held, n, rows))
+        theirs = tuple(dict.fromkeys(chain.from_iterable(m.indicators for m in meanings.values())))
+        groups = meaning_strata(ctx.service.catalog, replace(found, indicators=theirs), rows)
+        compares = evaluated.row_sets or any(c.kink for c in evaluated.conditions)
+        own = (partial(_comparisons, expression, tuple(leaves), held, n, rows),) if compares else ()
+        found = replace(found, indicators=theirs + own)
     yield DerivedCuts(_cells(ctx, columns, conditions), row_sets, rows, strata=groups)
     if rows is not None and found.function is None:  # a sum of summands, each counted over its own records
         found = replace(found, summands=partial(_summands, expression, meanings, tuple(leaves), held, n, rows))
@@ -153,28 +154,21 @@ def _summands(expression: Node, meanings: dict[Leaf, Meaning], leaves: tuple[Lea
     return summands(expression, meanings, _numbers(dict(zip(leaves, (h.read() for h in held)))), n, rows)
 
 
-def _indicators_now(expression: Node, meanings: tuple[Meaning, ...], leaves: tuple[Leaf, ...], held: tuple[Held, ...],
-                    n: int, rows: Rows) -> tuple[str, int, tuple[bytes, ...]] | None:
-    """:func:`_indicators` of the expression over what its leaves read now (kept as this, not as row sets: a derived
-    column holds no values of its own, :mod:`dsfed_server.views`)."""
+def _comparisons(expression: Node, leaves: tuple[Leaf, ...], held: tuple[Held, ...], n: int, rows: Rows
+                 ) -> tuple[str, int, tuple[bytes, ...]]:
+    """The records where each comparison of the expression holds, and those below each kink of its ``abs``, ``pmin``
+    and ``pmax`` (``pmin(D$region, 1)`` is 0 or 1 on whole numbers), over what its leaves read now: the root table,
+    its size, and each row set of it packed (what :func:`~dsfed_server.disclosure.provenance.strata` groups by).
+    Kept as this, not as row sets: a derived column holds no values of its own (:mod:`dsfed_server.views`)."""
     read = _numbers(dict(zip(leaves, (h.read() for h in held))))
-    return _indicators(meanings, evaluate(expression, read, n).row_sets, rows)
-
-
-def _indicators(meanings: Iterable[Meaning], row_sets: list[np.ndarray], rows: Rows
-                ) -> tuple[str, int, tuple[bytes, ...]] | None:
-    """The records (packed, over the root table) where each comparison of the expression holds (``row_sets``,
-    boolean over ``rows``) and each that its derived columns were computed with (their meanings'), or None where
-    there are none: what :func:`~dsfed_server.disclosure.provenance.strata` groups a column of several roots by."""
-    found: set[bytes] = set()
-    for theirs in (m.indicators() for m in meanings if m.indicators is not None):
-        if theirs is not None and theirs[:2] == (rows.lineage, rows.n_root):
-            found.update(theirs[2])
-    for member in row_sets:
+    evaluated = evaluate(expression, read, n)
+    kinks = [read(c.leaf) < c.value for c in evaluated.conditions if c.kink]
+    packed = []
+    for member in [*evaluated.row_sets, *kinks]:
         full = np.zeros(rows.n_root, dtype=bool)
         full[rows.index[member]] = True
-        found.add(np.packbits(full).tobytes())
-    return (rows.lineage, rows.n_root, tuple(sorted(found))) if found else None
+        packed.append(np.packbits(full).tobytes())
+    return rows.lineage, rows.n_root, tuple(packed)
 
 
 def _numbers(columns: dict[Leaf, pd.Series]) -> Callable[[Leaf], np.ndarray]:

@@ -197,6 +197,6 @@ def _mapped(score: Meaning, apply: Callable[[np.ndarray], np.ndarray]) -> Meanin
     """The recalibrated score as a function of the score's root: the map (non-decreasing, its steps
     and midpoint gated above) after what the score is of its root, so that cuts on it are the root's."""
     if score.function is None or not score.monotone:
-        return Meaning(score.roots)
+        return Meaning(score.roots, indicators=score.indicators)  # its comparisons group it as they group the score
     mapped = Fn("map", (score.function,), apply=apply, increasing=True, label="recalibration")
-    return Meaning(score.roots, mapped, score.monotone)
+    return Meaning(score.roots, mapped, score.monotone, indicators=score.indicators)

@@ -25,7 +25,8 @@ from dsfed_server.disclosure.declared import Declared, ReferenceEdges
 from dsfed_server.disclosure.mechanisms import content_digest
 from dsfed_server.disclosure.gate import Cut, Intervals, Released, cuts_from
 from dsfed_server.disclosure.differencing import ROWS, Rows, mark_rows
-from dsfed_server.disclosure.provenance import DERIVED, MODEL_OUTPUT, PUBLIC_DESIGN, RootColumn
+from dsfed_server.disclosure.expressions import Meaning
+from dsfed_server.disclosure.provenance import DERIVED, MEANINGS, MODEL_OUTPUT, PUBLIC_DESIGN, RootColumn, own_meaning
 from dsfed_core.errors import CallError, DisclosureRefusal
 from dsfed_core.quantiles import MAX_THRESHOLDS
 from dsfed_core.roc import roc_glm_rows
@@ -509,7 +510,11 @@ def calibration_frame(ctx: CallContext, truth: pd.Series, score: pd.Series) -> p
     lp = np.subtract(1.0, p)  # log(p / (1 - p)) in one array
     np.log(np.divide(p, lp, out=lp), out=lp)
     frame = pd.DataFrame({"y": y, "lp": lp}, copy=False)
-    return derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
+    frame = derived_rows(frame, truth, score, finite, {"y": (truth.name, "identity"), "lp": (score.name, "logit")})
+    found = own_meaning(score)
+    if found is not None and len(found.roots) > 1 and ROWS in frame.attrs:  # the logit of a column of several roots
+        frame.attrs[MEANINGS] = {"lp": Meaning(found.roots, indicators=found.indicators)}
+    return frame
 
 
 def kept(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
