@@ -136,11 +136,12 @@ def summands(expression: Node, meanings: dict[Leaf, Meaning], read: Callable[[Le
     for s in _Writer(meanings, read, n, rows).summands(expression):
         if not s.roots:
             continue  # a number: the count of the records, which the analyst has
-        out.append((s.core, tuple(sorted(s.roots)), _packed(s.support, rows), _packed(s.over, rows)))
+        out.append((s.core, tuple(sorted(s.roots)), packed_rows(s.support, rows), packed_rows(s.over, rows)))
     return tuple(out)
 
 
-def _packed(member: np.ndarray, rows: Rows) -> bytes:
+def packed_rows(member: np.ndarray, rows: Rows) -> bytes:
+    """The records of ``member`` (boolean over ``rows``) as a row set of the root table, packed."""
     full = np.zeros(rows.n_root, dtype=bool)
     full[rows.index[member]] = True
     return np.packbits(full).tobytes()

@@ -366,6 +366,32 @@ def test_a_score_by_sex_per_site_beside_the_pooled_thresholds_by_sex(tmp_path: P
             assert high.tolist() == [int((lp >= 0.6).sum()), int(frame["y"][lp >= 0.6].sum())]
 
 
+def test_a_column_of_more_groups_than_a_site_audits_alone_is_refused_alone(tmp_path: Path):
+    """``0.2*D$score + 0.05*(D$a + D$b + D$c)``, three columns of five values: a cut on it is a cut within each of the
+    groups they make (up to 125), more than ``provenance.STRATA_MOST`` (64), so its cells alone are refused, naming
+    the rule and what to do instead (a bound of the audit, not a record protected); with two of the columns (25 groups)
+    the same thresholds alone are released, their counts numpy's."""
+    rng = np.random.default_rng(29)
+    frames = {site: pd.DataFrame({"y": (rng.uniform(0, 1, 300) < 0.4).astype(int), "score": rng.uniform(0, 1, 300),
+                                  **{c: rng.integers(0, 5, 300) for c in "abc"}}) for site in ("small", *LARGE)}
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        view = session.site_view("north")
+        view.derive("three", "0.2*D$score + 0.05*(D$a + D$b + D$c)")
+        with pytest.raises(FederatedCallError) as refused:
+            ds_threshold_metrics(view, "D$y", "three", [0.3, 0.5])
+        view.derive("two", "0.2*D$score + 0.05*(D$a + D$b)")
+        released = ds_threshold_metrics(view, "D$y", "two", [0.3, 0.5]).to_frame()
+    failure, frame = refused.value.failures["north"], frames["north"]
+    groups = len(frame[["a", "b", "c"]].drop_duplicates())  # the combinations the site holds (of 125)
+    assert failure.rule == SUBSET_RULE and f"{groups} groups" in str(failure)
+    assert "fewer few-valued" in str(failure.hint)
+    two = 0.2 * frame["score"] + 0.05 * (frame["a"] + frame["b"])
+    assert [_at(released, t).tolist() for t in (0.3, 0.5)] == [
+        [int((two >= t).sum()), int(frame["y"][two >= t].sum())] for t in (0.3, 0.5)]
+
+
 def _read_by_sex(men: pd.DataFrame, women: pd.DataFrame, own: list[np.ndarray] | None, small: pd.DataFrame) -> int:
     """The men's pooled bin [0.7, 0.8) and the women's [0.2, 0.3) less the large sites' own records of their union:
     asserted to be the small site's share; the outcomes it reads (its 1 to q - 1 records where they share one)."""

@@ -980,7 +980,7 @@ class Guard:
             raise self._refuse(f"a cut on this derived column is a cut within each of the {len(strata)} groups its "
                                f"few-valued roots and comparisons make, more than the {STRATA_MOST} this site audits "
                                "alone", "disclosure.subset_min_difference",
-                               "ask for it pooled (secure=True), or derive it from fewer roots")
+                               "derive it from fewer few-valued columns, or cut its roots themselves")
         return [part for member in row_sets for group in strata if (part := member & group).any()]
 
     def _audit_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None, parts: list[np.ndarray] | None = None

@@ -60,7 +60,7 @@ from dsfed_server.disclosure.provenance import MEANING, meaning, meaning_strata
 from dsfed_server.functions.tables import cut_cells
 from dsfed_server.registry import P, Param, register
 from dsfed_server.rowsets import RowSet
-from dsfed_server.summands import columns_read, summands
+from dsfed_server.summands import columns_read, packed_rows, summands
 from dsfed_server.views import ColumnView, Held, kept_vector
 
 
@@ -163,12 +163,7 @@ def _comparisons(expression: Node, leaves: tuple[Leaf, ...], held: tuple[Held, .
     read = _numbers(dict(zip(leaves, (h.read() for h in held))))
     evaluated = evaluate(expression, read, n)
     kinks = [read(c.leaf) < c.value for c in evaluated.conditions if c.kink]
-    packed = []
-    for member in [*evaluated.row_sets, *kinks]:
-        full = np.zeros(rows.n_root, dtype=bool)
-        full[rows.index[member]] = True
-        packed.append(np.packbits(full).tobytes())
-    return rows.lineage, rows.n_root, tuple(packed)
+    return rows.lineage, rows.n_root, tuple(packed_rows(member, rows) for member in [*evaluated.row_sets, *kinks])
 
 
 def _numbers(columns: dict[Leaf, pd.Series]) -> Callable[[Leaf], np.ndarray]:
