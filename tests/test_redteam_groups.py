@@ -28,10 +28,11 @@ helper's red team found the first four open (2 / 2); closed since, each reading 
   ``w = E$score + E$grp`` (``DERIVED`` maps ``grp`` back to ``sex``); ``cbind`` (0 / 2): ``dw`` bound into
   ``cbindDS("D$y,dw")`` and cut there (``MEANINGS`` keeps it). Pooled first north drops both cuts; alone first
   group 0's pooled bin [0.7, 0.8) is merged.
-* HOLE, no groups involved (2 / 2; the second test): two pooled releases of the score over the whole table with
-  different cuts (0.1, 0.2 and 0.7, 0.8) and route 1's single-root fold alone: a union of cells of two releases on
-  ONE column, which ``_thin_union``/``_alone_unions`` (one release at a time) do not see. Route 1 with one pooled
-  release at 0.1, ..., 0.9 reads 0 (tests/test_redteam_pooled_unions.py).
+* No groups involved (0 / 2; the second test, a HOLE until the refinement of a column's pooled releases): two pooled
+  releases of the score over the whole table with different cuts (0.1, 0.2 and 0.7, 0.8) and route 1's single-root
+  fold alone: a union of cells of two releases on ONE column, which ``_thin_union``/``_alone_unions`` saw one release
+  at a time; now they also look at the cells of the releases' common refinement (:mod:`~dsfed_server.disclosure.
+  unions`). Route 1 with one pooled release at 0.1, ..., 0.9 reads 0 (tests/test_redteam_pooled_unions.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from conftest import inprocess_builder
 from dsfed_client import Call, FederatedCallError, Ref
 from dsfed_client.analyses.calibration import ds_calibration_curve
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
+from dsfed_server.disclosure.checks import Guard
 from sitekit import make_sites
 from test_pooled_complement_attack import Q, THRESHOLDS
 from test_redteam_pooled_unions import LARGE, _at, _by_sex, _groups_off, _read_by_sex
@@ -200,25 +202,35 @@ def _read_two_sets(low: pd.DataFrame, high: pd.DataFrame, own: list[np.ndarray] 
 
 
 @pytest.mark.parametrize("checks", ["shipped", "control"])
+@pytest.mark.parametrize("missing", [False, True], ids=["complete", "outcomes-missing"])
+@pytest.mark.parametrize("thin_first", [False, True], ids=["thin-in-the-second", "thin-in-the-first"])
 @pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
 def test_a_union_of_two_pooled_releases_on_one_column_through_a_fold(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled_first: bool, checks: str):
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled_first: bool, thin_first: bool, missing: bool,
+        checks: str):
     """No second root at all: route 1's sites (the small site's 12 records, 2 in [0.7, 0.8) with the event, none in
     [0.1, 0.2)), and TWO pooled threshold releases on the score over the whole table, A at 0.1 and 0.2, B at 0.7 and
-    0.8; at each large site alone route 1's cell of ``(D$score - 0.45)^2`` between 0.0625 and 0.1225, which is
-    [0.1, 0.2) and [0.7, 0.8): A's cell and B's cell, a union of no one release's cells (``_thin_union`` and
-    ``_alone_unions`` look within each release), of one root (no groups). A's bin plus B's bin less the large
-    sites' cell is the small site's share of the union. Measured: 2 read with the check on and off, in both orders."""
+    0.8 (B first: ``thin_first``, the small site thin in the earlier release); at each large site alone route 1's
+    cell of ``(D$score - 0.45)^2`` between 0.0625 and 0.1225, which is [0.1, 0.2) and [0.7, 0.8): A's cell and B's
+    cell, a union of no one release's cells but of cells of their refinement (:func:`~dsfed_server.disclosure.
+    unions.across`), of one root (no groups). A's bin plus B's bin less the large sites' cell is the small site's
+    share of the union. ``missing``: 5 outcomes missing at each large site, so the releases are over the complete
+    cases, a subset of the column's records. Measured: 0 read in every order; the control (``Guard._column_releases``
+    finding no earlier release of the column: each release on its own, the code before) reads 2 in each."""
     if checks == "control":
-        _groups_off(monkeypatch)
+        monkeypatch.setattr(Guard, "_column_releases", lambda self, rows: {})
     frames = _route1_frames()
+    for site in LARGE if missing else ():
+        frames[site]["y"] = frames[site]["y"].astype(float)
+        frames[site].loc[np.random.default_rng(3).choice(len(frames[site]), 5, replace=False), "y"] = np.nan
     provisioned, services = make_sites(tmp_path, frames)
     with inprocess_builder(provisioned, services).login() as session:
         session.assign_table("D", "P.t")
 
         def pooled() -> list[pd.DataFrame]:
-            return [ds_threshold_metrics(session, "D$y", "D$score", cuts, secure=True).to_frame()
-                    for cuts in ([0.1, 0.2], [0.7, 0.8])]
+            ordered = ([0.7, 0.8], [0.1, 0.2]) if thin_first else ([0.1, 0.2], [0.7, 0.8])
+            out = [ds_threshold_metrics(session, "D$y", "D$score", cuts, secure=True).to_frame() for cuts in ordered]
+            return out[::-1] if thin_first else out
 
         def alone() -> list[np.ndarray] | None:
             out = []
@@ -237,7 +249,39 @@ def test_a_union_of_two_pooled_releases_on_one_column_through_a_fold(
             own = alone()
             low, high = pooled()
     read = _read_two_sets(low, high, own, frames["small"])
-    print(f"\ntwo pooled releases of the score (0.1, 0.2 and 0.7, 0.8) and a fold alone "
-          f"({'pooled first' if pooled_first else 'alone first'}, {checks}): {read} outcomes read of 12; alone "
-          f"{'released' if own is not None else 'cuts dropped'}, pooled cuts {list(low.index)} {list(high.index)}")
-    assert read == 2  # HOLE: a union of cells of two pooled releases of one column (docs/governance.md)
+    print(f"\ntwo pooled releases of the score ({'0.7, 0.8 then 0.1, 0.2' if thin_first else '0.1, 0.2 then 0.7, 0.8'})"
+          f" and a fold alone ({'pooled first' if pooled_first else 'alone first'}, {checks}"
+          f"{', 5 outcomes missing at each large site' if missing else ''}): {read} outcomes read of "
+          f"12; alone {'released' if own is not None else 'cuts dropped'}, pooled cuts {list(low.index)} "
+          f"{list(high.index)}")
+    assert read == (2 if checks == "control" else 0)
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+def test_cells_alone_beside_two_pooled_releases_of_the_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              checks: str):
+    """Honest use beside the check: route 1's sites, the score's thresholds pooled at 0.1 and 0.2, then at 0.7 and
+    0.8; then each large site alone at 0.3, 0.5 and 0.9 (cells inside the refinement's [0.2, 0.7) and [0.8, 1]) and
+    at 0.1 and 0.2 (cells of the first release): released as asked, counts equal to numpy's. COST, measured: alone
+    at 0.2 and 0.8, the cell [0.2, 0.8) lies between cuts of two releases, a union of the refinement's cells holding
+    [0.7, 0.8), in which the small site held 2: 0.8 is dropped, though the small site holds 12 records of the cell
+    (a share the large site cannot see); the control (no refinement) keeps it."""
+    if checks == "control":
+        monkeypatch.setattr(Guard, "_column_releases", lambda self, rows: {})
+    frames = _route1_frames()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        for cuts in ([0.1, 0.2], [0.7, 0.8]):
+            assert list(ds_threshold_metrics(session, "D$y", "D$score", cuts, secure=True).to_frame().index) == cuts
+        for site in LARGE:
+            view, truth = session.site_view(site), frames[site]
+            for cuts in ([0.3, 0.5, 0.9], [0.1, 0.2]):
+                f = ds_threshold_metrics(view, "D$y", "D$score", cuts).to_frame()
+                assert list(f.index) == cuts
+                for t in cuts:
+                    above = truth[truth["score"] >= t]
+                    assert list(_at(f, t)) == [len(above), int(above["y"].sum())]
+            kept = list(ds_threshold_metrics(view, "D$y", "D$score", [0.2, 0.8]).to_frame().index)
+            print(f"\n{site} ({checks}): alone at 0.2 and 0.8 after the two pooled releases: {kept} kept")
+            assert kept == ([0.2] if checks == "shipped" else [0.2, 0.8])

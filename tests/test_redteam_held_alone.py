@@ -49,7 +49,7 @@ from conftest import inprocess_builder
 from dsfed_client import FederatedCallError, Ref
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
 from dsfed_server.disclosure import checks as checks_module
-from dsfed_server.disclosure.unions import ORDERED
+from dsfed_server.disclosure.unions import in_order
 from sitekit import exposed_shares_unaudited, make_sites
 from test_redteam_union_round import _at, _bin, _declare_grades, _pooled, THRESHOLDS
 
@@ -63,7 +63,7 @@ def _open_spanned(positions, counts, kind, here) -> bool:
     chosen, within = set(positions), set(positions) | set(np.flatnonzero(here == 0).tolist())
     if within >= set(np.flatnonzero(counts).tolist()):
         return True
-    if kind == ORDERED:
+    if in_order(kind):
         return set(range(min(positions), max(positions) + 1)) <= within
     if kind.startswith("table:"):
         rows, cols = (int(v) for v in kind.split(":", 1)[1].split(","))

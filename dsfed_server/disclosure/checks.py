@@ -38,7 +38,8 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
-from dsfed_server.disclosure.unions import breaking_cell, kind_of, layout, spanned, union_of_cells
+from dsfed_server.disclosure.unions import (Layout, Union, across, breaking_cell, breaking_cuts, column_of, kind_of,
+                                           layout, refinement, spanned, strays, union_of_cells, whole_cells)
 from dsfed_server.disclosure.provenance import NO_TABLE, STRATA_MOST, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -1154,7 +1155,7 @@ class Guard:
             vector = np.asarray([float(bool(problems))])
         tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
         shares = self._shares(release, rows, spans)
-        kind = kind_of(in_order, release.shape)
+        kind = kind_of(in_order, release.shape, release.column)
         unions = self._alone_unions(release, rows, kind)
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
@@ -1201,8 +1202,8 @@ class Guard:
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
-            held = float(np.ravel(pooled[UNION])[0]) > 0.5  # some site released a union of these cells alone
-            if not objected and held and thin.any():  # and some site is thin in a cell (alike at every site)
+            held, before = np.ravel(pooled[UNION])[:2] > 0.5  # some site released a union of these cells alone,
+            if not objected and held and (thin.any() or before):  # and some site is thin in one (alike everywhere)
                 elsewhere = thin - shares[THIN][:release.n_cells] > 0.5
                 return None, self._union_round(release, unions, elsewhere, finish,
                                                lambda drop: self.coarsened(attempt, rows, on_release, exclude | drop,
@@ -1229,10 +1230,11 @@ class Guard:
             return None, self.coarsened(attempt, rows, on_release, exclude | drop, shared, ordered,
                                         kept_pooled | only_pooled)
 
-        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray([float(bool(unions))]), **pairs.fields,
+        union = [float(bool(unions)), float(any(u.thin_before for u in unions))]
+        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray(union), **pairs.fields,
                             **shares}, advance, frac_bits=8)
 
-    def _union_round(self, release: PooledRelease, unions: list[tuple[int, ...]], elsewhere: np.ndarray,
+    def _union_round(self, release: PooledRelease, unions: list[Union], elsewhere: np.ndarray,
                      finish: Callable[[], tuple[Any, None]], merge: Callable[[frozenset[Cut]], PooledSteps]
                      ) -> PooledSteps:
         """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of, where some site
@@ -1245,8 +1247,8 @@ class Guard:
         cells another site is thin in holds 0 or q or more records of each site's."""
         vector = np.zeros(release.n_cells if release.cuts else 1)
         for union in unions:
-            if elsewhere[list(union)].any():
-                vector[breaking_cell(union) if release.cuts else 0] = 1
+            if union.thin_before or elsewhere[list(union.touched)].any():
+                vector[list(union.breaking) if release.cuts else 0] = 1
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = np.flatnonzero(np.ravel(pooled[UNION]) > 0.5).tolist()
@@ -1400,25 +1402,55 @@ class Guard:
                 self.history.record_pooled_release(rows.lineage, rows.n_root, kind,  # type: ignore[union-attr]
                                                    [c.cell_id for c in cells], analyst=self._analyst)
 
-    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[tuple[int, ...]]:
+    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[Union]:
         """The unions of a pooled release's cells (laid out as ``kind``) that no span stands for
         (:func:`~dsfed_server.disclosure.unions.spanned`) whose records here a release of this site alone gave before
-        (:meth:`_alone_sets`), each as the cells' positions."""
+        (:meth:`_alone_sets`), and of intervals of a column, the unions of cells of their refinement with the earlier
+        pooled releases of the column (:func:`~dsfed_server.disclosure.unions.across`) that its cuts make."""
         if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
             return []
         n = rows.n_root  # type: ignore[union-attr]
         cell_of, sizes, counts = layout([packed_set(c.rows) for c in release.own_cells],
                                         [c.count for c in release.own_cells], n)
-        found = (union_of_cells(member, cell_of, sizes) for member in self._alone_sets(rows))  # type: ignore[arg-type]
-        return sorted({positions for positions in found if positions is not None and not spanned(positions, counts,
-                                                                                                  kind, sizes)})
+        alone = self._alone_sets(rows)  # type: ignore[arg-type]
+        found = (union_of_cells(member, cell_of, sizes) for member in alone)
+        loose = {positions for positions in found
+                 if positions is not None and not spanned(positions, counts, kind, sizes)}
+        out = [Union(positions, (breaking_cell(positions),)) for positions in sorted(loose)]
+        column = column_of(kind)
+        earlier = self._column_releases(rows).get(column, []) if column else []  # type: ignore[arg-type]
+        if not earlier:
+            return out
+        before, after = refinement(earlier), refinement([*earlier, Layout(kind, cell_of, sizes, counts)])
+        made = [member for member in alone  # unions its cuts make: of the refinement with them, not without
+                if across(member, after) and (whole_cells(member, before.cell_of, before.sizes) is None
+                                              or strays(member, before.cell_of, after.cell_of >= 0))]
+        thin = self.history.thin_row_sets(rows.lineage, n)  # type: ignore[union-attr]
+        for member in made:
+            cuts = breaking_cuts(member, before, cell_of)
+            if cuts:  # none: a union of whole cells of the earlier releases with this one's total, given without it
+                inside = cell_of[bits(member, n).astype(bool)]
+                touched = tuple(int(k) for k in np.unique(inside[inside >= 0]))
+                out.append(Union(touched, cuts[0], any(set_size(t) and not np.any(t & ~member) for t in thin)))
+        return out
+
+    def _column_releases(self, rows: Rows) -> dict[str, list[Layout]]:
+        """This site's pooled releases of intervals of a column (over all its records or a subset's), by the
+        column."""
+        out: dict[str, list[Layout]] = {}
+        for kind, cells in self.history.pooled_releases(rows.lineage, rows.n_root):  # type: ignore[union-attr]
+            if column_of(kind):
+                found = layout([packed_set(c.rows) for c in cells], [c.count for c in cells], rows.n_root)
+                out.setdefault(column_of(kind), []).append(Layout(kind, *found))
+        return out
 
     def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
         """A record (its table position) of a pooled cell another site held 1 to q - 1 records of (``thin``: this
         site's records of such spans) that a row set of this site alone (``row_sets``) holds, where the row set is a
-        union of a pooled release's cells that no span stands for (:mod:`~dsfed_server.disclosure.unions`); None
-        if there is none. The union's pooled count less the sites' own would be the others' records of it, and
-        the spans' checks at the pooled release did not see that union."""
+        union of a pooled release's cells that no span stands for, or of the cells of the refinement of pooled
+        releases of one column (:mod:`~dsfed_server.disclosure.unions`); None if there is none. The union's pooled
+        count less the sites' own would be the others' records of it, and the spans' checks at the pooled release
+        did not see that union."""
         n = rows.n_root
         candidates = []
         for member in row_sets:
@@ -1433,6 +1465,11 @@ class Guard:
             for packed, cell in candidates:
                 positions = union_of_cells(packed, cell_of, sizes)
                 if positions is not None and not spanned(positions, counts, kind, sizes):
+                    return int(np.flatnonzero(bits(cell, n))[0])
+        for releases in self._column_releases(rows).values():
+            refined = refinement(releases) if len(releases) > 1 else None
+            for packed, cell in candidates:
+                if refined is not None and across(packed, refined):
                     return int(np.flatnonzero(bits(cell, n))[0])
         return None
 

@@ -916,6 +916,7 @@ class PooledRelease:
     n_cells: int = 0  # how many cells were released
     shape: tuple[int, ...] = ()  # of a table of categories: its shape (the cells in C order)
     parts: tuple[np.ndarray, ...] = ()  # this site's records (packed) at 1 of each 0/1 quantity summed per cell
+    column: str = ""  # the column the cells are intervals of (over all its records or a subset's); "": none
 
 
 def own_parts(rows: Rows | None, sums: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -1025,4 +1026,5 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     in_root = dict(zip(new, cells.to_root(new)))  # this site's records parted exactly so, for its history
     own = own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells, own_space))
     return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept], own, tuple(kept),
-                         len(kept) + 1, parts=own_parts(cells.rows, cells.sums))
+                         len(kept) + 1, parts=own_parts(cells.rows, cells.sums),
+                         column="" if cells.column is None else "$".join(cells.history_key))
