@@ -201,6 +201,20 @@ def _read_two_sets(low: pd.DataFrame, high: pd.DataFrame, own: list[np.ndarray] 
     return int(records) if 0 < records < Q and events in (0, records) else 0
 
 
+def _fold_alone(session) -> list[np.ndarray] | None:
+    """At each large site alone, the records and events of the cell of ``(D$score - 0.45)^2`` between 0.0625 and
+    0.1225 ([0.1, 0.2) and [0.7, 0.8) of the score); None where a site dropped a cut of it."""
+    out = []
+    for site in LARGE:
+        view = session.site_view(site)
+        view.derive("d2", "(D$score - 0.45)^2")
+        f = ds_threshold_metrics(view, "D$y", "d2", [0.0625, 0.1225]).to_frame()
+        if list(f.index) != [0.0625, 0.1225]:
+            return None
+        out.append(_at(f, 0.0625) - _at(f, 0.1225))
+    return out
+
+
 @pytest.mark.parametrize("checks", ["shipped", "control"])
 @pytest.mark.parametrize("missing", [False, True], ids=["complete", "outcomes-missing"])
 @pytest.mark.parametrize("thin_first", [False, True], ids=["thin-in-the-second", "thin-in-the-first"])
@@ -232,21 +246,10 @@ def test_a_union_of_two_pooled_releases_on_one_column_through_a_fold(
             out = [ds_threshold_metrics(session, "D$y", "D$score", cuts, secure=True).to_frame() for cuts in ordered]
             return out[::-1] if thin_first else out
 
-        def alone() -> list[np.ndarray] | None:
-            out = []
-            for site in LARGE:
-                view = session.site_view(site)
-                view.derive("d2", "(D$score - 0.45)^2")
-                f = ds_threshold_metrics(view, "D$y", "d2", [0.0625, 0.1225]).to_frame()
-                if list(f.index) != [0.0625, 0.1225]:
-                    return None
-                out.append(_at(f, 0.0625) - _at(f, 0.1225))
-            return out
-
         if pooled_first:
-            (low, high), own = pooled(), alone()
+            (low, high), own = pooled(), _fold_alone(session)
         else:
-            own = alone()
+            own = _fold_alone(session)
             low, high = pooled()
     read = _read_two_sets(low, high, own, frames["small"])
     print(f"\ntwo pooled releases of the score ({'0.7, 0.8 then 0.1, 0.2' if thin_first else '0.1, 0.2 then 0.7, 0.8'})"
@@ -285,3 +288,60 @@ def test_cells_alone_beside_two_pooled_releases_of_the_column(tmp_path: Path, mo
             kept = list(ds_threshold_metrics(view, "D$y", "D$score", [0.2, 0.8]).to_frame().index)
             print(f"\n{site} ({checks}): alone at 0.2 and 0.8 after the two pooled releases: {kept} kept")
             assert kept == ([0.2] if checks == "shipped" else [0.2, 0.8])
+
+
+def _thin_in_a_part() -> dict[str, pd.DataFrame]:
+    """The small site: 5 records below 0.1, 2 in [0.1, 0.2) (both events), 4 in [0.2, 0.3), 5 in [0.3, 0.7) and
+    5 at 0.8 or above: none in [0.7, 0.8), and no cell of thresholds at 0.1, 0.3, 0.7 and 0.8 or at 0.2 (nor a
+    run of them) holds 1 to q - 1 of its records."""
+    rng = np.random.default_rng(11)
+    score = np.r_[rng.uniform(0, 0.1, 5), rng.uniform(0.1, 0.2, 2), rng.uniform(0.2, 0.3, 4), rng.uniform(0.3, 0.7, 5),
+                  rng.uniform(0.8, 1, 5)]
+    y = (rng.uniform(0, 1, score.size) < score).astype(int)
+    y[5:7] = 1
+    frames = {"small": pd.DataFrame({"y": y, "score": score})}
+    for site in LARGE:
+        s = rng.uniform(0, 1, 400)
+        frames[site] = pd.DataFrame({"y": (rng.uniform(0, 1, 400) < s).astype(int), "score": s})
+    return frames
+
+
+@pytest.mark.parametrize("checks", ["shipped", "control"])
+@pytest.mark.parametrize("pooled_first", [True, False], ids=["pooled-first", "alone-first"])
+def test_a_union_of_two_pooled_releases_holding_a_part_of_a_cell_reads_no_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled_first: bool, checks: str):
+    """A helper's review: thresholds pooled at 0.1, 0.3, 0.7 and 0.8 (A), then at 0.2 (B); at each large site alone
+    the cell of ``(D$score - 0.45)^2`` between 0.0625 and 0.1225, [0.1, 0.2) and [0.7, 0.8). [0.1, 0.2) is a part
+    of A's cell [0.1, 0.3) that B cuts: a cell of their refinement, whose pooled count is B's records below 0.2 less
+    A's below 0.1. The small site holds 6 records of A's cell, so no cell of either release is thin, but 2 of the
+    part: A's [0.7, 0.8) plus the part less the large sites' cell reads them. Measured: 0 in both orders (the sites
+    sum, per cell of B, whether one is thin in a part of it: ``Guard._pieces``); the control (no refinement, the
+    code before) reads 2."""
+    if checks == "control":
+        monkeypatch.setattr(Guard, "_column_releases", lambda self, rows: {})
+    frames = _thin_in_a_part()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+
+        def pooled() -> list[pd.DataFrame]:
+            return [ds_threshold_metrics(session, "D$y", "D$score", cuts, secure=True).to_frame()
+                    for cuts in ([0.1, 0.3, 0.7, 0.8], [0.2])]
+
+        if pooled_first:
+            (a, b), own = pooled(), _fold_alone(session)
+        else:
+            own = _fold_alone(session)
+            a, b = pooled()
+    read = 0
+    if own is not None and list(a.index) == [0.1, 0.3, 0.7, 0.8] and list(b.index) == [0.2]:
+        records, events = _at(a, 0.7) - _at(a, 0.8) + _at(a, 0.1) - _at(b, 0.2) - sum(own)
+        small = frames["small"]
+        held = small[((small["score"] >= 0.1) & (small["score"] < 0.2)) | ((small["score"] >= 0.7) &
+                                                                           (small["score"] < 0.8))]
+        assert (records, events) == (len(held), int(held["y"].sum()))  # the small site's share, exactly
+        read = int(records) if 0 < records < Q and events in (0, records) else 0
+    print(f"\na part of a cell ({'pooled first' if pooled_first else 'alone first'}, {checks}): {read} outcomes read "
+          f"of 21; alone {'released' if own is not None else 'cuts dropped'}, pooled cuts {list(a.index)} "
+          f"{list(b.index)}")
+    assert read == (2 if checks == "control" else 0)

@@ -38,8 +38,8 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
-from dsfed_server.disclosure.unions import (Layout, Union, across, breaking_cell, breaking_cuts, column_of, kind_of,
-                                           layout, refinement, spanned, strays, union_of_cells, whole_cells)
+from dsfed_server.disclosure.unions import (Layout, Union, across, breaking_cell, breaking_cuts, column_of, in_order,
+                                           kind_of, layout, refinement, spanned, strays, union_of_cells, whole_cells)
 from dsfed_server.disclosure.provenance import NO_TABLE, STRATA_MOST, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -75,6 +75,7 @@ UNCOUNTED = 1e8
 # a pooled release's fields per span of its cells (Guard.coarsened): whether a site holds 1 to q - 1 records of it,
 # and how many of its records of it no release of that site alone gives
 THIN, HIDDEN, HOLDERS, FAILING, UNAUDITED, UNION = "thin", "hidden", "holders", "failing", "unaudited", "union"
+PIECES = "pieces"  # per cell of a pooled release: a site thin in a part of it that earlier releases cut (Guard._pieces)
 UNION_ALONE = ("a site released alone before its records of some of these pooled cells together, cells the sites do "
                "not check as one (intervals apart, some of a row's cells, two categories), and another site holds 1 "
                "to q - 1 records of one of them: the pooled count of those cells less the sites' own would give them")
@@ -1144,8 +1145,8 @@ class Guard:
         the cuts so dropped (``secure_aggregation.pooled_thresholds``, a reason of their own in the result)."""
         release = attempt(exclude, kept_pooled)
         problems = self._pooled_problems(release.own_cells, rows, decided_pooled=shared is not None)
-        in_order = bool(release.cuts) if ordered is None else ordered
-        spans = cell_spans(release.n_cells, in_order, release.shape)
+        lined_up = bool(release.cuts) if ordered is None else ordered
+        spans = cell_spans(release.n_cells, lined_up, release.shape)
         differ = max(self.rule("disclosure.subset_min_difference"), shared.min_difference if shared else 0)
         pairs = self._shared_pairs(release.own_cells, rows, differ) if shared else SharedPairs([], [], {})
         if release.cuts:  # per released cell: the cuts beside those objected to are merged
@@ -1155,8 +1156,13 @@ class Guard:
             vector = np.asarray([float(bool(problems))])
         tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
         shares = self._shares(release, rows, spans)
-        kind = kind_of(in_order, release.shape, release.column)
-        unions = self._alone_unions(release, rows, kind)
+        kind = kind_of(lined_up, release.shape, release.column)
+        earlier = self._earlier_releases(release, rows, kind)
+        unions = self._alone_unions(release, rows, kind, earlier)
+        piece_of, piece_cell, piece_size = self._pieces(release, rows, earlier)
+        parted = np.bincount(piece_cell, minlength=release.n_cells) > 1  # cells earlier releases cut here
+        thin_pieces = np.zeros(release.n_cells)
+        thin_pieces[piece_cell[(piece_size < self.q) & parted[piece_cell]]] = float(self.q > 1)
 
         def advance(pooled: dict[str, np.ndarray], floor: Floor) -> tuple[Any, PooledSteps | None]:
             objected = set(np.flatnonzero(np.ravel(pooled["objections"]) > 0.5).tolist())
@@ -1199,12 +1205,15 @@ class Guard:
                         self._record_exposed(release.own_cells, spans,
                                              (shares[HIDDEN] > 0) & (hidden == shares[HIDDEN]), shares[HIDDEN] > 0,
                                              rows, release.parts)
+                    others = np.rint(np.ravel(pooled[PIECES])) - thin_pieces > 0.5
+                    self._record_thin_pieces(piece_of, np.flatnonzero(others[piece_cell]), rows)
                 return Recorded(result, [[c.cell_id, c.count, c.column] for c in cells]), None
 
             thin = np.rint(np.ravel(pooled.get(THIN, np.zeros(0))))[:release.n_cells]
             held, before = np.ravel(pooled[UNION])[:2] > 0.5  # some site released a union of these cells alone,
-            if not objected and held and (thin.any() or before):  # and some site is thin in one (alike everywhere)
-                elsewhere = thin - shares[THIN][:release.n_cells] > 0.5
+            pieces = np.rint(np.ravel(pooled[PIECES]))  # and some site is thin in a cell, or in a part of one
+            if not objected and held and (thin.any() or before or pieces.any()):  # (alike at every site)
+                elsewhere = (thin - shares[THIN][:release.n_cells] > 0.5) | (pieces - thin_pieces > 0.5)
                 return None, self._union_round(release, unions, elsewhere, finish,
                                                lambda drop: self.coarsened(attempt, rows, on_release, exclude | drop,
                                                                            shared, ordered, kept_pooled | drop))
@@ -1231,20 +1240,23 @@ class Guard:
                                         kept_pooled | only_pooled)
 
         union = [float(bool(unions)), float(any(u.thin_before for u in unions))]
-        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray(union), **pairs.fields,
+        return PooledSteps({"objections": vector, "tag": tag, UNION: np.asarray(union), PIECES: thin_pieces,
+                            **pairs.fields,
                             **shares}, advance, frac_bits=8)
 
     def _union_round(self, release: PooledRelease, unions: list[Union], elsewhere: np.ndarray,
                      finish: Callable[[], tuple[Any, None]], merge: Callable[[frozenset[Cut]], PooledSteps]
                      ) -> PooledSteps:
-        """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of, where some site
-        released a union of its cells alone before (the first step sums a flag of each): each site objects,
-        per union of the cells that no span stands for whose records here it released alone before (``unions``,
-        :meth:`_alone_unions`), to the union's last cell of its first run where another site was thin in a cell of it
-        (``elsewhere``, per cell), so that merged with the next cell it leaves the union no union of the released
-        cells (``merge``: the release again, those cuts dropped); a table of categories is refused. Where none objects,
-        ``finish`` releases. A site cannot see the others' shares before the first sum, and a union none of whose
-        cells another site is thin in holds 0 or q or more records of each site's."""
+        """A second sealed step of a pooled release some site held 1 to q - 1 records of a cell of (or of a part of
+        one, :meth:`_pieces`), where some site released a union of its cells alone before (the first step sums a flag
+        of each, and of a union holding records of a span another site was thin in at an earlier release): each site
+        objects, per union of the cells (or of their refinement with the earlier releases of the column) that no span
+        stands for whose records here it released alone before (``unions``, :meth:`_alone_unions`), to the cells whose
+        merger with the next breaks it (for a union of the release's cells, its last cell of its first run) where
+        another site was thin in a cell of it or a part of one (``elsewhere``, per cell) or it holds such an earlier
+        span's records here (``merge``: the release again, those cuts dropped); a table of categories is refused.
+        Where none objects, ``finish`` releases. A site cannot see the others' shares before the first sum, and a
+        union none of whose cells or parts another site is thin in holds 0 or q or more records of each site's."""
         vector = np.zeros(release.n_cells if release.cuts else 1)
         for union in unions:
             if union.thin_before or elsewhere[list(union.touched)].any():
@@ -1402,11 +1414,13 @@ class Guard:
                 self.history.record_pooled_release(rows.lineage, rows.n_root, kind,  # type: ignore[union-attr]
                                                    [c.cell_id for c in cells], analyst=self._analyst)
 
-    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[Union]:
+    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str, earlier: list[Layout]
+                      ) -> list[Union]:
         """The unions of a pooled release's cells (laid out as ``kind``) that no span stands for
         (:func:`~dsfed_server.disclosure.unions.spanned`) whose records here a release of this site alone gave before
-        (:meth:`_alone_sets`), and of intervals of a column, the unions of cells of their refinement with the earlier
-        pooled releases of the column (:func:`~dsfed_server.disclosure.unions.across`) that its cuts make."""
+        (:meth:`_alone_sets`), and of intervals of a column, the unions of cells of their refinement with the
+        ``earlier`` pooled releases of the column (:func:`~dsfed_server.disclosure.unions.across`) that its cuts
+        make."""
         if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
             return []
         n = rows.n_root  # type: ignore[union-attr]
@@ -1417,8 +1431,6 @@ class Guard:
         loose = {positions for positions in found
                  if positions is not None and not spanned(positions, counts, kind, sizes)}
         out = [Union(positions, (breaking_cell(positions),)) for positions in sorted(loose)]
-        column = column_of(kind)
-        earlier = self._column_releases(rows).get(column, []) if column else []  # type: ignore[arg-type]
         if not earlier:
             return out
         before, after = refinement(earlier), refinement([*earlier, Layout(kind, cell_of, sizes, counts)])
@@ -1431,46 +1443,81 @@ class Guard:
             if cuts:  # none: a union of whole cells of the earlier releases with this one's total, given without it
                 inside = cell_of[bits(member, n).astype(bool)]
                 touched = tuple(int(k) for k in np.unique(inside[inside >= 0]))
-                out.append(Union(touched, cuts[0], any(set_size(t) and not np.any(t & ~member) for t in thin)))
+                out.append(Union(touched, cuts[0], any(np.any(t & member) for t in thin)))
         return out
+
+    def _earlier_releases(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[Layout]:
+        """The pooled releases of the column a pooled release's cells are intervals of (laid out as ``kind``) that
+        this site kept before, where it audits and holds its records of every cell."""
+        column = column_of(kind)
+        if not column or not self._audits(rows) or len(release.own_cells) != release.n_cells:
+            return []
+        return self._column_releases(rows).get(column, [])  # type: ignore[arg-type]
+
+    def _pieces(self, release: PooledRelease, rows: Rows | None, earlier: list[Layout]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This site's parts of a pooled release's cells that the ``earlier`` releases of its column cut: per record
+        the part (cell of the refinement, :func:`~dsfed_server.disclosure.unions.refinement`) that holds it (-1:
+        none), and per part its cell of the release and its records here. The pooled count of each part is public
+        (the records below the cuts of either release), so a site holding 1 to q - 1 records of one, in a cell it
+        holds q or more of, is as thin as in a cell: the first sealed step sums, per cell, whether some site is
+        (:data:`PIECES`), and the other sites keep their records of those parts as of a cell another site was thin
+        in (:meth:`_record_thin_pieces`); a union released alone that holds one is merged (:meth:`_union_round`)."""
+        none = np.zeros(0, dtype=np.int64)
+        if not earlier:
+            return np.full(rows.n_root if rows is not None else 0, -1), none, none
+        n = rows.n_root  # type: ignore[union-attr]
+        cell_of = layout([packed_set(c.rows) for c in release.own_cells], [c.count for c in release.own_cells], n)[0]
+        before = refinement(earlier).cell_of
+        inside = cell_of >= 0
+        keys, piece, sizes = np.unique(np.stack([before[inside], cell_of[inside]]), axis=1, return_inverse=True,
+                                       return_counts=True)
+        piece_of = np.full(n, -1)
+        piece_of[inside] = np.ravel(piece)
+        return piece_of, keys[1].astype(np.int64), sizes
+
+    def _record_thin_pieces(self, piece_of: np.ndarray, pieces: np.ndarray, rows: Rows | None) -> None:
+        """Keep this site's records of the parts of a pooled release's cells (:meth:`_pieces`) at ``pieces`` as of a
+        cell another site was thin in."""
+        packed = [np.packbits(piece_of == k) for k in pieces]
+        if packed and self._audits(rows):
+            self.history.record_thin_row_sets(rows.lineage, rows.n_root, packed,  # type: ignore[union-attr]
+                                              analyst=self._analyst)
 
     def _column_releases(self, rows: Rows) -> dict[str, list[Layout]]:
         """This site's pooled releases of intervals of a column (over all its records or a subset's), by the
         column."""
         out: dict[str, list[Layout]] = {}
         for kind, cells in self.history.pooled_releases(rows.lineage, rows.n_root):  # type: ignore[union-attr]
-            if column_of(kind):
+            column = column_of(kind) or (cells[0].column if in_order(kind) else "")  # kept before kinds named it
+            if column:
                 found = layout([packed_set(c.rows) for c in cells], [c.count for c in cells], rows.n_root)
-                out.setdefault(column_of(kind), []).append(Layout(kind, *found))
+                out.setdefault(column, []).append(Layout(kind, *found))
         return out
 
     def _thin_union(self, row_sets: list[np.ndarray], rows: Rows, thin: list[np.ndarray]) -> int | None:
         """A record (its table position) of a pooled cell another site held 1 to q - 1 records of (``thin``: this
         site's records of such spans) that a row set of this site alone (``row_sets``) holds, where the row set is a
-        union of a pooled release's cells that no span stands for, or of the cells of the refinement of pooled
-        releases of one column (:mod:`~dsfed_server.disclosure.unions`); None if there is none. The union's pooled
-        count less the sites' own would be the others' records of it, and the spans' checks at the pooled release
-        did not see that union."""
+        union of a pooled release's cells that no span stands for; or that it holds records of, where it is cells of
+        the refinement of pooled releases of one column that no release's cell or span stands for (one of them may
+        be part of that pooled cell: :func:`~dsfed_server.disclosure.unions.across`); None if there is none. The
+        union's pooled count less the sites' own would be the others' records of it, and the spans' checks at the
+        pooled release did not see that union."""
         n = rows.n_root
-        candidates = []
-        for member in row_sets:
-            packed = packed_set(member)
-            held = [cell for cell in thin if set_size(cell) and not np.any(np.bitwise_and(cell, ~packed))]
-            if held:
-                candidates.append((packed, held[0]))
-        if not candidates:
-            return None
-        for kind, cells in self.history.pooled_releases(rows.lineage, n):  # type: ignore[union-attr]
+        packed = [packed_set(member) for member in row_sets]
+        within = [(m, cell) for m in packed for cell in thin if set_size(cell) and not np.any(cell & ~m)]
+        for kind, cells in self.history.pooled_releases(rows.lineage, n) if within else ():  # type: ignore[union-attr]
             cell_of, sizes, counts = layout([packed_set(c.rows) for c in cells], [c.count for c in cells], n)
-            for packed, cell in candidates:
-                positions = union_of_cells(packed, cell_of, sizes)
+            for member, cell in within:
+                positions = union_of_cells(member, cell_of, sizes)
                 if positions is not None and not spanned(positions, counts, kind, sizes):
                     return int(np.flatnonzero(bits(cell, n))[0])
-        for releases in self._column_releases(rows).values():
+        touching = [(m, cell) for m in packed for cell in thin if np.any(cell & m)]
+        for releases in self._column_releases(rows).values() if touching else ():
             refined = refinement(releases) if len(releases) > 1 else None
-            for packed, cell in candidates:
-                if refined is not None and across(packed, refined):
-                    return int(np.flatnonzero(bits(cell, n))[0])
+            for member, cell in touching:
+                if refined is not None and across(member, refined):
+                    return int(np.flatnonzero(bits(cell & member, n))[0])
         return None
 
     def _record_row_sets(self, row_sets: list[np.ndarray], rows: Rows | None) -> None:

@@ -15,8 +15,8 @@ union of the coarsened release's cells.
 Two pooled releases of intervals of one column over the same records give more: the records below any cut of
 either, so the pooled count of every cell of their common refinement (:func:`refinement`), and of every union of
 those cells. A cell of ``(D$score - 0.45)^2`` is then the first release's [0.1, 0.2) with the second's [0.7, 0.8),
-a union of no one release's cells. :func:`across` finds such unions, and :func:`breaking_cuts` the cuts of the
-latest release whose merger leaves one no union of the refinement's cells.
+a union of no one release's cells. :func:`across` finds such cells and unions, and :func:`breaking_cuts` the cuts
+of the latest release whose merger leaves one no union of the refinement's cells.
 """
 
 from __future__ import annotations
@@ -177,13 +177,14 @@ def _covered(member: np.ndarray, release: Layout, universe: np.ndarray) -> bool:
 
 
 def across(member: np.ndarray, refined: Refined) -> bool:
-    """Whether the row set ``member`` (packed) is, here, a union of two or more cells of the common refinement of
-    pooled releases of intervals of one column (``refined``) that is no cell of one of them nor a union of one's
-    cells the sites checked as one, nor all of them (this site's total over the releases, as :func:`spanned` has
-    it): over the same records its pooled count is the pooled releases' (the records below the cuts that bound it),
-    over two subsets the sum of cells of each, and no check of a release's spans saw it."""
+    """Whether the row set ``member`` (packed) is, here, one or more cells of the common refinement of pooled releases
+    of intervals of one column (``refined``) that are no cell of one of them nor a union of one's cells the sites
+    checked as one, nor all of them (this site's total over the releases, as :func:`spanned` has it). Over the same
+    records such cells' pooled count is the pooled releases' (the records below the cuts that bound them); over two
+    disjoint subsets, the sum of cells of each (where the subsets overlap, a cell of the refinement is no pooled cell:
+    taken as one, the check refuses more, never less). No check of a release's spans saw them."""
     universe = refined.cell_of >= 0
-    positions = union_of_cells(member, refined.cell_of, refined.sizes)
+    positions = whole_cells(member, refined.cell_of, refined.sizes)
     return (positions is not None and len(positions) < np.count_nonzero(refined.sizes)
             and not any(_covered(member, release, universe) for release in refined.releases))
 
@@ -193,7 +194,7 @@ def breaking_cuts(member: np.ndarray, earlier: Refined, cell_of: np.ndarray) -> 
     merger leaves ``member`` (packed; a union of cells of the refinement of the release with ``earlier`` ones) no
     such union: where a cell of the earlier ones holds records of the union in one cell of the release and records
     outside it in the next that holds any of its records here, the cuts between the two (one, unless the cells
-    between hold none of them here). None: the union is whole in every cell of the earlier ones, which no cut of the
+    between hold none of them here). Empty: the union is whole in every cell of the earlier ones, which no cut of the
     release makes."""
     inside = cell_of >= 0
     held = bits(member, cell_of.size).astype(np.int64)
