@@ -703,14 +703,17 @@ def test_honest_pooled_then_per_site_three_sites(tmp_path: Path, monkeypatch: py
     # COST, at most: the largest site's per-site cut 0.9 (it holds no record above 0.9), dropped with the checks in
     # some runs, kept with the control (site b's FAILING on the run [0.1, 0.9), its 146 of 150 records there, keeps
     # the run as thin at a; which cut a thin set costs follows the order its records are read in, which varies).
-    # Otherwise the checks drop no cut the control keeps. The small site (no record below 0.4) keeps some cuts
-    # with the checks that the control drops (cuts released pooled before, with empty bins below 0.4).
+    # Otherwise the checks drop no cut the control keeps but, at the small site (no record below 0.4), cuts below its
+    # records, whose bins there are empty: merged, they release the same records (in some runs; measured at 405c478
+    # too, 1 of 3 runs dropping 0.1 and 0.2 there). The small site keeps
+    # some cuts with the checks that the control drops (cuts released pooled before, with empty bins below 0.4).
     for key in ("pooled cuts", "table", "validate"):
         assert shipped[key] == control[key]
     assert control["per-site cuts dropped"]["a"] == THRESHOLDS.tolist()[:-1]
+    empty = {t for t in THRESHOLDS.tolist() if t <= frames["small"].score.min()}
     for site in frames:
         extra = set(shipped["per-site cuts dropped"][site]) - set(control["per-site cuts dropped"][site])
-        assert extra <= ({0.9} if site == "a" else set()), (site, extra)
+        assert extra <= ({0.9} if site == "a" else empty if site == "small" else set()), (site, extra)
     assert frames["small"].score.min() >= 0.4
     assert shipped["per-site cuts dropped"]["b"] == control["per-site cuts dropped"]["b"]
 

@@ -336,11 +336,10 @@ def test_a_union_of_cells_of_two_pooled_releases_reads_no_record(tmp_path: Path,
     assert read == (0 if checks == "shipped" or (form == "indicators" and pooled_first) else 2)
     if form != "indicators":  # the pooled validation by sex keeps its cuts but, alone first, the small site's bin
         assert set(THRESHOLDS) - set(men.index) <= ({0.7, 0.8} if not pooled_first and checks == "shipped" else set())
-        # and, alone first, the women's 0.2 where the subset dw >= 0.2 released alone is the men's cells below 0.8
-        # (the small site thin in one) with the women's at or above 0.2: a union of cells of the two releases
-        # (``unions.across``), which the large sites merge
-        assert set(THRESHOLDS) - set(women.index) == (
-            {0.2} if not pooled_first and checks == "shipped" and form == "subsets" else set())
+        # and, alone first, the women's 0.2 where a cell or subset released alone is the men's cells below 0.8 (the
+        # small site thin in one) with the women's at or above 0.2 (``dw >= 0.2``; ``abs(w - 1)`` at 0.2): a union
+        # of cells of the two releases (``unions.across``), which the large sites merge
+        assert set(THRESHOLDS) - set(women.index) == ({0.2} if not pooled_first and checks == "shipped" else set())
 
 
 def test_a_score_by_sex_per_site_beside_the_pooled_thresholds_by_sex(tmp_path: Path):
