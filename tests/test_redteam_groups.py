@@ -47,7 +47,9 @@ from conftest import inprocess_builder
 from dsfed_client import Call, FederatedCallError, Ref
 from dsfed_client.analyses.calibration import ds_calibration_curve
 from dsfed_client.analyses.thresholds import ds_threshold_metrics
+from dsfed_server.disclosure import checks as checks_module
 from dsfed_server.disclosure.checks import Guard
+from dsfed_server.disclosure.unions import kind_of
 from sitekit import make_sites
 from test_pooled_complement_attack import Q, THRESHOLDS
 from test_redteam_pooled_unions import LARGE, _at, _by_sex, _groups_off, _read_by_sex
@@ -345,3 +347,20 @@ def test_a_union_of_two_pooled_releases_holding_a_part_of_a_cell_reads_no_record
           f"of 21; alone {'released' if own is not None else 'cuts dropped'}, pooled cuts {list(a.index)} "
           f"{list(b.index)}")
     assert read == (2 if checks == "control" else 0)
+
+
+def test_releases_kept_before_their_kind_named_the_column_are_grouped_by_their_cells(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The one-column union pooled first, with the two pooled releases kept as a site kept them before it named
+    their column in their kind (``"ordered"``): ``Guard._column_releases`` groups them by the column their cells
+    carry (intervals of all of the score's records), and the large sites' fold cell is dropped: 0 read. Without
+    that fallback no release has a column, and the fold reads 2 (the control of the test above)."""
+    monkeypatch.setattr(checks_module, "kind_of", lambda ordered, shape, column="": kind_of(ordered, shape))
+    frames = _route1_frames()
+    provisioned, services = make_sites(tmp_path, frames)
+    with inprocess_builder(provisioned, services).login() as session:
+        session.assign_table("D", "P.t")
+        low, high = (ds_threshold_metrics(session, "D$y", "D$score", cuts, secure=True).to_frame()
+                     for cuts in ([0.1, 0.2], [0.7, 0.8]))
+        own = _fold_alone(session)
+    assert own is None and _read_two_sets(low, high, own, frames["small"]) == 0

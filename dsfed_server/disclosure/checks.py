@@ -38,8 +38,9 @@ from dsfed_server.disclosure.gate import (KEEP, Categories, Cells, Cut, Floor, I
                                          margin_note, release_local, site_pick)
 from dsfed_server.disclosure.mechanisms import AnalyticGaussian, content_digest, seeded_rng
 from dsfed_server.disclosure.snapping import snap_dropped
-from dsfed_server.disclosure.unions import (Layout, Union, across, breaking_cell, breaking_cuts, column_of, in_order,
-                                           kind_of, layout, refinement, spanned, strays, union_of_cells, whole_cells)
+from dsfed_server.disclosure.unions import (Layout, Refined, Union, across, breaking_cell, breaking_cuts, column_of,
+                                           in_order, kind_of, layout, refinement, spanned, strays, union_of_cells,
+                                           whole_cells)
 from dsfed_server.disclosure.provenance import NO_TABLE, STRATA_MOST, RootColumn
 from dsfed_server.disclosure.relay import PooledSteps, Recorded
 from dsfed_server.disclosure.rules import Rules
@@ -1157,9 +1158,10 @@ class Guard:
         tag = np.asarray([secrets.randbelow(2**40) for _ in range(2)], dtype=float)  # the cells' shared identity
         shares = self._shares(release, rows, spans)
         kind = kind_of(lined_up, release.shape, release.column)
-        earlier = self._earlier_releases(release, rows, kind)
-        unions = self._alone_unions(release, rows, kind, earlier)
-        piece_of, piece_cell, piece_size = self._pieces(release, rows, earlier)
+        current = self._layout_here(release, rows, kind)
+        before = self._earlier_releases(current, rows)
+        unions = self._alone_unions(current, rows, before)
+        piece_of, piece_cell, piece_size = self._pieces(current, rows, before)
         parted = np.bincount(piece_cell, minlength=release.n_cells) > 1  # cells earlier releases cut here
         thin_pieces = np.zeros(release.n_cells)
         thin_pieces[piece_cell[(piece_size < self.q) & parted[piece_cell]]] = float(self.q > 1)
@@ -1414,26 +1416,33 @@ class Guard:
                 self.history.record_pooled_release(rows.lineage, rows.n_root, kind,  # type: ignore[union-attr]
                                                    [c.cell_id for c in cells], analyst=self._analyst)
 
-    def _alone_unions(self, release: PooledRelease, rows: Rows | None, kind: str, earlier: list[Layout]
-                      ) -> list[Union]:
-        """The unions of a pooled release's cells (laid out as ``kind``) that no span stands for
+    def _layout_here(self, release: PooledRelease, rows: Rows | None, kind: str) -> Layout | None:
+        """This site's records of a pooled release's cells laid out as ``kind``
+        (:func:`~dsfed_server.disclosure.unions.layout`); None where it keeps no history of them or does not hold its
+        records of every cell."""
+        if not self._audits(rows) or len(release.own_cells) != release.n_cells:
+            return None
+        cells = [packed_set(c.rows) for c in release.own_cells]
+        return Layout(kind, *layout(cells, [c.count for c in release.own_cells], rows.n_root))  # type: ignore
+
+    def _alone_unions(self, current: Layout | None, rows: Rows | None, before: Refined | None) -> list[Union]:
+        """The unions of a pooled release's cells (``current``) that no span stands for
         (:func:`~dsfed_server.disclosure.unions.spanned`) whose records here a release of this site alone gave before
         (:meth:`_alone_sets`), and of intervals of a column, the unions of cells of their refinement with the
-        ``earlier`` pooled releases of the column (:func:`~dsfed_server.disclosure.unions.across`) that its cuts
-        make."""
-        if not self._audits(rows) or len(release.own_cells) != release.n_cells or release.n_cells < 2:
+        earlier pooled releases of the column (``before``: theirs, :func:`~dsfed_server.disclosure.unions.across`)
+        that its cuts make."""
+        if current is None or current.sizes.size < 2:
             return []
         n = rows.n_root  # type: ignore[union-attr]
-        cell_of, sizes, counts = layout([packed_set(c.rows) for c in release.own_cells],
-                                        [c.count for c in release.own_cells], n)
+        kind, cell_of, sizes, counts = current.kind, current.cell_of, current.sizes, current.counts
         alone = self._alone_sets(rows)  # type: ignore[arg-type]
         found = (union_of_cells(member, cell_of, sizes) for member in alone)
         loose = {positions for positions in found
                  if positions is not None and not spanned(positions, counts, kind, sizes)}
         out = [Union(positions, (breaking_cell(positions),)) for positions in sorted(loose)]
-        if not earlier:
+        if before is None:
             return out
-        before, after = refinement(earlier), refinement([*earlier, Layout(kind, cell_of, sizes, counts)])
+        after = refinement([*before.releases, current])
         made = [member for member in alone  # unions its cuts make: of the refinement with them, not without
                 if across(member, after) and (whole_cells(member, before.cell_of, before.sizes) is None
                                               or strays(member, before.cell_of, after.cell_of >= 0))]
@@ -1446,33 +1455,30 @@ class Guard:
                 out.append(Union(touched, cuts[0], any(np.any(t & member) for t in thin)))
         return out
 
-    def _earlier_releases(self, release: PooledRelease, rows: Rows | None, kind: str) -> list[Layout]:
-        """The pooled releases of the column a pooled release's cells are intervals of (laid out as ``kind``) that
-        this site kept before, where it audits and holds its records of every cell."""
-        column = column_of(kind)
-        if not column or not self._audits(rows) or len(release.own_cells) != release.n_cells:
-            return []
-        return self._column_releases(rows).get(column, [])  # type: ignore[arg-type]
+    def _earlier_releases(self, current: Layout | None, rows: Rows | None) -> Refined | None:
+        """The refinement of the pooled releases of the column a pooled release's cells (``current``) are intervals
+        of that this site kept before (:func:`~dsfed_server.disclosure.unions.refinement`); None where there are
+        none."""
+        column = column_of(current.kind) if current is not None else ""
+        earlier = self._column_releases(rows).get(column, []) if column else []  # type: ignore[arg-type]
+        return refinement(earlier) if earlier else None
 
-    def _pieces(self, release: PooledRelease, rows: Rows | None, earlier: list[Layout]
+    def _pieces(self, current: Layout | None, rows: Rows | None, before: Refined | None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """This site's parts of a pooled release's cells that the ``earlier`` releases of its column cut: per record
-        the part (cell of the refinement, :func:`~dsfed_server.disclosure.unions.refinement`) that holds it (-1:
-        none), and per part its cell of the release and its records here. The pooled count of each part is public
-        (the records below the cuts of either release), so a site holding 1 to q - 1 records of one, in a cell it
-        holds q or more of, is as thin as in a cell: the first sealed step sums, per cell, whether some site is
-        (:data:`PIECES`), and the other sites keep their records of those parts as of a cell another site was thin
-        in (:meth:`_record_thin_pieces`); a union released alone that holds one is merged (:meth:`_union_round`)."""
+        """This site's parts of a pooled release's cells (``current``) that the earlier releases of its column cut
+        (``before``: their refinement): per record the part (a cell of the refinement of all of them) that holds it
+        (-1: none), and per part its cell of the release and its records here. The pooled count of each part is
+        public (the records below the cuts of either release), so a site holding 1 to q - 1 records of one, in a
+        cell it holds q or more of, is as thin as in a cell: the first sealed step sums, per cell, whether some site
+        is (:data:`PIECES`), and the other sites keep their records of those parts as of a cell another site was thin
+        in (:meth:`_record_thin_pieces`); a union released alone that touches one is merged (:meth:`_union_round`)."""
         none = np.zeros(0, dtype=np.int64)
-        if not earlier:
+        if current is None or before is None:
             return np.full(rows.n_root if rows is not None else 0, -1), none, none
-        n = rows.n_root  # type: ignore[union-attr]
-        cell_of = layout([packed_set(c.rows) for c in release.own_cells], [c.count for c in release.own_cells], n)[0]
-        before = refinement(earlier).cell_of
-        inside = cell_of >= 0
-        keys, piece, sizes = np.unique(np.stack([before[inside], cell_of[inside]]), axis=1, return_inverse=True,
-                                       return_counts=True)
-        piece_of = np.full(n, -1)
+        inside = current.cell_of >= 0
+        keys, piece, sizes = np.unique(np.stack([before.cell_of[inside], current.cell_of[inside]]), axis=1,
+                                       return_inverse=True, return_counts=True)
+        piece_of = np.full(current.cell_of.size, -1)
         piece_of[inside] = np.ravel(piece)
         return piece_of, keys[1].astype(np.int64), sizes
 

@@ -1027,4 +1027,4 @@ def release_pooled(cells: Cells, plan: PooledPlan, pooled: dict[str, np.ndarray]
     own = own_cells(cells.rows, cell_index(cells.x, kept), merged_counts, interval_column(cells, own_space))
     return PooledRelease(cells.render(released), [plan.roots.get(c) or in_root[c] for c in kept], own, tuple(kept),
                          len(kept) + 1, parts=own_parts(cells.rows, cells.sums),
-                         column="" if cells.column is None else "$".join(cells.history_key))
+                         column=interval_column(cells, False))

@@ -35,7 +35,8 @@ ORDERED, CATEGORIES = "ordered", "categories"  # a release's cells: intervals in
 class Union:
     """A union of a pooled release's cells (or of its refinement with earlier releases of its column) whose records
     here a release of this site alone gave: the release's cells it touches, the cells whose merger with the next
-    breaks it, and whether it holds all of this site's records of an earlier pooled span another site was thin in."""
+    breaks it, and whether it holds any of this site's records of an earlier pooled span or part another site was
+    thin in."""
 
     touched: tuple[int, ...]
     breaking: tuple[int, ...]  # the cells whose merger with the next breaks it (the cuts above them dropped)
